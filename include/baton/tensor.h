@@ -1,0 +1,253 @@
+/*  tensor.h — the ATen shim: tensors, autograd, AdamW and generators from libtorch behind a C API.
+    Threading: a context, its tensors, a generator and an optimizer belong to one thread at a time;
+    grad mode and the last error are per thread.  Lifetime: a tensor lives until its context is reset
+    or destroyed; parameters live in a long-lived context.
+
+    Errors: a function returning bt_status returns BT_OK or a negative code.  A function returning a
+    tensor returns NULL on failure.  Either way the message is in bt_last_error().  An op given a
+    NULL input returns NULL at once and keeps the first error, so a chain of ops can be checked once
+    at its end.  No C++ exception crosses this header. */
+#ifndef BATON_TENSOR_H
+#define BATON_TENSOR_H
+
+#include "baton/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_tensor bt_tensor;
+typedef struct bt_ctx bt_ctx;
+typedef struct bt_gen bt_gen;
+typedef struct bt_adamw bt_adamw;
+
+/*  Values appear in files and messages: append only. */
+typedef enum bt_dtype {
+    BT_F32 = 0,
+    BT_F64 = 1,
+    BT_F16 = 2,
+    BT_BF16 = 3,
+    BT_I64 = 4,
+    BT_I32 = 5,
+    BT_U8 = 6,
+    BT_BOOL = 7
+} bt_dtype;
+
+typedef enum bt_device_type { BT_DEVICE_CPU = 0, BT_DEVICE_CUDA = 1 } bt_device_type;
+
+typedef struct bt_device {
+    bt_device_type type;
+    int32_t index; /* CUDA ordinal; 0 for the CPU */
+} bt_device;
+
+#define BT_MAX_DIMS 8
+
+/* ---- dtypes and devices ---------------------------------------------------------------------- */
+size_t      bt_dtype_size(bt_dtype dtype);
+const char *bt_dtype_name(bt_dtype dtype);
+bt_device   bt_cpu(void);
+/*  Parses "cpu", "cuda" or "cuda:N".  Does not check that the device exists. */
+bt_status   bt_device_parse(const char *text, bt_device *out);
+/*  Writes "cpu" or "cuda:N" into buf. */
+void        bt_device_format(bt_device device, char *buf, size_t len);
+bool        bt_cuda_is_available(void);
+int         bt_cuda_device_count(void);
+
+/* ---- runtime -------------------------------------------------------------------------------- */
+void        bt_set_num_threads(int n);
+int         bt_get_num_threads(void);
+/*  "1.13.0" or similar.  Static string. */
+const char *bt_torch_version(void);
+bool        bt_torch_has_cuda(void);
+
+/* ---- contexts (arenas of tensors) ----------------------------------------------------------- */
+/*  Caller owns the result; destroy with bt_ctx_destroy(). */
+bt_ctx *bt_ctx_new(void);
+void    bt_ctx_destroy(bt_ctx **self_p);
+/*  Releases every tensor made in the context; their handles become invalid. */
+void    bt_ctx_reset(bt_ctx *self);
+/*  Number of live tensor handles in the context. */
+size_t  bt_ctx_size(const bt_ctx *self);
+
+/* ---- creation and host I/O ------------------------------------------------------------------ */
+bt_tensor *bt_zeros(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim, const int64_t *shape);
+bt_tensor *bt_full(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim, const int64_t *shape,
+                   double value);
+/*  0, 1, ..., n-1. */
+bt_tensor *bt_arange(bt_ctx *ctx, bt_dtype dtype, bt_device device, int64_t n);
+/*  Standard normal / uniform [0,1) draws from gen, on gen's device. */
+bt_tensor *bt_randn(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim, const int64_t *shape);
+bt_tensor *bt_rand(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim, const int64_t *shape);
+/*  Copies numel * bt_dtype_size(dtype) bytes from host memory. */
+bt_tensor *bt_from_host(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim,
+                        const int64_t *shape, const void *data);
+/*  Copies the tensor's elements, in its own dtype and row-major order, into dst; nbytes must equal
+    numel * element size. */
+bt_status  bt_to_host(const bt_tensor *t, void *dst, size_t nbytes);
+/*  The value of a one-element tensor as a double. */
+bt_status  bt_item(const bt_tensor *t, double *out);
+/*  Raw pointer to the first element (host or device memory).  Fails unless t is contiguous.
+    Borrowed: valid while t lives. */
+void      *bt_data_ptr(bt_tensor *t);
+
+/* ---- queries -------------------------------------------------------------------------------- */
+int       bt_ndim(const bt_tensor *t);
+/*  Size of dimension dim; negative dims count from the end. */
+int64_t   bt_dim(const bt_tensor *t, int dim);
+int64_t   bt_numel(const bt_tensor *t);
+bt_dtype  bt_dtype_of(const bt_tensor *t);
+bt_device bt_device_of(const bt_tensor *t);
+bool      bt_is_contiguous(const bt_tensor *t);
+
+/* ---- conversion, copies, views -------------------------------------------------------------- */
+bt_tensor *bt_to_dtype(bt_ctx *ctx, bt_tensor *t, bt_dtype dtype);
+bt_tensor *bt_to_device(bt_ctx *ctx, bt_tensor *t, bt_device device);
+bt_tensor *bt_contiguous(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_clone(bt_ctx *ctx, bt_tensor *t);
+/*  Same storage, cut from the autograd graph. */
+bt_tensor *bt_detach(bt_ctx *ctx, bt_tensor *t);
+/*  A new handle in ctx to the same tensor (same storage, same graph). */
+bt_tensor *bt_alias(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_reshape(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *shape);
+bt_tensor *bt_transpose(bt_ctx *ctx, bt_tensor *t, int dim0, int dim1);
+bt_tensor *bt_permute(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *dims);
+bt_tensor *bt_unsqueeze(bt_ctx *ctx, bt_tensor *t, int dim);
+bt_tensor *bt_expand(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *shape);
+/*  Elements start, start+step, ... < end along dim (a view). */
+bt_tensor *bt_slice(bt_ctx *ctx, bt_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+bt_tensor *bt_cat(bt_ctx *ctx, bt_tensor *const *ts, int n, int dim);
+bt_tensor *bt_index_select(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index);
+/*  In place: copies src (broadcast) into dst, which may be a view.  Not recorded by autograd
+    when grad mode is off. */
+bt_status  bt_copy_(bt_tensor *dst, bt_tensor *src);
+bt_status  bt_fill_(bt_tensor *dst, double value);
+
+/* ---- elementwise (broadcasting) ------------------------------------------------------------- */
+bt_tensor *bt_add(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+bt_tensor *bt_sub(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+bt_tensor *bt_mul(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+bt_tensor *bt_div(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+bt_tensor *bt_add_scalar(bt_ctx *ctx, bt_tensor *t, double s);
+bt_tensor *bt_mul_scalar(bt_ctx *ctx, bt_tensor *t, double s);
+bt_tensor *bt_pow_scalar(bt_ctx *ctx, bt_tensor *t, double exponent);
+bt_tensor *bt_neg(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_exp(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_log(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_sqrt(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_rsqrt(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_abs(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_clamp(bt_ctx *ctx, bt_tensor *t, double lo, double hi);
+bt_tensor *bt_minimum(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+bt_tensor *bt_maximum(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+/*  cond ? a : b, with cond a BT_BOOL tensor. */
+bt_tensor *bt_where(bt_ctx *ctx, bt_tensor *cond, bt_tensor *a, bt_tensor *b);
+/*  BT_BOOL results. */
+bt_tensor *bt_gt_scalar(bt_ctx *ctx, bt_tensor *t, double s);
+bt_tensor *bt_lt_scalar(bt_ctx *ctx, bt_tensor *t, double s);
+bt_tensor *bt_eq_scalar(bt_ctx *ctx, bt_tensor *t, double s);
+bt_tensor *bt_logical_and(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+bt_tensor *bt_logical_not(bt_ctx *ctx, bt_tensor *t);
+/*  Where mask (BT_BOOL, broadcast) is true the result holds value. */
+bt_tensor *bt_masked_fill(bt_ctx *ctx, bt_tensor *t, bt_tensor *mask, double value);
+
+/* ---- linear algebra and layers -------------------------------------------------------------- */
+/*  Batched, broadcasting matrix product. */
+bt_tensor *bt_matmul(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+/*  x @ w^T, w of shape (out, in) as in Hugging Face checkpoints. */
+bt_tensor *bt_linear(bt_ctx *ctx, bt_tensor *x, bt_tensor *w);
+/*  Rows of weight (V, C) selected by ids (any shape, BT_I64): result (..., C). */
+bt_tensor *bt_embedding(bt_ctx *ctx, bt_tensor *weight, bt_tensor *ids);
+/*  RMSNorm (Zhang & Sennrich 2019): x * rsqrt(mean(x^2, -1) + eps) * w, computed in float32. */
+bt_tensor *bt_rms_norm(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, double eps);
+/*  Rotary tables for positions (B, T) BT_I64: cos and sin of shape (B, 1, T, head_dim), Hugging
+    Face "rotate_half" layout (frequency i used at i and i + head_dim/2). */
+bt_status  bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t head_dim, double theta,
+                          bt_dtype dtype, bt_tensor **cos_out, bt_tensor **sin_out);
+/*  x (B, H, T, D) rotated: x * cos + rotate_half(x) * sin. */
+bt_tensor *bt_rope(bt_ctx *ctx, bt_tensor *x, bt_tensor *cos, bt_tensor *sin);
+bt_tensor *bt_silu(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_softmax(bt_ctx *ctx, bt_tensor *t, int dim);
+bt_tensor *bt_log_softmax(bt_ctx *ctx, bt_tensor *t, int dim);
+/*  Scaled dot-product attention.  q (B, H, Tq, D), k and v (B, Hkv, Tk, D) with H a multiple of
+    Hkv (grouped-query attention).  allowed: BT_BOOL (B, 1, Tq, Tk), true where a query may attend;
+    every row must allow at least one key.  Result (B, H, Tq, D). */
+bt_tensor *bt_attention(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *allowed);
+/*  Elements of t along dim at the positions in index (BT_I64, same ndim). */
+bt_tensor *bt_gather(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index);
+/*  Copy of t with src written along dim at index. */
+bt_tensor *bt_scatter(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index, bt_tensor *src);
+/*  Per-row negative log-likelihood of targets under logits (N, V); result (N). */
+bt_tensor *bt_cross_entropy(bt_ctx *ctx, bt_tensor *logits, bt_tensor *targets);
+
+/* ---- reductions and ordering ---------------------------------------------------------------- */
+/*  Cast to BT_F64 first for a float64 reduction. */
+bt_tensor *bt_sum(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim);
+bt_tensor *bt_sum_all(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_mean(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim);
+bt_tensor *bt_mean_all(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_max(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim);
+bt_tensor *bt_argmax(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim);
+bt_tensor *bt_cumsum(bt_ctx *ctx, bt_tensor *t, int dim);
+bt_status  bt_topk(bt_ctx *ctx, bt_tensor *t, int64_t k, int dim, bt_tensor **values,
+                   bt_tensor **indices);
+bt_status  bt_sort(bt_ctx *ctx, bt_tensor *t, int dim, bool descending, bt_tensor **values,
+                   bt_tensor **indices);
+/*  One draw per row of probs (B, V) (unnormalised weights allowed): result (B, 1) BT_I64. */
+bt_tensor *bt_multinomial(bt_ctx *ctx, bt_gen *gen, bt_tensor *probs);
+
+/* ---- autograd ------------------------------------------------------------------------------- */
+bt_status  bt_set_requires_grad(bt_tensor *t, bool requires_grad);
+bool       bt_requires_grad(const bt_tensor *t);
+/*  Backpropagates from a one-element tensor; gradients accumulate into leaves. */
+bt_status  bt_backward(bt_tensor *t);
+/*  The accumulated gradient of a leaf (shares storage), or zeros when none has been computed. */
+bt_tensor *bt_grad(bt_ctx *ctx, bt_tensor *t);
+/*  Drops the gradients of n tensors (set to none). */
+void       bt_zero_grad(bt_tensor *const *ts, int n);
+/*  Turns recording on or off for this thread; returns the previous setting. */
+bool       bt_set_grad_enabled(bool enabled);
+bool       bt_is_grad_enabled(void);
+/*  Global gradient-norm clipping (as torch.nn.utils.clip_grad_norm_): the norm over all gradients
+    is computed in float64 into *total_norm; if it exceeds max_norm every gradient is scaled by
+    max_norm / (total_norm + 1e-6).  Tensors without a gradient are skipped. */
+bt_status  bt_clip_grad_norm(bt_tensor *const *params, int n, double max_norm, double *total_norm);
+
+/* ---- AdamW (Loshchilov & Hutter 2019, as torch.optim.AdamW) --------------------------------- */
+typedef struct bt_adamw_config {
+    double beta1;        /* 0.9 */
+    double beta2;        /* 0.999 */
+    double eps;          /* 1e-8 */
+    double weight_decay; /* 0.01, decoupled: p -= lr * wd * p */
+} bt_adamw_config;
+
+bt_adamw_config bt_adamw_defaults(void);
+/*  The parameter handles are borrowed and must outlive the optimizer.  Caller owns the result;
+    destroy with bt_adamw_destroy(). */
+bt_adamw *bt_adamw_new(bt_tensor *const *params, int n, bt_adamw_config config);
+void      bt_adamw_destroy(bt_adamw **self_p);
+/*  One update with learning rate lr of every parameter that has a gradient. */
+bt_status bt_adamw_step(bt_adamw *self, double lr);
+int64_t   bt_adamw_steps(const bt_adamw *self);
+void      bt_adamw_set_steps(bt_adamw *self, int64_t steps);
+/*  First and second moment of parameter i, for checkpoints.  Borrowed: valid while self lives;
+    writing into them (bt_copy_) restores a saved state. */
+bt_status bt_adamw_moments(bt_adamw *self, int i, bt_tensor **exp_avg, bt_tensor **exp_avg_sq);
+
+/* ---- generators ----------------------------------------------------------------------------- */
+/*  A seeded random generator on device.  Caller owns the result; destroy with bt_gen_destroy(). */
+bt_gen   *bt_gen_new(uint64_t seed, bt_device device);
+void      bt_gen_destroy(bt_gen **self_p);
+bt_device bt_gen_device(const bt_gen *self);
+/*  Size in bytes of the serialised state. */
+size_t    bt_gen_state_size(const bt_gen *self);
+bt_status bt_gen_get_state(const bt_gen *self, void *buf, size_t len);
+bt_status bt_gen_set_state(bt_gen *self, const void *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
