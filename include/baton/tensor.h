@@ -136,7 +136,8 @@ bt_tensor *bt_mul_scalar(bt_ctx *ctx, bt_tensor *t, double s);
 bt_tensor *bt_pow_scalar(bt_ctx *ctx, bt_tensor *t, double exponent);
 bt_tensor *bt_neg(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_exp(bt_ctx *ctx, bt_tensor *t);
-bt_tensor *bt_log(bt_ctx *ctx, bt_tensor *t);
+/*  Natural logarithm (bt_log is the logger). */
+bt_tensor *bt_ln(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_sqrt(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_rsqrt(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_abs(bt_ctx *ctx, bt_tensor *t);

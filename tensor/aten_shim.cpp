@@ -1,0 +1,926 @@
+/*  aten_shim.cpp — the only C++ file: implements include/baton/tensor.h on libtorch (ATen).
+    Every entry point catches C++ exceptions and turns them into a bt_status or a NULL tensor with
+    the message in bt_last_error(). */
+#include "baton/tensor.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/GradMode.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+static const uint32_t s_tensor_tag = 0x7e45a11u;
+
+struct bt_tensor {
+    uint32_t tag;
+    at::Tensor t;
+};
+
+struct bt_ctx {
+    std::vector<bt_tensor *> items;
+};
+
+struct bt_gen {
+    mutable at::Generator g; /* mutable: reading the state takes the generator's lock */
+    bt_device device;
+};
+
+struct bt_adamw {
+    std::vector<at::Tensor> params; /* shallow copies sharing the caller's parameters */
+    std::vector<bt_tensor> exp_avg, exp_avg_sq;
+    bt_adamw_config config;
+    int64_t steps;
+};
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static bool s_error_is_empty() { return bt_last_error()[0] == '\0'; }
+
+/*  An op was given a NULL input: keep the error that produced it, or say what happened. */
+static bt_tensor *s_null_input(const char *op) {
+    if (s_error_is_empty())
+        bt_fail(BT_EINVAL, "%s: NULL tensor argument", op);
+    return nullptr;
+}
+
+static bt_status s_null_input_status(const char *op) {
+    if (s_error_is_empty())
+        bt_fail(BT_EINVAL, "%s: NULL tensor argument", op);
+    return BT_EINVAL;
+}
+
+static bt_status s_fail_exception(const char *op) {
+    try {
+        throw;
+    } catch (const c10::Error &e) {
+        return bt_fail(BT_ETORCH, "%s: %s", op, e.what_without_backtrace());
+    } catch (const std::bad_alloc &) {
+        return bt_fail(BT_ENOMEM, "%s: out of memory", op);
+    } catch (const std::exception &e) {
+        return bt_fail(BT_ETORCH, "%s: %s", op, e.what());
+    } catch (...) {
+        return bt_fail(BT_ETORCH, "%s: unknown C++ exception", op);
+    }
+}
+
+static bt_tensor *s_wrap(bt_ctx *ctx, at::Tensor t) {
+    bt_tensor *h = new bt_tensor{s_tensor_tag, std::move(t)};
+    ctx->items.push_back(h);
+    return h;
+}
+
+/*  Runs f() -> at::Tensor, wraps the result in ctx; NULL with the message on failure. */
+template <class F> static bt_tensor *s_op(bt_ctx *ctx, const char *op, F f) {
+    if (!ctx) {
+        bt_fail(BT_EINVAL, "%s: NULL context", op);
+        return nullptr;
+    }
+    try {
+        return s_wrap(ctx, f());
+    } catch (...) {
+        s_fail_exception(op);
+        return nullptr;
+    }
+}
+
+template <class F> static bt_status s_status(const char *op, F f) {
+    try {
+        f();
+        return BT_OK;
+    } catch (...) {
+        return s_fail_exception(op);
+    }
+}
+
+#define NEED1(op, a)                                                                               \
+    if (!(a))                                                                                      \
+    return s_null_input(op)
+#define NEED2(op, a, b)                                                                            \
+    if (!(a) || !(b))                                                                              \
+    return s_null_input(op)
+#define NEED3(op, a, b, c)                                                                         \
+    if (!(a) || !(b) || !(c))                                                                      \
+    return s_null_input(op)
+
+static at::ScalarType s_scalar_type(bt_dtype d) {
+    switch (d) {
+    case BT_F32: return at::kFloat;
+    case BT_F64: return at::kDouble;
+    case BT_F16: return at::kHalf;
+    case BT_BF16: return at::kBFloat16;
+    case BT_I64: return at::kLong;
+    case BT_I32: return at::kInt;
+    case BT_U8: return at::kByte;
+    case BT_BOOL: return at::kBool;
+    }
+    throw std::invalid_argument("unknown dtype " + std::to_string((int)d));
+}
+
+static bt_dtype s_bt_dtype(at::ScalarType s) {
+    switch (s) {
+    case at::kFloat: return BT_F32;
+    case at::kDouble: return BT_F64;
+    case at::kHalf: return BT_F16;
+    case at::kBFloat16: return BT_BF16;
+    case at::kLong: return BT_I64;
+    case at::kInt: return BT_I32;
+    case at::kByte: return BT_U8;
+    case at::kBool: return BT_BOOL;
+    default: throw std::invalid_argument(std::string("dtype not supported by baton: ") +
+                                         c10::toString(s));
+    }
+}
+
+static at::Device s_device(bt_device d) {
+    if (d.type == BT_DEVICE_CUDA)
+        return at::Device(at::kCUDA, (c10::DeviceIndex)d.index);
+    return at::Device(at::kCPU);
+}
+
+static at::TensorOptions s_options(bt_dtype dtype, bt_device device) {
+    return at::TensorOptions().dtype(s_scalar_type(dtype)).device(s_device(device));
+}
+
+static at::IntArrayRef s_shape(int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > BT_MAX_DIMS)
+        throw std::invalid_argument("ndim " + std::to_string(ndim) + " outside [0, " +
+                                    std::to_string(BT_MAX_DIMS) + "]");
+    if (ndim > 0 && !shape)
+        throw std::invalid_argument("NULL shape");
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            throw std::invalid_argument("negative size " + std::to_string(shape[i]) +
+                                        " in dimension " + std::to_string(i));
+    return at::IntArrayRef(shape, (size_t)ndim);
+}
+
+/*  A target shape for reshape/expand: -1 is allowed (inferred / kept). */
+static at::IntArrayRef s_shape_view(int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > BT_MAX_DIMS || (ndim > 0 && !shape))
+        throw std::invalid_argument("bad target shape (ndim " + std::to_string(ndim) + ")");
+    return at::IntArrayRef(shape, (size_t)ndim);
+}
+
+/* ---- dtypes and devices ---------------------------------------------------------------------- */
+
+extern "C" size_t bt_dtype_size(bt_dtype dtype) {
+    switch (dtype) {
+    case BT_F32: return 4;
+    case BT_F64: return 8;
+    case BT_F16: return 2;
+    case BT_BF16: return 2;
+    case BT_I64: return 8;
+    case BT_I32: return 4;
+    case BT_U8: return 1;
+    case BT_BOOL: return 1;
+    }
+    return 0;
+}
+
+extern "C" const char *bt_dtype_name(bt_dtype dtype) {
+    switch (dtype) {
+    case BT_F32: return "float32";
+    case BT_F64: return "float64";
+    case BT_F16: return "float16";
+    case BT_BF16: return "bfloat16";
+    case BT_I64: return "int64";
+    case BT_I32: return "int32";
+    case BT_U8: return "uint8";
+    case BT_BOOL: return "bool";
+    }
+    return "unknown";
+}
+
+extern "C" bt_device bt_cpu(void) { return bt_device{BT_DEVICE_CPU, 0}; }
+
+extern "C" bt_status bt_device_parse(const char *text, bt_device *out) {
+    if (!text || !out)
+        return bt_fail(BT_EINVAL, "bt_device_parse: NULL argument");
+    if (strcmp(text, "cpu") == 0) {
+        *out = bt_cpu();
+        return BT_OK;
+    }
+    if (strcmp(text, "cuda") == 0) {
+        *out = bt_device{BT_DEVICE_CUDA, 0};
+        return BT_OK;
+    }
+    if (strncmp(text, "cuda:", 5) == 0 && text[5] >= '0' && text[5] <= '9') {
+        char *end = nullptr;
+        long idx = strtol(text + 5, &end, 10);
+        if (*end == '\0' && idx >= 0 && idx < 1024) {
+            *out = bt_device{BT_DEVICE_CUDA, (int32_t)idx};
+            return BT_OK;
+        }
+    }
+    return bt_fail(BT_EINVAL, "device: expected \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", text);
+}
+
+extern "C" void bt_device_format(bt_device device, char *buf, size_t len) {
+    if (device.type == BT_DEVICE_CUDA)
+        snprintf(buf, len, "cuda:%d", (int)device.index);
+    else
+        snprintf(buf, len, "cpu");
+}
+
+extern "C" bool bt_cuda_is_available(void) {
+    try {
+        return at::hasCUDA();
+    } catch (...) {
+        return false;
+    }
+}
+
+extern "C" int bt_cuda_device_count(void) {
+    try {
+        return bt_cuda_is_available() ? (int)at::detail::getCUDAHooks().getNumGPUs() : 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+/* ---- runtime --------------------------------------------------------------------------------- */
+
+extern "C" void bt_set_num_threads(int n) {
+    if (n > 0)
+        at::set_num_threads(n);
+}
+
+extern "C" int bt_get_num_threads(void) { return at::get_num_threads(); }
+
+extern "C" const char *bt_torch_version(void) { return TORCH_VERSION; }
+
+extern "C" bool bt_torch_has_cuda(void) {
+    try {
+        return at::detail::getCUDAHooks().hasCUDA() || at::detail::getCUDAHooks().getNumGPUs() > 0;
+    } catch (...) {
+        return false;
+    }
+}
+
+/* ---- contexts -------------------------------------------------------------------------------- */
+
+extern "C" bt_ctx *bt_ctx_new(void) {
+    try {
+        return new bt_ctx();
+    } catch (...) {
+        bt_fail(BT_ENOMEM, "bt_ctx_new: out of memory");
+        return nullptr;
+    }
+}
+
+extern "C" void bt_ctx_reset(bt_ctx *self) {
+    if (!self)
+        return;
+    for (bt_tensor *h : self->items) {
+        h->tag = 0;
+        delete h;
+    }
+    self->items.clear();
+}
+
+extern "C" void bt_ctx_destroy(bt_ctx **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_ctx_reset(*self_p);
+    delete *self_p;
+    *self_p = nullptr;
+}
+
+extern "C" size_t bt_ctx_size(const bt_ctx *self) { return self ? self->items.size() : 0; }
+
+/* ---- creation and host I/O ------------------------------------------------------------------- */
+
+extern "C" bt_tensor *bt_zeros(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim,
+                               const int64_t *shape) {
+    return s_op(ctx, "bt_zeros",
+                [&] { return at::zeros(s_shape(ndim, shape), s_options(dtype, device)); });
+}
+
+extern "C" bt_tensor *bt_full(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim,
+                              const int64_t *shape, double value) {
+    return s_op(ctx, "bt_full",
+                [&] { return at::full(s_shape(ndim, shape), value, s_options(dtype, device)); });
+}
+
+extern "C" bt_tensor *bt_arange(bt_ctx *ctx, bt_dtype dtype, bt_device device, int64_t n) {
+    return s_op(ctx, "bt_arange", [&] { return at::arange(n, s_options(dtype, device)); });
+}
+
+extern "C" bt_tensor *bt_randn(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim,
+                               const int64_t *shape) {
+    if (!gen)
+        return s_null_input("bt_randn");
+    return s_op(ctx, "bt_randn", [&] {
+        std::lock_guard<std::mutex> lock(gen->g.mutex());
+        return at::randn(s_shape(ndim, shape), gen->g, s_options(dtype, gen->device));
+    });
+}
+
+extern "C" bt_tensor *bt_rand(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim,
+                              const int64_t *shape) {
+    if (!gen)
+        return s_null_input("bt_rand");
+    return s_op(ctx, "bt_rand", [&] {
+        std::lock_guard<std::mutex> lock(gen->g.mutex());
+        return at::rand(s_shape(ndim, shape), gen->g, s_options(dtype, gen->device));
+    });
+}
+
+extern "C" bt_tensor *bt_from_host(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim,
+                                   const int64_t *shape, const void *data) {
+    return s_op(ctx, "bt_from_host", [&] {
+        at::Tensor t = at::empty(s_shape(ndim, shape), s_options(dtype, bt_cpu()));
+        if (t.numel() > 0) {
+            if (!data)
+                throw std::invalid_argument("NULL data");
+            memcpy(t.data_ptr(), data, (size_t)t.numel() * bt_dtype_size(dtype));
+        }
+        return device.type == BT_DEVICE_CPU ? t : t.to(s_device(device));
+    });
+}
+
+extern "C" bt_status bt_to_host(const bt_tensor *t, void *dst, size_t nbytes) {
+    if (!t)
+        return s_null_input_status("bt_to_host");
+    return s_status("bt_to_host", [&] {
+        at::Tensor c = t->t.detach().to(at::kCPU).contiguous();
+        size_t need = (size_t)c.numel() * c.element_size();
+        if (need != nbytes)
+            throw std::invalid_argument("buffer holds " + std::to_string(nbytes) +
+                                        " bytes, tensor needs " + std::to_string(need));
+        if (need > 0)
+            memcpy(dst, c.data_ptr(), need);
+    });
+}
+
+extern "C" bt_status bt_item(const bt_tensor *t, double *out) {
+    if (!t)
+        return s_null_input_status("bt_item");
+    return s_status("bt_item", [&] { *out = t->t.item<double>(); });
+}
+
+extern "C" void *bt_data_ptr(bt_tensor *t) {
+    if (!t) {
+        s_null_input("bt_data_ptr");
+        return nullptr;
+    }
+    if (!t->t.is_contiguous()) {
+        bt_fail(BT_EINVAL, "bt_data_ptr: tensor is not contiguous");
+        return nullptr;
+    }
+    return t->t.data_ptr();
+}
+
+/* ---- queries --------------------------------------------------------------------------------- */
+
+extern "C" int bt_ndim(const bt_tensor *t) { return t ? (int)t->t.dim() : -1; }
+
+extern "C" int64_t bt_dim(const bt_tensor *t, int dim) {
+    if (!t)
+        return -1;
+    int64_t n = t->t.dim();
+    int64_t d = dim < 0 ? dim + n : dim;
+    return (d >= 0 && d < n) ? t->t.size(d) : -1;
+}
+
+extern "C" int64_t bt_numel(const bt_tensor *t) { return t ? t->t.numel() : -1; }
+
+extern "C" bt_dtype bt_dtype_of(const bt_tensor *t) { return s_bt_dtype(t->t.scalar_type()); }
+
+extern "C" bt_device bt_device_of(const bt_tensor *t) {
+    if (t->t.is_cuda())
+        return bt_device{BT_DEVICE_CUDA, (int32_t)t->t.get_device()};
+    return bt_cpu();
+}
+
+extern "C" bool bt_is_contiguous(const bt_tensor *t) { return t && t->t.is_contiguous(); }
+
+/* ---- conversion, copies, views --------------------------------------------------------------- */
+
+extern "C" bt_tensor *bt_to_dtype(bt_ctx *ctx, bt_tensor *t, bt_dtype dtype) {
+    NEED1("bt_to_dtype", t);
+    return s_op(ctx, "bt_to_dtype", [&] { return t->t.to(s_scalar_type(dtype)); });
+}
+
+extern "C" bt_tensor *bt_to_device(bt_ctx *ctx, bt_tensor *t, bt_device device) {
+    NEED1("bt_to_device", t);
+    return s_op(ctx, "bt_to_device", [&] { return t->t.to(s_device(device)); });
+}
+
+extern "C" bt_tensor *bt_contiguous(bt_ctx *ctx, bt_tensor *t) {
+    NEED1("bt_contiguous", t);
+    return s_op(ctx, "bt_contiguous", [&] { return t->t.contiguous(); });
+}
+
+extern "C" bt_tensor *bt_clone(bt_ctx *ctx, bt_tensor *t) {
+    NEED1("bt_clone", t);
+    return s_op(ctx, "bt_clone", [&] { return t->t.clone(); });
+}
+
+extern "C" bt_tensor *bt_detach(bt_ctx *ctx, bt_tensor *t) {
+    NEED1("bt_detach", t);
+    return s_op(ctx, "bt_detach", [&] { return t->t.detach(); });
+}
+
+extern "C" bt_tensor *bt_alias(bt_ctx *ctx, bt_tensor *t) {
+    NEED1("bt_alias", t);
+    return s_op(ctx, "bt_alias", [&] { return t->t; });
+}
+
+extern "C" bt_tensor *bt_reshape(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *shape) {
+    NEED1("bt_reshape", t);
+    return s_op(ctx, "bt_reshape", [&] { return t->t.reshape(s_shape_view(ndim, shape)); });
+}
+
+extern "C" bt_tensor *bt_transpose(bt_ctx *ctx, bt_tensor *t, int dim0, int dim1) {
+    NEED1("bt_transpose", t);
+    return s_op(ctx, "bt_transpose", [&] { return t->t.transpose(dim0, dim1); });
+}
+
+extern "C" bt_tensor *bt_permute(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *dims) {
+    NEED1("bt_permute", t);
+    return s_op(ctx, "bt_permute", [&] { return t->t.permute(s_shape_view(ndim, dims)); });
+}
+
+extern "C" bt_tensor *bt_unsqueeze(bt_ctx *ctx, bt_tensor *t, int dim) {
+    NEED1("bt_unsqueeze", t);
+    return s_op(ctx, "bt_unsqueeze", [&] { return t->t.unsqueeze(dim); });
+}
+
+extern "C" bt_tensor *bt_expand(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *shape) {
+    NEED1("bt_expand", t);
+    return s_op(ctx, "bt_expand", [&] { return t->t.expand(s_shape_view(ndim, shape)); });
+}
+
+extern "C" bt_tensor *bt_slice(bt_ctx *ctx, bt_tensor *t, int dim, int64_t start, int64_t end,
+                               int64_t step) {
+    NEED1("bt_slice", t);
+    return s_op(ctx, "bt_slice", [&] { return t->t.slice(dim, start, end, step); });
+}
+
+extern "C" bt_tensor *bt_cat(bt_ctx *ctx, bt_tensor *const *ts, int n, int dim) {
+    if (!ts || n <= 0)
+        return s_null_input("bt_cat");
+    std::vector<at::Tensor> v;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i])
+            return s_null_input("bt_cat");
+        v.push_back(ts[i]->t);
+    }
+    return s_op(ctx, "bt_cat", [&] { return at::cat(v, dim); });
+}
+
+extern "C" bt_tensor *bt_index_select(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index) {
+    NEED2("bt_index_select", t, index);
+    return s_op(ctx, "bt_index_select", [&] { return at::index_select(t->t, dim, index->t); });
+}
+
+extern "C" bt_status bt_copy_(bt_tensor *dst, bt_tensor *src) {
+    if (!dst || !src)
+        return s_null_input_status("bt_copy_");
+    return s_status("bt_copy_", [&] { dst->t.copy_(src->t); });
+}
+
+extern "C" bt_status bt_fill_(bt_tensor *dst, double value) {
+    if (!dst)
+        return s_null_input_status("bt_fill_");
+    return s_status("bt_fill_", [&] { dst->t.fill_(value); });
+}
+
+/* ---- elementwise ----------------------------------------------------------------------------- */
+
+#define BINARY_OP(name, expr)                                                                      \
+    extern "C" bt_tensor *name(bt_ctx *ctx, bt_tensor *a, bt_tensor *b) {                          \
+        NEED2(#name, a, b);                                                                        \
+        return s_op(ctx, #name, [&] { return expr; });                                             \
+    }
+#define UNARY_OP(name, expr)                                                                       \
+    extern "C" bt_tensor *name(bt_ctx *ctx, bt_tensor *t) {                                        \
+        NEED1(#name, t);                                                                           \
+        return s_op(ctx, #name, [&] { return expr; });                                             \
+    }
+#define SCALAR_OP(name, expr)                                                                      \
+    extern "C" bt_tensor *name(bt_ctx *ctx, bt_tensor *t, double s) {                              \
+        NEED1(#name, t);                                                                           \
+        return s_op(ctx, #name, [&] { return expr; });                                            \
+    }
+
+BINARY_OP(bt_add, a->t + b->t)
+BINARY_OP(bt_sub, a->t - b->t)
+BINARY_OP(bt_mul, a->t * b->t)
+BINARY_OP(bt_div, a->t / b->t)
+BINARY_OP(bt_minimum, at::minimum(a->t, b->t))
+BINARY_OP(bt_maximum, at::maximum(a->t, b->t))
+BINARY_OP(bt_logical_and, at::logical_and(a->t, b->t))
+BINARY_OP(bt_matmul, at::matmul(a->t, b->t))
+BINARY_OP(bt_linear, at::linear(a->t, b->t))
+SCALAR_OP(bt_add_scalar, t->t + s)
+SCALAR_OP(bt_mul_scalar, t->t * s)
+SCALAR_OP(bt_pow_scalar, at::pow(t->t, s))
+SCALAR_OP(bt_gt_scalar, t->t.gt(s))
+SCALAR_OP(bt_lt_scalar, t->t.lt(s))
+SCALAR_OP(bt_eq_scalar, t->t.eq(s))
+UNARY_OP(bt_neg, -t->t)
+UNARY_OP(bt_exp, at::exp(t->t))
+UNARY_OP(bt_ln, at::log(t->t))
+UNARY_OP(bt_sqrt, at::sqrt(t->t))
+UNARY_OP(bt_rsqrt, at::rsqrt(t->t))
+UNARY_OP(bt_abs, at::abs(t->t))
+UNARY_OP(bt_silu, at::silu(t->t))
+UNARY_OP(bt_logical_not, at::logical_not(t->t))
+UNARY_OP(bt_sum_all, t->t.sum())
+UNARY_OP(bt_mean_all, t->t.mean())
+
+extern "C" bt_tensor *bt_clamp(bt_ctx *ctx, bt_tensor *t, double lo, double hi) {
+    NEED1("bt_clamp", t);
+    return s_op(ctx, "bt_clamp", [&] { return at::clamp(t->t, lo, hi); });
+}
+
+extern "C" bt_tensor *bt_where(bt_ctx *ctx, bt_tensor *cond, bt_tensor *a, bt_tensor *b) {
+    NEED3("bt_where", cond, a, b);
+    return s_op(ctx, "bt_where", [&] { return at::where(cond->t, a->t, b->t); });
+}
+
+extern "C" bt_tensor *bt_masked_fill(bt_ctx *ctx, bt_tensor *t, bt_tensor *mask, double value) {
+    NEED2("bt_masked_fill", t, mask);
+    return s_op(ctx, "bt_masked_fill", [&] { return t->t.masked_fill(mask->t, value); });
+}
+
+/* ---- layers ---------------------------------------------------------------------------------- */
+
+extern "C" bt_tensor *bt_embedding(bt_ctx *ctx, bt_tensor *weight, bt_tensor *ids) {
+    NEED2("bt_embedding", weight, ids);
+    return s_op(ctx, "bt_embedding", [&] { return at::embedding(weight->t, ids->t); });
+}
+
+extern "C" bt_tensor *bt_rms_norm(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, double eps) {
+    NEED2("bt_rms_norm", x, w);
+    return s_op(ctx, "bt_rms_norm", [&] {
+        /* as Hugging Face LlamaRMSNorm: normalise in float32, scale in the input dtype */
+        at::Tensor h = x->t.to(at::kFloat);
+        at::Tensor y = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
+        return w->t * y.to(x->t.scalar_type());
+    });
+}
+
+extern "C" bt_status bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t head_dim,
+                                    double theta, bt_dtype dtype, bt_tensor **cos_out,
+                                    bt_tensor **sin_out) {
+    if (!positions)
+        return s_null_input_status("bt_rope_tables");
+    if (!ctx || !cos_out || !sin_out || head_dim <= 0 || head_dim % 2)
+        return bt_fail(BT_EINVAL, "bt_rope_tables: need a context, outputs and an even head_dim");
+    return s_status("bt_rope_tables", [&] {
+        /* RoFormer (Su et al. 2021): inv_freq_i = theta^(-2i/D), i < D/2 */
+        auto fopt = at::TensorOptions().dtype(at::kFloat).device(positions->t.device());
+        at::Tensor inv = at::pow(theta, -at::arange(0, head_dim, 2, fopt) / (double)head_dim);
+        at::Tensor freqs = positions->t.to(at::kFloat).unsqueeze(-1) * inv;  /* (B, T, D/2) */
+        at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);           /* (B, 1, T, D) */
+        at::ScalarType st = s_scalar_type(dtype);
+        *cos_out = s_wrap(ctx, emb.cos().to(st));
+        *sin_out = s_wrap(ctx, emb.sin().to(st));
+    });
+}
+
+extern "C" bt_tensor *bt_rope(bt_ctx *ctx, bt_tensor *x, bt_tensor *cos, bt_tensor *sin) {
+    NEED3("bt_rope", x, cos, sin);
+    return s_op(ctx, "bt_rope", [&] {
+        int64_t half = x->t.size(-1) / 2;
+        at::Tensor x1 = x->t.narrow(-1, 0, half), x2 = x->t.narrow(-1, half, half);
+        at::Tensor rotated = at::cat({-x2, x1}, -1); /* rotate_half */
+        return x->t * cos->t + rotated * sin->t;
+    });
+}
+
+extern "C" bt_tensor *bt_softmax(bt_ctx *ctx, bt_tensor *t, int dim) {
+    NEED1("bt_softmax", t);
+    return s_op(ctx, "bt_softmax", [&] { return at::softmax(t->t, dim); });
+}
+
+extern "C" bt_tensor *bt_log_softmax(bt_ctx *ctx, bt_tensor *t, int dim) {
+    NEED1("bt_log_softmax", t);
+    return s_op(ctx, "bt_log_softmax", [&] { return at::log_softmax(t->t, dim); });
+}
+
+/*  k/v (B, Hkv, T, D) -> (B, H, T, D), each kv head used by H/Hkv consecutive query heads. */
+static at::Tensor s_repeat_kv(const at::Tensor &kv, int64_t heads) {
+    int64_t hkv = kv.size(1);
+    if (heads == hkv)
+        return kv;
+    if (hkv <= 0 || heads % hkv)
+        throw std::invalid_argument("query heads (" + std::to_string(heads) +
+                                    ") not a multiple of key/value heads (" +
+                                    std::to_string(hkv) + ")");
+    auto s = kv.sizes();
+    return kv.unsqueeze(2)
+        .expand({s[0], hkv, heads / hkv, s[2], s[3]})
+        .reshape({s[0], heads, s[2], s[3]});
+}
+
+extern "C" bt_tensor *bt_attention(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v,
+                                   bt_tensor *allowed) {
+    NEED3("bt_attention", q, k, v);
+    NEED1("bt_attention", allowed);
+    return s_op(ctx, "bt_attention", [&] {
+        if (q->t.dim() != 4 || k->t.dim() != 4 || v->t.dim() != 4)
+            throw std::invalid_argument("q, k, v must be (B, H, T, D)");
+        int64_t heads = q->t.size(1);
+        at::Tensor kk = s_repeat_kv(k->t, heads), vv = s_repeat_kv(v->t, heads);
+#if TORCH_VERSION_MAJOR >= 2
+        return at::scaled_dot_product_attention(q->t, kk, vv, allowed->t);
+#else
+        double scale = 1.0 / std::sqrt((double)q->t.size(-1));
+        at::Tensor scores = at::matmul(q->t, kk.transpose(-2, -1)) * scale; /* (B, H, Tq, Tk) */
+        scores = scores.masked_fill(allowed->t.logical_not(), -INFINITY);
+        return at::matmul(at::softmax(scores, -1), vv);
+#endif
+    });
+}
+
+extern "C" bt_tensor *bt_gather(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index) {
+    NEED2("bt_gather", t, index);
+    return s_op(ctx, "bt_gather", [&] { return at::gather(t->t, dim, index->t); });
+}
+
+extern "C" bt_tensor *bt_scatter(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index,
+                                 bt_tensor *src) {
+    NEED3("bt_scatter", t, index, src);
+    return s_op(ctx, "bt_scatter", [&] { return at::scatter(t->t, dim, index->t, src->t); });
+}
+
+extern "C" bt_tensor *bt_cross_entropy(bt_ctx *ctx, bt_tensor *logits, bt_tensor *targets) {
+    NEED2("bt_cross_entropy", logits, targets);
+    return s_op(ctx, "bt_cross_entropy", [&] {
+        return at::nll_loss(at::log_softmax(logits->t, -1), targets->t, {}, at::Reduction::None);
+    });
+}
+
+/* ---- reductions and ordering ----------------------------------------------------------------- */
+
+extern "C" bt_tensor *bt_sum(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim) {
+    NEED1("bt_sum", t);
+    return s_op(ctx, "bt_sum", [&] { return t->t.sum(dim, keepdim); });
+}
+
+extern "C" bt_tensor *bt_mean(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim) {
+    NEED1("bt_mean", t);
+    return s_op(ctx, "bt_mean", [&] { return t->t.mean(dim, keepdim); });
+}
+
+extern "C" bt_tensor *bt_max(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim) {
+    NEED1("bt_max", t);
+    return s_op(ctx, "bt_max", [&] { return std::get<0>(t->t.max(dim, keepdim)); });
+}
+
+extern "C" bt_tensor *bt_argmax(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim) {
+    NEED1("bt_argmax", t);
+    return s_op(ctx, "bt_argmax", [&] { return t->t.argmax(dim, keepdim); });
+}
+
+extern "C" bt_tensor *bt_cumsum(bt_ctx *ctx, bt_tensor *t, int dim) {
+    NEED1("bt_cumsum", t);
+    return s_op(ctx, "bt_cumsum", [&] { return t->t.cumsum(dim); });
+}
+
+/*  Wraps a pair of results; both outputs NULL on failure. */
+template <class F>
+static bt_status s_pair(bt_ctx *ctx, const char *op, bt_tensor **a, bt_tensor **b, F f) {
+    if (!ctx || !a || !b)
+        return bt_fail(BT_EINVAL, "%s: NULL context or output", op);
+    *a = *b = nullptr;
+    return s_status(op, [&] {
+        std::tuple<at::Tensor, at::Tensor> r = f();
+        *a = s_wrap(ctx, std::get<0>(r));
+        *b = s_wrap(ctx, std::get<1>(r));
+    });
+}
+
+extern "C" bt_status bt_topk(bt_ctx *ctx, bt_tensor *t, int64_t k, int dim, bt_tensor **values,
+                             bt_tensor **indices) {
+    if (!t)
+        return s_null_input_status("bt_topk");
+    return s_pair(ctx, "bt_topk", values, indices, [&] { return at::topk(t->t, k, dim); });
+}
+
+extern "C" bt_status bt_sort(bt_ctx *ctx, bt_tensor *t, int dim, bool descending,
+                             bt_tensor **values, bt_tensor **indices) {
+    if (!t)
+        return s_null_input_status("bt_sort");
+    return s_pair(ctx, "bt_sort", values, indices, [&] { return at::sort(t->t, dim, descending); });
+}
+
+extern "C" bt_tensor *bt_multinomial(bt_ctx *ctx, bt_gen *gen, bt_tensor *probs) {
+    NEED2("bt_multinomial", gen, probs);
+    return s_op(ctx, "bt_multinomial", [&] {
+        std::lock_guard<std::mutex> lock(gen->g.mutex());
+        return at::multinomial(probs->t, 1, false, gen->g);
+    });
+}
+
+/* ---- autograd -------------------------------------------------------------------------------- */
+
+extern "C" bt_status bt_set_requires_grad(bt_tensor *t, bool requires_grad) {
+    if (!t)
+        return s_null_input_status("bt_set_requires_grad");
+    return s_status("bt_set_requires_grad", [&] { t->t.requires_grad_(requires_grad); });
+}
+
+extern "C" bool bt_requires_grad(const bt_tensor *t) { return t && t->t.requires_grad(); }
+
+extern "C" bt_status bt_backward(bt_tensor *t) {
+    if (!t)
+        return s_null_input_status("bt_backward");
+    return s_status("bt_backward", [&] { t->t.backward(); });
+}
+
+extern "C" bt_tensor *bt_grad(bt_ctx *ctx, bt_tensor *t) {
+    NEED1("bt_grad", t);
+    return s_op(ctx, "bt_grad", [&] {
+        const at::Tensor &g = t->t.grad();
+        return g.defined() ? g : at::zeros_like(t->t);
+    });
+}
+
+extern "C" void bt_zero_grad(bt_tensor *const *ts, int n) {
+    for (int i = 0; ts && i < n; i++)
+        if (ts[i])
+            ts[i]->t.mutable_grad().reset();
+}
+
+extern "C" bool bt_set_grad_enabled(bool enabled) {
+    bool prev = c10::GradMode::is_enabled();
+    c10::GradMode::set_enabled(enabled);
+    return prev;
+}
+
+extern "C" bool bt_is_grad_enabled(void) { return c10::GradMode::is_enabled(); }
+
+extern "C" bt_status bt_clip_grad_norm(bt_tensor *const *params, int n, double max_norm,
+                                       double *total_norm) {
+    if (!params || n < 0)
+        return bt_fail(BT_EINVAL, "bt_clip_grad_norm: NULL parameter list");
+    return s_status("bt_clip_grad_norm", [&] {
+        at::NoGradGuard no_grad;
+        double sq = 0.0;
+        for (int i = 0; i < n; i++)
+            if (params[i] && params[i]->t.grad().defined())
+                sq += params[i]->t.grad().to(at::kDouble).pow(2).sum().item<double>();
+        double norm = std::sqrt(sq);
+        if (total_norm)
+            *total_norm = norm;
+        /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1 */
+        double coef = max_norm / (norm + 1e-6);
+        if (coef >= 1.0)
+            return;
+        for (int i = 0; i < n; i++)
+            if (params[i] && params[i]->t.grad().defined())
+                params[i]->t.mutable_grad().mul_(coef);
+    });
+}
+
+/* ---- AdamW ----------------------------------------------------------------------------------- */
+
+extern "C" bt_adamw_config bt_adamw_defaults(void) {
+    return bt_adamw_config{0.9, 0.999, 1e-8, 0.01};
+}
+
+extern "C" bt_adamw *bt_adamw_new(bt_tensor *const *params, int n, bt_adamw_config config) {
+    if (!params || n <= 0) {
+        bt_fail(BT_EINVAL, "bt_adamw_new: empty parameter list");
+        return nullptr;
+    }
+    try {
+        at::NoGradGuard no_grad;
+        bt_adamw *self = new bt_adamw();
+        self->config = config;
+        self->steps = 0;
+        for (int i = 0; i < n; i++) {
+            if (!params[i]) {
+                delete self;
+                s_null_input("bt_adamw_new");
+                return nullptr;
+            }
+            self->params.push_back(params[i]->t);
+            self->exp_avg.push_back(bt_tensor{s_tensor_tag, at::zeros_like(params[i]->t)});
+            self->exp_avg_sq.push_back(bt_tensor{s_tensor_tag, at::zeros_like(params[i]->t)});
+        }
+        return self;
+    } catch (...) {
+        s_fail_exception("bt_adamw_new");
+        return nullptr;
+    }
+}
+
+extern "C" void bt_adamw_destroy(bt_adamw **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    delete *self_p;
+    *self_p = nullptr;
+}
+
+extern "C" bt_status bt_adamw_step(bt_adamw *self, double lr) {
+    if (!self)
+        return bt_fail(BT_EINVAL, "bt_adamw_step: NULL optimizer");
+    return s_status("bt_adamw_step", [&] {
+        /* torch.optim.AdamW, single-tensor path (Loshchilov & Hutter 2019) */
+        at::NoGradGuard no_grad;
+        const bt_adamw_config &c = self->config;
+        self->steps++;
+        double bc1 = 1.0 - std::pow(c.beta1, (double)self->steps);
+        double bc2 = 1.0 - std::pow(c.beta2, (double)self->steps);
+        for (size_t i = 0; i < self->params.size(); i++) {
+            at::Tensor &p = self->params[i];
+            const at::Tensor &g = p.grad();
+            if (!g.defined())
+                continue;
+            at::Tensor &m = self->exp_avg[i].t, &v = self->exp_avg_sq[i].t;
+            p.mul_(1.0 - lr * c.weight_decay);
+            m.mul_(c.beta1).add_(g, 1.0 - c.beta1);
+            v.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+            at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(c.eps);
+            p.addcdiv_(m, denom, -lr / bc1);
+        }
+    });
+}
+
+extern "C" int64_t bt_adamw_steps(const bt_adamw *self) { return self ? self->steps : 0; }
+
+extern "C" void bt_adamw_set_steps(bt_adamw *self, int64_t steps) {
+    if (self)
+        self->steps = steps;
+}
+
+extern "C" bt_status bt_adamw_moments(bt_adamw *self, int i, bt_tensor **exp_avg,
+                                      bt_tensor **exp_avg_sq) {
+    if (!self || i < 0 || (size_t)i >= self->params.size())
+        return bt_fail(BT_ERANGE, "bt_adamw_moments: no parameter %d", i);
+    *exp_avg = &self->exp_avg[(size_t)i];
+    *exp_avg_sq = &self->exp_avg_sq[(size_t)i];
+    return BT_OK;
+}
+
+/* ---- generators ------------------------------------------------------------------------------ */
+
+extern "C" bt_gen *bt_gen_new(uint64_t seed, bt_device device) {
+    try {
+        at::Generator g = at::globalContext().defaultGenerator(s_device(device)).clone();
+        {
+            std::lock_guard<std::mutex> lock(g.mutex());
+            g.set_current_seed(seed);
+        }
+        return new bt_gen{std::move(g), device};
+    } catch (...) {
+        s_fail_exception("bt_gen_new");
+        return nullptr;
+    }
+}
+
+extern "C" void bt_gen_destroy(bt_gen **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    delete *self_p;
+    *self_p = nullptr;
+}
+
+extern "C" bt_device bt_gen_device(const bt_gen *self) { return self->device; }
+
+extern "C" size_t bt_gen_state_size(const bt_gen *self) {
+    try {
+        std::lock_guard<std::mutex> lock(self->g.mutex());
+        return (size_t)self->g.get_state().numel();
+    } catch (...) {
+        s_fail_exception("bt_gen_state_size");
+        return 0;
+    }
+}
+
+extern "C" bt_status bt_gen_get_state(const bt_gen *self, void *buf, size_t len) {
+    if (!self || !buf)
+        return bt_fail(BT_EINVAL, "bt_gen_get_state: NULL argument");
+    return s_status("bt_gen_get_state", [&] {
+        std::lock_guard<std::mutex> lock(self->g.mutex());
+        at::Tensor s = self->g.get_state().contiguous();
+        if ((size_t)s.numel() != len)
+            throw std::invalid_argument("state is " + std::to_string(s.numel()) +
+                                        " bytes, buffer " + std::to_string(len));
+        memcpy(buf, s.data_ptr(), len);
+    });
+}
+
+extern "C" bt_status bt_gen_set_state(bt_gen *self, const void *buf, size_t len) {
+    if (!self || !buf)
+        return bt_fail(BT_EINVAL, "bt_gen_set_state: NULL argument");
+    return s_status("bt_gen_set_state", [&] {
+        std::lock_guard<std::mutex> lock(self->g.mutex());
+        at::Tensor s = at::empty({(int64_t)len}, at::TensorOptions().dtype(at::kByte));
+        memcpy(s.data_ptr(), buf, len);
+        self->g.set_state(s);
+    });
+}
