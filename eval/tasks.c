@@ -1,0 +1,586 @@
+/*  tasks.c — the arithmetic and JSONL tasks: training streams, held-out sets, verifiers.
+    Random numbers: splitmix64 used counter-based, so a draw depends on its (key, index) alone. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/tasks.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_GOLDEN 0x9e3779b97f4a7c15ULL
+#define S_TAG_TRAIN 0x747261696eULL       /* "train": the arithmetic training stream */
+#define S_TAG_HELDOUT 0x68656c646f7574ULL /* "heldout": the arithmetic held-out stream */
+#define S_TAG_RESERVE 0x72657365727665ULL /* "reserve": the held-out membership hash */
+#define S_TAG_EPOCH 0x65706f6368ULL       /* "epoch": the JSONL epoch shuffles */
+#define S_RESERVE_ONE_IN 10               /* one problem in ten is reserved for held-out use */
+#define S_ENUMERATE_MAX 10000000ULL       /* problem spaces up to this size are counted exactly */
+#define S_HELDOUT_MAX 1000000             /* largest arithmetic held-out set */
+#define S_LINE_MAX (1u << 20)             /* longest JSONL line, newline excluded */
+
+static const char s_ops[] = "+-*"; /* an operator is stored as its index here */
+
+typedef enum { S_ARITH, S_JSONL } s_kind;
+
+typedef struct {
+    char *prompt;
+    char *answer;
+} s_record;
+
+typedef struct {
+    s_record *items; /* (n) */
+    size_t n, cap;
+} s_records;
+
+struct bt_task {
+    s_kind kind;
+    uint64_t seed;
+    /* arithmetic */
+    uint64_t modulus; /* 10^digits */
+    int ops[3];       /* (n_ops) indices into s_ops */
+    int n_ops;
+    double format_reward;
+    uint64_t *heldout_codes; /* (n_heldout_codes) problems, see s_code() */
+    size_t n_heldout_codes;
+    /* JSONL */
+    bt_task_verifier verifier;
+    s_records train, heldout;
+    pthread_mutex_t lock; /* guards order and order_epoch */
+    size_t *order;        /* (train.n) line order of epoch order_epoch */
+    uint64_t order_epoch;
+};
+
+/* ---- splitmix64 --------------------------------------------------------------------------- */
+/*  splitmix64 (Steele, Lea, Flood 2014): the output for state z. */
+static uint64_t s_mix(uint64_t z) {
+    z += S_GOLDEN;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t s_next(uint64_t *state) {
+    uint64_t out = s_mix(*state);
+    *state += S_GOLDEN;
+    return out;
+}
+
+/*  A stream state for the pair (a, b). */
+static uint64_t s_key(uint64_t a, uint64_t b) {
+    return s_mix(s_mix(a) ^ b);
+}
+
+/* ---- arithmetic --------------------------------------------------------------------------- */
+void bt_task_arith_config_init(bt_task_arith_config *cfg) {
+    *cfg = (bt_task_arith_config){
+        .seed = 0, .digits = 2, .operators = "+", .heldout_size = 500, .format_reward = 0.0};
+}
+
+/*  A problem as one integer: operator index in bits 60-61, a in bits 30-59, b in bits 0-29. */
+static uint64_t s_code(int op, uint64_t a, uint64_t b) {
+    return (uint64_t)op << 60 | a << 30 | b;
+}
+
+/*  Held-out membership depends on the problem alone, never on the seed or the digits. */
+static bool s_is_reserved(uint64_t code) {
+    return s_mix(code ^ S_TAG_RESERVE) % S_RESERVE_ONE_IN == 0;
+}
+
+/*  Try `attempt` at problem `index` of the stream `key`. */
+static uint64_t s_arith_draw(const bt_task_t *self, uint64_t key, uint64_t index,
+                             uint64_t attempt) {
+    uint64_t state = s_key(s_key(key, index), attempt);
+    uint64_t a = s_next(&state) % self->modulus;
+    uint64_t b = s_next(&state) % self->modulus;
+    int op = self->ops[s_next(&state) % (uint64_t)self->n_ops];
+    return s_code(op, a, b);
+}
+
+/*  Writes "a<op>b=" and the answer into ex->storage. */
+static void s_arith_format(uint64_t code, bt_task_example *ex) {
+    int op = (int)(code >> 60);
+    int64_t a = (int64_t)(code >> 30 & 0x3fffffff), b = (int64_t)(code & 0x3fffffff);
+    int64_t c = op == 0 ? a + b : op == 1 ? a - b : a * b;
+    char *prompt = ex->storage, *answer = ex->storage + sizeof ex->storage / 2;
+    snprintf(prompt, sizeof ex->storage / 2, "%" PRId64 "%c%" PRId64 "=", a, s_ops[op], b);
+    snprintf(answer, sizeof ex->storage / 2, "%" PRId64, c);
+    ex->prompt = prompt;
+    ex->answer = answer;
+}
+
+static bt_status s_arith_check(const bt_task_arith_config *cfg) {
+    if (cfg->digits < 1 || cfg->digits > 9)
+        return bt_fail(BT_EINVAL, "digits: expected 1..9, got %d", cfg->digits);
+    const char *ops = cfg->operators ? cfg->operators : "";
+    bool ok = ops[0] != '\0';
+    for (const char *p = ops; ok && *p; p++)
+        ok = strchr(s_ops, *p) && !strchr(p + 1, *p);
+    if (!ok)
+        return bt_fail(BT_EINVAL,
+                       "operators: expected a non-empty subset of \"+-*\" without repeats, got "
+                       "\"%s\"",
+                       ops);
+    if (cfg->heldout_size > S_HELDOUT_MAX)
+        return bt_fail(BT_EINVAL, "heldout_size: expected at most %d, got %zu", S_HELDOUT_MAX,
+                       cfg->heldout_size);
+    if (!(cfg->format_reward >= 0.0) || isinf(cfg->format_reward))
+        return bt_fail(BT_EINVAL, "format_reward: expected a finite number >= 0, got %g",
+                       cfg->format_reward);
+    return BT_OK;
+}
+
+/*  The reserved problems of a space small enough to enumerate; UINT64_MAX for a larger space, whose
+    reserved tenth (>= 10^7) always exceeds S_HELDOUT_MAX. */
+static uint64_t s_arith_count_reserved(const bt_task_t *self) {
+    if ((uint64_t)self->n_ops * self->modulus * self->modulus > S_ENUMERATE_MAX)
+        return UINT64_MAX;
+    uint64_t n = 0;
+    for (int k = 0; k < self->n_ops; k++)
+        for (uint64_t a = 0; a < self->modulus; a++)
+            for (uint64_t b = 0; b < self->modulus; b++)
+                n += s_is_reserved(s_code(self->ops[k], a, b));
+    return n;
+}
+
+/*  Adds code to an open-addressing set of cap slots (a power of two) that hold code + 1;
+    returns false when it was already there. */
+static bool s_set_insert(uint64_t *slots, size_t cap, uint64_t code) {
+    for (size_t i = s_mix(code) & (cap - 1);; i = (i + 1) & (cap - 1)) {
+        if (slots[i] == code + 1)
+            return false;
+        if (slots[i] == 0) {
+            slots[i] = code + 1;
+            return true;
+        }
+    }
+}
+
+/*  The held-out set: the first `size` distinct reserved problems of the seed's held-out stream. */
+static bt_status s_arith_build_heldout(bt_task_t *self, const bt_task_arith_config *cfg) {
+    size_t size = cfg->heldout_size;
+    uint64_t reserved = s_arith_count_reserved(self);
+    if (size > reserved)
+        return bt_fail(BT_EINVAL,
+                       "heldout_size: %zu exceeds the %" PRIu64 " held-out problems of %d-digit "
+                       "\"%s\" (one problem in %d is held out); lower heldout_size or raise digits",
+                       size, reserved, cfg->digits, cfg->operators, S_RESERVE_ONE_IN);
+    if (size == 0)
+        return BT_OK;
+    size_t cap = 1;
+    while (cap < 2 * size)
+        cap *= 2;
+    uint64_t *slots = calloc(cap, sizeof *slots);
+    self->heldout_codes = malloc(size * sizeof *self->heldout_codes);
+    if (!slots || !self->heldout_codes) {
+        free(slots);
+        return bt_fail(BT_ENOMEM, "arithmetic task: out of memory for %zu held-out problems", size);
+    }
+    uint64_t key = s_key(self->seed, S_TAG_HELDOUT);
+    for (uint64_t j = 0; self->n_heldout_codes < size; j++) {
+        uint64_t code = s_arith_draw(self, key, j, 0);
+        if (s_is_reserved(code) && s_set_insert(slots, cap, code))
+            self->heldout_codes[self->n_heldout_codes++] = code;
+    }
+    free(slots);
+    return BT_OK;
+}
+
+bt_status bt_task_new_arith(const bt_task_arith_config *cfg, bt_task_t **task_out) {
+    *task_out = NULL;
+    bt_status st = s_arith_check(cfg);
+    if (st != BT_OK)
+        return st;
+    bt_task_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return bt_fail(BT_ENOMEM, "arithmetic task: out of memory");
+    self->kind = S_ARITH;
+    self->seed = cfg->seed;
+    self->modulus = 1;
+    for (int i = 0; i < cfg->digits; i++)
+        self->modulus *= 10;
+    for (const char *p = cfg->operators; *p; p++)
+        self->ops[self->n_ops++] = (int)(strchr(s_ops, *p) - s_ops);
+    self->format_reward = cfg->format_reward;
+    st = s_arith_build_heldout(self, cfg);
+    if (st != BT_OK) {
+        bt_task_destroy(&self);
+        return st;
+    }
+    *task_out = self;
+    return BT_OK;
+}
+
+static void s_arith_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex) {
+    uint64_t key = s_key(self->seed, S_TAG_TRAIN), code;
+    /* Nine problems in ten are not reserved, so this ends after about 1.1 tries. */
+    for (uint64_t attempt = 0;; attempt++) {
+        code = s_arith_draw(self, key, index, attempt);
+        if (!s_is_reserved(code))
+            break;
+    }
+    s_arith_format(code, ex);
+}
+
+/* ---- JSONL datasets ------------------------------------------------------------------------ */
+static void s_records_free(s_records *recs) {
+    for (size_t i = 0; i < recs->n; i++) {
+        free(recs->items[i].prompt);
+        free(recs->items[i].answer);
+    }
+    free(recs->items);
+    *recs = (s_records){0};
+}
+
+static bool s_is_blank(const char *s) {
+    while (isspace((unsigned char)*s))
+        s++;
+    return *s == '\0';
+}
+
+static bool s_is_one_number(const char *s, size_t len);
+
+/*  Why a parsed line is not a record, or NULL when it is one. */
+static const char *s_record_problem(const cJSON *root, bt_task_verifier verifier) {
+    if (!root)
+        return "not valid JSON";
+    if (!cJSON_IsObject(root))
+        return "expected a JSON object";
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(root, "answer");
+    if (!prompt)
+        return "missing \"prompt\"";
+    if (!cJSON_IsString(prompt))
+        return "\"prompt\" is not a string";
+    if (!answer)
+        return "missing \"answer\"";
+    if (!cJSON_IsString(answer) && !cJSON_IsNumber(answer))
+        return "\"answer\" is neither a string nor a number";
+    if (cJSON_IsNumber(answer) && !isfinite(answer->valuedouble))
+        return "\"answer\" is out of range";
+    if (verifier == BT_TASK_VERIFY_NUMERIC && cJSON_IsString(answer) &&
+        !s_is_one_number(answer->valuestring, strlen(answer->valuestring)))
+        return "\"answer\" is not a number (verifier \"numeric\")";
+    return NULL;
+}
+
+/*  Appends a copy of a checked record; a number answer is kept as its shortest exact text. */
+static bt_status s_records_add(s_records *recs, const cJSON *root) {
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(root, "answer");
+    char number[32];
+    if (cJSON_IsNumber(answer)) {
+        snprintf(number, sizeof number, "%.15g", answer->valuedouble);
+        if (strtod(number, NULL) != answer->valuedouble)
+            snprintf(number, sizeof number, "%.17g", answer->valuedouble);
+    }
+    if (recs->n == recs->cap) {
+        size_t cap = recs->cap ? 2 * recs->cap : 64;
+        s_record *items = realloc(recs->items, cap * sizeof *items);
+        if (!items)
+            return bt_fail(BT_ENOMEM, "dataset: out of memory");
+        recs->items = items;
+        recs->cap = cap;
+    }
+    s_record rec = {strdup(prompt->valuestring),
+                    strdup(cJSON_IsString(answer) ? answer->valuestring : number)};
+    if (!rec.prompt || !rec.answer) {
+        free(rec.prompt);
+        free(rec.answer);
+        return bt_fail(BT_ENOMEM, "dataset: out of memory");
+    }
+    recs->items[recs->n++] = rec;
+    return BT_OK;
+}
+
+/*  Adds the record on one line (as read by fgets into a buffer of S_LINE_MAX + 2 bytes). */
+static bt_status s_read_line(s_records *recs, const char *line, FILE *f, const char *path,
+                             long lineno, bt_task_verifier verifier) {
+    size_t len = strlen(line);
+    if (len > 0 && line[len - 1] != '\n' && !feof(f))
+        return bt_fail(BT_EFORMAT, "%s:%ld: line longer than %u bytes", path, lineno, S_LINE_MAX);
+    if (s_is_blank(line))
+        return BT_OK;
+    cJSON *root = cJSON_ParseWithOpts(line, NULL, true);
+    const char *problem = s_record_problem(root, verifier);
+    bt_status st = problem ? bt_fail(BT_EFORMAT, "%s:%ld: %s", path, lineno, problem)
+                           : s_records_add(recs, root);
+    cJSON_Delete(root);
+    return st;
+}
+
+static bt_status s_read_jsonl(s_records *recs, const char *path, bt_task_verifier verifier) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    char *line = malloc(S_LINE_MAX + 2);
+    bt_status st = line ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    for (long lineno = 1; st == BT_OK && fgets(line, S_LINE_MAX + 2, f); lineno++)
+        st = s_read_line(recs, line, f, path, lineno, verifier);
+    if (st == BT_OK && ferror(f))
+        st = bt_fail(BT_EIO, "%s: read failed: %s", path, strerror(errno));
+    if (st == BT_OK && recs->n == 0)
+        st = bt_fail(BT_EFORMAT, "%s: no examples", path);
+    free(line);
+    fclose(f);
+    return st;
+}
+
+/*  Moves records 10, 20, 30, ... (counting from 1) of train into heldout. */
+static bt_status s_split_heldout(s_records *train, s_records *heldout) {
+    heldout->cap = train->n / 10;
+    if (heldout->cap == 0)
+        return BT_OK;
+    heldout->items = malloc(heldout->cap * sizeof *heldout->items);
+    if (!heldout->items)
+        return bt_fail(BT_ENOMEM, "dataset: out of memory");
+    size_t kept = 0;
+    for (size_t i = 0; i < train->n; i++) {
+        if (i % 10 == 9)
+            heldout->items[heldout->n++] = train->items[i];
+        else
+            train->items[kept++] = train->items[i];
+    }
+    train->n = kept;
+    return BT_OK;
+}
+
+/*  Fisher-Yates shuffle of 0..n-1 by the splitmix64 stream of (seed, epoch); modulo bias < n/2^64.
+ */
+static void s_shuffle(size_t *order, size_t n, uint64_t seed, uint64_t epoch) {
+    uint64_t state = s_key(s_key(seed, S_TAG_EPOCH), epoch);
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(s_next(&state) % i), t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
+static bt_status s_jsonl_load(bt_task_t *self, const bt_task_jsonl_config *cfg) {
+    bt_status st = s_read_jsonl(&self->train, cfg->train_path, cfg->verifier);
+    if (st == BT_OK)
+        st = cfg->heldout_path ? s_read_jsonl(&self->heldout, cfg->heldout_path, cfg->verifier)
+                               : s_split_heldout(&self->train, &self->heldout);
+    if (st != BT_OK)
+        return st;
+    self->order = malloc(self->train.n * sizeof *self->order);
+    if (!self->order)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", cfg->train_path);
+    s_shuffle(self->order, self->train.n, self->seed, 0);
+    self->order_epoch = 0;
+    return BT_OK;
+}
+
+bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_out) {
+    *task_out = NULL;
+    if (!cfg->train_path)
+        return bt_fail(BT_EINVAL, "train_path: required");
+    if (cfg->verifier != BT_TASK_VERIFY_EXACT && cfg->verifier != BT_TASK_VERIFY_NUMERIC)
+        return bt_fail(BT_EINVAL, "verifier: expected exact or numeric, got %d", cfg->verifier);
+    bt_task_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", cfg->train_path);
+    self->kind = S_JSONL;
+    self->seed = cfg->seed;
+    self->verifier = cfg->verifier;
+    pthread_mutex_init(&self->lock, NULL);
+    bt_status st = s_jsonl_load(self, cfg);
+    if (st != BT_OK) {
+        bt_task_destroy(&self);
+        return st;
+    }
+    *task_out = self;
+    return BT_OK;
+}
+
+static void s_jsonl_train_example(bt_task_t *self, uint64_t index, bt_task_example *ex) {
+    uint64_t epoch = index / self->train.n;
+    pthread_mutex_lock(&self->lock);
+    if (self->order_epoch != epoch) {
+        s_shuffle(self->order, self->train.n, self->seed, epoch);
+        self->order_epoch = epoch;
+    }
+    const s_record *rec = &self->train.items[self->order[index % self->train.n]];
+    pthread_mutex_unlock(&self->lock);
+    ex->prompt = rec->prompt;
+    ex->answer = rec->answer;
+}
+
+/* ---- any task ------------------------------------------------------------------------------- */
+void bt_task_destroy(bt_task_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_task_t *self = *self_p;
+    if (self->kind == S_JSONL)
+        pthread_mutex_destroy(&self->lock);
+    s_records_free(&self->train);
+    s_records_free(&self->heldout);
+    free(self->order);
+    free(self->heldout_codes);
+    free(self);
+    *self_p = NULL;
+}
+
+void bt_task_train_example(bt_task_t *self, uint64_t index, bt_task_example *ex) {
+    if (self->kind == S_ARITH)
+        s_arith_train_example(self, index, ex);
+    else
+        s_jsonl_train_example(self, index, ex);
+}
+
+uint64_t bt_task_epoch_size(const bt_task_t *self) {
+    return self->kind == S_ARITH ? 0 : self->train.n;
+}
+
+size_t bt_task_heldout_count(const bt_task_t *self) {
+    return self->kind == S_ARITH ? self->n_heldout_codes : self->heldout.n;
+}
+
+void bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *ex) {
+    BT_ASSERT(i < bt_task_heldout_count(self));
+    if (self->kind == S_ARITH) {
+        s_arith_format(self->heldout_codes[i], ex);
+        return;
+    }
+    ex->prompt = self->heldout.items[i].prompt;
+    ex->answer = self->heldout.items[i].answer;
+}
+
+/* ---- verifiers ------------------------------------------------------------------------------ */
+/*  Narrows [*start, *end) of s to drop white space at both ends. */
+static void s_trim(const char *s, size_t *start, size_t *end) {
+    while (*start < *end && isspace((unsigned char)s[*start]))
+        (*start)++;
+    while (*end > *start && isspace((unsigned char)s[*end - 1]))
+        (*end)--;
+}
+
+static size_t s_skip_digits(const char *s, size_t i, size_t end) {
+    while (i < end && isdigit((unsigned char)s[i]))
+        i++;
+    return i;
+}
+
+/*  Length of the number at s[i, end), 0 if none.  Format:
+    [+-]? (D (",ddd")* ("." D)? | "." D) ([eE] [+-]? D)?   where D is one or more digits, and a
+    thousands group ",ddd" is exactly three digits. */
+static size_t s_number_at(const char *s, size_t i, size_t end) {
+    size_t p = i + (i < end && (s[i] == '-' || s[i] == '+'));
+    size_t int_end = s_skip_digits(s, p, end);
+    bool has_int = int_end > p;
+    p = int_end;
+    while (has_int && p + 4 <= end && s[p] == ',' && s_skip_digits(s, p + 1, end) == p + 4)
+        p += 4;
+    bool has_frac = p + 1 < end && s[p] == '.' && isdigit((unsigned char)s[p + 1]);
+    if (has_frac)
+        p = s_skip_digits(s, p + 1, end);
+    if (!has_int && !has_frac)
+        return 0;
+    if (p < end && (s[p] == 'e' || s[p] == 'E')) {
+        size_t q = p + 1 + (p + 1 < end && (s[p + 1] == '-' || s[p + 1] == '+'));
+        size_t exp_end = s_skip_digits(s, q, end);
+        if (exp_end > q)
+            p = exp_end;
+    }
+    return p - i;
+}
+
+/*  Finds the last number of s[0, len): sets *at and returns its length, 0 if none.  A sign right
+    after a letter or digit ("2024-01") is not part of the number. */
+static size_t s_last_number(const char *s, size_t len, size_t *at) {
+    size_t found = 0;
+    for (size_t i = 0; i < len;) {
+        bool glued_sign = (s[i] == '-' || s[i] == '+') && i > 0 && isalnum((unsigned char)s[i - 1]);
+        size_t n = glued_sign ? 0 : s_number_at(s, i, len);
+        if (n > 0) {
+            *at = i;
+            found = n;
+        }
+        i += n > 0 ? n : 1;
+    }
+    return found;
+}
+
+/*  Value of the number s[0, n) without its thousands commas; false when longer than 127 chars. */
+static bool s_number_value(const char *s, size_t n, double *out) {
+    char buf[128];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ',')
+            continue;
+        if (k + 1 >= sizeof buf)
+            return false;
+        buf[k++] = s[i];
+    }
+    buf[k] = '\0';
+    *out = strtod(buf, NULL);
+    return true;
+}
+
+/*  Whether s[0, len), trimmed, is exactly one number. */
+static bool s_is_one_number(const char *s, size_t len) {
+    size_t start = 0, end = len;
+    s_trim(s, &start, &end);
+    return end > start && s_number_at(s, start, end) == end - start;
+}
+
+/*  math.isclose with rel_tol 1e-6, abs_tol 1e-9. */
+static bool s_is_close(double x, double y) {
+    return fabs(x - y) <= fmax(1e-6 * fmax(fabs(x), fabs(y)), 1e-9);
+}
+
+static void s_verify_arith(const char *answer, const char *c, size_t len, bt_reward_detail *d) {
+    size_t start = 0, end = len;
+    s_trim(c, &start, &end);
+    size_t digits = start + (start < end && c[start] == '-');
+    size_t stop = s_skip_digits(c, digits, end);
+    bool found = stop > digits;
+    d->extracted_start = start;
+    d->extracted_len = found ? stop - start : 0;
+    d->correct =
+        found && strlen(answer) == stop - start && !memcmp(answer, c + start, stop - start);
+    d->well_formed = found && stop == end;
+}
+
+static void s_verify_exact(const char *answer, const char *c, size_t len, bt_reward_detail *d) {
+    size_t start = 0, end = len, a_start = 0, a_end = strlen(answer);
+    s_trim(c, &start, &end);
+    s_trim(answer, &a_start, &a_end);
+    d->extracted_start = start;
+    d->extracted_len = end - start;
+    d->correct =
+        end - start == a_end - a_start && !memcmp(c + start, answer + a_start, end - start);
+    d->well_formed = end > start;
+}
+
+static void s_verify_numeric(const char *answer, const char *c, size_t len, bt_reward_detail *d) {
+    size_t at = 0, n = s_last_number(c, len, &at);
+    size_t a_start = 0, a_end = strlen(answer);
+    s_trim(answer, &a_start, &a_end);
+    double x, y;
+    d->extracted_start = at;
+    d->extracted_len = n;
+    d->correct = n > 0 && s_is_one_number(answer, a_end) && s_number_value(c + at, n, &x) &&
+                 s_number_value(answer + a_start, a_end - a_start, &y) && s_is_close(x, y);
+    d->well_formed = s_is_one_number(c, len);
+}
+
+double bt_task_reward(const bt_task_t *self, const char *answer, const char *completion, size_t len,
+                      bt_reward_detail *detail) {
+    bt_reward_detail local;
+    bt_reward_detail *d = detail ? detail : &local;
+    if (self->kind == S_ARITH)
+        s_verify_arith(answer, completion, len, d);
+    else if (self->verifier == BT_TASK_VERIFY_EXACT)
+        s_verify_exact(answer, completion, len, d);
+    else
+        s_verify_numeric(answer, completion, len, d);
+    double format = self->kind == S_ARITH ? self->format_reward : 0.0;
+    return (d->correct ? 1.0 : 0.0) + (d->well_formed ? format : 0.0);
+}

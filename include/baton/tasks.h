@@ -1,0 +1,123 @@
+/*  tasks.h — tasks: the prompts of training and evaluation, and the verifiers that score
+   completions. Threading: a task is read-only after construction (the JSONL epoch order is cached
+   under a lock), so any thread may call any function on it.  Lifetime: one per dataset per run.
+
+    Two kinds:
+    - Arithmetic (bt_task_new_arith): prompts such as "37+48=" (no spaces), answer "85"; subtraction
+      may give "-12".  Example i of the training stream is drawn from splitmix64(seed, i) alone.  A
+      hash of the problem (a, op, b), independent of the seed, reserves about 10% of all problems
+   for held-out use: the training stream skips them, and the held-out set is the first heldout_size
+      distinct reserved problems of a second stream of the seed.  So no training stream of any seed
+      ever shows a held-out problem.
+    - JSONL dataset (bt_task_new_jsonl): one {"prompt": "...", "answer": ...} object per line; the
+      answer is a string or a number (kept as its text).  Epoch e = index / n of the training stream
+      is a permutation of the n training lines, shuffled by Fisher-Yates with a splitmix64 stream of
+      (seed, e): each epoch shows every line once.
+
+    The training stream is endless and indexed, so a checkpoint saves its cursor as one integer. */
+#ifndef BATON_TASKS_H
+#define BATON_TASKS_H
+
+#include "baton/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_task bt_task_t;
+
+/*  One example.  Fill it with bt_task_train_example() or bt_task_heldout_example().
+    Borrowed: prompt and answer point into the task or into storage[]; valid until the example is
+    refilled, copied to another variable or goes out of scope, or the task is destroyed.  Copy the
+    strings, not the struct. */
+typedef struct bt_task_example {
+    const char *prompt; /* NUL-terminated */
+    const char *answer; /* NUL-terminated; what the verifier compares against */
+    char storage[64];   /* private: arithmetic examples are written here */
+} bt_task_example;
+
+/*  Scoring detail of one completion. */
+typedef struct bt_reward_detail {
+    bool correct;           /* the extracted answer matches */
+    bool well_formed;       /* the whole completion (trimmed) is just an answer, nothing else */
+    size_t extracted_start; /* the extracted answer is completion[start, start + len) */
+    size_t extracted_len;   /* 0 when no answer was found */
+} bt_reward_detail;
+
+/* ---- arithmetic --------------------------------------------------------------------------- */
+typedef struct bt_task_arith_config {
+    uint64_t seed;
+    int digits;            /* max digits per operand, 1..9: operands uniform in [0, 10^digits) */
+    const char *operators; /* non-empty subset of "+-*", no repeats; copied */
+    size_t heldout_size;   /* 0..1000000, and at most the reserved problems of a small space */
+    double format_reward;  /* >= 0: added to the reward when the completion is well formed */
+} bt_task_arith_config;
+
+/*  Defaults: seed 0, digits 2, operators "+", heldout_size 500, format_reward 0. */
+void bt_task_arith_config_init(bt_task_arith_config *cfg);
+
+/*  Builds the held-out set (a problem space of up to 10^7 problems is enumerated to check that it
+    holds heldout_size reserved problems).  BT_EINVAL names the offending field, e.g.
+    "heldout_size: 50 exceeds the 11 held-out problems of 1-digit \"+\" ...".
+    Caller owns *task_out; destroy with bt_task_destroy().  *task_out is NULL on error. */
+bt_status bt_task_new_arith(const bt_task_arith_config *cfg, bt_task_t **task_out);
+
+/* ---- JSONL datasets ------------------------------------------------------------------------ */
+/*  Values appear in configs: append only. */
+typedef enum bt_task_verifier {
+    BT_TASK_VERIFY_EXACT = 0,  /* trimmed completion == trimmed answer */
+    BT_TASK_VERIFY_NUMERIC = 1 /* the last number in the completion equals the numeric answer */
+} bt_task_verifier;
+
+typedef struct bt_task_jsonl_config {
+    const char *train_path;   /* required */
+    const char *heldout_path; /* NULL: records 10, 20, 30, ... of train_path (counting non-blank
+                                 lines from 1) are held out and the others are trained on */
+    bt_task_verifier verifier;
+    uint64_t seed; /* shuffles each epoch */
+} bt_task_jsonl_config;
+
+/*  Reads the whole dataset into memory; blank lines are skipped; a line may hold at most 1 MiB.
+    Errors: BT_EIO when a file cannot be read; BT_EFORMAT "PATH:LINE: <reason>" for a malformed line
+    (not JSON, not an object, missing "prompt", "prompt" not a string, missing "answer", "answer"
+    neither string nor number, or not a number under the numeric verifier, or a line too long);
+    BT_EFORMAT "PATH: no examples" for an empty file.
+    Caller owns *task_out; destroy with bt_task_destroy().  *task_out is NULL on error. */
+bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_out);
+
+/* ---- any task ------------------------------------------------------------------------------- */
+/*  NULL-safe and idempotent; sets *self_p to NULL. */
+void bt_task_destroy(bt_task_t **self_p);
+
+/*  The index-th example of the endless training stream.  Deterministic: depends only on the
+    config and index, never on earlier calls (a JSONL task caches the current epoch's order). */
+void bt_task_train_example(bt_task_t *self, uint64_t index, bt_task_example *ex);
+
+/*  Lines per epoch of a JSONL task; 0 for an endless arithmetic stream. */
+uint64_t bt_task_epoch_size(const bt_task_t *self);
+
+/*  The held-out set: disjoint from the training stream, fixed order. */
+size_t bt_task_heldout_count(const bt_task_t *self);
+/*  Requires i < bt_task_heldout_count(self). */
+void bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *ex);
+
+/*  Scores completion[0, len) (need not be NUL-terminated) against an example's answer:
+    1.0 when correct, 0.0 otherwise, plus format_reward when well formed (arithmetic only).
+    - arithmetic: after leading white space, an optional '-' and digits; correct when that text
+      equals the answer exactly ("085" is not "85"); well formed when nothing else follows.
+    - exact: the trimmed completion equals the trimmed answer; well formed when non-empty.
+    - numeric: the last number in the completion (sign, decimals, exponent; thousands commas such as
+      "1,234.5" ignored) equals the answer within relative 1e-6 or absolute 1e-9; well formed when
+      the trimmed completion is exactly one number.
+    detail may be NULL. */
+double bt_task_reward(const bt_task_t *self, const char *answer, const char *completion, size_t len,
+                      bt_reward_detail *detail);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,439 @@
+/*  test_tasks.c — the arithmetic and JSONL tasks: deterministic streams, held-out sets disjoint
+   from training, answers checked by an independent computation, verifiers, and dataset errors. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/tasks.h"
+
+#include "check.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char s_dir[64]; /* a fresh temp folder for the JSONL files */
+
+static bt_task_t *s_arith(uint64_t seed, int digits, const char *ops, size_t heldout) {
+    bt_task_arith_config cfg;
+    bt_task_arith_config_init(&cfg);
+    cfg.seed = seed;
+    cfg.digits = digits;
+    cfg.operators = ops;
+    cfg.heldout_size = heldout;
+    bt_task_t *task = NULL;
+    CHECK_OK(bt_task_new_arith(&cfg, &task));
+    return task;
+}
+
+/*  Parses "A<op>B=" with strtoll; false unless the whole prompt has that shape. */
+static bool s_parse_prompt(const char *prompt, long long *a, char *op, long long *b) {
+    char *end;
+    *a = strtoll(prompt, &end, 10);
+    if (end == prompt || !strchr("+-*", *end))
+        return false;
+    *op = *end;
+    const char *rest = end + 1;
+    *b = strtoll(rest, &end, 10);
+    return end > rest && rest[0] != '-' && strcmp(end, "=") == 0;
+}
+
+static int s_cmp_str(const void *x, const void *y) {
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* ---- arithmetic --------------------------------------------------------------------------- */
+static void test_arith_determinism(void) {
+    bt_task_t *t1 = s_arith(7, 3, "+-*", 100), *t2 = s_arith(7, 3, "+-*", 100);
+    bt_task_t *t3 = s_arith(8, 3, "+-*", 100);
+    bt_task_example e1, e2, e3;
+    int differ = 0;
+    for (uint64_t i = 0; i < 1000; i++) {
+        bt_task_train_example(t1, i, &e1);
+        bt_task_train_example(t2, i, &e2);
+        bt_task_train_example(t3, i, &e3);
+        CHECK(strcmp(e1.prompt, e2.prompt) == 0 && strcmp(e1.answer, e2.answer) == 0);
+        differ += strcmp(e1.prompt, e3.prompt) != 0;
+    }
+    CHECK(differ > 900);
+    for (size_t i = 0; i < 100; i++) {
+        bt_task_heldout_example(t1, i, &e1);
+        bt_task_heldout_example(t2, i, &e2);
+        CHECK(strcmp(e1.prompt, e2.prompt) == 0);
+    }
+    CHECK(bt_task_epoch_size(t1) == 0);
+    bt_task_destroy(&t1);
+    bt_task_destroy(&t2);
+    bt_task_destroy(&t3);
+    CHECK(t1 == NULL);
+    bt_task_destroy(&t1); /* idempotent */
+}
+
+/*  Example i is the same whether fetched in order, backwards or far out of order. */
+static void test_arith_out_of_order(void) {
+    bt_task_t *task = s_arith(3, 4, "+-", 10);
+    enum { N = 500 };
+    static char prompts[N][32];
+    bt_task_example ex;
+    for (uint64_t i = 0; i < N; i++) {
+        bt_task_train_example(task, i, &ex);
+        snprintf(prompts[i], sizeof prompts[i], "%s", ex.prompt);
+    }
+    bt_task_train_example(task, UINT64_MAX - 5, &ex);
+    for (uint64_t i = N; i-- > 0;) {
+        bt_task_train_example(task, (i * 7919) % N, &ex);
+        CHECK(strcmp(ex.prompt, prompts[(i * 7919) % N]) == 0);
+    }
+    bt_task_destroy(&task);
+}
+
+static void test_arith_heldout_disjoint(void) {
+    bt_task_t *task = s_arith(11, 2, "+-*", 2000);
+    size_t n = bt_task_heldout_count(task);
+    CHECK(n == 2000);
+    char **held = malloc(n * sizeof *held);
+    bt_task_example ex;
+    for (size_t i = 0; i < n; i++) {
+        bt_task_heldout_example(task, i, &ex);
+        held[i] = strdup(ex.prompt);
+    }
+    qsort(held, n, sizeof *held, s_cmp_str);
+    for (size_t i = 1; i < n; i++)
+        CHECK(strcmp(held[i - 1], held[i]) != 0); /* distinct */
+    int leaks = 0;
+    for (uint64_t i = 0; i < 100000; i++) {
+        bt_task_train_example(task, i, &ex);
+        const char *key = ex.prompt;
+        leaks += bsearch(&key, held, n, sizeof *held, s_cmp_str) != NULL;
+    }
+    CHECK(leaks == 0);
+    for (size_t i = 0; i < n; i++)
+        free(held[i]);
+    free(held);
+    bt_task_destroy(&task);
+}
+
+/*  Answers recomputed from the prompt text; operands within digits; only the given operators. */
+static void s_check_answers(int digits, const char *ops) {
+    bt_task_t *task = s_arith(5, digits, ops, 10);
+    long long limit = 1;
+    for (int i = 0; i < digits; i++)
+        limit *= 10;
+    int seen[3] = {0}, wrong = 0, out_of_range = 0, bad_op = 0;
+    long long max_operand = 0;
+    bt_task_example ex;
+    for (uint64_t i = 0; i < 3000; i++) {
+        long long a, b;
+        char op;
+        if (i % 3 == 0)
+            bt_task_heldout_example(task, i % 10, &ex);
+        else
+            bt_task_train_example(task, i, &ex);
+        if (!s_parse_prompt(ex.prompt, &a, &op, &b)) {
+            CHECK(!"prompt shaped A<op>B=");
+            continue;
+        }
+        long long c = op == '+' ? a + b : op == '-' ? a - b : a * b;
+        wrong += strtoll(ex.answer, NULL, 10) != c || strchr(ex.answer, ' ') != NULL;
+        out_of_range += a < 0 || b < 0 || a >= limit || b >= limit;
+        max_operand = a > max_operand ? a : max_operand;
+        bad_op += strchr(ops, op) == NULL;
+        seen[strchr("+-*", op) - "+-*"]++;
+    }
+    CHECK(wrong == 0 && out_of_range == 0 && bad_op == 0);
+    CHECK(max_operand >= limit / 10); /* the largest operands use all the digits */
+    for (const char *p = ops; *p; p++)
+        CHECK(seen[strchr("+-*", *p) - "+-*"] > 500);
+    bt_task_destroy(&task);
+}
+
+static void test_arith_answers(void) {
+    s_check_answers(1, "+");
+    s_check_answers(2, "-");
+    s_check_answers(3, "+-*");
+    s_check_answers(9, "*-");
+    bt_task_t *task = s_arith(1, 2, "-", 10);
+    bt_task_example ex;
+    bool negative = false;
+    for (uint64_t i = 0; i < 100 && !negative; i++) {
+        bt_task_train_example(task, i, &ex);
+        negative = ex.answer[0] == '-';
+    }
+    CHECK(negative);
+    bt_task_destroy(&task);
+}
+
+static void s_check_config_error(int digits, const char *ops, size_t heldout, double format,
+                                 const char *field) {
+    bt_task_arith_config cfg;
+    bt_task_arith_config_init(&cfg);
+    cfg.digits = digits;
+    cfg.operators = ops;
+    cfg.heldout_size = heldout;
+    cfg.format_reward = format;
+    bt_task_t *task = NULL;
+    CHECK(bt_task_new_arith(&cfg, &task) == BT_EINVAL);
+    CHECK(task == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), field);
+}
+
+static void test_arith_config_errors(void) {
+    s_check_config_error(1, "+", 50, 0.0, "heldout_size"); /* ~10 of 100 problems are held out */
+    s_check_config_error(2, "+-*", 5000, 0.0, "heldout_size");
+    s_check_config_error(9, "+", 2000000, 0.0, "heldout_size");
+    s_check_config_error(0, "+", 1, 0.0, "digits");
+    s_check_config_error(10, "+", 1, 0.0, "digits");
+    s_check_config_error(2, "+/", 1, 0.0, "operators");
+    s_check_config_error(2, "++", 1, 0.0, "operators");
+    s_check_config_error(2, "", 1, 0.0, "operators");
+    s_check_config_error(2, "+", 1, -1.0, "format_reward");
+    bt_task_t *small = s_arith(0, 1, "+", 5); /* a 1-digit space still has a training stream */
+    bt_task_example ex;
+    bt_task_train_example(small, 12345, &ex);
+    CHECK(strlen(ex.prompt) == 4);
+    bt_task_destroy(&small);
+}
+
+static double s_reward(const bt_task_t *task, const char *answer, const char *completion,
+                       bt_reward_detail *d) {
+    return bt_task_reward(task, answer, completion, strlen(completion), d);
+}
+
+static void test_arith_reward(void) {
+    bt_task_arith_config cfg;
+    bt_task_arith_config_init(&cfg);
+    bt_task_t *plain = NULL, *shaped = NULL;
+    CHECK_OK(bt_task_new_arith(&cfg, &plain));
+    cfg.format_reward = 0.25;
+    CHECK_OK(bt_task_new_arith(&cfg, &shaped));
+    bt_reward_detail d;
+    CHECK(s_reward(plain, "85", "85", &d) == 1.0 && d.correct && d.well_formed);
+    CHECK(s_reward(plain, "85", " 85", &d) == 1.0 && d.correct && d.well_formed);
+    CHECK(d.extracted_start == 1 && d.extracted_len == 2);
+    CHECK(s_reward(plain, "85", "85abc", &d) == 1.0 && d.correct && !d.well_formed);
+    CHECK(s_reward(plain, "3", "-3", &d) == 0.0 && !d.correct && d.well_formed);
+    CHECK(s_reward(plain, "-3", "3", &d) == 0.0 && !d.correct);
+    CHECK(s_reward(plain, "-3", "-3\n", &d) == 1.0 && d.correct && d.well_formed);
+    CHECK(s_reward(plain, "85", "", &d) == 0.0 && !d.correct && !d.well_formed);
+    CHECK(d.extracted_len == 0);
+    CHECK(s_reward(plain, "85", "850", &d) == 0.0 && !d.correct);
+    CHECK(s_reward(plain, "85", "the answer is 85", &d) == 0.0 && !d.correct);
+    CHECK(s_reward(plain, "85", "85", NULL) == 1.0);
+    CHECK(bt_task_reward(plain, "85", "8512", 2, &d) == 1.0 && d.well_formed); /* len bounds it */
+    CHECK_NEAR(s_reward(shaped, "85", "85", &d), 1.25, 0);
+    CHECK_NEAR(s_reward(shaped, "85", "84", &d), 0.25, 0);
+    CHECK_NEAR(s_reward(shaped, "85", "85abc", &d), 1.0, 0);
+    CHECK_NEAR(s_reward(shaped, "85", "", &d), 0.0, 0);
+    bt_task_destroy(&plain);
+    bt_task_destroy(&shaped);
+}
+
+/* ---- JSONL datasets ------------------------------------------------------------------------ */
+/*  Writes text to s_dir/name and returns the path (static buffer, one per call site is enough). */
+static const char *s_write(const char *name, const char *text) {
+    static char paths[8][128];
+    static int next = 0;
+    char *path = paths[next++ % 8];
+    snprintf(path, 128, "%s/%s", s_dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/*  A dataset of lines {"prompt": "q<k>", "answer": "<k>"}, k = 1..n. */
+static const char *s_write_numbered(const char *name, int n) {
+    char *text = malloc((size_t)n * 48 + 1), *p = text;
+    for (int k = 1; k <= n; k++)
+        p += sprintf(p, "{\"prompt\": \"q%d\", \"answer\": \"%d\"}\n", k, k);
+    const char *path = s_write(name, text);
+    free(text);
+    return path;
+}
+
+static bt_status s_open(const char *train, const char *heldout, bt_task_verifier verifier,
+                        uint64_t seed, bt_task_t **task) {
+    bt_task_jsonl_config cfg = {
+        .train_path = train, .heldout_path = heldout, .verifier = verifier, .seed = seed};
+    return bt_task_new_jsonl(&cfg, task);
+}
+
+static void test_jsonl_parse(void) {
+    const char *train = s_write("parse.jsonl", "{\"prompt\": \"capital of France?\", \"answer\": "
+                                               "\"Paris\"}\n"
+                                               "\n  \r\n"
+                                               "{\"answer\": 1234, \"prompt\": \"a\\nb\"}\n"
+                                               "{\"prompt\": \"half\", \"answer\": 0.5}");
+    const char *held = s_write("parse_held.jsonl", "{\"prompt\": \"p\", \"answer\": -2e-3}\n");
+    bt_task_t *task = NULL;
+    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 1, &task));
+    CHECK(bt_task_epoch_size(task) == 3);
+    CHECK(bt_task_heldout_count(task) == 1);
+    int found = 0;
+    bt_task_example ex;
+    for (uint64_t i = 0; i < 3; i++) {
+        bt_task_train_example(task, i, &ex);
+        found += strcmp(ex.prompt, "capital of France?") == 0 && strcmp(ex.answer, "Paris") == 0;
+        found += strcmp(ex.prompt, "a\nb") == 0 && strcmp(ex.answer, "1234") == 0;
+        found += strcmp(ex.prompt, "half") == 0 && strcmp(ex.answer, "0.5") == 0;
+    }
+    CHECK(found == 3);
+    bt_task_heldout_example(task, 0, &ex);
+    CHECK(strcmp(ex.answer, "-0.002") == 0);
+    bt_task_destroy(&task);
+}
+
+static void test_jsonl_verifiers(void) {
+    const char *path = s_write("verify.jsonl", "{\"prompt\": \"x\", \"answer\": \"1\"}\n");
+    bt_task_t *exact = NULL, *numeric = NULL;
+    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_EXACT, 0, &exact));
+    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_NUMERIC, 0, &numeric));
+    bt_reward_detail d;
+    CHECK(s_reward(exact, "Paris", " Paris \n", &d) == 1.0 && d.well_formed);
+    CHECK(s_reward(exact, " Paris", "Paris", &d) == 1.0);
+    CHECK(s_reward(exact, "Paris", "paris", &d) == 0.0);
+    CHECK(s_reward(exact, "Paris", "Paris.", &d) == 0.0);
+    CHECK(s_reward(exact, "Paris", "", &d) == 0.0 && !d.well_formed);
+
+    const char *said = "The answer is 1,234.0";
+    CHECK(s_reward(numeric, "1234", said, &d) == 1.0 && d.correct && !d.well_formed);
+    CHECK(d.extracted_start == 14 && d.extracted_len == 7);
+    CHECK(s_reward(numeric, "3.14159", "3.14159", &d) == 1.0 && d.well_formed);
+    CHECK(s_reward(numeric, "41", "42", &d) == 0.0 && !d.correct);
+    CHECK(s_reward(numeric, "7", "first 3, then 7.", &d) == 1.0); /* the last number */
+    CHECK(s_reward(numeric, "3", "first 3, then 7.", &d) == 0.0);
+    CHECK(s_reward(numeric, "-12.5", "so x = -12.5", &d) == 1.0);
+    CHECK(s_reward(numeric, "1500", "about 1.5e3 units", &d) == 1.0);
+    CHECK(s_reward(numeric, "1000000", "1000000.5", &d) == 1.0); /* relative 1e-6 */
+    CHECK(s_reward(numeric, "1000000", "1000002", &d) == 0.0);
+    CHECK(s_reward(numeric, "0", "1e-10", &d) == 1.0); /* absolute 1e-9 */
+    CHECK(s_reward(numeric, "0", "1e-8", &d) == 0.0);
+    CHECK(s_reward(numeric, "1", "1,2", &d) == 0.0);     /* a list, not 12 */
+    CHECK(s_reward(numeric, "1", "2024-01", &d) == 1.0); /* not -01 */
+    CHECK(s_reward(numeric, "5", "no number here", &d) == 0.0 && d.extracted_len == 0);
+    CHECK(s_reward(numeric, "5", " 5 ", &d) == 1.0 && d.well_formed);
+    bt_task_destroy(&exact);
+    bt_task_destroy(&numeric);
+}
+
+/*  Each epoch shows every training line exactly once, in an order that changes between epochs. */
+static void test_jsonl_epochs(void) {
+    enum { N = 30 };
+    const char *train = s_write_numbered("epochs.jsonl", N);
+    const char *held = s_write("epochs_held.jsonl", "{\"prompt\": \"h\", \"answer\": \"0\"}\n");
+    bt_task_t *task = NULL, *again = NULL;
+    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 9, &task));
+    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 9, &again));
+    CHECK(bt_task_epoch_size(task) == N);
+    int order[3][N];
+    bt_task_example ex, ex2;
+    for (int e = 0; e < 3; e++) {
+        int count[N + 1] = {0};
+        for (int k = 0; k < N; k++) {
+            bt_task_train_example(task, (uint64_t)(e * N + k), &ex);
+            order[e][k] = atoi(ex.prompt + 1);
+            CHECK(order[e][k] >= 1 && order[e][k] <= N && atoi(ex.answer) == order[e][k]);
+            count[order[e][k]]++;
+        }
+        for (int k = 1; k <= N; k++)
+            CHECK(count[k] == 1);
+    }
+    CHECK(memcmp(order[0], order[1], sizeof order[0]) != 0);
+    CHECK(memcmp(order[1], order[2], sizeof order[0]) != 0);
+    for (int i = 3 * N; i-- > 0;) { /* out of order, across epochs, in another task */
+        bt_task_train_example(again, (uint64_t)i, &ex2);
+        CHECK(atoi(ex2.prompt + 1) == order[i / N][i % N]);
+    }
+    bt_task_destroy(&task);
+    bt_task_destroy(&again);
+}
+
+/*  Without a held-out file, records 10, 20, ... are held out and never trained on. */
+static void test_jsonl_split(void) {
+    char text[2048] = "\n"; /* a blank first line does not count as a record */
+    for (int k = 1; k <= 25; k++)
+        sprintf(text + strlen(text), "{\"prompt\": \"q%d\", \"answer\": \"%d\"}\n", k, k);
+    bt_task_t *task = NULL;
+    CHECK_OK(s_open(s_write("split.jsonl", text), NULL, BT_TASK_VERIFY_EXACT, 2, &task));
+    CHECK(bt_task_heldout_count(task) == 2);
+    CHECK(bt_task_epoch_size(task) == 23);
+    bt_task_example ex;
+    bt_task_heldout_example(task, 0, &ex);
+    CHECK(strcmp(ex.prompt, "q10") == 0);
+    bt_task_heldout_example(task, 1, &ex);
+    CHECK(strcmp(ex.prompt, "q20") == 0);
+    for (uint64_t i = 0; i < 23; i++) {
+        bt_task_train_example(task, i, &ex);
+        CHECK(atoi(ex.prompt + 1) % 10 != 0);
+    }
+    bt_task_destroy(&task);
+}
+
+/*  A bad line 3 (after a good line and a blank one) is reported as PATH:3: <reason>. */
+static void s_check_bad_line(const char *bad, bt_task_verifier verifier, const char *reason) {
+    size_t len = strlen(bad) + 64;
+    char *text = malloc(len);
+    snprintf(text, len, "{\"prompt\": \"ok\", \"answer\": \"1\"}\n\n%s\n", bad);
+    const char *path = s_write("bad.jsonl", text);
+    free(text);
+    char where[160];
+    snprintf(where, sizeof where, "%s:3: ", path);
+    bt_task_t *task = NULL;
+    CHECK(s_open(path, NULL, verifier, 0, &task) == BT_EFORMAT);
+    CHECK(task == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), where);
+    CHECK_STR_CONTAINS(bt_last_error(), reason);
+}
+
+static void test_jsonl_errors(void) {
+    bt_task_verifier exact = BT_TASK_VERIFY_EXACT;
+    s_check_bad_line("{\"prompt\": \"x\",", exact, "not valid JSON");
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"1\"} trailing", exact, "not valid JSON");
+    s_check_bad_line("[\"x\", \"1\"]", exact, "expected a JSON object");
+    s_check_bad_line("{\"answer\": \"1\"}", exact, "missing \"prompt\"");
+    s_check_bad_line("{\"prompt\": 5, \"answer\": \"1\"}", exact, "\"prompt\" is not a string");
+    s_check_bad_line("{\"prompt\": \"x\"}", exact, "missing \"answer\"");
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": [1]}", exact,
+                     "\"answer\" is neither a string nor a number");
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"one\"}", BT_TASK_VERIFY_NUMERIC,
+                     "\"answer\" is not a number");
+    size_t big = (1u << 20) + 16;
+    char *long_line = malloc(big + 1);
+    memset(long_line, ' ', big);
+    long_line[big] = '\0';
+    s_check_bad_line(long_line, exact, "line longer than");
+    free(long_line);
+
+    bt_task_t *task = NULL;
+    const char *empty = s_write("empty.jsonl", "\n  \n");
+    CHECK(s_open(empty, NULL, exact, 0, &task) == BT_EFORMAT && task == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "no examples");
+    const char *good = s_write("good.jsonl", "{\"prompt\": \"x\", \"answer\": \"1\"}\n");
+    CHECK(s_open(good, empty, exact, 0, &task) == BT_EFORMAT); /* an empty held-out file too */
+    CHECK(s_open("/nonexistent/baton.jsonl", NULL, exact, 0, &task) == BT_EIO);
+    CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent/baton.jsonl");
+}
+
+int main(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/baton_test_tasks_XXXXXX");
+    if (!mkdtemp(s_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_arith_determinism();
+    test_arith_out_of_order();
+    test_arith_heldout_disjoint();
+    test_arith_answers();
+    test_arith_config_errors();
+    test_arith_reward();
+    test_jsonl_parse();
+    test_jsonl_verifiers();
+    test_jsonl_epochs();
+    test_jsonl_split();
+    test_jsonl_errors();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
+    CHECK(system(cmd) == 0);
+    return check_exit();
+}
