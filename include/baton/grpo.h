@@ -1,0 +1,145 @@
+/*  grpo.h — the GRPO math: group advantages, the clipped-ratio loss with KL and entropy terms,
+    the supervised warm-start loss, and learning-rate schedules; no sockets.
+    Threading: pure functions; tensors follow tensor.h (one thread per context).  Lifetime: results
+    are tensors in the caller's context or plain values; nothing to create or destroy. */
+#ifndef BATON_GRPO_H
+#define BATON_GRPO_H
+
+#include "baton/status.h"
+#include "baton/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- group advantages ----------------------------------------------------------------------- */
+/*  Values appear in configs and logs: append only. */
+typedef enum bt_adv_norm {
+    BT_ADV_NORM_STD = 0, /* GRPO (Shao et al. 2024): (r - mean) / (std + 1e-6) */
+    BT_ADV_NORM_NONE = 1 /* Dr. GRPO (Liu et al. 2025): r - mean */
+} bt_adv_norm;
+
+/*  rewards and adv_out hold n_groups groups of group_size consecutive rewards, in float64.
+    A_i = r_i - mean(group); with BT_ADV_NORM_STD divided by (std + 1e-6), where std is the
+    unbiased (n - 1) sample standard deviation of the group, as TRL and verl compute it
+    (torch.std).  A group of one reward, or of equal rewards, gets zero advantages, never NaN.
+    adv_out may alias rewards.  Returns BT_EINVAL for n_groups < 0, group_size < 1 or NULL arrays
+    (NULL is allowed when n_groups == 0). */
+bt_status bt_grpo_advantages(const double *rewards, int64_t n_groups, int64_t group_size,
+                             bt_adv_norm norm, double *adv_out);
+/*  True when all group_size rewards are equal, so every advantage is zero: the groups DAPO's
+    dynamic sampling drops (Yu et al. 2025). */
+bool bt_grpo_group_has_zero_variance(const double *rewards, int64_t group_size);
+
+/* ---- loss configuration --------------------------------------------------------------------- */
+typedef enum bt_kl_estimator {
+    BT_KL_K1 = 0, /* -log r, r = p_ref / p (Schulman 2020) */
+    BT_KL_K3 = 1  /* r - log r - 1: non-negative, low variance (Schulman 2020) */
+} bt_kl_estimator;
+
+/*  How token losses become one number.  Every mode divides by a constant of the whole batch
+    (bt_grpo_normaliser), so the sum of micro-batch losses equals the full-batch loss. */
+typedef enum bt_loss_agg {
+    BT_LOSS_AGG_TOKEN_MEAN = 0,    /* sum over tokens / total tokens (DAPO) */
+    BT_LOSS_AGG_SEQ_MEAN = 1,      /* mean over sequences of each sequence's token mean (GRPO) */
+    BT_LOSS_AGG_TOKEN_SUM_NORM = 2 /* sum over tokens / (n_seqs * max_tokens) (Dr. GRPO) */
+} bt_loss_agg;
+
+typedef struct bt_grpo_config {
+    double clip_low;              /* eps_low: ratio floor 1 - clip_low when A < 0 (0.2) */
+    double clip_high;             /* eps_high: ratio cap 1 + clip_high when A > 0 (0.28, DAPO) */
+    double kl_coef;               /* beta, weight of the KL to the reference policy (0.04) */
+    bt_kl_estimator kl_estimator; /* BT_KL_K3 */
+    double entropy_coef;          /* weight of the entropy bonus (0) */
+    bt_loss_agg loss_agg;         /* BT_LOSS_AGG_TOKEN_MEAN */
+    int64_t max_tokens;           /* Dr. GRPO's constant per-sequence normaliser (1024) */
+    bt_adv_norm adv_norm;         /* BT_ADV_NORM_STD */
+} bt_grpo_config;
+
+/*  GRPO (kl_coef 0.04, k3) with DAPO's clip-higher and token-mean aggregation. */
+bt_grpo_config bt_grpo_defaults(void);
+/*  BT_EINVAL with a message naming the field when a value is out of range. */
+bt_status bt_grpo_config_validate(const bt_grpo_config *cfg);
+
+/* ---- loss ----------------------------------------------------------------------------------- */
+/*  Sums over the tokens of the micro-batches seen so far.  A zeroed struct is empty;
+    bt_grpo_loss adds into it. */
+typedef struct bt_grpo_stats {
+    double tokens;           /* completion tokens (sum of the mask) */
+    double pg_loss_sum;      /* clipped surrogate loss, summed over tokens */
+    double kl_sum;           /* KL estimate of cfg->kl_estimator; 0 without ref_logp */
+    double clip_low_tokens;  /* A < 0 and rho < 1 - clip_low: the clipped branch is active */
+    double clip_high_tokens; /* A > 0 and rho > 1 + clip_high: the clipped branch is active */
+    double ratio_sum;        /* rho, summed over tokens */
+    double ratio_max;        /* largest rho of any token (0 when there is none) */
+    double entropy_sum;      /* 0 without an entropy tensor */
+} bt_grpo_stats;
+
+/*  Adds part's sums into total; ratio_max takes the larger. */
+void bt_grpo_stats_add(bt_grpo_stats *total, const bt_grpo_stats *part);
+
+/*  The loss divisor of a whole batch (all micro-batches, all ranks): total tokens for TOKEN_MEAN,
+    n_seqs for SEQ_MEAN, n_seqs * max_tokens for TOKEN_SUM_NORM.  0 for an empty batch. */
+double bt_grpo_normaliser(const bt_grpo_config *cfg, const int64_t *completion_lengths,
+                          int64_t n_seqs);
+
+/*  The GRPO loss of one micro-batch, a float64 scalar in ctx; summed over the micro-batches of a
+    batch (with the batch's normaliser) it is the full-batch loss, and so are its gradients.
+    Per token, with rho = exp(logp - old_logp) and A the sequence's advantage:
+      loss_t = -min(rho A, clamp(rho, 1 - clip_low, 1 + clip_high) A)
+               + kl_coef * kl_t - entropy_coef * entropy_t
+    summed over tokens where mask is 1 (SEQ_MEAN weights sequence i's tokens by 1 / len_i, len_i
+    its mask sum), divided by normaliser.
+      logp     (B, T) current policy log-probs of the sampled tokens, with grad
+      old_logp (B, T) behaviour log-probs (no grad)
+      ref_logp (B, T) reference log-probs; may be NULL when kl_coef == 0 (then kl_sum stays 0)
+      adv      (B)    advantages
+      mask     (B, T) 1.0 for completion tokens, 0.0 elsewhere (there the inputs may be garbage)
+      entropy  (B, T) per-token policy entropy, with grad, or NULL
+    stats, when not NULL, receives this micro-batch's sums (bt_grpo_stats_add).  Returns NULL on
+    failure (bad shapes, normaliser <= 0, a NULL input): the message is in bt_last_error(). */
+bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
+                        bt_tensor *old_logp, bt_tensor *ref_logp, bt_tensor *adv, bt_tensor *mask,
+                        bt_tensor *entropy, double normaliser, bt_grpo_stats *stats);
+
+/*  Supervised warm start: -sum(logp * mask) / normaliser, a float64 scalar in ctx.
+    logp (B, T), mask (B, T).  NULL on failure. */
+bt_tensor *bt_sft_loss(bt_ctx *ctx, bt_tensor *logp, bt_tensor *mask, double normaliser);
+
+/* ---- learning-rate schedules ---------------------------------------------------------------- */
+/*  Values appear in configs and logs: append only. */
+typedef enum bt_lr_kind {
+    BT_LR_CONSTANT = 0,      /* "constant": lr at every step */
+    BT_LR_WARMUP_LINEAR = 1, /* "warmup": linear warmup, then lr */
+    BT_LR_COSINE = 2,        /* "cosine": warmup, then cosine decay to min_lr at total_steps */
+    BT_LR_WSD = 3            /* "wsd": warmup, stable at lr, linear decay over the last
+                                decay_steps to min_lr at total_steps */
+} bt_lr_kind;
+
+/*  Steps count optimizer updates from 0.  Warmup: step s < warmup_steps uses
+    lr * (s + 1) / warmup_steps, so the first update is not wasted at zero. */
+typedef struct bt_lr_schedule {
+    bt_lr_kind kind;
+    double lr;
+    double min_lr;        /* COSINE and WSD end here */
+    int64_t warmup_steps; /* 0: none */
+    int64_t total_steps;  /* COSINE and WSD reach min_lr here and stay */
+    int64_t decay_steps;  /* WSD only */
+} bt_lr_schedule;
+
+/*  BT_EINVAL with a message when steps or rates are inconsistent. */
+bt_status bt_lr_schedule_validate(const bt_lr_schedule *s);
+/*  The learning rate of update step (s must pass bt_lr_schedule_validate). */
+double bt_lr_at(const bt_lr_schedule *s, int64_t step);
+/*  "constant", "warmup", "cosine", "wsd".  BT_EINVAL, listing the valid names, for others. */
+bt_status bt_lr_kind_parse(const char *name, bt_lr_kind *out);
+/*  Static string; "unknown" out of range. */
+const char *bt_lr_kind_name(bt_lr_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
