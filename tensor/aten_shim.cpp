@@ -27,6 +27,7 @@ struct bt_ctx {
     std::vector<bt_tensor *> items;
 };
 
+/*  Sampling ops lock the generator themselves; only state get/set take its lock here. */
 struct bt_gen {
     mutable at::Generator g; /* mutable: reading the state takes the generator's lock */
     bt_device device;
@@ -61,6 +62,8 @@ static bt_status s_fail_exception(const char *op) {
         throw;
     } catch (const c10::Error &e) {
         return bt_fail(BT_ETORCH, "%s: %s", op, e.what_without_backtrace());
+    } catch (const std::invalid_argument &e) {
+        return bt_fail(BT_EINVAL, "%s: %s", op, e.what());
     } catch (const std::bad_alloc &) {
         return bt_fail(BT_ENOMEM, "%s: out of memory", op);
     } catch (const std::exception &e) {
@@ -318,7 +321,6 @@ extern "C" bt_tensor *bt_randn(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndi
     if (!gen)
         return s_null_input("bt_randn");
     return s_op(ctx, "bt_randn", [&] {
-        std::lock_guard<std::mutex> lock(gen->g.mutex());
         return at::randn(s_shape(ndim, shape), gen->g, s_options(dtype, gen->device));
     });
 }
@@ -328,7 +330,6 @@ extern "C" bt_tensor *bt_rand(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim
     if (!gen)
         return s_null_input("bt_rand");
     return s_op(ctx, "bt_rand", [&] {
-        std::lock_guard<std::mutex> lock(gen->g.mutex());
         return at::rand(s_shape(ndim, shape), gen->g, s_options(dtype, gen->device));
     });
 }
@@ -563,8 +564,8 @@ extern "C" bt_tensor *bt_embedding(bt_ctx *ctx, bt_tensor *weight, bt_tensor *id
 extern "C" bt_tensor *bt_rms_norm(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, double eps) {
     NEED2("bt_rms_norm", x, w);
     return s_op(ctx, "bt_rms_norm", [&] {
-        /* as Hugging Face LlamaRMSNorm: normalise in float32, scale in the input dtype */
-        at::Tensor h = x->t.to(at::kFloat);
+        /* as Hugging Face LlamaRMSNorm: normalise in (at least) float32, scale in the input dtype */
+        at::Tensor h = x->t.scalar_type() == at::kDouble ? x->t : x->t.to(at::kFloat);
         at::Tensor y = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
         return w->t * y.to(x->t.scalar_type());
     });
@@ -719,7 +720,6 @@ extern "C" bt_status bt_sort(bt_ctx *ctx, bt_tensor *t, int dim, bool descending
 extern "C" bt_tensor *bt_multinomial(bt_ctx *ctx, bt_gen *gen, bt_tensor *probs) {
     NEED2("bt_multinomial", gen, probs);
     return s_op(ctx, "bt_multinomial", [&] {
-        std::lock_guard<std::mutex> lock(gen->g.mutex());
         return at::multinomial(probs->t, 1, false, gen->g);
     });
 }

@@ -162,7 +162,8 @@ bt_tensor *bt_matmul(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
 bt_tensor *bt_linear(bt_ctx *ctx, bt_tensor *x, bt_tensor *w);
 /*  Rows of weight (V, C) selected by ids (any shape, BT_I64): result (..., C). */
 bt_tensor *bt_embedding(bt_ctx *ctx, bt_tensor *weight, bt_tensor *ids);
-/*  RMSNorm (Zhang & Sennrich 2019): x * rsqrt(mean(x^2, -1) + eps) * w, computed in float32. */
+/*  RMSNorm (Zhang & Sennrich 2019): x * rsqrt(mean(x^2, -1) + eps) * w, computed in float32
+    (float64 for float64 input). */
 bt_tensor *bt_rms_norm(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, double eps);
 /*  Rotary tables for positions (B, T) BT_I64: cos and sin of shape (B, 1, T, head_dim), Hugging
     Face "rotate_half" layout (frequency i used at i and i + head_dim/2). */
