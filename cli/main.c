@@ -1,1 +1,53 @@
-int main(void) { return 0; }
+/*  main.c — `baton COMMAND [ARGS]`: dispatches to the subcommands in cli/. */
+#include "cli.h"
+
+#include "baton/tensor.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char s_usage[] = "usage: baton COMMAND [ARGS]\n"
+                              "commands:\n"
+                              "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
+                              "environment: BATON_THREADS=N sets libtorch's intra-op threads\n";
+
+int bt_cli_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "baton: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n%s", s_usage);
+    va_end(ap);
+    return 2;
+}
+
+/*  BATON_THREADS, when set, fixes libtorch's intra-op thread count for the whole process. */
+static int s_apply_threads(void) {
+    const char *env = getenv("BATON_THREADS");
+    if (!env || !*env)
+        return 0;
+    char *end = NULL;
+    long n = strtol(env, &end, 10);
+    if (*end || n < 1 || n > 4096)
+        return bt_cli_usage_error("BATON_THREADS: expected an integer in [1, 4096], got \"%s\"",
+                                  env);
+    bt_set_num_threads((int)n);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return bt_cli_usage_error("missing COMMAND");
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        fputs(s_usage, stdout);
+        return 0;
+    }
+    int rc = s_apply_threads();
+    if (rc)
+        return rc;
+    if (strcmp(argv[1], "info") == 0)
+        return bt_cli_info(argc - 2, argv + 2);
+    return bt_cli_usage_error("unknown command \"%s\"", argv[1]);
+}

@@ -1,0 +1,19 @@
+/*  cli.h — the subcommands of the `baton` executable.  Only cli/ prints errors and exits.
+    Exit codes: 0 done, 1 runtime failure, 2 bad input. */
+#ifndef BATON_CLI_H
+#define BATON_CLI_H
+
+#include <stdbool.h>
+
+#define BT_VERSION "0.1.0"
+
+/*  Prints "baton: <message>" and the usage hint to stderr; returns exit code 2. */
+int bt_cli_usage_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+int bt_cli_info(int argc, char **argv);
+
+#endif
