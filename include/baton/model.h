@@ -1,0 +1,120 @@
+/*  model.h — Llama-family decoder-only transformer: config.json, parameters, forward passes, the KV
+    cache, and model directories (config.json + model.safetensors + tokenizer_config.json).
+    Threading: a model and a cache belong to one thread at a time.  Lifetime: a model lives until
+    bt_model_destroy(); its parameters live in the model's own context, a cache in its own.
+
+    Shapes: B batch, T sequence, C hidden_size, V vocab_size, H attention heads, Hkv key/value
+   heads, D head_dim = C / H.  Token ids are BT_I64.  A mask (B, T) of any integer or bool dtype
+   marks real tokens with 1 and padding with 0; padding may sit anywhere (left for generation, right
+   for training).  A padded token is never attended to by another token, and gets the position of
+   the last real token before it (0 if none), so real tokens see exactly what they would see
+   unpadded. */
+#ifndef BATON_MODEL_H
+#define BATON_MODEL_H
+
+#include "baton/status.h"
+#include "baton/tensor.h"
+#include "baton/tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*  The fields of a Hugging Face LlamaConfig, under the same names. */
+typedef struct bt_model_config {
+    int64_t vocab_size;
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;
+    int64_t num_key_value_heads; /* divides num_attention_heads; fewer = grouped-query attention */
+    double rms_norm_eps;
+    double rope_theta;
+    int64_t max_position_embeddings;
+    bool tie_word_embeddings; /* lm_head shares model.embed_tokens.weight */
+    int64_t bos_token_id;     /* -1 when none */
+    int64_t eos_token_id;     /* -1 when none */
+    int64_t pad_token_id;     /* -1 when none */
+} bt_model_config;
+
+/*  Defaults for the byte-level tokenizer: vocab 259 (BOS 256, EOS 257, PAD 258), hidden 64,
+    intermediate 176, 2 layers, 4 heads, 4 key/value heads, eps 1e-6, theta 10000, 1024 positions,
+    untied head. */
+void bt_model_config_init(bt_model_config *cfg);
+/*  BT_EINVAL naming the first bad field, e.g. "config.json: num_key_value_heads: expected an
+    integer dividing num_attention_heads (4), got 3". */
+bt_status bt_model_config_validate(const bt_model_config *cfg);
+/*  Parses and validates config.json text.  Missing optional keys take Hugging Face's defaults
+    (num_key_value_heads = num_attention_heads, rms_norm_eps 1e-6, rope_theta 10000,
+    max_position_embeddings 2048, tie_word_embeddings false, token ids none); an eos_token_id list
+    keeps its first id.  Errors are BT_EFORMAT or BT_EINVAL and start with source (a file name). */
+bt_status bt_model_config_parse(const char *json, const char *source, bt_model_config *out);
+bt_status bt_model_config_load(const char *path, bt_model_config *out);
+/*  config.json text with "model_type": "llama", "architectures": ["LlamaForCausalLM"] and
+    "torch_dtype": "float32".  Caller owns the result; free() it.  NULL when out of memory. */
+char *bt_model_config_to_json(const bt_model_config *cfg);
+bt_status bt_model_config_save(const bt_model_config *cfg, const char *path);
+
+typedef struct bt_model bt_model;
+
+/*  A model with random weights: every matrix drawn from N(0, 0.02^2), every norm weight 1, drawn on
+    the CPU from seed (so the weights do not depend on device) and moved to device.  Parameters
+    require grad.  Caller owns the result; destroy with bt_model_destroy().  NULL on failure, with
+    the reason in bt_last_error(). */
+bt_model *bt_model_new(const bt_model_config *cfg, bt_device device, uint64_t seed);
+void bt_model_destroy(bt_model **self_p);
+/*  Borrowed: valid while self lives. */
+const bt_model_config *bt_model_get_config(const bt_model *self);
+bt_device bt_model_device(const bt_model *self);
+
+/*  The parameters, in a fixed order: model.embed_tokens.weight, then per layer N
+    model.layers.N.{input_layernorm, self_attn.q_proj, self_attn.k_proj, self_attn.v_proj,
+    self_attn.o_proj, post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj}.weight,
+    then model.norm.weight and, unless tied, lm_head.weight.  Borrowed: valid while self lives;
+    writing into them (bt_copy_ under no-grad) changes the model. */
+int bt_model_num_params(const bt_model *self);
+bt_tensor *const *bt_model_params(const bt_model *self);
+const char *bt_model_param_name(const bt_model *self, int i);
+/*  The parameter called name, or NULL. */
+bt_tensor *bt_model_find_param(const bt_model *self, const char *name);
+
+/*  Logits (B, T, V) F32 of ids (B, T) under mask (B, T), both on the model's device.  Recorded by
+   autograd when grad mode is on.  The result lives in ctx. */
+bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask);
+/*  Log-probs (B, T-1) F32 of the given next tokens: element t is log P(ids[:, t+1] | ids[:, <= t])
+    under log_softmax(logits / temperature).  temperature > 0; 1 leaves the logits as they are.
+    When entropy is not NULL, *entropy gets the entropy (B, T-1) of the same distributions.
+    Elements whose target ids[:, t+1] is padding are computed all the same: mask them out. */
+bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask,
+                                   double temperature, bt_tensor **entropy);
+
+/*  Keys and values of past tokens for incremental decoding: per layer (B, Hkv, max_len, D), plus
+    which slots hold real tokens (B, max_len) and each row's next position (B).  Caller owns the
+    result; destroy with bt_kv_cache_destroy().  NULL on failure. */
+typedef struct bt_kv_cache bt_kv_cache;
+bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t batch, int64_t max_len);
+void bt_kv_cache_destroy(bt_kv_cache **self_p);
+
+/*  Appends T tokens ids (B, T) with mask (B, T) to every row of cache and returns the logits
+    (B, V) F32 of the last of them.  Prefill with the (left-padded) prompts, then call it once per
+    new token with T = 1 (mask 0 for rows that have finished).  Each row's positions continue from
+    its count of real tokens so far.  Runs under no-grad.  On failure, discard the cache. */
+bt_tensor *bt_model_forward_cached(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
+                                   bt_tensor *mask);
+
+/*  Writes dir/config.json, dir/model.safetensors (F32, Hugging Face names; lm_head.weight omitted
+    when tied) and the files of tok (NULL: the byte-level tokenizer), creating dir if needed. */
+bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const char *dir);
+/*  Reads a directory written by bt_model_save or a Hugging Face Llama checkpoint stored as one
+    model.safetensors (F32, F16 or BF16, converted to F32).  Every expected tensor must be present
+    with its shape; the first problem is reported by name.  Caller owns the result; destroy with
+    bt_model_destroy().  NULL on failure, with the reason in bt_last_error(). */
+bt_model *bt_model_load(const char *dir, bt_device device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,73 @@
+/*  sample.h — token sampling (greedy, temperature, top-k, top-p) and batched generation.
+    Threading: a call uses the model, the generator and the result on the calling thread only.
+    Lifetime: a bt_generation holds heap arrays from bt_generate until bt_generation_release(). */
+#ifndef BATON_SAMPLE_H
+#define BATON_SAMPLE_H
+
+#include "baton/model.h"
+#include "baton/status.h"
+#include "baton/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_sample_config {
+    int64_t max_new_tokens; /* >= 1 */
+    double temperature;     /* 0 = greedy (argmax); else logits are divided by it */
+    int64_t top_k;          /* keep the k most likely tokens; 0 = off */
+    double top_p;           /* keep the nucleus of this mass, in (0, 1); 1 = off */
+    bool use_cache;         /* false: recompute the whole sequence for every token (reference) */
+} bt_sample_config;
+
+/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true. */
+void bt_sample_config_init(bt_sample_config *cfg);
+
+/*  Logits (B, V) with every token outside the filters set to -inf: first the top_k largest
+    (ties with the k-th are kept), then, among those, the smallest set of most likely tokens whose
+    probability sums to >= top_p (always at least one).  top_k 0 and top_p >= 1 turn a filter off.
+    The result lives in ctx. */
+bt_tensor *bt_sample_filter(bt_ctx *ctx, bt_tensor *logits, int64_t top_k, double top_p);
+
+/*  Draws one token per row of logits (B, V): *tokens (B) BT_I64 and *logprobs (B) F32.  Greedy
+    when cfg->temperature is 0 (gen may then be NULL).  The log-prob is that of the token under
+    log_softmax(logits / temperature) BEFORE top-k/top-p filtering — what the trainer recomputes
+    with bt_model_token_logprobs at the same temperature; greedy records it at temperature 1. */
+bt_status bt_sample_next(bt_ctx *ctx, bt_gen *gen, bt_tensor *logits, const bt_sample_config *cfg,
+                         bt_tensor **tokens, bt_tensor **logprobs);
+
+/*  Values appear in messages: append only. */
+typedef enum bt_finish_reason {
+    BT_FINISH_LENGTH = 0, /* reached max_new_tokens (truncated) */
+    BT_FINISH_EOS = 1     /* sampled eos_token_id */
+} bt_finish_reason;
+
+/*  Row b's tokens are tokens[b * max_new_tokens + i] for i < lengths[b]; the rest hold the pad id
+    and log-prob 0. */
+typedef struct bt_generation {
+    int64_t batch;
+    int64_t max_new_tokens;
+    int32_t *tokens;          /* (batch, max_new_tokens) sampled ids, the EOS included */
+    float *logprobs;          /* (batch, max_new_tokens) log-prob of each, as bt_sample_next */
+    int64_t *lengths;         /* (batch) generated tokens, the EOS included */
+    bt_finish_reason *finish; /* (batch) */
+} bt_generation;
+
+void bt_generation_init(bt_generation *g);
+void bt_generation_release(bt_generation *g);
+
+/*  Samples up to cfg->max_new_tokens tokens after each of batch prompts (prompts[b] holds
+    prompt_lens[b] >= 1 ids, as bt_tokenizer_encode writes them) under no-grad.  A row stops when it
+   samples the model's eos_token_id; it then emits the pad id (pad_token_id, else eos_token_id, else
+   0) and is masked out.  The same gen state and inputs give the same tokens.  Fills *out, releasing
+   what it held; on failure *out is empty. */
+bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int64_t *prompt_lens,
+                      int64_t batch, const bt_sample_config *cfg, bt_gen *gen, bt_generation *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

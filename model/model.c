@@ -1,0 +1,848 @@
+/*  model.c — the Llama-family decoder: config.json, parameters, full and cached forward passes,
+    model directories.  Reference: Hugging Face transformers, models/llama/modeling_llama.py. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "baton/model.h"
+#include "baton/safetensors.h"
+#include "baton/tokenizer.h"
+
+#include <cjson/cJSON.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define S_NAME_MAX 64
+#define S_PER_LAYER 9              /* parameters per decoder layer */
+#define S_CONFIG_MAX (1 << 20)     /* largest config.json read, in bytes */
+#define S_POSITION_MAX 2147483647. /* upper clamp for positions */
+
+/* ---- config.json ------------------------------------------------------------------------------
+ */
+
+void bt_model_config_init(bt_model_config *cfg) {
+    *cfg = (bt_model_config){
+        .vocab_size = 259,
+        .hidden_size = 64,
+        .intermediate_size = 176,
+        .num_hidden_layers = 2,
+        .num_attention_heads = 4,
+        .num_key_value_heads = 4,
+        .rms_norm_eps = 1e-6,
+        .rope_theta = 10000.0,
+        .max_position_embeddings = 1024,
+        .tie_word_embeddings = false,
+        .bos_token_id = 256,
+        .eos_token_id = 257,
+        .pad_token_id = 258,
+    };
+}
+
+static bt_status s_check_token(const char *src, const char *key, int64_t id, int64_t vocab) {
+    if (id < -1 || id >= vocab)
+        return bt_fail(BT_EINVAL, "%s: %s: expected an integer in [0, %lld) or null, got %lld", src,
+                       key, (long long)vocab, (long long)id);
+    return BT_OK;
+}
+
+static bt_status s_validate(const bt_model_config *c, const char *src) {
+    const struct {
+        const char *key;
+        int64_t value;
+    } positive[] = {{"vocab_size", c->vocab_size},
+                    {"hidden_size", c->hidden_size},
+                    {"intermediate_size", c->intermediate_size},
+                    {"num_hidden_layers", c->num_hidden_layers},
+                    {"num_attention_heads", c->num_attention_heads},
+                    {"max_position_embeddings", c->max_position_embeddings}};
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
+        if (positive[i].value < 1)
+            return bt_fail(BT_EINVAL, "%s: %s: expected a positive integer, got %lld", src,
+                           positive[i].key, (long long)positive[i].value);
+    if (c->hidden_size % c->num_attention_heads || (c->hidden_size / c->num_attention_heads) % 2)
+        return bt_fail(BT_EINVAL,
+                       "%s: num_attention_heads: expected an integer dividing hidden_size (%lld) "
+                       "into an even head_dim, got %lld",
+                       src, (long long)c->hidden_size, (long long)c->num_attention_heads);
+    if (c->num_key_value_heads < 1 || c->num_attention_heads % c->num_key_value_heads)
+        return bt_fail(BT_EINVAL,
+                       "%s: num_key_value_heads: expected an integer dividing "
+                       "num_attention_heads (%lld), got %lld",
+                       src, (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
+    if (!(c->rms_norm_eps > 0) || !isfinite(c->rms_norm_eps))
+        return bt_fail(BT_EINVAL, "%s: rms_norm_eps: expected a positive number, got %g", src,
+                       c->rms_norm_eps);
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+        return bt_fail(BT_EINVAL, "%s: rope_theta: expected a positive number, got %g", src,
+                       c->rope_theta);
+    bt_status st = s_check_token(src, "bos_token_id", c->bos_token_id, c->vocab_size);
+    if (st == BT_OK)
+        st = s_check_token(src, "eos_token_id", c->eos_token_id, c->vocab_size);
+    if (st == BT_OK)
+        st = s_check_token(src, "pad_token_id", c->pad_token_id, c->vocab_size);
+    return st;
+}
+
+bt_status bt_model_config_validate(const bt_model_config *cfg) {
+    return s_validate(cfg, "config.json");
+}
+
+/*  What a JSON value is, for error messages. */
+static void s_describe(const cJSON *item, char *buf, size_t len) {
+    if (cJSON_IsNumber(item))
+        snprintf(buf, len, "%.17g", item->valuedouble);
+    else if (cJSON_IsString(item))
+        snprintf(buf, len, "\"%.40s\"", item->valuestring);
+    else if (cJSON_IsBool(item))
+        snprintf(buf, len, "%s", cJSON_IsTrue(item) ? "true" : "false");
+    else if (cJSON_IsNull(item))
+        snprintf(buf, len, "null");
+    else
+        snprintf(buf, len, "%s", cJSON_IsArray(item) ? "an array" : "an object");
+}
+
+static bt_status s_type_error(const char *src, const char *key, const char *expected,
+                              const cJSON *found) {
+    char got[64];
+    s_describe(found, got, sizeof got);
+    return bt_fail(BT_EFORMAT, "%s: %s: expected %s, got %s", src, key, expected, got);
+}
+
+static bool s_is_integer(const cJSON *item) {
+    return cJSON_IsNumber(item) && item->valuedouble == floor(item->valuedouble) &&
+           fabs(item->valuedouble) < 9007199254740992.0;
+}
+
+/*  Leaves *out alone when key is absent and not required. */
+static bt_status s_get_int(const cJSON *root, const char *src, const char *key, bool required,
+                           int64_t *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!item && !required)
+        return BT_OK;
+    if (!item)
+        return bt_fail(BT_EFORMAT, "%s: %s: expected an integer, got nothing (missing key)", src,
+                       key);
+    if (!s_is_integer(item))
+        return s_type_error(src, key, "an integer", item);
+    *out = (int64_t)item->valuedouble;
+    return BT_OK;
+}
+
+static bt_status s_get_number(const cJSON *root, const char *src, const char *key, double *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!item)
+        return BT_OK;
+    if (!cJSON_IsNumber(item))
+        return s_type_error(src, key, "a number", item);
+    *out = item->valuedouble;
+    return BT_OK;
+}
+
+static bt_status s_get_bool(const cJSON *root, const char *src, const char *key, bool *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!item)
+        return BT_OK;
+    if (!cJSON_IsBool(item))
+        return s_type_error(src, key, "true or false", item);
+    *out = cJSON_IsTrue(item);
+    return BT_OK;
+}
+
+/*  A token id: an integer, null (none, -1) or a list whose first id is kept. */
+static bt_status s_get_token(const cJSON *root, const char *src, const char *key, int64_t *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsArray(item) && cJSON_GetArraySize(item) > 0)
+        item = cJSON_GetArrayItem(item, 0);
+    if (!item || cJSON_IsNull(item)) {
+        *out = -1;
+        return BT_OK;
+    }
+    if (!s_is_integer(item))
+        return s_type_error(src, key, "an integer, a list of integers or null", item);
+    *out = (int64_t)item->valuedouble;
+    return BT_OK;
+}
+
+/*  Rejects the Hugging Face options this decoder does not implement. */
+static bt_status s_check_supported(const cJSON *root, const char *src) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (type && !(cJSON_IsString(type) && strcmp(type->valuestring, "llama") == 0))
+        return s_type_error(src, "model_type", "\"llama\"", type);
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
+        return s_type_error(src, "hidden_act", "\"silu\"", act);
+    const char *off[] = {"attention_bias", "mlp_bias", "rope_scaling"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, off[i]);
+        if (item && !cJSON_IsFalse(item) && !cJSON_IsNull(item))
+            return s_type_error(src, off[i], "false or null (not supported)", item);
+    }
+    return BT_OK;
+}
+
+static bt_status s_parse_fields(const cJSON *root, const char *src, bt_model_config *c) {
+    bt_status st = s_check_supported(root, src);
+    if (st == BT_OK)
+        st = s_get_int(root, src, "vocab_size", true, &c->vocab_size);
+    if (st == BT_OK)
+        st = s_get_int(root, src, "hidden_size", true, &c->hidden_size);
+    if (st == BT_OK)
+        st = s_get_int(root, src, "intermediate_size", true, &c->intermediate_size);
+    if (st == BT_OK)
+        st = s_get_int(root, src, "num_hidden_layers", true, &c->num_hidden_layers);
+    if (st == BT_OK)
+        st = s_get_int(root, src, "num_attention_heads", true, &c->num_attention_heads);
+    c->num_key_value_heads = c->num_attention_heads;
+    if (st == BT_OK)
+        st = s_get_int(root, src, "num_key_value_heads", false, &c->num_key_value_heads);
+    if (st == BT_OK)
+        st = s_get_number(root, src, "rms_norm_eps", &c->rms_norm_eps);
+    if (st == BT_OK)
+        st = s_get_number(root, src, "rope_theta", &c->rope_theta);
+    if (st == BT_OK)
+        st = s_get_int(root, src, "max_position_embeddings", false, &c->max_position_embeddings);
+    if (st == BT_OK)
+        st = s_get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
+    if (st == BT_OK)
+        st = s_get_token(root, src, "bos_token_id", &c->bos_token_id);
+    if (st == BT_OK)
+        st = s_get_token(root, src, "eos_token_id", &c->eos_token_id);
+    if (st == BT_OK)
+        st = s_get_token(root, src, "pad_token_id", &c->pad_token_id);
+    const cJSON *head_dim = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if (st == BT_OK && head_dim && c->num_attention_heads > 0 &&
+        !(s_is_integer(head_dim) &&
+          (int64_t)head_dim->valuedouble == c->hidden_size / c->num_attention_heads))
+        st = s_type_error(src, "head_dim", "hidden_size / num_attention_heads (not supported)",
+                          head_dim);
+    return st;
+}
+
+bt_status bt_model_config_parse(const char *json, const char *source, bt_model_config *out) {
+    cJSON *root = cJSON_Parse(json);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return bt_fail(BT_EFORMAT, "%s: expected a JSON object", source);
+    }
+    /* Hugging Face defaults for the optional keys */
+    bt_model_config c = {.rms_norm_eps = 1e-6,
+                         .rope_theta = 10000.0,
+                         .max_position_embeddings = 2048,
+                         .tie_word_embeddings = false};
+    bt_status st = s_parse_fields(root, source, &c);
+    cJSON_Delete(root);
+    if (st == BT_OK)
+        st = s_validate(&c, source);
+    if (st == BT_OK)
+        *out = c;
+    return st;
+}
+
+/*  Reads a whole text file of at most max bytes.  Caller owns *out; free() it. */
+static bt_status s_read_text(const char *path, size_t max, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    bool failed = !buf || ferror(f);
+    fclose(f);
+    if (failed || n > max) {
+        free(buf);
+        return bt_fail(buf ? BT_EIO : BT_ENOMEM, "%s: cannot read, or larger than %zu bytes", path,
+                       max);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return BT_OK;
+}
+
+bt_status bt_model_config_load(const char *path, bt_model_config *out) {
+    char *text = NULL;
+    bt_status st = s_read_text(path, S_CONFIG_MAX, &text);
+    if (st == BT_OK)
+        st = bt_model_config_parse(text, path, out);
+    free(text);
+    return st;
+}
+
+static cJSON *s_token_json(int64_t id) {
+    return id < 0 ? cJSON_CreateNull() : cJSON_CreateNumber((double)id);
+}
+
+char *bt_model_config_to_json(const bt_model_config *c) {
+    cJSON *root = cJSON_CreateObject();
+    const char *arch = "LlamaForCausalLM";
+    cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&arch, 1));
+    cJSON_AddStringToObject(root, "model_type", "llama");
+    cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    cJSON_AddNumberToObject(root, "vocab_size", (double)c->vocab_size);
+    cJSON_AddNumberToObject(root, "hidden_size", (double)c->hidden_size);
+    cJSON_AddNumberToObject(root, "intermediate_size", (double)c->intermediate_size);
+    cJSON_AddNumberToObject(root, "num_hidden_layers", (double)c->num_hidden_layers);
+    cJSON_AddNumberToObject(root, "num_attention_heads", (double)c->num_attention_heads);
+    cJSON_AddNumberToObject(root, "num_key_value_heads", (double)c->num_key_value_heads);
+    cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(root, "max_position_embeddings", (double)c->max_position_embeddings);
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddItemToObject(root, "bos_token_id", s_token_json(c->bos_token_id));
+    cJSON_AddItemToObject(root, "eos_token_id", s_token_json(c->eos_token_id));
+    cJSON_AddItemToObject(root, "pad_token_id", s_token_json(c->pad_token_id));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+static bt_status s_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return bt_fail(BT_EIO, "%s: cannot create: %s", path, strerror(errno));
+    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = (fclose(f) == 0) && ok;
+    return ok ? BT_OK : bt_fail(BT_EIO, "%s: write failed: %s", path, strerror(errno));
+}
+
+bt_status bt_model_config_save(const bt_model_config *cfg, const char *path) {
+    char *text = bt_model_config_to_json(cfg);
+    if (!text)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    bt_status st = s_write_text(path, text);
+    free(text);
+    return st;
+}
+
+/* ---- parameters -------------------------------------------------------------------------------
+ */
+
+typedef struct s_layer {
+    bt_tensor *input_norm; /* (C) */
+    bt_tensor *q_proj;     /* (H * D, C) */
+    bt_tensor *k_proj;     /* (Hkv * D, C) */
+    bt_tensor *v_proj;     /* (Hkv * D, C) */
+    bt_tensor *o_proj;     /* (C, H * D) */
+    bt_tensor *post_norm;  /* (C) */
+    bt_tensor *gate_proj;  /* (I, C) */
+    bt_tensor *up_proj;    /* (I, C) */
+    bt_tensor *down_proj;  /* (C, I) */
+} s_layer;
+
+typedef struct s_param {
+    char name[S_NAME_MAX];
+    int ndim; /* 1 for a norm weight, else 2 */
+    int64_t shape[2];
+} s_param;
+
+struct bt_model {
+    bt_model_config cfg;
+    bt_device device;
+    bt_ctx *ctx; /* owns the parameters */
+    int n_params;
+    s_param *specs;     /* (n_params) */
+    bt_tensor **params; /* (n_params) */
+    s_layer *layers;    /* (num_hidden_layers) views of params */
+    bt_tensor *embed;   /* (V, C) */
+    bt_tensor *norm;    /* (C) */
+    bt_tensor *lm_head; /* (V, C); the embedding when tied */
+};
+
+static void s_add_spec(bt_model *m, int ndim, int64_t d0, int64_t d1, const char *fmt, int layer) {
+    s_param *p = &m->specs[m->n_params++];
+    snprintf(p->name, sizeof p->name, fmt, layer);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+}
+
+/*  Validates cfg and lays out the parameter names and shapes; no tensor yet. */
+static bt_model *s_model_alloc(const bt_model_config *cfg, bt_device device) {
+    if (bt_model_config_validate(cfg) != BT_OK)
+        return NULL;
+    int64_t L = cfg->num_hidden_layers, C = cfg->hidden_size, V = cfg->vocab_size;
+    int64_t I = cfg->intermediate_size, D = C / cfg->num_attention_heads;
+    int64_t HD = cfg->num_attention_heads * D, KD = cfg->num_key_value_heads * D;
+    int64_t n = 3 + S_PER_LAYER * L;
+    bt_model *m = calloc(1, sizeof *m);
+    if (m) {
+        m->specs = calloc((size_t)n, sizeof *m->specs);
+        m->params = calloc((size_t)n, sizeof *m->params);
+        m->layers = calloc((size_t)L, sizeof *m->layers);
+        m->ctx = bt_ctx_new();
+    }
+    if (!m || !m->specs || !m->params || !m->layers || !m->ctx) {
+        bt_model_destroy(&m);
+        bt_fail(BT_ENOMEM, "bt_model_new: out of memory");
+        return NULL;
+    }
+    m->cfg = *cfg;
+    m->device = device;
+    s_add_spec(m, 2, V, C, "model.embed_tokens.weight", 0);
+    for (int l = 0; l < (int)L; l++) {
+        s_add_spec(m, 1, C, 0, "model.layers.%d.input_layernorm.weight", l);
+        s_add_spec(m, 2, HD, C, "model.layers.%d.self_attn.q_proj.weight", l);
+        s_add_spec(m, 2, KD, C, "model.layers.%d.self_attn.k_proj.weight", l);
+        s_add_spec(m, 2, KD, C, "model.layers.%d.self_attn.v_proj.weight", l);
+        s_add_spec(m, 2, C, HD, "model.layers.%d.self_attn.o_proj.weight", l);
+        s_add_spec(m, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        s_add_spec(m, 2, I, C, "model.layers.%d.mlp.gate_proj.weight", l);
+        s_add_spec(m, 2, I, C, "model.layers.%d.mlp.up_proj.weight", l);
+        s_add_spec(m, 2, C, I, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+    s_add_spec(m, 1, C, 0, "model.norm.weight", 0);
+    if (!cfg->tie_word_embeddings)
+        s_add_spec(m, 2, V, C, "lm_head.weight", 0);
+    return m;
+}
+
+/*  Points the named fields at the parameters, in the order s_model_alloc laid them out. */
+static void s_model_bind(bt_model *m) {
+    bt_tensor **p = m->params;
+    m->embed = *p++;
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+        s_layer *w = &m->layers[l];
+        w->input_norm = *p++;
+        w->q_proj = *p++;
+        w->k_proj = *p++;
+        w->v_proj = *p++;
+        w->o_proj = *p++;
+        w->post_norm = *p++;
+        w->gate_proj = *p++;
+        w->up_proj = *p++;
+        w->down_proj = *p++;
+    }
+    m->norm = *p++;
+    m->lm_head = m->cfg.tie_word_embeddings ? m->embed : *p;
+}
+
+/*  Norm weights 1, matrices N(0, 0.02^2): a CPU tensor in tmp. */
+static bt_tensor *s_init_random(bt_ctx *tmp, bt_gen *gen, const s_param *p) {
+    if (p->ndim == 1)
+        return bt_full(tmp, BT_F32, bt_cpu(), 1, p->shape, 1.0);
+    return bt_mul_scalar(tmp, bt_randn(tmp, gen, BT_F32, p->ndim, p->shape), 0.02);
+}
+
+static void s_format_shape(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t at = (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < ndim && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (at < len)
+        snprintf(buf + at, len - at, ")");
+}
+
+/*  The stored tensor called p->name, checked and wrapped as a CPU tensor in tmp. */
+static bt_tensor *s_init_from_file(bt_ctx *tmp, const bt_safetensors_t *st, const char *file,
+                                   const s_param *p) {
+    const bt_st_entry *e = bt_safetensors_find(st, p->name);
+    if (!e) {
+        bt_fail(BT_EFORMAT, "%s: missing tensor %s", file, p->name);
+        return NULL;
+    }
+    if (e->dtype != BT_F32 && e->dtype != BT_F16 && e->dtype != BT_BF16) {
+        bt_fail(BT_EFORMAT, "%s: %s: expected dtype F32, F16 or BF16, got %s", file, p->name,
+                bt_dtype_name(e->dtype));
+        return NULL;
+    }
+    bool same = e->ndim == p->ndim;
+    for (int i = 0; same && i < p->ndim; i++)
+        same = e->shape[i] == p->shape[i];
+    if (!same) {
+        char want[64], got[160];
+        s_format_shape(want, sizeof want, p->ndim, p->shape);
+        s_format_shape(got, sizeof got, e->ndim, e->shape);
+        bt_fail(BT_EFORMAT, "%s: %s: expected shape %s, got %s", file, p->name, want, got);
+        return NULL;
+    }
+    return bt_from_host(tmp, e->dtype, bt_cpu(), e->ndim, e->shape, e->data);
+}
+
+/*  Creates every parameter, from st (named file) when given, else at random from seed: F32 on the
+    model's device, requiring grad. */
+static bt_status s_model_fill(bt_model *m, uint64_t seed, const bt_safetensors_t *st,
+                              const char *file) {
+    bt_gen *gen = st ? NULL : bt_gen_new(seed, bt_cpu());
+    bt_ctx *tmp = bt_ctx_new();
+    bool grad = bt_set_grad_enabled(false);
+    bt_status status = (gen || st) && tmp ? BT_OK : BT_ENOMEM;
+    for (int i = 0; i < m->n_params && status == BT_OK; i++) {
+        bt_tensor *t = st ? s_init_from_file(tmp, st, file, &m->specs[i])
+                          : s_init_random(tmp, gen, &m->specs[i]);
+        m->params[i] = bt_clone(m->ctx, bt_to_device(tmp, bt_to_dtype(tmp, t, BT_F32), m->device));
+        if (!m->params[i])
+            status = st && !t ? BT_EFORMAT : BT_ETORCH;
+        else
+            status = bt_set_requires_grad(m->params[i], true);
+        bt_ctx_reset(tmp);
+    }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&tmp);
+    bt_gen_destroy(&gen);
+    if (status == BT_OK)
+        s_model_bind(m);
+    return status;
+}
+
+bt_model *bt_model_new(const bt_model_config *cfg, bt_device device, uint64_t seed) {
+    bt_model *m = s_model_alloc(cfg, device);
+    if (m && s_model_fill(m, seed, NULL, NULL) != BT_OK)
+        bt_model_destroy(&m);
+    return m;
+}
+
+void bt_model_destroy(bt_model **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_model *m = *self_p;
+    bt_ctx_destroy(&m->ctx);
+    free(m->specs);
+    free(m->params);
+    free(m->layers);
+    free(m);
+    *self_p = NULL;
+}
+
+const bt_model_config *bt_model_get_config(const bt_model *self) {
+    return &self->cfg;
+}
+bt_device bt_model_device(const bt_model *self) {
+    return self->device;
+}
+int bt_model_num_params(const bt_model *self) {
+    return self->n_params;
+}
+bt_tensor *const *bt_model_params(const bt_model *self) {
+    return self->params;
+}
+
+const char *bt_model_param_name(const bt_model *self, int i) {
+    return i >= 0 && i < self->n_params ? self->specs[i].name : NULL;
+}
+
+bt_tensor *bt_model_find_param(const bt_model *self, const char *name) {
+    for (int i = 0; i < self->n_params; i++)
+        if (strcmp(self->specs[i].name, name) == 0)
+            return self->params[i];
+    return NULL;
+}
+
+/* ---- forward ----------------------------------------------------------------------------------
+ */
+
+/*  What every layer of one pass shares. */
+typedef struct s_pass {
+    int64_t B, T;         /* batch, new tokens */
+    bt_tensor *cos, *sin; /* (B, 1, T, D) rotary tables */
+    bt_tensor *allowed;   /* (B, 1, T, offset + T) which keys each query may attend to */
+    bt_kv_cache *cache;   /* NULL for a full forward */
+    int64_t offset;       /* cache slots filled before this pass */
+} s_pass;
+
+struct bt_kv_cache {
+    bt_ctx *ctx;
+    int64_t batch, max_len;
+    int64_t len; /* slots filled, the same for every row */
+    int n_layers;
+    bt_tensor **k, **v;  /* per layer (B, Hkv, max_len, D) */
+    bt_tensor *real;     /* (B, max_len) BT_BOOL: the slot holds a real token */
+    bt_tensor *next_pos; /* (B) BT_I64: real tokens so far = the next position */
+};
+
+/*  (B, T, n * D) -> (B, n, T, D) */
+static bt_tensor *s_split_heads(bt_ctx *ctx, bt_tensor *x, const s_pass *p, int64_t n, int64_t D) {
+    const int64_t shape[] = {p->B, p->T, n, D};
+    return bt_transpose(ctx, bt_reshape(ctx, x, 4, shape), 1, 2);
+}
+
+/*  (B, H, T, D) -> (B, T, H * D) */
+static bt_tensor *s_merge_heads(bt_ctx *ctx, bt_tensor *y, const s_pass *p) {
+    const int64_t shape[] = {p->B, p->T, -1};
+    return bt_reshape(ctx, bt_transpose(ctx, y, 1, 2), 3, shape);
+}
+
+/*  Writes kv (B, Hkv, T, D) into slots [offset, offset + T) of store (B, Hkv, max_len, D) and
+    returns slots [0, offset + T). */
+static bt_tensor *s_cache_append(bt_ctx *ctx, bt_tensor *store, bt_tensor *kv, const s_pass *p) {
+    if (bt_copy_(bt_slice(ctx, store, 2, p->offset, p->offset + p->T, 1), kv) != BT_OK)
+        return NULL;
+    return bt_slice(ctx, store, 2, 0, p->offset + p->T, 1);
+}
+
+/*  Grouped-query self-attention of x (B, T, C) -> (B, T, C). */
+static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x,
+                              const s_pass *p) {
+    const s_layer *w = &m->layers[l];
+    int64_t H = m->cfg.num_attention_heads, Hkv = m->cfg.num_key_value_heads;
+    int64_t D = m->cfg.hidden_size / H;
+    bt_tensor *q = s_split_heads(ctx, bt_linear(ctx, x, w->q_proj), p, H, D);   /* (B, H, T, D) */
+    bt_tensor *k = s_split_heads(ctx, bt_linear(ctx, x, w->k_proj), p, Hkv, D); /* (B, Hkv, T, D) */
+    bt_tensor *v = s_split_heads(ctx, bt_linear(ctx, x, w->v_proj), p, Hkv, D); /* (B, Hkv, T, D) */
+    q = bt_rope(ctx, q, p->cos, p->sin);
+    k = bt_rope(ctx, k, p->cos, p->sin);
+    if (p->cache) { /* (B, Hkv, offset + T, D) */
+        k = s_cache_append(ctx, p->cache->k[l], k, p);
+        v = s_cache_append(ctx, p->cache->v[l], v, p);
+    }
+    bt_tensor *y = bt_attention(ctx, q, k, v, p->allowed); /* (B, H, T, D) */
+    return bt_linear(ctx, s_merge_heads(ctx, y, p), w->o_proj);
+}
+
+/*  SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), x (B, T, C) -> (B, T, C). */
+static bt_tensor *s_mlp(bt_ctx *ctx, const s_layer *w, bt_tensor *x) {
+    bt_tensor *gate = bt_silu(ctx, bt_linear(ctx, x, w->gate_proj)); /* (B, T, I) */
+    return bt_linear(ctx, bt_mul(ctx, gate, bt_linear(ctx, x, w->up_proj)), w->down_proj);
+}
+
+/*  Pre-norm decoder layer: x + attn(norm(x)), then h + mlp(norm(h)).  (B, T, C) -> (B, T, C). */
+static bt_tensor *s_block(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x, const s_pass *p) {
+    const s_layer *w = &m->layers[l];
+    double eps = m->cfg.rms_norm_eps;
+    bt_tensor *h =
+        bt_add(ctx, x, s_attention(m, ctx, l, bt_rms_norm(ctx, x, w->input_norm, eps), p));
+    return bt_add(ctx, h, s_mlp(ctx, w, bt_rms_norm(ctx, h, w->post_norm, eps)));
+}
+
+/*  Final hidden states (B, T, C), after model.norm, of ids (B, T). */
+static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_pass *p) {
+    bt_tensor *x = bt_embedding(ctx, m->embed, ids); /* (B, T, C) */
+    for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++)
+        x = s_block(m, ctx, l, x, p);
+    return bt_rms_norm(ctx, x, m->norm, m->cfg.rms_norm_eps);
+}
+
+/*  Positions (B, T) of mask (B, T) BT_I64: base + max(cumsum(mask) - 1, 0); base (B, 1) or NULL. */
+static bt_tensor *s_positions(bt_ctx *ctx, bt_tensor *mask, bt_tensor *base) {
+    bt_tensor *pos =
+        bt_clamp(ctx, bt_add_scalar(ctx, bt_cumsum(ctx, mask, 1), -1), 0, S_POSITION_MAX);
+    return base ? bt_add(ctx, pos, base) : pos;
+}
+
+static bt_status s_rope_tables(const bt_model *m, bt_ctx *ctx, bt_tensor *positions, s_pass *p) {
+    int64_t D = m->cfg.hidden_size / m->cfg.num_attention_heads;
+    return bt_rope_tables(ctx, positions, D, m->cfg.rope_theta, BT_F32, &p->cos, &p->sin);
+}
+
+/*  Allowed (B, 1, T, Tk) for queries in slots offset..offset+T-1 over keys in slots 0..Tk-1:
+    causal AND the key is real, OR the key is the query itself (so no row is empty).
+    real: (B, Tk) BT_BOOL. */
+static bt_tensor *s_allowed(bt_ctx *ctx, bt_device dev, bt_tensor *real, const s_pass *p,
+                            int64_t Tk) {
+    const int64_t qshape[] = {p->T, 1}, kshape[] = {1, Tk}, rshape[] = {p->B, 1, 1, Tk};
+    bt_tensor *qslot =
+        bt_reshape(ctx, bt_add_scalar(ctx, bt_arange(ctx, BT_I64, dev, p->T), (double)p->offset), 2,
+                   qshape);                                                         /* (T, 1) */
+    bt_tensor *kslot = bt_reshape(ctx, bt_arange(ctx, BT_I64, dev, Tk), 2, kshape); /* (1, Tk) */
+    bt_tensor *ahead = bt_sub(ctx, kslot, qslot);                                   /* (T, Tk) */
+    bt_tensor *causal = bt_logical_not(ctx, bt_gt_scalar(ctx, ahead, 0));
+    bt_tensor *self = bt_eq_scalar(ctx, ahead, 0);
+    bt_tensor *key = bt_reshape(ctx, real, 4, rshape); /* (B, 1, 1, Tk) */
+    /* key OR self, as NOT(NOT key AND NOT self) */
+    bt_tensor *visible = bt_logical_not(
+        ctx, bt_logical_and(ctx, bt_logical_not(ctx, key), bt_logical_not(ctx, self)));
+    return bt_logical_and(ctx, causal, visible); /* (B, 1, T, Tk) */
+}
+
+static bt_status s_check_batch(const char *op, bt_tensor *ids, bt_tensor *mask) {
+    if (!ids || !mask)
+        return bt_last_error()[0] ? BT_EINVAL : bt_fail(BT_EINVAL, "%s: NULL ids or mask", op);
+    if (bt_ndim(ids) != 2 || bt_ndim(mask) != 2 || bt_dim(ids, 0) != bt_dim(mask, 0) ||
+        bt_dim(ids, 1) != bt_dim(mask, 1) || bt_dim(ids, 1) < 1)
+        return bt_fail(BT_EINVAL, "%s: ids and mask must both be (B, T) with T >= 1", op);
+    return BT_OK;
+}
+
+bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask) {
+    if (s_check_batch("bt_model_forward", ids, mask) != BT_OK)
+        return NULL;
+    s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1)};
+    bt_tensor *m64 = bt_to_dtype(ctx, mask, BT_I64); /* (B, T) */
+    if (s_rope_tables(self, ctx, s_positions(ctx, m64, NULL), &p) != BT_OK)
+        return NULL;
+    p.allowed = s_allowed(ctx, self->device, bt_gt_scalar(ctx, m64, 0), &p, p.T);
+    return bt_linear(ctx, s_hidden(self, ctx, ids, &p), self->lm_head); /* (B, T, V) */
+}
+
+bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask,
+                                   double temperature, bt_tensor **entropy) {
+    if (s_check_batch("bt_model_token_logprobs", ids, mask) != BT_OK)
+        return NULL;
+    int64_t B = bt_dim(ids, 0), T = bt_dim(ids, 1);
+    if (T < 2 || !(temperature > 0)) {
+        bt_fail(BT_EINVAL,
+                "bt_model_token_logprobs: need T >= 2 and temperature > 0, got T %lld, "
+                "temperature %g",
+                (long long)T, temperature);
+        return NULL;
+    }
+    bt_tensor *logits = bt_slice(ctx, bt_model_forward(self, ctx, ids, mask), 1, 0, T - 1, 1);
+    bt_tensor *logp = bt_log_softmax(ctx, bt_mul_scalar(ctx, logits, 1.0 / temperature), -1);
+    bt_tensor *next = bt_unsqueeze(ctx, bt_slice(ctx, ids, 1, 1, T, 1), -1); /* (B, T-1, 1) */
+    const int64_t shape[] = {B, T - 1};
+    bt_tensor *out = bt_reshape(ctx, bt_gather(ctx, logp, 2, next), 2, shape); /* (B, T-1) */
+    if (entropy) /* H = -sum_v p_v log p_v */
+        *entropy = bt_neg(ctx, bt_sum(ctx, bt_mul(ctx, bt_exp(ctx, logp), logp), -1, false));
+    return out;
+}
+
+/* ---- KV cache ---------------------------------------------------------------------------------
+ */
+
+bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t batch, int64_t max_len) {
+    if (batch < 1 || max_len < 1) {
+        bt_fail(BT_EINVAL, "bt_kv_cache_new: need batch >= 1 and max_len >= 1, got %lld and %lld",
+                (long long)batch, (long long)max_len);
+        return NULL;
+    }
+    const bt_model_config *c = &model->cfg;
+    int L = (int)c->num_hidden_layers;
+    bt_kv_cache *kv = calloc(1, sizeof *kv);
+    if (kv) {
+        kv->ctx = bt_ctx_new();
+        kv->k = calloc((size_t)L, sizeof *kv->k);
+        kv->v = calloc((size_t)L, sizeof *kv->v);
+    }
+    if (!kv || !kv->ctx || !kv->k || !kv->v) {
+        bt_kv_cache_destroy(&kv);
+        bt_fail(BT_ENOMEM, "bt_kv_cache_new: out of memory");
+        return NULL;
+    }
+    kv->batch = batch;
+    kv->max_len = max_len;
+    kv->n_layers = L;
+    const int64_t shape[] = {batch, c->num_key_value_heads, max_len,
+                             c->hidden_size / c->num_attention_heads};
+    bool ok = true;
+    for (int l = 0; l < L; l++) {
+        kv->k[l] = bt_zeros(kv->ctx, BT_F32, model->device, 4, shape);
+        kv->v[l] = bt_zeros(kv->ctx, BT_F32, model->device, 4, shape);
+        ok = ok && kv->k[l] && kv->v[l];
+    }
+    const int64_t real_shape[] = {batch, max_len};
+    kv->real = bt_zeros(kv->ctx, BT_BOOL, model->device, 2, real_shape);
+    kv->next_pos = bt_zeros(kv->ctx, BT_I64, model->device, 1, &batch);
+    if (!ok || !kv->real || !kv->next_pos)
+        bt_kv_cache_destroy(&kv);
+    return kv;
+}
+
+void bt_kv_cache_destroy(bt_kv_cache **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_kv_cache *kv = *self_p;
+    bt_ctx_destroy(&kv->ctx);
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+    *self_p = NULL;
+}
+
+/*  The cached forward under no-grad; updates the cache's bookkeeping only on success. */
+static bt_tensor *s_forward_cached(bt_model *m, bt_kv_cache *kv, bt_ctx *ctx, bt_tensor *ids,
+                                   bt_tensor *mask) {
+    s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1), .cache = kv, .offset = kv->len};
+    const int64_t base_shape[] = {p.B, 1}, last_shape[] = {p.B, m->cfg.hidden_size};
+    bt_tensor *m64 = bt_to_dtype(ctx, mask, BT_I64); /* (B, T) */
+    bt_tensor *base = bt_reshape(ctx, kv->next_pos, 2, base_shape);
+    if (s_rope_tables(m, ctx, s_positions(ctx, m64, base), &p) != BT_OK ||
+        bt_copy_(bt_slice(ctx, kv->real, 1, p.offset, p.offset + p.T, 1),
+                 bt_gt_scalar(ctx, m64, 0)) != BT_OK)
+        return NULL;
+    bt_tensor *real = bt_slice(ctx, kv->real, 1, 0, p.offset + p.T, 1); /* (B, offset + T) */
+    p.allowed = s_allowed(ctx, m->device, real, &p, p.offset + p.T);
+    bt_tensor *h = bt_slice(ctx, s_hidden(m, ctx, ids, &p), 1, p.T - 1, p.T, 1); /* (B, 1, C) */
+    bt_tensor *logits = bt_linear(ctx, bt_reshape(ctx, h, 2, last_shape), m->lm_head); /* (B, V) */
+    if (!logits ||
+        bt_copy_(kv->next_pos, bt_add(ctx, kv->next_pos, bt_sum(ctx, m64, 1, false))) != BT_OK)
+        return NULL;
+    kv->len += p.T;
+    return logits;
+}
+
+bt_tensor *bt_model_forward_cached(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
+                                   bt_tensor *mask) {
+    if (s_check_batch("bt_model_forward_cached", ids, mask) != BT_OK)
+        return NULL;
+    int64_t B = bt_dim(ids, 0), T = bt_dim(ids, 1);
+    if (B != cache->batch || cache->len + T > cache->max_len) {
+        bt_fail(BT_ERANGE,
+                "bt_model_forward_cached: %lld rows of %lld tokens do not fit a cache of %lld rows "
+                "with %lld of %lld slots used",
+                (long long)B, (long long)T, (long long)cache->batch, (long long)cache->len,
+                (long long)cache->max_len);
+        return NULL;
+    }
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *logits = s_forward_cached(self, cache, ctx, ids, mask);
+    bt_set_grad_enabled(grad);
+    return logits;
+}
+
+/* ---- model directories ------------------------------------------------------------------------
+ */
+
+static bt_status s_join(char *buf, size_t len, const char *dir, const char *file) {
+    if ((size_t)snprintf(buf, len, "%s/%s", dir, file) >= len)
+        return bt_fail(BT_EINVAL, "%s/%s: path too long", dir, file);
+    return BT_OK;
+}
+
+/*  model.safetensors of every parameter as F32 host copies. */
+static bt_status s_save_weights(const bt_model *m, const char *path) {
+    bt_st_tensor *ts = calloc((size_t)m->n_params, sizeof *ts);
+    bt_status st = ts ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    for (int i = 0; i < m->n_params && st == BT_OK; i++) {
+        size_t nbytes = (size_t)bt_numel(m->params[i]) * sizeof(float);
+        void *data = malloc(nbytes);
+        ts[i] = (bt_st_tensor){
+            .name = m->specs[i].name, .dtype = BT_F32, .ndim = m->specs[i].ndim, .data = data};
+        memcpy(ts[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
+        st = data ? bt_to_host(m->params[i], data, nbytes)
+                  : bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    }
+    const char *meta[] = {"format", "pt"};
+    if (st == BT_OK)
+        st = bt_safetensors_write(path, ts, m->n_params, meta, 1);
+    for (int i = 0; ts && i < m->n_params; i++)
+        free((void *)ts[i].data);
+    free(ts);
+    return st;
+}
+
+bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const char *dir) {
+    char path[4096];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return bt_fail(BT_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+    bt_status st = s_join(path, sizeof path, dir, "config.json");
+    if (st == BT_OK)
+        st = bt_model_config_save(&self->cfg, path);
+    if (st == BT_OK)
+        st = s_join(path, sizeof path, dir, "model.safetensors");
+    if (st == BT_OK)
+        st = s_save_weights(self, path);
+    bt_tokenizer_t *bytes = tok ? NULL : bt_tokenizer_new_bytes();
+    if (st == BT_OK && !tok && !bytes)
+        st = bt_fail(BT_ENOMEM, "%s: out of memory", dir);
+    if (st == BT_OK)
+        st = bt_tokenizer_save(tok ? tok : bytes, dir);
+    bt_tokenizer_destroy(&bytes);
+    return st;
+}
+
+bt_model *bt_model_load(const char *dir, bt_device device) {
+    char path[4096];
+    bt_model_config cfg;
+    if (s_join(path, sizeof path, dir, "config.json") != BT_OK ||
+        bt_model_config_load(path, &cfg) != BT_OK ||
+        s_join(path, sizeof path, dir, "model.safetensors") != BT_OK)
+        return NULL;
+    bt_safetensors_t *st = NULL;
+    if (bt_safetensors_open(path, &st) != BT_OK)
+        return NULL;
+    bt_model *m = s_model_alloc(&cfg, device);
+    if (m && s_model_fill(m, 0, st, path) != BT_OK)
+        bt_model_destroy(&m);
+    bt_safetensors_destroy(&st);
+    return m;
+}

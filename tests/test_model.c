@@ -1,0 +1,683 @@
+/*  test_model.c — the decoder, its KV cache, sampling and model directories, each checked against
+   an independent computation: unpadded single rows, a model with k/v heads duplicated by hand,
+    log-softmax and argmax done on the host, hand-made logits, files written by hand. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "baton/model.h"
+#include "baton/safetensors.h"
+#include "baton/sample.h"
+#include "check.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { V = 259, PAD = 258 };
+
+/*  A small model: hidden 32, 2 layers, 4 heads of 8, kv_heads key/value heads. */
+static bt_model_config s_config(int64_t kv_heads) {
+    bt_model_config c;
+    bt_model_config_init(&c);
+    c.hidden_size = 32;
+    c.intermediate_size = 88;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = kv_heads;
+    c.max_position_embeddings = 128;
+    return c;
+}
+
+static uint64_t s_rng = 0x9e3779b97f4a7c15ull;
+static int32_t s_token(void) { /* a byte, from a fixed LCG */
+    s_rng = s_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (int32_t)(s_rng >> 56);
+}
+
+/*  Host (B, T) ids and mask of rows seqs[b] (lens[b] tokens), padded on the left or the right. */
+static void s_pad(int B, int64_t T, const int32_t *const *seqs, const int64_t *lens, bool left,
+                  int64_t *ids, int64_t *mask) {
+    for (int b = 0; b < B; b++) {
+        int64_t start = left ? T - lens[b] : 0;
+        for (int64_t t = 0; t < T; t++) {
+            bool real = t >= start && t < start + lens[b];
+            ids[b * T + t] = real ? seqs[b][t - start] : PAD;
+            mask[b * T + t] = real;
+        }
+    }
+}
+
+static bt_tensor *s_i64(bt_ctx *ctx, int64_t B, int64_t T, const int64_t *data) {
+    const int64_t shape[] = {B, T};
+    return bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, data);
+}
+
+/*  Host copy of an F32 tensor.  Caller owns the result; free() it. */
+static float *s_host(const bt_tensor *t) {
+    if (!t) {
+        fprintf(stderr, "NULL tensor: %s\n", bt_last_error());
+        return NULL;
+    }
+    size_t n = (size_t)bt_numel(t);
+    float *out = malloc(n * sizeof *out);
+    if (bt_to_host(t, out, n * sizeof *out) != BT_OK) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/*  Logits (1, n, V) of one unpadded row, on the host. */
+static float *s_row_logits(bt_model *m, bt_ctx *ctx, const int32_t *seq, int64_t n) {
+    int64_t ids[256], mask[256];
+    s_pad(1, n, &seq, &n, true, ids, mask);
+    return s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, n, ids), s_i64(ctx, 1, n, mask)));
+}
+
+static double s_max_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+    return d;
+}
+
+/*  (a) Prefill of a ragged left-padded batch, then one token per step through the cache, gives the
+    logits of the full padded forward and of every row run alone. */
+static void test_cache_matches_full(void) {
+    enum { B = 4, N = 6, TP = 7 };
+    const int64_t prompt_lens[B] = {3, 7, 5, 1};
+    int32_t seq[B][TP + N];
+    const int32_t *rows[B];
+    int64_t lens[B];
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < TP + N; i++)
+            seq[b][i] = s_token();
+        rows[b] = seq[b];
+        lens[b] = prompt_lens[b] + N;
+    }
+    bt_model_config cfg = s_config(2);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 1);
+    bt_ctx *ctx = bt_ctx_new();
+    bt_kv_cache *cache = bt_kv_cache_new(m, B, TP + N);
+    CHECK(m && cache);
+    if (!m || !cache)
+        goto out;
+
+    static float cached[N + 1][B * V]; /* step j: after the prompt and j more tokens */
+    int64_t ids[B * (TP + N)], mask[B * (TP + N)];
+    s_pad(B, TP, rows, prompt_lens, true, ids, mask);
+    float *l = s_host(
+        bt_model_forward_cached(m, cache, ctx, s_i64(ctx, B, TP, ids), s_i64(ctx, B, TP, mask)));
+    CHECK(l != NULL);
+    if (l)
+        memcpy(cached[0], l, sizeof cached[0]);
+    free(l);
+    for (int j = 1; j <= N; j++) {
+        int64_t next[B], ones[B] = {1, 1, 1, 1};
+        for (int b = 0; b < B; b++)
+            next[b] = seq[b][prompt_lens[b] + j - 1];
+        l = s_host(
+            bt_model_forward_cached(m, cache, ctx, s_i64(ctx, B, 1, next), s_i64(ctx, B, 1, ones)));
+        CHECK(l != NULL);
+        if (l)
+            memcpy(cached[j], l, sizeof cached[j]);
+        free(l);
+    }
+
+    s_pad(B, TP + N, rows, lens, true, ids, mask);
+    float *full = s_host(bt_model_forward(m, ctx, s_i64(ctx, B, TP + N, ids),
+                                          s_i64(ctx, B, TP + N, mask))); /* (B, TP + N, V) */
+    CHECK(full != NULL);
+    double vs_full = 0, vs_alone = 0;
+    for (int b = 0; b < B && full; b++) {
+        float *alone = s_row_logits(m, ctx, seq[b], lens[b]); /* (1, lens[b], V) */
+        CHECK(alone != NULL);
+        for (int j = 0; j <= N && alone; j++) {
+            const float *c = &cached[j][b * V];
+            vs_full =
+                fmax(vs_full, s_max_diff(c, &full[((size_t)b * (TP + N) + TP - 1 + j) * V], V));
+            vs_alone =
+                fmax(vs_alone, s_max_diff(c, &alone[(size_t)(prompt_lens[b] - 1 + j) * V], V));
+        }
+        free(alone);
+    }
+    CHECK(vs_full < 1e-4);
+    CHECK(vs_alone < 1e-4);
+    printf("cache vs full forward: max |diff| %.3g, vs rows alone %.3g\n", vs_full, vs_alone);
+    free(full);
+out:
+    bt_kv_cache_destroy(&cache);
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&m);
+}
+
+/*  (b) A padded batch, left or right, gives each row's unpadded logits at its real positions. */
+static void test_padding(void) {
+    enum { B = 4, T = 9 };
+    const int64_t lens[B] = {4, 9, 1, 6};
+    int32_t seq[B][T];
+    const int32_t *rows[B];
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < T; i++)
+            seq[b][i] = s_token();
+        rows[b] = seq[b];
+    }
+    bt_model_config cfg = s_config(4);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 2);
+    bt_ctx *ctx = bt_ctx_new();
+    CHECK(m != NULL);
+    for (int left = 0; left < 2 && m; left++) {
+        int64_t ids[B * T], mask[B * T];
+        s_pad(B, T, rows, lens, left, ids, mask);
+        float *batch = s_host(
+            bt_model_forward(m, ctx, s_i64(ctx, B, T, ids), s_i64(ctx, B, T, mask))); /* (B,T,V) */
+        CHECK(batch != NULL);
+        double diff = 0;
+        for (int b = 0; b < B && batch; b++) {
+            float *alone = s_row_logits(m, ctx, seq[b], lens[b]);
+            int64_t start = left ? T - lens[b] : 0;
+            for (int64_t t = 0; t < lens[b] && alone; t++)
+                diff = fmax(diff, s_max_diff(&batch[((size_t)b * T + start + t) * V],
+                                             &alone[(size_t)t * V], V));
+            free(alone);
+        }
+        CHECK(diff < 1e-5);
+        printf("%s padding vs rows alone: max |diff| %.3g\n", left ? "left" : "right", diff);
+        free(batch);
+        bt_ctx_reset(ctx);
+    }
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&m);
+}
+
+/*  Copies src's parameter into dst's (same name), repeating each block of head_rows rows n_rep
+    times (kv head j serves query heads j*n_rep .. j*n_rep + n_rep - 1); n_rep 1 copies as is. */
+static void s_copy_repeated(bt_model *dst, bt_tensor *src, const char *name, int64_t n_rep,
+                            int64_t head_rows) {
+    float *s = s_host(src);
+    int64_t numel = bt_numel(src), block = n_rep > 1 ? head_rows * bt_dim(src, 1) : numel;
+    float *out = malloc((size_t)(numel * n_rep) * sizeof *out);
+    for (int64_t h = 0; h < numel / block * n_rep; h++)
+        memcpy(&out[h * block], &s[(h / n_rep) * block], (size_t)block * sizeof *out);
+    bt_ctx *ctx = bt_ctx_new();
+    bt_tensor *d = bt_model_find_param(dst, name);
+    const int64_t shape[] = {bt_dim(d, 0), bt_dim(d, 1)};
+    CHECK(bt_numel(d) == numel * n_rep);
+    CHECK_OK(bt_copy_(d, bt_from_host(ctx, BT_F32, bt_cpu(), bt_ndim(d), shape, out)));
+    bt_ctx_destroy(&ctx);
+    free(s);
+    free(out);
+}
+
+/*  (c) Grouped-query attention equals full multi-head attention with the k/v heads duplicated. */
+static void test_gqa(void) {
+    enum { B = 2, T = 6 };
+    bt_model_config gcfg = s_config(2), mcfg = s_config(4);
+    bt_model *gqa = bt_model_new(&gcfg, bt_cpu(), 3), *mha = bt_model_new(&mcfg, bt_cpu(), 99);
+    CHECK(gqa && mha);
+    if (!gqa || !mha)
+        goto out;
+    bool grad = bt_set_grad_enabled(false);
+    for (int i = 0; i < bt_model_num_params(gqa); i++) {
+        const char *name = bt_model_param_name(gqa, i);
+        bool kv = strstr(name, "k_proj") || strstr(name, "v_proj");
+        s_copy_repeated(mha, bt_model_params(gqa)[i], name, kv ? 2 : 1, 8);
+    }
+    bt_set_grad_enabled(grad);
+    int32_t seq[B][T];
+    const int32_t *rows[B] = {seq[0], seq[1]};
+    const int64_t lens[B] = {6, 4};
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++)
+            seq[b][i] = s_token();
+    int64_t ids[B * T], mask[B * T];
+    s_pad(B, T, rows, lens, true, ids, mask);
+    bt_ctx *ctx = bt_ctx_new();
+    float *a = s_host(bt_model_forward(gqa, ctx, s_i64(ctx, B, T, ids), s_i64(ctx, B, T, mask)));
+    float *b = s_host(bt_model_forward(mha, ctx, s_i64(ctx, B, T, ids), s_i64(ctx, B, T, mask)));
+    CHECK(a && b);
+    if (a && b) {
+        double d = s_max_diff(a, b, (size_t)B * T * V);
+        CHECK(d < 1e-5);
+        printf("GQA vs duplicated-head MHA: max |diff| %.3g\n", d);
+    }
+    free(a);
+    free(b);
+    bt_ctx_destroy(&ctx);
+out:
+    bt_model_destroy(&gqa);
+    bt_model_destroy(&mha);
+}
+
+/*  (d) Token log-probs and entropies equal log_softmax(logits / temperature) done on the host. */
+static void test_token_logprobs(void) {
+    enum { B = 3, T = 7 };
+    int32_t seq[B][T];
+    const int32_t *rows[B] = {seq[0], seq[1], seq[2]};
+    const int64_t lens[B] = {7, 5, 2};
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++)
+            seq[b][i] = s_token();
+    int64_t ids[B * T], mask[B * T];
+    s_pad(B, T, rows, lens, false, ids, mask);
+    bt_model_config cfg = s_config(2);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 4);
+    bt_ctx *ctx = bt_ctx_new();
+    CHECK(m != NULL);
+    const double temps[] = {1.0, 0.7};
+    for (int k = 0; k < 2 && m; k++) {
+        bt_tensor *ent = NULL;
+        bt_tensor *idt = s_i64(ctx, B, T, ids), *mt = s_i64(ctx, B, T, mask);
+        float *lp = s_host(bt_model_token_logprobs(m, ctx, idt, mt, temps[k], &ent));
+        float *en = s_host(ent);
+        float *logits = s_host(bt_model_forward(m, ctx, idt, mt)); /* (B, T, V) */
+        CHECK(lp && en && logits);
+        CHECK(bt_dim(ent, 0) == B && bt_dim(ent, 1) == T - 1);
+        double dlp = 0, den = 0;
+        for (int b = 0; b < B && lp && en && logits; b++)
+            for (int t = 0; t < T - 1; t++) {
+                const float *z = &logits[((size_t)b * T + t) * V];
+                double mx = -DBL_MAX, sum = 0, h = 0;
+                for (int v = 0; v < V; v++)
+                    mx = fmax(mx, z[v] / temps[k]);
+                for (int v = 0; v < V; v++)
+                    sum += exp(z[v] / temps[k] - mx);
+                for (int v = 0; v < V; v++) {
+                    double logp = z[v] / temps[k] - mx - log(sum);
+                    h -= exp(logp) * logp;
+                }
+                double want = z[ids[b * T + t + 1]] / temps[k] - mx - log(sum);
+                dlp = fmax(dlp, fabs(lp[b * (T - 1) + t] - want));
+                den = fmax(den, fabs(en[b * (T - 1) + t] - h));
+            }
+        CHECK(dlp < 1e-5);
+        CHECK(den < 1e-5);
+        printf("token log-probs at temperature %.1f: max |diff| %.3g, entropy %.3g\n", temps[k],
+               dlp, den);
+        free(lp);
+        free(en);
+        free(logits);
+        bt_ctx_reset(ctx);
+    }
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&m);
+}
+
+/*  (e) top-k / top-p keep exactly the expected tokens of hand-made rows. */
+static void test_filter(void) {
+    const float p[2][5] = {{0.05f, 0.5f, 0.1f, 0.2f, 0.15f}, {0.2f, 0.15f, 0.05f, 0.1f, 0.5f}};
+    float z[10];
+    for (int i = 0; i < 10; i++)
+        z[i] = logf(p[i / 5][i % 5]);
+    const struct {
+        int64_t k;
+        double p;
+        float min_kept; /* a token is kept iff its probability is >= this */
+    } cases[] = {
+        {0, 0.75, 0.15f}, /* 0.5 + 0.2 < 0.75 <= 0.5 + 0.2 + 0.15 */
+        {0, 0.3, 0.5f},   {0, 0.9, 0.1f},
+        {2, 1.0, 0.2f},   {3, 0.55, 0.5f}, /* top-3 renormalised: 0.5 / 0.85 = 0.59 >= 0.55 */
+        {1, 1.0, 0.5f},   {0, 1.0, 0.0f},
+    };
+    bt_ctx *ctx = bt_ctx_new();
+    const int64_t shape[] = {2, 5};
+    bt_tensor *logits = bt_from_host(ctx, BT_F32, bt_cpu(), 2, shape, z);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float *f = s_host(bt_sample_filter(ctx, logits, cases[c].k, cases[c].p));
+        CHECK(f != NULL);
+        for (int i = 0; i < 10 && f; i++) {
+            bool kept = p[i / 5][i % 5] >= cases[c].min_kept;
+            if (kept != (f[i] == z[i]) || kept == isinf(f[i])) {
+                fprintf(stderr, "filter case %zu (top_k %lld, top_p %g): token %d %s\n", c,
+                        (long long)cases[c].k, cases[c].p, i, kept ? "dropped" : "kept");
+                CHECK(0);
+            }
+        }
+        free(f);
+    }
+    printf("top-k/top-p filter: %zu hand-made cases\n", sizeof cases / sizeof cases[0]);
+    bt_ctx_destroy(&ctx);
+}
+
+enum { GB = 4, GNEW = 12 };
+static const int64_t s_prompt_lens[GB] = {5, 2, 8, 3};
+static int32_t s_prompts[GB][8];
+static const int32_t *s_prompt_rows[GB] = {s_prompts[0], s_prompts[1], s_prompts[2], s_prompts[3]};
+
+static bt_status s_run(bt_model *m, double temp, int64_t top_k, double top_p, bool cache,
+                       uint64_t seed, bt_generation *g) {
+    bt_sample_config sc;
+    bt_sample_config_init(&sc);
+    sc.max_new_tokens = GNEW;
+    sc.temperature = temp;
+    sc.top_k = top_k;
+    sc.top_p = top_p;
+    sc.use_cache = cache;
+    bt_gen *gen = bt_gen_new(seed, bt_cpu());
+    bt_status st = bt_generate(m, s_prompt_rows, s_prompt_lens, GB, &sc, gen, g);
+    bt_gen_destroy(&gen);
+    if (st != BT_OK)
+        fprintf(stderr, "bt_generate: %s\n", bt_last_error());
+    return st;
+}
+
+/*  Whether v occurs among a[0 .. n). */
+static bool s_contains(const int32_t *a, int64_t n, int32_t v) {
+    for (int64_t i = 0; i < n; i++)
+        if (a[i] == v)
+            return true;
+    return false;
+}
+
+static bool s_same_tokens(const bt_generation *a, const bt_generation *b) {
+    return memcmp(a->tokens, b->tokens, GB * GNEW * sizeof *a->tokens) == 0 &&
+           memcmp(a->lengths, b->lengths, GB * sizeof *a->lengths) == 0;
+}
+
+/*  Greedy tokens are the argmax of a full forward over prompt + tokens so far, and their log-probs
+    its log_softmax. */
+static void s_check_greedy(bt_model *m, const bt_generation *g) {
+    bt_ctx *ctx = bt_ctx_new();
+    double dlp = 0;
+    for (int b = 0; b < GB; b++) {
+        int32_t seq[8 + GNEW];
+        int64_t n = s_prompt_lens[b], len = g->lengths[b];
+        memcpy(seq, s_prompts[b], (size_t)n * sizeof *seq);
+        memcpy(seq + n, &g->tokens[b * GNEW], (size_t)len * sizeof *seq);
+        float *logits = s_row_logits(m, ctx, seq, n + len); /* (1, n + len, V) */
+        CHECK(logits != NULL);
+        for (int64_t i = 0; i < len && logits; i++) {
+            const float *z = &logits[(n - 1 + i) * V];
+            double mx = -DBL_MAX, sum = 0;
+            for (int v = 0; v < V; v++)
+                mx = fmax(mx, z[v]);
+            for (int v = 0; v < V; v++)
+                sum += exp(z[v] - mx);
+            int32_t tok = g->tokens[b * GNEW + i];
+            CHECK(z[tok] >= mx - 1e-6); /* the argmax, up to a float tie */
+            dlp = fmax(dlp, fabs(g->logprobs[b * GNEW + i] - (z[tok] - mx - log(sum))));
+        }
+        free(logits);
+        bt_ctx_reset(ctx);
+    }
+    CHECK(dlp < 1e-4);
+    bt_ctx_destroy(&ctx);
+}
+
+/*  The log-prob recorded for each sampled token is what the trainer recomputes: token log-probs of
+    prompt + completion, right-padded, at the sampling temperature (before top-k/top-p). */
+static void s_check_recompute(bt_model *m, const bt_generation *g, double temperature) {
+    enum { T = 8 + GNEW };
+    int32_t seq[GB][T];
+    const int32_t *rows[GB];
+    int64_t lens[GB], ids[GB * T], mask[GB * T];
+    for (int b = 0; b < GB; b++) {
+        memcpy(seq[b], s_prompts[b], (size_t)s_prompt_lens[b] * sizeof **seq);
+        memcpy(seq[b] + s_prompt_lens[b], &g->tokens[b * GNEW],
+               (size_t)g->lengths[b] * sizeof **seq);
+        lens[b] = s_prompt_lens[b] + g->lengths[b];
+        rows[b] = seq[b];
+    }
+    s_pad(GB, T, rows, lens, false, ids, mask);
+    bt_ctx *ctx = bt_ctx_new();
+    float *lp = s_host(bt_model_token_logprobs(m, ctx, s_i64(ctx, GB, T, ids),
+                                               s_i64(ctx, GB, T, mask), temperature, NULL));
+    CHECK(lp != NULL);
+    double d = 0;
+    for (int b = 0; b < GB && lp; b++)
+        for (int64_t i = 0; i < g->lengths[b]; i++)
+            d = fmax(d,
+                     fabs(lp[b * (T - 1) + s_prompt_lens[b] - 1 + i] - g->logprobs[b * GNEW + i]));
+    CHECK(d < 1e-4);
+    printf("sampled log-probs vs trainer recomputation at temperature %.1f: max |diff| %.3g\n",
+           temperature, d);
+    free(lp);
+    bt_ctx_destroy(&ctx);
+}
+
+/*  (e) Sampling: reproducible from the seed, greedy = argmax of the full forward with and without
+    the cache, top-k 1 = greedy, EOS ends a row and its length is reported. */
+static void test_generate(void) {
+    for (int b = 0; b < GB; b++)
+        for (int i = 0; i < 8; i++)
+            s_prompts[b][i] = s_token();
+    bt_model_config cfg = s_config(2);
+    cfg.eos_token_id = -1; /* no row stops early here */
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 5);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    bt_generation a, b, greedy, nocache;
+    bt_generation_init(&a);
+    bt_generation_init(&b);
+    bt_generation_init(&greedy);
+    bt_generation_init(&nocache);
+
+    CHECK_OK(s_run(m, 1.0, 50, 0.9, true, 11, &a));
+    CHECK_OK(s_run(m, 1.0, 50, 0.9, true, 11, &b));
+    CHECK(a.tokens && b.tokens && s_same_tokens(&a, &b));
+    CHECK(a.logprobs && b.logprobs &&
+          memcmp(a.logprobs, b.logprobs, GB * GNEW * sizeof *a.logprobs) == 0);
+    CHECK_OK(s_run(m, 1.0, 50, 0.9, true, 12, &b));
+    CHECK(b.tokens && !s_same_tokens(&a, &b));
+    CHECK_OK(s_run(m, 0.8, 5, 0.7, true, 14, &b));
+    if (b.tokens)
+        s_check_recompute(m, &b, 0.8);
+
+    CHECK_OK(s_run(m, 0.0, 0, 1.0, true, 0, &greedy));
+    CHECK_OK(s_run(m, 0.0, 0, 1.0, false, 0, &nocache));
+    for (int r = 0; r < GB && greedy.tokens; r++) {
+        CHECK(greedy.lengths[r] == GNEW);
+        CHECK(greedy.finish[r] == BT_FINISH_LENGTH);
+    }
+    if (greedy.tokens && nocache.tokens) {
+        s_check_greedy(m, &greedy);
+        s_check_greedy(m, &nocache);
+        CHECK(s_same_tokens(&greedy, &nocache));
+        CHECK(s_max_diff(greedy.logprobs, nocache.logprobs, GB * GNEW) < 1e-4);
+    }
+    CHECK_OK(s_run(m, 1.0, 1, 1.0, true, 13, &a));
+    CHECK(a.tokens && greedy.tokens && s_same_tokens(&a, &greedy));
+
+    /* EOS: the same weights with eos_token_id = row 0's first greedy token not seen before */
+    int64_t k = 1;
+    while (greedy.tokens && k < GNEW - 1 && s_contains(greedy.tokens, k, greedy.tokens[k]))
+        k++;
+    int32_t eos = greedy.tokens ? greedy.tokens[k] : 0;
+    cfg.eos_token_id = eos;
+    bt_model *me = bt_model_new(&cfg, bt_cpu(), 5);
+    CHECK(me != NULL);
+    for (int cache = 0; cache < 2 && me && greedy.tokens; cache++) {
+        CHECK_OK(s_run(me, 0.0, 0, 1.0, cache, 0, &b));
+        if (!b.tokens)
+            continue;
+        CHECK(b.lengths[0] == k + 1);
+        CHECK(b.finish[0] == BT_FINISH_EOS);
+        CHECK(b.tokens[k] == eos);
+        CHECK(memcmp(b.tokens, greedy.tokens, (size_t)(k + 1) * sizeof *b.tokens) == 0);
+        for (int64_t i = k + 1; i < GNEW; i++)
+            CHECK(b.tokens[i] == PAD && b.logprobs[i] == 0.0f);
+        for (int r = 1; r < GB; r++) { /* rows that never sample eos are unchanged */
+            if (!s_contains(&greedy.tokens[r * GNEW], GNEW, eos))
+                CHECK(b.lengths[r] == GNEW && b.finish[r] == BT_FINISH_LENGTH &&
+                      memcmp(&b.tokens[r * GNEW], &greedy.tokens[r * GNEW],
+                             GNEW * sizeof *b.tokens) == 0);
+        }
+    }
+    printf("generate: greedy rows of %d tokens, row 0 stops at EOS after %lld\n", GNEW,
+           (long long)k + 1);
+    bt_generation_release(&a);
+    bt_generation_release(&b);
+    bt_generation_release(&greedy);
+    bt_generation_release(&nocache);
+    bt_model_destroy(&me);
+    bt_model_destroy(&m);
+}
+
+static void s_remove_dir(const char *dir) {
+    const char *files[] = {"config.json", "model.safetensors", "tokenizer_config.json"};
+    char path[256];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static uint16_t s_bf16(float f) { /* truncation: exact to read back */
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return (uint16_t)(bits >> 16);
+}
+
+/*  Writes dir/model.safetensors by hand from m's parameters: without skip, with bad_shape's first
+    dimension halved, as F32 or as BF16. */
+static void s_write_weights(const bt_model *m, const char *dir, const char *skip,
+                            const char *bad_shape, bool bf16) {
+    int n = bt_model_num_params(m), w = 0;
+    bt_st_tensor ts[64];
+    void *bufs[64];
+    for (int i = 0; i < n; i++) {
+        bt_tensor *p = bt_model_params(m)[i];
+        const char *name = bt_model_param_name(m, i);
+        float *f = s_host(p);
+        size_t numel = (size_t)bt_numel(p);
+        bufs[i] = f;
+        if (bf16) {
+            uint16_t *h = malloc(numel * sizeof *h);
+            for (size_t j = 0; j < numel; j++)
+                h[j] = s_bf16(f[j]);
+            free(f);
+            bufs[i] = h;
+        }
+        if (skip && strcmp(name, skip) == 0)
+            continue;
+        ts[w] = (bt_st_tensor){
+            .name = name, .dtype = bf16 ? BT_BF16 : BT_F32, .ndim = bt_ndim(p), .data = bufs[i]};
+        for (int d = 0; d < ts[w].ndim; d++)
+            ts[w].shape[d] = bt_dim(p, d);
+        if (bad_shape && strcmp(name, bad_shape) == 0)
+            ts[w].shape[0] /= 2;
+        w++;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_OK(bt_safetensors_write(path, ts, w, NULL, 0));
+    for (int i = 0; i < n; i++)
+        free(bufs[i]);
+}
+
+/*  Logits of a fixed padded batch, on the host. */
+static float *s_probe(bt_model *m, bt_ctx *ctx) {
+    enum { B = 2, T = 5 };
+    const int64_t ids[B * T] = {PAD, PAD, 72, 105, 33, 256, 1, 2, 3, 4};
+    const int64_t mask[B * T] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    return s_host(bt_model_forward(m, ctx, s_i64(ctx, B, T, ids), s_i64(ctx, B, T, mask)));
+}
+
+/*  (f) A saved directory loads back to bit-identical logits; BF16 weights convert exactly; a
+    missing tensor, a wrong shape or a bad config is reported by name. */
+static void test_save_load(void) {
+    char dir[] = "/tmp/bt_model_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    bt_ctx *ctx = bt_ctx_new();
+    for (int tied = 0; tied < 2; tied++) {
+        bt_model_config cfg = s_config(2);
+        cfg.tie_word_embeddings = tied;
+        bt_model *m = bt_model_new(&cfg, bt_cpu(), 6);
+        CHECK_OK(bt_model_save(m, NULL, dir));
+        bt_model *back = bt_model_load(dir, bt_cpu());
+        CHECK(back != NULL);
+        if (!back) {
+            fprintf(stderr, "bt_model_load: %s\n", bt_last_error());
+            bt_model_destroy(&m);
+            continue;
+        }
+        char *a = bt_model_config_to_json(bt_model_get_config(m));
+        char *b = bt_model_config_to_json(bt_model_get_config(back));
+        CHECK(a && b && strcmp(a, b) == 0);
+        free(a);
+        free(b);
+        CHECK(bt_model_num_params(back) == bt_model_num_params(m));
+        float *la = s_probe(m, ctx), *lb = s_probe(back, ctx);
+        CHECK(la && lb && memcmp(la, lb, 2 * 5 * V * sizeof *la) == 0);
+        free(la);
+        free(lb);
+        bt_model_destroy(&back);
+
+        s_write_weights(m, dir, NULL, NULL, true);
+        back = bt_model_load(dir, bt_cpu());
+        CHECK(back != NULL);
+        for (int i = 0; back && i < bt_model_num_params(m); i++) {
+            float *want = s_host(bt_model_params(m)[i]), *got = s_host(bt_model_params(back)[i]);
+            bool exact = want && got;
+            for (int64_t j = 0; exact && j < bt_numel(bt_model_params(m)[i]); j++) {
+                uint32_t bits = (uint32_t)s_bf16(want[j]) << 16;
+                float f;
+                memcpy(&f, &bits, sizeof f);
+                exact = got[j] == f;
+            }
+            CHECK(exact);
+            free(want);
+            free(got);
+        }
+        bt_model_destroy(&back);
+
+        s_write_weights(m, dir, "model.layers.1.mlp.up_proj.weight", NULL, false);
+        CHECK(bt_model_load(dir, bt_cpu()) == NULL);
+        CHECK_STR_CONTAINS(bt_last_error(), "missing tensor model.layers.1.mlp.up_proj.weight");
+
+        s_write_weights(m, dir, NULL, "model.norm.weight", false);
+        CHECK(bt_model_load(dir, bt_cpu()) == NULL);
+        CHECK_STR_CONTAINS(bt_last_error(), "model.norm.weight: expected shape (32), got (16)");
+        bt_model_destroy(&m);
+        bt_ctx_reset(ctx);
+    }
+
+    bt_model_config bad = s_config(3);
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_OK(bt_model_config_save(&bad, path));
+    CHECK(bt_model_load(dir, bt_cpu()) == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "config.json: num_key_value_heads: expected an integer "
+                                        "dividing num_attention_heads (4), got 3");
+    bt_model_config c;
+    CHECK(bt_model_config_parse("{\"vocab_size\": 259, \"hidden_size\": \"big\"}", "config.json",
+                                &c) != BT_OK);
+    CHECK_STR_CONTAINS(bt_last_error(),
+                       "config.json: hidden_size: expected an integer, got \"big\"");
+    CHECK(bt_model_config_parse("{\"vocab_size\": 259}", "config.json", &c) != BT_OK);
+    CHECK_STR_CONTAINS(bt_last_error(), "hidden_size: expected an integer, got nothing");
+    /* a Hugging Face Llama config: defaults filled in, eos list, rope_scaling null */
+    CHECK_OK(bt_model_config_parse(
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+        "\"vocab_size\": 32000, \"hidden_size\": 2048, \"intermediate_size\": 5632, "
+        "\"num_hidden_layers\": 22, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, "
+        "\"rope_scaling\": null, \"torch_dtype\": \"bfloat16\", \"bos_token_id\": 1, "
+        "\"eos_token_id\": [2, 7]}",
+        "config.json", &c));
+    CHECK(c.num_key_value_heads == 4 && c.eos_token_id == 2 && c.pad_token_id == -1);
+    CHECK(c.rms_norm_eps == 1e-6 && c.rope_theta == 10000.0 && !c.tie_word_embeddings);
+    CHECK(
+        bt_model_config_parse("{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8, "
+                              "\"intermediate_size\": 8, \"num_hidden_layers\": 1, "
+                              "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"yarn\"}}",
+                              "config.json", &c) != BT_OK);
+    CHECK_STR_CONTAINS(bt_last_error(), "rope_scaling");
+    printf("save/load: untied and tied round trips, BF16 weights, 6 named errors\n");
+    bt_ctx_destroy(&ctx);
+    s_remove_dir(dir);
+}
+
+int main(void) {
+    test_cache_matches_full();
+    test_padding();
+    test_gqa();
+    test_token_logprobs();
+    test_filter();
+    test_generate();
+    test_save_load();
+    return check_exit();
+}
