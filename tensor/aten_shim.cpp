@@ -4,13 +4,16 @@
 #include "baton/tensor.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/GradMode.h>
 #include <torch/version.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <malloc.h>
 #include <mutex>
 #include <new>
 #include <string>
@@ -39,6 +42,21 @@ struct bt_adamw {
     bt_adamw_config config;
     int64_t steps;
 };
+
+/*  Tensor buffers are large and short-lived.  glibc serves big blocks with fresh mmap()s whose
+    pages fault in one by one (measured: an 8 MiB temporary costs ~27 ms of page faults here, a
+    reused one ~1 ms; bench/RESULTS.md).  So baton keeps freed memory in the heap for reuse: no
+    mmap()ed blocks, no trimming.  RSS stays at the high-water mark, as with PyTorch's caching
+    allocators.  BATON_MALLOC=system keeps glibc's defaults. */
+static const bool s_malloc_tuned = [] {
+    const char *env = getenv("BATON_MALLOC");
+    if (env && strcmp(env, "system") == 0)
+        return false;
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1); /* as size_t: never */
+    mallopt(M_TOP_PAD, 64 << 20);
+    return true;
+}();
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -870,7 +888,9 @@ extern "C" bt_status bt_adamw_moments(bt_adamw *self, int i, bt_tensor **exp_avg
 
 extern "C" bt_gen *bt_gen_new(uint64_t seed, bt_device device) {
     try {
-        at::Generator g = at::globalContext().defaultGenerator(s_device(device)).clone();
+        at::Generator g = device.type == BT_DEVICE_CPU
+                              ? at::make_generator<at::CPUGeneratorImpl>(seed)
+                              : at::globalContext().defaultGenerator(s_device(device)).clone();
         {
             std::lock_guard<std::mutex> lock(g.mutex());
             g.set_current_seed(seed);
