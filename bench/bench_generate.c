@@ -1,6 +1,6 @@
 /*  bench_generate.c — batched greedy generation with the KV cache against recomputing the whole
     sequence for every token, on a hidden-256 Llama (4 layers, 8 heads, 4 kv heads).  Prints one
-    JSON line.  Environment: BATON_THREADS (default: the core count), BATON_DEVICE (default cpu). */
+    JSON line.  Environment: BATON_THREADS (default: libtorch's), BATON_DEVICE (default cpu). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "baton/model.h"
@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 enum { BATCH = 64, NEW_TOKENS = 64, MIN_PROMPT = 16, MAX_PROMPT = 32 };
 
@@ -37,9 +36,11 @@ static double s_time(bt_model *m, const int32_t *const *prompts, const int64_t *
 }
 
 int main(void) {
-    const char *env_threads = getenv("BATON_THREADS"), *env_device = getenv("BATON_DEVICE");
-    int threads = env_threads ? atoi(env_threads) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    bt_set_num_threads(threads > 0 ? threads : 1);
+    const char *env_device = getenv("BATON_DEVICE");
+    if (bt_threads_from_env() != BT_OK) {
+        fprintf(stderr, "bench_generate: %s\n", bt_last_error());
+        return 1;
+    }
     bt_device device = bt_cpu();
     if (env_device && bt_device_parse(env_device, &device) != BT_OK) {
         fprintf(stderr, "bench_generate: BATON_DEVICE: %s\n", bt_last_error());

@@ -1,7 +1,7 @@
 /*  bench_train.c — one GRPO policy-update step (forward, loss, backward, clip, AdamW) of a Llama
     model at hidden 512 on 4096 tokens, as FLOP/s (6 x matmul params x tokens) beside the float32
     GEMM peak libtorch reaches on this machine, measured in the same run.  Prints JSON lines.
-    Threads: BATON_THREADS, else every online core. */
+    Threads: BATON_THREADS, else libtorch's default. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/grpo.h"
 #include "baton/model.h"
@@ -11,7 +11,6 @@
 #include <string.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 static double s_now(void) {
     struct timespec ts;
@@ -82,9 +81,9 @@ static double s_train_step(bt_model *m, bt_adamw *opt, const bt_grpo_config *gc,
 }
 
 int main(void) {
-    const char *env = getenv("BATON_THREADS");
-    int threads = env ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    bt_set_num_threads(threads);
+    if (bt_threads_from_env() != BT_OK)
+        s_die("environment");
+    int threads = bt_get_num_threads();
 
     bt_model_config cfg;
     bt_model_config_init(&cfg);

@@ -5,7 +5,6 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const char s_usage[] = "usage: baton COMMAND [ARGS]\n"
@@ -23,20 +22,6 @@ int bt_cli_usage_error(const char *fmt, ...) {
     return 2;
 }
 
-/*  BATON_THREADS, when set, fixes libtorch's intra-op thread count for the whole process. */
-static int s_apply_threads(void) {
-    const char *env = getenv("BATON_THREADS");
-    if (!env || !*env)
-        return 0;
-    char *end = NULL;
-    long n = strtol(env, &end, 10);
-    if (*end || n < 1 || n > 4096)
-        return bt_cli_usage_error("BATON_THREADS: expected an integer in [1, 4096], got \"%s\"",
-                                  env);
-    bt_set_num_threads((int)n);
-    return 0;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2)
         return bt_cli_usage_error("missing COMMAND");
@@ -44,9 +29,8 @@ int main(int argc, char **argv) {
         fputs(s_usage, stdout);
         return 0;
     }
-    int rc = s_apply_threads();
-    if (rc)
-        return rc;
+    if (bt_threads_from_env() != BT_OK)
+        return bt_cli_usage_error("%s", bt_last_error());
     if (strcmp(argv[1], "info") == 0)
         return bt_cli_info(argc - 2, argv + 2);
     return bt_cli_usage_error("unknown command \"%s\"", argv[1]);

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "baton/model.h"
+#include "baton/fileio.h"
 #include "baton/safetensors.h"
 #include "baton/tokenizer.h"
 
@@ -241,28 +242,9 @@ bt_status bt_model_config_parse(const char *json, const char *source, bt_model_c
     return st;
 }
 
-/*  Reads a whole text file of at most max bytes.  Caller owns *out; free() it. */
-static bt_status s_read_text(const char *path, size_t max, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(max + 1);
-    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
-    bool failed = !buf || ferror(f);
-    fclose(f);
-    if (failed || n > max) {
-        free(buf);
-        return bt_fail(buf ? BT_EIO : BT_ENOMEM, "%s: cannot read, or larger than %zu bytes", path,
-                       max);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    return BT_OK;
-}
-
 bt_status bt_model_config_load(const char *path, bt_model_config *out) {
     char *text = NULL;
-    bt_status st = s_read_text(path, S_CONFIG_MAX, &text);
+    bt_status st = bt_file_read(path, S_CONFIG_MAX, &text, NULL);
     if (st == BT_OK)
         st = bt_model_config_parse(text, path, out);
     free(text);
@@ -298,20 +280,14 @@ char *bt_model_config_to_json(const bt_model_config *c) {
     return text;
 }
 
-static bt_status s_write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return bt_fail(BT_EIO, "%s: cannot create: %s", path, strerror(errno));
-    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = (fclose(f) == 0) && ok;
-    return ok ? BT_OK : bt_fail(BT_EIO, "%s: write failed: %s", path, strerror(errno));
-}
-
 bt_status bt_model_config_save(const bt_model_config *cfg, const char *path) {
     char *text = bt_model_config_to_json(cfg);
     if (!text)
         return bt_fail(BT_ENOMEM, "%s: out of memory", path);
-    bt_status st = s_write_text(path, text);
+    FILE *f = bt_file_create(path);
+    bt_status st = BT_EIO;
+    if (f)
+        st = bt_file_finish(f, path, fputs(text, f) >= 0 && fputc('\n', f) != EOF);
     free(text);
     return st;
 }

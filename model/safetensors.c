@@ -2,16 +2,14 @@
     The JSON header is parsed with cJSON, copied into plain structs and deleted inside this file. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/safetensors.h"
+#include "baton/fileio.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /*  Header integers are JSON numbers, read and written as doubles: exact up to 2^53.  Shapes,
     offsets and byte counts above it are refused. */
@@ -127,34 +125,6 @@ static bool s_is_utf8(const uint8_t *s, size_t n) {
         i += len;
     }
     return true;
-}
-
-static bt_status s_read_file(const char *path, uint8_t **buf_p, size_t *size_p) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    bt_status rc = BT_OK;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = bt_fail(BT_EIO, "%s: not a regular file", path);
-        goto out_close;
-    }
-    size_t size = (size_t)st.st_size;
-    uint8_t *buf = malloc(size ? size : 1);
-    if (!buf) {
-        rc = bt_fail(BT_ENOMEM, "%s: cannot allocate %zu bytes", path, size);
-        goto out_close;
-    }
-    if (fread(buf, 1, size, f) != size) {
-        free(buf);
-        rc = bt_fail(BT_EIO, "%s: read failed", path);
-        goto out_close;
-    }
-    *buf_p = buf;
-    *size_p = size;
-out_close:
-    fclose(f);
-    return rc;
 }
 
 /*  Copies s into the string pool.  The pool holds N + 1 bytes: every string copied comes from a
@@ -419,7 +389,9 @@ bt_status bt_safetensors_open(const char *path, bt_safetensors_t **out) {
     if (!self)
         return bt_fail(BT_ENOMEM, "%s: out of memory", path);
     size_t size = 0;
-    bt_status rc = s_read_file(path, &self->file, &size);
+    char *file = NULL;
+    bt_status rc = bt_file_read(path, SIZE_MAX, &file, &size);
+    self->file = (uint8_t *)file;
     if (rc == BT_OK)
         rc = s_parse_file(self, path, size);
     if (rc != BT_OK) {
@@ -583,9 +555,9 @@ static bt_status s_write_file(const char *path, const char *json, const bt_st_te
     for (int i = 0; i < 8; i++)
         head[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     memset(spaces, ' ', sizeof spaces);
-    FILE *f = fopen(path, "wb");
+    FILE *f = bt_file_create(path);
     if (!f)
-        return bt_fail(BT_EIO, "%s: cannot create: %s", path, strerror(errno));
+        return BT_EIO;
     bool ok = s_write_all(f, head, 8) && s_write_all(f, json, json_len) &&
               s_write_all(f, spaces, padded - json_len);
     for (int i = 0; i < n && ok; i++) {
@@ -594,16 +566,7 @@ static bt_status s_write_file(const char *path, const char *json, const bt_st_te
                  &nbytes);
         ok = nbytes == 0 || s_write_all(f, tensors[i].data, (size_t)nbytes);
     }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        err = errno;
-    }
-    if (ok)
-        return BT_OK;
-    remove(path);
-    return bt_fail(BT_EIO, "%s: write failed: %s", path, strerror(err));
+    return bt_file_finish(f, path, ok);
 }
 
 bt_status bt_safetensors_write(const char *path, const bt_st_tensor *tensors, int n,

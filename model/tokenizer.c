@@ -2,13 +2,12 @@
     The config is parsed with cJSON, checked and deleted inside this file. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/tokenizer.h"
+#include "baton/fileio.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define S_CONFIG_NAME "tokenizer_config.json"
 #define S_CONFIG_MAX (64 << 10) /* bytes */
@@ -100,30 +99,6 @@ static bt_status s_config_path(const char *dir, char *path, size_t len) {
     return BT_OK;
 }
 
-/*  The file's text, NUL-terminated, at most S_CONFIG_MAX bytes.  Caller owns *text_p (free()). */
-static bt_status s_read_text(const char *path, char **text_p) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    bt_status rc = BT_OK;
-    char *text = malloc(S_CONFIG_MAX + 2);
-    size_t n = text ? fread(text, 1, S_CONFIG_MAX + 1, f) : 0;
-    if (!text)
-        rc = bt_fail(BT_ENOMEM, "%s: out of memory", path);
-    else if (ferror(f))
-        rc = bt_fail(BT_EIO, "%s: read failed", path);
-    else if (n > S_CONFIG_MAX)
-        rc = bt_fail(BT_EFORMAT, "%s: larger than %d bytes", path, S_CONFIG_MAX);
-    fclose(f);
-    if (rc != BT_OK) {
-        free(text);
-        return rc;
-    }
-    text[n] = '\0';
-    *text_p = text;
-    return BT_OK;
-}
-
 static const char *s_json_type(const cJSON *v) {
     if (cJSON_IsString(v))
         return "a string";
@@ -202,7 +177,7 @@ bt_status bt_tokenizer_load(const char *dir, bt_tokenizer_t **out) {
     char *text = NULL;
     bt_status rc = s_config_path(dir, path, sizeof path);
     if (rc == BT_OK)
-        rc = s_read_text(path, &text);
+        rc = bt_file_read(path, S_CONFIG_MAX, &text, NULL);
     if (rc != BT_OK)
         return rc;
     cJSON *root = cJSON_Parse(text);
@@ -223,21 +198,11 @@ bt_status bt_tokenizer_save(const bt_tokenizer_t *self, const char *dir) {
     bt_status rc = s_config_path(dir, path, sizeof path);
     if (rc != BT_OK)
         return rc;
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return bt_fail(BT_EIO, "%s: cannot create: %s", path, strerror(errno));
-    int printed = fprintf(f,
-                          "{\"tokenizer_class\": \"%s\", \"bos_token_id\": %d, \"eos_token_id\": "
-                          "%d, \"pad_token_id\": %d, \"vocab_size\": %d}\n",
-                          S_BYTES_CLASS, self->bos, self->eos, self->pad, self->vocab_size);
-    bool ok = printed > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        err = errno;
-    }
-    if (ok)
-        return BT_OK;
-    remove(path);
-    return bt_fail(BT_EIO, "%s: write failed: %s", path, strerror(err));
+    char text[256];
+    int n = snprintf(text, sizeof text,
+                     "{\"tokenizer_class\": \"%s\", \"bos_token_id\": %d, \"eos_token_id\": "
+                     "%d, \"pad_token_id\": %d, \"vocab_size\": %d}\n",
+                     S_BYTES_CLASS, self->bos, self->eos, self->pad, self->vocab_size);
+    BT_ASSERT(n > 0 && (size_t)n < sizeof text);
+    return bt_file_write(path, text, (size_t)n);
 }

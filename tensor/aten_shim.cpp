@@ -275,6 +275,19 @@ extern "C" void bt_set_num_threads(int n) {
 
 extern "C" int bt_get_num_threads(void) { return at::get_num_threads(); }
 
+extern "C" bt_status bt_threads_from_env(void) {
+    const char *env = getenv("BATON_THREADS");
+    if (!env || !*env)
+        return BT_OK;
+    char *end = nullptr;
+    long n = strtol(env, &end, 10);
+    if (*end || n < 1 || n > 4096)
+        return bt_fail(BT_EINVAL, "BATON_THREADS: expected an integer in [1, 4096], got \"%s\"",
+                       env);
+    at::set_num_threads((int)n);
+    return BT_OK;
+}
+
 extern "C" const char *bt_torch_version(void) { return TORCH_VERSION; }
 
 extern "C" bool bt_torch_has_cuda(void) {

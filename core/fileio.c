@@ -1,0 +1,77 @@
+/*  fileio.c — whole-file reads and durable writes. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/fileio.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bt_status bt_file_read(const char *path, size_t max, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    bt_status rc = BT_OK;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = bt_fail(BT_EIO, "%s: not a regular file", path);
+        goto out_close;
+    }
+    /* SIZE_MAX - 1 at most, so that size + 1 below cannot wrap */
+    if ((uintmax_t)st.st_size > (uintmax_t)max || (uintmax_t)st.st_size >= SIZE_MAX) {
+        rc = bt_fail(BT_EFORMAT, "%s: larger than %zu bytes", path, max);
+        goto out_close;
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        rc = bt_fail(BT_ENOMEM, "%s: cannot allocate %zu bytes", path, size + 1);
+        goto out_close;
+    }
+    if (fread(buf, 1, size, f) != size) {
+        rc = bt_fail(BT_EIO, "%s: read failed: %s", path,
+                     ferror(f) ? strerror(errno) : "file shrank while reading");
+        free(buf);
+        goto out_close;
+    }
+    buf[size] = '\0';
+    *out = buf;
+    if (len)
+        *len = size;
+out_close:
+    fclose(f);
+    return rc;
+}
+
+FILE *bt_file_create(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        bt_fail(BT_EIO, "%s: cannot create: %s", path, strerror(errno));
+    return f;
+}
+
+bt_status bt_file_finish(FILE *f, const char *path, bool ok) {
+    BT_ASSERT(f != NULL);
+    int err = errno; /* when ok is false on entry, the caller's failed write set it */
+    if (ok && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
+        ok = false;
+        err = errno;
+    }
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        err = errno;
+    }
+    if (ok)
+        return BT_OK;
+    remove(path);
+    return bt_fail(BT_EIO, "%s: write failed: %s", path, strerror(err ? err : EIO));
+}
+
+bt_status bt_file_write(const char *path, const void *data, size_t len) {
+    FILE *f = bt_file_create(path);
+    if (!f)
+        return BT_EIO;
+    return bt_file_finish(f, path, len == 0 || fwrite(data, 1, len, f) == len);
+}

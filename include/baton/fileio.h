@@ -1,0 +1,38 @@
+/*  fileio.h — whole-file reads and durable writes (fflush + fsync, nothing left behind on failure).
+    Threading: plain functions; any thread, no shared state beyond the per-thread last error.
+    Lifetime: stateless; what a read returns belongs to the caller. */
+#ifndef BATON_FILEIO_H
+#define BATON_FILEIO_H
+
+#include "baton/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*  Reads the regular file at path, of at most max bytes (SIZE_MAX: no limit), into *out with a NUL
+    after the last byte; *len gets the byte count without that NUL (len may be NULL).  Caller owns
+    the result; free() it.  Errors: BT_EIO (cannot open, not a regular file, read failed),
+    BT_EFORMAT (larger than max bytes), BT_ENOMEM; each names path, and *out is left alone. */
+bt_status bt_file_read(const char *path, size_t max, char **out, size_t *len);
+
+/*  Opens path for writing ("wb", truncating).  Hand the stream to bt_file_finish() whatever
+   happens. Returns NULL with a BT_EIO last error "PATH: cannot create: ..." when it cannot. */
+FILE *bt_file_create(const char *path);
+
+/*  Ends a streaming write: fflush, fsync and fclose f.  ok is the caller's verdict on its own
+    writes.  When ok was false or any step fails, removes path and returns BT_EIO
+    "PATH: write failed: ..."; else BT_OK.  Takes ownership of f: it is closed in every case. */
+bt_status bt_file_finish(FILE *f, const char *path, bool ok);
+
+/*  Writes len bytes of data to path durably: bt_file_create, fwrite, bt_file_finish. */
+bt_status bt_file_write(const char *path, const void *data, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,132 @@
+/*  test_fileio.c — whole-file reads and durable writes: round trip, limits, errors, cleanup. */
+#define _XOPEN_SOURCE 700
+#include "baton/fileio.h"
+
+#include "check.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char s_dir[64];
+
+static int s_remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static const char *s_path(const char *name) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", s_dir, name);
+    return path;
+}
+
+static bool s_exists(const char *path) {
+    return access(path, F_OK) == 0;
+}
+
+static void test_round_trip_keeps_every_byte(void) {
+    const char data[] = {'a', '\0', 'b', '\n', '\0', (char)0xFF, 'z'}; /* NULs inside */
+    const char *path = s_path("bytes.bin");
+    CHECK_OK(bt_file_write(path, data, sizeof data));
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(bt_file_read(path, sizeof data, &text, &len)); /* exactly at the limit */
+    CHECK(len == sizeof data);
+    CHECK(text && memcmp(text, data, sizeof data) == 0);
+    CHECK(text && text[len] == '\0');
+    free(text);
+
+    /* An empty file reads as an empty string. */
+    path = s_path("empty.txt");
+    CHECK_OK(bt_file_write(path, NULL, 0));
+    text = NULL;
+    CHECK_OK(bt_file_read(path, 0, &text, NULL));
+    CHECK(text && text[0] == '\0');
+    free(text);
+}
+
+static void test_read_refuses_a_file_over_the_limit(void) {
+    const char *path = s_path("big.txt");
+    CHECK_OK(bt_file_write(path, "0123456789", 10));
+    char *text = NULL;
+    CHECK(bt_file_read(path, 9, &text, NULL) == BT_EFORMAT);
+    CHECK(text == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), path);
+    CHECK_STR_CONTAINS(bt_last_error(), "larger than 9 bytes");
+}
+
+static void test_read_of_a_missing_file_names_it(void) {
+    const char *path = s_path("missing.txt");
+    char *text = NULL;
+    CHECK(bt_file_read(path, 100, &text, NULL) == BT_EIO);
+    CHECK(text == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), path);
+    CHECK_STR_CONTAINS(bt_last_error(), "cannot open");
+
+    CHECK(bt_file_read(s_dir, 100, &text, NULL) == BT_EIO); /* a directory */
+    CHECK_STR_CONTAINS(bt_last_error(), "not a regular file");
+}
+
+static void test_write_into_a_missing_directory_leaves_nothing(void) {
+    const char *path = s_path("no-such-dir/x.bin");
+    CHECK(bt_file_write(path, "x", 1) == BT_EIO);
+    CHECK_STR_CONTAINS(bt_last_error(), path);
+    CHECK_STR_CONTAINS(bt_last_error(), "cannot create");
+    CHECK(!s_exists(path));
+    CHECK(!s_exists(s_path("no-such-dir")));
+}
+
+static void test_finish_removes_a_failed_write(void) {
+    const char *path = s_path("stream.txt");
+    FILE *f = bt_file_create(path);
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs("half written", f);
+    CHECK(bt_file_finish(f, path, false) == BT_EIO);
+    CHECK_STR_CONTAINS(bt_last_error(), path);
+    CHECK_STR_CONTAINS(bt_last_error(), "write failed");
+    CHECK(!s_exists(path));
+
+    /* The same stream, judged ok, stays on disk whole. */
+    f = bt_file_create(path);
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs("whole", f);
+    CHECK_OK(bt_file_finish(f, path, true));
+    char *text = NULL;
+    CHECK_OK(bt_file_read(path, 100, &text, NULL));
+    CHECK(text && strcmp(text, "whole") == 0);
+    free(text);
+}
+
+static void test_write_replaces_an_existing_file(void) {
+    const char *path = s_path("replace.txt");
+    CHECK_OK(bt_file_write(path, "a longer first version", 22));
+    CHECK_OK(bt_file_write(path, "short", 5));
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(bt_file_read(path, 100, &text, &len));
+    CHECK(len == 5 && text && strcmp(text, "short") == 0);
+    free(text);
+}
+
+int main(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/bt_fileio_XXXXXX");
+    if (!mkdtemp(s_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_round_trip_keeps_every_byte();
+    test_read_refuses_a_file_over_the_limit();
+    test_read_of_a_missing_file_names_it();
+    test_write_into_a_missing_directory_leaves_nothing();
+    test_finish_removes_a_failed_write();
+    test_write_replaces_an_existing_file();
+    nftw(s_dir, s_remove_one, 8, FTW_DEPTH | FTW_PHYS);
+    return check_exit();
+}
