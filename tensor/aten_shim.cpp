@@ -668,9 +668,11 @@ extern "C" bt_tensor *bt_attention(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_t
 #if TORCH_VERSION_MAJOR >= 2
         return at::scaled_dot_product_attention(q->t, kk, vv, allowed->t);
 #else
+        /* scale q (B, H, Tq, D) rather than the larger scores; the scores are not saved for
+           backward, so the mask is applied in place */
         double scale = 1.0 / std::sqrt((double)q->t.size(-1));
-        at::Tensor scores = at::matmul(q->t, kk.transpose(-2, -1)) * scale; /* (B, H, Tq, Tk) */
-        scores = scores.masked_fill(allowed->t.logical_not(), -INFINITY);
+        at::Tensor scores = at::matmul(q->t * scale, kk.transpose(-2, -1)); /* (B, H, Tq, Tk) */
+        scores.masked_fill_(allowed->t.logical_not(), -INFINITY);
         return at::matmul(at::softmax(scores, -1), vv);
 #endif
     });
