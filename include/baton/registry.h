@@ -1,0 +1,97 @@
+/*  registry.h — the controller's table of workers and of the tasks it hands them.
+    Threading: owned by the controller thread.  Lifetime: one per run.
+
+    A task is QUEUED until assigned to a live worker of its role, then ASSIGNED until that worker
+    reports it done (DONE) or is lost, which puts it back in the queue.  A result from a worker that
+    no longer holds the task (it was re-queued after expiry, or already done) is refused, so no
+    task is ever counted twice. */
+#ifndef BATON_REGISTRY_H
+#define BATON_REGISTRY_H
+
+#include "baton/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*  Values appear in messages and logs: append only. */
+typedef enum bt_role { BT_ROLE_ROLLOUT = 0, BT_ROLE_TRAINER = 1, BT_ROLE_EVAL = 2 } bt_role;
+#define BT_ROLE_COUNT 3
+
+const char *bt_role_name(bt_role role);
+/*  BT_EINVAL naming the text when it is not "rollout", "trainer" or "eval". */
+bt_status bt_role_parse(const char *text, bt_role *out);
+
+typedef enum bt_worker_state {
+    BT_WORKER_IDLE = 0,
+    BT_WORKER_BUSY = 1,
+    BT_WORKER_LOST = 2
+} bt_worker_state;
+typedef enum bt_task_state {
+    BT_TASK_QUEUED = 0,
+    BT_TASK_ASSIGNED = 1,
+    BT_TASK_DONE = 2
+} bt_task_state;
+
+#define BT_PEER_MAX 256
+
+typedef struct bt_worker_info {
+    int32_t id; /* registry index, stable for the run */
+    bt_role role;
+    char name[64];
+    uint8_t peer[BT_PEER_MAX]; /* ZeroMQ routing id */
+    size_t peer_len;
+    bt_worker_state state;
+    int64_t last_seen_ms;
+    int64_t task; /* the task it holds, -1 when none */
+    int64_t done; /* tasks it completed */
+} bt_worker_info;
+
+typedef struct bt_registry bt_registry_t;
+
+/*  Caller owns the result; destroy with bt_registry_destroy(). */
+bt_registry_t *bt_registry_new(int64_t expiry_ms);
+void bt_registry_destroy(bt_registry_t **self_p);
+
+/*  Adds a worker (or revives the one with the same peer id, keeping its id) as IDLE, seen at
+    now_ms; returns its id, or -1 when the table is full (BT_ERANGE in bt_last_error()). */
+int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, const uint8_t *peer,
+                         size_t peer_len, int64_t now_ms);
+/*  The live worker with this peer id, or NULL.  Borrowed: valid until the next join. */
+bt_worker_info *bt_registry_find_peer(bt_registry_t *self, const uint8_t *peer, size_t peer_len);
+bt_worker_info *bt_registry_worker(bt_registry_t *self, int32_t id);
+int32_t bt_registry_worker_count(const bt_registry_t *self);
+/*  Live (not LOST) workers of a role. */
+int32_t bt_registry_live(const bt_registry_t *self, bt_role role);
+void bt_registry_touch(bt_registry_t *self, int32_t worker, int64_t now_ms);
+/*  Marks a worker LOST (BYE, or expiry) and re-queues its task. */
+void bt_registry_remove(bt_registry_t *self, int32_t worker);
+/*  Marks workers silent for longer than expiry_ms as LOST and re-queues their tasks; returns how
+    many were lost. */
+int bt_registry_expire(bt_registry_t *self, int64_t now_ms);
+
+/*  Queues a task for a role; returns its id (dense, from 0).  user is the caller's payload. */
+int64_t bt_registry_add_task(bt_registry_t *self, bt_role role, void *user);
+bt_task_state bt_registry_task_state(const bt_registry_t *self, int64_t task);
+void *bt_registry_task_user(const bt_registry_t *self, int64_t task);
+/*  Times a task was handed out (a re-queued task is handed out again). */
+int32_t bt_registry_task_attempts(const bt_registry_t *self, int64_t task);
+/*  Pairs the oldest queued task of some role with an idle live worker of that role, marks both
+    busy and returns true; false when no pair exists. */
+bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *worker);
+/*  The worker reports the task done: true when it held it (the task becomes DONE, the worker
+    IDLE); false for a late or duplicate result, which the caller drops and counts. */
+bool bt_registry_complete(bt_registry_t *self, int64_t task, int32_t worker);
+/*  The worker reports failure: the task goes back to the queue, the worker is IDLE. */
+bool bt_registry_fail(bt_registry_t *self, int64_t task, int32_t worker);
+/*  Tasks not DONE. */
+int64_t bt_registry_pending(const bt_registry_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,255 @@
+/*  registry.c — workers and tasks of the controller; see registry.h for the task life cycle. */
+#include "baton/registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { S_MAX_WORKERS = 4096 };
+
+typedef struct {
+    bt_role role;
+    bt_task_state state;
+    int32_t worker; /* holder while ASSIGNED */
+    int32_t attempts;
+    void *user;
+} s_task;
+
+struct bt_registry {
+    int64_t expiry_ms;
+    bt_worker_info *workers;
+    int32_t n_workers, cap_workers;
+    s_task *tasks;
+    int64_t n_tasks, cap_tasks;
+    int64_t queue_head; /* no QUEUED task below this index */
+};
+
+static const char *const s_role_names[BT_ROLE_COUNT] = {"rollout", "trainer", "eval"};
+
+const char *bt_role_name(bt_role role) {
+    return (unsigned)role < BT_ROLE_COUNT ? s_role_names[role] : "unknown";
+}
+
+bt_status bt_role_parse(const char *text, bt_role *out) {
+    for (int r = 0; r < BT_ROLE_COUNT; r++)
+        if (text && strcmp(text, s_role_names[r]) == 0) {
+            *out = (bt_role)r;
+            return BT_OK;
+        }
+    return bt_fail(BT_EINVAL, "role: expected \"rollout\", \"trainer\" or \"eval\", got \"%s\"",
+                   text ? text : "(null)");
+}
+
+bt_registry_t *bt_registry_new(int64_t expiry_ms) {
+    bt_registry_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        bt_fail(BT_ENOMEM, "registry: out of memory");
+        return NULL;
+    }
+    self->expiry_ms = expiry_ms;
+    return self;
+}
+
+void bt_registry_destroy(bt_registry_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    free((*self_p)->workers);
+    free((*self_p)->tasks);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+/*  Grows *array (of *cap elements of size) to hold at least need elements. */
+static bool s_reserve(void **array, int64_t *cap, int64_t need, size_t size) {
+    if (need <= *cap)
+        return true;
+    int64_t n = *cap ? *cap * 2 : 16;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*array, (size_t)n * size);
+    if (!p)
+        return false;
+    *array = p;
+    *cap = n;
+    return true;
+}
+
+int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, const uint8_t *peer,
+                         size_t peer_len, int64_t now_ms) {
+    if (peer_len > BT_PEER_MAX) {
+        bt_fail(BT_ERANGE, "registry: peer id of %zu bytes", peer_len);
+        return -1;
+    }
+    bt_worker_info *w = NULL;
+    for (int32_t i = 0; i < self->n_workers && !w; i++)
+        if (self->workers[i].peer_len == peer_len && !memcmp(self->workers[i].peer, peer, peer_len))
+            w = &self->workers[i];
+    if (w) {
+        bt_registry_remove(self, w->id); /* a second HELLO: whatever it held is re-queued */
+    } else {
+        int64_t cap = self->cap_workers;
+        if (self->n_workers >= S_MAX_WORKERS ||
+            !s_reserve((void **)&self->workers, &cap, self->n_workers + 1, sizeof *w)) {
+            bt_fail(BT_ERANGE, "registry: no room for another worker");
+            return -1;
+        }
+        self->cap_workers = (int32_t)cap;
+        w = &self->workers[self->n_workers];
+        memset(w, 0, sizeof *w);
+        w->id = self->n_workers++;
+        memcpy(w->peer, peer, peer_len);
+        w->peer_len = peer_len;
+    }
+    w->role = role;
+    snprintf(w->name, sizeof w->name, "%s", name ? name : "");
+    w->state = BT_WORKER_IDLE;
+    w->last_seen_ms = now_ms;
+    w->task = -1;
+    return w->id;
+}
+
+bt_worker_info *bt_registry_find_peer(bt_registry_t *self, const uint8_t *peer, size_t peer_len) {
+    for (int32_t i = 0; i < self->n_workers; i++) {
+        bt_worker_info *w = &self->workers[i];
+        if (w->state != BT_WORKER_LOST && w->peer_len == peer_len &&
+            !memcmp(w->peer, peer, peer_len))
+            return w;
+    }
+    return NULL;
+}
+
+bt_worker_info *bt_registry_worker(bt_registry_t *self, int32_t id) {
+    return (id >= 0 && id < self->n_workers) ? &self->workers[id] : NULL;
+}
+
+int32_t bt_registry_worker_count(const bt_registry_t *self) {
+    return self->n_workers;
+}
+
+int32_t bt_registry_live(const bt_registry_t *self, bt_role role) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < self->n_workers; i++)
+        n += self->workers[i].role == role && self->workers[i].state != BT_WORKER_LOST;
+    return n;
+}
+
+void bt_registry_touch(bt_registry_t *self, int32_t worker, int64_t now_ms) {
+    bt_worker_info *w = bt_registry_worker(self, worker);
+    if (w)
+        w->last_seen_ms = now_ms;
+}
+
+static void s_requeue(bt_registry_t *self, int64_t task) {
+    s_task *t = &self->tasks[task];
+    t->state = BT_TASK_QUEUED;
+    t->worker = -1;
+    if (task < self->queue_head)
+        self->queue_head = task;
+}
+
+void bt_registry_remove(bt_registry_t *self, int32_t worker) {
+    bt_worker_info *w = bt_registry_worker(self, worker);
+    if (!w || w->state == BT_WORKER_LOST)
+        return;
+    if (w->task >= 0)
+        s_requeue(self, w->task);
+    w->task = -1;
+    w->state = BT_WORKER_LOST;
+}
+
+int bt_registry_expire(bt_registry_t *self, int64_t now_ms) {
+    int lost = 0;
+    for (int32_t i = 0; i < self->n_workers; i++) {
+        bt_worker_info *w = &self->workers[i];
+        if (w->state != BT_WORKER_LOST && now_ms - w->last_seen_ms > self->expiry_ms) {
+            bt_registry_remove(self, w->id);
+            lost++;
+        }
+    }
+    return lost;
+}
+
+int64_t bt_registry_add_task(bt_registry_t *self, bt_role role, void *user) {
+    if (!s_reserve((void **)&self->tasks, &self->cap_tasks, self->n_tasks + 1, sizeof(s_task))) {
+        bt_fail(BT_ENOMEM, "registry: out of memory for tasks");
+        return -1;
+    }
+    self->tasks[self->n_tasks] = (s_task){role, BT_TASK_QUEUED, -1, 0, user};
+    return self->n_tasks++;
+}
+
+static const s_task *s_task_at(const bt_registry_t *self, int64_t task) {
+    BT_ASSERT(task >= 0 && task < self->n_tasks);
+    return &self->tasks[task];
+}
+
+bt_task_state bt_registry_task_state(const bt_registry_t *self, int64_t task) {
+    return s_task_at(self, task)->state;
+}
+
+void *bt_registry_task_user(const bt_registry_t *self, int64_t task) {
+    return s_task_at(self, task)->user;
+}
+
+int32_t bt_registry_task_attempts(const bt_registry_t *self, int64_t task) {
+    return s_task_at(self, task)->attempts;
+}
+
+bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *worker) {
+    while (self->queue_head < self->n_tasks &&
+           self->tasks[self->queue_head].state != BT_TASK_QUEUED)
+        self->queue_head++;
+    for (int64_t t = self->queue_head; t < self->n_tasks; t++) {
+        s_task *q = &self->tasks[t];
+        if (q->state != BT_TASK_QUEUED)
+            continue;
+        for (int32_t i = 0; i < self->n_workers; i++) {
+            bt_worker_info *w = &self->workers[i];
+            if (w->state != BT_WORKER_IDLE || w->role != q->role)
+                continue;
+            q->state = BT_TASK_ASSIGNED;
+            q->worker = w->id;
+            q->attempts++;
+            w->state = BT_WORKER_BUSY;
+            w->task = t;
+            *task = t;
+            *worker = w->id;
+            return true;
+        }
+    }
+    return false;
+}
+
+/*  True when worker holds task; then releases the worker. */
+static bool s_release(bt_registry_t *self, int64_t task, int32_t worker) {
+    bt_worker_info *w = bt_registry_worker(self, worker);
+    if (task < 0 || task >= self->n_tasks || !w || w->state != BT_WORKER_BUSY || w->task != task ||
+        self->tasks[task].state != BT_TASK_ASSIGNED || self->tasks[task].worker != worker)
+        return false;
+    w->state = BT_WORKER_IDLE;
+    w->task = -1;
+    return true;
+}
+
+bool bt_registry_complete(bt_registry_t *self, int64_t task, int32_t worker) {
+    if (!s_release(self, task, worker))
+        return false;
+    self->tasks[task].state = BT_TASK_DONE;
+    self->tasks[task].worker = -1;
+    self->workers[worker].done++;
+    return true;
+}
+
+bool bt_registry_fail(bt_registry_t *self, int64_t task, int32_t worker) {
+    if (!s_release(self, task, worker))
+        return false;
+    s_requeue(self, task);
+    return true;
+}
+
+int64_t bt_registry_pending(const bt_registry_t *self) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < self->n_tasks; t++)
+        n += self->tasks[t].state != BT_TASK_DONE;
+    return n;
+}
