@@ -1,0 +1,50 @@
+/*  runlog.h — the run directory: the resolved config.json, metrics.jsonl and events.jsonl, one JSON
+    object per line, each flushed as written.
+    Threading: owned by the controller thread.  Lifetime: one per run. */
+#ifndef BATON_RUNLOG_H
+#define BATON_RUNLOG_H
+
+#include "baton/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*  One JSON object being built: fields are appended in order.  A value struct: bt_jsonl_init,
+    add fields, then write it with bt_runlog_metric / bt_runlog_event. */
+typedef struct bt_jsonl {
+    char buf[4096];
+    size_t len;
+    bool overflow; /* a field did not fit: the line is refused when written */
+} bt_jsonl;
+
+void bt_jsonl_init(bt_jsonl *line);
+void bt_jsonl_str(bt_jsonl *line, const char *key, const char *value);
+void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value);
+/*  %.9g; non-finite values are written as null. */
+void bt_jsonl_num(bt_jsonl *line, const char *key, double value);
+void bt_jsonl_bool(bt_jsonl *line, const char *key, bool value);
+
+typedef struct bt_runlog bt_runlog_t;
+
+/*  Creates dir (and its parents), writes dir/config.json from config_json and opens the two logs
+    for appending.  Caller owns the result; destroy with bt_runlog_destroy().  NULL on failure with
+    the reason (naming the path) in bt_last_error(). */
+bt_runlog_t *bt_runlog_open(const char *dir, const char *config_json);
+void bt_runlog_destroy(bt_runlog_t **self_p);
+/*  Appends the line to metrics.jsonl / events.jsonl. */
+bt_status bt_runlog_metric(bt_runlog_t *self, const bt_jsonl *line);
+bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line);
+const char *bt_runlog_dir(const bt_runlog_t *self);
+
+/*  mkdir -p. */
+bt_status bt_mkdirs(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

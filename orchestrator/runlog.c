@@ -1,0 +1,160 @@
+/*  runlog.c — run directory and JSON-lines logs. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/runlog.h"
+
+#include "baton/fileio.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct bt_runlog {
+    char dir[PATH_MAX];
+    FILE *metrics, *events;
+};
+
+void bt_jsonl_init(bt_jsonl *line) {
+    line->len = 0;
+    line->overflow = false;
+    line->buf[0] = '\0';
+}
+
+static void s_append(bt_jsonl *line, const char *fmt, ...) {
+    if (line->overflow)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = sizeof line->buf - line->len;
+    int n = vsnprintf(line->buf + line->len, room, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= room)
+        line->overflow = true;
+    else
+        line->len += (size_t)n;
+}
+
+/*  A JSON string literal of text: quotes, backslashes and control bytes escaped. */
+static void s_quoted(bt_jsonl *line, const char *text) {
+    s_append(line, "\"");
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            s_append(line, "\\%c", *p);
+        else if (*p < 0x20)
+            s_append(line, "\\u%04x", *p);
+        else
+            s_append(line, "%c", *p);
+    }
+    s_append(line, "\"");
+}
+
+static void s_key(bt_jsonl *line, const char *key) {
+    s_append(line, line->len ? "," : "{");
+    s_quoted(line, key);
+    s_append(line, ":");
+}
+
+void bt_jsonl_str(bt_jsonl *line, const char *key, const char *value) {
+    s_key(line, key);
+    s_quoted(line, value ? value : "");
+}
+
+void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value) {
+    s_key(line, key);
+    s_append(line, "%lld", (long long)value);
+}
+
+void bt_jsonl_num(bt_jsonl *line, const char *key, double value) {
+    s_key(line, key);
+    if (isfinite(value))
+        s_append(line, "%.9g", value);
+    else
+        s_append(line, "null");
+}
+
+void bt_jsonl_bool(bt_jsonl *line, const char *key, bool value) {
+    s_key(line, key);
+    s_append(line, value ? "true" : "false");
+}
+
+bt_status bt_mkdirs(const char *path) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return bt_fail(BT_EINVAL, "%s: path too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return bt_fail(BT_EIO, "%s: cannot create: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return bt_fail(BT_EIO, "%s: cannot create: %s", buf, strerror(errno));
+    return BT_OK;
+}
+
+static FILE *s_open_log(const char *dir, const char *name) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    return f;
+}
+
+bt_runlog_t *bt_runlog_open(const char *dir, const char *config_json) {
+    if (bt_mkdirs(dir) != BT_OK)
+        return NULL;
+    bt_runlog_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        bt_fail(BT_ENOMEM, "runlog: out of memory");
+        return NULL;
+    }
+    snprintf(self->dir, sizeof self->dir, "%s", dir);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (bt_file_write(path, config_json, strlen(config_json)) != BT_OK ||
+        !(self->metrics = s_open_log(dir, "metrics.jsonl")) ||
+        !(self->events = s_open_log(dir, "events.jsonl"))) {
+        bt_runlog_destroy(&self);
+        return NULL;
+    }
+    return self;
+}
+
+void bt_runlog_destroy(bt_runlog_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    if ((*self_p)->metrics)
+        fclose((*self_p)->metrics);
+    if ((*self_p)->events)
+        fclose((*self_p)->events);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+static bt_status s_write(FILE *f, const char *name, const bt_jsonl *line) {
+    if (line->overflow)
+        return bt_fail(BT_ERANGE, "%s: a record longer than %zu bytes was refused", name,
+                       sizeof line->buf);
+    if (fprintf(f, "%s}\n", line->len ? line->buf : "{") < 0 || fflush(f) != 0)
+        return bt_fail(BT_EIO, "%s: write failed: %s", name, strerror(errno));
+    return BT_OK;
+}
+
+bt_status bt_runlog_metric(bt_runlog_t *self, const bt_jsonl *line) {
+    return s_write(self->metrics, "metrics.jsonl", line);
+}
+
+bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line) {
+    return s_write(self->events, "events.jsonl", line);
+}
+
+const char *bt_runlog_dir(const bt_runlog_t *self) {
+    return self->dir;
+}

@@ -1,0 +1,59 @@
+/*  test_runlog.c — the run directory: config.json written, metrics/events lines are valid JSON that
+    an independent parser (cJSON) reads back with the same values. */
+#define _DEFAULT_SOURCE
+#include "baton/fileio.h"
+#include "baton/runlog.h"
+#include "check.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+int main(void) {
+    char tmp[] = "/tmp/bt_runlog_XXXXXX";
+    CHECK(mkdtemp(tmp) != NULL);
+    char dir[256], path[300];
+    snprintf(dir, sizeof dir, "%s/runs/a/b", tmp);
+    bt_runlog_t *log = bt_runlog_open(dir, "{\"run\": {\"seed\": 3}}\n");
+    CHECK(log != NULL);
+
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "kind", "train");
+    bt_jsonl_int(&line, "step", -12);
+    bt_jsonl_str(&line, "variant", "quo\"te\\back\nline");
+    bt_jsonl_num(&line, "loss", 0.123456789012);
+    bt_jsonl_num(&line, "bad", NAN);
+    bt_jsonl_bool(&line, "ok", true);
+    CHECK_OK(bt_runlog_metric(log, &line));
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "worker_joined");
+    CHECK_OK(bt_runlog_event(log, &line));
+    bt_jsonl_init(&line); /* a record that does not fit is refused, not truncated */
+    for (int i = 0; i < 400; i++)
+        bt_jsonl_num(&line, "field", i);
+    CHECK(bt_runlog_metric(log, &line) == BT_ERANGE);
+    bt_runlog_destroy(&log);
+    CHECK(log == NULL);
+
+    char *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 20, &text, NULL));
+    CHECK(text && strchr(text, '\n') == text + strlen(text) - 1); /* exactly one line */
+    cJSON *j = cJSON_Parse(text ? text : "");
+    CHECK(j != NULL);
+    CHECK(strcmp(cJSON_GetObjectItem(j, "kind")->valuestring, "train") == 0);
+    CHECK(cJSON_GetObjectItem(j, "step")->valuedouble == -12);
+    CHECK(strcmp(cJSON_GetObjectItem(j, "variant")->valuestring, "quo\"te\\back\nline") == 0);
+    CHECK_NEAR(cJSON_GetObjectItem(j, "loss")->valuedouble, 0.123456789012, 1e-9);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "bad")));
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "ok")));
+    cJSON_Delete(j);
+    free(text);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_OK(bt_file_read(path, 1 << 20, &text, NULL));
+    CHECK(text && strstr(text, "\"seed\": 3"));
+    free(text);
+    snprintf(path, sizeof path, "rm -rf %s", tmp);
+    CHECK(system(path) == 0);
+    return check_exit();
+}
