@@ -1,0 +1,150 @@
+/*  config.h — the run config: JSON parsed, checked and resolved into a plain struct before anything
+    starts, plus the typed sub-configs the other modules take.  docs/config.md documents every key.
+    Threading: plain functions on caller-owned values; any thread.  Lifetime: a bt_run_config is a
+    value with no heap parts: copy it, keep it, drop it; nothing to release. */
+#ifndef BATON_CONFIG_H
+#define BATON_CONFIG_H
+
+#include "baton/grpo.h"
+#include "baton/model.h"
+#include "baton/status.h"
+#include "baton/tasks.h"
+#include "baton/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*  Values appear in configs: append only. */
+typedef enum bt_config_task_kind {
+    BT_CONFIG_TASK_ARITHMETIC = 0, /* "arithmetic" */
+    BT_CONFIG_TASK_JSONL = 1       /* "jsonl" */
+} bt_config_task_kind;
+
+typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1 } bt_config_phase;
+
+#define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
+#define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train, task.eval: bytes including the NUL */
+
+/*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
+    After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens and
+    eval.max_new_tokens are never 0. */
+typedef struct bt_run_config {
+    struct {
+        char name[BT_CONFIG_NAME_MAX];
+        int64_t seed;
+        int64_t threads; /* 0: libtorch's default */
+        char device[BT_CONFIG_NAME_MAX];
+        int64_t log_every;
+    } run;
+    bt_model_config model; /* the model.* keys but model.path */
+    char model_path[BT_CONFIG_PATH_MAX];
+    struct {
+        bt_config_task_kind kind;
+        int64_t seed;
+        int64_t digits;
+        char operators[8];
+        int64_t heldout_size;
+        double format_reward;
+        char train[BT_CONFIG_PATH_MAX];
+        char eval[BT_CONFIG_PATH_MAX];
+        bt_task_verifier verifier;
+    } task;
+    struct {
+        int64_t steps;
+        int64_t batch_size;
+        double lr;
+        int64_t warmup_steps;
+        int64_t eval_every;
+        double stop_accuracy;
+    } sft;
+    struct {
+        int64_t steps;
+        int64_t group_size;
+        int64_t prompts_per_step;
+        double temperature;
+        int64_t top_k;
+        double top_p;
+        int64_t max_new_tokens;
+        double clip_low;
+        double clip_high;
+        double kl_coef;
+        bt_kl_estimator kl_estimator;
+        double entropy_coef;
+        bt_loss_agg loss_agg;
+        bt_adv_norm adv_norm;
+        int64_t max_tokens;
+        double lr;
+        bt_lr_kind lr_schedule;
+        int64_t warmup_steps;
+        double min_lr;
+        int64_t decay_steps;
+        double weight_decay;
+        double beta1;
+        double beta2;
+        double max_grad_norm;
+        int64_t micro_batch;
+        bool dynamic_sampling;
+    } grpo;
+    struct {
+        int64_t every_steps;
+        int64_t heldout_count;
+        int64_t samples;
+        double temperature;
+        int64_t max_new_tokens;
+    } eval;
+    struct {
+        int64_t rollout;
+        int64_t trainer;
+        int64_t eval;
+        int64_t heartbeat_ms;
+        int64_t expiry_ms;
+    } workers;
+} bt_run_config;
+
+/*  Every key at its default (unresolved: grpo.max_tokens and eval.max_new_tokens are 0). */
+void bt_config_init(bt_run_config *cfg);
+
+/*  Parses json_text (source names it in messages, e.g. a file name), then applies overrides in
+    order, then checks the keys against each other and resolves the 0 = "follow another key"
+    values.  An override is "key.path=value" as given to `--set`: the value is parsed as JSON, or
+    taken as a plain string when it is not valid JSON; string keys always take the text as it is
+    (quotes optional).  Errors are one line, BT_EFORMAT for JSON syntax and BT_EINVAL otherwise:
+      "arith.json: grpo.group_size: expected an integer >= 2, got 1"
+      "arith.json: grpo.gropu_size: unknown key (did you mean grpo.group_size?)"
+      "arith.json:3:14: invalid JSON"
+      "--set grpo.stepz=50: unknown key (did you mean grpo.steps?)"
+    On error *out holds partial values: do not use it. */
+bt_status bt_config_parse(const char *json_text, const char *source, const char *const *overrides,
+                          int n_overrides, bt_run_config *out);
+/*  bt_config_parse of the file at path, with path as the source.  Also BT_EIO when it cannot be
+    read, BT_EFORMAT when it holds a NUL byte or more than 1 MiB. */
+bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
+                         bt_run_config *out);
+
+/*  The resolved config: every key with its value, pretty-printed JSON that parses back to the same
+    struct.  Caller owns the result; free() it.  NULL when out of memory. */
+char *bt_config_to_json(const bt_run_config *cfg);
+
+/*  The schema's key paths in order ("run.name", "run.seed", ...); NULL when i is out of range.
+    Static strings. */
+const char *bt_config_key(int i);
+
+/*  Typed sub-configs of a parsed config.  String fields are borrowed: valid while cfg lives. */
+void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out);
+/*  SFT: "warmup" when sft.warmup_steps > 0, else "constant", over sft.steps.  GRPO: the
+    grpo.lr_schedule over grpo.steps. */
+void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedule *out);
+/*  AdamW of both phases: grpo.beta1, grpo.beta2, grpo.weight_decay, eps 1e-8. */
+void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out);
+void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out);
+/*  heldout_path is NULL when task.eval is empty. */
+void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,591 @@
+/*  config.c — the run config.  One table of keys drives the defaults, the parser, the range checks
+    and the resolved-config writer; cross-field checks reuse the validators of model.h and grpo.h.
+    cJSON stays in this file: parse, check, copy into bt_run_config, delete. */
+#include "baton/config.h"
+
+#include "baton/fileio.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { S_INT, S_NUM, S_BOOL, S_STR, S_ENUM } s_type;
+enum { S_LO_OPEN = 1, S_HI_OPEN = 2 };
+
+/*  Integers must be exact in a double, as cJSON holds them: |x| < 2^53. */
+#define S_INT_LIMIT 9007199254740992.0
+
+typedef struct s_key {
+    const char *path;
+    s_type type;
+    size_t offset, size; /* the field in bt_run_config */
+    double def;          /* S_INT, S_NUM, S_BOOL, S_ENUM (a value); NAN: bt_model_config_init's */
+    const char *def_str; /* S_STR */
+    double lo, hi;       /* S_INT, S_NUM: the allowed range */
+    int open;            /* S_LO_OPEN, S_HI_OPEN: a bound itself is excluded */
+    const char *const *names;     /* S_ENUM: the names of values 0, 1, ...; NULL-terminated */
+    bool (*valid)(const char *s); /* S_STR: what the value must also satisfy, or NULL */
+    const char *what;             /* S_STR: valid() in words */
+} s_key;
+
+static bool s_is_name(const char *s) {
+    size_t n = strlen(s);
+    return n > 0 && s[0] != '.' &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+static bool s_is_device(const char *s) {
+    bt_device device;
+    return bt_device_parse(s, &device) == BT_OK;
+}
+
+static bool s_is_operators(const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("+-*", s[i]) || strchr(s + i + 1, s[i]))
+            return false;
+    return n > 0;
+}
+
+static const char *const s_task_kinds[] = {"arithmetic", "jsonl", NULL};
+static const char *const s_verifiers[] = {"exact", "numeric", NULL};
+static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
+static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_norm", NULL};
+static const char *const s_adv_norms[] = {"std", "none", NULL};
+static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
+
+#define S_FIELD(f) .offset = offsetof(bt_run_config, f), .size = sizeof(((bt_run_config *)0)->f)
+#define S_INT_KEY(p, f, d, l, h)                                                                   \
+    { .path = p, .type = S_INT, S_FIELD(f), .def = d, .lo = l, .hi = h }
+#define S_NUM_KEY(p, f, d, l, h, o)                                                                \
+    { .path = p, .type = S_NUM, S_FIELD(f), .def = d, .lo = l, .hi = h, .open = o }
+#define S_BOOL_KEY(p, f, d)                                                                        \
+    { .path = p, .type = S_BOOL, S_FIELD(f), .def = d }
+#define S_STR_KEY(p, f, d, v, w)                                                                   \
+    { .path = p, .type = S_STR, S_FIELD(f), .def_str = d, .valid = v, .what = w }
+#define S_ENUM_KEY(p, f, d, n)                                                                     \
+    { .path = p, .type = S_ENUM, S_FIELD(f), .def = d, .names = n }
+#define S_INF INFINITY
+
+/*  Sections are contiguous and in the order the writer prints them. */
+static const s_key s_keys[] = {
+    S_STR_KEY("run.name", run.name, "arith", s_is_name,
+              "a name of letters, digits, '.', '_' or '-', not starting with '.'"),
+    S_INT_KEY("run.seed", run.seed, 0, 0, S_INF),
+    S_INT_KEY("run.threads", run.threads, 0, 0, S_INF),
+    S_STR_KEY("run.device", run.device, "cpu", s_is_device, "\"cpu\", \"cuda\" or \"cuda:N\""),
+    S_INT_KEY("run.log_every", run.log_every, 1, 1, S_INF),
+
+    S_INT_KEY("model.vocab_size", model.vocab_size, NAN, 1, S_INF),
+    S_INT_KEY("model.hidden_size", model.hidden_size, NAN, 1, S_INF),
+    S_INT_KEY("model.intermediate_size", model.intermediate_size, NAN, 1, S_INF),
+    S_INT_KEY("model.num_hidden_layers", model.num_hidden_layers, NAN, 1, S_INF),
+    S_INT_KEY("model.num_attention_heads", model.num_attention_heads, NAN, 1, S_INF),
+    S_INT_KEY("model.num_key_value_heads", model.num_key_value_heads, NAN, 1, S_INF),
+    S_NUM_KEY("model.rms_norm_eps", model.rms_norm_eps, NAN, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("model.rope_theta", model.rope_theta, NAN, 0, S_INF, S_LO_OPEN),
+    S_INT_KEY("model.max_position_embeddings", model.max_position_embeddings, NAN, 1, S_INF),
+    S_BOOL_KEY("model.tie_word_embeddings", model.tie_word_embeddings, NAN),
+    S_INT_KEY("model.bos_token_id", model.bos_token_id, NAN, -1, S_INF),
+    S_INT_KEY("model.eos_token_id", model.eos_token_id, NAN, -1, S_INF),
+    S_INT_KEY("model.pad_token_id", model.pad_token_id, NAN, -1, S_INF),
+    S_STR_KEY("model.path", model_path, "", NULL, NULL),
+
+    S_ENUM_KEY("task.kind", task.kind, BT_CONFIG_TASK_ARITHMETIC, s_task_kinds),
+    S_INT_KEY("task.seed", task.seed, 0, 0, S_INF),
+    S_INT_KEY("task.digits", task.digits, 2, 1, 9),
+    S_STR_KEY("task.operators", task.operators, "+", s_is_operators,
+              "one or more of the operators \"+\", \"-\", \"*\", each at most once"),
+    S_INT_KEY("task.heldout_size", task.heldout_size, 200, 0, 1000000),
+    S_NUM_KEY("task.format_reward", task.format_reward, 0, 0, S_INF, 0),
+    S_STR_KEY("task.train", task.train, "", NULL, NULL),
+    S_STR_KEY("task.eval", task.eval, "", NULL, NULL),
+    S_ENUM_KEY("task.verifier", task.verifier, BT_TASK_VERIFY_EXACT, s_verifiers),
+
+    S_INT_KEY("sft.steps", sft.steps, 0, 0, S_INF),
+    S_INT_KEY("sft.batch_size", sft.batch_size, 64, 1, S_INF),
+    S_NUM_KEY("sft.lr", sft.lr, 1e-3, 0, S_INF, 0),
+    S_INT_KEY("sft.warmup_steps", sft.warmup_steps, 0, 0, S_INF),
+    S_INT_KEY("sft.eval_every", sft.eval_every, 0, 0, S_INF),
+    S_NUM_KEY("sft.stop_accuracy", sft.stop_accuracy, 1.0, 0, 1, 0),
+
+    S_INT_KEY("grpo.steps", grpo.steps, 100, 0, S_INF),
+    S_INT_KEY("grpo.group_size", grpo.group_size, 8, 2, S_INF),
+    S_INT_KEY("grpo.prompts_per_step", grpo.prompts_per_step, 16, 1, S_INF),
+    S_NUM_KEY("grpo.temperature", grpo.temperature, 1.0, 0, S_INF, S_LO_OPEN),
+    S_INT_KEY("grpo.top_k", grpo.top_k, 0, 0, S_INF),
+    S_NUM_KEY("grpo.top_p", grpo.top_p, 1.0, 0, 1, S_LO_OPEN),
+    S_INT_KEY("grpo.max_new_tokens", grpo.max_new_tokens, 8, 1, S_INF),
+    S_NUM_KEY("grpo.clip_low", grpo.clip_low, 0.2, 0, 1, S_HI_OPEN),
+    S_NUM_KEY("grpo.clip_high", grpo.clip_high, 0.28, 0, S_INF, 0),
+    S_NUM_KEY("grpo.kl_coef", grpo.kl_coef, 0.0, 0, S_INF, 0),
+    S_ENUM_KEY("grpo.kl_estimator", grpo.kl_estimator, BT_KL_K3, s_kl_estimators),
+    S_NUM_KEY("grpo.entropy_coef", grpo.entropy_coef, 0.0, -S_INF, S_INF, 0),
+    S_ENUM_KEY("grpo.loss_agg", grpo.loss_agg, BT_LOSS_AGG_TOKEN_MEAN, s_loss_aggs),
+    S_ENUM_KEY("grpo.adv_norm", grpo.adv_norm, BT_ADV_NORM_STD, s_adv_norms),
+    S_INT_KEY("grpo.max_tokens", grpo.max_tokens, 0, 0, S_INF),
+    S_NUM_KEY("grpo.lr", grpo.lr, 1e-4, 0, S_INF, 0),
+    S_ENUM_KEY("grpo.lr_schedule", grpo.lr_schedule, BT_LR_CONSTANT, s_lr_kinds),
+    S_INT_KEY("grpo.warmup_steps", grpo.warmup_steps, 0, 0, S_INF),
+    S_NUM_KEY("grpo.min_lr", grpo.min_lr, 0.0, 0, S_INF, 0),
+    S_INT_KEY("grpo.decay_steps", grpo.decay_steps, 0, 0, S_INF),
+    S_NUM_KEY("grpo.weight_decay", grpo.weight_decay, 0.0, 0, S_INF, 0),
+    S_NUM_KEY("grpo.beta1", grpo.beta1, 0.9, 0, 1, S_HI_OPEN),
+    S_NUM_KEY("grpo.beta2", grpo.beta2, 0.999, 0, 1, S_HI_OPEN),
+    S_NUM_KEY("grpo.max_grad_norm", grpo.max_grad_norm, 1.0, 0, S_INF, S_LO_OPEN),
+    S_INT_KEY("grpo.micro_batch", grpo.micro_batch, 64, 1, S_INF),
+    S_BOOL_KEY("grpo.dynamic_sampling", grpo.dynamic_sampling, false),
+
+    S_INT_KEY("eval.every_steps", eval.every_steps, 10, 0, S_INF),
+    S_INT_KEY("eval.heldout_count", eval.heldout_count, 200, 1, S_INF),
+    S_INT_KEY("eval.samples", eval.samples, 1, 1, S_INF),
+    S_NUM_KEY("eval.temperature", eval.temperature, 0.0, 0, S_INF, 0),
+    S_INT_KEY("eval.max_new_tokens", eval.max_new_tokens, 0, 0, S_INF),
+
+    S_INT_KEY("workers.rollout", workers.rollout, 1, 1, S_INF),
+    S_INT_KEY("workers.trainer", workers.trainer, 1, 1, S_INF),
+    S_INT_KEY("workers.eval", workers.eval, 1, 0, S_INF),
+    S_INT_KEY("workers.heartbeat_ms", workers.heartbeat_ms, 500, 1, S_INF),
+    S_INT_KEY("workers.expiry_ms", workers.expiry_ms, 5000, 1, S_INF),
+};
+enum { S_NKEYS = sizeof s_keys / sizeof s_keys[0] };
+
+const char *bt_config_key(int i) {
+    return i >= 0 && i < S_NKEYS ? s_keys[i].path : NULL;
+}
+
+static const s_key *s_find(const char *path) {
+    for (int i = 0; i < S_NKEYS; i++)
+        if (strcmp(s_keys[i].path, path) == 0)
+            return &s_keys[i];
+    return NULL;
+}
+
+static bool s_is_section(const char *name) {
+    size_t n = strlen(name);
+    for (int i = 0; i < S_NKEYS; i++)
+        if (strncmp(s_keys[i].path, name, n) == 0 && s_keys[i].path[n] == '.')
+            return true;
+    return false;
+}
+
+/* ---- values --------------------------------------------------------------------------------- */
+
+/*  Shortest text that reads back as exactly x; integers without an exponent up to 1e17. */
+static void s_format_number(double x, char *buf, size_t len) {
+    if (x == floor(x) && fabs(x) < 1e17) {
+        snprintf(buf, len, "%.0f", x);
+        return;
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, len, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
+/*  A JSON value as an error message shows it. */
+static void s_describe(const cJSON *v, char *buf, size_t len) {
+    if (cJSON_IsNumber(v))
+        s_format_number(v->valuedouble, buf, len);
+    else if (cJSON_IsString(v))
+        snprintf(buf, len, "\"%.40s%s\"", v->valuestring, strlen(v->valuestring) > 40 ? "..." : "");
+    else if (cJSON_IsBool(v))
+        snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNull(v))
+        snprintf(buf, len, "null");
+    else
+        snprintf(buf, len, "%s", cJSON_IsArray(v) ? "an array" : "an object");
+}
+
+static bt_status s_expected(const char *where, const char *what, const cJSON *found) {
+    char got[64];
+    s_describe(found, got, sizeof got);
+    return bt_fail(BT_EINVAL, "%s: expected %s, got %s", where, what, got);
+}
+
+/*  "an integer >= 2", "a number in (0, 1]", ... */
+static void s_range_text(const s_key *k, char *buf, size_t len) {
+    const char *noun = k->type == S_INT ? "an integer" : "a number";
+    char lo[32], hi[32];
+    s_format_number(k->lo, lo, sizeof lo);
+    s_format_number(k->hi, hi, sizeof hi);
+    if (isfinite(k->lo) && isfinite(k->hi))
+        snprintf(buf, len, "%s in %c%s, %s%c", noun, k->open & S_LO_OPEN ? '(' : '[', lo, hi,
+                 k->open & S_HI_OPEN ? ')' : ']');
+    else if (isfinite(k->lo))
+        snprintf(buf, len, "%s %s %s", noun, k->open & S_LO_OPEN ? ">" : ">=", lo);
+    else
+        snprintf(buf, len, "%s", noun);
+}
+
+static void *s_field(const s_key *k, bt_run_config *cfg) {
+    return (char *)cfg + k->offset;
+}
+static const void *s_cfield(const s_key *k, const bt_run_config *cfg) {
+    return (const char *)cfg + k->offset;
+}
+
+/*  Stores a value already checked against k (an enum as its index). */
+static void s_store(const s_key *k, bt_run_config *cfg, double x) {
+    void *p = s_field(k, cfg);
+    if (k->type == S_INT)
+        *(int64_t *)p = (int64_t)x;
+    else if (k->type == S_NUM)
+        *(double *)p = x;
+    else if (k->type == S_BOOL)
+        *(bool *)p = x != 0;
+    else {
+        BT_ASSERT(k->type == S_ENUM && k->size == sizeof(int));
+        *(int *)p = (int)x;
+    }
+}
+
+/*  Checks v against k and stores it; errors start with where ("SOURCE: key.path"). */
+static bt_status s_set(const s_key *k, const cJSON *v, const char *where, bt_run_config *cfg) {
+    char what[160];
+    if (k->type == S_BOOL) {
+        if (!cJSON_IsBool(v))
+            return s_expected(where, "true or false", v);
+        s_store(k, cfg, cJSON_IsTrue(v));
+    } else if (k->type == S_STR) {
+        const char *s = cJSON_GetStringValue(v);
+        if (!s)
+            return s_expected(where, "a string", v);
+        if (k->valid && !k->valid(s))
+            return s_expected(where, k->what, v);
+        size_t n = strlen(s);
+        if (n >= k->size) {
+            snprintf(what, sizeof what, "a string of at most %zu bytes", k->size - 1);
+            return s_expected(where, what, v);
+        }
+        memset(s_field(k, cfg), 0, k->size);
+        memcpy(s_field(k, cfg), s, n);
+    } else if (k->type == S_ENUM) {
+        const char *s = cJSON_GetStringValue(v);
+        size_t used = (size_t)snprintf(what, sizeof what, "one of");
+        for (int i = 0; k->names[i]; i++) {
+            if (s && strcmp(s, k->names[i]) == 0) {
+                s_store(k, cfg, i);
+                return BT_OK;
+            }
+            if (used < sizeof what)
+                used += (size_t)snprintf(what + used, sizeof what - used, "%s \"%s\"", i ? "," : "",
+                                         k->names[i]);
+        }
+        return s_expected(where, what, v);
+    } else {
+        double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (isnan(x) || (k->type == S_INT && x != floor(x)))
+            return s_expected(where, k->type == S_INT ? "an integer" : "a number", v);
+        if (k->type == S_INT && fabs(x) >= S_INT_LIMIT)
+            return s_expected(where, "an integer in (-2^53, 2^53)", v);
+        if (!isfinite(x))
+            return s_expected(where, "a finite number", v);
+        bool below = k->open & S_LO_OPEN ? x <= k->lo : x < k->lo;
+        bool above = k->open & S_HI_OPEN ? x >= k->hi : x > k->hi;
+        if (below || above) {
+            s_range_text(k, what, sizeof what);
+            return s_expected(where, what, v);
+        }
+        s_store(k, cfg, x);
+    }
+    return BT_OK;
+}
+
+/* ---- unknown keys --------------------------------------------------------------------------- */
+
+/*  Optimal string alignment distance: edits, with a swap of neighbours counting as one. */
+static int s_distance(const char *a, const char *b) {
+    enum { N = 48 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= N || m >= N)
+        return N;
+    int d[N][N];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        for (size_t j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+            best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[n][m];
+}
+
+/*  "where: unknown key", with the closest key or section when path looks like a typo of it. */
+static bt_status s_unknown(const char *where, const char *path) {
+    char best[64] = "", section[64];
+    int best_d = 3; /* suggest at distance 1 or 2 only */
+    for (int i = 0; i < S_NKEYS; i++) {
+        const char *candidates[2] = {s_keys[i].path, section};
+        snprintf(section, sizeof section, "%.*s", (int)strcspn(s_keys[i].path, "."),
+                 s_keys[i].path);
+        for (int c = 0; c < 2; c++) {
+            int d = s_distance(path, candidates[c]);
+            if (d > 0 && d < best_d && 3 * d <= (int)strlen(candidates[c])) {
+                best_d = d;
+                snprintf(best, sizeof best, "%s", candidates[c]);
+            }
+        }
+    }
+    if (best[0])
+        return bt_fail(BT_EINVAL, "%s: unknown key (did you mean %s?)", where, best);
+    return bt_fail(BT_EINVAL, "%s: unknown key", where);
+}
+
+/* ---- parsing -------------------------------------------------------------------------------- */
+
+static bool s_is_duplicate(const cJSON *object, const cJSON *item) {
+    return cJSON_GetObjectItemCaseSensitive(object, item->string) != item;
+}
+
+static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config *cfg) {
+    char where[256];
+    if (!cJSON_IsObject(root))
+        return s_expected(src, "an object at the top level", root);
+    for (const cJSON *sec = root->child; sec; sec = sec->next) {
+        snprintf(where, sizeof where, "%s: %s", src, sec->string);
+        if (!s_is_section(sec->string))
+            return s_unknown(where, sec->string);
+        if (s_is_duplicate(root, sec))
+            return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+        if (!cJSON_IsObject(sec))
+            return s_expected(where, "an object", sec);
+        for (const cJSON *item = sec->child; item; item = item->next) {
+            char path[128];
+            snprintf(path, sizeof path, "%s.%s", sec->string, item->string);
+            snprintf(where, sizeof where, "%s: %s", src, path);
+            const s_key *k = s_find(path);
+            if (!k)
+                return s_unknown(where, path);
+            if (s_is_duplicate(sec, item))
+                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+            bt_status st = s_set(k, item, where, cfg);
+            if (st != BT_OK)
+                return st;
+        }
+    }
+    return BT_OK;
+}
+
+/*  "key.path=value"; errors start with "--set key.path=value". */
+static bt_status s_apply_override(const char *text, bt_run_config *cfg) {
+    char where[256], path[128];
+    snprintf(where, sizeof where, "--set %s", text);
+    const char *eq = strchr(text, '=');
+    if (!eq)
+        return bt_fail(BT_EINVAL, "%s: expected key.path=value", where);
+    snprintf(path, sizeof path, "%.*s", (int)(eq - text), text);
+    const s_key *k = s_find(path);
+    if (!k)
+        return s_unknown(where, path);
+    const char *value = eq + 1;
+    bool as_text = (k->type == S_STR || k->type == S_ENUM) && value[0] != '"';
+    cJSON *v = as_text ? NULL : cJSON_ParseWithOpts(value, NULL, true);
+    if (!v)
+        v = cJSON_CreateString(value);
+    if (!v)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", where);
+    bt_status st = s_set(k, v, where, cfg);
+    cJSON_Delete(v);
+    return st;
+}
+
+/*  Re-raises a sub-config validator's last error as "src: prefix<message without strip>". */
+static bt_status s_reraise(const char *src, const char *prefix, const char *strip) {
+    char msg[512];
+    const char *e = bt_last_error();
+    size_t n = strlen(strip);
+    snprintf(msg, sizeof msg, "%s", strncmp(e, strip, n) == 0 ? e + n : e);
+    return bt_fail(BT_EINVAL, "%s: %s%s", src, prefix, msg);
+}
+
+/*  Checks between keys, then resolves the 0 = "follow grpo.max_new_tokens" values. */
+static bt_status s_check(bt_run_config *cfg, const char *src) {
+    if (bt_model_config_validate(&cfg->model) != BT_OK)
+        return s_reraise(src, "model.", "config.json: ");
+    if (cfg->task.kind == BT_CONFIG_TASK_JSONL && !cfg->task.train[0])
+        return bt_fail(BT_EINVAL,
+                       "%s: task.train: expected a JSONL file path when task.kind is \"jsonl\", "
+                       "got \"\"",
+                       src);
+    if (cfg->workers.expiry_ms <= cfg->workers.heartbeat_ms)
+        return bt_fail(BT_EINVAL,
+                       "%s: workers.expiry_ms: expected an integer > workers.heartbeat_ms (%" PRId64
+                       "), got %" PRId64,
+                       src, cfg->workers.heartbeat_ms, cfg->workers.expiry_ms);
+    if (cfg->eval.samples > 1 && cfg->eval.temperature == 0)
+        return bt_fail(BT_EINVAL,
+                       "%s: eval.temperature: expected a number > 0 when eval.samples > 1, got 0",
+                       src);
+    if (cfg->grpo.max_tokens == 0)
+        cfg->grpo.max_tokens = cfg->grpo.max_new_tokens;
+    if (cfg->eval.max_new_tokens == 0)
+        cfg->eval.max_new_tokens = cfg->grpo.max_new_tokens;
+    bt_grpo_config grpo;
+    bt_config_grpo(cfg, &grpo);
+    if (bt_grpo_config_validate(&grpo) != BT_OK)
+        return s_reraise(src, "", "");
+    const char *phases[] = {"sft: ", "grpo: "};
+    for (int phase = BT_CONFIG_PHASE_SFT; phase <= BT_CONFIG_PHASE_GRPO; phase++) {
+        bt_lr_schedule lr;
+        bt_config_lr(cfg, (bt_config_phase)phase, &lr);
+        if (bt_lr_schedule_validate(&lr) != BT_OK)
+            return s_reraise(src, phases[phase], "");
+    }
+    return BT_OK;
+}
+
+void bt_config_init(bt_run_config *cfg) {
+    bt_run_config hf; /* only .model is set: the model defaults */
+    bt_model_config_init(&hf.model);
+    memset(cfg, 0, sizeof *cfg); /* field by field below, so padding stays zero */
+    for (int i = 0; i < S_NKEYS; i++) {
+        const s_key *k = &s_keys[i];
+        if (k->type == S_STR)
+            snprintf(s_field(k, cfg), k->size, "%s", k->def_str);
+        else if (isnan(k->def))
+            memcpy(s_field(k, cfg), s_cfield(k, &hf), k->size);
+        else
+            s_store(k, cfg, k->def);
+    }
+}
+
+bt_status bt_config_parse(const char *json_text, const char *source, const char *const *overrides,
+                          int n_overrides, bt_run_config *out) {
+    bt_config_init(out);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json_text, &end, true);
+    if (!root) {
+        int line = 1, column = 1;
+        for (const char *c = json_text; end && c < end; c++) {
+            line += *c == '\n';
+            column = *c == '\n' ? 1 : column + 1;
+        }
+        return bt_fail(BT_EFORMAT, "%s:%d:%d: invalid JSON", source, line, column);
+    }
+    bt_status st = s_apply_json(root, source, out);
+    cJSON_Delete(root);
+    for (int i = 0; st == BT_OK && i < n_overrides; i++)
+        st = s_apply_override(overrides[i], out);
+    return st == BT_OK ? s_check(out, source) : st;
+}
+
+bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
+                         bt_run_config *out) {
+    char *text = NULL;
+    size_t len = 0;
+    bt_status st = bt_file_read(path, (size_t)1 << 20, &text, &len);
+    if (st != BT_OK)
+        return st;
+    if (strlen(text) != len)
+        st = bt_fail(BT_EFORMAT, "%s: a NUL byte at offset %zu", path, strlen(text));
+    else
+        st = bt_config_parse(text, path, overrides, n_overrides, out);
+    free(text);
+    return st;
+}
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+static cJSON *s_to_item(const s_key *k, const bt_run_config *cfg) {
+    const void *p = s_cfield(k, cfg);
+    char num[32];
+    if (k->type == S_INT) {
+        snprintf(num, sizeof num, "%" PRId64, *(const int64_t *)p);
+        return cJSON_CreateRaw(num);
+    }
+    if (k->type == S_NUM) {
+        s_format_number(*(const double *)p, num, sizeof num);
+        return cJSON_CreateRaw(num);
+    }
+    if (k->type == S_BOOL)
+        return cJSON_CreateBool(*(const bool *)p);
+    if (k->type == S_STR)
+        return cJSON_CreateString(p);
+    return cJSON_CreateString(k->names[*(const int *)p]);
+}
+
+char *bt_config_to_json(const bt_run_config *cfg) {
+    cJSON *root = cJSON_CreateObject(), *sec = NULL;
+    char section[32] = "";
+    bool ok = root != NULL;
+    for (int i = 0; ok && i < S_NKEYS; i++) {
+        const s_key *k = &s_keys[i];
+        const char *dot = strchr(k->path, '.');
+        if (strncmp(section, k->path, (size_t)(dot - k->path)) || section[dot - k->path]) {
+            snprintf(section, sizeof section, "%.*s", (int)(dot - k->path), k->path);
+            sec = cJSON_AddObjectToObject(root, section);
+        }
+        cJSON *item = sec ? s_to_item(k, cfg) : NULL;
+        ok = item && cJSON_AddItemToObject(sec, dot + 1, item);
+        if (!ok)
+            cJSON_Delete(item);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return text;
+}
+
+/* ---- typed sub-configs ---------------------------------------------------------------------- */
+
+void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out) {
+    *out = (bt_grpo_config){.clip_low = cfg->grpo.clip_low,
+                            .clip_high = cfg->grpo.clip_high,
+                            .kl_coef = cfg->grpo.kl_coef,
+                            .kl_estimator = cfg->grpo.kl_estimator,
+                            .entropy_coef = cfg->grpo.entropy_coef,
+                            .loss_agg = cfg->grpo.loss_agg,
+                            .max_tokens = cfg->grpo.max_tokens,
+                            .adv_norm = cfg->grpo.adv_norm};
+}
+
+void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedule *out) {
+    if (phase == BT_CONFIG_PHASE_SFT)
+        *out = (bt_lr_schedule){.kind = cfg->sft.warmup_steps > 0 ? BT_LR_WARMUP_LINEAR
+                                                                  : BT_LR_CONSTANT,
+                                .lr = cfg->sft.lr,
+                                .warmup_steps = cfg->sft.warmup_steps,
+                                .total_steps = cfg->sft.steps};
+    else
+        *out = (bt_lr_schedule){.kind = cfg->grpo.lr_schedule,
+                                .lr = cfg->grpo.lr,
+                                .min_lr = cfg->grpo.min_lr,
+                                .warmup_steps = cfg->grpo.warmup_steps,
+                                .total_steps = cfg->grpo.steps,
+                                .decay_steps = cfg->grpo.decay_steps};
+}
+
+void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out) {
+    *out = bt_adamw_defaults();
+    out->beta1 = cfg->grpo.beta1;
+    out->beta2 = cfg->grpo.beta2;
+    out->weight_decay = cfg->grpo.weight_decay;
+}
+
+void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out) {
+    *out = (bt_task_arith_config){.seed = (uint64_t)cfg->task.seed,
+                                  .digits = (int)cfg->task.digits,
+                                  .operators = cfg->task.operators,
+                                  .heldout_size = (size_t)cfg->task.heldout_size,
+                                  .format_reward = cfg->task.format_reward};
+}
+
+void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out) {
+    *out = (bt_task_jsonl_config){.train_path = cfg->task.train,
+                                  .heldout_path = cfg->task.eval[0] ? cfg->task.eval : NULL,
+                                  .verifier = cfg->task.verifier,
+                                  .seed = (uint64_t)cfg->task.seed};
+}

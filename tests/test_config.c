@@ -1,0 +1,415 @@
+/*  test_config.c — the run config: defaults, overrides, the resolved-config round trip, one exact
+    message per kind of mistake, the typed sub-configs, configs/arith.json and docs/config.md. */
+#include "baton/config.h"
+
+#include "baton/fileio.h"
+
+#include "check.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static bt_status s_parse(const char *json, bt_run_config *cfg) {
+    return bt_config_parse(json, "arith.json", NULL, 0, cfg);
+}
+
+/*  rel inside the source tree (BATON_SOURCE_DIR, set by ctest; else the current folder). */
+static void s_source_path(const char *rel, char *buf, size_t len) {
+    const char *dir = getenv("BATON_SOURCE_DIR");
+    snprintf(buf, len, "%s/%s", dir ? dir : ".", rel);
+}
+
+static void test_defaults(void) {
+    bt_run_config cfg;
+    CHECK_OK(s_parse("{}", &cfg));
+    CHECK(strcmp(cfg.run.name, "arith") == 0 && cfg.run.seed == 0 && cfg.run.threads == 0);
+    CHECK(strcmp(cfg.run.device, "cpu") == 0 && cfg.run.log_every == 1);
+
+    bt_model_config hf;
+    bt_model_config_init(&hf);
+    CHECK(cfg.model.vocab_size == hf.vocab_size && cfg.model.hidden_size == hf.hidden_size);
+    CHECK(cfg.model.intermediate_size == hf.intermediate_size);
+    CHECK(cfg.model.num_hidden_layers == hf.num_hidden_layers);
+    CHECK(cfg.model.num_attention_heads == hf.num_attention_heads);
+    CHECK(cfg.model.num_key_value_heads == hf.num_key_value_heads);
+    CHECK(cfg.model.rms_norm_eps == hf.rms_norm_eps && cfg.model.rope_theta == hf.rope_theta);
+    CHECK(cfg.model.max_position_embeddings == hf.max_position_embeddings);
+    CHECK(cfg.model.tie_word_embeddings == hf.tie_word_embeddings);
+    CHECK(cfg.model.bos_token_id == hf.bos_token_id && cfg.model.eos_token_id == hf.eos_token_id);
+    CHECK(cfg.model.pad_token_id == hf.pad_token_id && cfg.model_path[0] == '\0');
+
+    CHECK(cfg.task.kind == BT_CONFIG_TASK_ARITHMETIC && cfg.task.seed == 0);
+    CHECK(cfg.task.digits == 2 && strcmp(cfg.task.operators, "+") == 0);
+    CHECK(cfg.task.heldout_size == 200 && cfg.task.format_reward == 0.0);
+    CHECK(cfg.task.train[0] == '\0' && cfg.task.eval[0] == '\0');
+    CHECK(cfg.task.verifier == BT_TASK_VERIFY_EXACT);
+
+    CHECK(cfg.sft.steps == 0 && cfg.sft.batch_size == 64 && cfg.sft.lr == 1e-3);
+    CHECK(cfg.sft.warmup_steps == 0 && cfg.sft.eval_every == 0 && cfg.sft.stop_accuracy == 1.0);
+
+    CHECK(cfg.grpo.steps == 100 && cfg.grpo.group_size == 8 && cfg.grpo.prompts_per_step == 16);
+    CHECK(cfg.grpo.temperature == 1.0 && cfg.grpo.top_k == 0 && cfg.grpo.top_p == 1.0);
+    CHECK(cfg.grpo.max_new_tokens == 8 && cfg.grpo.clip_low == 0.2 && cfg.grpo.clip_high == 0.28);
+    CHECK(cfg.grpo.kl_coef == 0.0 && cfg.grpo.kl_estimator == BT_KL_K3);
+    CHECK(cfg.grpo.entropy_coef == 0.0 && cfg.grpo.loss_agg == BT_LOSS_AGG_TOKEN_MEAN);
+    CHECK(cfg.grpo.adv_norm == BT_ADV_NORM_STD);
+    CHECK(cfg.grpo.max_tokens == 8); /* 0 resolves to grpo.max_new_tokens */
+    CHECK(cfg.grpo.lr == 1e-4 && cfg.grpo.lr_schedule == BT_LR_CONSTANT);
+    CHECK(cfg.grpo.warmup_steps == 0 && cfg.grpo.min_lr == 0.0 && cfg.grpo.decay_steps == 0);
+    CHECK(cfg.grpo.weight_decay == 0.0 && cfg.grpo.beta1 == 0.9 && cfg.grpo.beta2 == 0.999);
+    CHECK(cfg.grpo.max_grad_norm == 1.0 && cfg.grpo.micro_batch == 64);
+    CHECK(!cfg.grpo.dynamic_sampling);
+
+    CHECK(cfg.eval.every_steps == 10 && cfg.eval.heldout_count == 200 && cfg.eval.samples == 1);
+    CHECK(cfg.eval.temperature == 0.0);
+    CHECK(cfg.eval.max_new_tokens == 8); /* 0 resolves to grpo.max_new_tokens */
+
+    CHECK(cfg.workers.rollout == 1 && cfg.workers.trainer == 1 && cfg.workers.eval == 1);
+    CHECK(cfg.workers.heartbeat_ms == 500 && cfg.workers.expiry_ms == 5000);
+
+    /* bt_config_init alone leaves the follow-another-key values at 0 */
+    bt_config_init(&cfg);
+    CHECK(cfg.grpo.max_tokens == 0 && cfg.eval.max_new_tokens == 0);
+}
+
+/*  Every key away from its default, written out and read back. */
+static void test_round_trip(void) {
+    const char *json =
+        "{\"run\": {\"name\": \"rt-1.b\", \"seed\": 9007199254740991, \"threads\": 3,"
+        "          \"device\": \"cuda:1\", \"log_every\": 7},"
+        " \"model\": {\"vocab_size\": 300, \"hidden_size\": 96, \"intermediate_size\": 200,"
+        "   \"num_hidden_layers\": 3, \"num_attention_heads\": 6, \"num_key_value_heads\": 2,"
+        "   \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000.5, \"max_position_embeddings\": 512,"
+        "   \"tie_word_embeddings\": true, \"bos_token_id\": -1, \"eos_token_id\": 299,"
+        "   \"pad_token_id\": 0, \"path\": \"runs/x/ckpt/step-000010\"},"
+        " \"task\": {\"kind\": \"jsonl\", \"seed\": 5, \"digits\": 3, \"operators\": \"*-\","
+        "   \"heldout_size\": 50, \"format_reward\": 0.1, \"train\": \"data/train.jsonl\","
+        "   \"eval\": \"data/eval.jsonl\", \"verifier\": \"numeric\"},"
+        " \"sft\": {\"steps\": 30, \"batch_size\": 16, \"lr\": 0.003, \"warmup_steps\": 5,"
+        "   \"eval_every\": 10, \"stop_accuracy\": 0.95},"
+        " \"grpo\": {\"steps\": 40, \"group_size\": 4, \"prompts_per_step\": 8,"
+        "   \"temperature\": 0.7, \"top_k\": 20, \"top_p\": 0.9, \"max_new_tokens\": 12,"
+        "   \"clip_low\": 0.1, \"clip_high\": 0.3, \"kl_coef\": 0.04, \"kl_estimator\": \"k1\","
+        "   \"entropy_coef\": -0.001, \"loss_agg\": \"token_sum_norm\", \"adv_norm\": \"none\","
+        "   \"max_tokens\": 16, \"lr\": 3e-4, \"lr_schedule\": \"wsd\", \"warmup_steps\": 4,"
+        "   \"min_lr\": 0.30000000000000004e-5, \"decay_steps\": 10, \"weight_decay\": 0.01,"
+        "   \"beta1\": 0.8, \"beta2\": 0.95, \"max_grad_norm\": 0.5, \"micro_batch\": 32,"
+        "   \"dynamic_sampling\": true},"
+        " \"eval\": {\"every_steps\": 0, \"heldout_count\": 64, \"samples\": 4,"
+        "   \"temperature\": 0.6, \"max_new_tokens\": 10},"
+        " \"workers\": {\"rollout\": 2, \"trainer\": 3, \"eval\": 0, \"heartbeat_ms\": 100,"
+        "   \"expiry_ms\": 1000}}";
+    bt_run_config a, b;
+    CHECK_OK(s_parse(json, &a));
+    CHECK(a.run.seed == 9007199254740991LL && strcmp(a.run.device, "cuda:1") == 0);
+    CHECK(a.model.num_key_value_heads == 2 && a.model.tie_word_embeddings);
+    CHECK(strcmp(a.model_path, "runs/x/ckpt/step-000010") == 0);
+    CHECK(a.task.kind == BT_CONFIG_TASK_JSONL && a.task.verifier == BT_TASK_VERIFY_NUMERIC);
+    CHECK(a.grpo.kl_estimator == BT_KL_K1 && a.grpo.loss_agg == BT_LOSS_AGG_TOKEN_SUM_NORM);
+    CHECK(a.grpo.adv_norm == BT_ADV_NORM_NONE && a.grpo.lr_schedule == BT_LR_WSD);
+    CHECK(a.grpo.min_lr == 0.30000000000000004e-5 && a.grpo.dynamic_sampling);
+    CHECK(a.eval.max_new_tokens == 10 && a.workers.eval == 0);
+
+    char *text = bt_config_to_json(&a);
+    CHECK(text != NULL);
+    CHECK_OK(bt_config_parse(text, "resolved", NULL, 0, &b));
+    /* bt_config_* writes fields one by one into a zeroed struct, so padding compares equal */
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    char *again = bt_config_to_json(&b);
+    CHECK(again && strcmp(text, again) == 0);
+    for (int i = 0; bt_config_key(i); i++) { /* every key is written, by its leaf name */
+        char leaf[64];
+        snprintf(leaf, sizeof leaf, "\"%s\":", strchr(bt_config_key(i), '.') + 1);
+        CHECK_STR_CONTAINS(text, leaf);
+    }
+    free(text);
+    free(again);
+
+    /* the defaults round-trip too, resolved values included */
+    CHECK_OK(s_parse("{}", &a));
+    text = bt_config_to_json(&a);
+    CHECK_OK(bt_config_parse(text, "resolved", NULL, 0, &b));
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    CHECK_STR_CONTAINS(text, "\"max_tokens\":\t8");
+    free(text);
+}
+
+static void test_overrides(void) {
+    bt_run_config cfg;
+    const char *sets[] = {"grpo.steps=50",
+                          "task.kind=jsonl",
+                          "task.train=data/train.jsonl",
+                          "grpo.dynamic_sampling=true",
+                          "grpo.lr=3e-4",
+                          "model.tie_word_embeddings=true",
+                          "run.name=2024",
+                          "task.eval=\"quoted.jsonl\"",
+                          "grpo.group_size=4",
+                          "grpo.group_size=6"};
+    CHECK_OK(bt_config_parse("{\"grpo\": {\"steps\": 5}}", "arith.json", sets, 10, &cfg));
+    CHECK(cfg.grpo.steps == 50);                  /* JSON number, over the file */
+    CHECK(cfg.task.kind == BT_CONFIG_TASK_JSONL); /* plain string */
+    CHECK(strcmp(cfg.task.train, "data/train.jsonl") == 0);
+    CHECK(cfg.grpo.dynamic_sampling && cfg.grpo.lr == 3e-4); /* bool, number */
+    CHECK(cfg.model.tie_word_embeddings);                    /* nested model key */
+    CHECK(strcmp(cfg.run.name, "2024") == 0);                /* string keys take the text */
+    CHECK(strcmp(cfg.task.eval, "quoted.jsonl") == 0);       /* or a JSON string */
+    CHECK(cfg.grpo.group_size == 6);                         /* the last one wins */
+
+    /* overrides apply before the checks between keys: here task.train makes "jsonl" valid */
+    const char *train[] = {"task.train=t.jsonl"};
+    CHECK_OK(bt_config_parse("{\"task\": {\"kind\": \"jsonl\"}}", "arith.json", train, 1, &cfg));
+
+    /* every schedule name selects the schedule grpo.h calls by that name */
+    const char *names[] = {"constant", "warmup", "cosine", "wsd"};
+    for (int i = 0; i < 4; i++) {
+        char set[64];
+        snprintf(set, sizeof set, "grpo.lr_schedule=%s", names[i]);
+        const char *sets2[] = {set, "grpo.decay_steps=10"};
+        CHECK_OK(bt_config_parse("{}", "arith.json", sets2, 2, &cfg));
+        CHECK(strcmp(bt_lr_kind_name(cfg.grpo.lr_schedule), names[i]) == 0);
+    }
+
+    const struct {
+        const char *set, *error;
+    } bad[] = {
+        {"grpo.stepz=50", "--set grpo.stepz=50: unknown key (did you mean grpo.steps?)"},
+        {"grpo.steps=abc", "--set grpo.steps=abc: expected an integer, got \"abc\""},
+        {"grpo.steps=50abc", "--set grpo.steps=50abc: expected an integer, got \"50abc\""},
+        {"grpo.group_size=1", "--set grpo.group_size=1: expected an integer >= 2, got 1"},
+        {"grpo.steps", "--set grpo.steps: expected key.path=value"},
+        {"grpo=5", "--set grpo=5: unknown key"},
+        {"task.kind=math",
+         "--set task.kind=math: expected one of \"arithmetic\", \"jsonl\", got \"math\""},
+        {"grpo.dynamic_sampling=yes",
+         "--set grpo.dynamic_sampling=yes: expected true or false, got \"yes\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(bt_config_parse("{}", "arith.json", &bad[i].set, 1, &cfg) == BT_EINVAL);
+        if (strcmp(bt_last_error(), bad[i].error) != 0) {
+            fprintf(stderr, "--set %s\n  got:      %s\n  expected: %s\n", bad[i].set,
+                    bt_last_error(), bad[i].error);
+            s_check_failures++;
+        }
+    }
+}
+
+/*  One exact line per mistake: the source, the key path, what was expected and what was found. */
+static void test_malformed(void) {
+    const struct {
+        const char *json, *error;
+    } cases[] = {
+        /* unknown keys, with a suggestion when the name is a likely typo */
+        {"{\"grpo\": {\"gropu_size\": 4}}",
+         "arith.json: grpo.gropu_size: unknown key (did you mean grpo.group_size?)"},
+        {"{\"gpro\": {\"steps\": 4}}", "arith.json: gpro: unknown key (did you mean grpo?)"},
+        {"{\"grpo\": {\"nonsense\": 1}}", "arith.json: grpo.nonsense: unknown key"},
+        {"{\"steps\": 5}", "arith.json: steps: unknown key"},
+        {"{\"task\": {\"train_path\": \"x\"}}", "arith.json: task.train_path: unknown key"},
+        {"{\"grpo\": {\"steps\": 5, \"steps\": 6}}", "arith.json: grpo.steps: duplicate key"},
+        /* wrong types */
+        {"{\"grpo\": {\"lr\": \"fast\"}}", "arith.json: grpo.lr: expected a number, got \"fast\""},
+        {"{\"grpo\": {\"lr\": null}}", "arith.json: grpo.lr: expected a number, got null"},
+        {"{\"model\": {\"hidden_size\": [64]}}",
+         "arith.json: model.hidden_size: expected an integer, got an array"},
+        {"{\"grpo\": {\"group_size\": 2.5}}",
+         "arith.json: grpo.group_size: expected an integer, got 2.5"},
+        {"{\"grpo\": {\"group_size\": \"8\"}}",
+         "arith.json: grpo.group_size: expected an integer, got \"8\""},
+        {"{\"grpo\": {\"dynamic_sampling\": 1}}",
+         "arith.json: grpo.dynamic_sampling: expected true or false, got 1"},
+        {"{\"run\": {\"name\": 5}}", "arith.json: run.name: expected a string, got 5"},
+        {"{\"task\": {\"kind\": 1}}",
+         "arith.json: task.kind: expected one of \"arithmetic\", \"jsonl\", got 1"},
+        {"{\"grpo\": 5}", "arith.json: grpo: expected an object, got 5"},
+        {"[1, 2]", "arith.json: expected an object at the top level, got an array"},
+        {"\"grpo\"", "arith.json: expected an object at the top level, got \"grpo\""},
+        /* integers beyond what a double holds exactly (and so beyond int64) */
+        {"{\"run\": {\"seed\": 1e30}}",
+         "arith.json: run.seed: expected an integer in (-2^53, 2^53), got 1e+30"},
+        {"{\"run\": {\"seed\": 9007199254740993}}",
+         "arith.json: run.seed: expected an integer in (-2^53, 2^53), got 9007199254740992"},
+        /* out of range */
+        {"{\"grpo\": {\"group_size\": 1}}",
+         "arith.json: grpo.group_size: expected an integer >= 2, got 1"},
+        {"{\"grpo\": {\"steps\": -5}}", "arith.json: grpo.steps: expected an integer >= 0, got -5"},
+        {"{\"grpo\": {\"top_p\": 0}}",
+         "arith.json: grpo.top_p: expected a number in (0, 1], got 0"},
+        {"{\"grpo\": {\"top_p\": 1.5}}",
+         "arith.json: grpo.top_p: expected a number in (0, 1], got 1.5"},
+        {"{\"grpo\": {\"temperature\": 0}}",
+         "arith.json: grpo.temperature: expected a number > 0, got 0"},
+        {"{\"grpo\": {\"clip_low\": 1}}",
+         "arith.json: grpo.clip_low: expected a number in [0, 1), got 1"},
+        {"{\"grpo\": {\"max_new_tokens\": 0}}",
+         "arith.json: grpo.max_new_tokens: expected an integer >= 1, got 0"},
+        {"{\"task\": {\"digits\": 10}}",
+         "arith.json: task.digits: expected an integer in [1, 9], got 10"},
+        {"{\"sft\": {\"stop_accuracy\": 1.5}}",
+         "arith.json: sft.stop_accuracy: expected a number in [0, 1], got 1.5"},
+        {"{\"workers\": {\"rollout\": 0}}",
+         "arith.json: workers.rollout: expected an integer >= 1, got 0"},
+        {"{\"model\": {\"rms_norm_eps\": 0}}",
+         "arith.json: model.rms_norm_eps: expected a number > 0, got 0"},
+        /* strings and names */
+        {"{\"task\": {\"kind\": \"math\"}}",
+         "arith.json: task.kind: expected one of \"arithmetic\", \"jsonl\", got \"math\""},
+        {"{\"grpo\": {\"lr_schedule\": \"linear\"}}",
+         "arith.json: grpo.lr_schedule: expected one of \"constant\", \"warmup\", \"cosine\", "
+         "\"wsd\", got \"linear\""},
+        {"{\"run\": {\"name\": \"\"}}",
+         "arith.json: run.name: expected a name of letters, digits, '.', '_' or '-', not starting "
+         "with '.', got \"\""},
+        {"{\"run\": {\"name\": \"../x\"}}",
+         "arith.json: run.name: expected a name of letters, digits, '.', '_' or '-', not starting "
+         "with '.', got \"../x\""},
+        {"{\"run\": {\"device\": \"gpu\"}}",
+         "arith.json: run.device: expected \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""},
+        {"{\"task\": {\"operators\": \"++\"}}",
+         "arith.json: task.operators: expected one or more of the operators \"+\", \"-\", \"*\", "
+         "each at most once, got \"++\""},
+        /* JSON syntax, with line:column */
+        {"{\n  \"grpo\": {\n    \"steps\": 5\n    \"lr\": 1\n  }\n}",
+         "arith.json:4:5: invalid JSON"},
+        {"{\"grpo\": {}} x", "arith.json:1:14: invalid JSON"},
+        {"", "arith.json:1:1: invalid JSON"},
+        /* checks between keys */
+        {"{\"task\": {\"kind\": \"jsonl\"}}", "arith.json: task.train: expected a JSONL file path "
+                                              "when task.kind is \"jsonl\", got \"\""},
+        {"{\"workers\": {\"heartbeat_ms\": 500, \"expiry_ms\": 500}}",
+         "arith.json: workers.expiry_ms: expected an integer > workers.heartbeat_ms (500), got "
+         "500"},
+        {"{\"model\": {\"num_key_value_heads\": 3}}",
+         "arith.json: model.num_key_value_heads: expected an integer dividing num_attention_heads "
+         "(4), got 3"},
+        {"{\"model\": {\"num_attention_heads\": 3}}",
+         "arith.json: model.num_attention_heads: expected an integer dividing hidden_size (64) "
+         "into an even head_dim, got 3"},
+        {"{\"eval\": {\"samples\": 4}}",
+         "arith.json: eval.temperature: expected a number > 0 when eval.samples > 1, got 0"},
+        {"{\"grpo\": {\"lr\": 1e-4, \"min_lr\": 1e-3, \"lr_schedule\": \"cosine\"}}",
+         "arith.json: grpo: lr schedule: need 0 <= min_lr <= lr, got min_lr 0.001, lr 0.0001"},
+        {"{\"grpo\": {\"lr_schedule\": \"wsd\"}}",
+         "arith.json: grpo: lr schedule: wsd decay_steps must be in [1, 100], got 0"},
+        {"{\"grpo\": {\"lr_schedule\": \"cosine\", \"warmup_steps\": 100}}",
+         "arith.json: grpo: lr schedule: total_steps (100) must exceed warmup_steps (100)"},
+    };
+    bt_run_config cfg;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bt_status st = s_parse(cases[i].json, &cfg);
+        CHECK(st == BT_EINVAL || st == BT_EFORMAT);
+        if (strcmp(bt_last_error(), cases[i].error) != 0) {
+            fprintf(stderr, "case %zu: %s\n  got:      %s\n  expected: %s\n", i, cases[i].json,
+                    bt_last_error(), cases[i].error);
+            s_check_failures++;
+        }
+    }
+}
+
+static void test_sub_configs(void) {
+    bt_run_config cfg;
+    const char *json = "{\"task\": {\"seed\": 7, \"digits\": 3, \"operators\": \"+-\","
+                       "          \"heldout_size\": 30, \"format_reward\": 0.1,"
+                       "          \"train\": \"t.jsonl\", \"verifier\": \"numeric\"},"
+                       " \"sft\": {\"steps\": 20, \"lr\": 0.002, \"warmup_steps\": 5},"
+                       " \"grpo\": {\"steps\": 50, \"kl_coef\": 0.04, \"lr_schedule\": \"cosine\","
+                       "          \"warmup_steps\": 10, \"min_lr\": 1e-5, \"beta2\": 0.95,"
+                       "          \"weight_decay\": 0.1, \"loss_agg\": \"seq_mean\"}}";
+    CHECK_OK(s_parse(json, &cfg));
+
+    bt_grpo_config g;
+    bt_config_grpo(&cfg, &g);
+    CHECK(g.clip_low == 0.2 && g.clip_high == 0.28 && g.kl_coef == 0.04);
+    CHECK(g.kl_estimator == BT_KL_K3 && g.loss_agg == BT_LOSS_AGG_SEQ_MEAN);
+    CHECK(g.max_tokens == 8 && g.adv_norm == BT_ADV_NORM_STD);
+    CHECK_OK(bt_grpo_config_validate(&g));
+
+    bt_lr_schedule lr;
+    bt_config_lr(&cfg, BT_CONFIG_PHASE_SFT, &lr);
+    CHECK(lr.kind == BT_LR_WARMUP_LINEAR && lr.lr == 0.002 && lr.warmup_steps == 5);
+    CHECK(lr.total_steps == 20);
+    CHECK_NEAR(bt_lr_at(&lr, 0), 0.002 / 5, 1e-15);
+    bt_config_lr(&cfg, BT_CONFIG_PHASE_GRPO, &lr);
+    CHECK(lr.kind == BT_LR_COSINE && lr.lr == 1e-4 && lr.min_lr == 1e-5);
+    CHECK(lr.warmup_steps == 10 && lr.total_steps == 50);
+    CHECK_NEAR(bt_lr_at(&lr, 50), 1e-5, 1e-15);
+
+    bt_adamw_config adamw;
+    bt_config_adamw(&cfg, &adamw);
+    CHECK(adamw.beta1 == 0.9 && adamw.beta2 == 0.95 && adamw.weight_decay == 0.1);
+    CHECK(adamw.eps == bt_adamw_defaults().eps);
+
+    bt_task_arith_config arith;
+    bt_config_task_arith(&cfg, &arith);
+    CHECK(arith.seed == 7 && arith.digits == 3 && strcmp(arith.operators, "+-") == 0);
+    CHECK(arith.heldout_size == 30 && arith.format_reward == 0.1);
+    bt_task_t *task = NULL;
+    CHECK_OK(bt_task_new_arith(&arith, &task));
+    CHECK(task && bt_task_heldout_count(task) == 30);
+    bt_task_destroy(&task);
+
+    bt_task_jsonl_config jsonl;
+    bt_config_task_jsonl(&cfg, &jsonl);
+    CHECK(strcmp(jsonl.train_path, "t.jsonl") == 0 && jsonl.heldout_path == NULL);
+    CHECK(jsonl.verifier == BT_TASK_VERIFY_NUMERIC && jsonl.seed == 7);
+    const char *eval[] = {"task.eval=e.jsonl"};
+    CHECK_OK(bt_config_parse(json, "arith.json", eval, 1, &cfg));
+    bt_config_task_jsonl(&cfg, &jsonl);
+    CHECK(jsonl.heldout_path && strcmp(jsonl.heldout_path, "e.jsonl") == 0);
+}
+
+static void test_load(void) {
+    char path[1024];
+    s_source_path("configs/arith.json", path, sizeof path);
+    bt_run_config cfg;
+    CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
+    CHECK(cfg.task.kind == BT_CONFIG_TASK_ARITHMETIC && cfg.task.digits == 2);
+    CHECK(strcmp(cfg.task.operators, "+") == 0);
+    CHECK(cfg.model.hidden_size == 64 && cfg.model.num_hidden_layers == 2);
+    CHECK(cfg.model.num_attention_heads == 4 && cfg.model.intermediate_size == 176);
+    CHECK(cfg.sft.steps == 200 && cfg.grpo.steps == 100);
+
+    CHECK(bt_config_load("/nonexistent/arith.json", NULL, 0, &cfg) == BT_EIO);
+    CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent/arith.json");
+}
+
+/*  docs/config.md names every key as `section.key`, and every table row that starts with a
+    `section.key` names a real key. */
+static void test_docs(void) {
+    char path[1024], *doc = NULL;
+    s_source_path("docs/config.md", path, sizeof path);
+    CHECK_OK(bt_file_read(path, SIZE_MAX, &doc, NULL));
+    if (!doc)
+        return;
+    for (int i = 0; bt_config_key(i); i++) {
+        char quoted[80];
+        snprintf(quoted, sizeof quoted, "`%s`", bt_config_key(i));
+        CHECK_STR_CONTAINS(doc, quoted);
+    }
+    for (const char *row = strstr(doc, "\n| `"); row; row = strstr(row + 1, "\n| `")) {
+        char name[80];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(row + 4, "`"), row + 4);
+        const char *dot = strchr(name, '.');
+        bool in_section = false, known = false;
+        for (int i = 0; dot && bt_config_key(i); i++) {
+            in_section |= strncmp(bt_config_key(i), name, (size_t)(dot - name + 1)) == 0;
+            known |= strcmp(bt_config_key(i), name) == 0;
+        }
+        if (in_section && !known) {
+            fprintf(stderr, "docs/config.md documents `%s`, which is not a key\n", name);
+            s_check_failures++;
+        }
+    }
+    free(doc);
+}
+
+int main(void) {
+    test_defaults();
+    test_round_trip();
+    test_overrides();
+    test_malformed();
+    test_sub_configs();
+    test_load();
+    test_docs();
+    return check_exit();
+}
