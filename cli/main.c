@@ -9,6 +9,8 @@
 
 static const char s_usage[] = "usage: baton COMMAND [ARGS]\n"
                               "commands:\n"
+                              "  run CONFIG [--run-dir DIR] [--set key.path=value ...]\n"
+                              "                  train: SFT warm start, then GRPO (configs/arith.json)\n"
                               "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
                               "environment: BATON_THREADS=N sets libtorch's intra-op threads\n";
 
@@ -33,5 +35,7 @@ int main(int argc, char **argv) {
         return bt_cli_usage_error("%s", bt_last_error());
     if (strcmp(argv[1], "info") == 0)
         return bt_cli_info(argc - 2, argv + 2);
+    if (strcmp(argv[1], "run") == 0)
+        return bt_cli_run(argc - 2, argv + 2);
     return bt_cli_usage_error("unknown command \"%s\"", argv[1]);
 }

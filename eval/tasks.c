@@ -50,6 +50,8 @@ struct bt_task {
     /* JSONL */
     bt_task_verifier verifier;
     s_records train, heldout;
+    bt_reward_fn *reward_fn; /* a host's reward, or NULL */
+    void *reward_user;
     pthread_mutex_t lock; /* guards order and order_epoch */
     size_t *order;        /* (train.n) line order of epoch order_epoch */
     uint64_t order_epoch;
@@ -583,4 +585,20 @@ double bt_task_reward(const bt_task_t *self, const char *answer, const char *com
         s_verify_numeric(answer, completion, len, d);
     double format = self->kind == S_ARITH ? self->format_reward : 0.0;
     return (d->correct ? 1.0 : 0.0) + (d->well_formed ? format : 0.0);
+}
+
+void bt_task_set_reward_fn(bt_task_t *self, bt_reward_fn *fn, void *user) {
+    self->reward_fn = fn;
+    self->reward_user = user;
+}
+
+double bt_task_score(const bt_task_t *self, const char *prompt, const char *answer,
+                     const char *completion, size_t len, bt_reward_detail *detail) {
+    if (!self->reward_fn)
+        return bt_task_reward(self, answer, completion, len, detail);
+    double r = self->reward_fn(prompt, completion, len, answer, self->reward_user);
+    if (detail)
+        *detail = (bt_reward_detail){.correct = r >= 1.0, .well_formed = true,
+                                     .extracted_start = 0, .extracted_len = len};
+    return r;
 }

@@ -85,7 +85,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("model.intermediate_size", model.intermediate_size, NAN, 1, S_INF),
     S_INT_KEY("model.num_hidden_layers", model.num_hidden_layers, NAN, 1, S_INF),
     S_INT_KEY("model.num_attention_heads", model.num_attention_heads, NAN, 1, S_INF),
-    S_INT_KEY("model.num_key_value_heads", model.num_key_value_heads, NAN, 1, S_INF),
+    S_INT_KEY("model.num_key_value_heads", model.num_key_value_heads, 0, 1, S_INF),
     S_NUM_KEY("model.rms_norm_eps", model.rms_norm_eps, NAN, 0, S_INF, S_LO_OPEN),
     S_NUM_KEY("model.rope_theta", model.rope_theta, NAN, 0, S_INF, S_LO_OPEN),
     S_INT_KEY("model.max_position_embeddings", model.max_position_embeddings, NAN, 1, S_INF),
@@ -412,8 +412,10 @@ static bt_status s_reraise(const char *src, const char *prefix, const char *stri
     return bt_fail(BT_EINVAL, "%s: %s%s", src, prefix, msg);
 }
 
-/*  Checks between keys, then resolves the 0 = "follow grpo.max_new_tokens" values. */
+/*  Checks between keys, then resolves the 0 = "follow another key" values. */
 static bt_status s_check(bt_run_config *cfg, const char *src) {
+    if (cfg->model.num_key_value_heads == 0) /* Hugging Face: unset means full attention */
+        cfg->model.num_key_value_heads = cfg->model.num_attention_heads;
     if (bt_model_config_validate(&cfg->model) != BT_OK)
         return s_reraise(src, "model.", "config.json: ");
     if (cfg->task.kind == BT_CONFIG_TASK_JSONL && !cfg->task.train[0])

@@ -30,8 +30,8 @@ typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train, task.eval: bytes including the NUL */
 
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
-    After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens and
-    eval.max_new_tokens are never 0. */
+    After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens,
+    eval.max_new_tokens and model.num_key_value_heads are never 0. */
 typedef struct bt_run_config {
     struct {
         char name[BT_CONFIG_NAME_MAX];
@@ -105,7 +105,8 @@ typedef struct bt_run_config {
     } workers;
 } bt_run_config;
 
-/*  Every key at its default (unresolved: grpo.max_tokens and eval.max_new_tokens are 0). */
+/*  Every key at its default (unresolved: grpo.max_tokens, eval.max_new_tokens and
+    model.num_key_value_heads are 0). */
 void bt_config_init(bt_run_config *cfg);
 
 /*  Parses json_text (source names it in messages, e.g. a file name), then applies overrides in

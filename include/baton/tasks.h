@@ -117,6 +117,17 @@ void bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *e
 double bt_task_reward(const bt_task_t *self, const char *answer, const char *completion, size_t len,
                       bt_reward_detail *detail);
 
+/*  A host program's reward: the score of completion (len bytes, not NUL-terminated) for prompt,
+    whose reference answer is answer. */
+typedef double(bt_reward_fn)(const char *prompt, const char *completion, size_t len,
+                             const char *answer, void *user);
+/*  From now on bt_task_score calls fn (NULL: the task's own verifier again). */
+void bt_task_set_reward_fn(bt_task_t *self, bt_reward_fn *fn, void *user);
+/*  The reward of a completion: the host's function when one is set (detail->correct is then
+    reward >= 1, well_formed true), else bt_task_reward. */
+double bt_task_score(const bt_task_t *self, const char *prompt, const char *answer,
+                     const char *completion, size_t len, bt_reward_detail *detail);
+
 #ifdef __cplusplus
 }
 #endif

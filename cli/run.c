@@ -1,0 +1,104 @@
+/*  run.c — `baton run CONFIG [--run-dir DIR] [--set key.path=value ...]`. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include "baton/baton.h"
+#include "baton/fileio.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { S_MAX_SETS = 256 };
+
+typedef struct {
+    bool tty;
+    int64_t log_every;
+    int64_t last_step;
+} s_display;
+
+static void s_fmt_time(double s, char *buf, size_t len) {
+    if (!isfinite(s) || s < 0)
+        snprintf(buf, len, "?");
+    else if (s >= 60)
+        snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, len, "%.0fs", s);
+}
+
+/*  One live line on a terminal; plain lines every log_every steps otherwise. */
+static void s_progress(const bt_progress *p, void *user) {
+    s_display *d = user;
+    bool boundary = !strcmp(p->phase, "done") || p->step == 0 ||
+                    (d->log_every > 0 && p->step % d->log_every == 0 && p->step != d->last_step);
+    if (!d->tty && !boundary)
+        return;
+    d->last_step = p->step;
+    char eta[32], acc[32] = "-", reward[32] = "-", tps[32] = "-";
+    s_fmt_time(p->eta_s, eta, sizeof eta);
+    if (isfinite(p->accuracy))
+        snprintf(acc, sizeof acc, "%.1f%%", 100 * p->accuracy);
+    if (isfinite(p->reward_mean))
+        snprintf(reward, sizeof reward, "%.3f", p->reward_mean);
+    if (isfinite(p->tokens_per_s))
+        snprintf(tps, sizeof tps, "%.0f", p->tokens_per_s);
+    fprintf(stderr, "%s%-4s step %lld/%lld  reward %s  accuracy %s  tok/s %s  elapsed %.0fs  ETA %s%s",
+            d->tty ? "\r\033[K" : "", p->phase, (long long)p->step, (long long)p->total, reward,
+            acc, tps, p->elapsed_s, eta, d->tty ? "" : "\n");
+    if (d->tty && !strcmp(p->phase, "done"))
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+int bt_cli_run(int argc, char **argv) {
+    const char *path = NULL, *dir = NULL;
+    const char *sets[S_MAX_SETS];
+    int n_sets = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--run-dir") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
+            sets[n_sets++] = argv[++i];
+        else if (argv[i][0] == '-' || path)
+            return bt_cli_usage_error("run: unexpected argument \"%s\"", argv[i]);
+        else
+            path = argv[i];
+    }
+    if (!path)
+        return bt_cli_usage_error("run: missing CONFIG");
+    char *text = NULL;
+    if (bt_file_read(path, 1 << 20, &text, NULL) != BT_OK)
+        return bt_cli_usage_error("%s", bt_last_error());
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    bt_run_t *run = bt_run_new(text, base, sets, n_sets);
+    free(text);
+    if (!run) {
+        fprintf(stderr, "baton: %s\n", bt_last_error());
+        return 2;
+    }
+    if (dir)
+        bt_run_set_dir(run, dir);
+    s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
+    bt_run_set_progress(run, s_progress, &d);
+    bt_status st = bt_run_start(run);
+    for (bool done = false; st == BT_OK && !done;)
+        st = bt_run_step(run, &done);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", bt_last_error());
+    bt_status fin = bt_run_finish(run);
+    if (st == BT_OK)
+        st = fin;
+    else
+        fprintf(stderr, "\nbaton: run failed: %s\n", err);
+    bt_controller_stats s = bt_run_stats(run);
+    if (s.malformed || s.late_results || s.lost_workers || s.failed_tasks)
+        fprintf(stderr, "baton: %lld malformed messages, %lld late results, %lld lost workers, "
+                        "%lld failed tasks\n",
+                (long long)s.malformed, (long long)s.late_results, (long long)s.lost_workers,
+                (long long)s.failed_tasks);
+    printf("run directory: %s\n", bt_run_dir(run));
+    bt_run_destroy(&run);
+    return st == BT_OK ? 0 : 1;
+}

@@ -1,0 +1,54 @@
+/*  baton.h — the embedding API: a host program creates a run from a JSON config, starts it (the
+    controller in the calling thread, one thread per worker, over inproc://), steps it, reads its
+    metrics and destroys it.  `baton run` is a thin command line over this.
+    Threading: every call on the thread that created the run.  Lifetime: bt_run_new() to
+    bt_run_destroy(). */
+#ifndef BATON_BATON_H
+#define BATON_BATON_H
+
+#include "baton/config.h"
+#include "baton/controller.h"
+#include "baton/status.h"
+#include "baton/tasks.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_run bt_run_t;
+
+/*  Parses and checks config_json (source names it in messages) with `--set` style overrides.
+    Nothing is created on disk yet.  Caller owns the result; destroy with bt_run_destroy().  NULL
+    on bad input, the one-line reason in bt_last_error(). */
+bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
+                     int n_overrides);
+void bt_run_destroy(bt_run_t **self_p);
+/*  The resolved config.  Borrowed: valid while self lives. */
+const bt_run_config *bt_run_config_of(const bt_run_t *self);
+/*  The run directory; default "runs/<run.name>".  Before bt_run_start. */
+void bt_run_set_dir(bt_run_t *self, const char *dir);
+const char *bt_run_dir(const bt_run_t *self);
+/*  The controller's endpoint; default a private inproc:// one.  An ipc:// or tcp:// endpoint lets
+    other processes reach the controller too.  Before bt_run_start. */
+void bt_run_set_endpoint(bt_run_t *self, const char *endpoint);
+void bt_run_set_progress(bt_run_t *self, bt_progress_fn *fn, void *user);
+/*  Scores completions with fn instead of the task's verifier (rollout and evaluation alike).
+    Before bt_run_start. */
+void bt_run_set_reward(bt_run_t *self, bt_reward_fn *fn, void *user);
+
+/*  Creates the run directory, starts the workers, waits for them, runs the SFT warm start and the
+    step-0 evaluation. */
+bt_status bt_run_start(bt_run_t *self);
+/*  One GRPO step; *done after the last. */
+bt_status bt_run_step(bt_run_t *self, bool *done);
+/*  Stops the workers and joins their threads; called by bt_run_destroy if needed. */
+bt_status bt_run_finish(bt_run_t *self);
+bt_controller_stats bt_run_stats(const bt_run_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,63 @@
+/*  controller.h — the controller: one thread, a zmq_poll loop over its ROUTER socket, the worker
+    registry, and the GRPO schedule (SFT warm start, then rollout -> advantages -> train -> publish
+    weights -> evaluate), writing metrics.jsonl and events.jsonl.
+    Threading: every call on the controller thread.  Lifetime: one per run. */
+#ifndef BATON_CONTROLLER_H
+#define BATON_CONTROLLER_H
+
+#include "baton/config.h"
+#include "baton/runlog.h"
+#include "baton/status.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*  What a progress display needs; NaN where nothing is known yet. */
+typedef struct bt_progress {
+    const char *phase; /* "join", "sft", "rl", "done" */
+    int64_t step, total;
+    double reward_mean;
+    double accuracy; /* last evaluation */
+    double tokens_per_s;
+    double elapsed_s, eta_s;
+} bt_progress;
+
+typedef void(bt_progress_fn)(const bt_progress *p, void *user);
+
+/*  Counters of what the controller refused or recovered from. */
+typedef struct bt_controller_stats {
+    int64_t malformed;    /* messages rejected by the decoder */
+    int64_t unknown_peer; /* messages from peers that had not said HELLO */
+    int64_t late_results; /* results for tasks the sender no longer held (dropped) */
+    int64_t failed_tasks; /* FAIL messages (the task was re-queued) */
+    int64_t lost_workers; /* expired or left */
+    int64_t requeued;     /* task hand-outs beyond the first */
+} bt_controller_stats;
+
+typedef struct bt_controller bt_controller_t;
+
+/*  Binds a ROUTER socket at endpoint in zmq_ctx.  cfg, config_json and log are borrowed and must
+    outlive the controller.  Caller owns the result; destroy with bt_controller_destroy(). */
+bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
+                                   const char *config_json, bt_runlog_t *log);
+void bt_controller_destroy(bt_controller_t **self_p);
+void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user);
+
+/*  Waits for the configured workers, runs the SFT warm start and the step-0 evaluation. */
+bt_status bt_controller_start(bt_controller_t *self);
+/*  One GRPO step (and its evaluation when due); *done is set after the last step. */
+bt_status bt_controller_step(bt_controller_t *self, bool *done);
+/*  Sends STOP to every worker and waits (bounded) for their BYE. */
+bt_status bt_controller_stop(bt_controller_t *self);
+bt_controller_stats bt_controller_get_stats(const bt_controller_t *self);
+/*  The policy version the trainer last published. */
+int64_t bt_controller_version(const bt_controller_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

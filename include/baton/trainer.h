@@ -1,0 +1,91 @@
+/*  trainer.h — the trainer core: the policy, its frozen reference copy and AdamW; one GRPO update
+    (or one supervised warm-start update) from a batch of completions.  No sockets.
+    Threading: a trainer, its models and optimizer belong to one thread at a time.
+    Lifetime: from bt_trainer_new() to bt_trainer_destroy(); it owns the policy and the reference.
+
+    Sequences.  Completion c becomes the right-padded row ids = prompt ++ completion (length
+    P + L).  bt_model_token_logprobs gives (B, T-1) log-probs, element t predicting ids[t+1], so the
+    completion's tokens are predicted at t = P-1 .. P+L-2: the completion mask is 1 exactly there,
+    and old_logp[c, P-1+j] is the behaviour log-prob of completion token j. */
+#ifndef BATON_TRAINER_H
+#define BATON_TRAINER_H
+
+#include "baton/grpo.h"
+#include "baton/model.h"
+#include "baton/rollout.h"
+#include "baton/status.h"
+#include "baton/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_trainer_config {
+    bt_adamw_config adamw; /* bt_adamw_defaults() */
+    double max_grad_norm;  /* global-norm clip; <= 0: no clipping (1.0) */
+    int64_t micro_batch;   /* sequences per forward/backward pass, >= 1 (32) */
+    bool reference;        /* keep a frozen copy of the initial policy, needed by any step
+                              with kl_coef > 0 (false) */
+} bt_trainer_config;
+
+void bt_trainer_config_init(bt_trainer_config *cfg);
+
+typedef struct bt_trainer bt_trainer_t;
+
+/*  Takes ownership of *policy_p and sets it to NULL, even on error.  With cfg->reference the
+    reference is a copy of the policy as it is now, frozen (no grad).  Version starts at 0.
+    Caller owns the result; destroy with bt_trainer_destroy().  NULL on failure, the reason in
+    bt_last_error(). */
+bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg);
+void bt_trainer_destroy(bt_trainer_t **self_p);
+
+/*  Borrowed: valid while self lives.  Export it with bt_weights_export(policy, version, ...). */
+bt_model *bt_trainer_policy(bt_trainer_t *self);
+/*  Borrowed; NULL without cfg->reference. */
+bt_model *bt_trainer_reference(bt_trainer_t *self);
+/*  Borrowed: for checkpoints (moments, step count). */
+bt_adamw *bt_trainer_optimizer(bt_trainer_t *self);
+/*  Optimizer updates applied so far (GRPO and SFT alike): the version of the policy's weights. */
+int64_t bt_trainer_version(const bt_trainer_t *self);
+void bt_trainer_set_version(bt_trainer_t *self, int64_t version);
+
+/*  One update's statistics.  Token means are over completion tokens. */
+typedef struct bt_trainer_stats {
+    double loss;       /* the batch loss that was differentiated (sum over micro-batches) */
+    double pg_loss;    /* clipped surrogate, token mean (GRPO) */
+    double kl;         /* KL estimate to the reference, token mean (0 without) */
+    double clip_frac;  /* tokens on a clipped branch / tokens (GRPO) */
+    double ratio_mean; /* rho, token mean (GRPO) */
+    double ratio_max;  /* (GRPO) */
+    double entropy;    /* policy entropy at the training temperature, token mean */
+    double grad_norm;  /* global gradient norm before clipping */
+    double tokens;     /* completion tokens */
+    int64_t sequences;
+    int64_t version; /* after the update */
+} bt_trainer_stats;
+
+/*  One GRPO update on batch with advantages[c] for completion c (float64, rounded to float32):
+    recomputes the policy's log-probs at the batch's sampling temperature (so rho = 1 when the
+    policy is the behaviour policy), the reference's under no-grad when cfg->kl_coef > 0, forms
+    bt_grpo_loss per micro-batch of cfg micro_batch consecutive sequences with the normaliser of
+    the WHOLE batch (bt_grpo_normaliser), backpropagates each, clips the global norm, steps AdamW at
+    lr and increments the version.  stats may be NULL.  On failure the weights are unchanged
+    (unless AdamW itself failed) and the gradients are dropped. */
+bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
+                               const double *advantages, double lr, const bt_grpo_config *cfg,
+                               bt_trainer_stats *stats);
+
+/*  One supervised update: teacher-forced cross-entropy on the completion tokens only (for
+    bt_rollout_demonstrations: the answer and its EOS, not the prompt), summed over the batch and
+    divided by its completion tokens (bt_sft_loss), at temperature 1; then clip, AdamW at lr,
+    version++.  stats->loss is the mean NLL per token before the update. */
+bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
+                              bt_trainer_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,34 @@
+/*  worker.h — one worker loop for every role.  The calling thread talks to the controller (HELLO,
+    WELCOME, PING every heartbeat, relaying TASK/WEIGHTS in and RESULT/FAIL/WEIGHTS out); a compute
+    thread it starts owns the model and runs the tasks, so a long task never silences heartbeats.
+    Threading: bt_worker_run blocks its thread until STOP.  Lifetime: everything it makes is gone
+    when it returns. */
+#ifndef BATON_WORKER_H
+#define BATON_WORKER_H
+
+#include "baton/registry.h"
+#include "baton/status.h"
+#include "baton/tasks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_worker_options {
+    void *zmq_ctx;        /* borrowed ZeroMQ context */
+    const char *endpoint; /* the controller's ROUTER endpoint */
+    bt_role role;
+    const char *name;      /* shown in logs and events */
+    int64_t join_timeout_ms; /* give up when no WELCOME comes (0: 30 s) */
+    bt_reward_fn *reward;    /* a host's reward instead of the task's verifier, or NULL */
+    void *reward_user;
+} bt_worker_options;
+
+/*  Joins the controller and serves tasks until STOP (BT_OK).  BT_EIO when the controller cannot be
+    reached; other errors when the compute state cannot be built from the WELCOME config. */
+bt_status bt_worker_run(const bt_worker_options *opt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,635 @@
+/*  controller.c — the controller's event loop and the GRPO schedule; see controller.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/controller.h"
+
+#include "baton/messages.h"
+#include "baton/registry.h"
+#include "baton/wire.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        bt_status _st = (expr);                                                                    \
+        if (_st != BT_OK)                                                                          \
+            return _st;                                                                            \
+    } while (0)
+
+enum { S_JOIN_TIMEOUT_MS = 60000, S_MAX_ATTEMPTS = 4 };
+
+/*  One unit of work for a worker; the TASK message is built from it at each hand-out. */
+typedef struct s_job {
+    const char *kind; /* "rollout", "train", "sft", "eval" */
+    bt_role role;
+    int64_t start, count, seed;
+    double lr;
+    bool publish;
+    const uint64_t *prompts; /* rollout: training-stream indices [count] */
+    const bt_rollout_batch *batch; /* train */
+    const double *adv;             /* train: [batch->n] */
+    bt_msg_t *result;              /* owned once the task is done */
+} s_job;
+
+struct bt_controller {
+    const bt_run_config *cfg;
+    const char *config_json;
+    bt_runlog_t *log;
+    void *sock;
+    bt_registry_t *reg;
+    bt_controller_stats stats;
+    bt_msg_t *weights; /* the latest WEIGHTS, sent to (re)joining rollout/eval workers */
+    int64_t version;
+    int64_t step;    /* GRPO steps done */
+    uint64_t cursor; /* next training-stream index */
+    double t0, last_accuracy, last_reward;
+    bt_progress_fn *progress;
+    void *progress_user;
+};
+
+static double s_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int64_t s_now_ms(void) { return (int64_t)(s_now() * 1000.0); }
+
+static void s_event(bt_controller_t *self, const char *event, const char *key, const char *value) {
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", event);
+    bt_jsonl_num(&line, "time", s_now() - self->t0);
+    if (key)
+        bt_jsonl_str(&line, key, value);
+    bt_runlog_event(self->log, &line);
+}
+
+bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
+                                   const char *config_json, bt_runlog_t *log) {
+    bt_controller_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        bt_fail(BT_ENOMEM, "controller: out of memory");
+        return NULL;
+    }
+    self->cfg = cfg;
+    self->config_json = config_json;
+    self->log = log;
+    self->t0 = s_now();
+    self->last_accuracy = NAN;
+    self->last_reward = NAN;
+    self->reg = bt_registry_new(cfg->workers.expiry_ms);
+    self->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
+    int linger = 0;
+    if (self->sock)
+        zmq_setsockopt(self->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (!self->reg || !self->sock || zmq_bind(self->sock, endpoint) != 0) {
+        bt_fail(BT_EIO, "controller: cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        bt_controller_destroy(&self);
+    }
+    return self;
+}
+
+void bt_controller_destroy(bt_controller_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_controller_t *self = *self_p;
+    if (self->sock)
+        zmq_close(self->sock);
+    bt_registry_destroy(&self->reg);
+    bt_msg_destroy(&self->weights);
+    free(self);
+    *self_p = NULL;
+}
+
+void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user) {
+    self->progress = fn;
+    self->progress_user = user;
+}
+
+bt_controller_stats bt_controller_get_stats(const bt_controller_t *self) { return self->stats; }
+int64_t bt_controller_version(const bt_controller_t *self) { return self->version; }
+
+static void s_report(bt_controller_t *self, const char *phase, int64_t step, int64_t total,
+                     double tokens_per_s) {
+    if (!self->progress)
+        return;
+    double elapsed = s_now() - self->t0;
+    bt_progress p = {phase, step, total, self->last_reward, self->last_accuracy, tokens_per_s,
+                     elapsed, step > 0 ? elapsed / (double)step * (double)(total - step) : NAN};
+    self->progress(&p, self->progress_user);
+}
+
+/* ---- sending --------------------------------------------------------------------------------- */
+
+static bt_status s_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_info *w) {
+    bt_msg_set_run(*msg, self->cfg->run.name);
+    return bt_msg_send(msg, self->sock, w->peer, w->peer_len);
+}
+
+/*  A copy of the stored WEIGHTS for one more recipient. */
+static bt_msg_t *s_weights_copy(const bt_msg_t *src) {
+    bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
+    int64_t version = 0;
+    if (!m || bt_msg_get_int(src, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK ||
+        bt_msg_set_int(m, "version", version) != BT_OK) {
+        bt_msg_destroy(&m);
+        return NULL;
+    }
+    for (int i = 0; i < bt_msg_tensor_count(src); i++) {
+        bt_msg_tensor t = bt_msg_tensor_at(src, i);
+        if (bt_msg_add_tensor(m, t.name, t.dtype, t.ndim, t.shape, t.data) != BT_OK) {
+            bt_msg_destroy(&m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+static void s_send_weights(bt_controller_t *self, const bt_worker_info *w) {
+    if (!self->weights || w->role == BT_ROLE_TRAINER || w->state == BT_WORKER_LOST)
+        return;
+    bt_msg_t *copy = s_weights_copy(self->weights);
+    if (!copy || s_send(self, &copy, w) != BT_OK)
+        bt_log(BT_LOG_WARN, "controller: weights not sent to %s: %s", w->name, bt_last_error());
+}
+
+static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t len,
+                           const char *reason) {
+    bt_msg_t *m = bt_msg_new(BT_MSG_INVALID);
+    if (!m)
+        return;
+    bt_msg_set_str(m, "reason", reason);
+    bt_msg_set_run(m, self->cfg->run.name);
+    bt_msg_send(&m, self->sock, peer, len);
+}
+
+static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id, bt_msg_t *m) {
+    TRY(bt_msg_set_int(m, "task", id));
+    TRY(bt_msg_set_str(m, "kind", j->kind));
+    TRY(bt_msg_set_int(m, "version", self->version));
+    TRY(bt_msg_set_int(m, "seed", j->seed));
+    TRY(bt_msg_set_int(m, "start", j->start));
+    TRY(bt_msg_set_int(m, "count", j->count));
+    TRY(bt_msg_set_double(m, "lr", j->lr));
+    TRY(bt_msg_set_bool(m, "publish", j->publish));
+    const bt_run_config *c = self->cfg;
+    if (!strcmp(j->kind, "rollout")) {
+        int64_t shape[1] = {j->count};
+        TRY(bt_msg_set_int(m, "group_size", c->grpo.group_size));
+        TRY(bt_msg_set_double(m, "temperature", c->grpo.temperature));
+        TRY(bt_msg_set_double(m, "top_p", c->grpo.top_p));
+        TRY(bt_msg_set_int(m, "top_k", c->grpo.top_k));
+        TRY(bt_msg_set_int(m, "max_new_tokens", c->grpo.max_new_tokens));
+        TRY(bt_msg_add_tensor(m, "prompts", BT_I64, 1, shape, j->prompts));
+    } else if (!strcmp(j->kind, "train")) {
+        int64_t shape[1] = {j->batch->n};
+        TRY(bt_batch_to_msg(j->batch, m));
+        TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
+    } else if (!strcmp(j->kind, "eval")) {
+        TRY(bt_msg_set_int(m, "samples", c->eval.samples));
+        TRY(bt_msg_set_double(m, "temperature", c->eval.temperature));
+        TRY(bt_msg_set_int(m, "max_new_tokens", c->eval.max_new_tokens));
+    }
+    return BT_OK;
+}
+
+/* ---- receiving ------------------------------------------------------------------------------- */
+
+static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, size_t len) {
+    const char *role_name = NULL, *name = NULL;
+    bt_role role;
+    if (bt_msg_get_str(m, "role", 16, &role_name) != BT_OK ||
+        bt_role_parse(role_name, &role) != BT_OK ||
+        bt_msg_get_str(m, "name", 63, &name) != BT_OK) {
+        self->stats.malformed++;
+        s_send_invalid(self, peer, len, bt_last_error());
+        return;
+    }
+    int32_t id = bt_registry_join(self->reg, role, name, peer, len, s_now_ms());
+    if (id < 0) {
+        s_send_invalid(self, peer, len, bt_last_error());
+        return;
+    }
+    bt_worker_info *w = bt_registry_worker(self->reg, id);
+    bt_msg_t *welcome = bt_msg_new(BT_MSG_WELCOME);
+    int64_t shape[1] = {(int64_t)strlen(self->config_json)};
+    if (!welcome || bt_msg_set_int(welcome, "worker", id) != BT_OK ||
+        bt_msg_set_int(welcome, "heartbeat_ms", self->cfg->workers.heartbeat_ms) != BT_OK ||
+        bt_msg_add_tensor(welcome, "config", BT_U8, 1, shape, self->config_json) != BT_OK ||
+        s_send(self, &welcome, w) != BT_OK) {
+        bt_msg_destroy(&welcome);
+        bt_log(BT_LOG_WARN, "controller: WELCOME to %s failed: %s", name, bt_last_error());
+        return;
+    }
+    s_send_weights(self, w);
+    s_event(self, "worker_joined", "worker", name);
+}
+
+static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_info *from) {
+    int64_t version;
+    if (from->role != BT_ROLE_TRAINER ||
+        bt_msg_get_int(*m, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK) {
+        self->stats.malformed++;
+        return;
+    }
+    bt_msg_destroy(&self->weights);
+    self->weights = *m;
+    *m = NULL;
+    self->version = version;
+    for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++)
+        s_send_weights(self, bt_registry_worker(self->reg, i));
+}
+
+static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) {
+    int64_t task;
+    if (bt_msg_get_int(*m, "task", 0, BT_WIRE_INT_MAX, &task) != BT_OK) {
+        self->stats.malformed++;
+        return;
+    }
+    bool failed = bt_msg_type_of(*m) == BT_MSG_FAIL;
+    int32_t attempts = 0;
+    if (failed ? !bt_registry_fail(self->reg, task, w->id)
+               : !bt_registry_complete(self->reg, task, w->id)) {
+        self->stats.late_results++;
+        return;
+    }
+    if (failed) {
+        const char *err = "?";
+        bt_msg_get_str(*m, "error", BT_WIRE_STR_MAX, &err);
+        self->stats.failed_tasks++;
+        s_event(self, "task_failed", "error", err);
+        attempts = bt_registry_task_attempts(self->reg, task);
+        if (attempts >= S_MAX_ATTEMPTS)
+            bt_log(BT_LOG_ERROR, "controller: task %lld failed %d times: %s", (long long)task,
+                   attempts, err);
+        return;
+    }
+    s_job *job = bt_registry_task_user(self->reg, task);
+    job->result = *m;
+    *m = NULL;
+}
+
+/*  Receives and handles one message, if any is waiting. */
+static bt_status s_receive(bt_controller_t *self) {
+    uint8_t peer[BT_WIRE_PEER_MAX];
+    size_t len = 0;
+    bt_msg_t *m = NULL;
+    bt_status st = bt_msg_recv(self->sock, &m, peer, &len, ZMQ_DONTWAIT);
+    if (st == BT_EIO)
+        return st;
+    bt_worker_info *w = len ? bt_registry_find_peer(self->reg, peer, len) : NULL;
+    if (st == BT_EFORMAT) {
+        self->stats.malformed++;
+        if (w)
+            s_send_invalid(self, peer, len, bt_last_error());
+        return BT_OK;
+    }
+    if (!m)
+        return BT_OK;
+    bt_msg_type type = bt_msg_type_of(m);
+    if (type == BT_MSG_HELLO) {
+        s_on_hello(self, m, peer, len);
+    } else if (!w) {
+        self->stats.unknown_peer++;
+        s_send_invalid(self, peer, len, "unknown peer: send HELLO first");
+    } else {
+        bt_registry_touch(self->reg, w->id, s_now_ms());
+        if (type == BT_MSG_RESULT || type == BT_MSG_FAIL)
+            s_on_result(self, &m, w);
+        else if (type == BT_MSG_WEIGHTS)
+            s_on_weights(self, &m, w);
+        else if (type == BT_MSG_BYE) {
+            bt_registry_remove(self->reg, w->id);
+            s_event(self, "worker_left", "worker", w->name);
+        }
+    }
+    bt_msg_destroy(&m);
+    return BT_OK;
+}
+
+/*  Hands out what can be handed out, then waits (at most a heartbeat) for messages and expires
+    silent workers. */
+static bt_status s_turn(bt_controller_t *self) {
+    int64_t task;
+    int32_t wid;
+    while (bt_registry_next_assignment(self->reg, &task, &wid)) {
+        s_job *job = bt_registry_task_user(self->reg, task);
+        bt_worker_info *w = bt_registry_worker(self->reg, wid);
+        if (bt_registry_task_attempts(self->reg, task) > 1)
+            self->stats.requeued++;
+        bt_msg_t *m = bt_msg_new(BT_MSG_TASK);
+        bt_status st = m ? s_build_task(self, job, task, m) : BT_ENOMEM;
+        if (st == BT_OK)
+            st = s_send(self, &m, w);
+        bt_msg_destroy(&m);
+        if (st != BT_OK)
+            return st;
+    }
+    zmq_pollitem_t item = {self->sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, (long)self->cfg->workers.heartbeat_ms) < 0)
+        return bt_fail(BT_EIO, "controller: poll failed: %s", zmq_strerror(zmq_errno()));
+    for (int i = 0; i < 256 && (item.revents & ZMQ_POLLIN); i++) {
+        TRY(s_receive(self));
+        int more = 0;
+        size_t sz = sizeof more;
+        zmq_getsockopt(self->sock, ZMQ_EVENTS, &more, &sz);
+        if (!(more & ZMQ_POLLIN))
+            break;
+    }
+    int lost = bt_registry_expire(self->reg, s_now_ms());
+    if (lost) {
+        self->stats.lost_workers += lost;
+        s_event(self, "workers_expired", NULL, NULL);
+    }
+    return BT_OK;
+}
+
+/*  Runs jobs to completion on the workers of their roles. */
+static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
+    int64_t first = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t id = bt_registry_add_task(self->reg, jobs[i].role, &jobs[i]);
+        if (id < 0)
+            return BT_ENOMEM;
+        first = first < 0 ? id : first;
+    }
+    int64_t stalled_since = s_now_ms();
+    for (;;) {
+        int done = 0;
+        for (int i = 0; i < n; i++)
+            done += bt_registry_task_state(self->reg, first + i) == BT_TASK_DONE;
+        if (done == n)
+            return BT_OK;
+        for (int i = 0; i < n; i++)
+            if (bt_registry_task_attempts(self->reg, first + i) > S_MAX_ATTEMPTS)
+                return bt_fail(BT_EIO, "controller: a %s task failed %d times", jobs[i].kind,
+                               S_MAX_ATTEMPTS);
+        bool staffed = true;
+        for (int i = 0; i < n; i++)
+            staffed &= bt_registry_live(self->reg, jobs[i].role) > 0;
+        if (staffed)
+            stalled_since = s_now_ms();
+        else if (s_now_ms() - stalled_since > S_JOIN_TIMEOUT_MS)
+            return bt_fail(BT_EIO, "controller: no live worker for pending tasks for %d s",
+                           S_JOIN_TIMEOUT_MS / 1000);
+        TRY(s_turn(self));
+    }
+}
+
+static bt_status s_await_workers(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    int64_t want[BT_ROLE_COUNT] = {c->workers.rollout, c->workers.trainer, c->workers.eval};
+    int64_t deadline = s_now_ms() + S_JOIN_TIMEOUT_MS;
+    for (;;) {
+        bool all = true;
+        for (int r = 0; r < BT_ROLE_COUNT; r++)
+            all &= bt_registry_live(self->reg, (bt_role)r) >= want[r];
+        if (all)
+            return BT_OK;
+        if (s_now_ms() > deadline)
+            return bt_fail(BT_EIO, "controller: workers did not join within %d s",
+                           S_JOIN_TIMEOUT_MS / 1000);
+        TRY(s_turn(self));
+    }
+}
+
+/* ---- the schedule ---------------------------------------------------------------------------- */
+
+static void s_jobs_release(s_job *jobs, int n) {
+    for (int i = 0; i < n; i++)
+        bt_msg_destroy(&jobs[i].result);
+}
+
+/*  Evaluates the held-out set, sharded over the configured eval workers; writes an eval line. */
+static bt_status s_evaluate(bt_controller_t *self, const char *phase, int64_t step) {
+    const bt_run_config *c = self->cfg;
+    int shards = (int)(c->workers.eval < 1 ? 1 : c->workers.eval);
+    int64_t total = c->eval.heldout_count, per = (total + shards - 1) / shards;
+    s_job jobs[64];
+    int n = 0;
+    for (int64_t s = 0; s < total && n < 64; s += per, n++)
+        jobs[n] = (s_job){.kind = "eval", .role = BT_ROLE_EVAL, .start = s,
+                          .count = s + per > total ? total - s : per,
+                          .seed = c->run.seed * 7919 + n};
+    bt_status st = s_run_jobs(self, jobs, n);
+    bt_evaluator_sums sum, part;
+    bt_evaluator_sums_init(&sum, c->eval.samples);
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        st = bt_sums_from_msg(jobs[i].result, &part);
+        if (st == BT_OK)
+            st = bt_evaluator_sums_add(&sum, &part);
+    }
+    s_jobs_release(jobs, n);
+    TRY(st);
+    double acc = sum.examples ? (double)sum.correct / (double)sum.examples : NAN;
+    double comp = sum.completions ? (double)sum.completions : NAN;
+    self->last_accuracy = acc;
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "kind", "eval");
+    bt_jsonl_str(&line, "phase", phase);
+    bt_jsonl_int(&line, "step", step);
+    bt_jsonl_str(&line, "variant", "main");
+    bt_jsonl_num(&line, "time", s_now() - self->t0);
+    bt_jsonl_str(&line, "dataset", "heldout");
+    bt_jsonl_int(&line, "examples", sum.examples);
+    bt_jsonl_num(&line, "accuracy", acc);
+    bt_jsonl_num(&line, "reward_mean", sum.reward_sum / comp);
+    bt_jsonl_num(&line, "response_len_mean", sum.length_sum / comp);
+    bt_jsonl_num(&line, "truncated_frac", (double)sum.truncated / comp);
+    bt_jsonl_int(&line, "version", self->version);
+    return bt_runlog_metric(self->log, &line);
+}
+
+static bt_status s_sft(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    bt_lr_schedule sched;
+    bt_config_lr(c, BT_CONFIG_PHASE_SFT, &sched);
+    for (int64_t s = 0; s < c->sft.steps; s++) {
+        bool last = s + 1 == c->sft.steps;
+        bool eval = last || (c->sft.eval_every > 0 && (s + 1) % c->sft.eval_every == 0);
+        double lr = bt_lr_at(&sched, s);
+        s_job job = {.kind = "sft", .role = BT_ROLE_TRAINER, .start = (int64_t)self->cursor,
+                     .count = c->sft.batch_size, .lr = lr, .publish = eval};
+        self->cursor += (uint64_t)c->sft.batch_size;
+        bt_status st = s_run_jobs(self, &job, 1);
+        double loss = NAN;
+        if (st == BT_OK)
+            st = bt_msg_get_double(job.result, "stats.loss", -1e300, 1e300, &loss);
+        s_jobs_release(&job, 1);
+        TRY(st);
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "kind", "sft");
+        bt_jsonl_int(&line, "step", s + 1);
+        bt_jsonl_str(&line, "variant", "main");
+        bt_jsonl_num(&line, "time", s_now() - self->t0);
+        bt_jsonl_num(&line, "loss", loss);
+        bt_jsonl_num(&line, "lr", lr);
+        TRY(bt_runlog_metric(self->log, &line));
+        if (eval && !last) {
+            TRY(s_evaluate(self, "sft", s + 1));
+            if (self->last_accuracy >= c->sft.stop_accuracy)
+                break;
+        }
+        s_report(self, "sft", s + 1, c->sft.steps, NAN);
+    }
+    return BT_OK;
+}
+
+bt_status bt_controller_start(bt_controller_t *self) {
+    s_report(self, "join", 0, 0, NAN);
+    TRY(s_await_workers(self));
+    s_event(self, "workers_ready", NULL, NULL);
+    TRY(s_sft(self));
+    TRY(s_evaluate(self, "rl", 0));
+    s_report(self, "rl", 0, self->cfg->grpo.steps, NAN);
+    return BT_OK;
+}
+
+/*  Samples the step's groups, sharded over the configured rollout workers; fills *batch. */
+static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch) {
+    const bt_run_config *c = self->cfg;
+    int64_t P = c->grpo.prompts_per_step;
+    int shards = (int)(c->workers.rollout < 1 ? 1 : c->workers.rollout);
+    if (shards > P)
+        shards = (int)P;
+    if (shards > 64)
+        shards = 64;
+    uint64_t *idx = malloc(sizeof *idx * (size_t)P);
+    if (!idx)
+        return bt_fail(BT_ENOMEM, "controller: out of memory");
+    for (int64_t i = 0; i < P; i++)
+        idx[i] = self->cursor + (uint64_t)i;
+    self->cursor += (uint64_t)P;
+    s_job jobs[64];
+    bt_rollout_batch parts[64];
+    int64_t per = (P + shards - 1) / shards;
+    int n = 0;
+    for (int64_t s = 0; s < P; s += per, n++) {
+        jobs[n] = (s_job){.kind = "rollout", .role = BT_ROLE_ROLLOUT, .start = s,
+                          .count = s + per > P ? P - s : per, .prompts = idx + s,
+                          .seed = (c->run.seed * 1000003 + self->step) * 64 + n};
+        bt_rollout_batch_init(&parts[n]);
+    }
+    bt_status st = s_run_jobs(self, jobs, n);
+    for (int i = 0; i < n && st == BT_OK; i++)
+        st = bt_batch_from_msg(jobs[i].result, &parts[i]);
+    if (st == BT_OK)
+        st = bt_batch_concat(parts, n, batch);
+    for (int i = 0; i < n; i++)
+        bt_rollout_batch_release(&parts[i]);
+    s_jobs_release(jobs, n);
+    free(idx);
+    return st;
+}
+
+typedef struct {
+    double loss, kl, clip_frac, entropy, grad_norm;
+} s_train_stats;
+
+static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *batch, double lr,
+                         s_train_stats *out) {
+    const bt_run_config *c = self->cfg;
+    double *adv = malloc(sizeof *adv * (size_t)(batch->n + 1));
+    if (!adv)
+        return bt_fail(BT_ENOMEM, "controller: out of memory");
+    bt_grpo_config gc;
+    bt_config_grpo(c, &gc);
+    /* advantages in float64 at the controller (DESIGN.md, step 3) */
+    bt_status st = bt_grpo_advantages(batch->rewards, batch->n_prompts, batch->group_size,
+                                      gc.adv_norm, adv);
+    s_job job = {.kind = "train", .role = BT_ROLE_TRAINER, .lr = lr, .publish = true,
+                 .batch = batch, .adv = adv};
+    if (st == BT_OK)
+        st = s_run_jobs(self, &job, 1);
+    const bt_msg_t *r = job.result;
+    if (st == BT_OK &&
+        ((st = bt_msg_get_double(r, "stats.loss", -1e300, 1e300, &out->loss)) ||
+         (st = bt_msg_get_double(r, "stats.kl", -1e300, 1e300, &out->kl)) ||
+         (st = bt_msg_get_double(r, "stats.clip_frac", 0, 1, &out->clip_frac)) ||
+         (st = bt_msg_get_double(r, "stats.entropy", -1e300, 1e300, &out->entropy)) ||
+         (st = bt_msg_get_double(r, "stats.grad_norm", 0, 1e300, &out->grad_norm))))
+        bt_log(BT_LOG_WARN, "controller: train result: %s", bt_last_error());
+    s_jobs_release(&job, 1);
+    free(adv);
+    return st;
+}
+
+bt_status bt_controller_step(bt_controller_t *self, bool *done) {
+    const bt_run_config *c = self->cfg;
+    *done = self->step >= c->grpo.steps;
+    if (*done)
+        return BT_OK;
+    double t_start = s_now();
+    bt_lr_schedule sched;
+    bt_config_lr(c, BT_CONFIG_PHASE_GRPO, &sched);
+    double lr = bt_lr_at(&sched, self->step);
+    bt_rollout_batch batch;
+    bt_rollout_batch_init(&batch);
+    s_train_stats ts = {0};
+    bt_status st = s_rollout(self, &batch);
+    if (st == BT_OK)
+        st = s_train(self, &batch, lr, &ts);
+    double reward = 0, length = 0;
+    for (int64_t i = 0; i < batch.n; i++) {
+        reward += batch.rewards[i];
+        length += (double)batch.lengths[i];
+    }
+    int64_t n = batch.n;
+    bt_rollout_batch_release(&batch);
+    TRY(st);
+    self->step++;
+    double dt = s_now() - t_start, tps = length / dt;
+    self->last_reward = n ? reward / (double)n : NAN;
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "kind", "train");
+    bt_jsonl_int(&line, "step", self->step);
+    bt_jsonl_str(&line, "variant", "main");
+    bt_jsonl_num(&line, "time", s_now() - self->t0);
+    bt_jsonl_num(&line, "reward_mean", self->last_reward);
+    bt_jsonl_num(&line, "loss", ts.loss);
+    bt_jsonl_num(&line, "kl", ts.kl);
+    bt_jsonl_num(&line, "clip_frac", ts.clip_frac);
+    bt_jsonl_num(&line, "entropy", ts.entropy);
+    bt_jsonl_num(&line, "grad_norm", ts.grad_norm);
+    bt_jsonl_num(&line, "lr", lr);
+    bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
+    bt_jsonl_num(&line, "tokens_per_s", tps);
+    bt_jsonl_int(&line, "version", self->version);
+    TRY(bt_runlog_metric(self->log, &line));
+    bool last = self->step == c->grpo.steps;
+    if (last || (c->eval.every_steps > 0 && self->step % c->eval.every_steps == 0))
+        TRY(s_evaluate(self, "rl", self->step));
+    s_report(self, "rl", self->step, c->grpo.steps, tps);
+    *done = last;
+    return BT_OK;
+}
+
+bt_status bt_controller_stop(bt_controller_t *self) {
+    for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
+        bt_worker_info *w = bt_registry_worker(self->reg, i);
+        if (w->state == BT_WORKER_LOST)
+            continue;
+        bt_msg_t *stop = bt_msg_new(BT_MSG_STOP);
+        if (stop)
+            s_send(self, &stop, w);
+    }
+    int64_t deadline = s_now_ms() + 10000;
+    while (s_now_ms() < deadline) {
+        int live = 0;
+        for (int r = 0; r < BT_ROLE_COUNT; r++)
+            live += bt_registry_live(self->reg, (bt_role)r);
+        if (!live)
+            break;
+        TRY(s_turn(self));
+    }
+    s_report(self, "done", self->step, self->cfg->grpo.steps, NAN);
+    return BT_OK;
+}

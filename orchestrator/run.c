@@ -1,0 +1,156 @@
+/*  run.c — the embedded run: controller in the caller's thread, one thread per worker, inproc. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/baton.h"
+
+#include "baton/worker.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+enum { S_MAX_THREADS = 256 };
+
+typedef struct {
+    bt_worker_options opt;
+    char name[64];
+    pthread_t thread;
+    bt_status status;
+} s_thread;
+
+struct bt_run {
+    bt_run_config cfg;
+    char *config_json; /* resolved, as written to the run directory and sent in WELCOME */
+    char dir[1024];
+    char endpoint[256];
+    bt_progress_fn *progress;
+    void *progress_user;
+    bt_reward_fn *reward;
+    void *reward_user;
+    void *zmq_ctx;
+    bt_runlog_t *log;
+    bt_controller_t *ctl;
+    s_thread threads[S_MAX_THREADS];
+    int n_threads;
+    bool finished;
+};
+
+bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
+                     int n_overrides) {
+    bt_run_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        bt_fail(BT_ENOMEM, "run: out of memory");
+        return NULL;
+    }
+    if (bt_config_parse(config_json, source, overrides, n_overrides, &self->cfg) != BT_OK ||
+        !(self->config_json = bt_config_to_json(&self->cfg))) {
+        free(self);
+        return NULL;
+    }
+    int64_t workers = self->cfg.workers.rollout + self->cfg.workers.trainer + self->cfg.workers.eval;
+    if (workers > S_MAX_THREADS) {
+        bt_fail(BT_EINVAL, "%s: workers: %lld in all, at most %d in one process", source,
+                (long long)workers, S_MAX_THREADS);
+        bt_run_destroy(&self);
+        return NULL;
+    }
+    snprintf(self->dir, sizeof self->dir, "runs/%s", self->cfg.run.name);
+    snprintf(self->endpoint, sizeof self->endpoint, "inproc://baton-%p", (void *)self);
+    return self;
+}
+
+const bt_run_config *bt_run_config_of(const bt_run_t *self) { return &self->cfg; }
+void bt_run_set_dir(bt_run_t *self, const char *dir) {
+    snprintf(self->dir, sizeof self->dir, "%s", dir);
+}
+const char *bt_run_dir(const bt_run_t *self) { return self->dir; }
+void bt_run_set_endpoint(bt_run_t *self, const char *endpoint) {
+    snprintf(self->endpoint, sizeof self->endpoint, "%s", endpoint);
+}
+void bt_run_set_progress(bt_run_t *self, bt_progress_fn *fn, void *user) {
+    self->progress = fn;
+    self->progress_user = user;
+}
+void bt_run_set_reward(bt_run_t *self, bt_reward_fn *fn, void *user) {
+    self->reward = fn;
+    self->reward_user = user;
+}
+
+static void *s_worker_main(void *arg) {
+    s_thread *t = arg;
+    t->status = bt_worker_run(&t->opt);
+    if (t->status != BT_OK)
+        bt_log(BT_LOG_ERROR, "%s: %s", t->name, bt_last_error());
+    return NULL;
+}
+
+static bt_status s_spawn(bt_run_t *self, bt_role role, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        s_thread *t = &self->threads[self->n_threads];
+        snprintf(t->name, sizeof t->name, "%s-%lld", bt_role_name(role), (long long)i);
+        t->opt = (bt_worker_options){.zmq_ctx = self->zmq_ctx, .endpoint = self->endpoint,
+                                     .role = role, .name = t->name, .reward = self->reward,
+                                     .reward_user = self->reward_user};
+        if (pthread_create(&t->thread, NULL, s_worker_main, t) != 0)
+            return bt_fail(BT_EIO, "run: cannot start a worker thread");
+        self->n_threads++;
+    }
+    return BT_OK;
+}
+
+bt_status bt_run_start(bt_run_t *self) {
+    if (self->cfg.run.threads > 0)
+        bt_set_num_threads((int)self->cfg.run.threads);
+    self->log = bt_runlog_open(self->dir, self->config_json);
+    if (!self->log)
+        return BT_EIO;
+    self->zmq_ctx = zmq_ctx_new();
+    self->ctl = self->zmq_ctx ? bt_controller_new(self->zmq_ctx, self->endpoint, &self->cfg,
+                                                  self->config_json, self->log)
+                              : NULL;
+    if (!self->ctl)
+        return BT_EIO;
+    bt_controller_set_progress(self->ctl, self->progress, self->progress_user);
+    bt_status st = s_spawn(self, BT_ROLE_TRAINER, self->cfg.workers.trainer);
+    if (st == BT_OK)
+        st = s_spawn(self, BT_ROLE_ROLLOUT, self->cfg.workers.rollout);
+    if (st == BT_OK)
+        st = s_spawn(self, BT_ROLE_EVAL, self->cfg.workers.eval);
+    return st == BT_OK ? bt_controller_start(self->ctl) : st;
+}
+
+bt_status bt_run_step(bt_run_t *self, bool *done) {
+    if (!self->ctl)
+        return bt_fail(BT_EINVAL, "run: not started");
+    return bt_controller_step(self->ctl, done);
+}
+
+bt_status bt_run_finish(bt_run_t *self) {
+    if (self->finished || !self->ctl)
+        return BT_OK;
+    self->finished = true;
+    bt_status st = bt_controller_stop(self->ctl);
+    for (int i = 0; i < self->n_threads; i++)
+        pthread_join(self->threads[i].thread, NULL);
+    return st;
+}
+
+bt_controller_stats bt_run_stats(const bt_run_t *self) {
+    bt_controller_stats none = {0};
+    return self->ctl ? bt_controller_get_stats(self->ctl) : none;
+}
+
+void bt_run_destroy(bt_run_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_run_t *self = *self_p;
+    bt_run_finish(self);
+    bt_controller_destroy(&self->ctl);
+    if (self->zmq_ctx)
+        zmq_ctx_term(self->zmq_ctx);
+    bt_runlog_destroy(&self->log);
+    free(self->config_json);
+    free(self);
+    *self_p = NULL;
+}

@@ -1,0 +1,80 @@
+/*  test_cli_run.c — `baton run` on bad input: one line naming the key, exit code 2, and no run
+    directory; on a good config: exit 0 with config.json, metrics.jsonl and events.jsonl. */
+#define _DEFAULT_SOURCE
+#include "check.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char s_tmp[64];
+
+static int s_run(const char *args, char *out, size_t cap) {
+    char cmd[PATH_MAX * 2];
+    snprintf(cmd, sizeof cmd, "cd %s && %s run %s 2>&1", s_tmp, getenv("BATON_BIN"), args);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+    out[n] = '\0';
+    int st = p ? pclose(p) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool s_exists(const char *rel) {
+    char path[PATH_MAX];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", s_tmp, rel);
+    return stat(path, &sb) == 0;
+}
+
+static void s_write(const char *name, const char *text) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", s_tmp, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static const char s_small[] =
+    "{\"run\": {\"name\": \"small\"}, \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64,"
+    " \"num_hidden_layers\": 1, \"num_attention_heads\": 2},"
+    " \"task\": {\"digits\": 1, \"heldout_size\": 4}, \"sft\": {\"steps\": 1, \"batch_size\": 4},"
+    " \"grpo\": {\"steps\": 2, \"group_size\": 2, \"prompts_per_step\": 2, \"max_new_tokens\": 2},"
+    " \"eval\": {\"heldout_count\": 4}}";
+
+int main(void) {
+    snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_cli_XXXXXX");
+    CHECK(mkdtemp(s_tmp) != NULL);
+    s_write("small.json", s_small);
+    char out[8192];
+    const struct {
+        const char *args, *message;
+    } bad[] = {
+        {"small.json --set grpo.group_size=1",
+         "--set grpo.group_size=1: expected an integer >= 2, got 1"},
+        {"small.json --set grpo.gropu_size=4", "unknown key (did you mean grpo.group_size?)"},
+        {"small.json --set task.kind=math", "task.kind=math: expected one of"},
+        {"small.json --set grpo.lr=fast", "grpo.lr=fast: expected a number"},
+        {"small.json --set model.num_key_value_heads=3", "model.num_key_value_heads"},
+        {"small.json --set workers.expiry_ms=10", "workers.expiry_ms"},
+        {"missing.json", "missing.json: cannot open"},
+        {"small.json --frobnicate", "unexpected argument \"--frobnicate\""},
+        {"", "missing CONFIG"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(s_run(bad[i].args, out, sizeof out) == 2);
+        CHECK_STR_CONTAINS(out, bad[i].message);
+        CHECK(!s_exists("runs"));
+    }
+    /* a good run: exit 0, the run directory with its three files; --set with a plain string */
+    CHECK(s_run("small.json --set run.name=ok --run-dir out/ok", out, sizeof out) == 0);
+    CHECK(s_exists("out/ok/config.json") && s_exists("out/ok/metrics.jsonl") &&
+          s_exists("out/ok/events.jsonl"));
+    CHECK_STR_CONTAINS(out, "done step 2/2");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
+    CHECK(system(cmd) == 0);
+    return check_exit();
+}

@@ -1,0 +1,227 @@
+/*  messages.c — payloads <-> wire messages; see messages.h. */
+#include "baton/messages.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        bt_status _st = (expr);                                                                    \
+        if (_st != BT_OK)                                                                          \
+            return _st;                                                                            \
+    } while (0)
+
+/* ---- batches -------------------------------------------------------------------------------- */
+
+/*  The batch's fields and tensors; flags holds correct (n) then finished (n) as bytes. */
+static bt_status s_batch_put(const bt_rollout_batch *b, const uint8_t *flags, bt_msg_t *msg) {
+    int64_t n = b->n, P = b->n_prompts;
+    int64_t s_p[1] = {P}, s_n[1] = {n}, s_pt[2] = {n, b->max_prompt_len},
+            s_t[2] = {n, b->max_new_tokens};
+    TRY(bt_msg_set_int(msg, "version", b->version < 0 ? 0 : b->version));
+    TRY(bt_msg_set_int(msg, "group_size", b->group_size));
+    TRY(bt_msg_set_int(msg, "n_prompts", P));
+    TRY(bt_msg_set_double(msg, "temperature", b->temperature));
+    TRY(bt_msg_add_tensor(msg, "indices", BT_I64, 1, s_p, b->indices));
+    TRY(bt_msg_add_tensor(msg, "prompt_tokens", BT_I32, 2, s_pt, b->prompt_tokens));
+    TRY(bt_msg_add_tensor(msg, "prompt_lens", BT_I64, 1, s_n, b->prompt_lens));
+    TRY(bt_msg_add_tensor(msg, "tokens", BT_I32, 2, s_t, b->tokens));
+    TRY(bt_msg_add_tensor(msg, "logprobs", BT_F32, 2, s_t, b->logprobs));
+    TRY(bt_msg_add_tensor(msg, "lengths", BT_I64, 1, s_n, b->lengths));
+    TRY(bt_msg_add_tensor(msg, "rewards", BT_F64, 1, s_n, b->rewards));
+    TRY(bt_msg_add_tensor(msg, "correct", BT_U8, 1, s_n, flags));
+    return bt_msg_add_tensor(msg, "finished", BT_U8, 1, s_n, flags + n);
+}
+
+bt_status bt_batch_to_msg(const bt_rollout_batch *b, bt_msg_t *msg) {
+    uint8_t *flags = malloc((size_t)(2 * b->n + 1));
+    if (!flags)
+        return bt_fail(BT_ENOMEM, "batch message: out of memory");
+    for (int64_t i = 0; i < b->n; i++) {
+        flags[i] = b->correct[i];
+        flags[b->n + i] = b->finished[i];
+    }
+    bt_status st = s_batch_put(b, flags, msg);
+    free(flags);
+    return st;
+}
+
+/*  tensor name of dtype with the given shape (ndim 1 or 2); BT_EFORMAT otherwise. */
+static bt_status s_get(const bt_msg_t *msg, const char *name, bt_dtype dtype, int64_t d0,
+                       int64_t d1, bt_msg_tensor *t) {
+    TRY(bt_msg_get_tensor(msg, name, dtype, d1 < 0 ? 1 : 2, t));
+    if (t->shape[0] != d0 || (d1 >= 0 && t->shape[1] != d1))
+        return bt_fail(BT_EFORMAT, "%s: tensor '%s': shape does not match the batch (%lld rows)",
+                       bt_msg_type_name(bt_msg_type_of(msg)), name, (long long)d0);
+    return BT_OK;
+}
+
+static bt_status s_check_lengths(const bt_msg_t *msg, const char *name, const int64_t *v,
+                                 int64_t n, int64_t lo, int64_t hi) {
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] < lo || v[i] > hi)
+            return bt_fail(BT_EFORMAT, "%s: tensor '%s': row %lld holds %lld, outside [%lld, %lld]",
+                           bt_msg_type_name(bt_msg_type_of(msg)), name, (long long)i,
+                           (long long)v[i], (long long)lo, (long long)hi);
+    return BT_OK;
+}
+
+bt_status bt_batch_from_msg(const bt_msg_t *msg, bt_rollout_batch *out) {
+    int64_t version, G, P;
+    double temperature;
+    bt_msg_tensor ix, pt, pl, tk, lp, ln, rw, co, fi;
+    TRY(bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &version));
+    TRY(bt_msg_get_int(msg, "group_size", 1, 1 << 20, &G));
+    TRY(bt_msg_get_int(msg, "n_prompts", 0, 1 << 20, &P));
+    TRY(bt_msg_get_double(msg, "temperature", 0, 1e6, &temperature));
+    TRY(bt_msg_get_tensor(msg, "prompt_tokens", BT_I32, 2, &pt));
+    TRY(bt_msg_get_tensor(msg, "tokens", BT_I32, 2, &tk));
+    int64_t n = P * G, Pmax = pt.shape[1], L = tk.shape[1];
+    TRY(s_get(msg, "indices", BT_I64, P, -1, &ix));
+    TRY(s_get(msg, "prompt_tokens", BT_I32, n, Pmax, &pt));
+    TRY(s_get(msg, "prompt_lens", BT_I64, n, -1, &pl));
+    TRY(s_get(msg, "tokens", BT_I32, n, L, &tk));
+    TRY(s_get(msg, "logprobs", BT_F32, n, L, &lp));
+    TRY(s_get(msg, "lengths", BT_I64, n, -1, &ln));
+    TRY(s_get(msg, "rewards", BT_F64, n, -1, &rw));
+    TRY(s_get(msg, "correct", BT_U8, n, -1, &co));
+    TRY(s_get(msg, "finished", BT_U8, n, -1, &fi));
+    TRY(bt_rollout_batch_alloc(out, P, G, Pmax < 1 ? 1 : Pmax, L < 1 ? 1 : L));
+    out->version = version;
+    out->temperature = temperature;
+    memcpy(out->indices, ix.data, ix.nbytes);
+    memcpy(out->prompt_tokens, pt.data, pt.nbytes);
+    memcpy(out->prompt_lens, pl.data, pl.nbytes);
+    memcpy(out->tokens, tk.data, tk.nbytes);
+    memcpy(out->logprobs, lp.data, lp.nbytes);
+    memcpy(out->lengths, ln.data, ln.nbytes);
+    memcpy(out->rewards, rw.data, rw.nbytes);
+    const uint8_t *c = co.data, *f = fi.data;
+    for (int64_t i = 0; i < n; i++) {
+        out->correct[i] = c[i] != 0;
+        out->finished[i] = f[i] != 0;
+    }
+    bt_status st = s_check_lengths(msg, "prompt_lens", out->prompt_lens, n, 1, Pmax);
+    if (st == BT_OK)
+        st = s_check_lengths(msg, "lengths", out->lengths, n, 0, L);
+    if (st != BT_OK)
+        bt_rollout_batch_release(out);
+    return st;
+}
+
+bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch *out) {
+    int64_t P = 0, Pmax = 1, L = 1, version = INT64_MAX;
+    for (int i = 0; i < n; i++) {
+        if (parts[i].group_size != parts[0].group_size ||
+            parts[i].temperature != parts[0].temperature)
+            return bt_fail(BT_EINVAL, "batch concat: parts differ in group size or temperature");
+        P += parts[i].n_prompts;
+        Pmax = parts[i].max_prompt_len > Pmax ? parts[i].max_prompt_len : Pmax;
+        L = parts[i].max_new_tokens > L ? parts[i].max_new_tokens : L;
+        version = parts[i].version < version ? parts[i].version : version;
+    }
+    TRY(bt_rollout_batch_alloc(out, P, n ? parts[0].group_size : 1, Pmax, L));
+    out->version = n ? version : -1;
+    out->temperature = n ? parts[0].temperature : 0;
+    int64_t p0 = 0, r0 = 0;
+    for (int i = 0; i < n; i++) {
+        const bt_rollout_batch *b = &parts[i];
+        memcpy(out->indices + p0, b->indices, sizeof *b->indices * (size_t)b->n_prompts);
+        for (int64_t r = 0; r < b->n; r++) {
+            int64_t o = r0 + r;
+            memcpy(out->prompt_tokens + o * Pmax, b->prompt_tokens + r * b->max_prompt_len,
+                   sizeof(int32_t) * (size_t)b->max_prompt_len);
+            memcpy(out->tokens + o * L, b->tokens + r * b->max_new_tokens,
+                   sizeof(int32_t) * (size_t)b->max_new_tokens);
+            memcpy(out->logprobs + o * L, b->logprobs + r * b->max_new_tokens,
+                   sizeof(float) * (size_t)b->max_new_tokens);
+            out->prompt_lens[o] = b->prompt_lens[r];
+            out->lengths[o] = b->lengths[r];
+            out->rewards[o] = b->rewards[r];
+            out->correct[o] = b->correct[r];
+            out->finished[o] = b->finished[r];
+        }
+        p0 += b->n_prompts;
+        r0 += b->n;
+    }
+    return BT_OK;
+}
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+bt_status bt_weights_to_msg(const bt_weights *w, bt_msg_t *msg) {
+    TRY(bt_msg_set_int(msg, "version", w->version));
+    for (int i = 0; i < w->n; i++)
+        TRY(bt_msg_add_tensor(msg, w->names[i], BT_F32, w->ndim[i], w->shape[i], w->data[i]));
+    return BT_OK;
+}
+
+bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
+    bt_weights_release(out);
+    int64_t version;
+    TRY(bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &version));
+    int n = bt_msg_tensor_count(msg);
+    out->version = version;
+    out->names = calloc((size_t)n + 1, sizeof *out->names);
+    out->ndim = calloc((size_t)n + 1, sizeof *out->ndim);
+    out->shape = calloc((size_t)n + 1, sizeof *out->shape);
+    out->numel = calloc((size_t)n + 1, sizeof *out->numel);
+    out->data = calloc((size_t)n + 1, sizeof *out->data);
+    if (!out->names || !out->ndim || !out->shape || !out->numel || !out->data) {
+        bt_weights_release(out);
+        return bt_fail(BT_ENOMEM, "weights message: out of memory");
+    }
+    for (int i = 0; i < n; i++, out->n = i) {
+        bt_msg_tensor t = bt_msg_tensor_at(msg, i);
+        if (t.dtype != BT_F32) {
+            bt_weights_release(out);
+            return bt_fail(BT_EFORMAT, "WEIGHTS: tensor '%s': expected F32", t.name);
+        }
+        out->names[i] = malloc(strlen(t.name) + 1);
+        out->data[i] = malloc(t.nbytes + 1);
+        if (!out->names[i] || !out->data[i]) {
+            free(out->names[i]);
+            free(out->data[i]);
+            bt_weights_release(out);
+            return bt_fail(BT_ENOMEM, "weights message: out of memory");
+        }
+        strcpy(out->names[i], t.name);
+        memcpy(out->data[i], t.data, t.nbytes);
+        out->ndim[i] = t.ndim;
+        memcpy(out->shape[i], t.shape, sizeof t.shape);
+        out->numel[i] = (int64_t)(t.nbytes / sizeof(float));
+    }
+    out->n = n;
+    return BT_OK;
+}
+
+/* ---- evaluation sums ------------------------------------------------------------------------ */
+
+bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {
+    int64_t shape[1] = {s->samples + 1};
+    TRY(bt_msg_set_int(msg, "examples", s->examples));
+    TRY(bt_msg_set_int(msg, "samples", s->samples));
+    TRY(bt_msg_set_int(msg, "completions", s->completions));
+    TRY(bt_msg_set_int(msg, "correct", s->correct));
+    TRY(bt_msg_set_double(msg, "reward_sum", s->reward_sum));
+    TRY(bt_msg_set_double(msg, "length_sum", s->length_sum));
+    TRY(bt_msg_set_int(msg, "truncated", s->truncated));
+    return bt_msg_add_tensor(msg, "correct_hist", BT_I64, 1, shape, s->correct_hist);
+}
+
+bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
+    int64_t k;
+    TRY(bt_msg_get_int(msg, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &k));
+    bt_evaluator_sums_init(out, k);
+    const int64_t max = BT_WIRE_INT_MAX;
+    TRY(bt_msg_get_int(msg, "examples", 0, max, &out->examples));
+    TRY(bt_msg_get_int(msg, "completions", 0, max, &out->completions));
+    TRY(bt_msg_get_int(msg, "correct", 0, out->examples, &out->correct));
+    TRY(bt_msg_get_double(msg, "reward_sum", -1e300, 1e300, &out->reward_sum));
+    TRY(bt_msg_get_double(msg, "length_sum", 0, 1e300, &out->length_sum));
+    TRY(bt_msg_get_int(msg, "truncated", 0, out->completions, &out->truncated));
+    bt_msg_tensor h;
+    TRY(s_get(msg, "correct_hist", BT_I64, k + 1, -1, &h));
+    memcpy(out->correct_hist, h.data, h.nbytes);
+    return BT_OK;
+}

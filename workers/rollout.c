@@ -1,0 +1,380 @@
+/*  rollout.c — sampling and scoring groups of completions; demonstrations for SFT; weights as
+    host arrays. */
+#include "baton/rollout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- batches -------------------------------------------------------------------------------- */
+
+void bt_rollout_batch_init(bt_rollout_batch *b) {
+    memset(b, 0, sizeof *b);
+    b->version = -1;
+}
+
+void bt_rollout_batch_release(bt_rollout_batch *b) {
+    if (!b)
+        return;
+    free(b->indices);
+    free(b->prompt_tokens);
+    free(b->prompt_lens);
+    free(b->tokens);
+    free(b->logprobs);
+    free(b->lengths);
+    free(b->rewards);
+    free(b->correct);
+    free(b->finished);
+    bt_rollout_batch_init(b);
+}
+
+bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t group_size,
+                                 int64_t max_prompt_len, int64_t max_new_tokens) {
+    bt_rollout_batch_release(b);
+    if (n_prompts < 0 || group_size < 1 || max_prompt_len < 1 || max_new_tokens < 1)
+        return bt_fail(BT_EINVAL,
+                       "rollout batch: need n_prompts >= 0 and group_size, max_prompt_len, "
+                       "max_new_tokens >= 1, got %lld, %lld, %lld, %lld",
+                       (long long)n_prompts, (long long)group_size, (long long)max_prompt_len,
+                       (long long)max_new_tokens);
+    size_t n = (size_t)(n_prompts * group_size), np = (size_t)n_prompts;
+    b->n_prompts = n_prompts;
+    b->group_size = group_size;
+    b->n = (int64_t)n;
+    b->max_prompt_len = max_prompt_len;
+    b->max_new_tokens = max_new_tokens;
+    /* calloc(0) may return NULL: allocate at least one element */
+    b->indices = calloc(np + 1, sizeof *b->indices);
+    b->prompt_tokens = calloc(n * (size_t)max_prompt_len + 1, sizeof *b->prompt_tokens);
+    b->prompt_lens = calloc(n + 1, sizeof *b->prompt_lens);
+    b->tokens = calloc(n * (size_t)max_new_tokens + 1, sizeof *b->tokens);
+    b->logprobs = calloc(n * (size_t)max_new_tokens + 1, sizeof *b->logprobs);
+    b->lengths = calloc(n + 1, sizeof *b->lengths);
+    b->rewards = calloc(n + 1, sizeof *b->rewards);
+    b->correct = calloc(n + 1, sizeof *b->correct);
+    b->finished = calloc(n + 1, sizeof *b->finished);
+    if (!b->indices || !b->prompt_tokens || !b->prompt_lens || !b->tokens || !b->logprobs ||
+        !b->lengths || !b->rewards || !b->correct || !b->finished) {
+        bt_rollout_batch_release(b);
+        return bt_fail(BT_ENOMEM, "rollout batch: out of memory");
+    }
+    return BT_OK;
+}
+
+/* ---- prompts -------------------------------------------------------------------------------- */
+
+/*  The examples of indices[0 .. n): each prompt encoded (BOS + bytes) and its answer, copied. */
+typedef struct s_prompts {
+    int64_t n;
+    int64_t longest;   /* longest encoded prompt */
+    int32_t **ids;     /* (n) encoded prompts */
+    int64_t *lens;     /* (n) */
+    char **answers;    /* (n) */
+} s_prompts;
+
+static void s_prompts_release(s_prompts *p) {
+    for (int64_t i = 0; i < p->n; i++) {
+        if (p->ids)
+            free(p->ids[i]);
+        if (p->answers)
+            free(p->answers[i]);
+    }
+    free(p->ids);
+    free(p->lens);
+    free(p->answers);
+    memset(p, 0, sizeof *p);
+}
+
+static char *s_strdup(const char *s) {
+    size_t len = strlen(s) + 1;
+    char *d = malloc(len);
+    if (d)
+        memcpy(d, s, len);
+    return d;
+}
+
+static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task_t *task,
+                                const uint64_t *indices, int64_t n) {
+    memset(p, 0, sizeof *p);
+    p->ids = calloc((size_t)n + 1, sizeof *p->ids);
+    p->lens = calloc((size_t)n + 1, sizeof *p->lens);
+    p->answers = calloc((size_t)n + 1, sizeof *p->answers);
+    if (!p->ids || !p->lens || !p->answers) {
+        s_prompts_release(p);
+        return bt_fail(BT_ENOMEM, "rollout: out of memory");
+    }
+    p->n = n;
+    for (int64_t i = 0; i < n; i++) {
+        bt_task_example ex;
+        bt_task_train_example(task, indices[i], &ex);
+        size_t len = strlen(ex.prompt), n_ids = 0;
+        p->ids[i] = malloc((len + 1) * sizeof *p->ids[i]);
+        p->answers[i] = s_strdup(ex.answer);
+        if (!p->ids[i] || !p->answers[i]) {
+            s_prompts_release(p);
+            return bt_fail(BT_ENOMEM, "rollout: out of memory");
+        }
+        bt_status st = bt_tokenizer_encode(tok, ex.prompt, len, true, p->ids[i], len + 1, &n_ids);
+        if (st != BT_OK) {
+            s_prompts_release(p);
+            return st;
+        }
+        p->lens[i] = (int64_t)n_ids;
+        p->longest = p->lens[i] > p->longest ? p->lens[i] : p->longest;
+    }
+    return BT_OK;
+}
+
+/* ---- sampling ------------------------------------------------------------------------------- */
+
+void bt_rollout_config_init(bt_rollout_config *cfg) {
+    cfg->group_size = 8;
+    bt_sample_config_init(&cfg->sample);
+    cfg->sample.max_new_tokens = 8;
+}
+
+/*  Decodes completion c of out up to its EOS and scores it against answer. */
+static bt_status s_score(bt_rollout_batch *out, int64_t c, const bt_tokenizer_t *tok,
+                         const bt_task_t *task, const char *answer, char *text, size_t cap) {
+    size_t len = 0;
+    bt_status st = bt_tokenizer_decode(tok, out->tokens + c * out->max_new_tokens,
+                                       (size_t)out->lengths[c], text, cap, &len);
+    if (st != BT_OK)
+        return st;
+    /* the prompt's text, for a host's reward function: decode its tokens (BOS skipped) */
+    int64_t plen = out->prompt_lens[c];
+    char *prompt = malloc((size_t)plen + 1);
+    size_t prompt_len = 0;
+    if (!prompt)
+        return bt_fail(BT_ENOMEM, "rollout: out of memory");
+    st = bt_tokenizer_decode(tok, out->prompt_tokens + c * out->max_prompt_len, (size_t)plen,
+                             prompt, (size_t)plen + 1, &prompt_len);
+    bt_reward_detail detail;
+    if (st == BT_OK)
+        out->rewards[c] = bt_task_score(task, prompt, answer, text, len, &detail);
+    free(prompt);
+    if (st != BT_OK)
+        return st;
+    out->correct[c] = detail.correct;
+    return BT_OK;
+}
+
+bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
+                            const uint64_t *indices, int64_t n_prompts,
+                            const bt_rollout_config *cfg, int64_t version, bt_gen *gen,
+                            bt_rollout_batch *out) {
+    BT_ASSERT(model && tok && task && cfg && out && (indices || n_prompts == 0));
+    bt_rollout_batch_release(out);
+    if (n_prompts < 1 || cfg->group_size < 1)
+        return bt_fail(BT_EINVAL, "rollout: need n_prompts >= 1 and group_size >= 1, got %lld, %lld",
+                       (long long)n_prompts, (long long)cfg->group_size);
+    const int64_t G = cfg->group_size, n = n_prompts * G, M = cfg->sample.max_new_tokens;
+    s_prompts p;
+    bt_status st = s_prompts_load(&p, tok, task, indices, n_prompts);
+    if (st != BT_OK)
+        return st;
+    const int32_t **rows = calloc((size_t)n, sizeof *rows); /* (n) prompt of each completion */
+    int64_t *row_lens = calloc((size_t)n, sizeof *row_lens);
+    char *text = malloc((size_t)(M > 0 ? M : 0) + 1);
+    bt_generation g;
+    bt_generation_init(&g);
+    if (!rows || !row_lens || !text)
+        st = bt_fail(BT_ENOMEM, "rollout: out of memory");
+    for (int64_t c = 0; c < n && st == BT_OK; c++) {
+        rows[c] = p.ids[c / G];
+        row_lens[c] = p.lens[c / G];
+    }
+    if (st == BT_OK)
+        st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &cfg->sample, gen, &g);
+    if (st == BT_OK)
+        st = bt_rollout_batch_alloc(out, n_prompts, G, p.longest, M);
+    if (st == BT_OK) {
+        out->version = version;
+        out->temperature = cfg->sample.temperature;
+        memcpy(out->indices, indices, (size_t)n_prompts * sizeof *indices);
+        memcpy(out->tokens, g.tokens, (size_t)(n * M) * sizeof *out->tokens);
+        memcpy(out->logprobs, g.logprobs, (size_t)(n * M) * sizeof *out->logprobs);
+        memcpy(out->lengths, g.lengths, (size_t)n * sizeof *out->lengths);
+    }
+    for (int64_t c = 0; c < n && st == BT_OK; c++) {
+        int32_t *dst = out->prompt_tokens + c * out->max_prompt_len;
+        memcpy(dst, rows[c], (size_t)row_lens[c] * sizeof *dst);
+        for (int64_t t = row_lens[c]; t < out->max_prompt_len; t++)
+            dst[t] = bt_tokenizer_pad(tok);
+        out->prompt_lens[c] = row_lens[c];
+        out->finished[c] = g.finish[c] == BT_FINISH_EOS;
+        st = s_score(out, c, tok, task, p.answers[c / G], text, (size_t)M + 1);
+    }
+    if (st != BT_OK)
+        bt_rollout_batch_release(out);
+    bt_generation_release(&g);
+    free(text);
+    free(row_lens);
+    free(rows);
+    s_prompts_release(&p);
+    return st;
+}
+
+bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_task_t *task,
+                                    const uint64_t *indices, int64_t n, bt_rollout_batch *out) {
+    BT_ASSERT(tok && task && out && (indices || n == 0));
+    bt_rollout_batch_release(out);
+    if (n < 1)
+        return bt_fail(BT_EINVAL, "demonstrations: need n >= 1, got %lld", (long long)n);
+    s_prompts p;
+    bt_status st = s_prompts_load(&p, tok, task, indices, n);
+    if (st != BT_OK)
+        return st;
+    int64_t longest = 0; /* answer bytes + EOS */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t len = (int64_t)strlen(p.answers[i]) + 1;
+        longest = len > longest ? len : longest;
+    }
+    st = bt_rollout_batch_alloc(out, n, 1, p.longest, longest);
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        out->indices[i] = indices[i];
+        memcpy(out->prompt_tokens + i * out->max_prompt_len, p.ids[i],
+               (size_t)p.lens[i] * sizeof *p.ids[i]);
+        out->prompt_lens[i] = p.lens[i];
+        size_t len = strlen(p.answers[i]), n_ids = 0;
+        int32_t *dst = out->tokens + i * out->max_new_tokens;
+        st = bt_tokenizer_encode(tok, p.answers[i], len, false, dst, (size_t)longest, &n_ids);
+        if (st != BT_OK)
+            break;
+        dst[n_ids] = bt_tokenizer_eos(tok);
+        out->lengths[i] = (int64_t)n_ids + 1;
+        out->rewards[i] = 1.0;
+        out->correct[i] = true;
+        out->finished[i] = true;
+    }
+    if (st != BT_OK)
+        bt_rollout_batch_release(out);
+    s_prompts_release(&p);
+    return st;
+}
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+void bt_weights_init(bt_weights *w) {
+    memset(w, 0, sizeof *w);
+    w->version = -1;
+}
+
+void bt_weights_release(bt_weights *w) {
+    if (!w)
+        return;
+    for (int i = 0; i < w->n; i++) {
+        if (w->names)
+            free(w->names[i]);
+        if (w->data)
+            free(w->data[i]);
+    }
+    free(w->names);
+    free(w->ndim);
+    free(w->shape);
+    free(w->numel);
+    free(w->data);
+    bt_weights_init(w);
+}
+
+bt_status bt_weights_export(const bt_model *model, int64_t version, bt_weights *out) {
+    BT_ASSERT(model && out);
+    bt_weights_release(out);
+    int n = bt_model_num_params(model);
+    bt_tensor *const *params = bt_model_params(model);
+    out->names = calloc((size_t)n, sizeof *out->names);
+    out->ndim = calloc((size_t)n, sizeof *out->ndim);
+    out->shape = calloc((size_t)n, sizeof *out->shape);
+    out->numel = calloc((size_t)n, sizeof *out->numel);
+    out->data = calloc((size_t)n, sizeof *out->data);
+    if (!out->names || !out->ndim || !out->shape || !out->numel || !out->data) {
+        bt_weights_release(out);
+        return bt_fail(BT_ENOMEM, "weights export: out of memory");
+    }
+    out->n = n;
+    out->version = version;
+    bt_status st = BT_OK;
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        bt_tensor *p = params[i];
+        if (bt_dtype_of(p) != BT_F32) {
+            st = bt_fail(BT_EUNSUPPORTED, "weights export: %s is %s, expected float32",
+                         bt_model_param_name(model, i), bt_dtype_name(bt_dtype_of(p)));
+            break;
+        }
+        out->names[i] = s_strdup(bt_model_param_name(model, i));
+        out->ndim[i] = bt_ndim(p);
+        for (int d = 0; d < out->ndim[i]; d++)
+            out->shape[i][d] = bt_dim(p, d);
+        out->numel[i] = bt_numel(p);
+        out->data[i] = malloc((size_t)out->numel[i] * sizeof(float) + 1);
+        if (!out->names[i] || !out->data[i])
+            st = bt_fail(BT_ENOMEM, "weights export: out of memory");
+        else
+            st = bt_to_host(p, out->data[i], (size_t)out->numel[i] * sizeof(float));
+    }
+    if (st != BT_OK)
+        bt_weights_release(out);
+    return st;
+}
+
+/*  True when parameter p has the shape ndim, shape. */
+static bool s_same_shape(bt_tensor *p, int ndim, const int64_t *shape) {
+    if (bt_ndim(p) != ndim)
+        return false;
+    for (int d = 0; d < ndim; d++)
+        if (bt_dim(p, d) != shape[d])
+            return false;
+    return true;
+}
+
+bt_status bt_weights_load(bt_model *model, const bt_weights *w) {
+    BT_ASSERT(model && w);
+    if (w->n != bt_model_num_params(model))
+        return bt_fail(BT_EINVAL, "weights load: %d tensors given, the model has %d", w->n,
+                       bt_model_num_params(model));
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx)
+        return bt_fail(BT_ENOMEM, "weights load: out of memory");
+    bool grad = bt_set_grad_enabled(false);
+    bt_status st = BT_OK;
+    for (int i = 0; i < w->n && st == BT_OK; i++) {
+        bt_tensor *p = bt_model_find_param(model, w->names[i]);
+        if (!p) {
+            st = bt_fail(BT_EINVAL, "weights load: the model has no parameter %s", w->names[i]);
+            break;
+        }
+        if (w->ndim[i] < 0 || w->ndim[i] > BT_MAX_DIMS || !s_same_shape(p, w->ndim[i], w->shape[i])) {
+            st = bt_fail(BT_EINVAL, "weights load: %s: shape differs from the model's",
+                         w->names[i]);
+            break;
+        }
+        st = bt_copy_(p, bt_from_host(ctx, BT_F32, bt_model_device(model), w->ndim[i],
+                                      w->shape[i], w->data[i]));
+        bt_ctx_reset(ctx);
+    }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&ctx);
+    return st;
+}
+
+bt_status bt_weights_copy(bt_model *dst, const bt_model *src) {
+    BT_ASSERT(dst && src);
+    int n = bt_model_num_params(src);
+    if (n != bt_model_num_params(dst))
+        return bt_fail(BT_EINVAL, "weights copy: the models have %d and %d parameters", n,
+                       bt_model_num_params(dst));
+    bool grad = bt_set_grad_enabled(false);
+    bt_status st = BT_OK;
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        bt_tensor *s = bt_model_params(src)[i], *d = bt_model_params(dst)[i];
+        int64_t shape[BT_MAX_DIMS];
+        for (int k = 0; k < bt_ndim(s); k++)
+            shape[k] = bt_dim(s, k);
+        if (!s_same_shape(d, bt_ndim(s), shape))
+            st = bt_fail(BT_EINVAL, "weights copy: %s: shapes differ",
+                         bt_model_param_name(src, i));
+        else
+            st = bt_copy_(d, s);
+    }
+    bt_set_grad_enabled(grad);
+    return st;
+}

@@ -1,0 +1,317 @@
+/*  trainer.c — GRPO and SFT updates of a policy from batches of completions, with exact gradient
+    accumulation over micro-batches. */
+#include "baton/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct bt_trainer {
+    bt_trainer_config cfg;
+    bt_model *policy;
+    bt_model *reference; /* NULL unless cfg.reference */
+    bt_adamw *opt;
+    int64_t version;
+};
+
+void bt_trainer_config_init(bt_trainer_config *cfg) {
+    cfg->adamw = bt_adamw_defaults();
+    cfg->max_grad_norm = 1.0;
+    cfg->micro_batch = 32;
+    cfg->reference = false;
+}
+
+bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) {
+    BT_ASSERT(policy_p && cfg);
+    bt_model *policy = *policy_p;
+    *policy_p = NULL;
+    if (!policy) {
+        bt_fail(BT_EINVAL, "trainer: no policy model");
+        return NULL;
+    }
+    if (cfg->micro_batch < 1) {
+        bt_fail(BT_EINVAL, "trainer: micro_batch must be >= 1, got %lld",
+                (long long)cfg->micro_batch);
+        bt_model_destroy(&policy);
+        return NULL;
+    }
+    bt_trainer_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        bt_fail(BT_ENOMEM, "trainer: out of memory");
+        bt_model_destroy(&policy);
+        return NULL;
+    }
+    self->cfg = *cfg;
+    self->policy = policy;
+    self->opt = bt_adamw_new(bt_model_params(policy), bt_model_num_params(policy), cfg->adamw);
+    bool ok = self->opt != NULL;
+    if (ok && cfg->reference) { /* the frozen reference: a copy of the initial policy */
+        self->reference = bt_model_new(bt_model_get_config(policy), bt_model_device(policy), 0);
+        ok = self->reference && bt_weights_copy(self->reference, policy) == BT_OK;
+        for (int i = 0; ok && i < bt_model_num_params(self->reference); i++)
+            ok = bt_set_requires_grad(bt_model_params(self->reference)[i], false) == BT_OK;
+    }
+    if (!ok)
+        bt_trainer_destroy(&self);
+    return self;
+}
+
+void bt_trainer_destroy(bt_trainer_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_trainer_t *self = *self_p;
+    bt_adamw_destroy(&self->opt);
+    bt_model_destroy(&self->reference);
+    bt_model_destroy(&self->policy);
+    free(self);
+    *self_p = NULL;
+}
+
+bt_model *bt_trainer_policy(bt_trainer_t *self) { return self->policy; }
+bt_model *bt_trainer_reference(bt_trainer_t *self) { return self->reference; }
+bt_adamw *bt_trainer_optimizer(bt_trainer_t *self) { return self->opt; }
+int64_t bt_trainer_version(const bt_trainer_t *self) { return self->version; }
+void bt_trainer_set_version(bt_trainer_t *self, int64_t version) { self->version = version; }
+
+/* ---- sequences ------------------------------------------------------------------------------ */
+
+static bt_status s_check_batch(const bt_trainer_t *self, const bt_rollout_batch *b) {
+    if (b->n < 1)
+        return bt_fail(BT_EINVAL, "trainer: empty batch");
+    const bt_model_config *mc = bt_model_get_config(self->policy);
+    for (int64_t c = 0; c < b->n; c++) {
+        if (b->prompt_lens[c] < 1 || b->prompt_lens[c] > b->max_prompt_len ||
+            b->lengths[c] < 0 || b->lengths[c] > b->max_new_tokens)
+            return bt_fail(BT_EINVAL,
+                           "trainer: completion %lld: prompt length %lld or completion length "
+                           "%lld out of range",
+                           (long long)c, (long long)b->prompt_lens[c], (long long)b->lengths[c]);
+        if (b->prompt_lens[c] + b->lengths[c] > mc->max_position_embeddings)
+            return bt_fail(BT_ERANGE,
+                           "trainer: completion %lld: %lld tokens exceed max_position_embeddings "
+                           "%lld",
+                           (long long)c, (long long)(b->prompt_lens[c] + b->lengths[c]),
+                           (long long)mc->max_position_embeddings);
+    }
+    return BT_OK;
+}
+
+/*  Rows [start, start + B) of a batch as right-padded tensors. */
+typedef struct s_micro {
+    bt_tensor *ids;   /* (B, T) I64: prompt ++ completion, then pad */
+    bt_tensor *mask;  /* (B, T) I64: 1 on real tokens */
+    bt_tensor *cmask; /* (B, T-1) F32: 1 where element t predicts a completion token */
+    bt_tensor *old;   /* (B, T-1) F32: behaviour log-probs there, 0 elsewhere */
+    bt_tensor *adv;   /* (B) F32, or NULL */
+} s_micro;
+
+static bt_status s_micro_build(bt_ctx *ctx, const bt_rollout_batch *b, int64_t start, int64_t B,
+                               const double *advantages, int64_t pad, s_micro *m) {
+    int64_t T = 2; /* bt_model_token_logprobs needs two tokens */
+    for (int64_t r = start; r < start + B; r++)
+        T = b->prompt_lens[r] + b->lengths[r] > T ? b->prompt_lens[r] + b->lengths[r] : T;
+    size_t cells = (size_t)(B * T);
+    int64_t *ids = malloc(cells * sizeof *ids), *mask = calloc(cells, sizeof *mask);
+    float *cmask = calloc(cells, sizeof *cmask), *old = calloc(cells, sizeof *old);
+    float *adv = malloc((size_t)B * sizeof *adv);
+    bt_status st = BT_OK;
+    if (!ids || !mask || !cmask || !old || !adv)
+        st = bt_fail(BT_ENOMEM, "trainer: out of memory");
+    for (int64_t i = 0; i < B && st == BT_OK; i++) {
+        int64_t r = start + i, P = b->prompt_lens[r], L = b->lengths[r];
+        const int32_t *prompt = b->prompt_tokens + r * b->max_prompt_len;
+        const int32_t *tokens = b->tokens + r * b->max_new_tokens;
+        const float *lp = b->logprobs + r * b->max_new_tokens;
+        for (int64_t t = 0; t < T; t++) {
+            bool real = t < P + L;
+            ids[i * T + t] = t < P ? prompt[t] : (real ? tokens[t - P] : pad);
+            mask[i * T + t] = real;
+        }
+        for (int64_t j = 0; j < L; j++) { /* element P-1+j predicts completion token j */
+            cmask[i * (T - 1) + P - 1 + j] = 1.0f;
+            old[i * (T - 1) + P - 1 + j] = lp[j];
+        }
+        adv[i] = advantages ? (float)advantages[r] : 0.0f;
+    }
+    if (st == BT_OK) {
+        const int64_t s_ids[] = {B, T}, s_lp[] = {B, T - 1};
+        m->ids = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s_ids, ids);
+        m->mask = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s_ids, mask);
+        m->cmask = bt_from_host(ctx, BT_F32, bt_cpu(), 2, s_lp, cmask);
+        m->old = bt_from_host(ctx, BT_F32, bt_cpu(), 2, s_lp, old);
+        m->adv = advantages ? bt_from_host(ctx, BT_F32, bt_cpu(), 1, &B, adv) : NULL;
+        if (!m->ids || !m->mask || !m->cmask || !m->old || (advantages && !m->adv))
+            st = BT_ETORCH;
+    }
+    free(ids);
+    free(mask);
+    free(cmask);
+    free(old);
+    free(adv);
+    return st;
+}
+
+/*  Moves the micro-batch's tensors to the model's device. */
+static bt_status s_micro_to(bt_ctx *ctx, s_micro *m, bt_device dev) {
+    if (dev.type == BT_DEVICE_CPU)
+        return BT_OK;
+    m->ids = bt_to_device(ctx, m->ids, dev);
+    m->mask = bt_to_device(ctx, m->mask, dev);
+    m->cmask = bt_to_device(ctx, m->cmask, dev);
+    m->old = bt_to_device(ctx, m->old, dev);
+    if (m->adv)
+        m->adv = bt_to_device(ctx, m->adv, dev);
+    return m->ids && m->mask && m->cmask && m->old ? BT_OK : BT_ETORCH;
+}
+
+static int64_t s_pad_id(const bt_model *model) {
+    const bt_model_config *mc = bt_model_get_config(model);
+    return mc->pad_token_id >= 0 ? mc->pad_token_id : 0;
+}
+
+/*  Clip, step, version++; drops the gradients either way. */
+static bt_status s_update(bt_trainer_t *self, double lr, double *grad_norm) {
+    bt_tensor *const *params = bt_model_params(self->policy);
+    int n = bt_model_num_params(self->policy);
+    double max_norm = self->cfg.max_grad_norm > 0 ? self->cfg.max_grad_norm : INFINITY;
+    bt_status st = bt_clip_grad_norm(params, n, max_norm, grad_norm);
+    if (st == BT_OK)
+        st = bt_adamw_step(self->opt, lr);
+    bt_zero_grad(params, n);
+    if (st == BT_OK)
+        self->version++;
+    return st;
+}
+
+/* ---- GRPO ----------------------------------------------------------------------------------- */
+
+/*  Forward, loss and backward of one micro-batch; adds its loss and sums. */
+static bt_status s_grpo_micro(bt_trainer_t *self, bt_ctx *ctx, const bt_rollout_batch *b,
+                              int64_t start, int64_t B, const double *advantages,
+                              const bt_grpo_config *cfg, double temperature, double normaliser,
+                              double *loss_sum, bt_grpo_stats *gs) {
+    s_micro m;
+    bt_status st = s_micro_build(ctx, b, start, B, advantages, s_pad_id(self->policy), &m);
+    if (st == BT_OK)
+        st = s_micro_to(ctx, &m, bt_model_device(self->policy));
+    if (st != BT_OK)
+        return st;
+    bt_tensor *ref_logp = NULL; /* (B, T-1) */
+    if (cfg->kl_coef != 0.0) {
+        bool grad = bt_set_grad_enabled(false);
+        ref_logp = bt_model_token_logprobs(self->reference, ctx, m.ids, m.mask, temperature, NULL);
+        bt_set_grad_enabled(grad);
+        if (!ref_logp)
+            return BT_ETORCH;
+    }
+    bt_tensor *entropy = NULL; /* (B, T-1) */
+    bt_tensor *logp = bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, temperature,
+                                              &entropy); /* (B, T-1) */
+    bt_tensor *loss = bt_grpo_loss(ctx, cfg, logp, m.old, ref_logp, m.adv, m.cmask, entropy,
+                                   normaliser, gs);
+    double value = 0.0;
+    st = loss ? bt_item(loss, &value) : BT_ETORCH;
+    if (st == BT_OK)
+        st = bt_backward(loss);
+    *loss_sum += value;
+    return st;
+}
+
+bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
+                               const double *advantages, double lr, const bt_grpo_config *cfg,
+                               bt_trainer_stats *stats) {
+    BT_ASSERT(self && batch && advantages && cfg);
+    bt_status st = bt_grpo_config_validate(cfg);
+    if (st == BT_OK)
+        st = s_check_batch(self, batch);
+    if (st != BT_OK)
+        return st;
+    if (cfg->kl_coef != 0.0 && !self->reference)
+        return bt_fail(BT_EINVAL, "trainer: kl_coef is %g but the trainer keeps no reference "
+                                  "(set reference in its config)",
+                       cfg->kl_coef);
+    double normaliser = bt_grpo_normaliser(cfg, batch->lengths, batch->n);
+    if (!(normaliser > 0))
+        return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
+    double temperature = batch->temperature > 0 ? batch->temperature : 1.0;
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx)
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    bt_grpo_stats gs = {0};
+    double loss = 0.0, grad_norm = 0.0;
+    for (int64_t s = 0; s < batch->n && st == BT_OK; s += self->cfg.micro_batch) {
+        int64_t B = batch->n - s < self->cfg.micro_batch ? batch->n - s : self->cfg.micro_batch;
+        st = s_grpo_micro(self, ctx, batch, s, B, advantages, cfg, temperature, normaliser, &loss,
+                          &gs);
+        bt_ctx_reset(ctx);
+    }
+    bt_ctx_destroy(&ctx);
+    if (st == BT_OK)
+        st = s_update(self, lr, &grad_norm);
+    else
+        bt_zero_grad(bt_model_params(self->policy), bt_model_num_params(self->policy));
+    if (st == BT_OK && stats) {
+        double tok = gs.tokens > 0 ? gs.tokens : 1.0;
+        *stats = (bt_trainer_stats){.loss = loss,
+                                    .pg_loss = gs.pg_loss_sum / tok,
+                                    .kl = gs.kl_sum / tok,
+                                    .clip_frac = (gs.clip_low_tokens + gs.clip_high_tokens) / tok,
+                                    .ratio_mean = gs.ratio_sum / tok,
+                                    .ratio_max = gs.ratio_max,
+                                    .entropy = gs.entropy_sum / tok,
+                                    .grad_norm = grad_norm,
+                                    .tokens = gs.tokens,
+                                    .sequences = batch->n,
+                                    .version = self->version};
+    }
+    return st;
+}
+
+/* ---- SFT ------------------------------------------------------------------------------------ */
+
+bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
+                              bt_trainer_stats *stats) {
+    BT_ASSERT(self && batch);
+    bt_status st = s_check_batch(self, batch);
+    if (st != BT_OK)
+        return st;
+    double tokens = 0.0;
+    for (int64_t c = 0; c < batch->n; c++)
+        tokens += (double)batch->lengths[c];
+    if (!(tokens > 0))
+        return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx)
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    double loss = 0.0, grad_norm = 0.0;
+    for (int64_t s = 0; s < batch->n && st == BT_OK; s += self->cfg.micro_batch) {
+        int64_t B = batch->n - s < self->cfg.micro_batch ? batch->n - s : self->cfg.micro_batch;
+        s_micro m;
+        st = s_micro_build(ctx, batch, s, B, NULL, s_pad_id(self->policy), &m);
+        if (st == BT_OK)
+            st = s_micro_to(ctx, &m, bt_model_device(self->policy));
+        if (st == BT_OK) {
+            bt_tensor *logp = bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, 1.0,
+                                                      NULL); /* (B, T-1) */
+            bt_tensor *l = bt_sft_loss(ctx, logp, m.cmask, tokens);
+            double value = 0.0;
+            st = l ? bt_item(l, &value) : BT_ETORCH;
+            if (st == BT_OK)
+                st = bt_backward(l);
+            loss += value;
+        }
+        bt_ctx_reset(ctx);
+    }
+    bt_ctx_destroy(&ctx);
+    if (st == BT_OK)
+        st = s_update(self, lr, &grad_norm);
+    else
+        bt_zero_grad(bt_model_params(self->policy), bt_model_num_params(self->policy));
+    if (st == BT_OK && stats)
+        *stats = (bt_trainer_stats){.loss = loss,
+                                    .grad_norm = grad_norm,
+                                    .tokens = tokens,
+                                    .sequences = batch->n,
+                                    .version = self->version};
+    return st;
+}

@@ -1,0 +1,451 @@
+/*  worker.c — the worker loop (relay thread) and the compute thread of every role. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/worker.h"
+
+#include "baton/config.h"
+#include "baton/evaluator.h"
+#include "baton/messages.h"
+#include "baton/rollout.h"
+#include "baton/trainer.h"
+#include "baton/wire.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        bt_status _st = (expr);                                                                    \
+        if (_st != BT_OK)                                                                          \
+            return _st;                                                                            \
+    } while (0)
+
+static int64_t s_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- compute state -------------------------------------------------------------------------- */
+
+typedef struct {
+    bt_run_config cfg;
+    bt_role role;
+    bt_model *model;      /* rollout and eval: the current policy; trainer: owned by trainer */
+    bt_trainer_t *trainer;
+    bt_tokenizer_t *tok;
+    bt_task_t *task;
+    void *pipe;           /* PAIR to the relay thread */
+    char pipe_name[64];
+    void *zmq_ctx;
+    char *config_json;
+    const bt_worker_options *opt;
+    bt_status status;     /* of building the state */
+} s_compute;
+
+static bt_status s_build_task(const bt_run_config *cfg, bt_task_t **out) {
+    if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC) {
+        bt_task_arith_config a;
+        bt_config_task_arith(cfg, &a);
+        return bt_task_new_arith(&a, out);
+    }
+    bt_task_jsonl_config j;
+    bt_config_task_jsonl(cfg, &j);
+    return bt_task_new_jsonl(&j, out);
+}
+
+static bt_status s_build(s_compute *c) {
+    TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->cfg));
+    bt_device dev;
+    TRY(bt_device_parse(c->cfg.run.device, &dev));
+    if (c->cfg.run.threads > 0)
+        bt_set_num_threads((int)c->cfg.run.threads);
+    c->tok = bt_tokenizer_new_bytes();
+    TRY(s_build_task(&c->cfg, &c->task));
+    if (c->opt->reward)
+        bt_task_set_reward_fn(c->task, c->opt->reward, c->opt->reward_user);
+    /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
+    bt_model *m = c->cfg.model_path[0] ? bt_model_load(c->cfg.model_path, dev)
+                                       : bt_model_new(&c->cfg.model, dev, (uint64_t)c->cfg.run.seed);
+    if (!m)
+        return BT_EINVAL;
+    if (c->role != BT_ROLE_TRAINER) {
+        c->model = m;
+        return BT_OK;
+    }
+    bt_trainer_config tc;
+    bt_trainer_config_init(&tc);
+    bt_config_adamw(&c->cfg, &tc.adamw);
+    tc.max_grad_norm = c->cfg.grpo.max_grad_norm;
+    tc.micro_batch = c->cfg.grpo.micro_batch;
+    tc.reference = c->cfg.grpo.kl_coef > 0;
+    c->trainer = bt_trainer_new(&m, &tc);
+    return c->trainer ? BT_OK : BT_EINVAL;
+}
+
+static void s_release(s_compute *c) {
+    bt_trainer_destroy(&c->trainer);
+    bt_model_destroy(&c->model);
+    bt_task_destroy(&c->task);
+    bt_tokenizer_destroy(&c->tok);
+}
+
+/* ---- task handlers: fill the RESULT (and maybe a WEIGHTS to publish first) ------------------ */
+
+static bt_status s_publish(s_compute *c) {
+    bt_weights w;
+    bt_weights_init(&w);
+    bt_model *policy = bt_trainer_policy(c->trainer);
+    bt_status st = bt_weights_export(policy, bt_trainer_version(c->trainer), &w);
+    bt_msg_t *msg = bt_msg_new(BT_MSG_WEIGHTS);
+    if (st == BT_OK)
+        st = msg ? bt_weights_to_msg(&w, msg) : BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_msg_send(&msg, c->pipe, NULL, 0);
+    bt_msg_destroy(&msg);
+    bt_weights_release(&w);
+    return st;
+}
+
+static bt_status s_put_stats(bt_msg_t *res, const bt_trainer_stats *s) {
+    TRY(bt_msg_set_double(res, "stats.loss", s->loss));
+    TRY(bt_msg_set_double(res, "stats.pg_loss", s->pg_loss));
+    TRY(bt_msg_set_double(res, "stats.kl", s->kl));
+    TRY(bt_msg_set_double(res, "stats.clip_frac", s->clip_frac));
+    TRY(bt_msg_set_double(res, "stats.entropy", s->entropy));
+    TRY(bt_msg_set_double(res, "stats.grad_norm", s->grad_norm));
+    TRY(bt_msg_set_double(res, "stats.tokens", s->tokens));
+    return bt_msg_set_int(res, "version", s->version);
+}
+
+static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
+    int64_t version, seed, G, max_new, top_k;
+    double temperature, top_p;
+    bt_msg_tensor prompts;
+    TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
+    TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
+    TRY(bt_msg_get_int(task, "group_size", 1, 4096, &G));
+    TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
+    TRY(bt_msg_get_int(task, "top_k", 0, 1 << 30, &top_k));
+    TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
+    TRY(bt_msg_get_double(task, "top_p", 0, 1, &top_p));
+    TRY(bt_msg_get_tensor(task, "prompts", BT_I64, 1, &prompts));
+    int64_t n = prompts.shape[0];
+    uint64_t *idx = malloc(sizeof *idx * (size_t)(n + 1));
+    if (!idx)
+        return bt_fail(BT_ENOMEM, "rollout: out of memory");
+    memcpy(idx, prompts.data, prompts.nbytes);
+    bt_rollout_config rc;
+    bt_rollout_config_init(&rc);
+    rc.group_size = G;
+    rc.sample.max_new_tokens = max_new;
+    rc.sample.temperature = temperature;
+    rc.sample.top_k = top_k;
+    rc.sample.top_p = top_p;
+    bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->model));
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    bt_status st = gen ? bt_rollout_sample(c->model, c->tok, c->task, idx, n, &rc, version, gen, &b)
+                       : BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_batch_to_msg(&b, res);
+    bt_rollout_batch_release(&b);
+    bt_gen_destroy(&gen);
+    free(idx);
+    return st;
+}
+
+static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
+    double lr;
+    bt_msg_tensor adv;
+    TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
+    TRY(bt_msg_get_bool(task, "publish", publish));
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    TRY(bt_batch_from_msg(task, &b));
+    bt_status st = bt_msg_get_tensor(task, "adv", BT_F64, 1, &adv);
+    if (st == BT_OK && adv.shape[0] != b.n)
+        st = bt_fail(BT_EFORMAT, "TASK: tensor 'adv': %lld rows for %lld completions",
+                     (long long)adv.shape[0], (long long)b.n);
+    double *a = st == BT_OK ? malloc(adv.nbytes + 1) : NULL;
+    if (st == BT_OK && !a)
+        st = bt_fail(BT_ENOMEM, "train: out of memory");
+    bt_trainer_stats stats;
+    bt_grpo_config gc;
+    bt_config_grpo(&c->cfg, &gc);
+    if (st == BT_OK) {
+        memcpy(a, adv.data, adv.nbytes);
+        st = bt_trainer_grpo_step(c->trainer, &b, a, lr, &gc, &stats);
+    }
+    if (st == BT_OK)
+        st = s_put_stats(res, &stats);
+    free(a);
+    bt_rollout_batch_release(&b);
+    return st;
+}
+
+static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
+    double lr;
+    int64_t start, count;
+    TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
+    TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
+    TRY(bt_msg_get_int(task, "count", 1, 1 << 20, &count));
+    TRY(bt_msg_get_bool(task, "publish", publish));
+    uint64_t *idx = malloc(sizeof *idx * (size_t)count);
+    if (!idx)
+        return bt_fail(BT_ENOMEM, "sft: out of memory");
+    for (int64_t i = 0; i < count; i++)
+        idx[i] = (uint64_t)(start + i);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    bt_trainer_stats stats;
+    bt_status st = bt_rollout_demonstrations(c->tok, c->task, idx, count, &b);
+    if (st == BT_OK)
+        st = bt_trainer_sft_step(c->trainer, &b, lr, &stats);
+    if (st == BT_OK)
+        st = s_put_stats(res, &stats);
+    bt_rollout_batch_release(&b);
+    free(idx);
+    return st;
+}
+
+static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
+    int64_t start, count, samples, max_new, seed;
+    double temperature;
+    TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
+    TRY(bt_msg_get_int(task, "count", 1, BT_WIRE_INT_MAX, &count));
+    TRY(bt_msg_get_int(task, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &samples));
+    TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
+    TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
+    TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
+    bt_evaluator_config ec;
+    bt_evaluator_config_init(&ec);
+    ec.start = (size_t)start;
+    ec.count = (size_t)count;
+    ec.samples = samples;
+    ec.temperature = temperature;
+    ec.max_new_tokens = max_new;
+    if (ec.batch < samples)
+        ec.batch = samples;
+    bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->model));
+    bt_evaluator_sums sums;
+    bt_status st = gen ? bt_evaluator_run(c->model, c->tok, c->task, &ec, gen, &sums) : BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_sums_to_msg(&sums, res);
+    bt_gen_destroy(&gen);
+    return st;
+}
+
+/*  Runs one TASK; sends WEIGHTS first when the task asks to publish, then RESULT or FAIL. */
+static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
+    int64_t id;
+    const char *kind;
+    bt_msg_t *res = bt_msg_new(BT_MSG_RESULT);
+    if (!res)
+        return bt_fail(BT_ENOMEM, "worker: out of memory");
+    bool publish = false;
+    bt_status st = bt_msg_get_int(task, "task", 0, BT_WIRE_INT_MAX, &id);
+    if (st == BT_OK)
+        st = bt_msg_get_str(task, "kind", 16, &kind);
+    bool trainer = c->role == BT_ROLE_TRAINER;
+    if (st == BT_OK) {
+        if (!strcmp(kind, "rollout") && c->role == BT_ROLE_ROLLOUT)
+            st = s_task_rollout(c, task, res);
+        else if (!strcmp(kind, "train") && trainer)
+            st = s_task_train(c, task, res, &publish);
+        else if (!strcmp(kind, "sft") && trainer)
+            st = s_task_sft(c, task, res, &publish);
+        else if (!strcmp(kind, "eval") && c->role == BT_ROLE_EVAL)
+            st = s_task_eval(c, task, res);
+        else
+            st = bt_fail(BT_EINVAL, "a %s worker cannot run a '%s' task", bt_role_name(c->role),
+                         kind);
+    }
+    if (st == BT_OK && publish)
+        st = s_publish(c);
+    if (st != BT_OK) {
+        char reason[512];
+        snprintf(reason, sizeof reason, "%s", bt_last_error());
+        bt_msg_destroy(&res);
+        res = bt_msg_new(BT_MSG_FAIL);
+        if (!res)
+            return BT_ENOMEM;
+        bt_msg_set_str(res, "error", reason);
+    }
+    bt_msg_set_int(res, "task", st == BT_OK || id >= 0 ? id : 0);
+    return bt_msg_send(&res, c->pipe, NULL, 0);
+}
+
+static bt_status s_load_weights(s_compute *c, const bt_msg_t *msg) {
+    if (!c->model)
+        return BT_OK; /* the trainer is the source of weights */
+    bt_weights w;
+    bt_weights_init(&w);
+    bt_status st = bt_weights_from_msg(msg, &w);
+    if (st == BT_OK)
+        st = bt_weights_load(c->model, &w);
+    bt_weights_release(&w);
+    return st;
+}
+
+static void *s_compute_main(void *arg) {
+    s_compute *c = arg;
+    c->pipe = zmq_socket(c->zmq_ctx, ZMQ_PAIR);
+    zmq_connect(c->pipe, c->pipe_name);
+    c->status = s_build(c);
+    if (c->status != BT_OK)
+        bt_log(BT_LOG_ERROR, "worker: cannot start: %s", bt_last_error());
+    bt_msg_t *ready = bt_msg_new(c->status == BT_OK ? BT_MSG_PING : BT_MSG_BYE);
+    bt_msg_send(&ready, c->pipe, NULL, 0);
+    for (bool running = c->status == BT_OK; running;) {
+        bt_msg_t *msg = NULL;
+        if (bt_msg_recv(c->pipe, &msg, NULL, NULL, 0) == BT_EIO)
+            break;
+        if (!msg)
+            continue;
+        switch (bt_msg_type_of(msg)) {
+        case BT_MSG_TASK: s_run_task(c, msg); break;
+        case BT_MSG_WEIGHTS:
+            if (s_load_weights(c, msg) != BT_OK)
+                bt_log(BT_LOG_ERROR, "worker: weights not loaded: %s", bt_last_error());
+            break;
+        case BT_MSG_STOP: running = false; break;
+        default: break;
+        }
+        bt_msg_destroy(&msg);
+    }
+    s_release(c);
+    zmq_close(c->pipe);
+    return NULL;
+}
+
+/* ---- relay thread ---------------------------------------------------------------------------- */
+
+static bt_status s_send_hello(void *dealer, const bt_worker_options *opt) {
+    bt_msg_t *m = bt_msg_new(BT_MSG_HELLO);
+    if (!m)
+        return BT_ENOMEM;
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    bt_msg_set_str(m, "role", bt_role_name(opt->role));
+    bt_msg_set_str(m, "name", opt->name);
+    bt_msg_set_str(m, "host", host);
+    bt_msg_set_int(m, "pid", (int64_t)getpid());
+    bt_msg_set_str(m, "device", "cpu");
+    bt_msg_set_int(m, "threads", bt_get_num_threads());
+    bt_msg_set_int(m, "proto", BT_WIRE_PROTO);
+    return bt_msg_send(&m, dealer, NULL, 0);
+}
+
+/*  Waits for WELCOME; returns it (caller owns) or NULL on timeout / I/O failure. */
+static bt_msg_t *s_await_welcome(void *dealer, const bt_worker_options *opt) {
+    int64_t limit = opt->join_timeout_ms > 0 ? opt->join_timeout_ms : 30000;
+    int64_t deadline = s_now_ms() + limit;
+    while (s_now_ms() < deadline) {
+        zmq_pollitem_t item = {dealer, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, 100) <= 0)
+            continue;
+        bt_msg_t *m = NULL;
+        if (bt_msg_recv(dealer, &m, NULL, NULL, 0) == BT_EIO)
+            return NULL;
+        if (m && bt_msg_type_of(m) == BT_MSG_WELCOME)
+            return m;
+        if (m && bt_msg_type_of(m) == BT_MSG_INVALID)
+            s_send_hello(dealer, opt);
+        bt_msg_destroy(&m);
+    }
+    bt_fail(BT_EIO, "%s: no WELCOME from %s within %lld ms", opt->name, opt->endpoint,
+            (long long)limit);
+    return NULL;
+}
+
+/*  Forwards one message from one socket to another; returns its type, or -1 when none came. */
+static int s_relay(void *from, void *to) {
+    bt_msg_t *m = NULL;
+    if (bt_msg_recv(from, &m, NULL, NULL, ZMQ_DONTWAIT) != BT_OK || !m)
+        return -1;
+    int type = (int)bt_msg_type_of(m);
+    if (bt_msg_send(&m, to, NULL, 0) != BT_OK)
+        bt_log(BT_LOG_WARN, "worker: relay of %s failed: %s", bt_msg_type_name((bt_msg_type)type),
+               bt_last_error());
+    return type;
+}
+
+static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt, int64_t hb_ms) {
+    int64_t last_sent = s_now_ms();
+    for (;;) {
+        zmq_pollitem_t items[2] = {{dealer, 0, ZMQ_POLLIN, 0}, {pipe, 0, ZMQ_POLLIN, 0}};
+        int64_t wait = hb_ms - (s_now_ms() - last_sent);
+        if (zmq_poll(items, 2, (long)(wait > 0 ? wait : 0)) < 0)
+            return bt_fail(BT_EIO, "worker: poll failed: %s", zmq_strerror(zmq_errno()));
+        if (items[0].revents & ZMQ_POLLIN) {
+            int type = s_relay(dealer, pipe);
+            if (type == BT_MSG_STOP)
+                return BT_OK;
+            if (type == BT_MSG_INVALID) /* the controller forgot us: join again */
+                s_send_hello(dealer, opt);
+        }
+        if ((items[1].revents & ZMQ_POLLIN) && s_relay(pipe, dealer) >= 0)
+            last_sent = s_now_ms();
+        if (s_now_ms() - last_sent >= hb_ms) {
+            bt_msg_t *ping = bt_msg_new(BT_MSG_PING);
+            bt_msg_send(&ping, dealer, NULL, 0);
+            last_sent = s_now_ms();
+        }
+    }
+}
+
+bt_status bt_worker_run(const bt_worker_options *opt) {
+    void *dealer = zmq_socket(opt->zmq_ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+    if (!dealer || zmq_connect(dealer, opt->endpoint) != 0) {
+        bt_status st = bt_fail(BT_EIO, "%s: cannot connect to %s: %s", opt->name, opt->endpoint,
+                               zmq_strerror(zmq_errno()));
+        if (dealer)
+            zmq_close(dealer);
+        return st;
+    }
+    s_compute c = {.role = opt->role, .zmq_ctx = opt->zmq_ctx, .opt = opt};
+    bt_status st = s_send_hello(dealer, opt);
+    bt_msg_t *welcome = st == BT_OK ? s_await_welcome(dealer, opt) : NULL;
+    int64_t hb_ms = 500;
+    bt_msg_tensor cfg_text;
+    if (!welcome || bt_msg_get_int(welcome, "heartbeat_ms", 1, 3600000, &hb_ms) != BT_OK ||
+        bt_msg_get_tensor(welcome, "config", BT_U8, 1, &cfg_text) != BT_OK) {
+        bt_msg_destroy(&welcome);
+        zmq_close(dealer);
+        return BT_EIO;
+    }
+    c.config_json = malloc(cfg_text.nbytes + 1);
+    memcpy(c.config_json, cfg_text.data, cfg_text.nbytes);
+    c.config_json[cfg_text.nbytes] = '\0';
+    bt_msg_destroy(&welcome);
+
+    snprintf(c.pipe_name, sizeof c.pipe_name, "inproc://bt-worker-%p", (void *)&c);
+    void *pipe = zmq_socket(opt->zmq_ctx, ZMQ_PAIR);
+    zmq_bind(pipe, c.pipe_name);
+    pthread_t thread;
+    pthread_create(&thread, NULL, s_compute_main, &c);
+    bt_msg_t *ready = NULL; /* PING: state built; BYE: it could not be */
+    while (!ready && bt_msg_recv(pipe, &ready, NULL, NULL, 0) == BT_OK)
+        ;
+    bool ok = ready && bt_msg_type_of(ready) == BT_MSG_PING;
+    bt_msg_destroy(&ready);
+    st = ok ? s_serve(dealer, pipe, opt, hb_ms) : c.status;
+    bt_msg_t *stop = bt_msg_new(BT_MSG_STOP);
+    if (ok)
+        bt_msg_send(&stop, pipe, NULL, 0);
+    bt_msg_destroy(&stop);
+    pthread_join(thread, NULL);
+    bt_msg_t *bye = bt_msg_new(BT_MSG_BYE);
+    bt_msg_send(&bye, dealer, NULL, 0);
+    zmq_close(pipe);
+    zmq_close(dealer);
+    free(c.config_json);
+    return st;
+}
