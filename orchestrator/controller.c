@@ -33,6 +33,7 @@ typedef struct s_job {
     const bt_rollout_batch *batch; /* train */
     const double *adv;             /* train: [batch->n] */
     bt_msg_t *result;              /* owned once the task is done */
+    double compute_s;              /* the worker's compute time for it */
 } s_job;
 
 struct bt_controller {
@@ -270,6 +271,8 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
         return;
     }
     s_job *job = bt_registry_task_user(self->reg, task);
+    job->compute_s = 0;
+    bt_msg_get_double(*m, "compute_s", 0, 1e9, &job->compute_s);
     job->result = *m;
     *m = NULL;
 }
@@ -359,12 +362,19 @@ static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
         first = first < 0 ? id : first;
     }
     int64_t stalled_since = s_now_ms();
+    double t0 = s_now();
     for (;;) {
         int done = 0;
-        for (int i = 0; i < n; i++)
+        double longest = 0;
+        for (int i = 0; i < n; i++) {
             done += bt_registry_task_state(self->reg, first + i) == BT_TASK_DONE;
-        if (done == n)
+            longest = jobs[i].compute_s > longest ? jobs[i].compute_s : longest;
+        }
+        if (done == n) {
+            self->stats.compute_s += longest;
+            self->stats.tasks_s += s_now() - t0;
             return BT_OK;
+        }
         for (int i = 0; i < n; i++)
             if (bt_registry_task_attempts(self->reg, first + i) > S_MAX_ATTEMPTS)
                 return bt_fail(BT_EIO, "controller: a %s task failed %d times", jobs[i].kind,

@@ -36,6 +36,9 @@ typedef struct bt_controller_stats {
     int64_t failed_tasks; /* FAIL messages (the task was re-queued) */
     int64_t lost_workers; /* expired or left */
     int64_t requeued;     /* task hand-outs beyond the first */
+    double compute_s;     /* worker compute on the critical path: per batch of parallel tasks,
+                             the longest one's compute_s */
+    double tasks_s;       /* wall time spent waiting for those batches of tasks */
 } bt_controller_stats;
 
 typedef struct bt_controller bt_controller_t;
