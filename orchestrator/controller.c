@@ -29,7 +29,7 @@ typedef struct s_job {
     int64_t start, count, seed;
     double lr;
     bool publish;
-    const uint64_t *prompts; /* rollout: training-stream indices [count] */
+    const uint64_t *prompts;       /* rollout: training-stream indices [count] */
     const bt_rollout_batch *batch; /* train */
     const double *adv;             /* train: [batch->n] */
     bt_msg_t *result;              /* owned once the task is done */
@@ -58,7 +58,9 @@ static double s_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int64_t s_now_ms(void) { return (int64_t)(s_now() * 1000.0); }
+static int64_t s_now_ms(void) {
+    return (int64_t)(s_now() * 1000.0);
+}
 
 static void s_event(bt_controller_t *self, const char *event, const char *key, const char *value) {
     bt_jsonl line;
@@ -112,16 +114,26 @@ void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void 
     self->progress_user = user;
 }
 
-bt_controller_stats bt_controller_get_stats(const bt_controller_t *self) { return self->stats; }
-int64_t bt_controller_version(const bt_controller_t *self) { return self->version; }
+bt_controller_stats bt_controller_get_stats(const bt_controller_t *self) {
+    return self->stats;
+}
+int64_t bt_controller_version(const bt_controller_t *self) {
+    return self->version;
+}
 
 static void s_report(bt_controller_t *self, const char *phase, int64_t step, int64_t total,
                      double tokens_per_s) {
     if (!self->progress)
         return;
     double elapsed = s_now() - self->t0;
-    bt_progress p = {phase, step, total, self->last_reward, self->last_accuracy, tokens_per_s,
-                     elapsed, step > 0 ? elapsed / (double)step * (double)(total - step) : NAN};
+    bt_progress p = {phase,
+                     step,
+                     total,
+                     self->last_reward,
+                     self->last_accuracy,
+                     tokens_per_s,
+                     elapsed,
+                     step > 0 ? elapsed / (double)step * (double)(total - step) : NAN};
     self->progress(&p, self->progress_user);
 }
 
@@ -205,8 +217,7 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
     const char *role_name = NULL, *name = NULL;
     bt_role role;
     if (bt_msg_get_str(m, "role", 16, &role_name) != BT_OK ||
-        bt_role_parse(role_name, &role) != BT_OK ||
-        bt_msg_get_str(m, "name", 63, &name) != BT_OK) {
+        bt_role_parse(role_name, &role) != BT_OK || bt_msg_get_str(m, "name", 63, &name) != BT_OK) {
         self->stats.malformed++;
         s_send_invalid(self, peer, len, bt_last_error());
         return;
@@ -423,7 +434,9 @@ static bt_status s_evaluate(bt_controller_t *self, const char *phase, int64_t st
     s_job jobs[64];
     int n = 0;
     for (int64_t s = 0; s < total && n < 64; s += per, n++)
-        jobs[n] = (s_job){.kind = "eval", .role = BT_ROLE_EVAL, .start = s,
+        jobs[n] = (s_job){.kind = "eval",
+                          .role = BT_ROLE_EVAL,
+                          .start = s,
                           .count = s + per > total ? total - s : per,
                           .seed = c->run.seed * 7919 + n};
     bt_status st = s_run_jobs(self, jobs, n);
@@ -464,8 +477,12 @@ static bt_status s_sft(bt_controller_t *self) {
         bool last = s + 1 == c->sft.steps;
         bool eval = last || (c->sft.eval_every > 0 && (s + 1) % c->sft.eval_every == 0);
         double lr = bt_lr_at(&sched, s);
-        s_job job = {.kind = "sft", .role = BT_ROLE_TRAINER, .start = (int64_t)self->cursor,
-                     .count = c->sft.batch_size, .lr = lr, .publish = eval};
+        s_job job = {.kind = "sft",
+                     .role = BT_ROLE_TRAINER,
+                     .start = (int64_t)self->cursor,
+                     .count = c->sft.batch_size,
+                     .lr = lr,
+                     .publish = eval};
         self->cursor += (uint64_t)c->sft.batch_size;
         bt_status st = s_run_jobs(self, &job, 1);
         double loss = NAN;
@@ -522,8 +539,11 @@ static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch) {
     int64_t per = (P + shards - 1) / shards;
     int n = 0;
     for (int64_t s = 0; s < P; s += per, n++) {
-        jobs[n] = (s_job){.kind = "rollout", .role = BT_ROLE_ROLLOUT, .start = s,
-                          .count = s + per > P ? P - s : per, .prompts = idx + s,
+        jobs[n] = (s_job){.kind = "rollout",
+                          .role = BT_ROLE_ROLLOUT,
+                          .start = s,
+                          .count = s + per > P ? P - s : per,
+                          .prompts = idx + s,
                           .seed = (c->run.seed * 1000003 + self->step) * 64 + n};
         bt_rollout_batch_init(&parts[n]);
     }
@@ -543,19 +563,53 @@ typedef struct {
     double loss, kl, clip_frac, entropy, grad_norm;
 } s_train_stats;
 
-static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *batch, double lr,
+/*  With grpo.dynamic_sampling, the groups whose rewards all agree (zero advantage, no gradient)
+    are dropped (DAPO, Yu et al. 2025); *out is what trains.  Returns the groups kept. */
+static int64_t s_select(const bt_run_config *c, const bt_rollout_batch *in, bt_rollout_batch *out,
+                        bt_status *st) {
+    bool *keep = malloc(sizeof *keep * (size_t)(in->n_prompts + 1));
+    if (!keep) {
+        *st = bt_fail(BT_ENOMEM, "controller: out of memory");
+        return 0;
+    }
+    int64_t kept = 0;
+    for (int64_t g = 0; g < in->n_prompts; g++) {
+        keep[g] =
+            !c->grpo.dynamic_sampling ||
+            !bt_grpo_group_has_zero_variance(in->rewards + g * in->group_size, in->group_size);
+        kept += keep[g];
+    }
+    *st = bt_batch_keep_groups(in, keep, out);
+    free(keep);
+    return kept;
+}
+
+static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled, double lr,
                          s_train_stats *out) {
     const bt_run_config *c = self->cfg;
-    double *adv = malloc(sizeof *adv * (size_t)(batch->n + 1));
-    if (!adv)
+    bt_rollout_batch batch;
+    bt_rollout_batch_init(&batch);
+    bt_status st = BT_OK;
+    if (s_select(c, sampled, &batch, &st) == 0 || st != BT_OK) {
+        bt_rollout_batch_release(&batch);
+        *out = (s_train_stats){NAN, NAN, NAN, NAN, NAN}; /* nothing to learn from: no update */
+        return st;
+    }
+    double *adv = malloc(sizeof *adv * (size_t)(batch.n + 1));
+    if (!adv) {
+        bt_rollout_batch_release(&batch);
         return bt_fail(BT_ENOMEM, "controller: out of memory");
+    }
     bt_grpo_config gc;
     bt_config_grpo(c, &gc);
     /* advantages in float64 at the controller (DESIGN.md, step 3) */
-    bt_status st = bt_grpo_advantages(batch->rewards, batch->n_prompts, batch->group_size,
-                                      gc.adv_norm, adv);
-    s_job job = {.kind = "train", .role = BT_ROLE_TRAINER, .lr = lr, .publish = true,
-                 .batch = batch, .adv = adv};
+    st = bt_grpo_advantages(batch.rewards, batch.n_prompts, batch.group_size, gc.adv_norm, adv);
+    s_job job = {.kind = "train",
+                 .role = BT_ROLE_TRAINER,
+                 .lr = lr,
+                 .publish = true,
+                 .batch = &batch,
+                 .adv = adv};
     if (st == BT_OK)
         st = s_run_jobs(self, &job, 1);
     const bt_msg_t *r = job.result;
@@ -567,6 +621,7 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *batch, d
          (st = bt_msg_get_double(r, "stats.grad_norm", 0, 1e300, &out->grad_norm))))
         bt_log(BT_LOG_WARN, "controller: train result: %s", bt_last_error());
     s_jobs_release(&job, 1);
+    bt_rollout_batch_release(&batch);
     free(adv);
     return st;
 }

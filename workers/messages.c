@@ -56,8 +56,8 @@ static bt_status s_get(const bt_msg_t *msg, const char *name, bt_dtype dtype, in
     return BT_OK;
 }
 
-static bt_status s_check_lengths(const bt_msg_t *msg, const char *name, const int64_t *v,
-                                 int64_t n, int64_t lo, int64_t hi) {
+static bt_status s_check_lengths(const bt_msg_t *msg, const char *name, const int64_t *v, int64_t n,
+                                 int64_t lo, int64_t hi) {
     for (int64_t i = 0; i < n; i++)
         if (v[i] < lo || v[i] > hi)
             return bt_fail(BT_EFORMAT, "%s: tensor '%s': row %lld holds %lld, outside [%lld, %lld]",
@@ -143,6 +143,36 @@ bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch
         }
         p0 += b->n_prompts;
         r0 += b->n;
+    }
+    return BT_OK;
+}
+
+bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep,
+                               bt_rollout_batch *out) {
+    int64_t G = in->group_size, kept = 0;
+    for (int64_t g = 0; g < in->n_prompts; g++)
+        kept += keep[g];
+    TRY(bt_rollout_batch_alloc(out, kept, G, in->max_prompt_len, in->max_new_tokens));
+    out->version = in->version;
+    out->temperature = in->temperature;
+    int64_t o = 0, Pm = in->max_prompt_len, L = in->max_new_tokens;
+    for (int64_t g = 0; g < in->n_prompts; g++) {
+        if (!keep[g])
+            continue;
+        out->indices[o] = in->indices[g];
+        for (int64_t j = 0; j < G; j++) {
+            int64_t r = g * G + j, w = o * G + j;
+            memcpy(out->prompt_tokens + w * Pm, in->prompt_tokens + r * Pm,
+                   sizeof(int32_t) * (size_t)Pm);
+            memcpy(out->tokens + w * L, in->tokens + r * L, sizeof(int32_t) * (size_t)L);
+            memcpy(out->logprobs + w * L, in->logprobs + r * L, sizeof(float) * (size_t)L);
+            out->prompt_lens[w] = in->prompt_lens[r];
+            out->lengths[w] = in->lengths[r];
+            out->rewards[w] = in->rewards[r];
+            out->correct[w] = in->correct[r];
+            out->finished[w] = in->finished[r];
+        }
+        o++;
     }
     return BT_OK;
 }

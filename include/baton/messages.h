@@ -24,6 +24,10 @@ bt_status bt_batch_from_msg(const bt_msg_t *msg, bt_rollout_batch *out);
     largest of the parts; version is the oldest.  Fills *out, releasing what it held. */
 bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch *out);
 
+/*  The groups g of in with keep[g] true, in order (DAPO dynamic sampling drops the groups whose
+    rewards are all equal).  Fills *out, releasing what it held. */
+bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep, bt_rollout_batch *out);
+
 /*  Field version; one F32 tensor per parameter under its name. */
 bt_status bt_weights_to_msg(const bt_weights *w, bt_msg_t *msg);
 bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out);

@@ -1,0 +1,153 @@
+/*  test_messages.c — batches, weights and evaluation sums survive the trip through a wire message
+    exactly; a payload whose sizes disagree is refused; group selection and concatenation move
+    whole rows. */
+#include "baton/messages.h"
+#include "check.h"
+
+/*  A batch of P prompts x G completions whose every value encodes its position. */
+static void s_fill(bt_rollout_batch *b, int64_t P, int64_t G, int64_t base) {
+    CHECK_OK(bt_rollout_batch_alloc(b, P, G, 4, 3));
+    b->version = 7;
+    b->temperature = 0.75;
+    for (int64_t p = 0; p < P; p++)
+        b->indices[p] = (uint64_t)(base + p);
+    for (int64_t r = 0; r < b->n; r++) {
+        b->prompt_lens[r] = 1 + r % 4;
+        b->lengths[r] = r % 4;
+        b->rewards[r] = (double)(base + r) / 3.0;
+        b->correct[r] = r % 2;
+        b->finished[r] = r % 3 == 0;
+        for (int64_t t = 0; t < 4; t++)
+            b->prompt_tokens[r * 4 + t] = (int32_t)(base * 100 + r * 10 + t);
+        for (int64_t t = 0; t < 3; t++) {
+            b->tokens[r * 3 + t] = (int32_t)(base * 100 + r * 10 + t + 5);
+            b->logprobs[r * 3 + t] = -(float)(r + t) / 7.0f;
+        }
+    }
+}
+
+/*  Row r of a equals row s of b in every array. */
+static bool s_same_row(const bt_rollout_batch *a, int64_t r, const bt_rollout_batch *b, int64_t s) {
+    bool same = a->prompt_lens[r] == b->prompt_lens[s] && a->lengths[r] == b->lengths[s] &&
+                a->rewards[r] == b->rewards[s] && a->correct[r] == b->correct[s] &&
+                a->finished[r] == b->finished[s];
+    for (int64_t t = 0; t < a->prompt_lens[r]; t++)
+        same &= a->prompt_tokens[r * a->max_prompt_len + t] ==
+                b->prompt_tokens[s * b->max_prompt_len + t];
+    for (int64_t t = 0; t < a->lengths[r]; t++)
+        same &= a->tokens[r * a->max_new_tokens + t] == b->tokens[s * b->max_new_tokens + t] &&
+                a->logprobs[r * a->max_new_tokens + t] == b->logprobs[s * b->max_new_tokens + t];
+    return same;
+}
+
+static void test_batch_round_trip(void) {
+    bt_rollout_batch a, b;
+    bt_rollout_batch_init(&a);
+    bt_rollout_batch_init(&b);
+    s_fill(&a, 3, 2, 1);
+    bt_msg_t *m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_batch_to_msg(&a, m));
+    CHECK_OK(bt_batch_from_msg(m, &b));
+    CHECK(b.n == 6 && b.n_prompts == 3 && b.group_size == 2 && b.version == 7);
+    CHECK(b.temperature == 0.75 && b.indices[2] == 3);
+    for (int64_t r = 0; r < 6; r++)
+        CHECK(s_same_row(&a, r, &b, r));
+    bt_msg_destroy(&m);
+
+    /* a length beyond the stride is refused, naming the tensor */
+    a.lengths[4] = 9;
+    m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_batch_to_msg(&a, m));
+    CHECK(bt_batch_from_msg(m, &b) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "'lengths': row 4 holds 9");
+    bt_msg_destroy(&m);
+    /* rows that disagree with n_prompts x group_size are refused */
+    a.lengths[4] = 1;
+    m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_batch_to_msg(&a, m));
+    CHECK_OK(bt_msg_set_int(m, "n_prompts", 2));
+    CHECK(bt_batch_from_msg(m, &b) == BT_EFORMAT);
+    bt_msg_destroy(&m);
+    bt_rollout_batch_release(&a);
+    bt_rollout_batch_release(&b);
+}
+
+static void test_select_and_concat(void) {
+    bt_rollout_batch a, b, parts[2], joined, kept;
+    bt_rollout_batch_init(&a);
+    bt_rollout_batch_init(&b);
+    bt_rollout_batch_init(&joined);
+    bt_rollout_batch_init(&kept);
+    s_fill(&a, 2, 3, 0);
+    s_fill(&b, 1, 3, 50);
+    b.version = 5;
+    parts[0] = a;
+    parts[1] = b;
+    CHECK_OK(bt_batch_concat(parts, 2, &joined));
+    CHECK(joined.n == 9 && joined.n_prompts == 3 && joined.version == 5);
+    for (int64_t r = 0; r < 6; r++)
+        CHECK(s_same_row(&a, r, &joined, r));
+    for (int64_t r = 0; r < 3; r++)
+        CHECK(s_same_row(&b, r, &joined, 6 + r));
+    bool keep[3] = {false, true, true};
+    CHECK_OK(bt_batch_keep_groups(&joined, keep, &kept));
+    CHECK(kept.n_prompts == 2 && kept.n == 6 && kept.indices[0] == 1 && kept.indices[1] == 50);
+    for (int64_t r = 0; r < 6; r++)
+        CHECK(s_same_row(&joined, 3 + r, &kept, r));
+    bt_rollout_batch_release(&a);
+    bt_rollout_batch_release(&b);
+    bt_rollout_batch_release(&joined);
+    bt_rollout_batch_release(&kept);
+}
+
+static void test_weights_and_sums(void) {
+    float w0[6] = {1, 2, 3, 4, 5, -6}, w1[2] = {0.5f, -0.25f};
+    char n0[] = "model.embed_tokens.weight", n1[] = "model.norm.weight";
+    char *names[2] = {n0, n1};
+    int ndim[2] = {2, 1};
+    int64_t shape[2][BT_MAX_DIMS] = {{3, 2}, {2}}, numel[2] = {6, 2};
+    float *data[2] = {w0, w1};
+    bt_weights w = {.version = 12,
+                    .n = 2,
+                    .names = names,
+                    .ndim = ndim,
+                    .shape = shape,
+                    .numel = numel,
+                    .data = data};
+    bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
+    CHECK_OK(bt_weights_to_msg(&w, m));
+    bt_weights back;
+    bt_weights_init(&back);
+    CHECK_OK(bt_weights_from_msg(m, &back));
+    CHECK(back.version == 12 && back.n == 2 && !strcmp(back.names[1], n1));
+    CHECK(back.shape[0][0] == 3 && back.shape[0][1] == 2 && back.numel[0] == 6);
+    CHECK(!memcmp(back.data[0], w0, sizeof w0) && !memcmp(back.data[1], w1, sizeof w1));
+    bt_weights_release(&back);
+    bt_msg_destroy(&m);
+
+    bt_evaluator_sums s, t;
+    bt_evaluator_sums_init(&s, 4);
+    s.examples = 10;
+    s.completions = 40;
+    s.correct = 7;
+    s.reward_sum = 7.125;
+    s.length_sum = 81;
+    s.truncated = 3;
+    s.correct_hist[0] = 2;
+    s.correct_hist[4] = 8;
+    m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_sums_to_msg(&s, m));
+    CHECK_OK(bt_sums_from_msg(m, &t));
+    CHECK(!memcmp(&s, &t, sizeof s));
+    /* more correct examples than examples is refused */
+    CHECK_OK(bt_msg_set_int(m, "correct", 11));
+    CHECK(bt_sums_from_msg(m, &t) == BT_EFORMAT);
+    bt_msg_destroy(&m);
+}
+
+int main(void) {
+    test_batch_round_trip();
+    test_select_and_concat();
+    test_weights_and_sums();
+    return check_exit();
+}
