@@ -6,7 +6,10 @@ CMAKE_FLAGS ?=
 DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-dev libcjson-dev \
            python3-numpy
 
-.PHONY: all deps configure build test bench clean
+CONFIG  ?= configs/arith.json
+ARGS    ?=
+
+.PHONY: all deps configure build run test bench clean
 
 all: build
 
@@ -29,6 +32,9 @@ configure: deps
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/baton run $(CONFIG) $(ARGS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

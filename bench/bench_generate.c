@@ -13,12 +13,6 @@
 
 enum { BATCH = 64, NEW_TOKENS = 64, MIN_PROMPT = 16, MAX_PROMPT = 32 };
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /*  Seconds for one bt_generate of max_new tokens per row; negative on failure. */
 static double s_time(bt_model *m, const int32_t *const *prompts, const int64_t *lens,
                      int64_t max_new, bool use_cache, bt_generation *out) {
@@ -27,12 +21,12 @@ static double s_time(bt_model *m, const int32_t *const *prompts, const int64_t *
     sc.max_new_tokens = max_new;
     sc.temperature = 0; /* greedy: both paths must produce the same tokens */
     sc.use_cache = use_cache;
-    double t0 = s_now();
+    double t0 = bt_now();
     if (bt_generate(m, prompts, lens, BATCH, &sc, NULL, out) != BT_OK) {
         fprintf(stderr, "bench_generate: %s\n", bt_last_error());
         return -1;
     }
-    return s_now() - t0;
+    return bt_now() - t0;
 }
 
 int main(void) {

@@ -11,12 +11,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int main(void) {
     const char *src = getenv("BATON_SOURCE_DIR") ? getenv("BATON_SOURCE_DIR") : ".";
     const char *steps = getenv("BATON_BENCH_STEPS") ? getenv("BATON_BENCH_STEPS") : "20";
@@ -35,11 +29,11 @@ int main(void) {
         return 1;
     }
     bt_run_set_dir(run, "/tmp/baton-bench-overhead");
-    double t0 = s_now();
+    double t0 = bt_now();
     bt_status st = bt_run_start(run);
     for (bool done = false; st == BT_OK && !done;)
         st = bt_run_step(run, &done);
-    double wall = s_now() - t0; /* up to the last step: stopping the workers is not the run */
+    double wall = bt_now() - t0; /* up to the last step: stopping the workers is not the run */
     if (st == BT_OK)
         st = bt_run_finish(run);
     if (st != BT_OK) {

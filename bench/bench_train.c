@@ -12,12 +12,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void s_die(const char *what) {
     fprintf(stderr, "bench_train: %s: %s\n", what, bt_last_error());
     exit(1);
@@ -32,10 +26,10 @@ static double s_gemm_peak(int64_t n, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) {
         bt_ctx *tmp = bt_ctx_new();
-        double t0 = s_now();
+        double t0 = bt_now();
         if (!bt_matmul(tmp, a, b))
             s_die("gemm");
-        double dt = s_now() - t0;
+        double dt = bt_now() - t0;
         if (r > 0 && dt < best) /* the first run warms up */
             best = dt;
         bt_ctx_destroy(&tmp);
@@ -65,7 +59,7 @@ static double s_train_step(bt_model *m, bt_adamw *opt, const bt_grpo_config *gc,
                            bt_tensor *mask, bt_tensor *old, bt_tensor *adv, bt_tensor *lmask,
                            double norm) {
     bt_ctx *c = bt_ctx_new();
-    double t0 = s_now();
+    double t0 = bt_now();
     bt_grpo_stats st = {0};
     bt_tensor *logp = bt_model_token_logprobs(m, c, ids, mask, 1.0, NULL);
     bt_tensor *loss = bt_grpo_loss(c, gc, logp, old, NULL, adv, lmask, NULL, norm, &st);
@@ -77,7 +71,7 @@ static double s_train_step(bt_model *m, bt_adamw *opt, const bt_grpo_config *gc,
         s_die("update");
     bt_zero_grad(bt_model_params(m), bt_model_num_params(m));
     bt_ctx_destroy(&c);
-    return s_now() - t0;
+    return bt_now() - t0;
 }
 
 int main(void) {

@@ -1,9 +1,11 @@
 /*  status.c — status names, the thread-local last error, assertions, the log sink. */
+#define _POSIX_C_SOURCE 200809L
 #include "baton/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static _Thread_local char s_last_error[1024];
 
@@ -63,4 +65,10 @@ void bt_log(bt_log_level level, const char *fmt, ...) {
     }
     static const char *names[] = {"debug", "info", "warn", "error"};
     fprintf(stderr, "baton %s: %s\n", names[level & 3], msg);
+}
+
+double bt_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -13,13 +13,6 @@
 #include <time.h>
 #include <zmq.h>
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        bt_status _st = (expr);                                                                    \
-        if (_st != BT_OK)                                                                          \
-            return _st;                                                                            \
-    } while (0)
-
 enum { S_JOIN_TIMEOUT_MS = 60000, S_MAX_ATTEMPTS = 4 };
 
 /*  One unit of work for a worker; the TASK message is built from it at each hand-out. */
@@ -52,21 +45,15 @@ struct bt_controller {
     void *progress_user;
 };
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int64_t s_now_ms(void) {
-    return (int64_t)(s_now() * 1000.0);
+    return (int64_t)(bt_now() * 1000.0);
 }
 
 static void s_event(bt_controller_t *self, const char *event, const char *key, const char *value) {
     bt_jsonl line;
     bt_jsonl_init(&line);
     bt_jsonl_str(&line, "event", event);
-    bt_jsonl_num(&line, "time", s_now() - self->t0);
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
     if (key)
         bt_jsonl_str(&line, key, value);
     bt_runlog_event(self->log, &line);
@@ -82,7 +69,7 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
     self->cfg = cfg;
     self->config_json = config_json;
     self->log = log;
-    self->t0 = s_now();
+    self->t0 = bt_now();
     self->last_accuracy = NAN;
     self->last_reward = NAN;
     self->reg = bt_registry_new(cfg->workers.expiry_ms);
@@ -125,7 +112,7 @@ static void s_report(bt_controller_t *self, const char *phase, int64_t step, int
                      double tokens_per_s) {
     if (!self->progress)
         return;
-    double elapsed = s_now() - self->t0;
+    double elapsed = bt_now() - self->t0;
     bt_progress p = {phase,
                      step,
                      total,
@@ -182,31 +169,31 @@ static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t le
 }
 
 static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id, bt_msg_t *m) {
-    TRY(bt_msg_set_int(m, "task", id));
-    TRY(bt_msg_set_str(m, "kind", j->kind));
-    TRY(bt_msg_set_int(m, "version", self->version));
-    TRY(bt_msg_set_int(m, "seed", j->seed));
-    TRY(bt_msg_set_int(m, "start", j->start));
-    TRY(bt_msg_set_int(m, "count", j->count));
-    TRY(bt_msg_set_double(m, "lr", j->lr));
-    TRY(bt_msg_set_bool(m, "publish", j->publish));
+    BT_TRY(bt_msg_set_int(m, "task", id));
+    BT_TRY(bt_msg_set_str(m, "kind", j->kind));
+    BT_TRY(bt_msg_set_int(m, "version", self->version));
+    BT_TRY(bt_msg_set_int(m, "seed", j->seed));
+    BT_TRY(bt_msg_set_int(m, "start", j->start));
+    BT_TRY(bt_msg_set_int(m, "count", j->count));
+    BT_TRY(bt_msg_set_double(m, "lr", j->lr));
+    BT_TRY(bt_msg_set_bool(m, "publish", j->publish));
     const bt_run_config *c = self->cfg;
     if (!strcmp(j->kind, "rollout")) {
         int64_t shape[1] = {j->count};
-        TRY(bt_msg_set_int(m, "group_size", c->grpo.group_size));
-        TRY(bt_msg_set_double(m, "temperature", c->grpo.temperature));
-        TRY(bt_msg_set_double(m, "top_p", c->grpo.top_p));
-        TRY(bt_msg_set_int(m, "top_k", c->grpo.top_k));
-        TRY(bt_msg_set_int(m, "max_new_tokens", c->grpo.max_new_tokens));
-        TRY(bt_msg_add_tensor(m, "prompts", BT_I64, 1, shape, j->prompts));
+        BT_TRY(bt_msg_set_int(m, "group_size", c->grpo.group_size));
+        BT_TRY(bt_msg_set_double(m, "temperature", c->grpo.temperature));
+        BT_TRY(bt_msg_set_double(m, "top_p", c->grpo.top_p));
+        BT_TRY(bt_msg_set_int(m, "top_k", c->grpo.top_k));
+        BT_TRY(bt_msg_set_int(m, "max_new_tokens", c->grpo.max_new_tokens));
+        BT_TRY(bt_msg_add_tensor(m, "prompts", BT_I64, 1, shape, j->prompts));
     } else if (!strcmp(j->kind, "train")) {
         int64_t shape[1] = {j->batch->n};
-        TRY(bt_batch_to_msg(j->batch, m));
-        TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
+        BT_TRY(bt_batch_to_msg(j->batch, m));
+        BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
     } else if (!strcmp(j->kind, "eval")) {
-        TRY(bt_msg_set_int(m, "samples", c->eval.samples));
-        TRY(bt_msg_set_double(m, "temperature", c->eval.temperature));
-        TRY(bt_msg_set_int(m, "max_new_tokens", c->eval.max_new_tokens));
+        BT_TRY(bt_msg_set_int(m, "samples", c->eval.samples));
+        BT_TRY(bt_msg_set_double(m, "temperature", c->eval.temperature));
+        BT_TRY(bt_msg_set_int(m, "max_new_tokens", c->eval.max_new_tokens));
     }
     return BT_OK;
 }
@@ -348,7 +335,7 @@ static bt_status s_turn(bt_controller_t *self) {
     if (zmq_poll(&item, 1, (long)self->cfg->workers.heartbeat_ms) < 0)
         return bt_fail(BT_EIO, "controller: poll failed: %s", zmq_strerror(zmq_errno()));
     for (int i = 0; i < 256 && (item.revents & ZMQ_POLLIN); i++) {
-        TRY(s_receive(self));
+        BT_TRY(s_receive(self));
         int more = 0;
         size_t sz = sizeof more;
         zmq_getsockopt(self->sock, ZMQ_EVENTS, &more, &sz);
@@ -373,7 +360,7 @@ static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
         first = first < 0 ? id : first;
     }
     int64_t stalled_since = s_now_ms();
-    double t0 = s_now();
+    double t0 = bt_now();
     for (;;) {
         int done = 0;
         double longest = 0;
@@ -383,7 +370,7 @@ static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
         }
         if (done == n) {
             self->stats.compute_s += longest;
-            self->stats.tasks_s += s_now() - t0;
+            self->stats.tasks_s += bt_now() - t0;
             return BT_OK;
         }
         for (int i = 0; i < n; i++)
@@ -398,7 +385,7 @@ static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
         else if (s_now_ms() - stalled_since > S_JOIN_TIMEOUT_MS)
             return bt_fail(BT_EIO, "controller: no live worker for pending tasks for %d s",
                            S_JOIN_TIMEOUT_MS / 1000);
-        TRY(s_turn(self));
+        BT_TRY(s_turn(self));
     }
 }
 
@@ -415,7 +402,7 @@ static bt_status s_await_workers(bt_controller_t *self) {
         if (s_now_ms() > deadline)
             return bt_fail(BT_EIO, "controller: workers did not join within %d s",
                            S_JOIN_TIMEOUT_MS / 1000);
-        TRY(s_turn(self));
+        BT_TRY(s_turn(self));
     }
 }
 
@@ -448,7 +435,7 @@ static bt_status s_evaluate(bt_controller_t *self, const char *phase, int64_t st
             st = bt_evaluator_sums_add(&sum, &part);
     }
     s_jobs_release(jobs, n);
-    TRY(st);
+    BT_TRY(st);
     double acc = sum.examples ? (double)sum.correct / (double)sum.examples : NAN;
     double comp = sum.completions ? (double)sum.completions : NAN;
     self->last_accuracy = acc;
@@ -458,7 +445,7 @@ static bt_status s_evaluate(bt_controller_t *self, const char *phase, int64_t st
     bt_jsonl_str(&line, "phase", phase);
     bt_jsonl_int(&line, "step", step);
     bt_jsonl_str(&line, "variant", "main");
-    bt_jsonl_num(&line, "time", s_now() - self->t0);
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
     bt_jsonl_str(&line, "dataset", "heldout");
     bt_jsonl_int(&line, "examples", sum.examples);
     bt_jsonl_num(&line, "accuracy", acc);
@@ -489,18 +476,18 @@ static bt_status s_sft(bt_controller_t *self) {
         if (st == BT_OK)
             st = bt_msg_get_double(job.result, "stats.loss", -1e300, 1e300, &loss);
         s_jobs_release(&job, 1);
-        TRY(st);
+        BT_TRY(st);
         bt_jsonl line;
         bt_jsonl_init(&line);
         bt_jsonl_str(&line, "kind", "sft");
         bt_jsonl_int(&line, "step", s + 1);
         bt_jsonl_str(&line, "variant", "main");
-        bt_jsonl_num(&line, "time", s_now() - self->t0);
+        bt_jsonl_num(&line, "time", bt_now() - self->t0);
         bt_jsonl_num(&line, "loss", loss);
         bt_jsonl_num(&line, "lr", lr);
-        TRY(bt_runlog_metric(self->log, &line));
+        BT_TRY(bt_runlog_metric(self->log, &line));
         if (eval && !last) {
-            TRY(s_evaluate(self, "sft", s + 1));
+            BT_TRY(s_evaluate(self, "sft", s + 1));
             if (self->last_accuracy >= c->sft.stop_accuracy)
                 break;
         }
@@ -511,10 +498,10 @@ static bt_status s_sft(bt_controller_t *self) {
 
 bt_status bt_controller_start(bt_controller_t *self) {
     s_report(self, "join", 0, 0, NAN);
-    TRY(s_await_workers(self));
+    BT_TRY(s_await_workers(self));
     s_event(self, "workers_ready", NULL, NULL);
-    TRY(s_sft(self));
-    TRY(s_evaluate(self, "rl", 0));
+    BT_TRY(s_sft(self));
+    BT_TRY(s_evaluate(self, "rl", 0));
     s_report(self, "rl", 0, self->cfg->grpo.steps, NAN);
     return BT_OK;
 }
@@ -631,7 +618,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     *done = self->step >= c->grpo.steps;
     if (*done)
         return BT_OK;
-    double t_start = s_now();
+    double t_start = bt_now();
     bt_lr_schedule sched;
     bt_config_lr(c, BT_CONFIG_PHASE_GRPO, &sched);
     double lr = bt_lr_at(&sched, self->step);
@@ -648,16 +635,16 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     }
     int64_t n = batch.n;
     bt_rollout_batch_release(&batch);
-    TRY(st);
+    BT_TRY(st);
     self->step++;
-    double dt = s_now() - t_start, tps = length / dt;
+    double dt = bt_now() - t_start, tps = length / dt;
     self->last_reward = n ? reward / (double)n : NAN;
     bt_jsonl line;
     bt_jsonl_init(&line);
     bt_jsonl_str(&line, "kind", "train");
     bt_jsonl_int(&line, "step", self->step);
     bt_jsonl_str(&line, "variant", "main");
-    bt_jsonl_num(&line, "time", s_now() - self->t0);
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
     bt_jsonl_num(&line, "reward_mean", self->last_reward);
     bt_jsonl_num(&line, "loss", ts.loss);
     bt_jsonl_num(&line, "kl", ts.kl);
@@ -668,10 +655,10 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
     bt_jsonl_num(&line, "tokens_per_s", tps);
     bt_jsonl_int(&line, "version", self->version);
-    TRY(bt_runlog_metric(self->log, &line));
+    BT_TRY(bt_runlog_metric(self->log, &line));
     bool last = self->step == c->grpo.steps;
     if (last || (c->eval.every_steps > 0 && self->step % c->eval.every_steps == 0))
-        TRY(s_evaluate(self, "rl", self->step));
+        BT_TRY(s_evaluate(self, "rl", self->step));
     s_report(self, "rl", self->step, c->grpo.steps, tps);
     *done = last;
     return BT_OK;
@@ -693,7 +680,7 @@ bt_status bt_controller_stop(bt_controller_t *self) {
             live += bt_registry_live(self->reg, (bt_role)r);
         if (!live)
             break;
-        TRY(s_turn(self));
+        BT_TRY(s_turn(self));
     }
     s_report(self, "done", self->step, self->cfg->grpo.steps, NAN);
     return BT_OK;

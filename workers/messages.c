@@ -4,13 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        bt_status _st = (expr);                                                                    \
-        if (_st != BT_OK)                                                                          \
-            return _st;                                                                            \
-    } while (0)
-
 /* ---- batches -------------------------------------------------------------------------------- */
 
 /*  The batch's fields and tensors; flags holds correct (n) then finished (n) as bytes. */
@@ -18,18 +11,18 @@ static bt_status s_batch_put(const bt_rollout_batch *b, const uint8_t *flags, bt
     int64_t n = b->n, P = b->n_prompts;
     int64_t s_p[1] = {P}, s_n[1] = {n}, s_pt[2] = {n, b->max_prompt_len},
             s_t[2] = {n, b->max_new_tokens};
-    TRY(bt_msg_set_int(msg, "version", b->version < 0 ? 0 : b->version));
-    TRY(bt_msg_set_int(msg, "group_size", b->group_size));
-    TRY(bt_msg_set_int(msg, "n_prompts", P));
-    TRY(bt_msg_set_double(msg, "temperature", b->temperature));
-    TRY(bt_msg_add_tensor(msg, "indices", BT_I64, 1, s_p, b->indices));
-    TRY(bt_msg_add_tensor(msg, "prompt_tokens", BT_I32, 2, s_pt, b->prompt_tokens));
-    TRY(bt_msg_add_tensor(msg, "prompt_lens", BT_I64, 1, s_n, b->prompt_lens));
-    TRY(bt_msg_add_tensor(msg, "tokens", BT_I32, 2, s_t, b->tokens));
-    TRY(bt_msg_add_tensor(msg, "logprobs", BT_F32, 2, s_t, b->logprobs));
-    TRY(bt_msg_add_tensor(msg, "lengths", BT_I64, 1, s_n, b->lengths));
-    TRY(bt_msg_add_tensor(msg, "rewards", BT_F64, 1, s_n, b->rewards));
-    TRY(bt_msg_add_tensor(msg, "correct", BT_U8, 1, s_n, flags));
+    BT_TRY(bt_msg_set_int(msg, "version", b->version < 0 ? 0 : b->version));
+    BT_TRY(bt_msg_set_int(msg, "group_size", b->group_size));
+    BT_TRY(bt_msg_set_int(msg, "n_prompts", P));
+    BT_TRY(bt_msg_set_double(msg, "temperature", b->temperature));
+    BT_TRY(bt_msg_add_tensor(msg, "indices", BT_I64, 1, s_p, b->indices));
+    BT_TRY(bt_msg_add_tensor(msg, "prompt_tokens", BT_I32, 2, s_pt, b->prompt_tokens));
+    BT_TRY(bt_msg_add_tensor(msg, "prompt_lens", BT_I64, 1, s_n, b->prompt_lens));
+    BT_TRY(bt_msg_add_tensor(msg, "tokens", BT_I32, 2, s_t, b->tokens));
+    BT_TRY(bt_msg_add_tensor(msg, "logprobs", BT_F32, 2, s_t, b->logprobs));
+    BT_TRY(bt_msg_add_tensor(msg, "lengths", BT_I64, 1, s_n, b->lengths));
+    BT_TRY(bt_msg_add_tensor(msg, "rewards", BT_F64, 1, s_n, b->rewards));
+    BT_TRY(bt_msg_add_tensor(msg, "correct", BT_U8, 1, s_n, flags));
     return bt_msg_add_tensor(msg, "finished", BT_U8, 1, s_n, flags + n);
 }
 
@@ -49,7 +42,7 @@ bt_status bt_batch_to_msg(const bt_rollout_batch *b, bt_msg_t *msg) {
 /*  tensor name of dtype with the given shape (ndim 1 or 2); BT_EFORMAT otherwise. */
 static bt_status s_get(const bt_msg_t *msg, const char *name, bt_dtype dtype, int64_t d0,
                        int64_t d1, bt_msg_tensor *t) {
-    TRY(bt_msg_get_tensor(msg, name, dtype, d1 < 0 ? 1 : 2, t));
+    BT_TRY(bt_msg_get_tensor(msg, name, dtype, d1 < 0 ? 1 : 2, t));
     if (t->shape[0] != d0 || (d1 >= 0 && t->shape[1] != d1))
         return bt_fail(BT_EFORMAT, "%s: tensor '%s': shape does not match the batch (%lld rows)",
                        bt_msg_type_name(bt_msg_type_of(msg)), name, (long long)d0);
@@ -70,23 +63,23 @@ bt_status bt_batch_from_msg(const bt_msg_t *msg, bt_rollout_batch *out) {
     int64_t version, G, P;
     double temperature;
     bt_msg_tensor ix, pt, pl, tk, lp, ln, rw, co, fi;
-    TRY(bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &version));
-    TRY(bt_msg_get_int(msg, "group_size", 1, 1 << 20, &G));
-    TRY(bt_msg_get_int(msg, "n_prompts", 0, 1 << 20, &P));
-    TRY(bt_msg_get_double(msg, "temperature", 0, 1e6, &temperature));
-    TRY(bt_msg_get_tensor(msg, "prompt_tokens", BT_I32, 2, &pt));
-    TRY(bt_msg_get_tensor(msg, "tokens", BT_I32, 2, &tk));
+    BT_TRY(bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &version));
+    BT_TRY(bt_msg_get_int(msg, "group_size", 1, 1 << 20, &G));
+    BT_TRY(bt_msg_get_int(msg, "n_prompts", 0, 1 << 20, &P));
+    BT_TRY(bt_msg_get_double(msg, "temperature", 0, 1e6, &temperature));
+    BT_TRY(bt_msg_get_tensor(msg, "prompt_tokens", BT_I32, 2, &pt));
+    BT_TRY(bt_msg_get_tensor(msg, "tokens", BT_I32, 2, &tk));
     int64_t n = P * G, Pmax = pt.shape[1], L = tk.shape[1];
-    TRY(s_get(msg, "indices", BT_I64, P, -1, &ix));
-    TRY(s_get(msg, "prompt_tokens", BT_I32, n, Pmax, &pt));
-    TRY(s_get(msg, "prompt_lens", BT_I64, n, -1, &pl));
-    TRY(s_get(msg, "tokens", BT_I32, n, L, &tk));
-    TRY(s_get(msg, "logprobs", BT_F32, n, L, &lp));
-    TRY(s_get(msg, "lengths", BT_I64, n, -1, &ln));
-    TRY(s_get(msg, "rewards", BT_F64, n, -1, &rw));
-    TRY(s_get(msg, "correct", BT_U8, n, -1, &co));
-    TRY(s_get(msg, "finished", BT_U8, n, -1, &fi));
-    TRY(bt_rollout_batch_alloc(out, P, G, Pmax < 1 ? 1 : Pmax, L < 1 ? 1 : L));
+    BT_TRY(s_get(msg, "indices", BT_I64, P, -1, &ix));
+    BT_TRY(s_get(msg, "prompt_tokens", BT_I32, n, Pmax, &pt));
+    BT_TRY(s_get(msg, "prompt_lens", BT_I64, n, -1, &pl));
+    BT_TRY(s_get(msg, "tokens", BT_I32, n, L, &tk));
+    BT_TRY(s_get(msg, "logprobs", BT_F32, n, L, &lp));
+    BT_TRY(s_get(msg, "lengths", BT_I64, n, -1, &ln));
+    BT_TRY(s_get(msg, "rewards", BT_F64, n, -1, &rw));
+    BT_TRY(s_get(msg, "correct", BT_U8, n, -1, &co));
+    BT_TRY(s_get(msg, "finished", BT_U8, n, -1, &fi));
+    BT_TRY(bt_rollout_batch_alloc(out, P, G, Pmax < 1 ? 1 : Pmax, L < 1 ? 1 : L));
     out->version = version;
     out->temperature = temperature;
     memcpy(out->indices, ix.data, ix.nbytes);
@@ -120,7 +113,7 @@ bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch
         L = parts[i].max_new_tokens > L ? parts[i].max_new_tokens : L;
         version = parts[i].version < version ? parts[i].version : version;
     }
-    TRY(bt_rollout_batch_alloc(out, P, n ? parts[0].group_size : 1, Pmax, L));
+    BT_TRY(bt_rollout_batch_alloc(out, P, n ? parts[0].group_size : 1, Pmax, L));
     out->version = n ? version : -1;
     out->temperature = n ? parts[0].temperature : 0;
     int64_t p0 = 0, r0 = 0;
@@ -152,7 +145,7 @@ bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep,
     int64_t G = in->group_size, kept = 0;
     for (int64_t g = 0; g < in->n_prompts; g++)
         kept += keep[g];
-    TRY(bt_rollout_batch_alloc(out, kept, G, in->max_prompt_len, in->max_new_tokens));
+    BT_TRY(bt_rollout_batch_alloc(out, kept, G, in->max_prompt_len, in->max_new_tokens));
     out->version = in->version;
     out->temperature = in->temperature;
     int64_t o = 0, Pm = in->max_prompt_len, L = in->max_new_tokens;
@@ -180,16 +173,16 @@ bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep,
 /* ---- weights -------------------------------------------------------------------------------- */
 
 bt_status bt_weights_to_msg(const bt_weights *w, bt_msg_t *msg) {
-    TRY(bt_msg_set_int(msg, "version", w->version));
+    BT_TRY(bt_msg_set_int(msg, "version", w->version));
     for (int i = 0; i < w->n; i++)
-        TRY(bt_msg_add_tensor(msg, w->names[i], BT_F32, w->ndim[i], w->shape[i], w->data[i]));
+        BT_TRY(bt_msg_add_tensor(msg, w->names[i], BT_F32, w->ndim[i], w->shape[i], w->data[i]));
     return BT_OK;
 }
 
 bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
     bt_weights_release(out);
     int64_t version;
-    TRY(bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &version));
+    BT_TRY(bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &version));
     int n = bt_msg_tensor_count(msg);
     out->version = version;
     out->names = calloc((size_t)n + 1, sizeof *out->names);
@@ -229,29 +222,29 @@ bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
 
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {
     int64_t shape[1] = {s->samples + 1};
-    TRY(bt_msg_set_int(msg, "examples", s->examples));
-    TRY(bt_msg_set_int(msg, "samples", s->samples));
-    TRY(bt_msg_set_int(msg, "completions", s->completions));
-    TRY(bt_msg_set_int(msg, "correct", s->correct));
-    TRY(bt_msg_set_double(msg, "reward_sum", s->reward_sum));
-    TRY(bt_msg_set_double(msg, "length_sum", s->length_sum));
-    TRY(bt_msg_set_int(msg, "truncated", s->truncated));
+    BT_TRY(bt_msg_set_int(msg, "examples", s->examples));
+    BT_TRY(bt_msg_set_int(msg, "samples", s->samples));
+    BT_TRY(bt_msg_set_int(msg, "completions", s->completions));
+    BT_TRY(bt_msg_set_int(msg, "correct", s->correct));
+    BT_TRY(bt_msg_set_double(msg, "reward_sum", s->reward_sum));
+    BT_TRY(bt_msg_set_double(msg, "length_sum", s->length_sum));
+    BT_TRY(bt_msg_set_int(msg, "truncated", s->truncated));
     return bt_msg_add_tensor(msg, "correct_hist", BT_I64, 1, shape, s->correct_hist);
 }
 
 bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
     int64_t k;
-    TRY(bt_msg_get_int(msg, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &k));
+    BT_TRY(bt_msg_get_int(msg, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &k));
     bt_evaluator_sums_init(out, k);
     const int64_t max = BT_WIRE_INT_MAX;
-    TRY(bt_msg_get_int(msg, "examples", 0, max, &out->examples));
-    TRY(bt_msg_get_int(msg, "completions", 0, max, &out->completions));
-    TRY(bt_msg_get_int(msg, "correct", 0, out->examples, &out->correct));
-    TRY(bt_msg_get_double(msg, "reward_sum", -1e300, 1e300, &out->reward_sum));
-    TRY(bt_msg_get_double(msg, "length_sum", 0, 1e300, &out->length_sum));
-    TRY(bt_msg_get_int(msg, "truncated", 0, out->completions, &out->truncated));
+    BT_TRY(bt_msg_get_int(msg, "examples", 0, max, &out->examples));
+    BT_TRY(bt_msg_get_int(msg, "completions", 0, max, &out->completions));
+    BT_TRY(bt_msg_get_int(msg, "correct", 0, out->examples, &out->correct));
+    BT_TRY(bt_msg_get_double(msg, "reward_sum", -1e300, 1e300, &out->reward_sum));
+    BT_TRY(bt_msg_get_double(msg, "length_sum", 0, 1e300, &out->length_sum));
+    BT_TRY(bt_msg_get_int(msg, "truncated", 0, out->completions, &out->truncated));
     bt_msg_tensor h;
-    TRY(s_get(msg, "correct_hist", BT_I64, k + 1, -1, &h));
+    BT_TRY(s_get(msg, "correct_hist", BT_I64, k + 1, -1, &h));
     memcpy(out->correct_hist, h.data, h.nbytes);
     return BT_OK;
 }

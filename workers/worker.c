@@ -17,20 +17,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        bt_status _st = (expr);                                                                    \
-        if (_st != BT_OK)                                                                          \
-            return _st;                                                                            \
-    } while (0)
-
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int64_t s_now_ms(void) { return (int64_t)(s_now() * 1000.0); }
+static int64_t s_now_ms(void) { return (int64_t)(bt_now() * 1000.0); }
 
 /* ---- compute state -------------------------------------------------------------------------- */
 
@@ -61,13 +48,13 @@ static bt_status s_build_task(const bt_run_config *cfg, bt_task_t **out) {
 }
 
 static bt_status s_build(s_compute *c) {
-    TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->cfg));
+    BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->cfg));
     bt_device dev;
-    TRY(bt_device_parse(c->cfg.run.device, &dev));
+    BT_TRY(bt_device_parse(c->cfg.run.device, &dev));
     if (c->cfg.run.threads > 0)
         bt_set_num_threads((int)c->cfg.run.threads);
     c->tok = bt_tokenizer_new_bytes();
-    TRY(s_build_task(&c->cfg, &c->task));
+    BT_TRY(s_build_task(&c->cfg, &c->task));
     if (c->opt->reward)
         bt_task_set_reward_fn(c->task, c->opt->reward, c->opt->reward_user);
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
@@ -114,13 +101,13 @@ static bt_status s_publish(s_compute *c) {
 }
 
 static bt_status s_put_stats(bt_msg_t *res, const bt_trainer_stats *s) {
-    TRY(bt_msg_set_double(res, "stats.loss", s->loss));
-    TRY(bt_msg_set_double(res, "stats.pg_loss", s->pg_loss));
-    TRY(bt_msg_set_double(res, "stats.kl", s->kl));
-    TRY(bt_msg_set_double(res, "stats.clip_frac", s->clip_frac));
-    TRY(bt_msg_set_double(res, "stats.entropy", s->entropy));
-    TRY(bt_msg_set_double(res, "stats.grad_norm", s->grad_norm));
-    TRY(bt_msg_set_double(res, "stats.tokens", s->tokens));
+    BT_TRY(bt_msg_set_double(res, "stats.loss", s->loss));
+    BT_TRY(bt_msg_set_double(res, "stats.pg_loss", s->pg_loss));
+    BT_TRY(bt_msg_set_double(res, "stats.kl", s->kl));
+    BT_TRY(bt_msg_set_double(res, "stats.clip_frac", s->clip_frac));
+    BT_TRY(bt_msg_set_double(res, "stats.entropy", s->entropy));
+    BT_TRY(bt_msg_set_double(res, "stats.grad_norm", s->grad_norm));
+    BT_TRY(bt_msg_set_double(res, "stats.tokens", s->tokens));
     return bt_msg_set_int(res, "version", s->version);
 }
 
@@ -128,14 +115,14 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     int64_t version, seed, G, max_new, top_k;
     double temperature, top_p;
     bt_msg_tensor prompts;
-    TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
-    TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
-    TRY(bt_msg_get_int(task, "group_size", 1, 4096, &G));
-    TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
-    TRY(bt_msg_get_int(task, "top_k", 0, 1 << 30, &top_k));
-    TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
-    TRY(bt_msg_get_double(task, "top_p", 0, 1, &top_p));
-    TRY(bt_msg_get_tensor(task, "prompts", BT_I64, 1, &prompts));
+    BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
+    BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
+    BT_TRY(bt_msg_get_int(task, "group_size", 1, 4096, &G));
+    BT_TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
+    BT_TRY(bt_msg_get_int(task, "top_k", 0, 1 << 30, &top_k));
+    BT_TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
+    BT_TRY(bt_msg_get_double(task, "top_p", 0, 1, &top_p));
+    BT_TRY(bt_msg_get_tensor(task, "prompts", BT_I64, 1, &prompts));
     int64_t n = prompts.shape[0];
     uint64_t *idx = malloc(sizeof *idx * (size_t)(n + 1));
     if (!idx)
@@ -164,11 +151,11 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
 static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     double lr;
     bt_msg_tensor adv;
-    TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
-    TRY(bt_msg_get_bool(task, "publish", publish));
+    BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
+    BT_TRY(bt_msg_get_bool(task, "publish", publish));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    TRY(bt_batch_from_msg(task, &b));
+    BT_TRY(bt_batch_from_msg(task, &b));
     bt_status st = bt_msg_get_tensor(task, "adv", BT_F64, 1, &adv);
     if (st == BT_OK && adv.shape[0] != b.n)
         st = bt_fail(BT_EFORMAT, "TASK: tensor 'adv': %lld rows for %lld completions",
@@ -193,10 +180,10 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
 static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     double lr;
     int64_t start, count;
-    TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
-    TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
-    TRY(bt_msg_get_int(task, "count", 1, 1 << 20, &count));
-    TRY(bt_msg_get_bool(task, "publish", publish));
+    BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
+    BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
+    BT_TRY(bt_msg_get_int(task, "count", 1, 1 << 20, &count));
+    BT_TRY(bt_msg_get_bool(task, "publish", publish));
     uint64_t *idx = malloc(sizeof *idx * (size_t)count);
     if (!idx)
         return bt_fail(BT_ENOMEM, "sft: out of memory");
@@ -218,12 +205,12 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
 static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
     int64_t start, count, samples, max_new, seed;
     double temperature;
-    TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
-    TRY(bt_msg_get_int(task, "count", 1, BT_WIRE_INT_MAX, &count));
-    TRY(bt_msg_get_int(task, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &samples));
-    TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
-    TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
-    TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
+    BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
+    BT_TRY(bt_msg_get_int(task, "count", 1, BT_WIRE_INT_MAX, &count));
+    BT_TRY(bt_msg_get_int(task, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &samples));
+    BT_TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
+    BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
+    BT_TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
     bt_evaluator_config ec;
     bt_evaluator_config_init(&ec);
     ec.start = (size_t)start;
@@ -250,7 +237,7 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     if (!res)
         return bt_fail(BT_ENOMEM, "worker: out of memory");
     bool publish = false;
-    double t0 = s_now();
+    double t0 = bt_now();
     bt_status st = bt_msg_get_int(task, "task", 0, BT_WIRE_INT_MAX, &id);
     if (st == BT_OK)
         st = bt_msg_get_str(task, "kind", 16, &kind);
@@ -271,7 +258,7 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     if (st == BT_OK && publish)
         st = s_publish(c);
     if (st == BT_OK) /* model compute, for the orchestration-overhead benchmark */
-        st = bt_msg_set_double(res, "compute_s", s_now() - t0);
+        st = bt_msg_set_double(res, "compute_s", bt_now() - t0);
     if (st != BT_OK) {
         char reason[512];
         snprintf(reason, sizeof reason, "%s", bt_last_error());

@@ -1,4 +1,4 @@
-/*  status.h — status codes, the thread-local last error, assertions and logging.
+/*  status.h — status codes, the thread-local last error, assertions, logging and the clock.
     Threading: the last error is per thread; the log sink is process-wide (set it before threads start).
     Lifetime: static; nothing to create or destroy. */
 #ifndef BATON_STATUS_H
@@ -39,6 +39,17 @@ bt_status bt_fail(bt_status status, const char *fmt, ...)
 #endif
     ;
 void bt_clear_error(void);
+
+/*  Returns from the calling function when expr (a bt_status) is an error. */
+#define BT_TRY(expr)                                                                               \
+    do {                                                                                           \
+        bt_status bt_try_status_ = (expr);                                                         \
+        if (bt_try_status_ != BT_OK)                                                               \
+            return bt_try_status_;                                                                 \
+    } while (0)
+
+/*  Seconds on the monotonic clock (for durations and timers, not dates). */
+double bt_now(void);
 
 /*  Programmer errors: never compiled out; prints file:line and the expression, then aborts. */
 #define BT_ASSERT(expr)                                                                            \
