@@ -3,6 +3,7 @@
 #include "baton/controller.h"
 
 #include "baton/messages.h"
+#include "baton/metrics.h"
 #include "baton/registry.h"
 #include "baton/wire.h"
 
@@ -452,6 +453,12 @@ static bt_status s_evaluate(bt_controller_t *self, const char *phase, int64_t st
     bt_jsonl_num(&line, "reward_mean", sum.reward_sum / comp);
     bt_jsonl_num(&line, "response_len_mean", sum.length_sum / comp);
     bt_jsonl_num(&line, "truncated_frac", (double)sum.truncated / comp);
+    if (sum.samples > 1) { /* unbiased pass@k (Chen et al. 2021) at k = 1 and k = samples */
+        char key[32];
+        bt_jsonl_num(&line, "pass@1", bt_pass_at_k_hist(sum.correct_hist, sum.samples, 1));
+        snprintf(key, sizeof key, "pass@%lld", (long long)sum.samples);
+        bt_jsonl_num(&line, key, bt_pass_at_k_hist(sum.correct_hist, sum.samples, sum.samples));
+    }
     bt_jsonl_int(&line, "version", self->version);
     return bt_runlog_metric(self->log, &line);
 }
