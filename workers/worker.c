@@ -428,11 +428,15 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
         ;
     bool ok = ready && bt_msg_type_of(ready) == BT_MSG_PING;
     bt_msg_destroy(&ready);
+    /* s_serve relays STOP itself; on any other way out the compute thread still needs one */
     st = ok ? s_serve(dealer, pipe, opt, hb_ms) : c.status;
-    bt_msg_t *stop = bt_msg_new(BT_MSG_STOP);
-    if (ok)
+    int timeout_ms = 2000; /* never block for good on a peer that is gone */
+    zmq_setsockopt(pipe, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt(dealer, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
+    if (ok && st != BT_OK) {
+        bt_msg_t *stop = bt_msg_new(BT_MSG_STOP);
         bt_msg_send(&stop, pipe, NULL, 0);
-    bt_msg_destroy(&stop);
+    }
     pthread_join(thread, NULL);
     bt_msg_t *bye = bt_msg_new(BT_MSG_BYE);
     bt_msg_send(&bye, dealer, NULL, 0);
