@@ -2,6 +2,7 @@
     and deleted inside this file) and raw tensor frames kept as zmq_msg_t, so a tensor is never
     copied on receive nor, when added zero-copy, on send. */
 #include "baton/wire.h"
+#include "baton/dtype.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -73,65 +74,6 @@ bool bt_msg_type_parse(const char *name, bt_msg_type *out) {
     return false;
 }
 
-typedef struct s_dtype_info {
-    const char *name; /* as safetensors spells it */
-    bt_dtype dtype;
-    size_t size; /* bytes per element */
-} s_dtype_info;
-
-static const s_dtype_info s_dtypes[] = {
-    {"F32", BT_F32, 4}, {"F64", BT_F64, 8}, {"F16", BT_F16, 2}, {"BF16", BT_BF16, 2},
-    {"I64", BT_I64, 8}, {"I32", BT_I32, 4}, {"U8", BT_U8, 1},   {"BOOL", BT_BOOL, 1}};
-#define S_N_DTYPES ((int)(sizeof s_dtypes / sizeof s_dtypes[0]))
-
-static const s_dtype_info *s_dtype_by_name(const char *name) {
-    for (int i = 0; i < S_N_DTYPES; i++)
-        if (strcmp(s_dtypes[i].name, name) == 0)
-            return &s_dtypes[i];
-    return NULL;
-}
-
-static const s_dtype_info *s_dtype_by_value(bt_dtype dtype) {
-    for (int i = 0; i < S_N_DTYPES; i++)
-        if (s_dtypes[i].dtype == dtype)
-            return &s_dtypes[i];
-    return NULL;
-}
-
-/*  True when s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
-    above U+10FFFF). */
-static bool s_is_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t len;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c & 0xE0) == 0xC0)
-            len = 2, cp = c & 0x1Fu, min = 0x80;
-        else if ((c & 0xF0) == 0xE0)
-            len = 3, cp = c & 0x0Fu, min = 0x800;
-        else if ((c & 0xF8) == 0xF0)
-            len = 4, cp = c & 0x07u, min = 0x10000;
-        else
-            return false;
-        if (n - i < len)
-            return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3Fu);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += len;
-    }
-    return true;
-}
-
 /*  A field key or tensor name: 1..BT_WIRE_NAME_MAX bytes of A-Z a-z 0-9 _ . - */
 static bool s_is_name(const char *s) {
     size_t n = 0;
@@ -167,7 +109,7 @@ static bt_status s_check_text(const bt_msg_t *m, const char *what, const char *s
     if (len > BT_WIRE_STR_MAX)
         return bt_fail(code, "%s: %s: a string of %zu bytes, more than %d",
                        bt_msg_type_name(m->type), what, len, BT_WIRE_STR_MAX);
-    if (!s_is_utf8((const uint8_t *)s, len))
+    if (!bt_utf8_is_valid((const uint8_t *)s, len))
         return bt_fail(code, "%s: %s: a string that is not UTF-8", bt_msg_type_name(m->type), what);
     return BT_OK;
 }
@@ -446,7 +388,7 @@ bt_status bt_msg_get_str(const bt_msg_t *self, const char *key, size_t maxlen, c
 static bt_status s_tensor_check(const bt_msg_t *m, const char *name, bt_dtype dtype, int ndim,
                                 const int64_t *shape, bt_status code, size_t *nbytes) {
     const char *type = bt_msg_type_name(m->type);
-    const s_dtype_info *info = s_dtype_by_value(dtype);
+    size_t esize = bt_dtype_size(dtype);
     char q[S_QUOTE_LEN];
     if (!s_is_name(name))
         return bt_fail(code, "%s: tensor %s: not a valid name (1 to %d bytes of A-Z a-z 0-9 _ . -)",
@@ -456,12 +398,12 @@ static bt_status s_tensor_check(const bt_msg_t *m, const char *name, bt_dtype dt
             return bt_fail(code, "%s: tensor '%s' appears twice", type, name);
     if (m->n_tensors == BT_WIRE_TENSORS_MAX)
         return bt_fail(code, "%s: more than %d tensors", type, BT_WIRE_TENSORS_MAX);
-    if (!info)
+    if (esize == 0)
         return bt_fail(code, "%s: tensor '%s': unknown dtype %d", type, name, (int)dtype);
     if (ndim < 0 || ndim > BT_MAX_DIMS)
         return bt_fail(code, "%s: tensor '%s': %d dims, expected 0 to %d", type, name, ndim,
                        BT_MAX_DIMS);
-    uint64_t n = info->size, limit = s_frame_max;
+    uint64_t n = esize, limit = s_frame_max;
     bool empty = false, over = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || shape[i] > BT_WIRE_INT_MAX)
@@ -564,11 +506,11 @@ bt_status bt_msg_get_tensor(const bt_msg_t *self, const char *name, bt_dtype dty
         if (strcmp(self->tensors[i]->name, name) != 0)
             continue;
         const s_tensor *t = self->tensors[i];
+        const char *want = bt_dtype_code(dtype);
         if (t->dtype != dtype || t->ndim != ndim)
             return bt_fail(BT_EFORMAT,
                            "%s: tensor '%s': expected %s with %d dims, got %s with %d dims", type,
-                           name, s_dtype_by_value(dtype) ? s_dtype_by_value(dtype)->name : "?",
-                           ndim, s_dtype_by_value(t->dtype)->name, t->ndim);
+                           name, want ? want : "?", ndim, bt_dtype_code(t->dtype), t->ndim);
         *out = bt_msg_tensor_at(self, i);
         return BT_OK;
     }
@@ -681,7 +623,7 @@ static bool s_encode_field(cJSON *obj, const s_field *f) {
 static bool s_encode_tensor(cJSON *arr, const s_tensor *t) {
     cJSON *e = cJSON_CreateObject(), *shape = NULL;
     bool ok = s_add(arr, NULL, e) && cJSON_AddStringToObject(e, "name", t->name) &&
-              cJSON_AddStringToObject(e, "dtype", s_dtype_by_value(t->dtype)->name) &&
+              cJSON_AddStringToObject(e, "dtype", bt_dtype_code(t->dtype)) &&
               (shape = cJSON_AddArrayToObject(e, "shape")) != NULL;
     for (int i = 0; ok && i < t->ndim; i++)
         ok = s_add(shape, NULL, s_number((double)t->shape[i]));
@@ -887,22 +829,22 @@ static bt_status s_decode_tensor(bt_msg_t *m, const cJSON *entry, int i, zmq_msg
     if (!cJSON_IsString(items[0]) || !cJSON_IsString(items[1]) || !items[2])
         return bt_fail(BT_EFORMAT, "%s: expected string name and dtype and a shape", what);
     const char *name = items[0]->valuestring;
-    const s_dtype_info *info = s_dtype_by_name(items[1]->valuestring);
+    bt_dtype dtype;
     int ndim;
     int64_t shape[BT_MAX_DIMS];
     size_t nbytes;
-    if (!info)
+    if (!bt_dtype_from_code(items[1]->valuestring, &dtype))
         return bt_fail(BT_EFORMAT, "%s: unknown dtype %s", what,
                        s_quote(q, items[1]->valuestring, '"'));
     if (!s_decode_shape(items[2], &ndim, shape))
         return bt_fail(BT_EFORMAT, "%s: shape: expected at most %d integers in [0, %" PRId64 "]",
                        what, BT_MAX_DIMS, BT_WIRE_INT_MAX);
-    rc = s_tensor_check(m, name, info->dtype, ndim, shape, BT_EFORMAT, &nbytes);
+    rc = s_tensor_check(m, name, dtype, ndim, shape, BT_EFORMAT, &nbytes);
     if (rc == BT_OK && zmq_msg_size(frame) != nbytes)
         rc = bt_fail(BT_EFORMAT,
                      "%s: tensor '%s': shape and dtype %s make %zu bytes, its frame holds %zu",
-                     type, name, info->name, nbytes, zmq_msg_size(frame));
-    return rc == BT_OK ? s_tensor_append(m, name, info->dtype, ndim, shape, frame) : rc;
+                     type, name, bt_dtype_code(dtype), nbytes, zmq_msg_size(frame));
+    return rc == BT_OK ? s_tensor_append(m, name, dtype, ndim, shape, frame) : rc;
 }
 
 static bt_status s_decode_tensors(bt_msg_t *m, const cJSON *arr, zmq_msg_t *frames,
@@ -944,7 +886,7 @@ static bool s_has_nul_escape(const char *text, size_t len) {
 static bt_status s_parse_json(const char *text, size_t len, cJSON **root) {
     if (len > BT_WIRE_HEADER_MAX)
         return bt_fail(BT_EFORMAT, "header: %zu bytes, more than %d", len, BT_WIRE_HEADER_MAX);
-    if (memchr(text, '\0', len) || !s_is_utf8((const uint8_t *)text, len))
+    if (memchr(text, '\0', len) || !bt_utf8_is_valid((const uint8_t *)text, len))
         return bt_fail(BT_EFORMAT, "header: not UTF-8 text");
     if (s_has_nul_escape(text, len))
         return bt_fail(BT_EFORMAT, "header: a string holds \\u0000");

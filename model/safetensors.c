@@ -2,6 +2,7 @@
     The JSON header is parsed with cJSON, copied into plain structs and deleted inside this file. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/safetensors.h"
+#include "baton/dtype.h"
 #include "baton/fileio.h"
 
 #include <cjson/cJSON.h>
@@ -32,31 +33,6 @@ struct bt_safetensors {
     s_meta_pair *meta;           /* (n_meta), ordered by key */
     int n_meta;
 };
-
-typedef struct s_dtype_info {
-    const char *name; /* as spelled in the header */
-    bt_dtype dtype;
-    size_t size; /* bytes per element */
-} s_dtype_info;
-
-static const s_dtype_info s_dtypes[] = {
-    {"F32", BT_F32, 4}, {"F64", BT_F64, 8}, {"F16", BT_F16, 2}, {"BF16", BT_BF16, 2},
-    {"I64", BT_I64, 8}, {"I32", BT_I32, 4}, {"U8", BT_U8, 1},   {"BOOL", BT_BOOL, 1}};
-#define S_N_DTYPES ((int)(sizeof s_dtypes / sizeof s_dtypes[0]))
-
-static const s_dtype_info *s_dtype_by_name(const char *name) {
-    for (int i = 0; i < S_N_DTYPES; i++)
-        if (strcmp(s_dtypes[i].name, name) == 0)
-            return &s_dtypes[i];
-    return NULL;
-}
-
-static const s_dtype_info *s_dtype_by_value(bt_dtype dtype) {
-    for (int i = 0; i < S_N_DTYPES; i++)
-        if (s_dtypes[i].dtype == dtype)
-            return &s_dtypes[i];
-    return NULL;
-}
 
 /*  numel * esize into *out; false when it exceeds S_JSON_INT_MAX.  Every dim must be >= 0. */
 static bool s_nbytes(const int64_t *shape, int ndim, size_t esize, uint64_t *out) {
@@ -91,40 +67,6 @@ static uint64_t s_get_u64le(const uint8_t *p) {
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
-}
-
-/*  True when s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
-    above U+10FFFF). */
-static bool s_is_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t len;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c & 0xE0) == 0xC0)
-            len = 2, cp = c & 0x1Fu, min = 0x80;
-        else if ((c & 0xF0) == 0xE0)
-            len = 3, cp = c & 0x0Fu, min = 0x800;
-        else if ((c & 0xF8) == 0xF0)
-            len = 4, cp = c & 0x07u, min = 0x10000;
-        else
-            return false;
-        if (n - i < len)
-            return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3Fu);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += len;
-    }
-    return true;
 }
 
 /*  Copies s into the string pool.  The pool holds N + 1 bytes: every string copied comes from a
@@ -198,7 +140,7 @@ static bt_status s_entry_shape(const char *path, const char *name, const cJSON *
 
 /*  Checks data_offsets [begin, end] against the data region and the entry's dtype and shape. */
 static bt_status s_entry_offsets(bt_safetensors_t *self, const char *path, const char *name,
-                                 const cJSON *offsets, const s_dtype_info *info, bt_st_entry *e) {
+                                 const cJSON *offsets, bt_st_entry *e) {
     uint64_t begin = 0, end = 0, nbytes = 0;
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 ||
         !s_json_uint(offsets->child, &begin) || !s_json_uint(offsets->child->next, &end))
@@ -211,13 +153,13 @@ static bt_status s_entry_offsets(bt_safetensors_t *self, const char *path, const
                        path, name, begin, end, self->data_size);
     char shape[256];
     s_format_shape(shape, sizeof shape, e->shape, e->ndim);
-    if (!s_nbytes(e->shape, e->ndim, info->size, &nbytes))
+    if (!s_nbytes(e->shape, e->ndim, bt_dtype_size(e->dtype), &nbytes))
         return bt_fail(BT_EFORMAT, "%s: tensor '%s': shape %s is too large", path, name, shape);
     if (end - begin != nbytes)
         return bt_fail(BT_EFORMAT,
                        "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                        "] but shape %s %s needs %" PRIu64 " bytes",
-                       path, name, begin, end, shape, info->name, nbytes);
+                       path, name, begin, end, shape, bt_dtype_code(e->dtype), nbytes);
     e->nbytes = (size_t)nbytes;
     e->data = self->data + begin;
     return BT_OK;
@@ -236,16 +178,14 @@ static bt_status s_parse_entry(bt_safetensors_t *self, const char *path, const c
         return rc;
     if (!cJSON_IsString(fields[S_DTYPE]))
         return bt_fail(BT_EFORMAT, "%s: tensor '%s': dtype is not a string", path, name);
-    const s_dtype_info *info = s_dtype_by_name(fields[S_DTYPE]->valuestring);
-    if (!info)
+    if (!bt_dtype_from_code(fields[S_DTYPE]->valuestring, &e->dtype))
         return bt_fail(BT_EFORMAT,
                        "%s: tensor '%s': unknown dtype '%s' (expected F32, F16, BF16, F64, I64, "
                        "I32, U8 or BOOL)",
                        path, name, fields[S_DTYPE]->valuestring);
-    e->dtype = info->dtype;
     rc = s_entry_shape(path, name, fields[S_SHAPE], e);
     if (rc == BT_OK)
-        rc = s_entry_offsets(self, path, name, fields[S_OFFSETS], info, e);
+        rc = s_entry_offsets(self, path, name, fields[S_OFFSETS], e);
     if (rc == BT_OK)
         e->name = s_keep(self, name);
     return rc;
@@ -341,7 +281,7 @@ static bt_status s_parse_header(bt_safetensors_t *self, const char *path, const 
 /*  Parses the n header bytes: UTF-8 text holding one JSON object, then only whitespace.  On
     success caller owns *root_p (cJSON_Delete()). */
 static bt_status s_parse_json(const char *path, const char *header, size_t n, cJSON **root_p) {
-    if (memchr(header, '\0', n) || !s_is_utf8((const uint8_t *)header, n))
+    if (memchr(header, '\0', n) || !bt_utf8_is_valid((const uint8_t *)header, n))
         return bt_fail(BT_EFORMAT, "%s: header is not UTF-8 text", path);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(header, n, &end, false);
@@ -449,8 +389,8 @@ static bt_status s_check_tensor(const char *path, const bt_st_tensor *t, uint64_
                        "%s: bad tensor name '%s' (expected 1..%d bytes, not "
                        "__metadata__)",
                        path, t->name ? t->name : "(null)", BT_ST_NAME_MAX);
-    const s_dtype_info *info = s_dtype_by_value(t->dtype);
-    if (!info)
+    size_t esize = bt_dtype_size(t->dtype);
+    if (esize == 0)
         return bt_fail(BT_EINVAL, "%s: tensor '%s': unknown dtype %d", path, t->name,
                        (int)t->dtype);
     if (t->ndim < 0 || t->ndim > BT_MAX_DIMS)
@@ -460,7 +400,7 @@ static bt_status s_check_tensor(const char *path, const bt_st_tensor *t, uint64_
         if (t->shape[i] < 0 || (uint64_t)t->shape[i] > S_JSON_INT_MAX)
             return bt_fail(BT_EINVAL, "%s: tensor '%s': dim %d is %" PRId64, path, t->name, i,
                            t->shape[i]);
-    if (!s_nbytes(t->shape, t->ndim, info->size, nbytes))
+    if (!s_nbytes(t->shape, t->ndim, esize, nbytes))
         return bt_fail(BT_EINVAL, "%s: tensor '%s': shape too large", path, t->name);
     if (*nbytes > 0 && !t->data)
         return bt_fail(BT_EINVAL, "%s: tensor '%s': data is NULL", path, t->name);
@@ -517,7 +457,7 @@ static bt_status s_add_entry(const char *path, cJSON *root, const bt_st_tensor *
         return bt_fail(BT_EINVAL, "%s: tensors larger than 2^53 bytes in all", path);
     int64_t offsets[2] = {(int64_t)*offset, (int64_t)(*offset + nbytes)};
     cJSON *e = cJSON_AddObjectToObject(root, t->name);
-    if (!e || !cJSON_AddStringToObject(e, "dtype", s_dtype_by_value(t->dtype)->name) ||
+    if (!e || !cJSON_AddStringToObject(e, "dtype", bt_dtype_code(t->dtype)) ||
         !s_add_ints(e, "shape", t->shape, t->ndim) || !s_add_ints(e, "data_offsets", offsets, 2))
         return bt_fail(BT_ENOMEM, "%s: out of memory", path);
     *offset += nbytes;
@@ -562,8 +502,7 @@ static bt_status s_write_file(const char *path, const char *json, const bt_st_te
               s_write_all(f, spaces, padded - json_len);
     for (int i = 0; i < n && ok; i++) {
         uint64_t nbytes = 0;
-        s_nbytes(tensors[i].shape, tensors[i].ndim, s_dtype_by_value(tensors[i].dtype)->size,
-                 &nbytes);
+        s_nbytes(tensors[i].shape, tensors[i].ndim, bt_dtype_size(tensors[i].dtype), &nbytes);
         ok = nbytes == 0 || s_write_all(f, tensors[i].data, (size_t)nbytes);
     }
     return bt_file_finish(f, path, ok);

@@ -191,34 +191,6 @@ static at::IntArrayRef s_shape_view(int ndim, const int64_t *shape) {
 
 /* ---- dtypes and devices ---------------------------------------------------------------------- */
 
-extern "C" size_t bt_dtype_size(bt_dtype dtype) {
-    switch (dtype) {
-    case BT_F32: return 4;
-    case BT_F64: return 8;
-    case BT_F16: return 2;
-    case BT_BF16: return 2;
-    case BT_I64: return 8;
-    case BT_I32: return 4;
-    case BT_U8: return 1;
-    case BT_BOOL: return 1;
-    }
-    return 0;
-}
-
-extern "C" const char *bt_dtype_name(bt_dtype dtype) {
-    switch (dtype) {
-    case BT_F32: return "float32";
-    case BT_F64: return "float64";
-    case BT_F16: return "float16";
-    case BT_BF16: return "bfloat16";
-    case BT_I64: return "int64";
-    case BT_I32: return "int32";
-    case BT_U8: return "uint8";
-    case BT_BOOL: return "bool";
-    }
-    return "unknown";
-}
-
 extern "C" bt_device bt_cpu(void) { return bt_device{BT_DEVICE_CPU, 0}; }
 
 extern "C" bt_status bt_device_parse(const char *text, bt_device *out) {
