@@ -553,10 +553,6 @@ static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch) {
     return st;
 }
 
-typedef struct {
-    double loss, kl, clip_frac, entropy, grad_norm;
-} s_train_stats;
-
 /*  With grpo.dynamic_sampling, the groups whose rewards all agree (zero advantage, no gradient)
     are dropped (DAPO, Yu et al. 2025); *out is what trains.  Returns the groups kept. */
 static int64_t s_select(const bt_run_config *c, const bt_rollout_batch *in, bt_rollout_batch *out,
@@ -579,14 +575,18 @@ static int64_t s_select(const bt_run_config *c, const bt_rollout_batch *in, bt_r
 }
 
 static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled, double lr,
-                         s_train_stats *out) {
+                         bt_trainer_stats *out) {
     const bt_run_config *c = self->cfg;
     bt_rollout_batch batch;
     bt_rollout_batch_init(&batch);
     bt_status st = BT_OK;
     if (s_select(c, sampled, &batch, &st) == 0 || st != BT_OK) {
         bt_rollout_batch_release(&batch);
-        *out = (s_train_stats){NAN, NAN, NAN, NAN, NAN}; /* nothing to learn from: no update */
+        *out = (bt_trainer_stats){.loss = NAN,
+                                  .kl = NAN,
+                                  .clip_frac = NAN,
+                                  .entropy = NAN,
+                                  .grad_norm = NAN}; /* nothing to learn from: no update */
         return st;
     }
     double *adv = malloc(sizeof *adv * (size_t)(batch.n + 1));
@@ -606,14 +606,8 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
                  .adv = adv};
     if (st == BT_OK)
         st = s_run_jobs(self, &job, 1);
-    const bt_msg_t *r = job.result;
-    if (st == BT_OK &&
-        ((st = bt_msg_get_double(r, "stats.loss", -1e300, 1e300, &out->loss)) ||
-         (st = bt_msg_get_double(r, "stats.kl", -1e300, 1e300, &out->kl)) ||
-         (st = bt_msg_get_double(r, "stats.clip_frac", 0, 1, &out->clip_frac)) ||
-         (st = bt_msg_get_double(r, "stats.entropy", -1e300, 1e300, &out->entropy)) ||
-         (st = bt_msg_get_double(r, "stats.grad_norm", 0, 1e300, &out->grad_norm))))
-        bt_log(BT_LOG_WARN, "controller: train result: %s", bt_last_error());
+    if (st == BT_OK)
+        st = bt_trainer_stats_from_msg(job.result, out);
     s_jobs_release(&job, 1);
     bt_rollout_batch_release(&batch);
     free(adv);
@@ -631,7 +625,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     double lr = bt_lr_at(&sched, self->step);
     bt_rollout_batch batch;
     bt_rollout_batch_init(&batch);
-    s_train_stats ts = {0};
+    bt_trainer_stats ts = {0};
     bt_status st = s_rollout(self, &batch);
     if (st == BT_OK)
         st = s_train(self, &batch, lr, &ts);

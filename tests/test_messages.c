@@ -145,9 +145,25 @@ static void test_weights_and_sums(void) {
     bt_msg_destroy(&m);
 }
 
+static void test_trainer_stats(void) {
+    bt_trainer_stats a = {.loss = -0.125, .pg_loss = 0.5, .kl = 0.01, .clip_frac = 0.25,
+                          .entropy = 1.5, .grad_norm = 3.0, .tokens = 96, .version = 41};
+    bt_trainer_stats b;
+    bt_msg_t *m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_trainer_stats_to_msg(&a, m));
+    CHECK_OK(bt_trainer_stats_from_msg(m, &b));
+    CHECK(b.loss == a.loss && b.pg_loss == a.pg_loss && b.kl == a.kl && b.tokens == a.tokens);
+    CHECK(b.clip_frac == a.clip_frac && b.entropy == a.entropy && b.grad_norm == a.grad_norm);
+    CHECK(b.version == 41);
+    CHECK_OK(bt_msg_set_double(m, "stats.clip_frac", 1.5)); /* a fraction above 1 is refused */
+    CHECK(bt_trainer_stats_from_msg(m, &b) == BT_EFORMAT);
+    bt_msg_destroy(&m);
+}
+
 int main(void) {
     test_batch_round_trip();
     test_select_and_concat();
     test_weights_and_sums();
+    test_trainer_stats();
     return check_exit();
 }

@@ -218,6 +218,32 @@ bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
     return BT_OK;
 }
 
+/* ---- trainer statistics ---------------------------------------------------------------------- */
+
+bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg) {
+    BT_TRY(bt_msg_set_double(msg, "stats.loss", s->loss));
+    BT_TRY(bt_msg_set_double(msg, "stats.pg_loss", s->pg_loss));
+    BT_TRY(bt_msg_set_double(msg, "stats.kl", s->kl));
+    BT_TRY(bt_msg_set_double(msg, "stats.clip_frac", s->clip_frac));
+    BT_TRY(bt_msg_set_double(msg, "stats.entropy", s->entropy));
+    BT_TRY(bt_msg_set_double(msg, "stats.grad_norm", s->grad_norm));
+    BT_TRY(bt_msg_set_double(msg, "stats.tokens", s->tokens));
+    return bt_msg_set_int(msg, "version", s->version);
+}
+
+bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) {
+    const double big = 1e300;
+    memset(out, 0, sizeof *out);
+    BT_TRY(bt_msg_get_double(msg, "stats.loss", -big, big, &out->loss));
+    BT_TRY(bt_msg_get_double(msg, "stats.pg_loss", -big, big, &out->pg_loss));
+    BT_TRY(bt_msg_get_double(msg, "stats.kl", -big, big, &out->kl));
+    BT_TRY(bt_msg_get_double(msg, "stats.clip_frac", 0, 1, &out->clip_frac));
+    BT_TRY(bt_msg_get_double(msg, "stats.entropy", -big, big, &out->entropy));
+    BT_TRY(bt_msg_get_double(msg, "stats.grad_norm", 0, big, &out->grad_norm));
+    BT_TRY(bt_msg_get_double(msg, "stats.tokens", 0, big, &out->tokens));
+    return bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &out->version);
+}
+
 /* ---- evaluation sums ------------------------------------------------------------------------ */
 
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {

@@ -17,23 +17,25 @@
 #include <unistd.h>
 #include <zmq.h>
 
-static int64_t s_now_ms(void) { return (int64_t)(bt_now() * 1000.0); }
+static int64_t s_now_ms(void) {
+    return (int64_t)(bt_now() * 1000.0);
+}
 
 /* ---- compute state -------------------------------------------------------------------------- */
 
 typedef struct {
     bt_run_config cfg;
     bt_role role;
-    bt_model *model;      /* rollout and eval: the current policy; trainer: owned by trainer */
+    bt_model *model; /* rollout and eval: the current policy; trainer: owned by trainer */
     bt_trainer_t *trainer;
     bt_tokenizer_t *tok;
     bt_task_t *task;
-    void *pipe;           /* PAIR to the relay thread */
+    void *pipe; /* PAIR to the relay thread */
     char pipe_name[64];
     void *zmq_ctx;
     char *config_json;
     const bt_worker_options *opt;
-    bt_status status;     /* of building the state */
+    bt_status status; /* of building the state */
 } s_compute;
 
 static bt_status s_build_task(const bt_run_config *cfg, bt_task_t **out) {
@@ -58,8 +60,9 @@ static bt_status s_build(s_compute *c) {
     if (c->opt->reward)
         bt_task_set_reward_fn(c->task, c->opt->reward, c->opt->reward_user);
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
-    bt_model *m = c->cfg.model_path[0] ? bt_model_load(c->cfg.model_path, dev)
-                                       : bt_model_new(&c->cfg.model, dev, (uint64_t)c->cfg.run.seed);
+    bt_model *m = c->cfg.model_path[0]
+                      ? bt_model_load(c->cfg.model_path, dev)
+                      : bt_model_new(&c->cfg.model, dev, (uint64_t)c->cfg.run.seed);
     if (!m)
         return BT_EINVAL;
     if (c->role != BT_ROLE_TRAINER) {
@@ -98,17 +101,6 @@ static bt_status s_publish(s_compute *c) {
     bt_msg_destroy(&msg);
     bt_weights_release(&w);
     return st;
-}
-
-static bt_status s_put_stats(bt_msg_t *res, const bt_trainer_stats *s) {
-    BT_TRY(bt_msg_set_double(res, "stats.loss", s->loss));
-    BT_TRY(bt_msg_set_double(res, "stats.pg_loss", s->pg_loss));
-    BT_TRY(bt_msg_set_double(res, "stats.kl", s->kl));
-    BT_TRY(bt_msg_set_double(res, "stats.clip_frac", s->clip_frac));
-    BT_TRY(bt_msg_set_double(res, "stats.entropy", s->entropy));
-    BT_TRY(bt_msg_set_double(res, "stats.grad_norm", s->grad_norm));
-    BT_TRY(bt_msg_set_double(res, "stats.tokens", s->tokens));
-    return bt_msg_set_int(res, "version", s->version);
 }
 
 static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
@@ -171,7 +163,7 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
         st = bt_trainer_grpo_step(c->trainer, &b, a, lr, &gc, &stats);
     }
     if (st == BT_OK)
-        st = s_put_stats(res, &stats);
+        st = bt_trainer_stats_to_msg(&stats, res);
     free(a);
     bt_rollout_batch_release(&b);
     return st;
@@ -196,7 +188,7 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
     if (st == BT_OK)
         st = bt_trainer_sft_step(c->trainer, &b, lr, &stats);
     if (st == BT_OK)
-        st = s_put_stats(res, &stats);
+        st = bt_trainer_stats_to_msg(&stats, res);
     bt_rollout_batch_release(&b);
     free(idx);
     return st;

@@ -8,6 +8,7 @@
 #include "baton/evaluator.h"
 #include "baton/rollout.h"
 #include "baton/status.h"
+#include "baton/trainer.h"
 #include "baton/wire.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,11 @@ bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep, bt_
 /*  Field version; one F32 tensor per parameter under its name. */
 bt_status bt_weights_to_msg(const bt_weights *w, bt_msg_t *msg);
 bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out);
+
+/*  Fields version, stats.loss, stats.pg_loss, stats.kl, stats.clip_frac, stats.entropy,
+    stats.grad_norm, stats.tokens. */
+bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg);
+bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out);
 
 /*  Fields examples, samples, completions, correct, reward_sum, length_sum, truncated; tensor
     correct_hist (samples + 1) I64. */
