@@ -105,8 +105,11 @@ typedef struct s_micro {
     bt_tensor *adv;   /* (B) F32, or NULL */
 } s_micro;
 
-static bt_status s_micro_build(bt_ctx *ctx, const bt_rollout_batch *b, int64_t start, int64_t B,
-                               const double *advantages, int64_t pad, s_micro *m) {
+static bt_status s_micro_build(bt_ctx *ctx, const bt_model *model, const bt_rollout_batch *b,
+                               int64_t start, int64_t B, const double *advantages, s_micro *m) {
+    const bt_model_config *mc = bt_model_get_config(model);
+    const int64_t pad = mc->pad_token_id >= 0 ? mc->pad_token_id : 0;
+    const bt_device dev = bt_model_device(model);
     int64_t T = 2; /* bt_model_token_logprobs needs two tokens */
     for (int64_t r = start; r < start + B; r++)
         T = b->prompt_lens[r] + b->lengths[r] > T ? b->prompt_lens[r] + b->lengths[r] : T;
@@ -135,11 +138,11 @@ static bt_status s_micro_build(bt_ctx *ctx, const bt_rollout_batch *b, int64_t s
     }
     if (st == BT_OK) {
         const int64_t s_ids[] = {B, T}, s_lp[] = {B, T - 1};
-        m->ids = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s_ids, ids);
-        m->mask = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s_ids, mask);
-        m->cmask = bt_from_host(ctx, BT_F32, bt_cpu(), 2, s_lp, cmask);
-        m->old = bt_from_host(ctx, BT_F32, bt_cpu(), 2, s_lp, old);
-        m->adv = advantages ? bt_from_host(ctx, BT_F32, bt_cpu(), 1, &B, adv) : NULL;
+        m->ids = bt_from_host(ctx, BT_I64, dev, 2, s_ids, ids);
+        m->mask = bt_from_host(ctx, BT_I64, dev, 2, s_ids, mask);
+        m->cmask = bt_from_host(ctx, BT_F32, dev, 2, s_lp, cmask);
+        m->old = bt_from_host(ctx, BT_F32, dev, 2, s_lp, old);
+        m->adv = advantages ? bt_from_host(ctx, BT_F32, dev, 1, &B, adv) : NULL;
         if (!m->ids || !m->mask || !m->cmask || !m->old || (advantages && !m->adv))
             st = BT_ETORCH;
     }
@@ -149,24 +152,6 @@ static bt_status s_micro_build(bt_ctx *ctx, const bt_rollout_batch *b, int64_t s
     free(old);
     free(adv);
     return st;
-}
-
-/*  Moves the micro-batch's tensors to the model's device. */
-static bt_status s_micro_to(bt_ctx *ctx, s_micro *m, bt_device dev) {
-    if (dev.type == BT_DEVICE_CPU)
-        return BT_OK;
-    m->ids = bt_to_device(ctx, m->ids, dev);
-    m->mask = bt_to_device(ctx, m->mask, dev);
-    m->cmask = bt_to_device(ctx, m->cmask, dev);
-    m->old = bt_to_device(ctx, m->old, dev);
-    if (m->adv)
-        m->adv = bt_to_device(ctx, m->adv, dev);
-    return m->ids && m->mask && m->cmask && m->old ? BT_OK : BT_ETORCH;
-}
-
-static int64_t s_pad_id(const bt_model *model) {
-    const bt_model_config *mc = bt_model_get_config(model);
-    return mc->pad_token_id >= 0 ? mc->pad_token_id : 0;
 }
 
 /*  Clip, step, version++; drops the gradients either way. */
@@ -191,9 +176,7 @@ static bt_status s_grpo_micro(bt_trainer_t *self, bt_ctx *ctx, const bt_rollout_
                               const bt_grpo_config *cfg, double temperature, double normaliser,
                               double *loss_sum, bt_grpo_stats *gs) {
     s_micro m;
-    bt_status st = s_micro_build(ctx, b, start, B, advantages, s_pad_id(self->policy), &m);
-    if (st == BT_OK)
-        st = s_micro_to(ctx, &m, bt_model_device(self->policy));
+    bt_status st = s_micro_build(ctx, self->policy, b, start, B, advantages, &m);
     if (st != BT_OK)
         return st;
     bt_tensor *ref_logp = NULL; /* (B, T-1) */
@@ -287,9 +270,7 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
     for (int64_t s = 0; s < batch->n && st == BT_OK; s += self->cfg.micro_batch) {
         int64_t B = batch->n - s < self->cfg.micro_batch ? batch->n - s : self->cfg.micro_batch;
         s_micro m;
-        st = s_micro_build(ctx, batch, s, B, NULL, s_pad_id(self->policy), &m);
-        if (st == BT_OK)
-            st = s_micro_to(ctx, &m, bt_model_device(self->policy));
+        st = s_micro_build(ctx, self->policy, batch, s, B, NULL, &m);
         if (st == BT_OK) {
             bt_tensor *logp = bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, 1.0,
                                                       NULL); /* (B, T-1) */

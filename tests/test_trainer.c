@@ -1,0 +1,479 @@
+/*  test_trainer.c — the rollout, trainer and evaluator cores on a tiny Llama model: the GRPO step's
+    loss against bt_grpo_loss on independently built tensors and against its closed form at ratio 1,
+    the completion mask against unpadded per-row log-probs, exact micro-batch accumulation, SFT
+    learning, rollout records against recomputation, evaluation shards, and weight transfer. */
+#include "baton/evaluator.h"
+#include "baton/grpo.h"
+#include "baton/model.h"
+#include "baton/rollout.h"
+#include "baton/tasks.h"
+#include "baton/tensor.h"
+#include "baton/tokenizer.h"
+#include "baton/trainer.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static bt_model_config s_tiny_config(void) {
+    bt_model_config cfg;
+    bt_model_config_init(&cfg);
+    cfg.hidden_size = 32;
+    cfg.intermediate_size = 64;
+    cfg.num_hidden_layers = 2;
+    cfg.num_attention_heads = 4;
+    cfg.num_key_value_heads = 2;
+    cfg.max_position_embeddings = 64;
+    return cfg;
+}
+
+static bt_model *s_tiny_model(uint64_t seed) {
+    bt_model_config cfg = s_tiny_config();
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), seed);
+    CHECK(m != NULL);
+    return m;
+}
+
+static bt_trainer_t *s_trainer(uint64_t seed, int64_t micro_batch, bool reference) {
+    bt_model *m = s_tiny_model(seed);
+    bt_trainer_config cfg;
+    bt_trainer_config_init(&cfg);
+    cfg.micro_batch = micro_batch;
+    cfg.reference = reference;
+    bt_trainer_t *t = bt_trainer_new(&m, &cfg);
+    CHECK(t != NULL);
+    CHECK(m == NULL); /* ownership taken */
+    return t;
+}
+
+/*  Log-probs at temperature of row (prompt ++ completion) alone, unpadded (B = 1): out[j] is the
+    log-prob of completion token j.  An independent computation of what the trainer and the
+    sampler must agree on. */
+static void s_row_logprobs(bt_model *m, const int32_t *prompt, int64_t P, const int32_t *comp,
+                           int64_t L, double temperature, float *out) {
+    if (L == 0)
+        return;
+    bt_ctx *ctx = bt_ctx_new();
+    int64_t T = P + L, ids[64], ones[64];
+    CHECK(T <= 64);
+    for (int64_t t = 0; t < T; t++) {
+        ids[t] = t < P ? prompt[t] : comp[t - P];
+        ones[t] = 1;
+    }
+    const int64_t shape[] = {1, T};
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *lp = bt_model_token_logprobs(m, ctx, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids),
+                                            bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ones),
+                                            temperature, NULL); /* (1, T-1) */
+    bt_set_grad_enabled(grad);
+    float all[64];
+    CHECK_OK(bt_to_host(lp, all, (size_t)(T - 1) * sizeof *all));
+    for (int64_t j = 0; j < L; j++)
+        out[j] = all[P - 1 + j];
+    bt_ctx_destroy(&ctx);
+}
+
+/*  A hand-made batch of 8 rows: prompt lengths 1..5 and completion lengths 0..5 (one empty),
+    tokens from a fixed pattern, the last completion ending in EOS; behaviour log-probs are those
+    of m at temperature, so the first GRPO step has ratio 1. */
+static const int64_t s_plen[8] = {3, 5, 2, 4, 1, 5, 3, 2};
+static const int64_t s_clen[8] = {2, 0, 4, 1, 5, 3, 2, 4};
+
+static void s_hand_batch(bt_model *m, double temperature, bt_rollout_batch *b) {
+    CHECK_OK(bt_rollout_batch_alloc(b, 4, 2, 5, 5));
+    b->temperature = temperature;
+    b->version = 0;
+    for (int64_t c = 0; c < 8; c++) {
+        int32_t *p = b->prompt_tokens + c * b->max_prompt_len;
+        int32_t *t = b->tokens + c * b->max_new_tokens;
+        p[0] = 256; /* BOS */
+        for (int64_t i = 1; i < s_plen[c]; i++)
+            p[i] = (int32_t)('0' + (c * 7 + i * 3) % 10);
+        for (int64_t j = 0; j < s_clen[c]; j++)
+            t[j] = (int32_t)('0' + (c * 5 + j * 11) % 10);
+        if (c == 7)
+            t[s_clen[c] - 1] = 257; /* EOS */
+        b->prompt_lens[c] = s_plen[c];
+        b->lengths[c] = s_clen[c];
+        s_row_logprobs(m, p, s_plen[c], t, s_clen[c], temperature,
+                       b->logprobs + c * b->max_new_tokens);
+    }
+}
+
+static const double s_adv[8] = {1.0, -0.5, 0.25, -1.5, 0.75, -0.25, 2.0, -1.0};
+
+/*  max |a - b| / max |b| over every parameter of two models. */
+static double s_weights_rel_diff(bt_model *a, bt_model *b) {
+    bt_weights wa, wb;
+    bt_weights_init(&wa);
+    bt_weights_init(&wb);
+    CHECK_OK(bt_weights_export(a, 0, &wa));
+    CHECK_OK(bt_weights_export(b, 0, &wb));
+    double diff = 0, scale = 1e-30;
+    for (int i = 0; i < wa.n && i < wb.n; i++)
+        for (int64_t k = 0; k < wa.numel[i]; k++) {
+            diff = fmax(diff, fabs((double)wa.data[i][k] - (double)wb.data[i][k]));
+            scale = fmax(scale, fabs((double)wb.data[i][k]));
+        }
+    bt_weights_release(&wa);
+    bt_weights_release(&wb);
+    return diff / scale;
+}
+
+/* ---- (a) the GRPO step's loss --------------------------------------------------------------- */
+
+static void test_grpo_loss_matches(void) {
+    const double temperature = 0.8;
+    bt_trainer_t *tr = s_trainer(11, 8, true);
+    bt_model *m = bt_trainer_policy(tr);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    s_hand_batch(m, temperature, &b);
+
+    /* The same loss built here: right-padded (8, 8) ids, mask 1 at t = P-1 .. P+L-2. */
+    const int64_t B = 8, T = 8; /* the longest row: 5 + 3 */
+    int64_t ids[8 * 8], mask[8 * 8], lengths[8];
+    float cmask[8 * 7] = {0}, old[8 * 7] = {0}, adv32[8];
+    for (int64_t c = 0; c < B; c++) {
+        for (int64_t t = 0; t < T; t++) {
+            int64_t P = s_plen[c], L = s_clen[c];
+            ids[c * T + t] = t < P ? b.prompt_tokens[c * 5 + t] : (t < P + L ? b.tokens[c * 5 + t - P] : 258);
+            mask[c * T + t] = t < P + L;
+        }
+        for (int64_t j = 0; j < s_clen[c]; j++) {
+            cmask[c * (T - 1) + s_plen[c] - 1 + j] = 1.0f;
+            old[c * (T - 1) + s_plen[c] - 1 + j] = b.logprobs[c * 5 + j];
+        }
+        lengths[c] = s_clen[c];
+        adv32[c] = (float)s_adv[c];
+    }
+    bt_ctx *ctx = bt_ctx_new();
+    const int64_t s2[] = {B, T}, s1[] = {B, T - 1};
+    bt_tensor *tids = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s2, ids);
+    bt_tensor *tmask = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s2, mask);
+    bt_tensor *tc = bt_from_host(ctx, BT_F32, bt_cpu(), 2, s1, cmask);
+    bt_tensor *told = bt_from_host(ctx, BT_F32, bt_cpu(), 2, s1, old);
+    bt_tensor *tadv = bt_from_host(ctx, BT_F32, bt_cpu(), 1, &B, adv32);
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *ent = NULL;
+    bt_tensor *logp = bt_model_token_logprobs(m, ctx, tids, tmask, temperature, &ent);
+    bt_set_grad_enabled(grad);
+    bt_grpo_config gc = bt_grpo_defaults(); /* kl_coef 0.04 against the (identical) reference */
+    double norm = bt_grpo_normaliser(&gc, lengths, B);
+    CHECK(norm == 21.0);
+    bt_grpo_stats ref_stats = {0};
+    double expect = NAN;
+    CHECK_OK(bt_item(bt_grpo_loss(ctx, &gc, logp, told, logp, tadv, tc, ent, norm, &ref_stats),
+                     &expect));
+
+    bt_trainer_stats st;
+    CHECK_OK(bt_trainer_grpo_step(tr, &b, s_adv, 1e-3, &gc, &st));
+    CHECK_NEAR(st.loss, expect, 1e-12);
+    /* closed form at rho = 1 and zero KL: -sum_i A_i L_i / sum_i L_i */
+    double closed = 0;
+    for (int c = 0; c < 8; c++)
+        closed -= (double)(float)s_adv[c] * (double)s_clen[c] / 21.0;
+    CHECK_NEAR(st.loss, closed, 1e-6);
+    CHECK_NEAR(st.ratio_mean, 1.0, 1e-6);
+    CHECK_NEAR(st.ratio_max, 1.0, 1e-6);
+    CHECK(st.clip_frac == 0.0);
+    CHECK_NEAR(st.kl, 0.0, 1e-6);
+    CHECK_NEAR(st.entropy, ref_stats.entropy_sum / ref_stats.tokens, 1e-12);
+    CHECK(st.tokens == 21.0 && st.sequences == 8);
+    CHECK(st.version == 1 && bt_trainer_version(tr) == 1);
+    CHECK(st.grad_norm > 0);
+
+    /* The policy moved and the reference did not: a second step sees rho != 1 and KL > 0. */
+    CHECK(s_weights_rel_diff(bt_trainer_policy(tr), bt_trainer_reference(tr)) > 1e-4);
+    CHECK_OK(bt_trainer_grpo_step(tr, &b, s_adv, 1e-3, &gc, &st));
+    CHECK(st.kl > 0 && fabs(st.ratio_mean - 1.0) > 1e-6);
+
+    /* kl_coef > 0 without a reference is refused */
+    bt_trainer_t *plain = s_trainer(11, 8, false);
+    CHECK(bt_trainer_grpo_step(plain, &b, s_adv, 1e-3, &gc, &st) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "reference");
+    bt_trainer_destroy(&plain);
+    bt_trainer_destroy(&plain); /* idempotent */
+
+    bt_ctx_destroy(&ctx);
+    bt_rollout_batch_release(&b);
+    bt_trainer_destroy(&tr);
+    CHECK(tr == NULL);
+}
+
+/* ---- (b) the completion mask ---------------------------------------------------------------- */
+
+static void test_completion_mask(void) {
+    /* SFT at temperature 1 with lr 0: the loss is -sum(log-probs of the completion tokens) / 21,
+       each computed here on its row alone.  A mask off by one position, or one covering a prompt
+       token, gives another sum. */
+    bt_trainer_t *tr = s_trainer(5, 3, false);
+    bt_model *m = bt_trainer_policy(tr);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    s_hand_batch(m, 1.0, &b);
+    double nll = 0;
+    for (int64_t c = 0; c < 8; c++)
+        for (int64_t j = 0; j < s_clen[c]; j++)
+            nll -= b.logprobs[c * 5 + j];
+    bt_trainer_stats st;
+    CHECK_OK(bt_trainer_sft_step(tr, &b, 0.0, &st));
+    CHECK_NEAR(st.loss, nll / 21.0, 1e-5);
+    CHECK(st.tokens == 21.0);
+
+    /* GRPO at ratio 1: every masked position holds the right token's log-prob (rho = 1 exactly
+       there, to float rounding) and exactly 21 positions are masked. */
+    bt_grpo_config gc = bt_grpo_defaults();
+    gc.kl_coef = 0;
+    CHECK_OK(bt_trainer_grpo_step(tr, &b, s_adv, 0.0, &gc, &st));
+    CHECK(st.tokens == 21.0);
+    CHECK_NEAR(st.ratio_max, 1.0, 1e-5);
+    CHECK_NEAR(st.ratio_mean, 1.0, 1e-6);
+
+    /* a prompt longer than its row is refused, naming the completion */
+    b.prompt_lens[3] = 6;
+    CHECK(bt_trainer_sft_step(tr, &b, 0.0, &st) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "completion 3");
+    bt_rollout_batch_release(&b);
+    bt_trainer_destroy(&tr);
+}
+
+/* ---- (c) micro-batches ---------------------------------------------------------------------- */
+
+static void test_micro_batches(void) {
+    bt_trainer_t *t2 = s_trainer(21, 2, true), *t8 = s_trainer(21, 8, true);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    s_hand_batch(bt_trainer_policy(t2), 1.0, &b);
+    bt_grpo_config gc = bt_grpo_defaults();
+    gc.loss_agg = BT_LOSS_AGG_SEQ_MEAN;
+    bt_trainer_stats s2, s8;
+    for (int step = 0; step < 3; step++) { /* steps 2 and 3 have rho != 1 and clipping */
+        gc.loss_agg = step == 2 ? BT_LOSS_AGG_TOKEN_MEAN : BT_LOSS_AGG_SEQ_MEAN;
+        CHECK_OK(bt_trainer_grpo_step(t2, &b, s_adv, 1e-2, &gc, &s2));
+        CHECK_OK(bt_trainer_grpo_step(t8, &b, s_adv, 1e-2, &gc, &s8));
+        CHECK_REL(s2.loss, s8.loss, 1e-5);
+        CHECK_REL(s2.grad_norm, s8.grad_norm, 1e-5);
+        CHECK(s2.clip_frac == s8.clip_frac);
+    }
+    CHECK(s8.clip_frac > 0);
+    double rel = s_weights_rel_diff(bt_trainer_policy(t2), bt_trainer_policy(t8));
+    CHECK(rel < 1e-5);
+    bt_rollout_batch_release(&b);
+    bt_trainer_destroy(&t2);
+    bt_trainer_destroy(&t8);
+}
+
+/* ---- (d) SFT, then (e) rollouts, (f) evaluation and (g) weights on the trained model ------- */
+
+static bt_task_t *s_task(void) {
+    bt_task_arith_config tc;
+    bt_task_arith_config_init(&tc);
+    tc.seed = 3;
+    tc.digits = 1;
+    tc.heldout_size = 10;
+    bt_task_t *task = NULL;
+    CHECK_OK(bt_task_new_arith(&tc, &task));
+    return task;
+}
+
+static const uint64_t s_idx[6] = {0, 1, 2, 3, 4, 5};
+
+static void test_sft_learns(bt_trainer_t *tr, const bt_tokenizer_t *tok, bt_task_t *task) {
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    CHECK_OK(bt_rollout_demonstrations(tok, task, s_idx, 6, &b));
+    /* the demonstrations: BOS + prompt, answer + EOS */
+    bt_task_example ex;
+    bt_task_train_example(task, 2, &ex);
+    CHECK(b.n == 6 && b.group_size == 1);
+    CHECK(b.prompt_lens[2] == (int64_t)strlen(ex.prompt) + 1 && b.prompt_tokens[2 * b.max_prompt_len] == 256);
+    CHECK(b.lengths[2] == (int64_t)strlen(ex.answer) + 1);
+    CHECK(b.tokens[2 * b.max_new_tokens + b.lengths[2] - 1] == 257);
+    CHECK(b.tokens[2 * b.max_new_tokens] == ex.answer[0]);
+
+    bt_trainer_stats st;
+    double first = 0, last = 0;
+    for (int step = 0; step < 80; step++) {
+        CHECK_OK(bt_trainer_sft_step(tr, &b, 1e-2, &st));
+        if (step == 0)
+            first = st.loss;
+        last = st.loss;
+    }
+    CHECK(first > 4.0); /* about ln(259) at the start */
+    CHECK(last < first / 20);
+    CHECK(bt_trainer_version(tr) == 80);
+    bt_rollout_batch_release(&b);
+}
+
+static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task) {
+    bt_rollout_config rc;
+    bt_rollout_config_init(&rc);
+    rc.group_size = 4;
+    rc.sample.temperature = 0.7;
+    rc.sample.max_new_tokens = 4;
+    bt_gen *gen = bt_gen_new(9, bt_cpu());
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    CHECK_OK(bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, gen, &b));
+    CHECK(b.n == 24 && b.n_prompts == 6 && b.group_size == 4 && b.version == 42);
+    CHECK(b.temperature == 0.7 && b.max_new_tokens == 4);
+    int correct = 0, some_eos = 0;
+    double worst = 0;
+    for (int64_t c = 0; c < b.n; c++) {
+        bt_task_example ex;
+        bt_task_train_example(task, b.indices[c / 4], &ex);
+        CHECK(b.indices[c / 4] == s_idx[c / 4]);
+        /* group layout: row c holds the prompt of example c / 4 */
+        int32_t enc[16];
+        size_t n_enc = 0;
+        CHECK_OK(bt_tokenizer_encode(tok, ex.prompt, strlen(ex.prompt), true, enc, 16, &n_enc));
+        CHECK(b.prompt_lens[c] == (int64_t)n_enc);
+        CHECK(memcmp(b.prompt_tokens + c * b.max_prompt_len, enc, n_enc * sizeof *enc) == 0);
+        /* the reward of the decoded text */
+        const int32_t *t = b.tokens + c * b.max_new_tokens;
+        char text[8];
+        size_t len = 0;
+        CHECK_OK(bt_tokenizer_decode(tok, t, (size_t)b.lengths[c], text, sizeof text, &len));
+        bt_reward_detail d;
+        CHECK(b.rewards[c] == bt_task_reward(task, ex.answer, text, len, &d));
+        CHECK(b.correct[c] == d.correct);
+        correct += d.correct;
+        /* finished <=> ends in EOS; truncated rows are max_new_tokens long */
+        bool eos = b.lengths[c] > 0 && t[b.lengths[c] - 1] == 257;
+        CHECK(b.finished[c] == eos);
+        CHECK(eos || b.lengths[c] == 4);
+        some_eos += eos;
+        /* behaviour log-probs against the unpadded recomputation at the same temperature */
+        float lp[8];
+        s_row_logprobs(m, enc, (int64_t)n_enc, t, b.lengths[c], 0.7, lp);
+        for (int64_t j = 0; j < b.lengths[c]; j++)
+            worst = fmax(worst, fabs((double)lp[j] - (double)b.logprobs[c * 4 + j]));
+    }
+    CHECK(worst < 1e-4);
+    CHECK(correct > 0 && some_eos > 0);
+    bt_rollout_batch_release(&b);
+    bt_gen_destroy(&gen);
+}
+
+static void s_check_sums_equal(const bt_evaluator_sums *a, const bt_evaluator_sums *b) {
+    CHECK(a->examples == b->examples && a->completions == b->completions);
+    CHECK(a->correct == b->correct && a->truncated == b->truncated);
+    CHECK(a->reward_sum == b->reward_sum && a->length_sum == b->length_sum);
+    CHECK(memcmp(a->correct_hist, b->correct_hist, sizeof a->correct_hist) == 0);
+}
+
+static void test_eval_shards(bt_model *m, const bt_tokenizer_t *tok, const bt_task_t *task) {
+    bt_evaluator_config ec;
+    bt_evaluator_config_init(&ec);
+    ec.count = 10;
+    ec.batch = 3; /* several generate calls per shard */
+    ec.max_new_tokens = 4;
+    bt_evaluator_sums whole, a, b;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &whole));
+    CHECK(whole.examples == 10 && whole.completions == 10 && whole.samples == 1);
+    CHECK(whole.correct_hist[0] + whole.correct_hist[1] == 10);
+    CHECK(whole.correct_hist[1] == whole.correct);
+    ec.count = 4;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &a));
+    ec.start = 4;
+    ec.count = 6;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &b));
+    CHECK_OK(bt_evaluator_sums_add(&a, &b));
+    s_check_sums_equal(&a, &whole);
+
+    /* k = 5 samples: the histogram counts examples by correct samples */
+    ec.start = 0;
+    ec.count = 10;
+    ec.samples = 5;
+    ec.temperature = 1.0;
+    ec.batch = 12;
+    bt_gen *gen = bt_gen_new(4, bt_cpu());
+    bt_evaluator_sums k;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, gen, &k));
+    int64_t ex = 0;
+    for (int c = 0; c <= 5; c++)
+        ex += k.correct_hist[c];
+    CHECK(ex == 10 && k.completions == 50);
+    CHECK(bt_evaluator_sums_add(&k, &whole) == BT_EINVAL); /* different k */
+
+    /* bad shards and greedy k > 1 are refused */
+    ec.count = 11;
+    CHECK(bt_evaluator_run(m, tok, task, &ec, gen, &k) == BT_EINVAL);
+    ec.count = 10;
+    ec.temperature = 0;
+    CHECK(bt_evaluator_run(m, tok, task, &ec, gen, &k) == BT_EINVAL);
+    bt_gen_destroy(&gen);
+}
+
+/*  Logits (1, T, V) of a fixed sequence, on the host. */
+static void s_logits(bt_model *m, float *out, size_t n) {
+    bt_ctx *ctx = bt_ctx_new();
+    const int64_t shape[] = {1, 6}, ids[6] = {256, '1', '+', '2', '=', '3'}, ones[6] = {1, 1, 1, 1, 1, 1};
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *lg = bt_model_forward(m, ctx, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids),
+                                     bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ones));
+    bt_set_grad_enabled(grad);
+    CHECK_OK(bt_to_host(lg, out, n * sizeof *out));
+    bt_ctx_destroy(&ctx);
+}
+
+static void test_weights(bt_model *trained) {
+    enum { N = 6 * 259 };
+    static float a[N], b[N];
+    s_logits(trained, a, N);
+
+    bt_weights w;
+    bt_weights_init(&w);
+    CHECK_OK(bt_weights_export(trained, 80, &w));
+    CHECK(w.version == 80 && w.n == bt_model_num_params(trained));
+    CHECK(strcmp(w.names[0], "model.embed_tokens.weight") == 0 && w.shape[0][0] == 259);
+
+    bt_model *other = s_tiny_model(999);
+    s_logits(other, b, N);
+    CHECK(memcmp(a, b, sizeof a) != 0);
+    CHECK_OK(bt_weights_load(other, &w));
+    s_logits(other, b, N);
+    CHECK(memcmp(a, b, sizeof a) == 0); /* bit-identical */
+    bt_model_destroy(&other);
+
+    other = s_tiny_model(998);
+    CHECK_OK(bt_weights_copy(other, trained));
+    s_logits(other, b, N);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(bt_requires_grad(bt_model_params(other)[0])); /* still trainable */
+    bt_model_destroy(&other);
+
+    /* another shape is refused by name */
+    bt_model_config cfg = s_tiny_config();
+    cfg.intermediate_size = 48;
+    other = bt_model_new(&cfg, bt_cpu(), 1);
+    CHECK(bt_weights_load(other, &w) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "mlp.gate_proj");
+    bt_model_destroy(&other);
+    bt_weights_release(&w);
+    bt_weights_release(&w); /* idempotent */
+}
+
+int main(void) {
+    bt_set_num_threads(1);
+    test_grpo_loss_matches();
+    test_completion_mask();
+    test_micro_batches();
+
+    bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
+    bt_task_t *task = s_task();
+    bt_trainer_t *tr = s_trainer(31, 4, false);
+    test_sft_learns(tr, tok, task);
+    test_rollout(bt_trainer_policy(tr), tok, task);
+    test_eval_shards(bt_trainer_policy(tr), tok, task);
+    test_weights(bt_trainer_policy(tr));
+    bt_trainer_destroy(&tr);
+    bt_task_destroy(&task);
+    bt_tokenizer_destroy(&tok);
+    return check_exit();
+}
