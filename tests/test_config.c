@@ -365,9 +365,10 @@ static void test_load(void) {
     CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
     CHECK(cfg.task.kind == BT_CONFIG_TASK_ARITHMETIC && cfg.task.digits == 2);
     CHECK(strcmp(cfg.task.operators, "+") == 0);
-    CHECK(cfg.model.hidden_size == 64 && cfg.model.num_hidden_layers == 2);
-    CHECK(cfg.model.num_attention_heads == 4 && cfg.model.intermediate_size == 176);
-    CHECK(cfg.sft.steps == 200 && cfg.grpo.steps == 100);
+    /* the demo's promise: a warm start that stops while held-out accuracy is still <= 40%,
+       then GRPO, evaluated during training */
+    CHECK(cfg.sft.steps > 0 && cfg.sft.eval_every > 0 && cfg.sft.stop_accuracy <= 0.4);
+    CHECK(cfg.grpo.steps > 0 && cfg.eval.every_steps > 0);
 
     CHECK(bt_config_load("/nonexistent/arith.json", NULL, 0, &cfg) == BT_EIO);
     CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent/arith.json");
