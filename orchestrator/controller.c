@@ -41,7 +41,8 @@ struct bt_controller {
     int64_t version;
     int64_t step;    /* GRPO steps done */
     uint64_t cursor; /* next training-stream index */
-    double t0, last_accuracy, last_reward;
+    double t0, last_accuracy, last_reward, tokens_per_s;
+    const char *phase; /* of the last report */
     bt_progress_fn *progress;
     void *progress_user;
 };
@@ -109,20 +110,31 @@ int64_t bt_controller_version(const bt_controller_t *self) {
     return self->version;
 }
 
+/*  phase is kept for bt_controller_progress. */
 static void s_report(bt_controller_t *self, const char *phase, int64_t step, int64_t total,
                      double tokens_per_s) {
-    if (!self->progress)
-        return;
+    self->phase = phase;
+    self->tokens_per_s = tokens_per_s;
+    if (self->progress) {
+        bt_progress p = bt_controller_progress(self);
+        p.step = step;
+        p.total = total;
+        self->progress(&p, self->progress_user);
+    }
+}
+
+bt_progress bt_controller_progress(const bt_controller_t *self) {
     double elapsed = bt_now() - self->t0;
-    bt_progress p = {phase,
+    int64_t step = self->step, total = self->cfg->grpo.steps;
+    bt_progress p = {self->phase ? self->phase : "join",
                      step,
                      total,
                      self->last_reward,
                      self->last_accuracy,
-                     tokens_per_s,
+                     self->tokens_per_s,
                      elapsed,
                      step > 0 ? elapsed / (double)step * (double)(total - step) : NAN};
-    self->progress(&p, self->progress_user);
+    return p;
 }
 
 /* ---- sending --------------------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 
 #include "baton/worker.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,8 @@ bt_run_t *bt_run_new(const char *config_json, const char *source, const char *co
         free(self);
         return NULL;
     }
-    int64_t workers = self->cfg.workers.rollout + self->cfg.workers.trainer + self->cfg.workers.eval;
+    int64_t workers =
+        self->cfg.workers.rollout + self->cfg.workers.trainer + self->cfg.workers.eval;
     if (workers > S_MAX_THREADS) {
         bt_fail(BT_EINVAL, "%s: workers: %lld in all, at most %d in one process", source,
                 (long long)workers, S_MAX_THREADS);
@@ -60,11 +62,15 @@ bt_run_t *bt_run_new(const char *config_json, const char *source, const char *co
     return self;
 }
 
-const bt_run_config *bt_run_config_of(const bt_run_t *self) { return &self->cfg; }
+const bt_run_config *bt_run_config_of(const bt_run_t *self) {
+    return &self->cfg;
+}
 void bt_run_set_dir(bt_run_t *self, const char *dir) {
     snprintf(self->dir, sizeof self->dir, "%s", dir);
 }
-const char *bt_run_dir(const bt_run_t *self) { return self->dir; }
+const char *bt_run_dir(const bt_run_t *self) {
+    return self->dir;
+}
 void bt_run_set_endpoint(bt_run_t *self, const char *endpoint) {
     snprintf(self->endpoint, sizeof self->endpoint, "%s", endpoint);
 }
@@ -89,8 +95,11 @@ static bt_status s_spawn(bt_run_t *self, bt_role role, int64_t count) {
     for (int64_t i = 0; i < count; i++) {
         s_thread *t = &self->threads[self->n_threads];
         snprintf(t->name, sizeof t->name, "%s-%lld", bt_role_name(role), (long long)i);
-        t->opt = (bt_worker_options){.zmq_ctx = self->zmq_ctx, .endpoint = self->endpoint,
-                                     .role = role, .name = t->name, .reward = self->reward,
+        t->opt = (bt_worker_options){.zmq_ctx = self->zmq_ctx,
+                                     .endpoint = self->endpoint,
+                                     .role = role,
+                                     .name = t->name,
+                                     .reward = self->reward,
                                      .reward_user = self->reward_user};
         if (pthread_create(&t->thread, NULL, s_worker_main, t) != 0)
             return bt_fail(BT_EIO, "run: cannot start a worker thread");
@@ -139,6 +148,11 @@ bt_status bt_run_finish(bt_run_t *self) {
 bt_controller_stats bt_run_stats(const bt_run_t *self) {
     bt_controller_stats none = {0};
     return self->ctl ? bt_controller_get_stats(self->ctl) : none;
+}
+
+bt_progress bt_run_progress(const bt_run_t *self) {
+    bt_progress none = {"new", 0, self->cfg.grpo.steps, NAN, NAN, NAN, 0, NAN};
+    return self->ctl ? bt_controller_progress(self->ctl) : none;
 }
 
 void bt_run_destroy(bt_run_t **self_p) {

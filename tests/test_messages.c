@@ -4,6 +4,8 @@
 #include "baton/messages.h"
 #include "check.h"
 
+#include <stdlib.h>
+
 /*  A batch of P prompts x G completions whose every value encodes its position. */
 static void s_fill(bt_rollout_batch *b, int64_t P, int64_t G, int64_t base) {
     CHECK_OK(bt_rollout_batch_alloc(b, P, G, 4, 3));
@@ -106,7 +108,9 @@ static void test_weights_and_sums(void) {
     char *names[2] = {n0, n1};
     int ndim[2] = {2, 1};
     int64_t shape[2][BT_MAX_DIMS] = {{3, 2}, {2}}, numel[2] = {6, 2};
-    float *data[2] = {w0, w1};
+    float *data[2] = {malloc(sizeof w0), malloc(sizeof w1)}; /* the message takes them */
+    memcpy(data[0], w0, sizeof w0);
+    memcpy(data[1], w1, sizeof w1);
     bt_weights w = {.version = 12,
                     .n = 2,
                     .names = names,
@@ -116,6 +120,7 @@ static void test_weights_and_sums(void) {
                     .data = data};
     bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
     CHECK_OK(bt_weights_to_msg(&w, m));
+    CHECK(w.data[0] == NULL && w.data[1] == NULL); /* moved, not copied */
     bt_weights back;
     bt_weights_init(&back);
     CHECK_OK(bt_weights_from_msg(m, &back));

@@ -17,7 +17,8 @@ static const char s_config[] =
     "{\"run\": {\"name\": \"t\", \"seed\": 5},"
     " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
     "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
-    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": 6},"
+    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": "
+    "6},"
     " \"sft\": {\"steps\": 3, \"batch_size\": 8, \"lr\": 0.003},"
     " \"grpo\": {\"steps\": 4, \"group_size\": 4, \"prompts_per_step\": 5, \"max_new_tokens\": 3,"
     "  \"lr\": 0.001},"
@@ -25,6 +26,7 @@ static const char s_config[] =
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 2, \"heartbeat_ms\": 50}}";
 
 static char s_tmp[64];
+static double s_last_accuracy; /* bt_run_progress at the end of the last s_run */
 
 /*  Runs the config to the end in dir; returns the run's counters. */
 static bt_controller_stats s_run(const char *dir, const char *endpoint, bt_reward_fn *reward,
@@ -49,6 +51,11 @@ static bt_controller_stats s_run(const char *dir, const char *endpoint, bt_rewar
         steps++;
     }
     CHECK(steps == 4);
+    /* the host reads the latest metrics: the last evaluation is that of step 4 */
+    bt_progress p = bt_run_progress(run);
+    CHECK(p.step == 4 && p.total == 4 && !strcmp(p.phase, "rl"));
+    CHECK(p.accuracy >= 0 && p.accuracy <= 1 && p.reward_mean >= 0);
+    s_last_accuracy = p.accuracy;
     CHECK_OK(bt_run_finish(run));
     bt_controller_stats st = bt_run_stats(run);
     bt_run_destroy(&run);
@@ -86,14 +93,21 @@ static void test_determinism_and_fields(void) {
     s_run(a, NULL, NULL, NULL, NULL);
     s_run(b, NULL, NULL, NULL, NULL);
     char *ma = s_metrics_without_timing(a), *mb = s_metrics_without_timing(b);
+    /* bt_run_progress agrees with the last eval line of metrics.jsonl */
+    char want[64];
+    snprintf(want, sizeof want, "\"accuracy\":%.9g", s_last_accuracy);
+    const char *last_eval =
+        ma ? strstr(ma, "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":4,") : NULL;
+    CHECK_STR_CONTAINS(last_eval, want);
     CHECK(ma && mb && strcmp(ma, mb) == 0);
     /* the documented fields, and the step-0 evaluation */
     CHECK_STR_CONTAINS(ma, "{\"kind\":\"sft\",\"step\":1,\"variant\":\"main\"");
     CHECK_STR_CONTAINS(ma, "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":0,");
     const char *train = ma ? strstr(ma, "{\"kind\":\"train\",\"step\":4,") : NULL;
     CHECK(train != NULL);
-    const char *keys[] = {"reward_mean", "loss", "kl", "clip_frac", "entropy", "grad_norm", "lr",
-                          "response_len_mean", "version"};
+    const char *keys[] = {"reward_mean", "loss",      "kl", "clip_frac",
+                          "entropy",     "grad_norm", "lr", "response_len_mean",
+                          "version"};
     for (size_t i = 0; train && i < sizeof keys / sizeof *keys; i++) {
         char k[64];
         snprintf(k, sizeof k, "\"%s\":", keys[i]);

@@ -172,11 +172,18 @@ bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep,
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
-bt_status bt_weights_to_msg(const bt_weights *w, bt_msg_t *msg) {
-    BT_TRY(bt_msg_set_int(msg, "version", w->version));
-    for (int i = 0; i < w->n; i++)
-        BT_TRY(bt_msg_add_tensor(msg, w->names[i], BT_F32, w->ndim[i], w->shape[i], w->data[i]));
-    return BT_OK;
+bt_status bt_weights_to_msg(bt_weights *w, bt_msg_t *msg) {
+    bt_status st = bt_msg_set_int(msg, "version", w->version);
+    for (int i = 0; i < w->n; i++) {
+        float *data = w->data[i];
+        w->data[i] = NULL;
+        if (st == BT_OK)
+            st = bt_msg_add_tensor_zero_copy(msg, w->names[i], BT_F32, w->ndim[i], w->shape[i],
+                                             data, NULL, NULL);
+        else
+            free(data);
+    }
+    return st;
 }
 
 bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {

@@ -47,6 +47,9 @@ bt_status bt_run_step(bt_run_t *self, bool *done);
 /*  Stops the workers and joins their threads; called by bt_run_destroy if needed. */
 bt_status bt_run_finish(bt_run_t *self);
 bt_controller_stats bt_run_stats(const bt_run_t *self);
+/*  The latest metrics: phase, GRPO step, mean reward of the last step, accuracy of the last
+    evaluation (NaN before any), tokens/s, elapsed time.  The full record is metrics.jsonl. */
+bt_progress bt_run_progress(const bt_run_t *self);
 
 #ifdef __cplusplus
 }

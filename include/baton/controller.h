@@ -57,6 +57,8 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done);
 /*  Sends STOP to every worker and waits (bounded) for their BYE. */
 bt_status bt_controller_stop(bt_controller_t *self);
 bt_controller_stats bt_controller_get_stats(const bt_controller_t *self);
+/*  Where the run stands now: the last step's mean reward, the last evaluation's accuracy. */
+bt_progress bt_controller_progress(const bt_controller_t *self);
 /*  The policy version the trainer last published. */
 int64_t bt_controller_version(const bt_controller_t *self);
 

@@ -29,8 +29,9 @@ bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch
     rewards are all equal).  Fills *out, releasing what it held. */
 bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep, bt_rollout_batch *out);
 
-/*  Field version; one F32 tensor per parameter under its name. */
-bt_status bt_weights_to_msg(const bt_weights *w, bt_msg_t *msg);
+/*  Field version; one F32 tensor per parameter under its name.  Zero-copy: the frames sent are
+    w's arrays, whose ownership passes to the message (w->data[i] become NULL, even on error). */
+bt_status bt_weights_to_msg(bt_weights *w, bt_msg_t *msg);
 bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out);
 
 /*  Fields version, stats.loss, stats.pg_loss, stats.kl, stats.clip_frac, stats.entropy,
