@@ -429,7 +429,7 @@ static void s_jobs_release(s_job *jobs, int n) {
 /*  Evaluates the held-out set, sharded over the configured eval workers; writes an eval line. */
 static bt_status s_evaluate(bt_controller_t *self, const char *phase, int64_t step) {
     const bt_run_config *c = self->cfg;
-    int shards = (int)(c->workers.eval < 1 ? 1 : c->workers.eval);
+    int shards = (int)(c->workers.eval < 1 ? 1 : c->workers.eval > 64 ? 64 : c->workers.eval);
     int64_t total = c->eval.heldout_count, per = (total + shards - 1) / shards;
     s_job jobs[64];
     int n = 0;
