@@ -423,6 +423,12 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
                        "%s: task.train: expected a JSONL file path when task.kind is \"jsonl\", "
                        "got \"\"",
                        src);
+    if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
+        cfg->eval.heldout_count > cfg->task.heldout_size)
+        return bt_fail(BT_EINVAL,
+                       "%s: eval.heldout_count: expected an integer <= task.heldout_size (%" PRId64
+                       "), got %" PRId64,
+                       src, cfg->task.heldout_size, cfg->eval.heldout_count);
     if (cfg->workers.expiry_ms <= cfg->workers.heartbeat_ms)
         return bt_fail(BT_EINVAL,
                        "%s: workers.expiry_ms: expected an integer > workers.heartbeat_ms (%" PRId64

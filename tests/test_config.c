@@ -279,6 +279,8 @@ static void test_malformed(void) {
         {"{\"workers\": {\"heartbeat_ms\": 500, \"expiry_ms\": 500}}",
          "arith.json: workers.expiry_ms: expected an integer > workers.heartbeat_ms (500), got "
          "500"},
+        {"{\"task\": {\"heldout_size\": 50}, \"eval\": {\"heldout_count\": 60}}",
+         "arith.json: eval.heldout_count: expected an integer <= task.heldout_size (50), got 60"},
         {"{\"model\": {\"num_key_value_heads\": 3}}",
          "arith.json: model.num_key_value_heads: expected an integer dividing num_attention_heads "
          "(4), got 3"},
@@ -311,6 +313,7 @@ static void test_sub_configs(void) {
     const char *json = "{\"task\": {\"seed\": 7, \"digits\": 3, \"operators\": \"+-\","
                        "          \"heldout_size\": 30, \"format_reward\": 0.1,"
                        "          \"train\": \"t.jsonl\", \"verifier\": \"numeric\"},"
+                       " \"eval\": {\"heldout_count\": 30},"
                        " \"sft\": {\"steps\": 20, \"lr\": 0.002, \"warmup_steps\": 5},"
                        " \"grpo\": {\"steps\": 50, \"kl_coef\": 0.04, \"lr_schedule\": \"cosine\","
                        "          \"warmup_steps\": 10, \"min_lr\": 1e-5, \"beta2\": 0.95,"
