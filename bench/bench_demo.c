@@ -32,7 +32,7 @@ typedef struct s_settings {
     /* GRPO */
     double rl_steps, prompts_per_step, group_size, temperature, max_new_tokens, rl_lr, kl_coef,
         clip_low, clip_high, drop_zero_var, micro_batch, max_grad_norm, weight_decay, beta2,
-        adv_norm_std, rl_warmup, rl_min_lr;
+        adv_norm_std, rl_warmup, rl_min_lr, beta1;
     /* evaluation: the first eval_count held-out examples, greedy */
     double eval_count, eval_every;
     double verbose; /* 1: a JSON line per training step too */
@@ -67,6 +67,7 @@ static s_settings s_set = {
     .micro_batch = 256,
     .max_grad_norm = 1.0,
     .weight_decay = 0.0,
+    .beta1 = 0.9,
     .beta2 = 0.999,
     .adv_norm_std = 1,
     .eval_count = 200,
@@ -90,6 +91,7 @@ static const struct {
     S_FIELD(max_grad_norm), S_FIELD(weight_decay),     S_FIELD(eval_count),
     S_FIELD(eval_every),    S_FIELD(verbose),          S_FIELD(beta2),
     S_FIELD(adv_norm_std),  S_FIELD(rl_warmup),        S_FIELD(rl_min_lr),
+    S_FIELD(beta1),
 };
 
 static void s_die(const char *what) {
@@ -242,6 +244,7 @@ int main(void) {
     bt_trainer_config trc;
     bt_trainer_config_init(&trc);
     trc.adamw.weight_decay = s_set.weight_decay;
+    trc.adamw.beta1 = s_set.beta1;
     trc.adamw.beta2 = s_set.beta2;
     trc.max_grad_norm = s_set.max_grad_norm;
     trc.micro_batch = (int64_t)s_set.micro_batch;
