@@ -16,5 +16,6 @@ int bt_cli_usage_error(const char *fmt, ...)
 
 int bt_cli_info(int argc, char **argv);
 int bt_cli_run(int argc, char **argv);
+int bt_cli_report(int argc, char **argv);
 
 #endif

@@ -12,6 +12,8 @@ static const char s_usage[] = "usage: baton COMMAND [ARGS]\n"
                               "  run CONFIG [--run-dir DIR] [--set key.path=value ...]\n"
                               "                  train: SFT warm start, then GRPO (configs/arith.json)\n"
                               "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
+                              "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
+                              "                  one HTML file of charts (default RUN_DIR/report.html)\n"
                               "environment: BATON_THREADS=N sets libtorch's intra-op threads\n";
 
 int bt_cli_usage_error(const char *fmt, ...) {
@@ -37,5 +39,7 @@ int main(int argc, char **argv) {
         return bt_cli_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)
         return bt_cli_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "report") == 0)
+        return bt_cli_report(argc - 2, argv + 2);
     return bt_cli_usage_error("unknown command \"%s\"", argv[1]);
 }

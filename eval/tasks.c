@@ -18,6 +18,7 @@
 #define S_TAG_HELDOUT 0x68656c646f7574ULL /* "heldout": the arithmetic held-out stream */
 #define S_TAG_RESERVE 0x72657365727665ULL /* "reserve": the held-out membership hash */
 #define S_TAG_EPOCH 0x65706f6368ULL       /* "epoch": the JSONL epoch shuffles */
+#define S_TAG_ASIDE 0x6173696465ULL       /* "aside": the distractor sentences */
 #define S_RESERVE_ONE_IN 10               /* one problem in ten is reserved for held-out use */
 #define S_ENUMERATE_MAX 10000000ULL       /* problem spaces up to this size are counted exactly */
 #define S_HELDOUT_MAX 1000000             /* largest arithmetic held-out set */
@@ -103,10 +104,18 @@ static uint64_t s_arith_draw(const bt_task_t *self, uint64_t key, uint64_t index
     return s_code(op, a, b);
 }
 
+/*  The operator index and operands of a problem made by s_code(). */
+static void s_decode(uint64_t code, int *op, int64_t *a, int64_t *b) {
+    *op = (int)(code >> 60);
+    *a = (int64_t)(code >> 30 & 0x3fffffff);
+    *b = (int64_t)(code & 0x3fffffff);
+}
+
 /*  Writes "a<op>b=" and the answer into ex->storage. */
 static void s_arith_format(uint64_t code, bt_task_example *ex) {
-    int op = (int)(code >> 60);
-    int64_t a = (int64_t)(code >> 30 & 0x3fffffff), b = (int64_t)(code & 0x3fffffff);
+    int op;
+    int64_t a, b;
+    s_decode(code, &op, &a, &b);
     int64_t c = op == 0 ? a + b : op == 1 ? a - b : a * b;
     char *prompt = ex->storage, *answer = ex->storage + sizeof ex->storage / 2;
     snprintf(prompt, sizeof ex->storage / 2, "%" PRId64 "%c%" PRId64 "=", a, s_ops[op], b);
@@ -270,16 +279,20 @@ static const char *s_record_problem(const cJSON *root, bt_task_verifier verifier
     return NULL;
 }
 
+/*  x printed with 15 significant digits, or 17 when 15 do not read back exactly. */
+static void s_format_number(double x, char out[32]) {
+    snprintf(out, 32, "%.15g", x);
+    if (strtod(out, NULL) != x)
+        snprintf(out, 32, "%.17g", x);
+}
+
 /*  Appends a copy of a checked record; a number answer is kept as its shortest exact text. */
 static bt_status s_records_add(s_records *recs, const cJSON *root) {
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const cJSON *answer = cJSON_GetObjectItemCaseSensitive(root, "answer");
     char number[32];
-    if (cJSON_IsNumber(answer)) {
-        snprintf(number, sizeof number, "%.15g", answer->valuedouble);
-        if (strtod(number, NULL) != answer->valuedouble)
-            snprintf(number, sizeof number, "%.17g", answer->valuedouble);
-    }
+    if (cJSON_IsNumber(answer))
+        s_format_number(answer->valuedouble, number);
     if (recs->n == recs->cap) {
         size_t cap = recs->cap ? 2 * recs->cap : 64;
         s_record *items = realloc(recs->items, cap * sizeof *items);
@@ -598,7 +611,115 @@ double bt_task_score(const bt_task_t *self, const char *prompt, const char *answ
         return bt_task_reward(self, answer, completion, len, detail);
     double r = self->reward_fn(prompt, completion, len, answer, self->reward_user);
     if (detail)
-        *detail = (bt_reward_detail){.correct = r >= 1.0, .well_formed = true,
-                                     .extracted_start = 0, .extracted_len = len};
+        *detail = (bt_reward_detail){
+            .correct = r >= 1.0, .well_formed = true, .extracted_start = 0, .extracted_len = len};
     return r;
+}
+
+/* ---- robustness and majority voting ---------------------------------------------------------- */
+static const char *const s_perturbation_names[BT_PERTURB_COUNT] = {"spacing", "order",
+                                                                   "distractor"};
+
+/*  Sentences with one number and nothing to do with any problem. */
+static const char *const s_distractors[] = {
+    "I have %d cats.",
+    "There are %d books on the shelf.",
+    "The bus leaves in %d minutes.",
+    "My aunt planted %d trees.",
+    "The room has %d windows.",
+    "We saw %d birds this morning.",
+};
+
+const char *bt_task_perturbation_name(bt_task_perturbation p) {
+    return (unsigned)p < BT_PERTURB_COUNT ? s_perturbation_names[p] : "unknown";
+}
+
+/*  Copies text[0, n) and a NUL into buf; returns n, or 0 (buf untouched) when it does not fit. */
+static size_t s_put(char *buf, size_t len, const char *text, size_t n) {
+    if (n >= len)
+        return 0;
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    return n;
+}
+
+/*  The distractor sentence of held-out example i; returns its length. */
+static size_t s_distractor(size_t i, char out[64]) {
+    uint64_t state = s_key(S_TAG_ASIDE, i);
+    size_t pick = (size_t)(s_next(&state) % (sizeof s_distractors / sizeof *s_distractors));
+    int number = 2 + (int)(s_next(&state) % 19); /* 2..20 */
+    return (size_t)snprintf(out, 64, s_distractors[pick], number);
+}
+
+static size_t s_arith_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
+                              size_t len) {
+    int op;
+    int64_t a, b;
+    s_decode(self->heldout_codes[i], &op, &a, &b);
+    char text[128], sentence[64];
+    int n = 0;
+    if (p == BT_PERTURB_SPACING)
+        n = snprintf(text, sizeof text, "%" PRId64 " %c %" PRId64 " =", a, s_ops[op], b);
+    else if (p == BT_PERTURB_ORDER && s_ops[op] != '-') /* + and * commute */
+        n = snprintf(text, sizeof text, "%" PRId64 "%c%" PRId64 "=", b, s_ops[op], a);
+    else if (p == BT_PERTURB_DISTRACTOR) {
+        s_distractor(i, sentence);
+        n = snprintf(text, sizeof text, "%s %" PRId64 "%c%" PRId64 "=", sentence, a, s_ops[op], b);
+    }
+    return n > 0 ? s_put(buf, len, text, (size_t)n) : 0;
+}
+
+static size_t s_jsonl_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
+                              size_t len) {
+    const char *prompt = self->heldout.items[i].prompt;
+    size_t plen = strlen(prompt), n = 0;
+    if (p == BT_PERTURB_SPACING) {
+        n = 1 + plen;
+        for (const char *c = prompt; *c; c++)
+            n += *c == ' ';
+        if (n >= len)
+            return 0;
+        char *out = buf;
+        *out++ = ' ';
+        for (const char *c = prompt; *c; c++) {
+            if (*c == ' ')
+                *out++ = ' ';
+            *out++ = *c;
+        }
+        *out = '\0';
+    } else if (p == BT_PERTURB_DISTRACTOR) {
+        char sentence[64];
+        size_t slen = s_distractor(i, sentence);
+        n = slen + 1 + plen;
+        if (n >= len)
+            return 0;
+        memcpy(buf, sentence, slen);
+        buf[slen] = ' ';
+        memcpy(buf + slen + 1, prompt, plen + 1);
+    }
+    return n;
+}
+
+size_t bt_task_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
+                       size_t len) {
+    BT_ASSERT(i < bt_task_heldout_count(self));
+    return self->kind == S_ARITH ? s_arith_perturb(self, i, p, buf, len)
+                                 : s_jsonl_perturb(self, i, p, buf, len);
+}
+
+size_t bt_task_canonical_answer(const bt_task_t *self, const char *completion, size_t len,
+                                char *buf, size_t buflen) {
+    bt_reward_detail d; /* the verifier's own extraction; the empty answer is never matched */
+    bt_task_reward(self, "", completion, len, &d);
+    const char *text = completion + d.extracted_start;
+    if (d.extracted_len == 0)
+        return 0;
+    if (self->kind == S_ARITH || self->verifier == BT_TASK_VERIFY_EXACT)
+        return s_put(buf, buflen, text, d.extracted_len);
+    double x;
+    char number[32];
+    if (!s_number_value(text, d.extracted_len, &x))
+        return 0;
+    s_format_number(x + 0.0, number); /* + 0.0 turns -0 into 0 */
+    return s_put(buf, buflen, number, strlen(number));
 }

@@ -105,6 +105,7 @@ static const s_key s_keys[] = {
     S_STR_KEY("task.train", task.train, "", NULL, NULL),
     S_STR_KEY("task.eval", task.eval, "", NULL, NULL),
     S_ENUM_KEY("task.verifier", task.verifier, BT_TASK_VERIFY_EXACT, s_verifiers),
+    S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
 
     S_INT_KEY("sft.steps", sft.steps, 0, 0, S_INF),
     S_INT_KEY("sft.batch_size", sft.batch_size, 64, 1, S_INF),
@@ -141,10 +142,19 @@ static const s_key s_keys[] = {
     S_BOOL_KEY("grpo.dynamic_sampling", grpo.dynamic_sampling, false),
 
     S_INT_KEY("eval.every_steps", eval.every_steps, 10, 0, S_INF),
+    S_INT_KEY("eval.every_epochs", eval.every_epochs, 0, 0, S_INF),
+    S_NUM_KEY("eval.every_seconds", eval.every_seconds, 0, 0, S_INF, 0),
     S_INT_KEY("eval.heldout_count", eval.heldout_count, 200, 1, S_INF),
-    S_INT_KEY("eval.samples", eval.samples, 1, 1, S_INF),
+    S_INT_KEY("eval.samples", eval.samples, 1, 1, BT_EVALUATOR_MAX_SAMPLES),
     S_NUM_KEY("eval.temperature", eval.temperature, 0.0, 0, S_INF, 0),
     S_INT_KEY("eval.max_new_tokens", eval.max_new_tokens, 0, 0, S_INF),
+    S_BOOL_KEY("eval.adaptive", eval.adaptive, false),
+    S_INT_KEY("eval.adaptive_floor", eval.adaptive_floor, 1, 1, S_INF),
+    S_INT_KEY("eval.adaptive_ceiling", eval.adaptive_ceiling, 0, 0, S_INF),
+    S_NUM_KEY("eval.adaptive_fast", eval.adaptive_fast, 0.01, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("eval.adaptive_plateau", eval.adaptive_plateau, 0.001, 0, S_INF, 0),
+    S_NUM_KEY("eval.adaptive_drop", eval.adaptive_drop, 0.05, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("eval.adaptive_ema", eval.adaptive_ema, 0.5, 0, 1, S_LO_OPEN),
 
     S_INT_KEY("workers.rollout", workers.rollout, 1, 1, S_INF),
     S_INT_KEY("workers.trainer", workers.trainer, 1, 1, S_INF),
@@ -153,6 +163,56 @@ static const s_key s_keys[] = {
     S_INT_KEY("workers.expiry_ms", workers.expiry_ms, 5000, 1, S_INF),
 };
 enum { S_NKEYS = sizeof s_keys / sizeof s_keys[0] };
+
+/*  The keys of one eval.datasets entry and one eval.probes entry: offsets within the entry.  An
+    unset dataset field (-1, NaN) takes the flat eval.* key of the same name. */
+static const char *const s_eval_kinds[] = {"generate", "perplexity", "probes", NULL};
+#define S_DS(f) .offset = offsetof(bt_eval_dataset, f), .size = sizeof(((bt_eval_dataset *)0)->f)
+#define S_PR(f) .offset = offsetof(bt_eval_probe, f), .size = sizeof(((bt_eval_probe *)0)->f)
+static const s_key s_dataset_keys[] = {
+    {.path = "name",
+     .type = S_STR,
+     S_DS(name),
+     .def_str = "",
+     .valid = s_is_name,
+     .what = "a name of letters, digits, '.', '_' or '-', not starting with '.'"},
+    {.path = "kind", .type = S_ENUM, S_DS(kind), .def = BT_EVAL_GENERATE, .names = s_eval_kinds},
+    {.path = "source", .type = S_STR, S_DS(source), .def_str = ""},
+    {.path = "count", .type = S_INT, S_DS(count), .def = -1, .lo = 0, .hi = S_INF},
+    {.path = "samples",
+     .type = S_INT,
+     S_DS(samples),
+     .def = -1,
+     .lo = 1,
+     .hi = BT_EVALUATOR_MAX_SAMPLES},
+    {.path = "temperature", .type = S_NUM, S_DS(temperature), .def = NAN, .lo = 0, .hi = S_INF},
+    {.path = "max_new_tokens",
+     .type = S_INT,
+     S_DS(max_new_tokens),
+     .def = -1,
+     .lo = 0,
+     .hi = S_INF},
+    {.path = "robustness", .type = S_BOOL, S_DS(robustness), .def = 0},
+    {.path = "every_steps", .type = S_INT, S_DS(every_steps), .def = -1, .lo = 0, .hi = S_INF},
+    {.path = "every_epochs", .type = S_INT, S_DS(every_epochs), .def = -1, .lo = 0, .hi = S_INF},
+    {.path = "every_seconds", .type = S_NUM, S_DS(every_seconds), .def = NAN, .lo = 0, .hi = S_INF},
+};
+static const s_key s_probe_keys[] = {
+    {.path = "name",
+     .type = S_STR,
+     S_PR(name),
+     .def_str = "",
+     .valid = s_is_name,
+     .what = "a name of letters, digits, '.', '_' or '-', not starting with '.'"},
+    {.path = "prompt", .type = S_STR, S_PR(prompt), .def_str = ""},
+    {.path = "target", .type = S_STR, S_PR(target), .def_str = ""},
+    {.path = "better", .type = S_STR, S_PR(better), .def_str = ""},
+    {.path = "worse", .type = S_STR, S_PR(worse), .def_str = ""},
+};
+enum {
+    S_NDATASET_KEYS = sizeof s_dataset_keys / sizeof s_dataset_keys[0],
+    S_NPROBE_KEYS = sizeof s_probe_keys / sizeof s_probe_keys[0]
+};
 
 const char *bt_config_key(int i) {
     return i >= 0 && i < S_NKEYS ? s_keys[i].path : NULL;
@@ -351,6 +411,70 @@ static bool s_is_duplicate(const cJSON *object, const cJSON *item) {
     return cJSON_GetObjectItemCaseSensitive(object, item->string) != item;
 }
 
+/*  k, moved to an array entry at base bytes into bt_run_config. */
+static s_key s_at(const s_key *k, size_t base) {
+    s_key moved = *k;
+    moved.offset += base;
+    return moved;
+}
+
+/*  Every field of an array entry at its default. */
+static void s_entry_init(const s_key *keys, int n, size_t base, bt_run_config *cfg) {
+    for (int i = 0; i < n; i++) {
+        s_key k = s_at(&keys[i], base);
+        if (k.type == S_STR)
+            snprintf(s_field(&k, cfg), k.size, "%s", k.def_str);
+        else
+            s_store(&k, cfg, k.def);
+    }
+}
+
+/*  eval.datasets or eval.probes: an array of objects whose keys come from keys[]. */
+static bt_status s_apply_array(const cJSON *arr, const char *src, const char *path,
+                               const s_key *keys, int n_keys, size_t base, size_t stride, int max,
+                               int *count, bt_run_config *cfg) {
+    char where[256];
+    snprintf(where, sizeof where, "%s: %s", src, path);
+    if (!cJSON_IsArray(arr))
+        return s_expected(where, "an array of objects", arr);
+    if (cJSON_GetArraySize(arr) > max) {
+        char what[64];
+        snprintf(what, sizeof what, "at most %d entries", max);
+        return bt_fail(BT_EINVAL, "%s: expected %s, got %d", where, what, cJSON_GetArraySize(arr));
+    }
+    *count = 0;
+    for (const cJSON *entry = arr->child; entry; entry = entry->next, (*count)++) {
+        size_t at = base + (size_t)*count * stride;
+        snprintf(where, sizeof where, "%s: %s[%d]", src, path, *count);
+        if (!cJSON_IsObject(entry))
+            return s_expected(where, "an object", entry);
+        s_entry_init(keys, n_keys, at, cfg);
+        for (const cJSON *item = entry->child; item; item = item->next) {
+            snprintf(where, sizeof where, "%s: %s[%d].%s", src, path, *count, item->string);
+            const s_key *k = NULL;
+            for (int i = 0; i < n_keys && !k; i++)
+                k = strcmp(keys[i].path, item->string) == 0 ? &keys[i] : NULL;
+            if (!k)
+                return bt_fail(BT_EINVAL, "%s: unknown key", where);
+            if (s_is_duplicate(entry, item))
+                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+            s_key moved = s_at(k, at);
+            BT_TRY(s_set(&moved, item, where, cfg));
+        }
+    }
+    return BT_OK;
+}
+
+static bt_status s_apply_eval_array(const cJSON *item, const char *src, bt_run_config *cfg) {
+    if (strcmp(item->string, "datasets") == 0)
+        return s_apply_array(item, src, "eval.datasets", s_dataset_keys, S_NDATASET_KEYS,
+                             offsetof(bt_run_config, eval.datasets), sizeof(bt_eval_dataset),
+                             BT_EVAL_MAX_DATASETS, &cfg->eval.n_datasets, cfg);
+    return s_apply_array(item, src, "eval.probes", s_probe_keys, S_NPROBE_KEYS,
+                         offsetof(bt_run_config, eval.probes), sizeof(bt_eval_probe),
+                         BT_EVAL_MAX_PROBES, &cfg->eval.n_probes, cfg);
+}
+
 static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config *cfg) {
     char where[256];
     if (!cJSON_IsObject(root))
@@ -367,6 +491,12 @@ static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config 
             char path[128];
             snprintf(path, sizeof path, "%s.%s", sec->string, item->string);
             snprintf(where, sizeof where, "%s: %s", src, path);
+            if (!strcmp(path, "eval.datasets") || !strcmp(path, "eval.probes")) {
+                if (s_is_duplicate(sec, item))
+                    return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+                BT_TRY(s_apply_eval_array(item, src, cfg));
+                continue;
+            }
             const s_key *k = s_find(path);
             if (!k)
                 return s_unknown(where, path);
@@ -412,6 +542,106 @@ static bt_status s_reraise(const char *src, const char *prefix, const char *stri
     return bt_fail(BT_EINVAL, "%s: %s%s", src, prefix, msg);
 }
 
+/*  Fills a dataset's unset fields from the flat eval.* keys and checks it. */
+static bt_status s_check_dataset(bt_run_config *cfg, int i, const char *src) {
+    bt_eval_dataset *d = &cfg->eval.datasets[i];
+    char where[256];
+    snprintf(where, sizeof where, "%s: eval.datasets[%d]", src, i);
+    bool from_task = d->source[0] == '\0';
+    if (d->count < 0)
+        d->count = from_task && d->kind != BT_EVAL_PROBES ? cfg->eval.heldout_count : 0;
+    if (d->samples < 0)
+        d->samples = d->kind == BT_EVAL_GENERATE ? cfg->eval.samples : 1;
+    if (isnan(d->temperature))
+        d->temperature = d->kind == BT_EVAL_GENERATE ? cfg->eval.temperature : 0.0;
+    if (d->max_new_tokens < 0)
+        d->max_new_tokens = cfg->eval.max_new_tokens;
+    if (d->max_new_tokens == 0)
+        d->max_new_tokens = cfg->grpo.max_new_tokens;
+    if (d->every_steps < 0)
+        d->every_steps = cfg->eval.every_steps;
+    if (d->every_epochs < 0)
+        d->every_epochs = cfg->eval.every_epochs;
+    if (isnan(d->every_seconds))
+        d->every_seconds = cfg->eval.every_seconds;
+    if (!d->name[0])
+        return bt_fail(BT_EINVAL, "%s.name: expected a name, got \"\"", where);
+    for (int j = 0; j < i; j++)
+        if (strcmp(cfg->eval.datasets[j].name, d->name) == 0)
+            return bt_fail(BT_EINVAL, "%s.name: \"%s\" is already the name of eval.datasets[%d]",
+                           where, d->name, j);
+    if (d->kind == BT_EVAL_GENERATE && d->samples > 1 && d->temperature == 0)
+        return bt_fail(BT_EINVAL, "%s.temperature: expected a number > 0 when samples > 1, got 0",
+                       where);
+    if (d->kind != BT_EVAL_GENERATE && (d->samples != 1 || d->robustness))
+        return bt_fail(BT_EINVAL, "%s: samples and robustness apply to kind \"generate\" only",
+                       where);
+    if (d->kind == BT_EVAL_PROBES && cfg->eval.n_probes == 0)
+        return bt_fail(BT_EINVAL, "%s.kind: \"probes\" needs eval.probes, and it is empty", where);
+    if (d->kind == BT_EVAL_PROBES && !from_task)
+        return bt_fail(BT_EINVAL, "%s.source: probes come from eval.probes, expected \"\"", where);
+    if (from_task && d->kind != BT_EVAL_PROBES && cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
+        (d->count == 0 || d->count > cfg->task.heldout_size))
+        return bt_fail(BT_EINVAL,
+                       "%s.count: expected an integer in [1, task.heldout_size (%" PRId64
+                       ")], got %" PRId64,
+                       where, cfg->task.heldout_size, d->count);
+    if (d->every_epochs > 0 && cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
+        cfg->task.epoch_size == 0)
+        return bt_fail(BT_EINVAL,
+                       "%s.every_epochs: the arithmetic stream has no epochs: set "
+                       "task.epoch_size too",
+                       where);
+    bt_trigger_config tc;
+    bt_config_trigger(cfg, i, &tc);
+    if (bt_trigger_config_validate(&tc) != BT_OK)
+        return s_reraise(where, "trigger: ", "");
+    return BT_OK;
+}
+
+static bt_status s_check_eval(bt_run_config *cfg, const char *src) {
+    for (int i = 0; i < cfg->eval.n_probes; i++) {
+        bt_eval_probe *p = &cfg->eval.probes[i];
+        bool target = p->prompt[0] || p->target[0], pair = p->better[0] || p->worse[0];
+        if (target == pair || (target && !p->target[0]) ||
+            (pair && (!p->better[0] || !p->worse[0])))
+            return bt_fail(BT_EINVAL,
+                           "%s: eval.probes[%d]: expected either \"prompt\" and a non-empty "
+                           "\"target\", or non-empty \"better\" and \"worse\"",
+                           src, i);
+        if (!p->name[0])
+            snprintf(p->name, sizeof p->name, "p%d", i);
+        for (int j = 0; j < i; j++)
+            if (strcmp(cfg->eval.probes[j].name, p->name) == 0)
+                return bt_fail(BT_EINVAL, "%s: eval.probes[%d].name: \"%s\" is used twice", src, i,
+                               p->name);
+    }
+    bool probes = false;
+    for (int i = 0; i < cfg->eval.n_datasets; i++)
+        probes |= cfg->eval.datasets[i].kind == BT_EVAL_PROBES;
+    size_t base = offsetof(bt_run_config, eval.datasets);
+    if (cfg->eval.n_datasets == 0) { /* the flat keys describe the one dataset */
+        s_entry_init(s_dataset_keys, S_NDATASET_KEYS, base, cfg);
+        snprintf(cfg->eval.datasets[0].name, BT_EVAL_NAME_MAX, "heldout");
+        cfg->eval.n_datasets = 1;
+    }
+    if (cfg->eval.n_probes > 0 && !probes) {
+        int i = cfg->eval.n_datasets;
+        if (i == BT_EVAL_MAX_DATASETS)
+            return bt_fail(BT_EINVAL,
+                           "%s: eval.datasets: no room for the probes dataset (%d at most)", src,
+                           BT_EVAL_MAX_DATASETS);
+        s_entry_init(s_dataset_keys, S_NDATASET_KEYS, base + (size_t)i * sizeof(bt_eval_dataset),
+                     cfg);
+        snprintf(cfg->eval.datasets[i].name, BT_EVAL_NAME_MAX, "probes");
+        cfg->eval.datasets[i].kind = BT_EVAL_PROBES;
+        cfg->eval.n_datasets++;
+    }
+    for (int i = 0; i < cfg->eval.n_datasets; i++)
+        BT_TRY(s_check_dataset(cfg, i, src));
+    return BT_OK;
+}
+
 /*  Checks between keys, then resolves the 0 = "follow another key" values. */
 static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->model.num_key_value_heads == 0) /* Hugging Face: unset means full attention */
@@ -442,6 +672,7 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
         cfg->grpo.max_tokens = cfg->grpo.max_new_tokens;
     if (cfg->eval.max_new_tokens == 0)
         cfg->eval.max_new_tokens = cfg->grpo.max_new_tokens;
+    BT_TRY(s_check_eval(cfg, src));
     bt_grpo_config grpo;
     bt_config_grpo(cfg, &grpo);
     if (bt_grpo_config_validate(&grpo) != BT_OK)
@@ -526,6 +757,28 @@ static cJSON *s_to_item(const s_key *k, const bt_run_config *cfg) {
     return cJSON_CreateString(k->names[*(const int *)p]);
 }
 
+/*  eval.datasets / eval.probes as an array of objects with every key. */
+static bool s_array_to_json(cJSON *parent, const char *name, const s_key *keys, int n_keys,
+                            size_t base, size_t stride, int n, const bt_run_config *cfg) {
+    cJSON *arr = cJSON_AddArrayToObject(parent, name);
+    for (int e = 0; arr && e < n; e++) {
+        cJSON *obj = cJSON_CreateObject();
+        if (!obj || !cJSON_AddItemToArray(arr, obj)) {
+            cJSON_Delete(obj);
+            return false;
+        }
+        for (int i = 0; i < n_keys; i++) {
+            s_key k = s_at(&keys[i], base + (size_t)e * stride);
+            cJSON *item = s_to_item(&k, cfg);
+            if (!item || !cJSON_AddItemToObject(obj, k.path, item)) {
+                cJSON_Delete(item);
+                return false;
+            }
+        }
+    }
+    return arr != NULL;
+}
+
 char *bt_config_to_json(const bt_run_config *cfg) {
     cJSON *root = cJSON_CreateObject(), *sec = NULL;
     char section[32] = "";
@@ -542,6 +795,14 @@ char *bt_config_to_json(const bt_run_config *cfg) {
         if (!ok)
             cJSON_Delete(item);
     }
+    cJSON *eval = ok ? cJSON_GetObjectItemCaseSensitive(root, "eval") : NULL;
+    ok = ok && eval &&
+         s_array_to_json(eval, "datasets", s_dataset_keys, S_NDATASET_KEYS,
+                         offsetof(bt_run_config, eval.datasets), sizeof(bt_eval_dataset),
+                         cfg->eval.n_datasets, cfg) &&
+         s_array_to_json(eval, "probes", s_probe_keys, S_NPROBE_KEYS,
+                         offsetof(bt_run_config, eval.probes), sizeof(bt_eval_probe),
+                         cfg->eval.n_probes, cfg);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;
@@ -589,6 +850,22 @@ void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out) {
                                   .operators = cfg->task.operators,
                                   .heldout_size = (size_t)cfg->task.heldout_size,
                                   .format_reward = cfg->task.format_reward};
+}
+
+void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out) {
+    const bt_eval_dataset *d = &cfg->eval.datasets[i];
+    bt_trigger_config_init(out);
+    out->every_steps = d->every_steps;
+    out->every_epochs = d->every_epochs;
+    out->every_seconds = d->every_seconds;
+    out->adaptive = cfg->eval.adaptive;
+    int64_t steps = d->every_steps > 0 ? d->every_steps : 1;
+    out->floor = cfg->eval.adaptive_floor < steps ? cfg->eval.adaptive_floor : steps;
+    out->ceiling = cfg->eval.adaptive_ceiling ? cfg->eval.adaptive_ceiling : 8 * steps;
+    out->fast = cfg->eval.adaptive_fast;
+    out->plateau = cfg->eval.adaptive_plateau;
+    out->drop = cfg->eval.adaptive_drop;
+    out->ema = cfg->eval.adaptive_ema;
 }
 
 void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out) {

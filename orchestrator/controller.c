@@ -5,6 +5,7 @@
 #include "baton/messages.h"
 #include "baton/metrics.h"
 #include "baton/registry.h"
+#include "baton/shard.h"
 #include "baton/wire.h"
 
 #include <math.h>
@@ -14,7 +15,22 @@
 #include <time.h>
 #include <zmq.h>
 
-enum { S_JOIN_TIMEOUT_MS = 60000, S_MAX_ATTEMPTS = 4 };
+enum {
+    S_JOIN_TIMEOUT_MS = 60000,
+    S_MAX_ATTEMPTS = 4,
+    S_MAX_EVALS = 16,  /* evaluations in flight at once */
+    S_MAX_SHARDS = 64, /* shards of one evaluation */
+    S_TRACK = 1024     /* workers whose weights version and speed are tracked */
+};
+
+/*  A WEIGHTS message shared by the controller (the latest) and the evaluations pinned to it. */
+typedef struct s_weights {
+    bt_msg_t *msg;
+    int64_t version;
+    int refs;
+} s_weights;
+
+struct s_evaluation;
 
 /*  One unit of work for a worker; the TASK message is built from it at each hand-out. */
 typedef struct s_job {
@@ -26,9 +42,26 @@ typedef struct s_job {
     const uint64_t *prompts;       /* rollout: training-stream indices [count] */
     const bt_rollout_batch *batch; /* train */
     const double *adv;             /* train: [batch->n] */
+    struct s_evaluation *ev;       /* eval: the evaluation the shard belongs to */
     bt_msg_t *result;              /* owned once the task is done */
     double compute_s;              /* the worker's compute time for it */
+    int32_t worker;                /* who completed it */
 } s_job;
+
+/*  One evaluation of one dataset at one policy version, running beside training. */
+typedef struct s_evaluation {
+    bool active;
+    int ds;             /* eval.datasets index */
+    const char *phase;  /* "sft" or "rl" */
+    char trigger[32];   /* "start", "steps", "epochs+seconds", "final", "sft" */
+    int64_t step;       /* the training step it belongs to */
+    s_weights *weights; /* pinned; NULL: version 0 as every worker builds it */
+    int64_t version;
+    s_job jobs[S_MAX_SHARDS];
+    int n_jobs;
+    int64_t first_task;
+    double t_start;
+} s_evaluation;
 
 struct bt_controller {
     const bt_run_config *cfg;
@@ -37,15 +70,25 @@ struct bt_controller {
     void *sock;
     bt_registry_t *reg;
     bt_controller_stats stats;
-    bt_msg_t *weights; /* the latest WEIGHTS, sent to (re)joining rollout/eval workers */
+    s_weights *weights; /* the latest WEIGHTS, sent to (re)joining rollout workers */
     int64_t version;
-    int64_t step;    /* GRPO steps done */
-    uint64_t cursor; /* next training-stream index */
+    /* evaluation */
+    bt_trigger triggers[BT_EVAL_MAX_DATASETS];
+    bt_train_clock clock;
+    int64_t ds_size[BT_EVAL_MAX_DATASETS]; /* items each dataset evaluates */
+    uint64_t epoch_size;                   /* training-stream indices per epoch; 0: none */
+    s_evaluation evals[S_MAX_EVALS];
+    int64_t worker_version[S_TRACK];             /* eval workers: weights held; -1: unknown */
+    double speed[S_TRACK][BT_EVAL_MAX_DATASETS]; /* eval workers: items per second (EMA) */
+    int64_t step;                                /* GRPO steps done */
+    uint64_t cursor;                             /* next training-stream index */
     double t0, last_accuracy, last_reward, tokens_per_s;
     const char *phase; /* of the last report */
     bt_progress_fn *progress;
     void *progress_user;
 };
+
+static void s_weights_release(s_weights **w_p);
 
 static int64_t s_now_ms(void) {
     return (int64_t)(bt_now() * 1000.0);
@@ -93,7 +136,13 @@ void bt_controller_destroy(bt_controller_t **self_p) {
     if (self->sock)
         zmq_close(self->sock);
     bt_registry_destroy(&self->reg);
-    bt_msg_destroy(&self->weights);
+    for (int i = 0; i < S_MAX_EVALS; i++)
+        if (self->evals[i].active) {
+            for (int j = 0; j < self->evals[i].n_jobs; j++)
+                bt_msg_destroy(&self->evals[i].jobs[j].result);
+            s_weights_release(&self->evals[i].weights);
+        }
+    s_weights_release(&self->weights);
     free(self);
     *self_p = NULL;
 }
@@ -139,6 +188,21 @@ bt_progress bt_controller_progress(const bt_controller_t *self) {
 
 /* ---- sending --------------------------------------------------------------------------------- */
 
+static s_weights *s_weights_ref(s_weights *w) {
+    if (w)
+        w->refs++;
+    return w;
+}
+
+static void s_weights_release(s_weights **w_p) {
+    s_weights *w = *w_p;
+    *w_p = NULL;
+    if (w && --w->refs == 0) {
+        bt_msg_destroy(&w->msg);
+        free(w);
+    }
+}
+
 static bt_status s_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_info *w) {
     bt_msg_set_run(*msg, self->cfg->run.name);
     return bt_msg_send(msg, self->sock, w->peer, w->peer_len);
@@ -163,12 +227,34 @@ static bt_msg_t *s_weights_copy(const bt_msg_t *src) {
     return m;
 }
 
+/*  Rollout workers follow the latest weights; eval workers get an evaluation's pinned weights
+    just before its shard (s_pin_weights). */
 static void s_send_weights(bt_controller_t *self, const bt_worker_info *w) {
-    if (!self->weights || w->role == BT_ROLE_TRAINER || w->state == BT_WORKER_LOST)
+    if (!self->weights || w->role != BT_ROLE_ROLLOUT || w->state == BT_WORKER_LOST)
         return;
-    bt_msg_t *copy = s_weights_copy(self->weights);
+    bt_msg_t *copy = s_weights_copy(self->weights->msg);
     if (!copy || s_send(self, &copy, w) != BT_OK)
         bt_log(BT_LOG_WARN, "controller: weights not sent to %s: %s", w->name, bt_last_error());
+}
+
+/*  Makes sure eval worker w holds the weights of ev's version before it gets a shard. */
+static bt_status s_pin_weights(bt_controller_t *self, const s_evaluation *ev,
+                               const bt_worker_info *w) {
+    int64_t held = w->id < S_TRACK ? self->worker_version[w->id] : -1;
+    if (held == ev->version || (held < 0 && !ev->weights))
+        return BT_OK; /* version 0 without a WEIGHTS message: as every worker builds it */
+    if (!ev->weights)
+        return bt_fail(BT_EINVAL,
+                       "controller: %s holds version %lld, and version 0 was never "
+                       "published to send it back",
+                       w->name, (long long)held);
+    bt_msg_t *copy = s_weights_copy(ev->weights->msg);
+    if (!copy)
+        return BT_ENOMEM;
+    BT_TRY(s_send(self, &copy, w));
+    if (w->id < S_TRACK)
+        self->worker_version[w->id] = ev->version;
+    return BT_OK;
 }
 
 static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t len,
@@ -184,7 +270,7 @@ static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t le
 static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id, bt_msg_t *m) {
     BT_TRY(bt_msg_set_int(m, "task", id));
     BT_TRY(bt_msg_set_str(m, "kind", j->kind));
-    BT_TRY(bt_msg_set_int(m, "version", self->version));
+    BT_TRY(bt_msg_set_int(m, "version", j->ev ? j->ev->version : self->version));
     BT_TRY(bt_msg_set_int(m, "seed", j->seed));
     BT_TRY(bt_msg_set_int(m, "start", j->start));
     BT_TRY(bt_msg_set_int(m, "count", j->count));
@@ -204,9 +290,7 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         BT_TRY(bt_batch_to_msg(j->batch, m));
         BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
     } else if (!strcmp(j->kind, "eval")) {
-        BT_TRY(bt_msg_set_int(m, "samples", c->eval.samples));
-        BT_TRY(bt_msg_set_double(m, "temperature", c->eval.temperature));
-        BT_TRY(bt_msg_set_int(m, "max_new_tokens", c->eval.max_new_tokens));
+        BT_TRY(bt_msg_set_int(m, "dataset", j->ev->ds));
     }
     return BT_OK;
 }
@@ -228,6 +312,8 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         return;
     }
     bt_worker_info *w = bt_registry_worker(self->reg, id);
+    if (id < S_TRACK)
+        self->worker_version[id] = -1; /* a (re)joining worker may hold anything */
     bt_msg_t *welcome = bt_msg_new(BT_MSG_WELCOME);
     int64_t shape[1] = {(int64_t)strlen(self->config_json)};
     if (!welcome || bt_msg_set_int(welcome, "worker", id) != BT_OK ||
@@ -249,9 +335,15 @@ static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_in
         self->stats.malformed++;
         return;
     }
-    bt_msg_destroy(&self->weights);
-    self->weights = *m;
+    s_weights *fresh = calloc(1, sizeof *fresh);
+    if (!fresh) {
+        bt_log(BT_LOG_ERROR, "controller: out of memory for weights");
+        return;
+    }
+    *fresh = (s_weights){.msg = *m, .version = version, .refs = 1};
     *m = NULL;
+    s_weights_release(&self->weights);
+    self->weights = fresh;
     self->version = version;
     for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++)
         s_send_weights(self, bt_registry_worker(self->reg, i));
@@ -283,6 +375,7 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
     }
     s_job *job = bt_registry_task_user(self->reg, task);
     job->compute_s = 0;
+    job->worker = w->id;
     bt_msg_get_double(*m, "compute_s", 0, 1e9, &job->compute_s);
     job->result = *m;
     *m = NULL;
@@ -326,6 +419,9 @@ static bt_status s_receive(bt_controller_t *self) {
     return BT_OK;
 }
 
+static bt_status s_poll_evals(bt_controller_t *self);
+static int s_first_generate(const bt_run_config *c);
+
 /*  Hands out what can be handed out, then waits (at most a heartbeat) for messages and expires
     silent workers. */
 static bt_status s_turn(bt_controller_t *self) {
@@ -336,8 +432,10 @@ static bt_status s_turn(bt_controller_t *self) {
         bt_worker_info *w = bt_registry_worker(self->reg, wid);
         if (bt_registry_task_attempts(self->reg, task) > 1)
             self->stats.requeued++;
-        bt_msg_t *m = bt_msg_new(BT_MSG_TASK);
-        bt_status st = m ? s_build_task(self, job, task, m) : BT_ENOMEM;
+        bt_status st = job->ev ? s_pin_weights(self, job->ev, w) : BT_OK;
+        bt_msg_t *m = st == BT_OK ? bt_msg_new(BT_MSG_TASK) : NULL;
+        if (st == BT_OK)
+            st = m ? s_build_task(self, job, task, m) : BT_ENOMEM;
         if (st == BT_OK)
             st = s_send(self, &m, w);
         bt_msg_destroy(&m);
@@ -360,7 +458,7 @@ static bt_status s_turn(bt_controller_t *self) {
         self->stats.lost_workers += lost;
         s_event(self, "workers_expired", NULL, NULL);
     }
-    return BT_OK;
+    return s_poll_evals(self);
 }
 
 /*  Runs jobs to completion on the workers of their roles. */
@@ -426,53 +524,339 @@ static void s_jobs_release(s_job *jobs, int n) {
         bt_msg_destroy(&jobs[i].result);
 }
 
-/*  Evaluates the held-out set, sharded over the configured eval workers; writes an eval line. */
-static bt_status s_evaluate(bt_controller_t *self, const char *phase, int64_t step) {
+/* ---- evaluation ------------------------------------------------------------------------------ */
+
+/*  Epochs of the training stream completed so far. */
+static int64_t s_epoch(const bt_controller_t *self) {
+    return self->epoch_size ? (int64_t)(self->cursor / self->epoch_size) : 0;
+}
+
+/*  What each dataset evaluates, and the training stream's epoch, from the task and the sources. */
+static bt_status s_eval_setup(bt_controller_t *self) {
     const bt_run_config *c = self->cfg;
-    int shards = (int)(c->workers.eval < 1 ? 1 : c->workers.eval > 64 ? 64 : c->workers.eval);
-    int64_t total = c->eval.heldout_count, per = (total + shards - 1) / shards;
-    s_job jobs[64];
+    bt_task_t *task = NULL;
+    if (c->task.kind == BT_CONFIG_TASK_JSONL) {
+        bt_task_jsonl_config j;
+        bt_config_task_jsonl(c, &j);
+        BT_TRY(bt_task_new_jsonl(&j, &task));
+    }
+    self->epoch_size = c->task.epoch_size ? (uint64_t)c->task.epoch_size
+                       : task             ? bt_task_epoch_size(task)
+                                          : 0;
+    bt_status st = BT_OK;
+    for (int i = 0; i < c->eval.n_datasets && st == BT_OK; i++) {
+        const bt_eval_dataset *d = &c->eval.datasets[i];
+        int64_t size = c->task.heldout_size; /* arithmetic: count <= heldout_size is checked */
+        if (d->kind == BT_EVAL_PROBES) {
+            size = c->eval.n_probes;
+        } else if (d->source[0] && d->kind == BT_EVAL_PERPLEXITY) {
+            char **texts = NULL;
+            size_t n = 0;
+            st = bt_texts_load(d->source, &texts, &n);
+            bt_texts_free(&texts, n);
+            size = (int64_t)n;
+        } else if (d->source[0]) {
+            bt_task_t *t = NULL;
+            bt_task_jsonl_config j = {
+                .train_path = d->source, .heldout_path = d->source, .verifier = c->task.verifier};
+            st = bt_task_new_jsonl(&j, &t);
+            size = t ? (int64_t)bt_task_heldout_count(t) : 0;
+            bt_task_destroy(&t);
+        } else if (task) {
+            size = (int64_t)bt_task_heldout_count(task);
+        }
+        self->ds_size[i] = d->count && d->count < size ? d->count : size;
+        bt_trigger_config tc;
+        bt_config_trigger(c, i, &tc);
+        bt_trigger_init(&self->triggers[i], &tc);
+    }
+    bt_task_destroy(&task);
+    for (int w = 0; w < S_TRACK; w++)
+        self->worker_version[w] = -1;
+    return st;
+}
+
+static int s_evals_active(const bt_controller_t *self) {
     int n = 0;
-    for (int64_t s = 0; s < total && n < 64; s += per, n++)
-        jobs[n] = (s_job){.kind = "eval",
-                          .role = BT_ROLE_EVAL,
-                          .start = s,
-                          .count = s + per > total ? total - s : per,
-                          .seed = c->run.seed * 7919 + n};
-    bt_status st = s_run_jobs(self, jobs, n);
+    for (int i = 0; i < S_MAX_EVALS; i++)
+        n += self->evals[i].active;
+    return n;
+}
+
+/*  Queues evaluation of dataset ds at the current policy version, in shards sized by the measured
+    speed of each live eval worker.  Returns at once (after waiting for a free slot when
+    S_MAX_EVALS are in flight); s_poll_evals writes the result. */
+static bt_status s_eval_start(bt_controller_t *self, int ds, const char *phase, const char *trigger,
+                              int64_t step, s_evaluation **out) {
+    const bt_eval_dataset *d = &self->cfg->eval.datasets[ds];
+    while (s_evals_active(self) == S_MAX_EVALS)
+        BT_TRY(s_turn(self));
+    s_evaluation *ev = NULL;
+    for (int i = 0; i < S_MAX_EVALS && !ev; i++)
+        ev = self->evals[i].active ? NULL : &self->evals[i];
+    *ev = (s_evaluation){.active = true,
+                         .ds = ds,
+                         .phase = phase,
+                         .step = step,
+                         .weights = s_weights_ref(self->weights),
+                         .version = self->version,
+                         .t_start = bt_now()};
+    snprintf(ev->trigger, sizeof ev->trigger, "%s", trigger);
+    int32_t ids[S_MAX_SHARDS];
+    double speeds[S_MAX_SHARDS];
+    int n = 0;
+    for (int32_t i = 0; i < bt_registry_worker_count(self->reg) && n < S_MAX_SHARDS; i++) {
+        const bt_worker_info *w = bt_registry_worker(self->reg, i);
+        if (w->role == BT_ROLE_EVAL && w->state != BT_WORKER_LOST) {
+            ids[n] = w->id;
+            speeds[n++] = w->id < S_TRACK ? self->speed[w->id][ds] : 0;
+        }
+    }
+    int64_t total = self->ds_size[ds], counts[S_MAX_SHARDS];
+    if (d->kind == BT_EVAL_PROBES || n == 0) { /* probes are never split */
+        n = 1;
+        ids[0] = -1;
+        counts[0] = total;
+    } else {
+        int64_t align = d->kind == BT_EVAL_PERPLEXITY ? BT_EVALUATOR_NLL_CHUNK : 1;
+        bt_shard_split(total, align, speeds, n, counts);
+    }
+    int64_t start = 0;
+    ev->first_task = -1;
+    for (int i = 0; i < n; i++) {
+        if (counts[i] == 0 && !(i == n - 1 && ev->n_jobs == 0))
+            continue;
+        s_job *j = &ev->jobs[ev->n_jobs++];
+        *j = (s_job){.kind = "eval",
+                     .role = BT_ROLE_EVAL,
+                     .start = start,
+                     .count = counts[i],
+                     .seed = ((self->cfg->run.seed * 7919 + ds) * 1000003 + step) * 64 + i,
+                     .ev = ev,
+                     .worker = -1};
+        start += counts[i];
+        int64_t id = bt_registry_add_task_for(self->reg, BT_ROLE_EVAL, ids[i], j);
+        if (id < 0)
+            return BT_ENOMEM;
+        ev->first_task = ev->first_task < 0 ? id : ev->first_task;
+    }
+    if (out)
+        *out = ev;
+    return BT_OK;
+}
+
+static void s_trigger_event(bt_controller_t *self, const char *dataset, const bt_trigger_event *e) {
+    char name[32];
+    snprintf(name, sizeof name, "eval_%s", e->kind);
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", name);
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_str(&line, "dataset", dataset);
+    bt_jsonl_int(&line, "step", e->step);
+    bt_jsonl_int(&line, "old", e->old_interval);
+    bt_jsonl_int(&line, "new", e->new_interval);
+    bt_jsonl_num(&line, "value", e->value);
+    bt_jsonl_num(&line, "rate", e->rate);
+    bt_jsonl_str(&line, "reason", e->reason);
+    bt_runlog_event(self->log, &line);
+}
+
+/*  The generate metrics of an eval line; returns accuracy (the primary metric). */
+static double s_line_generate(bt_jsonl *line, const bt_evaluator_sums *s) {
+    double acc = s->examples ? (double)s->correct / (double)s->examples : NAN;
+    double comp = s->completions ? (double)s->completions : NAN, std = NAN, se = NAN;
+    char key[48];
+    bt_jsonl_int(line, "examples", s->examples);
+    bt_jsonl_num(line, "accuracy", acc);
+    bt_mean_std((double)s->correct, (double)s->correct, s->examples, NULL, NULL, &se);
+    bt_jsonl_num(line, "accuracy_stderr", se);
+    if (s->samples > 1) { /* unbiased pass@k (Chen et al. 2021) at k = 1 and k = samples */
+        const int64_t k = s->samples;
+        bt_jsonl_num(line, "pass@1", bt_pass_at_k_hist(s->correct_hist, k, 1));
+        bt_jsonl_num(line, "pass@1_stderr", bt_pass_at_k_hist_stderr(s->correct_hist, k, 1));
+        snprintf(key, sizeof key, "pass@%lld", (long long)k);
+        bt_jsonl_num(line, key, bt_pass_at_k_hist(s->correct_hist, k, k));
+        snprintf(key, sizeof key, "pass@%lld_stderr", (long long)k);
+        bt_jsonl_num(line, key, bt_pass_at_k_hist_stderr(s->correct_hist, k, k));
+        snprintf(key, sizeof key, "maj@%lld", (long long)k);
+        bt_jsonl_num(line, key, s->examples ? (double)s->maj_correct / (double)s->examples : NAN);
+    }
+    bt_mean_std(s->reward_sum, s->reward_sumsq, s->completions, NULL, &std, NULL);
+    bt_jsonl_num(line, "reward_mean", s->reward_sum / comp);
+    bt_jsonl_num(line, "reward_std", std);
+    bt_jsonl_num(line, "response_len_mean", s->length_sum / comp);
+    bt_jsonl_int(line, "response_len_p50",
+                 bt_hist_quantile(s->length_hist, BT_EVALUATOR_LEN_BINS, 0.5));
+    bt_jsonl_int(line, "response_len_p90",
+                 bt_hist_quantile(s->length_hist, BT_EVALUATOR_LEN_BINS, 0.9));
+    bt_jsonl_num(line, "truncated_frac", (double)s->truncated / comp);
+    for (int p = 0; p < BT_PERTURB_COUNT; p++) {
+        if (!s->robust_examples[p])
+            continue;
+        snprintf(key, sizeof key, "robust.%s", bt_task_perturbation_name((bt_task_perturbation)p));
+        bt_jsonl_num(line, key, (double)s->robust_correct[p] / (double)s->robust_examples[p]);
+    }
+    return acc;
+}
+
+/*  Perplexity exp(sum NLL / sum tokens), both sums in float64 over every shard. */
+static double s_line_perplexity(bt_jsonl *line, const bt_evaluator_sums *s) {
+    double nll = s->nll_tokens ? s->nll_sum / (double)s->nll_tokens : NAN;
+    bt_jsonl_int(line, "texts", s->texts);
+    bt_jsonl_int(line, "tokens", s->nll_tokens);
+    bt_jsonl_num(line, "nll_per_token", nll);
+    bt_jsonl_num(line, "perplexity", exp(nll));
+    return -nll;
+}
+
+/*  Returns the fraction of pairs ordered right, or the mean log-prob when there are no pairs. */
+static double s_line_probes(bt_jsonl *line, const bt_run_config *c, const bt_evaluator_sums *s) {
+    double right = 0, logp = 0;
+    int pairs = 0, targets = 0;
+    char key[64];
+    for (int64_t i = 0; i < s->n_probes && i < c->eval.n_probes; i++) {
+        const bt_eval_probe *p = &c->eval.probes[i];
+        if (p->better[0]) { /* PPL(better) < PPL(worse) <=> mean NLL(better) < mean NLL(worse) */
+            double b = s->probe_nll[i][0] / (double)s->probe_tokens[i][0];
+            double w = s->probe_nll[i][1] / (double)s->probe_tokens[i][1];
+            snprintf(key, sizeof key, "pair.%s.ok", p->name);
+            bt_jsonl_int(line, key, b < w);
+            right += b < w;
+            pairs++;
+        } else {
+            snprintf(key, sizeof key, "probe.%s.logp", p->name);
+            bt_jsonl_num(line, key, -s->probe_nll[i][0]);
+            logp -= s->probe_nll[i][0];
+            targets++;
+        }
+    }
+    if (pairs)
+        bt_jsonl_num(line, "pairs_accuracy", right / pairs);
+    return pairs ? right / pairs : targets ? logp / targets : NAN;
+}
+
+/*  Aggregates a finished evaluation in float64, writes its line, feeds its trigger. */
+static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
+    const bt_run_config *c = self->cfg;
+    const bt_eval_dataset *d = &c->eval.datasets[ev->ds];
     bt_evaluator_sums sum, part;
-    bt_evaluator_sums_init(&sum, c->eval.samples);
-    for (int i = 0; i < n && st == BT_OK; i++) {
-        st = bt_sums_from_msg(jobs[i].result, &part);
+    bt_evaluator_sums_init(&sum, d->samples);
+    bt_status st = BT_OK;
+    for (int i = 0; i < ev->n_jobs && st == BT_OK; i++) {
+        s_job *j = &ev->jobs[i];
+        st = bt_sums_from_msg(j->result, &part);
         if (st == BT_OK)
             st = bt_evaluator_sums_add(&sum, &part);
+        if (st == BT_OK && j->worker >= 0 && j->worker < S_TRACK && part.compute_s > 0 &&
+            j->count > 0) { /* items per second, an EMA per worker and dataset */
+            double v = (double)j->count / part.compute_s, *sp = &self->speed[j->worker][ev->ds];
+            *sp = *sp > 0 ? 0.5 * *sp + 0.5 * v : v;
+        }
     }
-    s_jobs_release(jobs, n);
+    for (int i = 0; i < ev->n_jobs; i++)
+        bt_msg_destroy(&ev->jobs[i].result);
+    s_weights_release(&ev->weights);
+    ev->active = false;
     BT_TRY(st);
-    double acc = sum.examples ? (double)sum.correct / (double)sum.examples : NAN;
-    double comp = sum.completions ? (double)sum.completions : NAN;
-    self->last_accuracy = acc;
     bt_jsonl line;
     bt_jsonl_init(&line);
     bt_jsonl_str(&line, "kind", "eval");
-    bt_jsonl_str(&line, "phase", phase);
-    bt_jsonl_int(&line, "step", step);
+    bt_jsonl_str(&line, "phase", ev->phase);
+    bt_jsonl_int(&line, "step", ev->step);
     bt_jsonl_str(&line, "variant", "main");
     bt_jsonl_num(&line, "time", bt_now() - self->t0);
-    bt_jsonl_str(&line, "dataset", "heldout");
-    bt_jsonl_int(&line, "examples", sum.examples);
-    bt_jsonl_num(&line, "accuracy", acc);
-    bt_jsonl_num(&line, "reward_mean", sum.reward_sum / comp);
-    bt_jsonl_num(&line, "response_len_mean", sum.length_sum / comp);
-    bt_jsonl_num(&line, "truncated_frac", (double)sum.truncated / comp);
-    if (sum.samples > 1) { /* unbiased pass@k (Chen et al. 2021) at k = 1 and k = samples */
-        char key[32];
-        bt_jsonl_num(&line, "pass@1", bt_pass_at_k_hist(sum.correct_hist, sum.samples, 1));
-        snprintf(key, sizeof key, "pass@%lld", (long long)sum.samples);
-        bt_jsonl_num(&line, key, bt_pass_at_k_hist(sum.correct_hist, sum.samples, sum.samples));
+    bt_jsonl_str(&line, "dataset", d->name);
+    bt_jsonl_str(&line, "trigger", ev->trigger);
+    bt_jsonl_int(&line, "version", ev->version);
+    double primary = d->kind == BT_EVAL_GENERATE     ? s_line_generate(&line, &sum)
+                     : d->kind == BT_EVAL_PERPLEXITY ? s_line_perplexity(&line, &sum)
+                                                     : s_line_probes(&line, c, &sum);
+    bt_jsonl_num(&line, "tokens_per_s",
+                 sum.compute_s > 0 ? sum.generated_tokens / sum.compute_s : NAN);
+    bt_jsonl_num(&line, "eval_s", bt_now() - ev->t_start);
+    bt_jsonl_int(&line, "shards", ev->n_jobs);
+    bt_jsonl_num(&line, "peak_rss_mb", sum.peak_rss_mb);
+    BT_TRY(bt_runlog_metric(self->log, &line));
+    if (d->kind == BT_EVAL_GENERATE && ev->ds == s_first_generate(c))
+        self->last_accuracy = primary;
+    if (strcmp(ev->phase, "rl") == 0) {
+        bt_trigger_event events[4];
+        int n = bt_trigger_observe(&self->triggers[ev->ds], ev->step, primary, events, 4);
+        for (int i = 0; i < n; i++)
+            s_trigger_event(self, d->name, &events[i]);
     }
-    bt_jsonl_int(&line, "version", self->version);
-    return bt_runlog_metric(self->log, &line);
+    return BT_OK;
+}
+
+/*  Finishes the evaluations whose shards are all done; fails when a shard failed too often. */
+static bt_status s_poll_evals(bt_controller_t *self) {
+    for (int i = 0; i < S_MAX_EVALS; i++) {
+        s_evaluation *ev = &self->evals[i];
+        if (!ev->active || ev->first_task < 0)
+            continue;
+        int done = 0;
+        for (int j = 0; j < ev->n_jobs; j++) {
+            int64_t t = ev->first_task + j;
+            done += bt_registry_task_state(self->reg, t) == BT_TASK_DONE;
+            if (bt_registry_task_attempts(self->reg, t) > S_MAX_ATTEMPTS)
+                return bt_fail(BT_EIO, "controller: an eval task of %s failed %d times",
+                               self->cfg->eval.datasets[ev->ds].name, S_MAX_ATTEMPTS);
+        }
+        if (done == ev->n_jobs)
+            BT_TRY(s_eval_finish(self, ev));
+    }
+    return BT_OK;
+}
+
+/*  Turns until the given evaluation (or, with NULL, every one) has finished. */
+static bt_status s_eval_wait(bt_controller_t *self, const s_evaluation *ev) {
+    int64_t stalled_since = s_now_ms();
+    while (ev ? ev->active : s_evals_active(self) > 0) {
+        if (bt_registry_live(self->reg, BT_ROLE_EVAL) > 0)
+            stalled_since = s_now_ms();
+        else if (s_now_ms() - stalled_since > S_JOIN_TIMEOUT_MS)
+            return bt_fail(BT_EIO, "controller: no live eval worker for %d s",
+                           S_JOIN_TIMEOUT_MS / 1000);
+        BT_TRY(s_turn(self));
+    }
+    return BT_OK;
+}
+
+/*  Starts the evaluations whose triggers fire after a training step (every dataset on the last
+    step).  Never waits for them. */
+static bt_status s_eval_after_step(bt_controller_t *self, bool last) {
+    const bt_run_config *c = self->cfg;
+    if (c->workers.eval == 0)
+        return BT_OK;
+    double secs = bt_train_clock_seconds(&self->clock, bt_now());
+    bool busy = bt_registry_queued(self->reg, BT_ROLE_EVAL) > 0;
+    for (int i = 0; i < c->eval.n_datasets; i++) {
+        bt_trigger_event e;
+        int n_ev = 0;
+        int why =
+            bt_trigger_check(&self->triggers[i], self->step, s_epoch(self), secs, busy, &e, &n_ev);
+        if (n_ev)
+            s_trigger_event(self, c->eval.datasets[i].name, &e);
+        if (!why && !last)
+            continue;
+        char trigger[32] = "";
+        const char *names[] = {"steps", "epochs", "seconds"};
+        for (int b = 0; b < 3; b++)
+            if (why & (1 << b))
+                snprintf(trigger + strlen(trigger), sizeof trigger - strlen(trigger), "%s%s",
+                         trigger[0] ? "+" : "", names[b]);
+        BT_TRY(s_eval_start(self, i, "rl", why ? trigger : "final", self->step, NULL));
+    }
+    return BT_OK;
+}
+
+/*  The first generate dataset: the one SFT's early stop and the progress display read. */
+static int s_first_generate(const bt_run_config *c) {
+    for (int i = 0; i < c->eval.n_datasets; i++)
+        if (c->eval.datasets[i].kind == BT_EVAL_GENERATE)
+            return i;
+    return -1;
 }
 
 static bt_status s_sft(bt_controller_t *self) {
@@ -505,8 +889,11 @@ static bt_status s_sft(bt_controller_t *self) {
         bt_jsonl_num(&line, "loss", loss);
         bt_jsonl_num(&line, "lr", lr);
         BT_TRY(bt_runlog_metric(self->log, &line));
-        if (eval && !last) {
-            BT_TRY(s_evaluate(self, "sft", s + 1));
+        int ds = s_first_generate(c);
+        if (eval && !last && ds >= 0 && c->workers.eval > 0) { /* blocking: it decides the stop */
+            s_evaluation *ev = NULL;
+            BT_TRY(s_eval_start(self, ds, "sft", "sft", s + 1, &ev));
+            BT_TRY(s_eval_wait(self, ev));
             if (self->last_accuracy >= c->sft.stop_accuracy)
                 break;
         }
@@ -519,8 +906,13 @@ bt_status bt_controller_start(bt_controller_t *self) {
     s_report(self, "join", 0, 0, NAN);
     BT_TRY(s_await_workers(self));
     s_event(self, "workers_ready", NULL, NULL);
+    BT_TRY(s_eval_setup(self));
+    bt_train_clock_start(&self->clock, bt_now());
     BT_TRY(s_sft(self));
-    BT_TRY(s_evaluate(self, "rl", 0));
+    for (int i = 0; i < self->cfg->eval.n_datasets && self->cfg->workers.eval > 0; i++) {
+        bt_trigger_mark(&self->triggers[i], 0, s_epoch(self), 0);
+        BT_TRY(s_eval_start(self, i, "rl", "start", 0, NULL));
+    }
     s_report(self, "rl", 0, self->cfg->grpo.steps, NAN);
     return BT_OK;
 }
@@ -670,14 +1062,16 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_int(&line, "version", self->version);
     BT_TRY(bt_runlog_metric(self->log, &line));
     bool last = self->step == c->grpo.steps;
-    if (last || (c->eval.every_steps > 0 && self->step % c->eval.every_steps == 0))
-        BT_TRY(s_evaluate(self, "rl", self->step));
+    BT_TRY(s_eval_after_step(self, last));
+    if (last) /* the run's results are complete when the last step returns */
+        BT_TRY(s_eval_wait(self, NULL));
     s_report(self, "rl", self->step, c->grpo.steps, tps);
     *done = last;
     return BT_OK;
 }
 
 bt_status bt_controller_stop(bt_controller_t *self) {
+    bt_train_clock_stop(&self->clock, bt_now());
     for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
         bt_worker_info *w = bt_registry_worker(self->reg, i);
         if (w->state == BT_WORKER_LOST)

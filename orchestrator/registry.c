@@ -13,6 +13,7 @@ typedef struct {
     int32_t worker; /* holder while ASSIGNED */
     int32_t attempts;
     void *user;
+    int32_t prefer; /* the worker it waits for while that worker lives; -1: any */
 } s_task;
 
 struct bt_registry {
@@ -170,12 +171,23 @@ int bt_registry_expire(bt_registry_t *self, int64_t now_ms) {
 }
 
 int64_t bt_registry_add_task(bt_registry_t *self, bt_role role, void *user) {
+    return bt_registry_add_task_for(self, role, -1, user);
+}
+
+int64_t bt_registry_add_task_for(bt_registry_t *self, bt_role role, int32_t worker, void *user) {
     if (!s_reserve((void **)&self->tasks, &self->cap_tasks, self->n_tasks + 1, sizeof(s_task))) {
         bt_fail(BT_ENOMEM, "registry: out of memory for tasks");
         return -1;
     }
-    self->tasks[self->n_tasks] = (s_task){role, BT_TASK_QUEUED, -1, 0, user};
+    self->tasks[self->n_tasks] = (s_task){role, BT_TASK_QUEUED, -1, 0, user, worker};
     return self->n_tasks++;
+}
+
+int64_t bt_registry_queued(const bt_registry_t *self, bt_role role) {
+    int64_t n = 0;
+    for (int64_t t = self->queue_head; t < self->n_tasks; t++)
+        n += self->tasks[t].state == BT_TASK_QUEUED && self->tasks[t].role == role;
+    return n;
 }
 
 static const s_task *s_task_at(const bt_registry_t *self, int64_t task) {
@@ -203,9 +215,11 @@ bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *wo
         s_task *q = &self->tasks[t];
         if (q->state != BT_TASK_QUEUED)
             continue;
+        const bt_worker_info *p = bt_registry_worker(self, q->prefer);
+        bool waits = p && p->state != BT_WORKER_LOST && p->role == q->role;
         for (int32_t i = 0; i < self->n_workers; i++) {
             bt_worker_info *w = &self->workers[i];
-            if (w->state != BT_WORKER_IDLE || w->role != q->role)
+            if (w->state != BT_WORKER_IDLE || w->role != q->role || (waits && w->id != p->id))
                 continue;
             q->state = BT_TASK_ASSIGNED;
             q->worker = w->id;

@@ -377,6 +377,75 @@ static void test_load(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent/arith.json");
 }
 
+/*  eval.datasets and eval.probes: defaults inherited from the flat keys, round trip, errors that
+    name the entry and key. */
+static void test_eval_datasets(void) {
+    bt_run_config a, b;
+    CHECK_OK(s_parse("{}", &a)); /* the flat keys describe one dataset */
+    CHECK(a.eval.n_datasets == 1 && strcmp(a.eval.datasets[0].name, "heldout") == 0);
+    CHECK(a.eval.datasets[0].kind == BT_EVAL_GENERATE && a.eval.datasets[0].count == 200);
+    CHECK(a.eval.datasets[0].every_steps == 10 && a.eval.datasets[0].max_new_tokens == 8);
+    const char *json =
+        "{\"grpo\": {\"max_new_tokens\": 6},"
+        " \"eval\": {\"every_steps\": 4, \"samples\": 2, \"temperature\": 0.5,"
+        "   \"every_seconds\": 30, \"adaptive\": true, \"adaptive_floor\": 2,"
+        "   \"datasets\": [{\"name\": \"greedy\", \"samples\": 1, \"temperature\": 0,"
+        "                   \"robustness\": true, \"count\": 50},"
+        "                  {\"name\": \"sampled\", \"every_steps\": 8},"
+        "                  {\"name\": \"ppl\", \"kind\": \"perplexity\", \"samples\": 1}],"
+        "   \"probes\": [{\"prompt\": \"2+2=\", \"target\": \"4\"},"
+        "              {\"name\": \"order\", \"better\": \"1+2=3\", \"worse\": \"1+2=4\"}]}}";
+    CHECK_OK(s_parse(json, &a));
+    CHECK(a.eval.n_datasets == 4 && a.eval.n_probes == 2); /* a probes dataset is added */
+    const bt_eval_dataset *d = a.eval.datasets;
+    CHECK(d[0].samples == 1 && d[0].temperature == 0 && d[0].robustness && d[0].count == 50);
+    CHECK(d[0].every_steps == 4 && d[0].every_seconds == 30 && d[0].max_new_tokens == 6);
+    CHECK(d[1].samples == 2 && d[1].temperature == 0.5 && d[1].every_steps == 8);
+    CHECK(d[1].count == 200 && !d[1].robustness);
+    CHECK(d[2].kind == BT_EVAL_PERPLEXITY && d[2].samples == 1 && d[2].temperature == 0);
+    CHECK(d[3].kind == BT_EVAL_PROBES && strcmp(d[3].name, "probes") == 0 && d[3].count == 0);
+    CHECK(strcmp(a.eval.probes[0].name, "p0") == 0 && strcmp(a.eval.probes[1].worse, "1+2=4") == 0);
+    bt_trigger_config tc;
+    bt_config_trigger(&a, 1, &tc);
+    CHECK(tc.every_steps == 8 && tc.adaptive && tc.floor == 2 && tc.ceiling == 64);
+    char *text = bt_config_to_json(&a);
+    CHECK(text != NULL);
+    CHECK_OK(bt_config_parse(text, "resolved", NULL, 0, &b));
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    free(text);
+
+    struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"eval\": {\"datasets\": [{\"name\": \"a\"}, {\"name\": \"b\", \"samples\": 0}]}}",
+         "arith.json: eval.datasets[1].samples: expected an integer in [1, 128], got 0"},
+        {"{\"eval\": {\"datasets\": [{\"name\": \"a\", \"sampels\": 2}]}}",
+         "eval.datasets[0].sampels: unknown key"},
+        {"{\"eval\": {\"datasets\": [{\"samples\": 2, \"temperature\": 1}]}}",
+         "eval.datasets[0].name: expected a name"},
+        {"{\"eval\": {\"datasets\": [{\"name\": \"a\"}, {\"name\": \"a\"}]}}",
+         "eval.datasets[1].name: \"a\" is already the name of eval.datasets[0]"},
+        {"{\"eval\": {\"datasets\": [{\"name\": \"a\", \"samples\": 4}]}}",
+         "eval.datasets[0].temperature: expected a number > 0 when samples > 1"},
+        {"{\"eval\": {\"datasets\": [{\"name\": \"a\", \"kind\": \"probes\"}]}}",
+         "eval.datasets[0].kind: \"probes\" needs eval.probes"},
+        {"{\"eval\": {\"datasets\": [{\"name\": \"a\", \"count\": 500}]}}",
+         "eval.datasets[0].count: expected an integer in [1, task.heldout_size (200)], got 500"},
+        {"{\"eval\": {\"datasets\": [{\"name\": \"a\", \"every_epochs\": 1}]}}",
+         "eval.datasets[0].every_epochs: the arithmetic stream has no epochs"},
+        {"{\"eval\": {\"datasets\": {\"name\": \"a\"}}}",
+         "eval.datasets: expected an array of objects, got an object"},
+        {"{\"eval\": {\"probes\": [{\"prompt\": \"x\"}]}}",
+         "eval.probes[0]: expected either \"prompt\" and a non-empty \"target\""},
+        {"{\"eval\": {\"adaptive\": true, \"adaptive_plateau\": 0.5}}",
+         "eval.datasets[0]: trigger: plateau"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(s_parse(bad[i].json, &a) == BT_EINVAL);
+        CHECK_STR_CONTAINS(bt_last_error(), bad[i].want);
+    }
+}
+
 /*  docs/config.md names every key as `section.key`, and every table row that starts with a
     `section.key` names a real key. */
 static void test_docs(void) {
@@ -408,6 +477,7 @@ static void test_docs(void) {
 }
 
 int main(void) {
+    test_eval_datasets();
     test_defaults();
     test_round_trip();
     test_overrides();

@@ -62,26 +62,36 @@ static bt_controller_stats s_run(const char *dir, const char *endpoint, bt_rewar
     return st;
 }
 
-/*  metrics.jsonl with the timing fields removed, one compact JSON object per line. */
+static int s_cmp_lines(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*  metrics.jsonl with the timing and memory fields removed, one compact JSON object per line,
+    sorted: evaluations run beside training, so their lines interleave with it in any order. */
 static char *s_metrics_without_timing(const char *dir) {
     char path[256], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
         return NULL;
-    size_t cap = strlen(text) + 1, len = 0;
-    char *out = calloc(cap, 1);
+    size_t cap = strlen(text) + 1, len = 0, n = 0;
+    char *out = calloc(cap, 1), **lines = calloc(cap, sizeof *lines);
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(line);
         CHECK(j != NULL);
         if (!j)
             continue;
-        cJSON_DeleteItemFromObject(j, "time");
-        cJSON_DeleteItemFromObject(j, "tokens_per_s");
-        char *s = cJSON_PrintUnformatted(j);
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", s);
-        free(s);
+        const char *varying[] = {"time", "tokens_per_s", "eval_s", "peak_rss_mb", "shards"};
+        for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
+            cJSON_DeleteItemFromObject(j, varying[k]);
+        lines[n++] = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
+    qsort(lines, n, sizeof *lines, s_cmp_lines);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
     free(text);
     return out;
 }
@@ -113,7 +123,8 @@ static void test_determinism_and_fields(void) {
         snprintf(k, sizeof k, "\"%s\":", keys[i]);
         CHECK_STR_CONTAINS(train, k);
     }
-    CHECK_STR_CONTAINS(ma, "\"dataset\":\"heldout\",\"examples\":6,\"accuracy\":");
+    CHECK_STR_CONTAINS(ma, "\"dataset\":\"heldout\"");
+    CHECK_STR_CONTAINS(ma, "\"examples\":6,\"accuracy\":");
     /* versions: 3 SFT updates, then one per GRPO step */
     CHECK_STR_CONTAINS(ma, "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":4,");
     CHECK(train && strstr(train, "\"version\":7"));

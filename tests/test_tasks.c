@@ -1,5 +1,6 @@
 /*  test_tasks.c — the arithmetic and JSONL tasks: deterministic streams, held-out sets disjoint
-   from training, answers checked by an independent computation, verifiers, and dataset errors. */
+   from training, answers checked by an independent computation, verifiers, dataset errors,
+   perturbed prompts that keep their answers, and canonical answers for majority voting. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/tasks.h"
 
@@ -228,6 +229,139 @@ static void test_arith_reward(void) {
     bt_task_destroy(&shaped);
 }
 
+/* ---- perturbations and canonical answers ------------------------------------------------- */
+/*  Recovers "A<op>B=" from a perturbed prompt: drops a leading sentence (up to the last ". ") and
+    every space. */
+static void s_unperturb(const char *text, char *out, size_t len) {
+    const char *sentence_end = NULL;
+    for (const char *p = strstr(text, ". "); p; p = strstr(p + 1, ". "))
+        sentence_end = p;
+    const char *problem = sentence_end ? sentence_end + 2 : text;
+    size_t k = 0;
+    for (const char *p = problem; *p && k + 1 < len; p++)
+        if (*p != ' ')
+            out[k++] = *p;
+    out[k] = '\0';
+}
+
+/*  Every held-out problem, every perturbation: the answer recomputed from the perturbed text alone
+    is the example's answer, and the task's verifier accepts it. */
+static void s_check_arith_perturb(int digits, const char *ops, size_t heldout) {
+    bt_task_t *task = s_arith(13, digits, ops, heldout), *twin = s_arith(13, digits, ops, heldout);
+    int wrong = 0, order_minus = 0, sentences_differ = 0;
+    char first_sentence[64] = "";
+    for (size_t i = 0; i < bt_task_heldout_count(task); i++) {
+        bt_task_example ex;
+        bt_task_heldout_example(task, i, &ex);
+        long long a0 = 0, b0 = 0;
+        char op0 = 0;
+        CHECK(s_parse_prompt(ex.prompt, &a0, &op0, &b0));
+        for (int p = 0; p < BT_PERTURB_COUNT; p++) {
+            char buf[128], again[128], compact[128];
+            memset(buf, 'X', sizeof buf);
+            size_t n = bt_task_perturb(task, i, (bt_task_perturbation)p, buf, sizeof buf);
+            if (p == BT_PERTURB_ORDER && op0 == '-') {
+                CHECK(n == 0 && buf[0] == 'X'); /* a - b has no swapped form */
+                order_minus++;
+                continue;
+            }
+            CHECK(n > 0 && n == strlen(buf));
+            long long a, b;
+            char op;
+            s_unperturb(buf, compact, sizeof compact);
+            if (!s_parse_prompt(compact, &a, &op, &b)) {
+                CHECK(!"perturbed prompt reads as A<op>B=");
+                continue;
+            }
+            long long c = op == '+' ? a + b : op == '-' ? a - b : a * b;
+            char said[32];
+            snprintf(said, sizeof said, "%lld", c);
+            wrong += strcmp(said, ex.answer) != 0 || s_reward(task, ex.answer, said, NULL) != 1.0;
+            if (p == BT_PERTURB_SPACING)
+                CHECK(strcmp(compact, ex.prompt) == 0 && strchr(buf, ' ') != NULL);
+            if (p == BT_PERTURB_ORDER)
+                CHECK(a == b0 && b == a0 && op == op0);
+            if (p == BT_PERTURB_DISTRACTOR) {
+                size_t plen = strlen(ex.prompt);
+                CHECK(n > plen + 2 && strcmp(buf + n - plen, ex.prompt) == 0);
+                CHECK(strncmp(buf + n - plen - 2, ". ", 2) == 0);
+                CHECK(strpbrk(buf, "0123456789") < buf + n - plen); /* a number in the sentence */
+                if (i == 0)
+                    snprintf(first_sentence, sizeof first_sentence, "%.*s", (int)(n - plen), buf);
+                else
+                    sentences_differ += strncmp(buf, first_sentence, n - plen) != 0;
+            }
+            /* deterministic, in this task and in another built from the same config */
+            CHECK(bt_task_perturb(task, i, (bt_task_perturbation)p, again, sizeof again) == n);
+            CHECK(memcmp(buf, again, n + 1) == 0);
+            CHECK(bt_task_perturb(twin, i, (bt_task_perturbation)p, again, sizeof again) == n);
+            CHECK(memcmp(buf, again, n + 1) == 0);
+            /* room for the text and its NUL, or nothing is written */
+            memset(again, 'X', sizeof again);
+            CHECK(bt_task_perturb(task, i, (bt_task_perturbation)p, again, n) == 0);
+            CHECK(again[0] == 'X');
+            CHECK(bt_task_perturb(task, i, (bt_task_perturbation)p, again, n + 1) == n);
+        }
+    }
+    CHECK(wrong == 0);
+    CHECK((order_minus > 0) == (strchr(ops, '-') != NULL));
+    CHECK(sentences_differ > 0);
+    bt_task_destroy(&task);
+    bt_task_destroy(&twin);
+}
+
+static void test_arith_perturb(void) {
+    s_check_arith_perturb(1, "+", 5);
+    s_check_arith_perturb(3, "+-*", 300);
+    s_check_arith_perturb(9, "*-", 200); /* products near 10^18 */
+    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_SPACING), "spacing") == 0);
+    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_ORDER), "order") == 0);
+    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_DISTRACTOR), "distractor") == 0);
+    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_COUNT), "unknown") == 0);
+}
+
+/*  The canonical answer of completion, or "" when there is none (then buf must be untouched).
+    Static buffers, so that two results can be compared. */
+static const char *s_canon(const bt_task_t *task, const char *completion) {
+    static char bufs[2][64];
+    static int next = 0;
+    char *buf = bufs[next++ % 2];
+    memset(buf, 'X', sizeof bufs[0]);
+    size_t n = bt_task_canonical_answer(task, completion, strlen(completion), buf, sizeof bufs[0]);
+    if (n == 0) {
+        CHECK(buf[0] == 'X');
+        return "";
+    }
+    CHECK(n == strlen(buf));
+    return buf;
+}
+
+static void test_canonical_answer_arith(void) {
+    bt_task_t *task = s_arith(0, 2, "+", 10);
+    CHECK(strcmp(s_canon(task, "  85"), "85") == 0);
+    CHECK(strcmp(s_canon(task, "85"), "85") == 0);
+    CHECK(strcmp(s_canon(task, "85 is it"), "85") == 0);
+    CHECK(strcmp(s_canon(task, "\n-12\n"), "-12") == 0);
+    CHECK(strcmp(s_canon(task, "085"), "085") == 0); /* as the verifier reads it: not 85 */
+    CHECK(strcmp(s_canon(task, ""), "") == 0);
+    CHECK(strcmp(s_canon(task, "the answer is 85"), "") == 0);
+    CHECK(strcmp(s_canon(task, "-"), "") == 0);
+    /* the canonical answer is right exactly when the completion is */
+    const char *said[] = {"85", " 85", "85abc", "850", "-85", "085", "x85", "  85  "};
+    for (size_t j = 0; j < sizeof said / sizeof *said; j++) {
+        bt_reward_detail d;
+        s_reward(task, "85", said[j], &d);
+        CHECK(d.correct == (strcmp(s_canon(task, said[j]), "85") == 0));
+    }
+    char small[2] = {'X', 'X'};
+    CHECK(bt_task_canonical_answer(task, "85", 2, small, sizeof small) == 0 && small[0] == 'X');
+    CHECK(bt_task_canonical_answer(task, "8512", 2, small, sizeof small) == 0); /* len bounds it */
+    char fits[3];
+    CHECK(bt_task_canonical_answer(task, "8512", 2, fits, sizeof fits) == 2);
+    CHECK(strcmp(fits, "85") == 0);
+    bt_task_destroy(&task);
+}
+
 /* ---- JSONL datasets ------------------------------------------------------------------------ */
 /*  Writes text to s_dir/name and returns the path (static buffer, one per call site is enough). */
 static const char *s_write(const char *name, const char *text) {
@@ -370,6 +504,95 @@ static void test_jsonl_split(void) {
     bt_task_destroy(&task);
 }
 
+/*  Undoes the JSONL spacing perturbation: drops the leading space and halves every run of spaces.
+ */
+static bool s_unspace(const char *text, char *out, size_t len) {
+    if (text[0] != ' ')
+        return false;
+    size_t k = 0;
+    for (const char *p = text + 1; *p && k + 1 < len; p++) {
+        if (*p == ' ') {
+            if (p[1] != ' ')
+                return false; /* a space that was not doubled */
+            p++;
+        }
+        out[k++] = *p;
+    }
+    out[k] = '\0';
+    return true;
+}
+
+static void test_jsonl_perturb(void) {
+    const char *held =
+        s_write("perturb_held.jsonl", "{\"prompt\": \"What is 2 plus 3?\", \"answer\": \"5\"}\n"
+                                      "{\"prompt\": \"q1\", \"answer\": \"1\"}\n"
+                                      "{\"prompt\": \"a  b\\nnext line\", \"answer\": \"x\"}\n");
+    const char *train = s_write("perturb.jsonl", "{\"prompt\": \"t\", \"answer\": \"1\"}\n");
+    bt_task_t *task = NULL, *twin = NULL;
+    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 4, &task));
+    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 4, &twin));
+    for (size_t i = 0; i < bt_task_heldout_count(task); i++) {
+        bt_task_example ex;
+        bt_task_heldout_example(task, i, &ex);
+        size_t plen = strlen(ex.prompt);
+        char buf[128], again[128], orig[128];
+        memset(buf, 'X', sizeof buf);
+        CHECK(bt_task_perturb(task, i, BT_PERTURB_ORDER, buf, sizeof buf) == 0 && buf[0] == 'X');
+
+        size_t n = bt_task_perturb(task, i, BT_PERTURB_SPACING, buf, sizeof buf);
+        CHECK(n > plen && n == strlen(buf) && strcmp(buf, ex.prompt) != 0);
+        CHECK(s_unspace(buf, orig, sizeof orig) && strcmp(orig, ex.prompt) == 0);
+        CHECK(bt_task_perturb(twin, i, BT_PERTURB_SPACING, again, sizeof again) == n);
+        CHECK(strcmp(buf, again) == 0);
+        CHECK(bt_task_perturb(task, i, BT_PERTURB_SPACING, again, n) == 0);
+
+        n = bt_task_perturb(task, i, BT_PERTURB_DISTRACTOR, buf, sizeof buf);
+        CHECK(n > plen + 2 && n == strlen(buf) && strcmp(buf, ex.prompt) != 0);
+        CHECK(strcmp(buf + n - plen, ex.prompt) == 0); /* the original, after a sentence */
+        CHECK(strncmp(buf + n - plen - 2, ". ", 2) == 0);
+        CHECK(bt_task_perturb(twin, i, BT_PERTURB_DISTRACTOR, again, sizeof again) == n);
+        CHECK(strcmp(buf, again) == 0);
+        memset(again, 'X', sizeof again);
+        CHECK(bt_task_perturb(task, i, BT_PERTURB_DISTRACTOR, again, n) == 0 && again[0] == 'X');
+    }
+    char buf[128];
+    bt_task_perturb(task, 0, BT_PERTURB_SPACING, buf, sizeof buf);
+    CHECK(strcmp(buf, " What  is  2  plus  3?") == 0);
+    bt_task_perturb(task, 2, BT_PERTURB_SPACING, buf, sizeof buf);
+    CHECK(strcmp(buf, " a    b\nnext  line") == 0);
+    bt_task_destroy(&task);
+    bt_task_destroy(&twin);
+}
+
+static void test_canonical_answer_jsonl(void) {
+    const char *path = s_write("canon.jsonl", "{\"prompt\": \"x\", \"answer\": \"1\"}\n");
+    bt_task_t *exact = NULL, *numeric = NULL;
+    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_EXACT, 0, &exact));
+    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_NUMERIC, 0, &numeric));
+    CHECK(strcmp(s_canon(exact, "  Paris \n"), "Paris") == 0);
+    CHECK(strcmp(s_canon(exact, "Paris"), "Paris") == 0);
+    CHECK(strcmp(s_canon(exact, "New  York"), "New  York") == 0);
+    CHECK(strcmp(s_canon(exact, " \n\t"), "") == 0);
+
+    CHECK(strcmp(s_canon(numeric, "1,234.50"), s_canon(numeric, "1234.5")) == 0);
+    CHECK(strcmp(s_canon(numeric, "1234.5"), "1234.5") == 0);
+    CHECK(strcmp(s_canon(numeric, "so the total is 1,234.50 dollars"), "1234.5") == 0);
+    CHECK(strcmp(s_canon(numeric, "first 3, then 7."), "7") == 0); /* the last number */
+    CHECK(strcmp(s_canon(numeric, "1.5e3"), s_canon(numeric, "1500")) == 0);
+    CHECK(strcmp(s_canon(numeric, "-0"), "0") == 0);
+    CHECK(strcmp(s_canon(numeric, "x = -12.5"), "-12.5") == 0);
+    CHECK(strcmp(s_canon(numeric, "0.1"), "0.1") == 0);
+    CHECK(strcmp(s_canon(numeric, "0.1"), s_canon(numeric, "0.10000000000000001")) == 0);
+    CHECK(strcmp(s_canon(numeric, "0.1"), s_canon(numeric, "0.2")) != 0);
+    CHECK(strcmp(s_canon(numeric, "no number here"), "") == 0);
+    /* a canonical answer reads back as the value the verifier compares */
+    bt_reward_detail d;
+    CHECK(s_reward(numeric, "1234.5", s_canon(numeric, "it is 1,234.50"), &d) == 1.0);
+    CHECK(d.well_formed);
+    bt_task_destroy(&exact);
+    bt_task_destroy(&numeric);
+}
+
 /*  A bad line 3 (after a good line and a blank one) is reported as PATH:3: <reason>. */
 static void s_check_bad_line(const char *bad, bt_task_verifier verifier, const char *reason) {
     size_t len = strlen(bad) + 64;
@@ -427,11 +650,15 @@ int main(void) {
     test_arith_answers();
     test_arith_config_errors();
     test_arith_reward();
+    test_arith_perturb();
+    test_canonical_answer_arith();
     test_jsonl_parse();
     test_jsonl_verifiers();
     test_jsonl_epochs();
     test_jsonl_split();
     test_jsonl_errors();
+    test_jsonl_perturb();
+    test_canonical_answer_jsonl();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
     CHECK(system(cmd) == 0);

@@ -1,9 +1,15 @@
 /*  evaluator.c — held-out evaluation in batches, as sums. */
+#define _POSIX_C_SOURCE 200809L
 #include "baton/evaluator.h"
+#include "baton/fileio.h"
+#include "baton/metrics.h"
 #include "baton/sample.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 void bt_evaluator_config_init(bt_evaluator_config *cfg) {
     cfg->start = 0;
@@ -14,6 +20,7 @@ void bt_evaluator_config_init(bt_evaluator_config *cfg) {
     cfg->top_p = 1.0;
     cfg->max_new_tokens = 8;
     cfg->batch = 256;
+    cfg->robustness = false;
 }
 
 void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples) {
@@ -25,15 +32,43 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
     if (total->samples != part->samples)
         return bt_fail(BT_EINVAL, "evaluator: cannot add sums of %lld and %lld samples",
                        (long long)total->samples, (long long)part->samples);
+    if (total->n_probes && part->n_probes)
+        return bt_fail(BT_EINVAL, "evaluator: probes are never split, yet two shards hold them");
     total->examples += part->examples;
     total->completions += part->completions;
     total->correct += part->correct;
+    total->maj_correct += part->maj_correct;
     total->reward_sum += part->reward_sum;
+    total->reward_sumsq += part->reward_sumsq;
     total->length_sum += part->length_sum;
     total->truncated += part->truncated;
     for (int c = 0; c <= BT_EVALUATOR_MAX_SAMPLES; c++)
         total->correct_hist[c] += part->correct_hist[c];
+    for (int l = 0; l < BT_EVALUATOR_LEN_BINS; l++)
+        total->length_hist[l] += part->length_hist[l];
+    for (int p = 0; p < BT_PERTURB_COUNT; p++) {
+        total->robust_examples[p] += part->robust_examples[p];
+        total->robust_correct[p] += part->robust_correct[p];
+    }
+    total->nll_sum += part->nll_sum;
+    total->nll_tokens += part->nll_tokens;
+    total->texts += part->texts;
+    if (part->n_probes) {
+        total->n_probes = part->n_probes;
+        memcpy(total->probe_nll, part->probe_nll, sizeof total->probe_nll);
+        memcpy(total->probe_tokens, part->probe_tokens, sizeof total->probe_tokens);
+    }
+    total->generated_tokens += part->generated_tokens;
+    total->compute_s += part->compute_s;
+    total->peak_rss_mb = fmax(total->peak_rss_mb, part->peak_rss_mb);
     return BT_OK;
+}
+
+double bt_evaluator_peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return NAN;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
 }
 
 static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_task_t *task) {
@@ -48,8 +83,9 @@ static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_task_t 
         return bt_fail(BT_EINVAL, "evaluator: %lld samples need a temperature > 0",
                        (long long)cfg->samples);
     if (cfg->batch < cfg->samples || cfg->max_new_tokens < 1)
-        return bt_fail(BT_EINVAL, "evaluator: need batch >= samples (%lld) and max_new_tokens >= 1, "
-                                  "got %lld and %lld",
+        return bt_fail(BT_EINVAL,
+                       "evaluator: need batch >= samples (%lld) and max_new_tokens >= 1, "
+                       "got %lld and %lld",
                        (long long)cfg->samples, (long long)cfg->batch,
                        (long long)cfg->max_new_tokens);
     return BT_OK;
@@ -57,43 +93,64 @@ static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_task_t 
 
 /*  Scratch for one chunk of examples. */
 typedef struct s_chunk {
-    int64_t cap;      /* examples */
-    int32_t **ids;    /* (cap) encoded prompts, one buffer each */
-    int64_t *lens;    /* (cap) */
-    char **answers;   /* (cap) */
-    char **prompts;   /* (cap) prompt texts, for a host's reward function */
-    const int32_t **rows; /* (cap * samples) prompt of each sequence */
-    int64_t *row_lens;    /* (cap * samples) */
+    int64_t cap;          /* examples */
+    int64_t k;            /* completions per example in this pass */
+    int32_t **ids;        /* (cap) encoded prompts, one buffer each */
+    int64_t *lens;        /* (cap) */
+    char **answers;       /* (cap) */
+    char **prompts;       /* (cap) prompt texts, for a host's reward function */
+    const int32_t **rows; /* (cap * k) prompt of each sequence */
+    int64_t *row_lens;    /* (cap * k) */
     char *text;           /* decoded completion */
+    char **votes;         /* (k) canonical answers of one example's completions */
+    bool *right;          /* (k) */
 } s_chunk;
 
-/*  Generates and scores examples [first, first + n) of the held-out set into out. */
+static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, int64_t i, const char *prompt,
+                               const char *answer) {
+    size_t len = strlen(prompt), n_ids = 0;
+    free(c->ids[i]);
+    free(c->answers[i]);
+    free(c->prompts[i]);
+    c->ids[i] = malloc((len + 1) * sizeof *c->ids[i]);
+    c->answers[i] = malloc(strlen(answer) + 1);
+    c->prompts[i] = malloc(len + 1);
+    if (!c->ids[i] || !c->answers[i] || !c->prompts[i])
+        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    strcpy(c->answers[i], answer);
+    strcpy(c->prompts[i], prompt);
+    BT_TRY(bt_tokenizer_encode(tok, prompt, len, true, c->ids[i], len + 1, &n_ids));
+    c->lens[i] = (int64_t)n_ids;
+    for (int64_t j = 0; j < c->k; j++) {
+        c->rows[i * c->k + j] = c->ids[i];
+        c->row_lens[i * c->k + j] = c->lens[i];
+    }
+    return BT_OK;
+}
+
+/*  Generates and scores examples [first, first + n) of the held-out set, clean (perturb < 0) or
+    perturbed, into out.  Examples a perturbation does not apply to are skipped. */
 static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
                              const bt_evaluator_config *cfg, bt_gen *gen, size_t first, int64_t n,
-                             s_chunk *c, bt_evaluator_sums *out) {
-    const int64_t k = cfg->samples, M = cfg->max_new_tokens;
+                             int perturb, s_chunk *c, bt_evaluator_sums *out) {
+    const int64_t k = c->k, M = cfg->max_new_tokens;
     bt_status st = BT_OK;
+    int64_t m = 0; /* examples in this pass */
+    char buf[1024];
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         bt_task_example ex;
         bt_task_heldout_example(task, first + (size_t)i, &ex);
-        size_t len = strlen(ex.prompt), n_ids = 0;
-        free(c->ids[i]);
-        free(c->answers[i]);
-        free(c->prompts[i]);
-        c->ids[i] = malloc((len + 1) * sizeof *c->ids[i]);
-        c->answers[i] = malloc(strlen(ex.answer) + 1);
-        c->prompts[i] = malloc(len + 1);
-        if (!c->ids[i] || !c->answers[i] || !c->prompts[i])
-            return bt_fail(BT_ENOMEM, "evaluator: out of memory");
-        strcpy(c->answers[i], ex.answer);
-        strcpy(c->prompts[i], ex.prompt);
-        st = bt_tokenizer_encode(tok, ex.prompt, len, true, c->ids[i], len + 1, &n_ids);
-        c->lens[i] = (int64_t)n_ids;
-        for (int64_t j = 0; j < k; j++) {
-            c->rows[i * k + j] = c->ids[i];
-            c->row_lens[i * k + j] = c->lens[i];
+        const char *prompt = ex.prompt;
+        if (perturb >= 0) {
+            if (!bt_task_perturb(task, first + (size_t)i, (bt_task_perturbation)perturb, buf,
+                                 sizeof buf))
+                continue;
+            prompt = buf;
         }
+        st = s_set_example(c, tok, m++, prompt, ex.answer);
     }
+    if (m == 0 || st != BT_OK)
+        return st;
     bt_sample_config sc;
     bt_sample_config_init(&sc);
     sc.max_new_tokens = M;
@@ -102,9 +159,8 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     sc.top_p = cfg->top_p;
     bt_generation g;
     bt_generation_init(&g);
-    if (st == BT_OK)
-        st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, n * k, &sc, gen, &g);
-    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+    st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, gen, &g);
+    for (int64_t i = 0; i < m && st == BT_OK; i++) {
         int64_t n_correct = 0;
         for (int64_t j = 0; j < k && st == BT_OK; j++) {
             int64_t r = i * k + j;
@@ -114,18 +170,98 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
             if (st != BT_OK)
                 break;
             bt_reward_detail d;
-            out->reward_sum += bt_task_score(task, c->prompts[i], c->answers[i], c->text, len, &d);
+            double reward = bt_task_score(task, c->prompts[i], c->answers[i], c->text, len, &d);
+            out->generated_tokens += (double)g.lengths[r];
+            if (perturb >= 0) { /* robustness: the first completion's correctness only */
+                out->robust_examples[perturb]++;
+                out->robust_correct[perturb] += d.correct;
+                continue;
+            }
+            out->reward_sum += reward;
+            out->reward_sumsq += reward * reward;
             out->length_sum += (double)g.lengths[r];
+            out->length_hist[g.lengths[r] < BT_EVALUATOR_LEN_BINS ? g.lengths[r]
+                                                                  : BT_EVALUATOR_LEN_BINS - 1]++;
             out->truncated += g.finish[r] == BT_FINISH_LENGTH;
             n_correct += d.correct;
             if (j == 0)
                 out->correct += d.correct;
+            c->right[j] = d.correct;
+            size_t vn = bt_task_canonical_answer(task, c->text, len, c->votes[j], (size_t)M + 64);
+            c->votes[j][vn] = '\0';
         }
+        if (perturb >= 0 || st != BT_OK)
+            continue;
+        const char *ballots[BT_EVALUATOR_MAX_SAMPLES];
+        for (int64_t j = 0; j < k; j++)
+            ballots[j] = c->votes[j][0] ? c->votes[j] : NULL;
+        int winner = bt_majority_vote(ballots, (int)k); /* maj@k */
+        out->maj_correct += winner >= 0 && c->right[winner];
         out->correct_hist[n_correct]++;
         out->examples++;
         out->completions += k;
     }
     bt_generation_release(&g);
+    return st;
+}
+
+static void s_chunk_free(s_chunk *c) {
+    for (int64_t i = 0; i < c->cap; i++) {
+        if (c->ids)
+            free(c->ids[i]);
+        if (c->answers)
+            free(c->answers[i]);
+        if (c->prompts)
+            free(c->prompts[i]);
+    }
+    for (int64_t j = 0; c->votes && j < BT_EVALUATOR_MAX_SAMPLES; j++)
+        free(c->votes[j]);
+    free(c->ids);
+    free(c->lens);
+    free(c->answers);
+    free(c->prompts);
+    free(c->rows);
+    free(c->row_lens);
+    free(c->text);
+    free(c->votes);
+    free(c->right);
+}
+
+static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_new) {
+    *c = (s_chunk){.cap = cap, .k = k};
+    c->ids = calloc((size_t)cap, sizeof *c->ids);
+    c->lens = calloc((size_t)cap, sizeof *c->lens);
+    c->answers = calloc((size_t)cap, sizeof *c->answers);
+    c->prompts = calloc((size_t)cap, sizeof *c->prompts);
+    c->rows = calloc((size_t)(cap * k), sizeof *c->rows);
+    c->row_lens = calloc((size_t)(cap * k), sizeof *c->row_lens);
+    c->text = malloc((size_t)max_new + 1);
+    c->votes = calloc(BT_EVALUATOR_MAX_SAMPLES, sizeof *c->votes);
+    c->right = calloc(BT_EVALUATOR_MAX_SAMPLES, sizeof *c->right);
+    bool ok = c->ids && c->lens && c->answers && c->prompts && c->rows && c->row_lens && c->text &&
+              c->votes && c->right;
+    for (int64_t j = 0; ok && j < k; j++)
+        ok = (c->votes[j] = malloc((size_t)max_new + 64)) != NULL;
+    return ok ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
+}
+
+/*  One pass over the shard: clean with cfg->samples completions, or one perturbation with one. */
+static bt_status s_run_pass(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
+                            const bt_evaluator_config *cfg, bt_gen *gen, int perturb,
+                            bt_evaluator_sums *out) {
+    const int64_t k = perturb < 0 ? cfg->samples : 1;
+    int64_t per_chunk = cfg->batch / k; /* examples per bt_generate call */
+    if (per_chunk > (int64_t)cfg->count)
+        per_chunk = (int64_t)cfg->count;
+    s_chunk c;
+    bt_status st = s_chunk_alloc(&c, per_chunk, k, cfg->max_new_tokens);
+    for (size_t first = cfg->start; first < cfg->start + cfg->count && st == BT_OK;
+         first += (size_t)per_chunk) {
+        size_t left = cfg->start + cfg->count - first;
+        int64_t n = left < (size_t)per_chunk ? (int64_t)left : per_chunk;
+        st = s_run_chunk(model, tok, task, cfg, gen, first, n, perturb, &c, out);
+    }
+    s_chunk_free(&c);
     return st;
 }
 
@@ -136,42 +272,237 @@ bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_
     bt_status st = s_check_config(cfg, task);
     if (st != BT_OK || cfg->count == 0)
         return st;
-    const int64_t k = cfg->samples;
-    int64_t per_chunk = cfg->batch / k; /* examples per bt_generate call */
-    if (per_chunk > (int64_t)cfg->count)
-        per_chunk = (int64_t)cfg->count;
-    s_chunk c = {.cap = per_chunk};
-    c.ids = calloc((size_t)per_chunk, sizeof *c.ids);
-    c.lens = calloc((size_t)per_chunk, sizeof *c.lens);
-    c.answers = calloc((size_t)per_chunk, sizeof *c.answers);
-    c.prompts = calloc((size_t)per_chunk, sizeof *c.prompts);
-    c.rows = calloc((size_t)(per_chunk * k), sizeof *c.rows);
-    c.row_lens = calloc((size_t)(per_chunk * k), sizeof *c.row_lens);
-    c.text = malloc((size_t)cfg->max_new_tokens + 1);
-    if (!c.ids || !c.lens || !c.answers || !c.prompts || !c.rows || !c.row_lens || !c.text)
-        st = bt_fail(BT_ENOMEM, "evaluator: out of memory");
-    for (size_t first = cfg->start; first < cfg->start + cfg->count && st == BT_OK;
-         first += (size_t)per_chunk) {
-        size_t left = cfg->start + cfg->count - first;
-        int64_t n = left < (size_t)per_chunk ? (int64_t)left : per_chunk;
-        st = s_run_chunk(model, tok, task, cfg, gen, first, n, &c, out);
-    }
-    for (int64_t i = 0; i < per_chunk; i++) {
-        if (c.ids)
-            free(c.ids[i]);
-        if (c.answers)
-            free(c.answers[i]);
-        if (c.prompts)
-            free(c.prompts[i]);
-    }
-    free(c.ids);
-    free(c.lens);
-    free(c.answers);
-    free(c.prompts);
-    free(c.rows);
-    free(c.row_lens);
-    free(c.text);
-    if (st != BT_OK)
+    double t0 = bt_now();
+    st = s_run_pass(model, tok, task, cfg, gen, -1, out);
+    for (int p = 0; cfg->robustness && p < BT_PERTURB_COUNT && st == BT_OK; p++)
+        st = s_run_pass(model, tok, task, cfg, gen, p, out);
+    if (st != BT_OK) {
         bt_evaluator_sums_init(out, cfg->samples);
+        return st;
+    }
+    out->compute_s = bt_now() - t0;
+    out->peak_rss_mb = bt_evaluator_peak_rss_mb();
+    return BT_OK;
+}
+
+/* ---- negative log-likelihood ----------------------------------------------------------------- */
+
+/*  Items [0, n), n <= BT_EVALUATOR_NLL_CHUNK, in one padded forward pass. */
+static bt_status s_nll_chunk(bt_model *model, const bt_tokenizer_t *tok, bt_ctx *ctx,
+                             const bt_nll_item *items, int64_t n, double *nll, int64_t *tokens) {
+    int32_t *enc[BT_EVALUATOR_NLL_CHUNK] = {0};
+    int64_t ctx_len[BT_EVALUATOR_NLL_CHUNK], len[BT_EVALUATOR_NLL_CHUNK], T = 2;
+    bt_status st = BT_OK;
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        size_t a = strlen(items[i].context), b = strlen(items[i].continuation), got = 0, more = 0;
+        enc[i] = malloc((a + b + 2) * sizeof *enc[i]);
+        if (!enc[i]) {
+            st = bt_fail(BT_ENOMEM, "evaluator: out of memory");
+            break;
+        }
+        st = bt_tokenizer_encode(tok, items[i].context, a, true, enc[i], a + 1, &got);
+        if (st == BT_OK)
+            st = bt_tokenizer_encode(tok, items[i].continuation, b, false, enc[i] + got, b, &more);
+        if (st == BT_OK && more == 0)
+            st = bt_fail(BT_EINVAL, "evaluator: an empty text to score");
+        ctx_len[i] = (int64_t)got;
+        len[i] = (int64_t)(got + more);
+        if (items[i].eos)
+            enc[i][len[i]++] = bt_tokenizer_eos(tok);
+        T = len[i] > T ? len[i] : T;
+    }
+    int64_t *ids = st == BT_OK ? calloc((size_t)(n * T), sizeof *ids) : NULL;
+    int64_t *mask = st == BT_OK ? calloc((size_t)(n * T), sizeof *mask) : NULL;
+    float *lp = st == BT_OK ? malloc((size_t)(n * (T - 1)) * sizeof *lp) : NULL;
+    if (st == BT_OK && (!ids || !mask || !lp))
+        st = bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    for (int64_t i = 0; i < n && st == BT_OK; i++)
+        for (int64_t t = 0; t < T; t++) {
+            ids[i * T + t] = t < len[i] ? enc[i][t] : bt_tokenizer_pad(tok);
+            mask[i * T + t] = t < len[i];
+        }
+    if (st == BT_OK) {
+        bt_device dev = bt_model_device(model);
+        const int64_t shape[2] = {n, T};
+        bool grad = bt_set_grad_enabled(false);
+        bt_tensor *tid = bt_from_host(ctx, BT_I64, dev, 2, shape, ids);
+        bt_tensor *tmask = bt_from_host(ctx, BT_I64, dev, 2, shape, mask);
+        bt_tensor *logp = tid && tmask ? bt_model_token_logprobs(model, ctx, tid, tmask, 1.0, NULL)
+                                       : NULL; /* (n, T-1) */
+        bt_set_grad_enabled(grad);
+        st = logp ? bt_to_host(logp, lp, (size_t)(n * (T - 1)) * sizeof *lp) : BT_ETORCH;
+    }
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        double sum = 0.0; /* element t predicts token t + 1 */
+        for (int64_t t = ctx_len[i] - 1; t < len[i] - 1; t++)
+            sum -= (double)lp[i * (T - 1) + t];
+        nll[i] = sum;
+        tokens[i] = len[i] - ctx_len[i];
+    }
+    for (int64_t i = 0; i < n; i++)
+        free(enc[i]);
+    free(ids);
+    free(mask);
+    free(lp);
     return st;
+}
+
+bt_status bt_evaluator_nll(bt_model *model, const bt_tokenizer_t *tok, const bt_nll_item *items,
+                           int64_t n, double *nll, int64_t *tokens) {
+    BT_ASSERT(model && tok && (items || n == 0) && n >= 0);
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx)
+        return BT_ETORCH;
+    bt_status st = BT_OK;
+    for (int64_t first = 0; first < n && st == BT_OK; first += BT_EVALUATOR_NLL_CHUNK) {
+        int64_t m = n - first < BT_EVALUATOR_NLL_CHUNK ? n - first : BT_EVALUATOR_NLL_CHUNK;
+        st = s_nll_chunk(model, tok, ctx, items + first, m, nll + first, tokens + first);
+        bt_ctx_reset(ctx);
+    }
+    bt_ctx_destroy(&ctx);
+    return st;
+}
+
+/*  Scores items into out's perplexity sums. */
+static bt_status s_perplexity(bt_model *model, const bt_tokenizer_t *tok, const bt_nll_item *items,
+                              int64_t n, bt_evaluator_sums *out) {
+    double *nll = malloc(sizeof *nll * (size_t)(n + 1));
+    int64_t *tokens = malloc(sizeof *tokens * (size_t)(n + 1));
+    double t0 = bt_now();
+    bt_status st = nll && tokens ? bt_evaluator_nll(model, tok, items, n, nll, tokens)
+                                 : bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        out->nll_sum += nll[i];
+        out->nll_tokens += tokens[i];
+        out->texts++;
+    }
+    out->compute_s += bt_now() - t0;
+    out->peak_rss_mb = bt_evaluator_peak_rss_mb();
+    free(nll);
+    free(tokens);
+    return st;
+}
+
+bt_status bt_evaluator_perplexity_task(bt_model *model, const bt_tokenizer_t *tok,
+                                       const bt_task_t *task, size_t start, size_t count,
+                                       bt_evaluator_sums *out) {
+    size_t held = bt_task_heldout_count(task);
+    if (start > held || count > held - start)
+        return bt_fail(BT_EINVAL, "evaluator: examples [%zu, %zu) exceed the %zu held-out ones",
+                       start, start + count, held);
+    bt_nll_item *items = calloc(count + 1, sizeof *items);
+    bt_task_example *ex = calloc(count + 1, sizeof *ex);
+    bt_status st = items && ex ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    for (size_t i = 0; i < count && st == BT_OK; i++) {
+        bt_task_heldout_example(task, start + i, &ex[i]);
+        items[i] =
+            (bt_nll_item){.context = ex[i].prompt, .continuation = ex[i].answer, .eos = true};
+    }
+    if (st == BT_OK)
+        st = s_perplexity(model, tok, items, (int64_t)count, out);
+    free(items);
+    free(ex);
+    return st;
+}
+
+bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *tok,
+                                        const char *const *texts, size_t start, size_t count,
+                                        bt_evaluator_sums *out) {
+    bt_nll_item *items = calloc(count + 1, sizeof *items);
+    if (!items)
+        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    for (size_t i = 0; i < count; i++)
+        items[i] = (bt_nll_item){.context = "", .continuation = texts[start + i]};
+    bt_status st = s_perplexity(model, tok, items, (int64_t)count, out);
+    free(items);
+    return st;
+}
+
+bt_status bt_evaluator_probes(bt_model *model, const bt_tokenizer_t *tok,
+                              const bt_eval_probe *probes, int64_t n, bt_evaluator_sums *out) {
+    if (n < 0 || n > BT_EVAL_MAX_PROBES)
+        return bt_fail(BT_EINVAL, "evaluator: %lld probes (at most %d)", (long long)n,
+                       BT_EVAL_MAX_PROBES);
+    bt_nll_item items[2 * BT_EVAL_MAX_PROBES] = {{0}};
+    double nll[2 * BT_EVAL_MAX_PROBES];
+    int64_t tokens[2 * BT_EVAL_MAX_PROBES];
+    for (int64_t i = 0; i < n; i++) {
+        const bt_eval_probe *p = &probes[i];
+        bool pair = p->better[0] != '\0';
+        items[2 * i] = (bt_nll_item){.context = pair ? "" : p->prompt,
+                                     .continuation = pair ? p->better : p->target};
+        items[2 * i + 1] =
+            (bt_nll_item){.context = "", .continuation = pair ? p->worse : p->target};
+    }
+    double t0 = bt_now();
+    BT_TRY(bt_evaluator_nll(model, tok, items, 2 * n, nll, tokens));
+    out->n_probes = n;
+    for (int64_t i = 0; i < n; i++) {
+        bool pair = probes[i].better[0] != '\0';
+        out->probe_nll[i][0] = nll[2 * i];
+        out->probe_tokens[i][0] = tokens[2 * i];
+        out->probe_nll[i][1] = pair ? nll[2 * i + 1] : 0.0;
+        out->probe_tokens[i][1] = pair ? tokens[2 * i + 1] : 0;
+    }
+    out->compute_s += bt_now() - t0;
+    out->peak_rss_mb = bt_evaluator_peak_rss_mb();
+    return BT_OK;
+}
+
+/* ---- texts ------------------------------------------------------------------------------------
+ */
+
+bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out) {
+    *texts_out = NULL;
+    *n_out = 0;
+    char *data = NULL;
+    size_t len = 0;
+    BT_TRY(bt_file_read(path, (size_t)1 << 30, &data, &len));
+    size_t cap = 0, n = 0, line_no = 0;
+    char **texts = NULL;
+    bt_status st = BT_OK;
+    for (char *line = data; line && *line && st == BT_OK;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        line_no++;
+        if (line[strspn(line, " \t\r")] == '\0') {
+            line = next;
+            continue;
+        }
+        cJSON *root = cJSON_Parse(line);
+        const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "text"));
+        if (!text || !text[0])
+            st = bt_fail(BT_EFORMAT, "%s:%zu: expected an object with a non-empty string \"text\"",
+                         path, line_no);
+        if (st == BT_OK && n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **grown = realloc(texts, cap * sizeof *texts);
+            st = grown ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", path);
+            texts = grown ? grown : texts;
+        }
+        if (st == BT_OK && !(texts[n++] = strdup(text)))
+            st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
+        cJSON_Delete(root);
+        line = next;
+    }
+    free(data);
+    if (st == BT_OK && n == 0)
+        st = bt_fail(BT_EFORMAT, "%s: no texts", path);
+    if (st != BT_OK) {
+        bt_texts_free(&texts, n);
+        return st;
+    }
+    *texts_out = texts;
+    *n_out = n;
+    return BT_OK;
+}
+
+void bt_texts_free(char ***texts_p, size_t n) {
+    if (!texts_p || !*texts_p)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free((*texts_p)[i]);
+    free(*texts_p);
+    *texts_p = NULL;
 }

@@ -1,6 +1,7 @@
 /*  messages.c — payloads <-> wire messages; see messages.h. */
 #include "baton/messages.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,15 +255,35 @@ bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) 
 /* ---- evaluation sums ------------------------------------------------------------------------ */
 
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {
-    int64_t shape[1] = {s->samples + 1};
+    int64_t k1[1] = {s->samples + 1}, bins[1] = {BT_EVALUATOR_LEN_BINS};
+    int64_t rob[2] = {2, BT_PERTURB_COUNT}, probes[2] = {s->n_probes, 2};
+    int64_t robust[2][BT_PERTURB_COUNT];
+    memcpy(robust[0], s->robust_examples, sizeof robust[0]);
+    memcpy(robust[1], s->robust_correct, sizeof robust[1]);
     BT_TRY(bt_msg_set_int(msg, "examples", s->examples));
     BT_TRY(bt_msg_set_int(msg, "samples", s->samples));
     BT_TRY(bt_msg_set_int(msg, "completions", s->completions));
     BT_TRY(bt_msg_set_int(msg, "correct", s->correct));
+    BT_TRY(bt_msg_set_int(msg, "maj_correct", s->maj_correct));
     BT_TRY(bt_msg_set_double(msg, "reward_sum", s->reward_sum));
+    BT_TRY(bt_msg_set_double(msg, "reward_sumsq", s->reward_sumsq));
     BT_TRY(bt_msg_set_double(msg, "length_sum", s->length_sum));
     BT_TRY(bt_msg_set_int(msg, "truncated", s->truncated));
-    return bt_msg_add_tensor(msg, "correct_hist", BT_I64, 1, shape, s->correct_hist);
+    BT_TRY(bt_msg_set_double(msg, "nll_sum", s->nll_sum));
+    BT_TRY(bt_msg_set_int(msg, "nll_tokens", s->nll_tokens));
+    BT_TRY(bt_msg_set_int(msg, "texts", s->texts));
+    BT_TRY(bt_msg_set_int(msg, "n_probes", s->n_probes));
+    BT_TRY(bt_msg_set_double(msg, "generated_tokens", s->generated_tokens));
+    BT_TRY(bt_msg_set_double(msg, "eval_compute_s", s->compute_s));
+    BT_TRY(bt_msg_set_double(msg, "peak_rss_mb", isfinite(s->peak_rss_mb) ? s->peak_rss_mb : 0));
+    BT_TRY(bt_msg_add_tensor(msg, "correct_hist", BT_I64, 1, k1, s->correct_hist));
+    BT_TRY(bt_msg_add_tensor(msg, "length_hist", BT_I64, 1, bins, s->length_hist));
+    BT_TRY(bt_msg_add_tensor(msg, "robust", BT_I64, 2, rob, robust));
+    if (s->n_probes) {
+        BT_TRY(bt_msg_add_tensor(msg, "probe_nll", BT_F64, 2, probes, s->probe_nll));
+        BT_TRY(bt_msg_add_tensor(msg, "probe_tokens", BT_I64, 2, probes, s->probe_tokens));
+    }
+    return BT_OK;
 }
 
 bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
@@ -270,14 +291,48 @@ bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
     BT_TRY(bt_msg_get_int(msg, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &k));
     bt_evaluator_sums_init(out, k);
     const int64_t max = BT_WIRE_INT_MAX;
+    const double big = 1e300;
     BT_TRY(bt_msg_get_int(msg, "examples", 0, max, &out->examples));
     BT_TRY(bt_msg_get_int(msg, "completions", 0, max, &out->completions));
     BT_TRY(bt_msg_get_int(msg, "correct", 0, out->examples, &out->correct));
-    BT_TRY(bt_msg_get_double(msg, "reward_sum", -1e300, 1e300, &out->reward_sum));
-    BT_TRY(bt_msg_get_double(msg, "length_sum", 0, 1e300, &out->length_sum));
+    BT_TRY(bt_msg_get_int(msg, "maj_correct", 0, out->examples, &out->maj_correct));
+    BT_TRY(bt_msg_get_double(msg, "reward_sum", -big, big, &out->reward_sum));
+    BT_TRY(bt_msg_get_double(msg, "reward_sumsq", 0, big, &out->reward_sumsq));
+    BT_TRY(bt_msg_get_double(msg, "length_sum", 0, big, &out->length_sum));
     BT_TRY(bt_msg_get_int(msg, "truncated", 0, out->completions, &out->truncated));
-    bt_msg_tensor h;
+    BT_TRY(bt_msg_get_double(msg, "nll_sum", 0, big, &out->nll_sum));
+    BT_TRY(bt_msg_get_int(msg, "nll_tokens", 0, max, &out->nll_tokens));
+    BT_TRY(bt_msg_get_int(msg, "texts", 0, max, &out->texts));
+    BT_TRY(bt_msg_get_int(msg, "n_probes", 0, BT_EVAL_MAX_PROBES, &out->n_probes));
+    BT_TRY(bt_msg_get_double(msg, "generated_tokens", 0, big, &out->generated_tokens));
+    BT_TRY(bt_msg_get_double(msg, "eval_compute_s", 0, big, &out->compute_s));
+    BT_TRY(bt_msg_get_double(msg, "peak_rss_mb", 0, big, &out->peak_rss_mb));
+    bt_msg_tensor h, l, r;
     BT_TRY(s_get(msg, "correct_hist", BT_I64, k + 1, -1, &h));
+    BT_TRY(s_check_lengths(msg, "correct_hist", h.data, k + 1, 0, out->examples));
     memcpy(out->correct_hist, h.data, h.nbytes);
+    BT_TRY(s_get(msg, "length_hist", BT_I64, BT_EVALUATOR_LEN_BINS, -1, &l));
+    BT_TRY(s_check_lengths(msg, "length_hist", l.data, BT_EVALUATOR_LEN_BINS, 0, out->completions));
+    memcpy(out->length_hist, l.data, l.nbytes);
+    BT_TRY(s_get(msg, "robust", BT_I64, 2, BT_PERTURB_COUNT, &r));
+    BT_TRY(s_check_lengths(msg, "robust", r.data, 2 * BT_PERTURB_COUNT, 0, out->examples));
+    memcpy(out->robust_examples, r.data, sizeof out->robust_examples);
+    memcpy(out->robust_correct, (const int64_t *)r.data + BT_PERTURB_COUNT,
+           sizeof out->robust_correct);
+    for (int p = 0; p < BT_PERTURB_COUNT; p++)
+        if (out->robust_correct[p] > out->robust_examples[p])
+            return bt_fail(BT_EFORMAT, "RESULT: robust: more correct than evaluated");
+    if (out->n_probes) {
+        bt_msg_tensor pn, pt;
+        BT_TRY(s_get(msg, "probe_nll", BT_F64, out->n_probes, 2, &pn));
+        BT_TRY(s_get(msg, "probe_tokens", BT_I64, out->n_probes, 2, &pt));
+        BT_TRY(s_check_lengths(msg, "probe_tokens", pt.data, 2 * out->n_probes, 0, 1 << 20));
+        memcpy(out->probe_nll, pn.data, pn.nbytes);
+        memcpy(out->probe_tokens, pt.data, pt.nbytes);
+        for (int64_t i = 0; i < out->n_probes; i++)
+            if (!(out->probe_nll[i][0] >= 0 && out->probe_nll[i][1] >= 0 &&
+                  out->probe_nll[i][0] < big && out->probe_nll[i][1] < big))
+                return bt_fail(BT_EFORMAT, "RESULT: probe_nll: not a finite NLL");
+    }
     return BT_OK;
 }

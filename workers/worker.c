@@ -30,6 +30,11 @@ typedef struct {
     bt_trainer_t *trainer;
     bt_tokenizer_t *tok;
     bt_task_t *task;
+    int64_t version; /* of the weights in model (rollout and eval) */
+    /* eval: per eval.datasets entry with a source, its task (generate) or texts (perplexity) */
+    bt_task_t *ds_task[BT_EVAL_MAX_DATASETS];
+    char **ds_texts[BT_EVAL_MAX_DATASETS];
+    size_t ds_n_texts[BT_EVAL_MAX_DATASETS];
     void *pipe; /* PAIR to the relay thread */
     char pipe_name[64];
     void *zmq_ctx;
@@ -49,6 +54,27 @@ static bt_status s_build_task(const bt_run_config *cfg, bt_task_t **out) {
     return bt_task_new_jsonl(&j, out);
 }
 
+/*  The datasets of an eval worker that come from their own files. */
+static bt_status s_build_datasets(s_compute *c) {
+    for (int i = 0; i < c->cfg.eval.n_datasets; i++) {
+        const bt_eval_dataset *d = &c->cfg.eval.datasets[i];
+        if (!d->source[0])
+            continue;
+        if (d->kind == BT_EVAL_PERPLEXITY) {
+            BT_TRY(bt_texts_load(d->source, &c->ds_texts[i], &c->ds_n_texts[i]));
+        } else {
+            bt_task_jsonl_config j = {.train_path = d->source,
+                                      .heldout_path = d->source,
+                                      .verifier = c->cfg.task.verifier,
+                                      .seed = (uint64_t)c->cfg.task.seed};
+            BT_TRY(bt_task_new_jsonl(&j, &c->ds_task[i]));
+            if (c->opt->reward)
+                bt_task_set_reward_fn(c->ds_task[i], c->opt->reward, c->opt->reward_user);
+        }
+    }
+    return BT_OK;
+}
+
 static bt_status s_build(s_compute *c) {
     BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->cfg));
     bt_device dev;
@@ -65,6 +91,10 @@ static bt_status s_build(s_compute *c) {
                       : bt_model_new(&c->cfg.model, dev, (uint64_t)c->cfg.run.seed);
     if (!m)
         return BT_EINVAL;
+    if (c->role == BT_ROLE_EVAL) {
+        c->model = m;
+        return s_build_datasets(c);
+    }
     if (c->role != BT_ROLE_TRAINER) {
         c->model = m;
         return BT_OK;
@@ -83,6 +113,10 @@ static void s_release(s_compute *c) {
     bt_trainer_destroy(&c->trainer);
     bt_model_destroy(&c->model);
     bt_task_destroy(&c->task);
+    for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
+        bt_task_destroy(&c->ds_task[i]);
+        bt_texts_free(&c->ds_texts[i], c->ds_n_texts[i]);
+    }
     bt_tokenizer_destroy(&c->tok);
 }
 
@@ -194,30 +228,51 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
     return st;
 }
 
+/*  One shard of one eval.datasets entry, against the weights of the task's version. */
 static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
-    int64_t start, count, samples, max_new, seed;
-    double temperature;
+    int64_t ds, start, count, version, seed;
+    BT_TRY(bt_msg_get_int(task, "dataset", 0, c->cfg.eval.n_datasets - 1, &ds));
     BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
-    BT_TRY(bt_msg_get_int(task, "count", 1, BT_WIRE_INT_MAX, &count));
-    BT_TRY(bt_msg_get_int(task, "samples", 1, BT_EVALUATOR_MAX_SAMPLES, &samples));
-    BT_TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
+    BT_TRY(bt_msg_get_int(task, "count", 0, BT_WIRE_INT_MAX, &count));
+    BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
     BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
-    BT_TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
-    bt_evaluator_config ec;
-    bt_evaluator_config_init(&ec);
-    ec.start = (size_t)start;
-    ec.count = (size_t)count;
-    ec.samples = samples;
-    ec.temperature = temperature;
-    ec.max_new_tokens = max_new;
-    if (ec.batch < samples)
-        ec.batch = samples;
-    bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->model));
+    if (version != c->version) /* evaluation runs against a pinned policy version */
+        return bt_fail(BT_EINVAL, "eval: the task is for version %lld, this worker holds %lld",
+                       (long long)version, (long long)c->version);
+    const bt_eval_dataset *d = &c->cfg.eval.datasets[ds];
     bt_evaluator_sums sums;
-    bt_status st = gen ? bt_evaluator_run(c->model, c->tok, c->task, &ec, gen, &sums) : BT_ENOMEM;
+    bt_evaluator_sums_init(&sums, d->samples);
+    bt_status st = BT_OK;
+    if (d->kind == BT_EVAL_PROBES) {
+        st = bt_evaluator_probes(c->model, c->tok, c->cfg.eval.probes, c->cfg.eval.n_probes, &sums);
+    } else if (d->kind == BT_EVAL_PERPLEXITY && c->ds_texts[ds]) {
+        if ((size_t)start > c->ds_n_texts[ds] || (size_t)count > c->ds_n_texts[ds] - (size_t)start)
+            return bt_fail(BT_EINVAL, "eval: texts [%lld, %lld) exceed the %zu of %s",
+                           (long long)start, (long long)(start + count), c->ds_n_texts[ds],
+                           d->source);
+        st = bt_evaluator_perplexity_texts(c->model, c->tok, (const char *const *)c->ds_texts[ds],
+                                           (size_t)start, (size_t)count, &sums);
+    } else if (d->kind == BT_EVAL_PERPLEXITY) {
+        st = bt_evaluator_perplexity_task(c->model, c->tok, c->task, (size_t)start, (size_t)count,
+                                          &sums);
+    } else {
+        bt_evaluator_config ec;
+        bt_evaluator_config_init(&ec);
+        ec.start = (size_t)start;
+        ec.count = (size_t)count;
+        ec.samples = d->samples;
+        ec.temperature = d->temperature;
+        ec.max_new_tokens = d->max_new_tokens;
+        ec.robustness = d->robustness;
+        if (ec.batch < d->samples)
+            ec.batch = d->samples;
+        bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->model));
+        const bt_task_t *t = c->ds_task[ds] ? c->ds_task[ds] : c->task;
+        st = gen ? bt_evaluator_run(c->model, c->tok, t, &ec, gen, &sums) : BT_ENOMEM;
+        bt_gen_destroy(&gen);
+    }
     if (st == BT_OK)
         st = bt_sums_to_msg(&sums, res);
-    bt_gen_destroy(&gen);
     return st;
 }
 
@@ -272,6 +327,8 @@ static bt_status s_load_weights(s_compute *c, const bt_msg_t *msg) {
     bt_status st = bt_weights_from_msg(msg, &w);
     if (st == BT_OK)
         st = bt_weights_load(c->model, &w);
+    if (st == BT_OK)
+        c->version = w.version;
     bt_weights_release(&w);
     return st;
 }

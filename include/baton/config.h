@@ -5,11 +5,13 @@
 #ifndef BATON_CONFIG_H
 #define BATON_CONFIG_H
 
+#include "baton/evaluator.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/status.h"
 #include "baton/tasks.h"
 #include "baton/tensor.h"
+#include "baton/trigger.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,6 +30,23 @@ typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1
 
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train, task.eval: bytes including the NUL */
+#define BT_EVAL_MAX_DATASETS 8  /* eval.datasets entries */
+#define BT_EVAL_NAME_MAX 32     /* eval.datasets[i].name, eval.probes[i].name, with the NUL */
+
+/*  One entry of eval.datasets (docs/config.md, "Evaluation datasets").  After bt_config_parse every
+    field is resolved: unset fields take the flat eval.* key of the same name. */
+typedef struct bt_eval_dataset {
+    char name[BT_EVAL_NAME_MAX];
+    bt_eval_kind kind;
+    char source[BT_CONFIG_PATH_MAX]; /* "": the task's held-out set; else a JSONL file */
+    int64_t count;                   /* examples, texts or probes evaluated; 0: all */
+    int64_t samples;                 /* completions per example (generate) */
+    double temperature;              /* 0: greedy */
+    int64_t max_new_tokens;
+    bool robustness;                   /* generate: also the task's perturbed prompts */
+    int64_t every_steps, every_epochs; /* 0: off */
+    double every_seconds;              /* 0: off */
+} bt_eval_dataset;
 
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
     After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens,
@@ -52,6 +71,7 @@ typedef struct bt_run_config {
         char train[BT_CONFIG_PATH_MAX];
         char eval[BT_CONFIG_PATH_MAX];
         bt_task_verifier verifier;
+        int64_t epoch_size;
     } task;
     struct {
         int64_t steps;
@@ -91,10 +111,23 @@ typedef struct bt_run_config {
     } grpo;
     struct {
         int64_t every_steps;
+        int64_t every_epochs;
+        double every_seconds;
         int64_t heldout_count;
         int64_t samples;
         double temperature;
         int64_t max_new_tokens;
+        bool adaptive;
+        int64_t adaptive_floor;
+        int64_t adaptive_ceiling;
+        double adaptive_fast;
+        double adaptive_plateau;
+        double adaptive_drop;
+        double adaptive_ema;
+        int n_datasets; /* >= 1 after parsing */
+        bt_eval_dataset datasets[BT_EVAL_MAX_DATASETS];
+        int n_probes;
+        bt_eval_probe probes[BT_EVAL_MAX_PROBES];
     } eval;
     struct {
         int64_t rollout;
@@ -144,6 +177,8 @@ void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out);
 void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out);
 /*  heldout_path is NULL when task.eval is empty. */
 void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out);
+/*  The trigger of dataset i (eval.datasets[i].every_* with the eval.adaptive* keys). */
+void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,27 @@ extern "C" {
 #endif
 
 #define BT_EVALUATOR_MAX_SAMPLES 128
+#define BT_EVALUATOR_LEN_BINS 1024 /* response-length histogram; longer lengths land in the last   \
+                                    */
+#define BT_EVALUATOR_NLL_CHUNK 16  /* texts per forward pass of bt_evaluator_nll */
+#define BT_EVAL_MAX_PROBES 16
+#define BT_EVAL_PROBE_MAX 256 /* bytes of a probe text, with the NUL */
+
+/*  What a dataset measures.  Values appear in configs: append only. */
+typedef enum bt_eval_kind {
+    BT_EVAL_GENERATE = 0,   /* "generate": sample completions and score them with the verifier */
+    BT_EVAL_PERPLEXITY = 1, /* "perplexity": NLL of held-out text under the policy */
+    BT_EVAL_PROBES = 2      /* "probes": the eval.probes of the config */
+} bt_eval_kind;
+
+/*  One probability probe: a target probe (prompt, target) tracks log P(target | prompt); a pair
+    (better, worse) tracks whether PPL(better) < PPL(worse).  Exactly one of the two forms is set.
+ */
+typedef struct bt_eval_probe {
+    char name[32];
+    char prompt[BT_EVAL_PROBE_MAX], target[BT_EVAL_PROBE_MAX];
+    char better[BT_EVAL_PROBE_MAX], worse[BT_EVAL_PROBE_MAX];
+} bt_eval_probe;
 
 typedef struct bt_evaluator_config {
     size_t start;           /* first held-out example of the shard (0) */
@@ -31,32 +52,94 @@ typedef struct bt_evaluator_config {
     double top_p;           /* 1 = off (1) */
     int64_t max_new_tokens; /* >= 1 (8) */
     int64_t batch;          /* sequences per bt_generate call, >= samples (256) */
+    bool robustness;        /* also each of the task's perturbed prompts (false) */
 } bt_evaluator_config;
 
 void bt_evaluator_config_init(bt_evaluator_config *cfg);
 
-/*  Sums over a shard; add shards with bt_evaluator_sums_add. */
+/*  Sums over a shard; add shards with bt_evaluator_sums_add.  Every field is a sum (or a max), so
+    the result does not depend on how a dataset was split. */
 typedef struct bt_evaluator_sums {
+    /* generate */
     int64_t examples;    /* held-out examples evaluated */
     int64_t samples;     /* completions per example (k) */
     int64_t completions; /* examples * samples */
     int64_t correct;     /* examples whose first completion is correct (greedy: accuracy) */
-    double reward_sum;   /* bt_task_reward over all completions */
+    int64_t maj_correct; /* examples whose majority answer over the k completions is correct */
+    double reward_sum;   /* bt_task_score over all completions */
+    double reward_sumsq; /* of squares, for the std */
     double length_sum;   /* completion tokens (the EOS included) over all completions */
     int64_t truncated;   /* completions that reached max_new_tokens without EOS */
     int64_t correct_hist[BT_EVALUATOR_MAX_SAMPLES + 1]; /* [c]: examples with c of k correct */
+    int64_t length_hist[BT_EVALUATOR_LEN_BINS];         /* [l]: completions of l tokens */
+    int64_t robust_examples[BT_PERTURB_COUNT];          /* examples the perturbation applies to */
+    int64_t robust_correct[BT_PERTURB_COUNT];           /* of those, first completion correct */
+    /* perplexity */
+    double nll_sum;     /* token negative log-likelihoods, in float64 */
+    int64_t nll_tokens; /* tokens scored */
+    int64_t texts;      /* texts scored */
+    /* probes: filled by bt_evaluator_probes, never split */
+    int64_t n_probes;
+    double probe_nll[BT_EVAL_MAX_PROBES][2]; /* target probe: [0] = -log P(target | prompt);
+                                                pair: NLL sums of better [0] and worse [1] */
+    int64_t probe_tokens[BT_EVAL_MAX_PROBES][2];
+    /* efficiency */
+    double generated_tokens; /* tokens generated, robustness prompts included */
+    double compute_s;        /* seconds the shards computed, summed */
+    double peak_rss_mb;      /* the largest resident set of any evaluating process (a max) */
 } bt_evaluator_sums;
 
 /*  Empty sums for k samples per example. */
 void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples);
-/*  total += part.  BT_EINVAL when their sample counts differ. */
+/*  total += part.  BT_EINVAL when their sample counts differ or both hold probes. */
 bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sums *part);
 
 /*  Evaluates held-out examples [cfg->start, cfg->start + cfg->count): prompt = BOS + bytes,
     cfg->samples completions each, generated in batches of up to cfg->batch sequences with the KV
-    cache, decoded and scored with bt_task_reward.  gen may be NULL when greedy.  Fills *out. */
+    cache, decoded and scored with bt_task_score; with cfg->robustness the perturbed prompts of
+    each example too (their first completion counts).  gen may be NULL when greedy.  Fills *out
+    (compute_s and peak_rss_mb included). */
 bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
                            const bt_evaluator_config *cfg, bt_gen *gen, bt_evaluator_sums *out);
+
+/*  A text to score: the NLL of continuation's tokens given BOS + context.  eos: also score the
+    EOS token after the continuation. */
+typedef struct bt_nll_item {
+    const char *context;      /* may be "" */
+    const char *continuation; /* at least one byte */
+    bool eos;
+} bt_nll_item;
+
+/*  Scores items[0..n): nll[i] = -sum log P(token | earlier tokens) over item i's continuation
+    tokens (float64 sum of the model's float32 log-probs) and tokens[i] their count.  Items are
+    run BT_EVALUATOR_NLL_CHUNK at a time in order, so a shard that starts at a multiple of the
+    chunk computes each item exactly as a single pass over the whole set does. */
+bt_status bt_evaluator_nll(bt_model *model, const bt_tokenizer_t *tok, const bt_nll_item *items,
+                           int64_t n, double *nll, int64_t *tokens);
+
+/*  Perplexity of task held-out examples [start, start + count): continuation = answer, with EOS
+    (what the policy must produce), context = prompt.  Adds into out's nll_sum, nll_tokens, texts.
+ */
+bt_status bt_evaluator_perplexity_task(bt_model *model, const bt_tokenizer_t *tok,
+                                       const bt_task_t *task, size_t start, size_t count,
+                                       bt_evaluator_sums *out);
+/*  Perplexity of texts[start, start + count) (context "", no EOS). */
+bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *tok,
+                                        const char *const *texts, size_t start, size_t count,
+                                        bt_evaluator_sums *out);
+/*  All probes into out's probe fields. */
+bt_status bt_evaluator_probes(bt_model *model, const bt_tokenizer_t *tok,
+                              const bt_eval_probe *probes, int64_t n, bt_evaluator_sums *out);
+
+/*  Reads a JSONL file of {"text": "..."} objects (blank lines skipped) for perplexity.  BT_EIO
+    when it cannot be read; BT_EFORMAT "PATH:LINE: ..." for a line without a non-empty string
+    "text", or "PATH: no texts".  Caller owns *texts_out: free with bt_texts_free. */
+bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out);
+/*  NULL-safe; sets *texts_p to NULL. */
+void bt_texts_free(char ***texts_p, size_t n);
+
+/*  Peak resident set of this process in MiB (getrusage). */
+double bt_evaluator_peak_rss_mb(void);
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,11 @@ int bt_registry_expire(bt_registry_t *self, int64_t now_ms);
 
 /*  Queues a task for a role; returns its id (dense, from 0).  user is the caller's payload. */
 int64_t bt_registry_add_task(bt_registry_t *self, bt_role role, void *user);
+/*  Like bt_registry_add_task, but the task waits for that worker while it is live; once the worker
+    is lost any worker of the role may take it. */
+int64_t bt_registry_add_task_for(bt_registry_t *self, bt_role role, int32_t worker, void *user);
+/*  Tasks of a role waiting to be handed out. */
+int64_t bt_registry_queued(const bt_registry_t *self, bt_role role);
 bt_task_state bt_registry_task_state(const bt_registry_t *self, int64_t task);
 void *bt_registry_task_user(const bt_registry_t *self, int64_t task);
 /*  Times a task was handed out (a re-queued task is handed out again). */

@@ -128,6 +128,45 @@ void bt_task_set_reward_fn(bt_task_t *self, bt_reward_fn *fn, void *user);
 double bt_task_score(const bt_task_t *self, const char *prompt, const char *answer,
                      const char *completion, size_t len, bt_reward_detail *detail);
 
+/* ---- robustness and majority voting ---------------------------------------------------------- */
+/*  Values appear in metric names: append only. */
+typedef enum bt_task_perturbation {
+    BT_PERTURB_SPACING = 0,
+    BT_PERTURB_ORDER = 1,
+    BT_PERTURB_DISTRACTOR = 2,
+    BT_PERTURB_COUNT = 3
+} bt_task_perturbation;
+
+/*  "spacing", "order", "distractor"; "unknown" out of range.  Static string. */
+const char *bt_task_perturbation_name(bt_task_perturbation p);
+
+/*  The prompt of held-out example i with its surface form changed and its answer kept, written
+    NUL-terminated into buf.  Returns its length; 0, with buf untouched, when the task has no such
+    perturbation for this example or when the prompt and its NUL do not fit in len.  Deterministic:
+    depends only on the task's config, i and p.  Requires i < bt_task_heldout_count(self).
+    - arithmetic ("37+48="): spacing "37 + 48 ="; order "48+37=" for '+' and '*', 0 for '-' (the
+   same text when a == b); distractor: one of a few short sentences with a number, both drawn from
+      splitmix64 of i, then a space and the problem: "I have 7 cats. 37+48=".
+    - JSONL: spacing: one space before the prompt and every space in it doubled ("Add 2 and 3." ->
+      " Add  2  and  3."); other white space is kept; order: 0 (not defined); distractor: the
+      sentence arithmetic would use for i, then a space, then the prompt. */
+size_t bt_task_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
+                       size_t len);
+
+/*  The answer that completion[0, len) (need not be NUL-terminated) gives, as text on which equal
+    answers compare equal, for majority voting: what the task's own verifier extracts (a host's
+    reward function is not consulted).
+    - arithmetic: the optional '-' and digits after leading white space, as written ("85" for
+      "  85", "085" for "085", which the verifier does not take for 85 either).
+    - exact: the trimmed completion.
+    - numeric: the value of the last number (thousands commas dropped), printed with the fewest of
+      15 or 17 significant digits that read back exactly ("1,234.50" -> "1234.5"; -0 -> "0"). Values
+      within the verifier's tolerance but not equal are different answers.
+    Writes it NUL-terminated into buf and returns its length; 0, with buf untouched, when no answer
+    can be extracted or it and its NUL do not fit in buflen. */
+size_t bt_task_canonical_answer(const bt_task_t *self, const char *completion, size_t len,
+                                char *buf, size_t buflen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,714 @@
+/*  report.c — the HTML run report: JSON lines in, one XHTML page with inline SVG charts out. */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/report.h"
+
+#include "baton/fileio.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { S_ACCURACY, S_RESPONSE_LENGTH, S_REWARD, S_PERPLEXITY, S_PROBES, S_ROBUSTNESS, S_FAMILIES };
+
+static const struct {
+    const char *name, *title, *y_title;
+} s_family[S_FAMILIES] = {
+    {"accuracy", "Evaluation accuracy", "accuracy"},
+    {"response_length", "Response length (training)", "response_len_mean"},
+    {"reward", "Reward (training)", "reward_mean"},
+    {"perplexity", "Perplexity", "perplexity"},
+    {"probes", "Probe log-probabilities", "log P(target | prompt)"},
+    {"robustness", "Robustness (clean accuracy and perturbed variants)", "accuracy"},
+};
+
+enum { S_LABEL = 256, S_MAX_DATASETS = 16 };
+/*  Chart geometry in px: the plot area is [S_L, S_R] x [S_T, S_B]; the legend goes below S_H. */
+enum { S_W = 720, S_L = 64, S_R = 704, S_T = 16, S_B = 244, S_H = 300, S_ROW = 16, S_COL = 320 };
+
+static const char *const s_palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+enum { S_PALETTE = sizeof s_palette / sizeof *s_palette };
+
+static const char s_css[] =
+    "body{font-family:system-ui,sans-serif;margin:24px;color:#222}\n"
+    "table.runs{border-collapse:collapse}\n"
+    "table.runs td,table.runs th{border:1px solid #ccc;padding:4px 8px;text-align:left}\n"
+    ".note{color:#a05000}\n"
+    "svg.chart{display:block;margin:8px 0 24px;font-family:sans-serif;font-size:11px}\n"
+    "svg.chart .axis{stroke:#333}\n"
+    "svg.chart .grid{stroke:#e8e8e8}\n"
+    "svg.chart .axis-title{font-size:12px}\n";
+
+typedef struct {
+    double x, y;
+    char trigger[16];
+} s_point;
+
+typedef struct {
+    int family;
+    char label[S_LABEL];
+    s_point *pts;
+    int n, cap;
+} s_series;
+
+typedef enum { S_EV_INTERVAL, S_EV_ALARM, S_EV_DEFERRED } s_event_kind;
+
+/*  An evaluation event drawn as a tick on the accuracy chart's x-axis. */
+typedef struct {
+    s_event_kind kind;
+    double step, new_every;
+    char tip[2 * S_LABEL];
+} s_mark;
+
+typedef struct {
+    char dataset[64];
+    double accuracy;
+} s_last;
+
+typedef struct {
+    const char *dir; /* borrowed from the caller */
+    char name[128];
+    double final_step;           /* NaN when no step was logged */
+    int bad_metrics, bad_events; /* malformed lines skipped */
+    s_last last[S_MAX_DATASETS];
+    int n_last;
+} s_run;
+
+typedef struct {
+    s_run *runs;
+    int n_runs;
+    s_series *series;
+    int n_series, cap_series;
+    s_mark *marks;
+    int n_marks, cap_marks;
+    bool oom;
+} s_report;
+
+/*  ---- a growable output buffer ------------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool oom;
+} s_buf;
+
+static bool s_buf_room(s_buf *b, size_t n) {
+    if (b->oom)
+        return false;
+    if (b->len + n + 1 <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 1 << 16;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    char *p = realloc(b->data, cap);
+    if (!p)
+        return !(b->oom = true);
+    b->data = p;
+    b->cap = cap;
+    return true;
+}
+
+static void s_putn(s_buf *b, const char *text, size_t n) {
+    if (!s_buf_room(b, n))
+        return;
+    memcpy(b->data + b->len, text, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void s_put(s_buf *b, const char *fmt, ...) {
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    if (n >= 0 && s_buf_room(b, (size_t)n)) {
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
+        b->len += (size_t)n;
+    }
+    va_end(ap2);
+    va_end(ap);
+}
+
+/*  Length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one. */
+static int s_utf8_len(const unsigned char *p) {
+    int n = p[0] < 0x80   ? 1
+            : p[0] < 0xc2 ? 0
+            : p[0] < 0xe0 ? 2
+            : p[0] < 0xf0 ? 3
+            : p[0] < 0xf5 ? 4
+                          : 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+        return 0; /* overlong, surrogate or beyond U+10FFFF */
+    return n;
+}
+
+/*  Text from a file as XML character data: & < > " escaped, control bytes and invalid UTF-8
+    replaced by '?'. */
+static void s_esc(s_buf *b, const char *text) {
+    for (const unsigned char *p = (const unsigned char *)text; *p;) {
+        int n = s_utf8_len(p);
+        if (*p == '&')
+            s_put(b, "&amp;");
+        else if (*p == '<')
+            s_put(b, "&lt;");
+        else if (*p == '>')
+            s_put(b, "&gt;");
+        else if (*p == '"')
+            s_put(b, "&quot;");
+        else if (n == 0 || (*p < 0x20 && *p != '\t' && *p != '\n'))
+            s_put(b, "?");
+        else
+            s_putn(b, (const char *)p, (size_t)n);
+        p += n ? n : 1;
+    }
+}
+
+/*  ---- reading the logs ------------------------------------------------------------------- */
+
+static const char *s_str(const cJSON *o, const char *key, const char *fallback) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) && v->valuestring ? v->valuestring : fallback;
+}
+
+/*  NaN when missing, null or not a number. */
+static double s_num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static bool s_has(const cJSON *o, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(o, key) != NULL;
+}
+
+/*  Makes room for element n of an array of cap elements; NULL (array untouched) when out of
+    memory. */
+static void *s_reserve(void *p, int *cap, int n, size_t size) {
+    if (n < *cap)
+        return p;
+    int grown = *cap ? *cap * 2 : 16;
+    void *q = realloc(p, (size_t)grown * size);
+    if (q)
+        *cap = grown;
+    return q;
+}
+
+static s_series *s_series_of(s_report *r, int family, const char *label) {
+    for (int i = 0; i < r->n_series; i++)
+        if (r->series[i].family == family && !strcmp(r->series[i].label, label))
+            return &r->series[i];
+    s_series *q = s_reserve(r->series, &r->cap_series, r->n_series, sizeof *q);
+    if (!q)
+        return (r->oom = true), NULL;
+    r->series = q;
+    s_series *s = &r->series[r->n_series++];
+    memset(s, 0, sizeof *s);
+    s->family = family;
+    snprintf(s->label, sizeof s->label, "%s", label);
+    return s;
+}
+
+/*  Appends (x, y) to the series; a NaN y breaks its line. */
+static void s_add(s_report *r, int family, const char *label, double x, double y,
+                  const char *trigger) {
+    s_series *s = s_series_of(r, family, label);
+    s_point *q = s ? s_reserve(s->pts, &s->cap, s->n, sizeof *q) : NULL;
+    if (!q) {
+        r->oom = true;
+        return;
+    }
+    s->pts = q;
+    s_point *p = &s->pts[s->n++];
+    p->x = x;
+    p->y = y;
+    snprintf(p->trigger, sizeof p->trigger, "%s", trigger ? trigger : "");
+}
+
+/*  "run / variant[ / a[ / b]]". */
+static void s_label(char *out, const s_run *u, const char *variant, const char *a, const char *b) {
+    snprintf(out, S_LABEL, "%s / %s%s%s%s%s", u->name, variant, a ? " / " : "", a ? a : "",
+             b ? " / " : "", b ? b : "");
+}
+
+static void s_final_step(s_run *u, double step) {
+    if (!(u->final_step >= step))
+        u->final_step = step;
+}
+
+/*  The table's last accuracy per dataset, any phase: accuracy, else pairs_accuracy. */
+static void s_last_accuracy(s_run *u, const char *dataset, const cJSON *o) {
+    double acc = s_num(o, "accuracy");
+    if (!isfinite(acc))
+        acc = s_num(o, "pairs_accuracy");
+    if (!isfinite(acc))
+        return;
+    int i = 0;
+    while (i < u->n_last && strcmp(u->last[i].dataset, dataset))
+        i++;
+    if (i == S_MAX_DATASETS)
+        return;
+    if (i == u->n_last)
+        snprintf(u->last[u->n_last++].dataset, sizeof u->last[i].dataset, "%s", dataset);
+    u->last[i].accuracy = acc;
+}
+
+static void s_train(s_report *r, s_run *u, const cJSON *o) {
+    double step = s_num(o, "step");
+    if (!isfinite(step))
+        return;
+    s_final_step(u, step);
+    char label[S_LABEL];
+    s_label(label, u, s_str(o, "variant", "main"), NULL, NULL);
+    if (s_has(o, "response_len_mean"))
+        s_add(r, S_RESPONSE_LENGTH, label, step, s_num(o, "response_len_mean"), NULL);
+    if (s_has(o, "reward_mean"))
+        s_add(r, S_REWARD, label, step, s_num(o, "reward_mean"), NULL);
+}
+
+/*  probe.<name>.logp fields, and robust.* fields beside the clean accuracy. */
+static void s_eval_fields(s_report *r, s_run *u, const cJSON *o, double step) {
+    const char *variant = s_str(o, "variant", "main"), *dataset = s_str(o, "dataset", "eval");
+    char label[S_LABEL], name[64];
+    bool clean = false;
+    for (const cJSON *f = o->child; f; f = f->next) {
+        const char *k = f->string ? f->string : "";
+        size_t n = strlen(k);
+        double y = cJSON_IsNumber(f) ? f->valuedouble : NAN;
+        if (n > 11 && !strncmp(k, "probe.", 6) && !strcmp(k + n - 5, ".logp")) {
+            snprintf(name, sizeof name, "%.*s", (int)(n - 11), k + 6);
+            s_label(label, u, variant, name, NULL);
+            s_add(r, S_PROBES, label, step, y, NULL);
+        } else if (!strncmp(k, "robust.", 7)) {
+            if (!clean && s_has(o, "accuracy")) {
+                s_label(label, u, variant, dataset, "clean");
+                s_add(r, S_ROBUSTNESS, label, step, s_num(o, "accuracy"), NULL);
+                clean = true;
+            }
+            s_label(label, u, variant, dataset, k);
+            s_add(r, S_ROBUSTNESS, label, step, y, NULL);
+        }
+    }
+}
+
+/*  Phase "sft" evaluations count SFT steps: only the table sees them. */
+static void s_eval(s_report *r, s_run *u, const cJSON *o) {
+    const char *dataset = s_str(o, "dataset", "eval");
+    s_last_accuracy(u, dataset, o);
+    double step = s_num(o, "step");
+    if (strcmp(s_str(o, "phase", "rl"), "rl") || !isfinite(step))
+        return;
+    s_final_step(u, step);
+    char label[S_LABEL];
+    s_label(label, u, s_str(o, "variant", "main"), dataset, NULL);
+    if (s_has(o, "accuracy"))
+        s_add(r, S_ACCURACY, label, step, s_num(o, "accuracy"), s_str(o, "trigger", ""));
+    if (s_has(o, "perplexity"))
+        s_add(r, S_PERPLEXITY, label, step, s_num(o, "perplexity"), NULL);
+    s_eval_fields(r, u, o, step);
+}
+
+static void s_event(s_report *r, const s_run *u, const cJSON *o) {
+    static const char *const names[] = {"eval_interval", "eval_alarm", "eval_deferred"};
+    const char *ev = s_str(o, "event", "");
+    int kind = 0;
+    while (kind < 3 && strcmp(ev, names[kind]))
+        kind++;
+    double step = s_num(o, "step");
+    if (kind == 3 || !isfinite(step))
+        return;
+    s_mark *q = s_reserve(r->marks, &r->cap_marks, r->n_marks, sizeof *q);
+    if (!q) {
+        r->oom = true;
+        return;
+    }
+    r->marks = q;
+    s_mark *m = &r->marks[r->n_marks++];
+    m->kind = (s_event_kind)kind;
+    m->step = step;
+    m->new_every = s_num(o, "new");
+    char every[64] = "";
+    if (kind == S_EV_INTERVAL)
+        snprintf(every, sizeof every, ", every %.6g -> %.6g steps", s_num(o, "old"), m->new_every);
+    const char *reason = s_str(o, "reason", NULL);
+    snprintf(m->tip, sizeof m->tip, "%s: %s %s at step %.6g%s%s%s%s", u->name, ev,
+             s_str(o, "dataset", ""), step, every, reason ? " (" : "", reason ? reason : "",
+             reason ? ")" : "");
+}
+
+/*  One line of metrics.jsonl or events.jsonl; blank lines are not counted as malformed. */
+static void s_line(s_report *r, s_run *u, char *line, bool events) {
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+        line[--n] = '\0';
+    if (!n)
+        return;
+    cJSON *o = cJSON_ParseWithOpts(line, NULL, true);
+    if (!cJSON_IsObject(o) && events)
+        u->bad_events++;
+    else if (!cJSON_IsObject(o))
+        u->bad_metrics++;
+    else if (events)
+        s_event(r, u, o);
+    else if (!strcmp(s_str(o, "kind", ""), "train"))
+        s_train(r, u, o);
+    else if (!strcmp(s_str(o, "kind", ""), "eval"))
+        s_eval(r, u, o);
+    cJSON_Delete(o);
+}
+
+static bt_status s_read_lines(s_report *r, s_run *u, const char *path, bool events) {
+    char *text = NULL;
+    BT_TRY(bt_file_read(path, SIZE_MAX, &text, NULL));
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        s_line(r, u, line, events);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    return r->oom ? bt_fail(BT_ENOMEM, "report: out of memory") : BT_OK;
+}
+
+static bt_status s_path(char *out, const char *dir, const char *file) {
+    int n = snprintf(out, PATH_MAX, "%s/%s", dir, file);
+    return n >= 0 && n < PATH_MAX ? BT_OK : bt_fail(BT_EIO, "%s: path too long", dir);
+}
+
+/*  run.name from config.json, else the directory's last component; made unique among the runs
+    before it by appending the directory. */
+static void s_run_name(s_report *r, s_run *u) {
+    char path[PATH_MAX], base[PATH_MAX], *text = NULL;
+    cJSON *cfg = NULL;
+    if (s_path(path, u->dir, "config.json") == BT_OK &&
+        bt_file_read(path, 1 << 24, &text, NULL) == BT_OK)
+        cfg = cJSON_Parse(text);
+    snprintf(base, sizeof base, "%s", u->dir);
+    for (size_t n = strlen(base); n > 1 && base[n - 1] == '/'; n--)
+        base[n - 1] = '\0';
+    const char *name = s_str(cJSON_GetObjectItemCaseSensitive(cfg, "run"), "name", "");
+    if (!*name)
+        name = strrchr(base, '/') && strrchr(base, '/')[1] ? strrchr(base, '/') + 1 : base;
+    snprintf(u->name, sizeof u->name, "%s", name);
+    for (const s_run *v = r->runs; v < u; v++)
+        if (!strcmp(v->name, u->name))
+            snprintf(u->name, sizeof u->name, "%s (%s)", name, u->dir);
+    cJSON_Delete(cfg);
+    free(text);
+    bt_clear_error();
+}
+
+static bt_status s_load_run(s_report *r, s_run *u, const char *dir) {
+    struct stat sb;
+    u->dir = dir;
+    u->final_step = NAN;
+    if (stat(dir, &sb) != 0)
+        return bt_fail(BT_EIO, "%s: cannot read run directory: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return bt_fail(BT_EIO, "%s: cannot read run directory: not a directory", dir);
+    s_run_name(r, u);
+    char path[PATH_MAX];
+    BT_TRY(s_path(path, dir, "metrics.jsonl"));
+    BT_TRY(s_read_lines(r, u, path, false));
+    BT_TRY(s_path(path, dir, "events.jsonl"));
+    return stat(path, &sb) == 0 ? s_read_lines(r, u, path, true) : BT_OK;
+}
+
+/*  ---- charts ------------------------------------------------------------------------------ */
+
+typedef struct {
+    double lo, hi, step; /* ticks at lo, lo + step, ..., hi */
+} s_axis;
+
+typedef struct {
+    s_axis x, y;
+} s_frame;
+
+/*  Round tick steps of 1, 2 or 5 times a power of ten, about five per axis, at least min_step. */
+static s_axis s_axis_nice(double lo, double hi, double min_step) {
+    if (hi - lo < 1e-9 * fmax(1, fabs(hi))) {
+        double pad = lo == 0 ? 1 : fabs(lo) * 0.1;
+        lo -= pad;
+        hi += pad;
+    }
+    double raw = (hi - lo) / 5, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    double step = fmax((f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag, min_step);
+    return (s_axis){floor(lo / step) * step, ceil(hi / step) * step, step};
+}
+
+/*  False when the family has no finite point. */
+static bool s_frame_of(const s_report *r, int family, s_frame *fr) {
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (const s_series *s = r->series; s < r->series + r->n_series; s++)
+        for (int i = 0; s->family == family && i < s->n; i++)
+            if (isfinite(s->pts[i].x) && isfinite(s->pts[i].y)) {
+                x0 = fmin(x0, s->pts[i].x), x1 = fmax(x1, s->pts[i].x);
+                y0 = fmin(y0, s->pts[i].y), y1 = fmax(y1, s->pts[i].y);
+            }
+    if (!(x0 <= x1))
+        return false;
+    for (int i = 0; family == S_ACCURACY && i < r->n_marks; i++)
+        x0 = fmin(x0, r->marks[i].step), x1 = fmax(x1, r->marks[i].step);
+    fr->x = s_axis_nice(x0, x1, 1);
+    fr->y = s_axis_nice(y0, y1, 0);
+    return true;
+}
+
+static double s_px(const s_frame *fr, double x) {
+    return S_L + (x - fr->x.lo) / (fr->x.hi - fr->x.lo) * (S_R - S_L);
+}
+
+static double s_py(const s_frame *fr, double y) {
+    return S_B - (y - fr->y.lo) / (fr->y.hi - fr->y.lo) * (S_B - S_T);
+}
+
+/*  Tick i of the axis, or NaN past its end. */
+static double s_tick(const s_axis *a, int i) {
+    double v = a->lo + i * a->step;
+    if (i > 50 || v > a->hi + a->step * 1e-6)
+        return NAN;
+    return fabs(v) < a->step * 1e-9 ? 0 : v;
+}
+
+static void s_chart_axes(s_buf *b, const s_frame *fr, int family) {
+    double v;
+    for (int i = 0; isfinite(v = s_tick(&fr->y, i)); i++)
+        s_put(
+            b,
+            "<line class=\"grid\" stroke=\"#e8e8e8\" x1=\"%d\" y1=\"%.6g\" x2=\"%d\" y2=\"%.6g\"/>"
+            "<text x=\"%d\" y=\"%.6g\" text-anchor=\"end\">%.6g</text>\n",
+            S_L, s_py(fr, v), S_R, s_py(fr, v), S_L - 6, s_py(fr, v) + 4, v);
+    for (int i = 0; isfinite(v = s_tick(&fr->x, i)); i++)
+        s_put(
+            b,
+            "<line class=\"axis\" stroke=\"#333333\" x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\"/>"
+            "<text x=\"%.6g\" y=\"%d\" text-anchor=\"middle\">%.6g</text>\n",
+            s_px(fr, v), S_B, s_px(fr, v), S_B + 5, s_px(fr, v), S_B + 18, v);
+    s_put(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
+          S_L, S_B, S_R, S_B);
+    s_put(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
+          S_L, S_T, S_L, S_B);
+    s_put(b, "<text class=\"axis-title\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
+          (S_L + S_R) / 2, S_B + 36);
+    s_put(b,
+          "<text class=\"axis-title\" transform=\"rotate(-90)\" x=\"%d\" y=\"14\" "
+          "text-anchor=\"middle\">",
+          -(S_T + S_B) / 2);
+    s_esc(b, s_family[family].y_title);
+    s_put(b, "</text>\n");
+}
+
+static void s_stroke(s_buf *b, int k) {
+    s_put(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s", s_palette[k % S_PALETTE],
+          k >= S_PALETTE ? " stroke-dasharray=\"6 3\"" : "");
+}
+
+/*  Evaluation markers: a small circle per point, its details in a hover <title>. */
+static void s_chart_markers(s_buf *b, const s_frame *fr, const s_series *s, int k) {
+    for (const s_point *p = s->pts; p < s->pts + s->n; p++) {
+        if (!isfinite(p->x) || !isfinite(p->y))
+            continue;
+        s_put(b, "<circle class=\"marker\" cx=\"%.6g\" cy=\"%.6g\" r=\"3\" fill=\"%s\"><title>",
+              s_px(fr, p->x), s_py(fr, p->y), s_palette[k % S_PALETTE]);
+        s_esc(b, s->label);
+        s_put(b, ": step %.6g, accuracy %.6g%s", p->x, p->y, *p->trigger ? ", trigger " : "");
+        s_esc(b, p->trigger);
+        s_put(b, "</title></circle>\n");
+    }
+}
+
+/*  The k-th series of its chart: one polyline per run of finite points. */
+static void s_chart_series(s_buf *b, const s_frame *fr, const s_series *s, int k) {
+    s_put(b, "<g class=\"series\"><title>");
+    s_esc(b, s->label);
+    s_put(b, "</title>\n");
+    bool open = false;
+    for (const s_point *p = s->pts; p < s->pts + s->n; p++) {
+        bool ok = isfinite(p->x) && isfinite(p->y);
+        if (open && !ok)
+            s_put(b, "\"/>\n");
+        else if (!open && ok) {
+            s_put(b, "<polyline");
+            s_stroke(b, k);
+            s_put(b, " points=\"");
+        }
+        if (ok)
+            s_put(b, "%s%.6g,%.6g", open ? " " : "", s_px(fr, p->x), s_py(fr, p->y));
+        open = ok;
+    }
+    if (open)
+        s_put(b, "\"/>\n");
+    if (s->family == S_ACCURACY)
+        s_chart_markers(b, fr, s, k);
+    s_put(b, "</g>\n");
+}
+
+/*  eval_interval (grey, labelled with the new interval), eval_alarm (red), eval_deferred (light).
+ */
+static void s_chart_marks(s_buf *b, const s_report *r, const s_frame *fr) {
+    static const char *const colour[] = {"#555555", "#e00000", "#aaaaaa"};
+    for (const s_mark *m = r->marks; m < r->marks + r->n_marks; m++) {
+        double x = s_px(fr, m->step);
+        s_put(b, "<g class=\"event\"><title>");
+        s_esc(b, m->tip);
+        s_put(b,
+              "</title><line x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\" stroke=\"%s\" "
+              "stroke-width=\"2\"/>",
+              x, S_B, x, S_B - 10, colour[m->kind]);
+        if (m->kind == S_EV_ALARM)
+            s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
+                  S_B - 13, colour[m->kind]);
+        else if (m->kind == S_EV_INTERVAL && isfinite(m->new_every))
+            s_put(b,
+                  "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">&#8594;%.6g</text>",
+                  x, S_B - 13, colour[m->kind], m->new_every);
+        s_put(b, "</g>\n");
+    }
+}
+
+static void s_chart_legend(s_buf *b, const s_report *r, int family) {
+    s_put(b, "<g class=\"legend\">\n");
+    int k = 0;
+    for (const s_series *s = r->series; s < r->series + r->n_series; s++) {
+        if (s->family != family)
+            continue;
+        int x = S_L + (k % 2) * S_COL, y = S_H + (k / 2) * S_ROW;
+        s_put(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"", x, y - 4, x + 20, y - 4);
+        s_stroke(b, k++);
+        s_put(b, "/><text x=\"%d\" y=\"%d\">", x + 26, y);
+        s_esc(b, s->label);
+        s_put(b, "</text>\n");
+    }
+    s_put(b, "</g>\n");
+}
+
+static void s_chart(s_buf *b, const s_report *r, int family) {
+    s_frame fr;
+    if (!s_frame_of(r, family, &fr))
+        return;
+    int n = 0;
+    for (int i = 0; i < r->n_series; i++)
+        n += r->series[i].family == family;
+    int h = S_H + (n + 1) / 2 * S_ROW;
+    s_put(b, "<h2>%s</h2>\n", s_family[family].title);
+    s_put(b,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-family=\"%s\" "
+          "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n<title>%s vs "
+          "step</title>\n",
+          s_family[family].name, S_W, h, S_W, h, s_family[family].y_title);
+    s_chart_axes(b, &fr, family);
+    int k = 0;
+    for (const s_series *s = r->series; s < r->series + r->n_series; s++)
+        if (s->family == family)
+            s_chart_series(b, &fr, s, k++);
+    if (family == S_ACCURACY)
+        s_chart_marks(b, r, &fr);
+    s_chart_legend(b, r, family);
+    s_put(b, "</svg>\n");
+}
+
+/*  ---- the page ---------------------------------------------------------------------------- */
+
+static void s_head(s_buf *b, const s_report *r) {
+    s_put(b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+             "<meta charset=\"utf-8\"/>\n<title>baton report: ");
+    for (int i = 0; i < r->n_runs; i++) {
+        s_put(b, i ? ", " : "");
+        s_esc(b, r->runs[i].name);
+    }
+    s_put(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>baton report</h1>\n", s_css);
+}
+
+static void s_runs_table(s_buf *b, const s_report *r) {
+    s_put(b, "<table class=\"runs\">\n<tr><th>run</th><th>directory</th><th>final step</th>"
+             "<th>last accuracy</th></tr>\n");
+    for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++) {
+        s_put(b, "<tr><td>");
+        s_esc(b, u->name);
+        s_put(b, "</td><td>");
+        s_esc(b, u->dir);
+        s_put(b, "</td><td>");
+        if (isfinite(u->final_step))
+            s_put(b, "%.6g", u->final_step);
+        s_put(b, "%s</td><td>", isfinite(u->final_step) ? "" : "-");
+        for (int i = 0; i < u->n_last; i++) {
+            s_put(b, i ? "; " : "");
+            s_esc(b, u->last[i].dataset);
+            s_put(b, " %.6g", u->last[i].accuracy);
+        }
+        s_put(b, "%s</td></tr>\n", u->n_last ? "" : "-");
+    }
+    s_put(b, "</table>\n");
+}
+
+static void s_notes(s_buf *b, const s_report *r) {
+    for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++) {
+        for (int events = 0; events < 2; events++) {
+            int n = events ? u->bad_events : u->bad_metrics;
+            if (!n)
+                continue;
+            s_put(b, "<p class=\"note\">");
+            s_esc(b, u->name);
+            s_put(b, ": %d malformed line%s skipped in %s</p>\n", n, n == 1 ? "" : "s",
+                  events ? "events.jsonl" : "metrics.jsonl");
+        }
+    }
+}
+
+static bt_status s_write(const char *path, const s_buf *b) {
+    char tmp[PATH_MAX], why[512];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    if (n < 0 || n >= (int)sizeof tmp)
+        return bt_fail(BT_EIO, "%s: path too long", path);
+    if (bt_file_write(tmp, b->data, b->len) != BT_OK) {
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        return bt_fail(BT_EIO, "%s: cannot write the report (%s)", path, why);
+    }
+    if (rename(tmp, path) != 0) {
+        snprintf(why, sizeof why, "%s", strerror(errno));
+        remove(tmp);
+        return bt_fail(BT_EIO, "%s: cannot write the report: %s", path, why);
+    }
+    return BT_OK;
+}
+
+static void s_report_release(s_report *r) {
+    for (int i = 0; i < r->n_series; i++)
+        free(r->series[i].pts);
+    free(r->series);
+    free(r->marks);
+    free(r->runs);
+}
+
+bt_status bt_report_write(const char *const *run_dirs, int n_dirs, const char *out_path) {
+    BT_ASSERT(run_dirs && n_dirs > 0 && out_path);
+    s_report r = {.runs = calloc((size_t)n_dirs, sizeof(s_run)), .n_runs = n_dirs};
+    bt_status st = r.runs ? BT_OK : bt_fail(BT_ENOMEM, "report: out of memory");
+    for (int i = 0; i < n_dirs && st == BT_OK; i++)
+        st = s_load_run(&r, &r.runs[i], run_dirs[i]);
+    s_buf b = {0};
+    if (st == BT_OK) {
+        s_head(&b, &r);
+        s_runs_table(&b, &r);
+        s_notes(&b, &r);
+        for (int f = 0; f < S_FAMILIES; f++)
+            s_chart(&b, &r, f);
+        s_put(&b, "</body>\n</html>\n");
+        st = b.oom ? bt_fail(BT_ENOMEM, "report: out of memory") : s_write(out_path, &b);
+    }
+    free(b.data);
+    s_report_release(&r);
+    return st;
+}
