@@ -3,9 +3,10 @@
 #include "baton/controller.h"
 
 #include "baton/messages.h"
-#include "baton/metrics.h"
 #include "baton/registry.h"
+#include "baton/rollout.h"
 #include "baton/shard.h"
+#include "baton/tokenizer.h"
 #include "baton/wire.h"
 
 #include <math.h>
@@ -662,80 +663,6 @@ static void s_trigger_event(bt_controller_t *self, const char *dataset, const bt
     bt_runlog_event(self->log, &line);
 }
 
-/*  The generate metrics of an eval line; returns accuracy (the primary metric). */
-static double s_line_generate(bt_jsonl *line, const bt_evaluator_sums *s) {
-    double acc = s->examples ? (double)s->correct / (double)s->examples : NAN;
-    double comp = s->completions ? (double)s->completions : NAN, std = NAN, se = NAN;
-    char key[48];
-    bt_jsonl_int(line, "examples", s->examples);
-    bt_jsonl_num(line, "accuracy", acc);
-    bt_mean_std((double)s->correct, (double)s->correct, s->examples, NULL, NULL, &se);
-    bt_jsonl_num(line, "accuracy_stderr", se);
-    if (s->samples > 1) { /* unbiased pass@k (Chen et al. 2021) at k = 1 and k = samples */
-        const int64_t k = s->samples;
-        bt_jsonl_num(line, "pass@1", bt_pass_at_k_hist(s->correct_hist, k, 1));
-        bt_jsonl_num(line, "pass@1_stderr", bt_pass_at_k_hist_stderr(s->correct_hist, k, 1));
-        snprintf(key, sizeof key, "pass@%lld", (long long)k);
-        bt_jsonl_num(line, key, bt_pass_at_k_hist(s->correct_hist, k, k));
-        snprintf(key, sizeof key, "pass@%lld_stderr", (long long)k);
-        bt_jsonl_num(line, key, bt_pass_at_k_hist_stderr(s->correct_hist, k, k));
-        snprintf(key, sizeof key, "maj@%lld", (long long)k);
-        bt_jsonl_num(line, key, s->examples ? (double)s->maj_correct / (double)s->examples : NAN);
-    }
-    bt_mean_std(s->reward_sum, s->reward_sumsq, s->completions, NULL, &std, NULL);
-    bt_jsonl_num(line, "reward_mean", s->reward_sum / comp);
-    bt_jsonl_num(line, "reward_std", std);
-    bt_jsonl_num(line, "response_len_mean", s->length_sum / comp);
-    bt_jsonl_int(line, "response_len_p50",
-                 bt_hist_quantile(s->length_hist, BT_EVALUATOR_LEN_BINS, 0.5));
-    bt_jsonl_int(line, "response_len_p90",
-                 bt_hist_quantile(s->length_hist, BT_EVALUATOR_LEN_BINS, 0.9));
-    bt_jsonl_num(line, "truncated_frac", (double)s->truncated / comp);
-    for (int p = 0; p < BT_PERTURB_COUNT; p++) {
-        if (!s->robust_examples[p])
-            continue;
-        snprintf(key, sizeof key, "robust.%s", bt_task_perturbation_name((bt_task_perturbation)p));
-        bt_jsonl_num(line, key, (double)s->robust_correct[p] / (double)s->robust_examples[p]);
-    }
-    return acc;
-}
-
-/*  Perplexity exp(sum NLL / sum tokens), both sums in float64 over every shard. */
-static double s_line_perplexity(bt_jsonl *line, const bt_evaluator_sums *s) {
-    double nll = s->nll_tokens ? s->nll_sum / (double)s->nll_tokens : NAN;
-    bt_jsonl_int(line, "texts", s->texts);
-    bt_jsonl_int(line, "tokens", s->nll_tokens);
-    bt_jsonl_num(line, "nll_per_token", nll);
-    bt_jsonl_num(line, "perplexity", exp(nll));
-    return -nll;
-}
-
-/*  Returns the fraction of pairs ordered right, or the mean log-prob when there are no pairs. */
-static double s_line_probes(bt_jsonl *line, const bt_run_config *c, const bt_evaluator_sums *s) {
-    double right = 0, logp = 0;
-    int pairs = 0, targets = 0;
-    char key[64];
-    for (int64_t i = 0; i < s->n_probes && i < c->eval.n_probes; i++) {
-        const bt_eval_probe *p = &c->eval.probes[i];
-        if (p->better[0]) { /* PPL(better) < PPL(worse) <=> mean NLL(better) < mean NLL(worse) */
-            double b = s->probe_nll[i][0] / (double)s->probe_tokens[i][0];
-            double w = s->probe_nll[i][1] / (double)s->probe_tokens[i][1];
-            snprintf(key, sizeof key, "pair.%s.ok", p->name);
-            bt_jsonl_int(line, key, b < w);
-            right += b < w;
-            pairs++;
-        } else {
-            snprintf(key, sizeof key, "probe.%s.logp", p->name);
-            bt_jsonl_num(line, key, -s->probe_nll[i][0]);
-            logp -= s->probe_nll[i][0];
-            targets++;
-        }
-    }
-    if (pairs)
-        bt_jsonl_num(line, "pairs_accuracy", right / pairs);
-    return pairs ? right / pairs : targets ? logp / targets : NAN;
-}
-
 /*  Aggregates a finished evaluation in float64, writes its line, feeds its trigger. */
 static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
     const bt_run_config *c = self->cfg;
@@ -769,14 +696,14 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
     bt_jsonl_str(&line, "dataset", d->name);
     bt_jsonl_str(&line, "trigger", ev->trigger);
     bt_jsonl_int(&line, "version", ev->version);
-    double primary = d->kind == BT_EVAL_GENERATE     ? s_line_generate(&line, &sum)
-                     : d->kind == BT_EVAL_PERPLEXITY ? s_line_perplexity(&line, &sum)
-                                                     : s_line_probes(&line, c, &sum);
-    bt_jsonl_num(&line, "tokens_per_s",
-                 sum.compute_s > 0 ? sum.generated_tokens / sum.compute_s : NAN);
+    bt_eval_metric metrics[BT_EVAL_MAX_METRICS];
+    double primary = NAN;
+    int n_metrics = bt_evaluator_metrics(&sum, d->kind, c->eval.probes, c->eval.n_probes, metrics,
+                                         BT_EVAL_MAX_METRICS, &primary);
+    for (int i = 0; i < n_metrics; i++)
+        bt_jsonl_num(&line, metrics[i].name, metrics[i].value);
     bt_jsonl_num(&line, "eval_s", bt_now() - ev->t_start);
     bt_jsonl_int(&line, "shards", ev->n_jobs);
-    bt_jsonl_num(&line, "peak_rss_mb", sum.peak_rss_mb);
     BT_TRY(bt_runlog_metric(self->log, &line));
     if (d->kind == BT_EVAL_GENERATE && ev->ds == s_first_generate(c))
         self->last_accuracy = primary;
@@ -1063,11 +990,36 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     BT_TRY(bt_runlog_metric(self->log, &line));
     bool last = self->step == c->grpo.steps;
     BT_TRY(s_eval_after_step(self, last));
-    if (last) /* the run's results are complete when the last step returns */
+    if (last) { /* the run's results are complete when the last step returns */
         BT_TRY(s_eval_wait(self, NULL));
+        char dir[BT_CONFIG_PATH_MAX + 16];
+        snprintf(dir, sizeof dir, "%s/model", bt_runlog_dir(self->log));
+        BT_TRY(bt_controller_save_policy(self, dir));
+        s_event(self, "policy_saved", "dir", dir);
+    }
     s_report(self, "rl", self->step, c->grpo.steps, tps);
     *done = last;
     return BT_OK;
+}
+
+bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {
+    const bt_run_config *c = self->cfg;
+    bt_model *m = c->model_path[0] ? bt_model_load(c->model_path, bt_cpu())
+                                   : bt_model_new(&c->model, bt_cpu(), (uint64_t)c->run.seed);
+    bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
+    bt_weights w;
+    bt_weights_init(&w);
+    bt_status st = m && tok ? BT_OK : BT_ENOMEM;
+    if (st == BT_OK && self->weights) /* else version 0, as every worker builds it */
+        st = bt_weights_from_msg(self->weights->msg, &w);
+    if (st == BT_OK && self->weights)
+        st = bt_weights_load(m, &w);
+    if (st == BT_OK)
+        st = bt_model_save(m, tok, dir);
+    bt_weights_release(&w);
+    bt_tokenizer_destroy(&tok);
+    bt_model_destroy(&m);
+    return st;
 }
 
 bt_status bt_controller_stop(bt_controller_t *self) {

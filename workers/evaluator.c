@@ -506,3 +506,106 @@ void bt_texts_free(char ***texts_p, size_t n) {
     free(*texts_p);
     *texts_p = NULL;
 }
+
+/* ---- named metrics ---------------------------------------------------------------------------- */
+
+typedef struct s_metrics {
+    bt_eval_metric *out;
+    int n, max;
+} s_metrics;
+
+static void s_put(s_metrics *m, const char *name, double value) {
+    if (m->n < m->max) {
+        snprintf(m->out[m->n].name, sizeof m->out[m->n].name, "%s", name);
+        m->out[m->n++].value = value;
+    }
+}
+
+/*  Returns accuracy, the primary metric. */
+static double s_metrics_generate(s_metrics *m, const bt_evaluator_sums *s) {
+    double acc = s->examples ? (double)s->correct / (double)s->examples : NAN;
+    double comp = s->completions ? (double)s->completions : NAN, std = NAN, se = NAN;
+    char key[48];
+    s_put(m, "examples", (double)s->examples);
+    s_put(m, "accuracy", acc);
+    bt_mean_std((double)s->correct, (double)s->correct, s->examples, NULL, NULL, &se);
+    s_put(m, "accuracy_stderr", se);
+    if (s->samples > 1) { /* unbiased pass@k (Chen et al. 2021) at k = 1 and k = samples */
+        const int64_t k = s->samples;
+        s_put(m, "pass@1", bt_pass_at_k_hist(s->correct_hist, k, 1));
+        s_put(m, "pass@1_stderr", bt_pass_at_k_hist_stderr(s->correct_hist, k, 1));
+        snprintf(key, sizeof key, "pass@%lld", (long long)k);
+        s_put(m, key, bt_pass_at_k_hist(s->correct_hist, k, k));
+        snprintf(key, sizeof key, "pass@%lld_stderr", (long long)k);
+        s_put(m, key, bt_pass_at_k_hist_stderr(s->correct_hist, k, k));
+        snprintf(key, sizeof key, "maj@%lld", (long long)k);
+        s_put(m, key, s->examples ? (double)s->maj_correct / (double)s->examples : NAN);
+    }
+    bt_mean_std(s->reward_sum, s->reward_sumsq, s->completions, NULL, &std, NULL);
+    s_put(m, "reward_mean", s->reward_sum / comp);
+    s_put(m, "reward_std", std);
+    s_put(m, "response_len_mean", s->length_sum / comp);
+    int64_t p50 = bt_hist_quantile(s->length_hist, BT_EVALUATOR_LEN_BINS, 0.5);
+    int64_t p90 = bt_hist_quantile(s->length_hist, BT_EVALUATOR_LEN_BINS, 0.9);
+    s_put(m, "response_len_p50", p50 < 0 ? NAN : (double)p50);
+    s_put(m, "response_len_p90", p90 < 0 ? NAN : (double)p90);
+    s_put(m, "truncated_frac", (double)s->truncated / comp);
+    for (int p = 0; p < BT_PERTURB_COUNT; p++) {
+        if (!s->robust_examples[p])
+            continue;
+        snprintf(key, sizeof key, "robust.%s", bt_task_perturbation_name((bt_task_perturbation)p));
+        s_put(m, key, (double)s->robust_correct[p] / (double)s->robust_examples[p]);
+    }
+    return acc;
+}
+
+/*  Perplexity exp(sum NLL / sum tokens), both sums in float64 over every shard.  Returns minus
+    the NLL per token (higher is better). */
+static double s_metrics_perplexity(s_metrics *m, const bt_evaluator_sums *s) {
+    double nll = s->nll_tokens ? s->nll_sum / (double)s->nll_tokens : NAN;
+    s_put(m, "texts", (double)s->texts);
+    s_put(m, "tokens", (double)s->nll_tokens);
+    s_put(m, "nll_per_token", nll);
+    s_put(m, "perplexity", exp(nll));
+    return -nll;
+}
+
+/*  Returns the fraction of pairs ordered right, or the mean log-prob when there are no pairs. */
+static double s_metrics_probes(s_metrics *m, const bt_evaluator_sums *s,
+                               const bt_eval_probe *probes, int64_t n_probes) {
+    double right = 0, logp = 0;
+    int pairs = 0, targets = 0;
+    char key[64];
+    for (int64_t i = 0; i < s->n_probes && i < n_probes; i++) {
+        const bt_eval_probe *p = &probes[i];
+        if (p->better[0]) { /* PPL(better) < PPL(worse) <=> mean NLL(better) < mean NLL(worse) */
+            double b = s->probe_nll[i][0] / (double)s->probe_tokens[i][0];
+            double w = s->probe_nll[i][1] / (double)s->probe_tokens[i][1];
+            snprintf(key, sizeof key, "pair.%s.ok", p->name);
+            s_put(m, key, b < w);
+            right += b < w;
+            pairs++;
+        } else {
+            snprintf(key, sizeof key, "probe.%s.logp", p->name);
+            s_put(m, key, -s->probe_nll[i][0]);
+            logp -= s->probe_nll[i][0];
+            targets++;
+        }
+    }
+    if (pairs)
+        s_put(m, "pairs_accuracy", right / pairs);
+    return pairs ? right / pairs : targets ? logp / targets : NAN;
+}
+
+int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt_eval_probe *probes,
+                         int64_t n_probes, bt_eval_metric *out, int max, double *primary) {
+    s_metrics m = {out, 0, max};
+    double p = kind == BT_EVAL_GENERATE     ? s_metrics_generate(&m, s)
+               : kind == BT_EVAL_PERPLEXITY ? s_metrics_perplexity(&m, s)
+                                            : s_metrics_probes(&m, s, probes, n_probes);
+    s_put(&m, "tokens_per_s", s->compute_s > 0 ? s->generated_tokens / s->compute_s : NAN);
+    s_put(&m, "peak_rss_mb", s->peak_rss_mb);
+    if (primary)
+        *primary = p;
+    return m.n;
+}

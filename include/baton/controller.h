@@ -54,6 +54,10 @@ void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void 
 bt_status bt_controller_start(bt_controller_t *self);
 /*  One GRPO step (and its evaluation when due); *done is set after the last step. */
 bt_status bt_controller_step(bt_controller_t *self, bool *done);
+/*  Writes the latest published policy (version 0 before any) to dir as a model directory
+    (config.json, model.safetensors, tokenizer files; bt_model_save), which `baton eval` and
+    model.path read.  The last GRPO step writes RUN_DIR/model this way. */
+bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir);
 /*  Sends STOP to every worker and waits (bounded) for their BYE. */
 bt_status bt_controller_stop(bt_controller_t *self);
 bt_controller_stats bt_controller_get_stats(const bt_controller_t *self);

@@ -131,6 +131,25 @@ bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *t
 bt_status bt_evaluator_probes(bt_model *model, const bt_tokenizer_t *tok,
                               const bt_eval_probe *probes, int64_t n, bt_evaluator_sums *out);
 
+/*  One named value of an evaluation, as eval lines and `baton eval` results name it. */
+typedef struct bt_eval_metric {
+    char name[64]; /* "accuracy", "pass@8", "robust.order", "probe.NAME.logp", ... */
+    double value;  /* NaN when undefined (no examples) */
+} bt_eval_metric;
+
+#define BT_EVAL_MAX_METRICS 64
+
+/*  The metrics of aggregated sums of a dataset of the given kind, in a fixed order (docs/config.md
+    lists them): generate: examples, accuracy, accuracy_stderr, [pass@1, pass@1_stderr, pass@k,
+    pass@k_stderr, maj@k when samples > 1], reward_mean, reward_std, response_len_mean,
+    response_len_p50, response_len_p90, truncated_frac, [robust.<perturbation>]; perplexity:
+    texts, tokens, nll_per_token, perplexity; probes: probe.<name>.logp or pair.<name>.ok per
+    probe, [pairs_accuracy]; then tokens_per_s and peak_rss_mb for every kind.  Writes at most max
+    into out and returns how many.  *primary (may be NULL) gets the metric adaptive triggers follow,
+    higher is better: accuracy, -nll_per_token, pairs_accuracy or else the mean probe log-prob. */
+int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt_eval_probe *probes,
+                         int64_t n_probes, bt_eval_metric *out, int max, double *primary);
+
 /*  Reads a JSONL file of {"text": "..."} objects (blank lines skipped) for perplexity.  BT_EIO
     when it cannot be read; BT_EFORMAT "PATH:LINE: ..." for a line without a non-empty string
     "text", or "PATH: no texts".  Caller owns *texts_out: free with bt_texts_free. */
