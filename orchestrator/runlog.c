@@ -70,10 +70,13 @@ void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value) {
 
 void bt_jsonl_num(bt_jsonl *line, const char *key, double value) {
     s_key(line, key);
-    if (isfinite(value))
-        s_append(line, "%.9g", value);
-    else
-        s_append(line, "null");
+    char num[32] = "null";
+    for (int digits = 9; isfinite(value) && digits <= 17; digits++) { /* shortest exact text */
+        snprintf(num, sizeof num, "%.*g", digits, value);
+        if (strtod(num, NULL) == value)
+            break;
+    }
+    s_append(line, "%s", num);
 }
 
 void bt_jsonl_bool(bt_jsonl *line, const char *key, bool value) {
