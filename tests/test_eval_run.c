@@ -42,7 +42,8 @@ static char *s_config(int eval_workers) {
     };
     for (size_t i = 0; i < sizeof replace / sizeof *replace; i++)
         cJSON_ReplaceItemInObject(root, replace[i][0], cJSON_Parse(replace[i][1]));
-    cJSON *grpo = cJSON_GetObjectItem(root, "grpo"), *workers = cJSON_GetObjectItem(root, "workers");
+    cJSON *grpo = cJSON_GetObjectItem(root, "grpo"),
+          *workers = cJSON_GetObjectItem(root, "workers");
     cJSON_ReplaceItemInObject(grpo, "steps", cJSON_CreateNumber(S_STEPS));
     cJSON_ReplaceItemInObject(grpo, "prompts_per_step", cJSON_CreateNumber(8));
     cJSON_ReplaceItemInObject(grpo, "group_size", cJSON_CreateNumber(4));
@@ -99,7 +100,8 @@ static double s_num(const cJSON *j, const char *key) {
 static void s_check_steps(cJSON **lines, int n, const char *dataset, const int *want, int n_want) {
     int seen[S_STEPS + 1] = {0};
     for (int i = 0; i < n; i++)
-        if (!strcmp(s_str(lines[i], "kind"), "eval") && !strcmp(s_str(lines[i], "dataset"), dataset))
+        if (!strcmp(s_str(lines[i], "kind"), "eval") &&
+            !strcmp(s_str(lines[i], "dataset"), dataset))
             seen[(int)s_num(lines[i], "step")]++;
     int expected[S_STEPS + 1] = {0};
     for (int i = 0; i < n_want; i++)

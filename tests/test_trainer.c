@@ -66,9 +66,9 @@ static void s_row_logprobs(bt_model *m, const int32_t *prompt, int64_t P, const 
     }
     const int64_t shape[] = {1, T};
     bool grad = bt_set_grad_enabled(false);
-    bt_tensor *lp = bt_model_token_logprobs(m, ctx, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids),
-                                            bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ones),
-                                            temperature, NULL); /* (1, T-1) */
+    bt_tensor *lp = bt_model_token_logprobs(
+        m, ctx, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids),
+        bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ones), temperature, NULL); /* (1, T-1) */
     bt_set_grad_enabled(grad);
     float all[64];
     CHECK_OK(bt_to_host(lp, all, (size_t)(T - 1) * sizeof *all));
@@ -141,7 +141,8 @@ static void test_grpo_loss_matches(void) {
     for (int64_t c = 0; c < B; c++) {
         for (int64_t t = 0; t < T; t++) {
             int64_t P = s_plen[c], L = s_clen[c];
-            ids[c * T + t] = t < P ? b.prompt_tokens[c * 5 + t] : (t < P + L ? b.tokens[c * 5 + t - P] : 258);
+            ids[c * T + t] =
+                t < P ? b.prompt_tokens[c * 5 + t] : (t < P + L ? b.tokens[c * 5 + t - P] : 258);
             mask[c * T + t] = t < P + L;
         }
         for (int64_t j = 0; j < s_clen[c]; j++) {
@@ -291,7 +292,8 @@ static void test_sft_learns(bt_trainer_t *tr, const bt_tokenizer_t *tok, bt_task
     bt_task_example ex;
     bt_task_train_example(task, 2, &ex);
     CHECK(b.n == 6 && b.group_size == 1);
-    CHECK(b.prompt_lens[2] == (int64_t)strlen(ex.prompt) + 1 && b.prompt_tokens[2 * b.max_prompt_len] == 256);
+    CHECK(b.prompt_lens[2] == (int64_t)strlen(ex.prompt) + 1 &&
+          b.prompt_tokens[2 * b.max_prompt_len] == 256);
     CHECK(b.lengths[2] == (int64_t)strlen(ex.answer) + 1);
     CHECK(b.tokens[2 * b.max_new_tokens + b.lengths[2] - 1] == 257);
     CHECK(b.tokens[2 * b.max_new_tokens] == ex.answer[0]);
@@ -410,10 +412,171 @@ static void test_eval_shards(bt_model *m, const bt_tokenizer_t *tok, const bt_ta
     bt_gen_destroy(&gen);
 }
 
+static void s_logits(bt_model *m, float *out, size_t n);
+
+/*  Generates n_rows completions of the given prompts in one call (as the evaluator does when the
+    shard fits its batch), decoded into texts[r] (cap 16 bytes). */
+static void s_generate(bt_model *m, const bt_tokenizer_t *tok, const char *const *prompts,
+                       int n_prompts, int k, double temperature, uint64_t seed, int64_t max_new,
+                       bt_generation *g, char texts[][16]) {
+    int32_t ids[64][64];
+    const int32_t *rows[64];
+    int64_t lens[64];
+    for (int i = 0; i < n_prompts; i++) {
+        size_t n = 0;
+        CHECK_OK(bt_tokenizer_encode(tok, prompts[i], strlen(prompts[i]), true, ids[i], 64, &n));
+        for (int j = 0; j < k; j++) {
+            rows[i * k + j] = ids[i];
+            lens[i * k + j] = (int64_t)n;
+        }
+    }
+    bt_sample_config sc;
+    bt_sample_config_init(&sc);
+    sc.max_new_tokens = max_new;
+    sc.temperature = temperature;
+    bt_gen *gen = temperature > 0 ? bt_gen_new(seed, bt_cpu()) : NULL;
+    bt_generation_init(g);
+    CHECK_OK(bt_generate(m, rows, lens, n_prompts * k, &sc, gen, g));
+    for (int r = 0; r < n_prompts * k; r++) {
+        size_t len = 0;
+        CHECK_OK(bt_tokenizer_decode(tok, g->tokens + r * max_new, (size_t)g->lengths[r], texts[r],
+                                     16, &len));
+    }
+    bt_gen_destroy(&gen);
+}
+
+/*  The evaluator's bookkeeping (maj@k, reward square sums, length histogram, robustness) against
+    the same generations tallied here by hand, and its NLL against the model's logits. */
+static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_task_t *task) {
+    enum { N = 10, K = 5, M = 4 };
+    const char *prompts[N];
+    bt_task_example ex[N];
+    for (int i = 0; i < N; i++) {
+        bt_task_heldout_example(task, (size_t)i, &ex[i]);
+        prompts[i] = ex[i].prompt;
+    }
+    bt_evaluator_config ec;
+    bt_evaluator_config_init(&ec);
+    ec.count = N;
+    ec.samples = K;
+    ec.temperature = 1.0;
+    ec.max_new_tokens = M;
+    ec.batch = N * K; /* one generate call */
+    bt_gen *gen = bt_gen_new(4, bt_cpu());
+    bt_evaluator_sums s;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, gen, &s));
+    bt_gen_destroy(&gen);
+    bt_generation g;
+    char texts[N * K][16];
+    s_generate(m, tok, prompts, N, K, 1.0, 4, M, &g, texts);
+    int64_t maj = 0, hist[M + 1] = {0};
+    double sumsq = 0;
+    for (int i = 0; i < N; i++) {
+        /* majority by hand: the most frequent extracted answer, ties to the first seen */
+        char answers[K][16];
+        int best = -1, best_count = 0;
+        for (int j = 0; j < K; j++) {
+            bt_reward_detail d;
+            const char *t = texts[i * K + j];
+            double r = bt_task_reward(task, ex[i].answer, t, strlen(t), &d);
+            sumsq += r * r;
+            hist[g.lengths[i * K + j]]++;
+            snprintf(answers[j], 16, "%.*s", (int)d.extracted_len, t + d.extracted_start);
+        }
+        for (int j = 0; j < K; j++) {
+            int count = 0;
+            for (int l = 0; l < K && answers[j][0]; l++)
+                count += strcmp(answers[j], answers[l]) == 0;
+            if (count > best_count) {
+                best = j;
+                best_count = count;
+            }
+        }
+        maj += best >= 0 && strcmp(answers[best], ex[i].answer) == 0;
+    }
+    bt_generation_release(&g);
+    CHECK(s.maj_correct == maj);
+    CHECK_NEAR(s.reward_sumsq, sumsq, 1e-12);
+    for (int l = 0; l <= M; l++)
+        CHECK(s.length_hist[l] == hist[l]);
+    CHECK(s.correct_hist[K] <= s.maj_correct + s.correct_hist[0] + N); /* sanity of the counts */
+
+    /* robustness: each perturbation's prompts, greedy, scored by the verifier */
+    ec.samples = 1;
+    ec.temperature = 0;
+    ec.robustness = true;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &s));
+    for (int p = 0; p < BT_PERTURB_COUNT; p++) {
+        char bufs[N][64];
+        const char *pp[N];
+        int n = 0, right = 0;
+        const char *answer[N];
+        for (int i = 0; i < N; i++)
+            if (bt_task_perturb(task, (size_t)i, (bt_task_perturbation)p, bufs[n], 64)) {
+                answer[n] = ex[i].answer;
+                pp[n] = bufs[n];
+                n++;
+            }
+        char ptexts[N][16];
+        s_generate(m, tok, pp, n, 1, 0, 0, M, &g, ptexts);
+        for (int i = 0; i < n; i++) {
+            bt_reward_detail d;
+            bt_task_reward(task, answer[i], ptexts[i], strlen(ptexts[i]), &d);
+            right += d.correct;
+        }
+        bt_generation_release(&g);
+        CHECK(s.robust_examples[p] == n && s.robust_correct[p] == right);
+    }
+    CHECK(s.robust_examples[BT_PERTURB_SPACING] == N);
+
+    /* NLL of "3" + EOS after BOS "1+2=" against log-softmax of the logits, in float64 */
+    float logits[6 * 259];
+    s_logits(m, logits, 6 * 259);
+    double want = 0;
+    const int next[2] = {'3', 257};
+    for (int t = 4; t < 6; t++) { /* position t predicts token t + 1 */
+        double mx = -INFINITY, z = 0;
+        for (int v = 0; v < 259; v++)
+            mx = fmax(mx, logits[t * 259 + v]);
+        for (int v = 0; v < 259; v++)
+            z += exp(logits[t * 259 + v] - mx);
+        want -= logits[t * 259 + next[t - 4]] - mx - log(z);
+    }
+    bt_nll_item item = {.context = "1+2=", .continuation = "3", .eos = true};
+    double nll = 0;
+    int64_t tokens = 0;
+    CHECK_OK(bt_evaluator_nll(m, tok, &item, 1, &nll, &tokens));
+    CHECK(tokens == 2);
+    CHECK_NEAR(nll, want, 1e-4);
+
+    /* perplexity sums: shards starting at multiples of the chunk add up to the whole exactly */
+    bt_evaluator_sums whole, part;
+    bt_evaluator_sums_init(&whole, 1);
+    bt_evaluator_sums_init(&part, 1);
+    bt_task_arith_config tc;
+    bt_task_arith_config_init(&tc);
+    tc.digits = 2;
+    tc.heldout_size = 40;
+    bt_task_t *big = NULL;
+    CHECK_OK(bt_task_new_arith(&tc, &big));
+    CHECK_OK(bt_evaluator_perplexity_task(m, tok, big, 0, 40, &whole));
+    bt_evaluator_sums_init(&s, 1);
+    const size_t cuts[] = {0, 16, 32, 40};
+    for (int i = 0; i < 3; i++) {
+        bt_evaluator_sums_init(&part, 1);
+        CHECK_OK(bt_evaluator_perplexity_task(m, tok, big, cuts[i], cuts[i + 1] - cuts[i], &part));
+        CHECK_OK(bt_evaluator_sums_add(&s, &part));
+    }
+    CHECK(s.texts == 40 && s.nll_tokens == whole.nll_tokens);
+    CHECK_REL(s.nll_sum, whole.nll_sum, 1e-12);
+    bt_task_destroy(&big);
+}
+
 /*  Logits (1, T, V) of a fixed sequence, on the host. */
 static void s_logits(bt_model *m, float *out, size_t n) {
     bt_ctx *ctx = bt_ctx_new();
-    const int64_t shape[] = {1, 6}, ids[6] = {256, '1', '+', '2', '=', '3'}, ones[6] = {1, 1, 1, 1, 1, 1};
+    const int64_t shape[] = {1, 6}, ids[6] = {256, '1', '+', '2', '=', '3'},
+                  ones[6] = {1, 1, 1, 1, 1, 1};
     bool grad = bt_set_grad_enabled(false);
     bt_tensor *lg = bt_model_forward(m, ctx, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids),
                                      bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ones));
@@ -471,6 +634,7 @@ int main(void) {
     test_sft_learns(tr, tok, task);
     test_rollout(bt_trainer_policy(tr), tok, task);
     test_eval_shards(bt_trainer_policy(tr), tok, task);
+    test_eval_metrics(bt_trainer_policy(tr), tok, task);
     test_weights(bt_trainer_policy(tr));
     bt_trainer_destroy(&tr);
     bt_task_destroy(&task);
