@@ -7,14 +7,20 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char s_usage[] = "usage: baton COMMAND [ARGS]\n"
-                              "commands:\n"
-                              "  run CONFIG [--run-dir DIR] [--set key.path=value ...]\n"
-                              "                  train: SFT warm start, then GRPO (configs/arith.json)\n"
-                              "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
-                              "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
-                              "                  one HTML file of charts (default RUN_DIR/report.html)\n"
-                              "environment: BATON_THREADS=N sets libtorch's intra-op threads\n";
+static const char s_usage[] =
+    "usage: baton COMMAND [ARGS]\n"
+    "commands:\n"
+    "  run CONFIG [--run-dir DIR] [--set key.path=value ...]\n"
+    "                  train: SFT warm start, then GRPO (configs/arith.json)\n"
+    "  eval MODEL [MODEL...] --config CONFIG [--mode MODE]\n"
+    "       [--out PATH] [--cache DIR] [--baseline FILE [--max-drop X]]\n"
+    "       [--set key.path=value ...]\n"
+    "                  evaluate models on the eval datasets\n"
+    "                  MODE: full, quick, compare, incremental\n"
+    "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
+    "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
+    "                  one HTML file of charts (default RUN_DIR/report.html)\n"
+    "environment: BATON_THREADS=N sets libtorch's intra-op threads\n";
 
 int bt_cli_usage_error(const char *fmt, ...) {
     va_list ap;
@@ -35,6 +41,8 @@ int main(int argc, char **argv) {
     }
     if (bt_threads_from_env() != BT_OK)
         return bt_cli_usage_error("%s", bt_last_error());
+    if (strcmp(argv[1], "eval") == 0)
+        return bt_cli_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "info") == 0)
         return bt_cli_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)

@@ -852,6 +852,31 @@ void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out) {
                                   .format_reward = cfg->task.format_reward};
 }
 
+bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out) {
+    if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC) {
+        bt_task_arith_config a;
+        bt_config_task_arith(cfg, &a);
+        return bt_task_new_arith(&a, out);
+    }
+    bt_task_jsonl_config j;
+    bt_config_task_jsonl(cfg, &j);
+    return bt_task_new_jsonl(&j, out);
+}
+
+bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task,
+                               bt_eval_suite *out) {
+    return bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
+                              cfg->eval.n_probes, task, cfg->task.verifier,
+                              (uint64_t)cfg->task.seed);
+}
+
+uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard) {
+    uint64_t x =
+        (((uint64_t)cfg->run.seed * 7919u + (uint64_t)ds) * 1000003u + (uint64_t)step) * 64u +
+        (uint64_t)shard;
+    return x & ((UINT64_C(1) << 53) - 1); /* a wire integer */
+}
+
 void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out) {
     const bt_eval_dataset *d = &cfg->eval.datasets[i];
     bt_trigger_config_init(out);

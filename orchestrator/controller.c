@@ -292,6 +292,10 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
     } else if (!strcmp(j->kind, "eval")) {
         BT_TRY(bt_msg_set_int(m, "dataset", j->ev->ds));
+        /* the SFT early-stop check needs accuracy only */
+        BT_TRY(bt_msg_set_bool(m, "robustness",
+                               self->cfg->eval.datasets[j->ev->ds].robustness &&
+                                   strcmp(j->ev->phase, "sft") != 0));
     }
     return BT_OK;
 }
@@ -536,41 +540,18 @@ static int64_t s_epoch(const bt_controller_t *self) {
 static bt_status s_eval_setup(bt_controller_t *self) {
     const bt_run_config *c = self->cfg;
     bt_task_t *task = NULL;
-    if (c->task.kind == BT_CONFIG_TASK_JSONL) {
-        bt_task_jsonl_config j;
-        bt_config_task_jsonl(c, &j);
-        BT_TRY(bt_task_new_jsonl(&j, &task));
-    }
-    self->epoch_size = c->task.epoch_size ? (uint64_t)c->task.epoch_size
-                       : task             ? bt_task_epoch_size(task)
-                                          : 0;
-    bt_status st = BT_OK;
+    bt_eval_suite suite;
+    BT_TRY(bt_config_new_task(c, &task));
+    bt_status st = bt_config_eval_suite(c, task, &suite);
+    self->epoch_size = c->task.epoch_size ? (uint64_t)c->task.epoch_size : bt_task_epoch_size(task);
     for (int i = 0; i < c->eval.n_datasets && st == BT_OK; i++) {
-        const bt_eval_dataset *d = &c->eval.datasets[i];
-        int64_t size = c->task.heldout_size; /* arithmetic: count <= heldout_size is checked */
-        if (d->kind == BT_EVAL_PROBES) {
-            size = c->eval.n_probes;
-        } else if (d->source[0] && d->kind == BT_EVAL_PERPLEXITY) {
-            char **texts = NULL;
-            size_t n = 0;
-            st = bt_texts_load(d->source, &texts, &n);
-            bt_texts_free(&texts, n);
-            size = (int64_t)n;
-        } else if (d->source[0]) {
-            bt_task_t *t = NULL;
-            bt_task_jsonl_config j = {
-                .train_path = d->source, .heldout_path = d->source, .verifier = c->task.verifier};
-            st = bt_task_new_jsonl(&j, &t);
-            size = t ? (int64_t)bt_task_heldout_count(t) : 0;
-            bt_task_destroy(&t);
-        } else if (task) {
-            size = (int64_t)bt_task_heldout_count(task);
-        }
-        self->ds_size[i] = d->count && d->count < size ? d->count : size;
+        self->ds_size[i] = (int64_t)bt_eval_suite_size(&suite, i);
         bt_trigger_config tc;
         bt_config_trigger(c, i, &tc);
         bt_trigger_init(&self->triggers[i], &tc);
     }
+    if (st == BT_OK)
+        bt_eval_suite_release(&suite);
     bt_task_destroy(&task);
     for (int w = 0; w < S_TRACK; w++)
         self->worker_version[w] = -1;
@@ -632,7 +613,7 @@ static bt_status s_eval_start(bt_controller_t *self, int ds, const char *phase, 
                      .role = BT_ROLE_EVAL,
                      .start = start,
                      .count = counts[i],
-                     .seed = ((self->cfg->run.seed * 7919 + ds) * 1000003 + step) * 64 + i,
+                     .seed = (int64_t)bt_config_eval_seed(self->cfg, ds, step, i),
                      .ev = ev,
                      .worker = -1};
         start += counts[i];

@@ -507,7 +507,8 @@ void bt_texts_free(char ***texts_p, size_t n) {
     *texts_p = NULL;
 }
 
-/* ---- named metrics ---------------------------------------------------------------------------- */
+/* ---- named metrics ----------------------------------------------------------------------------
+ */
 
 typedef struct s_metrics {
     bt_eval_metric *out;
@@ -608,4 +609,96 @@ int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt
     if (primary)
         *primary = p;
     return m.n;
+}
+
+/* ---- a run's evaluation suite -----------------------------------------------------------------
+ */
+
+bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
+                             const bt_eval_probe *probes, int64_t n_probes, const bt_task_t *task,
+                             bt_task_verifier verifier, uint64_t seed) {
+    BT_ASSERT(n_datasets >= 0 && n_datasets <= BT_EVAL_MAX_DATASETS);
+    *s = (bt_eval_suite){.datasets = datasets,
+                         .n_datasets = n_datasets,
+                         .probes = probes,
+                         .n_probes = n_probes,
+                         .task = task};
+    bt_status st = BT_OK;
+    for (int i = 0; i < n_datasets && st == BT_OK; i++) {
+        const bt_eval_dataset *d = &datasets[i];
+        if (!d->source[0] || d->kind == BT_EVAL_PROBES)
+            continue;
+        if (d->kind == BT_EVAL_PERPLEXITY) {
+            st = bt_texts_load(d->source, &s->texts[i], &s->n_texts[i]);
+        } else {
+            bt_task_jsonl_config j = {.train_path = d->source,
+                                      .heldout_path = d->source,
+                                      .verifier = verifier,
+                                      .seed = seed};
+            st = bt_task_new_jsonl(&j, &s->own_task[i]);
+        }
+    }
+    if (st != BT_OK)
+        bt_eval_suite_release(s);
+    return st;
+}
+
+void bt_eval_suite_release(bt_eval_suite *s) {
+    for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
+        bt_task_destroy(&s->own_task[i]);
+        bt_texts_free(&s->texts[i], s->n_texts[i]);
+        s->n_texts[i] = 0;
+    }
+}
+
+void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user) {
+    for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++)
+        if (s->own_task[i])
+            bt_task_set_reward_fn(s->own_task[i], fn, user);
+}
+
+size_t bt_eval_suite_size(const bt_eval_suite *s, int i) {
+    BT_ASSERT(i >= 0 && i < s->n_datasets);
+    const bt_eval_dataset *d = &s->datasets[i];
+    size_t size = d->kind == BT_EVAL_PROBES ? (size_t)s->n_probes
+                  : s->texts[i]             ? s->n_texts[i]
+                  : s->own_task[i]          ? bt_task_heldout_count(s->own_task[i])
+                                            : bt_task_heldout_count(s->task);
+    return d->count > 0 && (size_t)d->count < size ? (size_t)d->count : size;
+}
+
+bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
+                            const bt_tokenizer_t *tok, size_t start, size_t count, bool robustness,
+                            uint64_t seed, bt_evaluator_sums *out) {
+    BT_ASSERT(i >= 0 && i < s->n_datasets);
+    const bt_eval_dataset *d = &s->datasets[i];
+    bt_evaluator_sums_init(out, d->samples);
+    if (d->kind == BT_EVAL_PROBES)
+        return bt_evaluator_probes(model, tok, s->probes, s->n_probes, out);
+    if (d->kind == BT_EVAL_PERPLEXITY && s->texts[i]) {
+        if (start > s->n_texts[i] || count > s->n_texts[i] - start)
+            return bt_fail(BT_EINVAL, "evaluator: texts [%zu, %zu) exceed the %zu of %s", start,
+                           start + count, s->n_texts[i], d->source);
+        return bt_evaluator_perplexity_texts(model, tok, (const char *const *)s->texts[i], start,
+                                             count, out);
+    }
+    if (d->kind == BT_EVAL_PERPLEXITY)
+        return bt_evaluator_perplexity_task(model, tok, s->task, start, count, out);
+    bt_evaluator_config ec;
+    bt_evaluator_config_init(&ec);
+    ec.start = start;
+    ec.count = count;
+    ec.samples = d->samples;
+    ec.temperature = d->temperature;
+    ec.max_new_tokens = d->max_new_tokens;
+    ec.robustness = robustness;
+    if (ec.batch < d->samples)
+        ec.batch = d->samples;
+    bt_gen *gen = bt_gen_new(seed, bt_model_device(model));
+    if (!gen)
+        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    bt_status st =
+        bt_evaluator_run(model, tok, s->own_task[i] ? s->own_task[i] : s->task, &ec, gen, out);
+    bt_gen_destroy(&gen);
+    return st;
 }

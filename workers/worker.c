@@ -30,50 +30,15 @@ typedef struct {
     bt_trainer_t *trainer;
     bt_tokenizer_t *tok;
     bt_task_t *task;
-    int64_t version; /* of the weights in model (rollout and eval) */
-    /* eval: per eval.datasets entry with a source, its task (generate) or texts (perplexity) */
-    bt_task_t *ds_task[BT_EVAL_MAX_DATASETS];
-    char **ds_texts[BT_EVAL_MAX_DATASETS];
-    size_t ds_n_texts[BT_EVAL_MAX_DATASETS];
-    void *pipe; /* PAIR to the relay thread */
+    int64_t version;     /* of the weights in model (rollout and eval) */
+    bt_eval_suite suite; /* eval: the datasets, their own sources loaded */
+    void *pipe;          /* PAIR to the relay thread */
     char pipe_name[64];
     void *zmq_ctx;
     char *config_json;
     const bt_worker_options *opt;
     bt_status status; /* of building the state */
 } s_compute;
-
-static bt_status s_build_task(const bt_run_config *cfg, bt_task_t **out) {
-    if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC) {
-        bt_task_arith_config a;
-        bt_config_task_arith(cfg, &a);
-        return bt_task_new_arith(&a, out);
-    }
-    bt_task_jsonl_config j;
-    bt_config_task_jsonl(cfg, &j);
-    return bt_task_new_jsonl(&j, out);
-}
-
-/*  The datasets of an eval worker that come from their own files. */
-static bt_status s_build_datasets(s_compute *c) {
-    for (int i = 0; i < c->cfg.eval.n_datasets; i++) {
-        const bt_eval_dataset *d = &c->cfg.eval.datasets[i];
-        if (!d->source[0])
-            continue;
-        if (d->kind == BT_EVAL_PERPLEXITY) {
-            BT_TRY(bt_texts_load(d->source, &c->ds_texts[i], &c->ds_n_texts[i]));
-        } else {
-            bt_task_jsonl_config j = {.train_path = d->source,
-                                      .heldout_path = d->source,
-                                      .verifier = c->cfg.task.verifier,
-                                      .seed = (uint64_t)c->cfg.task.seed};
-            BT_TRY(bt_task_new_jsonl(&j, &c->ds_task[i]));
-            if (c->opt->reward)
-                bt_task_set_reward_fn(c->ds_task[i], c->opt->reward, c->opt->reward_user);
-        }
-    }
-    return BT_OK;
-}
 
 static bt_status s_build(s_compute *c) {
     BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->cfg));
@@ -82,7 +47,7 @@ static bt_status s_build(s_compute *c) {
     if (c->cfg.run.threads > 0)
         bt_set_num_threads((int)c->cfg.run.threads);
     c->tok = bt_tokenizer_new_bytes();
-    BT_TRY(s_build_task(&c->cfg, &c->task));
+    BT_TRY(bt_config_new_task(&c->cfg, &c->task));
     if (c->opt->reward)
         bt_task_set_reward_fn(c->task, c->opt->reward, c->opt->reward_user);
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
@@ -93,7 +58,10 @@ static bt_status s_build(s_compute *c) {
         return BT_EINVAL;
     if (c->role == BT_ROLE_EVAL) {
         c->model = m;
-        return s_build_datasets(c);
+        BT_TRY(bt_config_eval_suite(&c->cfg, c->task, &c->suite));
+        if (c->opt->reward)
+            bt_eval_suite_set_reward_fn(&c->suite, c->opt->reward, c->opt->reward_user);
+        return BT_OK;
     }
     if (c->role != BT_ROLE_TRAINER) {
         c->model = m;
@@ -113,10 +81,7 @@ static void s_release(s_compute *c) {
     bt_trainer_destroy(&c->trainer);
     bt_model_destroy(&c->model);
     bt_task_destroy(&c->task);
-    for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
-        bt_task_destroy(&c->ds_task[i]);
-        bt_texts_free(&c->ds_texts[i], c->ds_n_texts[i]);
-    }
+    bt_eval_suite_release(&c->suite);
     bt_tokenizer_destroy(&c->tok);
 }
 
@@ -231,49 +196,20 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
 /*  One shard of one eval.datasets entry, against the weights of the task's version. */
 static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
     int64_t ds, start, count, version, seed;
+    bool robustness;
     BT_TRY(bt_msg_get_int(task, "dataset", 0, c->cfg.eval.n_datasets - 1, &ds));
     BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
     BT_TRY(bt_msg_get_int(task, "count", 0, BT_WIRE_INT_MAX, &count));
     BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
     BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
+    BT_TRY(bt_msg_get_bool(task, "robustness", &robustness));
     if (version != c->version) /* evaluation runs against a pinned policy version */
         return bt_fail(BT_EINVAL, "eval: the task is for version %lld, this worker holds %lld",
                        (long long)version, (long long)c->version);
-    const bt_eval_dataset *d = &c->cfg.eval.datasets[ds];
     bt_evaluator_sums sums;
-    bt_evaluator_sums_init(&sums, d->samples);
-    bt_status st = BT_OK;
-    if (d->kind == BT_EVAL_PROBES) {
-        st = bt_evaluator_probes(c->model, c->tok, c->cfg.eval.probes, c->cfg.eval.n_probes, &sums);
-    } else if (d->kind == BT_EVAL_PERPLEXITY && c->ds_texts[ds]) {
-        if ((size_t)start > c->ds_n_texts[ds] || (size_t)count > c->ds_n_texts[ds] - (size_t)start)
-            return bt_fail(BT_EINVAL, "eval: texts [%lld, %lld) exceed the %zu of %s",
-                           (long long)start, (long long)(start + count), c->ds_n_texts[ds],
-                           d->source);
-        st = bt_evaluator_perplexity_texts(c->model, c->tok, (const char *const *)c->ds_texts[ds],
-                                           (size_t)start, (size_t)count, &sums);
-    } else if (d->kind == BT_EVAL_PERPLEXITY) {
-        st = bt_evaluator_perplexity_task(c->model, c->tok, c->task, (size_t)start, (size_t)count,
-                                          &sums);
-    } else {
-        bt_evaluator_config ec;
-        bt_evaluator_config_init(&ec);
-        ec.start = (size_t)start;
-        ec.count = (size_t)count;
-        ec.samples = d->samples;
-        ec.temperature = d->temperature;
-        ec.max_new_tokens = d->max_new_tokens;
-        ec.robustness = d->robustness;
-        if (ec.batch < d->samples)
-            ec.batch = d->samples;
-        bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->model));
-        const bt_task_t *t = c->ds_task[ds] ? c->ds_task[ds] : c->task;
-        st = gen ? bt_evaluator_run(c->model, c->tok, t, &ec, gen, &sums) : BT_ENOMEM;
-        bt_gen_destroy(&gen);
-    }
-    if (st == BT_OK)
-        st = bt_sums_to_msg(&sums, res);
-    return st;
+    BT_TRY(bt_eval_suite_run(&c->suite, (int)ds, c->model, c->tok, (size_t)start, (size_t)count,
+                             robustness, (uint64_t)seed, &sums));
+    return bt_sums_to_msg(&sums, res);
 }
 
 /*  Runs one TASK; sends WEIGHTS first when the task asks to publish, then RESULT or FAIL. */

@@ -30,23 +30,6 @@ typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1
 
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train, task.eval: bytes including the NUL */
-#define BT_EVAL_MAX_DATASETS 8  /* eval.datasets entries */
-#define BT_EVAL_NAME_MAX 32     /* eval.datasets[i].name, eval.probes[i].name, with the NUL */
-
-/*  One entry of eval.datasets (docs/config.md, "Evaluation datasets").  After bt_config_parse every
-    field is resolved: unset fields take the flat eval.* key of the same name. */
-typedef struct bt_eval_dataset {
-    char name[BT_EVAL_NAME_MAX];
-    bt_eval_kind kind;
-    char source[BT_CONFIG_PATH_MAX]; /* "": the task's held-out set; else a JSONL file */
-    int64_t count;                   /* examples, texts or probes evaluated; 0: all */
-    int64_t samples;                 /* completions per example (generate) */
-    double temperature;              /* 0: greedy */
-    int64_t max_new_tokens;
-    bool robustness;                   /* generate: also the task's perturbed prompts */
-    int64_t every_steps, every_epochs; /* 0: off */
-    double every_seconds;              /* 0: off */
-} bt_eval_dataset;
 
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
     After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens,
@@ -177,6 +160,14 @@ void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out);
 void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out);
 /*  heldout_path is NULL when task.eval is empty. */
 void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out);
+/*  The run's task (arithmetic or JSONL) as the config describes it.  Caller owns *out. */
+bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out);
+/*  The evaluation suite of the config: its eval.datasets and eval.probes over task (borrowed),
+    with each dataset's own source loaded (scored with task.verifier).  Release with
+    bt_eval_suite_release. */
+bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task, bt_eval_suite *out);
+/*  The seed of shard `shard` of dataset ds evaluated at step, from run.seed. */
+uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard);
 /*  The trigger of dataset i (eval.datasets[i].every_* with the eval.adaptive* keys). */
 void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out);
 

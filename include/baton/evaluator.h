@@ -21,9 +21,10 @@ extern "C" {
 #endif
 
 #define BT_EVALUATOR_MAX_SAMPLES 128
-#define BT_EVALUATOR_LEN_BINS 1024 /* response-length histogram; longer lengths land in the last   \
-                                    */
-#define BT_EVALUATOR_NLL_CHUNK 16  /* texts per forward pass of bt_evaluator_nll */
+#define BT_EVALUATOR_LEN_BINS                                                                      \
+    1024                          /* response-length histogram; longer lengths land in the last    \
+                                   */
+#define BT_EVALUATOR_NLL_CHUNK 16 /* texts per forward pass of bt_evaluator_nll */
 #define BT_EVAL_MAX_PROBES 16
 #define BT_EVAL_PROBE_MAX 256 /* bytes of a probe text, with the NUL */
 
@@ -42,6 +43,25 @@ typedef struct bt_eval_probe {
     char prompt[BT_EVAL_PROBE_MAX], target[BT_EVAL_PROBE_MAX];
     char better[BT_EVAL_PROBE_MAX], worse[BT_EVAL_PROBE_MAX];
 } bt_eval_probe;
+
+#define BT_EVAL_MAX_DATASETS 8  /* eval.datasets entries */
+#define BT_EVAL_NAME_MAX 32     /* eval.datasets[i].name, eval.probes[i].name, with the NUL */
+#define BT_EVAL_SOURCE_MAX 1024 /* eval.datasets[i].source, with the NUL */
+
+/*  One entry of eval.datasets (docs/config.md, "Evaluation datasets").  After bt_config_parse every
+    field is resolved (config.h): unset fields take the flat eval.* key of the same name. */
+typedef struct bt_eval_dataset {
+    char name[BT_EVAL_NAME_MAX];
+    bt_eval_kind kind;
+    char source[BT_EVAL_SOURCE_MAX]; /* "": the task's held-out set; else a JSONL file */
+    int64_t count;                   /* examples, texts or probes evaluated; 0: all */
+    int64_t samples;                 /* completions per example (generate) */
+    double temperature;              /* 0: greedy */
+    int64_t max_new_tokens;
+    bool robustness;                   /* generate: also the task's perturbed prompts */
+    int64_t every_steps, every_epochs; /* 0: off */
+    double every_seconds;              /* 0: off */
+} bt_eval_dataset;
 
 typedef struct bt_evaluator_config {
     size_t start;           /* first held-out example of the shard (0) */
@@ -156,6 +176,37 @@ int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt
 bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out);
 /*  NULL-safe; sets *texts_p to NULL. */
 void bt_texts_free(char ***texts_p, size_t n);
+
+/*  The evaluation of a run: its datasets and probes, the task whose held-out set a dataset without
+    a source uses, and the data of each dataset with its own source, loaded once.  A value; fields
+    are borrowed except own_task and texts, which bt_eval_suite_release frees. */
+typedef struct bt_eval_suite {
+    const bt_eval_dataset *datasets;
+    int n_datasets;
+    const bt_eval_probe *probes;
+    int64_t n_probes;
+    const bt_task_t *task;
+    bt_task_t *own_task[BT_EVAL_MAX_DATASETS]; /* generate with a source: its JSONL task */
+    char **texts[BT_EVAL_MAX_DATASETS];        /* perplexity with a source: its texts */
+    size_t n_texts[BT_EVAL_MAX_DATASETS];
+} bt_eval_suite;
+
+/*  Fills *s and loads every dataset's own source: a JSONL task (verifier, seed) for generate, a
+    {"text"} JSONL for perplexity.  On error *s is released. */
+bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
+                             const bt_eval_probe *probes, int64_t n_probes, const bt_task_t *task,
+                             bt_task_verifier verifier, uint64_t seed);
+void bt_eval_suite_release(bt_eval_suite *s);
+/*  A host's reward function for every task of the suite that it owns (the caller sets it on the
+    run's task). */
+void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user);
+/*  Items dataset i evaluates: its count capped by what its data holds (0 count: all of it). */
+size_t bt_eval_suite_size(const bt_eval_suite *s, int i);
+/*  Evaluates items [start, start + count) of dataset i into *out: generate (with robustness as
+    given, generator seeded by seed), perplexity, or every probe. */
+bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
+                            const bt_tokenizer_t *tok, size_t start, size_t count, bool robustness,
+                            uint64_t seed, bt_evaluator_sums *out);
 
 /*  Peak resident set of this process in MiB (getrusage). */
 double bt_evaluator_peak_rss_mb(void);

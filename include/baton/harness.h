@@ -35,7 +35,8 @@ bt_status bt_harness_mode_parse(const char *text, bt_harness_mode *out);
 
 typedef struct bt_harness_options {
     bt_harness_mode mode;  /* (BT_HARNESS_FULL) */
-    const char *cache_dir; /* incremental: one JSON file per (model, dataset) (".baton-eval-cache") */
+    const char *cache_dir; /* incremental: a JSON file per (model, dataset); NULL: the default
+                              (".baton-eval-cache"), created when missing (not its parents) */
 } bt_harness_options;
 
 void bt_harness_options_init(bt_harness_options *opt);
@@ -67,9 +68,13 @@ typedef struct bt_harness_result {
 /*  Evaluates models[0..n_models) (directories as bt_model_save writes them, or "init") on every
     dataset of cfg, each as one shard from its first item, with the byte-level tokenizer, on
     cfg->run.device.  Sampling is seeded from run.seed and the dataset's index as a training run's
-    step-0 evaluation on one eval worker, so a repeated call gives the same numbers.  Errors name
-    the model or file at fault.  Caller owns *out (NULL on error): destroy with
-    bt_harness_result_destroy(). */
+    step-0 evaluation on one eval worker, so a repeated call gives the same numbers.  In
+    incremental mode a pair found in the cache is read, not computed; its key hashes (64-bit
+    FNV-1a) the bytes of config.json and model.safetensors ("init" without model.path: the model
+    config and run.seed) and what the dataset's numbers depend on: its entry (triggers aside),
+    index and count, the task section, run.seed, run.device, the probes (probes datasets) and the
+    bytes of its source or task files.  opt may be NULL (defaults).  Errors name the model or file
+    at fault.  Caller owns *out (NULL on error): destroy with bt_harness_result_destroy(). */
 bt_status bt_harness_run(const bt_run_config *cfg, const char *const *models, int n_models,
                          const bt_harness_options *opt, bt_harness_result **out);
 /*  NULL-safe and idempotent; sets *self_p to NULL. */
