@@ -19,7 +19,7 @@ enum { S_STEPS = 12, S_MAX_LINES = 512 };
 static char s_tmp[64];
 
 /*  The demo config with a small model, a short run and the evaluation under test. */
-static char *s_config(int eval_workers) {
+static char *s_config(int eval_workers, bool adaptive) {
     char path[1024], *text = NULL;
     const char *src = getenv("BATON_SOURCE_DIR");
     snprintf(path, sizeof path, "%s/configs/arith.json", src ? src : ".");
@@ -52,13 +52,17 @@ static char *s_config(int eval_workers) {
     cJSON_ReplaceItemInObject(grpo, "dynamic_sampling", cJSON_CreateFalse());
     cJSON_AddNumberToObject(cJSON_GetObjectItem(root, "task"), "format_reward", 0.5);
     cJSON_ReplaceItemInObject(workers, "eval", cJSON_CreateNumber(eval_workers));
+    if (adaptive) /* one greedy dataset every 2 steps, adapting */
+        cJSON_ReplaceItemInObject(root, "eval",
+                                  cJSON_Parse("{\"every_steps\": 2, \"heldout_count\": 50,"
+                                              " \"adaptive\": true, \"adaptive_ceiling\": 8}"));
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;
 }
 
-static void s_run(const char *dir, int eval_workers) {
-    char *cfg = s_config(eval_workers);
+static void s_run(const char *dir, int eval_workers, bool adaptive) {
+    char *cfg = s_config(eval_workers, adaptive);
     bt_run_t *run = cfg ? bt_run_new(cfg, "arith.json (scaled)", NULL, 0) : NULL;
     free(cfg);
     CHECK(run != NULL);
@@ -131,7 +135,7 @@ static void s_perplexities(const char *dir, double *ppl) {
 static void test_two_workers_three_datasets(void) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/two", s_tmp);
-    s_run(dir, 2);
+    s_run(dir, 2, false);
     cJSON *lines[S_MAX_LINES];
     int n = s_lines(dir, lines);
     /* the configured triggers: every 3 steps, every 4 for perplexity, probes inherit 3; plus the
@@ -214,7 +218,7 @@ static void test_perplexity_across_shards(void) {
     for (int w = 1; w <= 3; w += 2) {
         char dir[128];
         snprintf(dir, sizeof dir, "%s/w%d", s_tmp, w);
-        s_run(dir, w);
+        s_run(dir, w, false);
         s_perplexities(dir, ppl[w - 1]);
     }
     char dir[128];
@@ -232,11 +236,46 @@ static void test_perplexity_across_shards(void) {
     CHECK(ppl[0][0] != ppl[0][12]); /* the policy changed between them */
 }
 
+/*  Adaptive triggers in a run: the accuracy of a policy that cannot add yet stays flat, so the
+    interval doubles (a plateau), written as events with their reason; training never waits. */
+static void test_adaptive(void) {
+    char dir[128], path[256], *events = NULL;
+    snprintf(dir, sizeof dir, "%s/adaptive", s_tmp);
+    s_run(dir, 1, true);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    int doubled = 0;
+    for (char *l = events ? strtok(events, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+        cJSON *e = cJSON_Parse(l);
+        const char *kind = s_str(e, "event");
+        if (kind && !strcmp(kind, "eval_interval")) {
+            CHECK(!strcmp(s_str(e, "dataset"), "heldout"));
+            const char *reason = s_str(e, "reason");
+            CHECK(reason && strstr(reason, "plateau"));
+            CHECK(s_num(e, "new") == 2 * s_num(e, "old") && s_num(e, "new") <= 8);
+            doubled++;
+        }
+        cJSON_Delete(e);
+    }
+    free(events);
+    CHECK(doubled >= 1);
+    cJSON *lines[S_MAX_LINES];
+    int n = s_lines(dir, lines), evals = 0, trains = 0;
+    for (int i = 0; i < n; i++) {
+        evals += !strcmp(s_str(lines[i], "kind"), "eval");
+        trains += !strcmp(s_str(lines[i], "kind"), "train");
+        cJSON_Delete(lines[i]);
+    }
+    CHECK(trains == S_STEPS);
+    CHECK(evals >= 2 && evals < 1 + S_STEPS / 2 + 1); /* fewer than fixed every-2 would give */
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_eval_run_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     test_two_workers_three_datasets();
     test_perplexity_across_shards();
+    test_adaptive();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     if (check_exit() == 0)
