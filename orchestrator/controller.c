@@ -662,8 +662,12 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
             *sp = *sp > 0 ? 0.5 * *sp + 0.5 * v : v;
         }
     }
-    for (int i = 0; i < ev->n_jobs; i++)
+    char sizes[S_MAX_SHARDS * 12] = ""; /* the speed-sized split, "150,50" */
+    for (int i = 0; i < ev->n_jobs; i++) {
+        snprintf(sizes + strlen(sizes), sizeof sizes - strlen(sizes), "%s%lld", i ? "," : "",
+                 (long long)ev->jobs[i].count);
         bt_msg_destroy(&ev->jobs[i].result);
+    }
     s_weights_release(&ev->weights);
     ev->active = false;
     BT_TRY(st);
@@ -685,6 +689,7 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
         bt_jsonl_num(&line, metrics[i].name, metrics[i].value);
     bt_jsonl_num(&line, "eval_s", bt_now() - ev->t_start);
     bt_jsonl_int(&line, "shards", ev->n_jobs);
+    bt_jsonl_str(&line, "shard_items", sizes);
     BT_TRY(bt_runlog_metric(self->log, &line));
     if (d->kind == BT_EVAL_GENERATE && ev->ds == s_first_generate(c))
         self->last_accuracy = primary;

@@ -10,8 +10,10 @@
 #include "check.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { S_STEPS = 12, S_MAX_LINES = 512 };
@@ -19,7 +21,7 @@ enum { S_STEPS = 12, S_MAX_LINES = 512 };
 static char s_tmp[64];
 
 /*  The demo config with a small model, a short run and the evaluation under test. */
-static char *s_config(int eval_workers, bool adaptive) {
+static char *s_config(int eval_workers, const char *eval) {
     char path[1024], *text = NULL;
     const char *src = getenv("BATON_SOURCE_DIR");
     snprintf(path, sizeof path, "%s/configs/arith.json", src ? src : ".");
@@ -52,18 +54,17 @@ static char *s_config(int eval_workers, bool adaptive) {
     cJSON_ReplaceItemInObject(grpo, "dynamic_sampling", cJSON_CreateFalse());
     cJSON_AddNumberToObject(cJSON_GetObjectItem(root, "task"), "format_reward", 0.5);
     cJSON_ReplaceItemInObject(workers, "eval", cJSON_CreateNumber(eval_workers));
-    if (adaptive) /* one greedy dataset every 2 steps, adapting */
-        cJSON_ReplaceItemInObject(root, "eval",
-                                  cJSON_Parse("{\"every_steps\": 2, \"heldout_count\": 50,"
-                                              " \"adaptive\": true, \"adaptive_ceiling\": 8}"));
+    if (eval)
+        cJSON_ReplaceItemInObject(root, "eval", cJSON_Parse(eval));
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;
 }
 
-static void s_run(const char *dir, int eval_workers, bool adaptive) {
-    char *cfg = s_config(eval_workers, adaptive);
-    bt_run_t *run = cfg ? bt_run_new(cfg, "arith.json (scaled)", NULL, 0) : NULL;
+static void s_run(const char *dir, int eval_workers, const char *eval, bt_reward_fn *reward,
+                  void *user, const char *set) {
+    char *cfg = s_config(eval_workers, eval);
+    bt_run_t *run = cfg ? bt_run_new(cfg, "arith.json (scaled)", &set, set ? 1 : 0) : NULL;
     free(cfg);
     CHECK(run != NULL);
     if (!run) {
@@ -71,6 +72,8 @@ static void s_run(const char *dir, int eval_workers, bool adaptive) {
         return;
     }
     bt_run_set_dir(run, dir);
+    if (reward)
+        bt_run_set_reward(run, reward, user);
     CHECK_OK(bt_run_start(run));
     bool done = false;
     for (int steps = 0; !done && steps < 100; steps++)
@@ -135,7 +138,7 @@ static void s_perplexities(const char *dir, double *ppl) {
 static void test_two_workers_three_datasets(void) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/two", s_tmp);
-    s_run(dir, 2, false);
+    s_run(dir, 2, NULL, NULL, NULL, NULL);
     cJSON *lines[S_MAX_LINES];
     int n = s_lines(dir, lines);
     /* the configured triggers: every 3 steps, every 4 for perplexity, probes inherit 3; plus the
@@ -218,7 +221,7 @@ static void test_perplexity_across_shards(void) {
     for (int w = 1; w <= 3; w += 2) {
         char dir[128];
         snprintf(dir, sizeof dir, "%s/w%d", s_tmp, w);
-        s_run(dir, w, false);
+        s_run(dir, w, NULL, NULL, NULL, NULL);
         s_perplexities(dir, ppl[w - 1]);
     }
     char dir[128];
@@ -241,7 +244,11 @@ static void test_perplexity_across_shards(void) {
 static void test_adaptive(void) {
     char dir[128], path[256], *events = NULL;
     snprintf(dir, sizeof dir, "%s/adaptive", s_tmp);
-    s_run(dir, 1, true);
+    /* one greedy dataset every 2 steps, adapting */
+    s_run(dir, 1,
+          "{\"every_steps\": 2, \"heldout_count\": 50, \"adaptive\": true,"
+          " \"adaptive_ceiling\": 8}",
+          NULL, NULL, NULL);
     snprintf(path, sizeof path, "%s/events.jsonl", dir);
     CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
     int doubled = 0;
@@ -270,12 +277,88 @@ static void test_adaptive(void) {
     CHECK(evals >= 2 && evals < 1 + S_STEPS / 2 + 1); /* fewer than fixed every-2 would give */
 }
 
+/*  A host reward function that is slow on one eval worker's thread: the first eval thread to
+    call is fast, any other sleeps 2 ms per completion (a slow reward service). */
+typedef struct {
+    pthread_mutex_t lock;
+    bt_task_t *task; /* tells held-out (evaluation) prompts from training ones */
+    pthread_t fast;
+    bool have_fast;
+} s_slow;
+
+static double s_slow_reward(const char *prompt, const char *completion, size_t len,
+                            const char *answer, void *user) {
+    (void)completion;
+    (void)len;
+    (void)answer;
+    s_slow *s = user;
+    bool heldout = false;
+    for (size_t i = 0; i < bt_task_heldout_count(s->task) && !heldout; i++) {
+        bt_task_example ex;
+        bt_task_heldout_example(s->task, i, &ex);
+        heldout = strcmp(ex.prompt, prompt) == 0;
+    }
+    if (!heldout)
+        return 0.0;
+    pthread_mutex_lock(&s->lock);
+    if (!s->have_fast) {
+        s->fast = pthread_self();
+        s->have_fast = true;
+    }
+    bool slow = !pthread_equal(s->fast, pthread_self());
+    pthread_mutex_unlock(&s->lock);
+    if (slow)
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    return 0.0;
+}
+
+/*  After the first evaluation has measured both eval workers, the slow one gets the smaller
+    shard, so it does not hold the evaluation back. */
+static void test_slow_worker(void) {
+    s_slow slow = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    bt_task_arith_config tc; /* the demo's task */
+    bt_task_arith_config_init(&tc);
+    tc.digits = 2;
+    tc.operators = "+";
+    tc.heldout_size = 200;
+    CHECK_OK(bt_task_new_arith(&tc, &slow.task));
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/slow", s_tmp);
+    s_run(dir, 2, "{\"every_steps\": 10, \"heldout_count\": 200, \"max_new_tokens\": 4}",
+          s_slow_reward, &slow, "grpo.steps=40");
+    cJSON *lines[S_MAX_LINES];
+    int n = s_lines(dir, lines), evals = 0, measured = 0;
+    double first_done = INFINITY; /* when the first evaluation, which measured both, finished */
+    for (int i = 0; i < n; i++) {
+        const cJSON *l = lines[i];
+        if (strcmp(s_str(l, "kind"), "eval") != 0)
+            continue;
+        long a = 0, b = 0;
+        CHECK(sscanf(s_str(l, "shard_items"), "%ld,%ld", &a, &b) == 2 && a + b == 200);
+        double started = s_num(l, "time") - s_num(l, "eval_s");
+        if (s_num(l, "step") == 0) {
+            CHECK(a == 100 && b == 100); /* nothing measured yet: an even split */
+            first_done = s_num(l, "time");
+        } else if (started > first_done) { /* speeds known: the slow worker gets less */
+            CHECK((a > b ? a : b) >= 140);
+            measured++;
+        }
+        evals++;
+    }
+    for (int i = 0; i < n; i++)
+        cJSON_Delete(lines[i]);
+    CHECK(evals == 5); /* steps 0, 10, 20, 30, 40 */
+    CHECK(measured >= 2);
+    bt_task_destroy(&slow.task);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_eval_run_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     test_two_workers_three_datasets();
     test_perplexity_across_shards();
     test_adaptive();
+    test_slow_worker();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     if (check_exit() == 0)

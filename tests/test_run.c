@@ -80,7 +80,8 @@ static char *s_metrics_without_timing(const char *dir) {
         CHECK(j != NULL);
         if (!j)
             continue;
-        const char *varying[] = {"time", "tokens_per_s", "eval_s", "peak_rss_mb", "shards"};
+        const char *varying[] = {"time", "tokens_per_s", "eval_s", "peak_rss_mb", "shards",
+                                 "shard_items"};
         for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
             cJSON_DeleteItemFromObject(j, varying[k]);
         lines[n++] = cJSON_PrintUnformatted(j);
