@@ -604,7 +604,10 @@ int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt
     double p = kind == BT_EVAL_GENERATE     ? s_metrics_generate(&m, s)
                : kind == BT_EVAL_PERPLEXITY ? s_metrics_perplexity(&m, s)
                                             : s_metrics_probes(&m, s, probes, n_probes);
-    s_put(&m, "tokens_per_s", s->compute_s > 0 ? s->generated_tokens / s->compute_s : NAN);
+    double tokens = s->generated_tokens + (double)s->nll_tokens; /* generated or scored */
+    for (int64_t i = 0; i < s->n_probes; i++)
+        tokens += (double)(s->probe_tokens[i][0] + s->probe_tokens[i][1]);
+    s_put(&m, "tokens_per_s", s->compute_s > 0 ? tokens / s->compute_s : NAN);
     s_put(&m, "peak_rss_mb", s->peak_rss_mb);
     if (primary)
         *primary = p;

@@ -164,7 +164,8 @@ typedef struct bt_eval_metric {
     pass@k_stderr, maj@k when samples > 1], reward_mean, reward_std, response_len_mean,
     response_len_p50, response_len_p90, truncated_frac, [robust.<perturbation>]; perplexity:
     texts, tokens, nll_per_token, perplexity; probes: probe.<name>.logp or pair.<name>.ok per
-    probe, [pairs_accuracy]; then tokens_per_s and peak_rss_mb for every kind.  Writes at most max
+    probe, [pairs_accuracy]; then tokens_per_s (tokens generated, or scored by perplexity and
+    probes, per second of compute) and peak_rss_mb for every kind.  Writes at most max
     into out and returns how many.  *primary (may be NULL) gets the metric adaptive triggers follow,
     higher is better: accuracy, -nll_per_token, pairs_accuracy or else the mean probe log-prob. */
 int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt_eval_probe *probes,
