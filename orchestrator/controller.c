@@ -425,6 +425,7 @@ static bt_status s_receive(bt_controller_t *self) {
 }
 
 static bt_status s_poll_evals(bt_controller_t *self);
+static bt_status s_eval_wait(bt_controller_t *self, const struct s_evaluation *ev);
 static int s_first_generate(const bt_run_config *c);
 
 /*  Hands out what can be handed out, then waits (at most a heartbeat) for messages and expires
@@ -571,8 +572,8 @@ static int s_evals_active(const bt_controller_t *self) {
 static bt_status s_eval_start(bt_controller_t *self, int ds, const char *phase, const char *trigger,
                               int64_t step, s_evaluation **out) {
     const bt_eval_dataset *d = &self->cfg->eval.datasets[ds];
-    while (s_evals_active(self) == S_MAX_EVALS)
-        BT_TRY(s_turn(self));
+    while (s_evals_active(self) == S_MAX_EVALS) /* all slots taken: wait for one */
+        BT_TRY(s_eval_wait(self, &self->evals[0]));
     s_evaluation *ev = NULL;
     for (int i = 0; i < S_MAX_EVALS && !ev; i++)
         ev = self->evals[i].active ? NULL : &self->evals[i];
