@@ -3,11 +3,13 @@
 #include "baton/fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 bt_status bt_file_read(const char *path, size_t max, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -74,4 +76,39 @@ bt_status bt_file_write(const char *path, const void *data, size_t len) {
     if (!f)
         return BT_EIO;
     return bt_file_finish(f, path, len == 0 || fwrite(data, 1, len, f) == len);
+}
+
+uint64_t bt_hash64(const void *data, size_t len) {
+    return XXH3_64bits(data, len);
+}
+
+bt_status bt_file_hash(const char *path, uint64_t *hash, uint64_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    XXH3_state_t *st = XXH3_createState();
+    bt_status status = st && XXH3_64bits_reset(st) == XXH_OK ? BT_OK : BT_ENOMEM;
+    char buf[1 << 16];
+    uint64_t total = 0;
+    for (size_t n; status == BT_OK && (n = fread(buf, 1, sizeof buf, f)) > 0; total += n)
+        if (XXH3_64bits_update(st, buf, n) != XXH_OK)
+            status = BT_ENOMEM;
+    if (status == BT_OK && ferror(f))
+        status = bt_fail(BT_EIO, "%s: cannot read: %s", path, strerror(errno));
+    if (status == BT_OK) {
+        *hash = XXH3_64bits_digest(st);
+        *size = total;
+    }
+    XXH3_freeState(st);
+    fclose(f);
+    return status;
+}
+
+bt_status bt_dir_sync(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? BT_OK : bt_fail(BT_EIO, "%s: cannot fsync: %s", path, strerror(errno));
 }

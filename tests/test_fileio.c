@@ -115,7 +115,31 @@ static void test_write_replaces_an_existing_file(void) {
     free(text);
 }
 
+/*  XXH3-64: the published value of the empty input, and a file hashed in chunks equals its bytes
+    hashed at once. */
+static void test_hash(void) {
+    CHECK(bt_hash64("", 0) == UINT64_C(0x2D06800538D394C2));
+    enum { N = 200000 }; /* several 64 KiB chunks and a partial one */
+    static unsigned char data[N];
+    for (int i = 0; i < N; i++)
+        data[i] = (unsigned char)(i * 2654435761u >> 13);
+    char path[] = "/tmp/baton_hash_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(bt_file_write(path, data, N));
+    uint64_t h = 0, size = 0;
+    CHECK_OK(bt_file_hash(path, &h, &size));
+    CHECK(size == N && h == bt_hash64(data, N));
+    data[N / 2] ^= 1; /* one flipped bit changes it */
+    CHECK(h != bt_hash64(data, N));
+    remove(path);
+    CHECK(bt_file_hash(path, &h, &size) == BT_EIO);
+    CHECK_OK(bt_dir_sync("/tmp"));
+}
+
 int main(void) {
+    test_hash();
     snprintf(s_dir, sizeof s_dir, "/tmp/bt_fileio_XXXXXX");
     if (!mkdtemp(s_dir)) {
         perror("mkdtemp");

@@ -29,6 +29,14 @@ FILE *bt_file_create(const char *path);
     "PATH: write failed: ..."; else BT_OK.  Takes ownership of f: it is closed in every case. */
 bt_status bt_file_finish(FILE *f, const char *path, bool ok);
 
+/*  XXH3 64-bit hash of len bytes (the MANIFEST and cache hash). */
+uint64_t bt_hash64(const void *data, size_t len);
+/*  XXH3 64-bit hash and size of the file at path, read in chunks.  BT_EIO naming the path when it
+    cannot be read. */
+bt_status bt_file_hash(const char *path, uint64_t *hash, uint64_t *size);
+/*  fsyncs the directory at path, so entries created or renamed in it are durable. */
+bt_status bt_dir_sync(const char *path);
+
 /*  Writes len bytes of data to path durably: bt_file_create, fwrite, bt_file_finish. */
 bt_status bt_file_write(const char *path, const void *data, size_t len);
 
