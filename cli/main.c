@@ -10,7 +10,7 @@
 static const char s_usage[] =
     "usage: baton COMMAND [ARGS]\n"
     "commands:\n"
-    "  run CONFIG [--run-dir DIR] [--set key.path=value ...]\n"
+    "  run CONFIG [--run-dir DIR] [--resume [CHECKPOINT]] [--set key.path=value ...]\n"
     "                  train: SFT warm start, then GRPO (configs/arith.json)\n"
     "  eval MODEL [MODEL...] --config CONFIG [--mode MODE]\n"
     "       [--out PATH] [--cache DIR] [--baseline FILE [--max-drop X]]\n"

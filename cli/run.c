@@ -1,4 +1,5 @@
-/*  run.c — `baton run CONFIG [--run-dir DIR] [--set key.path=value ...]`. */
+/*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT]] [--set key.path=value ...]`.
+ */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
@@ -44,7 +45,8 @@ static void s_progress(const bt_progress *p, void *user) {
         snprintf(reward, sizeof reward, "%.3f", p->reward_mean);
     if (isfinite(p->tokens_per_s))
         snprintf(tps, sizeof tps, "%.0f", p->tokens_per_s);
-    fprintf(stderr, "%s%-4s step %lld/%lld  reward %s  accuracy %s  tok/s %s  elapsed %.0fs  ETA %s%s",
+    fprintf(stderr,
+            "%s%-4s step %lld/%lld  reward %s  accuracy %s  tok/s %s  elapsed %.0fs  ETA %s%s",
             d->tty ? "\r\033[K" : "", p->phase, (long long)p->step, (long long)p->total, reward,
             acc, tps, p->elapsed_s, eta, d->tty ? "" : "\n");
     if (d->tty && !strcmp(p->phase, "done"))
@@ -53,12 +55,14 @@ static void s_progress(const bt_progress *p, void *user) {
 }
 
 int bt_cli_run(int argc, char **argv) {
-    const char *path = NULL, *dir = NULL;
+    const char *path = NULL, *dir = NULL, *resume = NULL;
     const char *sets[S_MAX_SETS];
     int n_sets = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--run-dir") && i + 1 < argc)
             dir = argv[++i];
+        else if (!strcmp(argv[i], "--resume")) /* an optional folder: the next non-option */
+            resume = i + 1 < argc && argv[i + 1][0] != '-' && path ? argv[++i] : "";
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
             sets[n_sets++] = argv[++i];
         else if (argv[i][0] == '-' || path)
@@ -80,6 +84,8 @@ int bt_cli_run(int argc, char **argv) {
     }
     if (dir)
         bt_run_set_dir(run, dir);
+    if (resume)
+        bt_run_set_resume(run, resume);
     s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
     bt_run_set_progress(run, s_progress, &d);
     bt_status st = bt_run_start(run);
@@ -94,8 +100,9 @@ int bt_cli_run(int argc, char **argv) {
         fprintf(stderr, "\nbaton: run failed: %s\n", err);
     bt_controller_stats s = bt_run_stats(run);
     if (s.malformed || s.late_results || s.lost_workers || s.failed_tasks)
-        fprintf(stderr, "baton: %lld malformed messages, %lld late results, %lld lost workers, "
-                        "%lld failed tasks\n",
+        fprintf(stderr,
+                "baton: %lld malformed messages, %lld late results, %lld lost workers, "
+                "%lld failed tasks\n",
                 (long long)s.malformed, (long long)s.late_results, (long long)s.lost_workers,
                 (long long)s.failed_tasks);
     printf("run directory: %s\n", bt_run_dir(run));

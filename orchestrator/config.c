@@ -161,6 +161,16 @@ static const s_key s_keys[] = {
     S_INT_KEY("workers.eval", workers.eval, 1, 0, S_INF),
     S_INT_KEY("workers.heartbeat_ms", workers.heartbeat_ms, 500, 1, S_INF),
     S_INT_KEY("workers.expiry_ms", workers.expiry_ms, 5000, 1, S_INF),
+
+    S_INT_KEY("checkpoint.light_every_steps", checkpoint.light_every_steps, 0, 0, S_INF),
+    S_INT_KEY("checkpoint.full_every_steps", checkpoint.full_every_steps, 0, 0, S_INF),
+    S_NUM_KEY("checkpoint.full_every_secs", checkpoint.full_every_secs, 0, 0, S_INF, 0),
+    S_INT_KEY("checkpoint.keep_last", checkpoint.keep_last, 3, 1, S_INF),
+    S_INT_KEY("checkpoint.keep_every", checkpoint.keep_every, 0, 0, S_INF),
+    S_STR_KEY("checkpoint.mirror_dir", checkpoint.mirror_dir, "", NULL, NULL),
+    S_NUM_KEY("checkpoint.spike_factor", checkpoint.spike_factor, 0, 0, S_INF, 0),
+
+    S_INT_KEY("debug.inject_nan_at_step", debug.inject_nan_at_step, 0, 0, S_INF),
 };
 enum { S_NKEYS = sizeof s_keys / sizeof s_keys[0] };
 

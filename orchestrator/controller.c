@@ -2,9 +2,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/controller.h"
 
+#include "baton/checkpoint.h"
+#include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/registry.h"
 #include "baton/rollout.h"
+#include "baton/runstate.h"
+#include "baton/safetensors.h"
 #include "baton/shard.h"
 #include "baton/tokenizer.h"
 #include "baton/wire.h"
@@ -19,9 +23,11 @@
 enum {
     S_JOIN_TIMEOUT_MS = 60000,
     S_MAX_ATTEMPTS = 4,
-    S_MAX_EVALS = 16,  /* evaluations in flight at once */
-    S_MAX_SHARDS = 64, /* shards of one evaluation */
-    S_TRACK = 1024     /* workers whose weights version and speed are tracked */
+    S_MAX_EVALS = 16,      /* evaluations in flight at once */
+    S_MAX_SHARDS = 64,     /* shards of one evaluation */
+    S_TRACK = 1024,        /* workers whose weights version and speed are tracked */
+    S_ROLLBACK_EVERY = 10, /* steps between in-memory snapshots: the most a rollback loses */
+    S_MAX_ROLLBACKS = 3    /* rollbacks to one snapshot before the run gives up */
 };
 
 /*  A WEIGHTS message shared by the controller (the latest) and the evaluations pinned to it. */
@@ -35,7 +41,7 @@ struct s_evaluation;
 
 /*  One unit of work for a worker; the TASK message is built from it at each hand-out. */
 typedef struct s_job {
-    const char *kind; /* "rollout", "train", "sft", "eval" */
+    const char *kind; /* "rollout", "train", "sft", "eval", "restore", "snapshot" */
     bt_role role;
     int64_t start, count, seed;
     double lr;
@@ -43,6 +49,9 @@ typedef struct s_job {
     const uint64_t *prompts;       /* rollout: training-stream indices [count] */
     const bt_rollout_batch *batch; /* train */
     const double *adv;             /* train: [batch->n] */
+    bool inject_nan;               /* train: debug.inject_nan_at_step */
+    const bt_msg_t *state;         /* restore: the trainer state to load */
+    int64_t restore_version;       /* restore: the version the loaded weights get */
     struct s_evaluation *ev;       /* eval: the evaluation the shard belongs to */
     bt_msg_t *result;              /* owned once the task is done */
     double compute_s;              /* the worker's compute time for it */
@@ -81,6 +90,18 @@ struct bt_controller {
     s_evaluation evals[S_MAX_EVALS];
     int64_t worker_version[S_TRACK];             /* eval workers: weights held; -1: unknown */
     double speed[S_TRACK][BT_EVAL_MAX_DATASETS]; /* eval workers: items per second (EMA) */
+    /* checkpoints and faults */
+    bt_msg_t *snap;           /* the trainer's state at saved.step (a snapshot or restore TASK) */
+    bt_run_state saved;       /* the controller's state at the same point */
+    int rollbacks;            /* rollbacks to the current snapshot */
+    bt_ckpt_writer_t *writer; /* when checkpoints are configured */
+    bool full_owed;           /* a full checkpoint is due but the writer was busy */
+    double last_full_s;       /* training seconds at the last full checkpoint */
+    bool nan_injected;
+    double loss_ema; /* |loss|, for spike detection */
+    int64_t loss_n;
+    char resume[BT_CONFIG_PATH_MAX]; /* with resuming: "" = LATEST, else a checkpoint folder */
+    bool resuming;
     double wait_since;         /* while s_eval_wait waits: when it began; else NaN */
     double wait_busy[S_TRACK]; /* eval worker compute inside that wait */
     int64_t step;              /* GRPO steps done */
@@ -147,6 +168,8 @@ void bt_controller_destroy(bt_controller_t **self_p) {
             s_weights_release(&self->evals[i].weights);
         }
     s_weights_release(&self->weights);
+    bt_ckpt_writer_destroy(&self->writer);
+    bt_msg_destroy(&self->snap);
     free(self);
     *self_p = NULL;
 }
@@ -293,6 +316,16 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         int64_t shape[1] = {j->batch->n};
         BT_TRY(bt_batch_to_msg(j->batch, m));
         BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
+        BT_TRY(bt_msg_set_bool(m, "inject_nan", j->inject_nan));
+    } else if (!strcmp(j->kind, "restore")) {
+        int64_t steps;
+        BT_TRY(bt_msg_get_int(j->state, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
+        BT_TRY(bt_msg_set_int(m, "adam_steps", steps));
+        BT_TRY(bt_msg_set_int(m, "restore_version", j->restore_version));
+        for (int i = 0; i < bt_msg_tensor_count(j->state); i++) {
+            bt_msg_tensor t = bt_msg_tensor_at(j->state, i);
+            BT_TRY(bt_msg_add_tensor(m, t.name, t.dtype, t.ndim, t.shape, t.data));
+        }
     } else if (!strcmp(j->kind, "eval")) {
         BT_TRY(bt_msg_set_int(m, "dataset", j->ev->ds));
         /* the SFT early-stop check needs accuracy only */
@@ -430,6 +463,8 @@ static bt_status s_receive(bt_controller_t *self) {
 static bt_status s_poll_evals(bt_controller_t *self);
 static bt_status s_eval_wait(bt_controller_t *self, const struct s_evaluation *ev);
 static int s_first_generate(const bt_run_config *c);
+static bt_status s_snapshot(bt_controller_t *self);
+static bt_status s_resume(bt_controller_t *self);
 
 /*  Hands out what can be handed out, then waits (at most a heartbeat) for messages and expires
     silent workers. */
@@ -838,13 +873,30 @@ bt_status bt_controller_start(bt_controller_t *self) {
     BT_TRY(s_await_workers(self));
     s_event(self, "workers_ready", NULL, NULL);
     BT_TRY(s_eval_setup(self));
+    const bt_run_config *c = self->cfg;
+    if (c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
+        c->checkpoint.light_every_steps > 0) {
+        bt_ckpt_config cc = {.keep_last = c->checkpoint.keep_last,
+                             .keep_every = c->checkpoint.keep_every};
+        snprintf(cc.dir, sizeof cc.dir, "%s", bt_runlog_dir(self->log));
+        snprintf(cc.mirror_dir, sizeof cc.mirror_dir, "%s", c->checkpoint.mirror_dir);
+        self->writer = bt_ckpt_writer_new(&cc);
+        if (!self->writer)
+            return BT_EIO;
+    }
+    if (self->resuming) {
+        BT_TRY(s_resume(self));
+        s_report(self, "rl", self->step, c->grpo.steps, NAN);
+        return BT_OK;
+    }
     bt_train_clock_start(&self->clock, bt_now());
     BT_TRY(s_sft(self));
-    for (int i = 0; i < self->cfg->eval.n_datasets && self->cfg->workers.eval > 0; i++) {
+    for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++) {
         bt_trigger_mark(&self->triggers[i], 0, s_epoch(self), 0);
         BT_TRY(s_eval_start(self, i, "rl", "start", 0, NULL));
     }
-    s_report(self, "rl", 0, self->cfg->grpo.steps, NAN);
+    BT_TRY(s_snapshot(self)); /* the first point a rollback can return to */
+    s_report(self, "rl", 0, c->grpo.steps, NAN);
     return BT_OK;
 }
 
@@ -909,8 +961,9 @@ static int64_t s_select(const bt_run_config *c, const bt_rollout_batch *in, bt_r
     return kept;
 }
 
+/*  *updated: false when dynamic sampling left nothing to train on (no update was made). */
 static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled, double lr,
-                         bt_trainer_stats *out) {
+                         bt_trainer_stats *out, bool *updated) {
     const bt_run_config *c = self->cfg;
     bt_rollout_batch batch;
     bt_rollout_batch_init(&batch);
@@ -922,8 +975,10 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
                                   .clip_frac = NAN,
                                   .entropy = NAN,
                                   .grad_norm = NAN}; /* nothing to learn from: no update */
+        *updated = false;
         return st;
     }
+    *updated = true;
     double *adv = malloc(sizeof *adv * (size_t)(batch.n + 1));
     if (!adv) {
         bt_rollout_batch_release(&batch);
@@ -933,12 +988,16 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
     bt_config_grpo(c, &gc);
     /* advantages in float64 at the controller (DESIGN.md, step 3) */
     st = bt_grpo_advantages(batch.rewards, batch.n_prompts, batch.group_size, gc.adv_norm, adv);
+    /* debug.inject_nan_at_step: once, even when a rollback replays that step */
+    bool inject = c->debug.inject_nan_at_step == self->step + 1 && !self->nan_injected;
+    self->nan_injected |= inject;
     s_job job = {.kind = "train",
                  .role = BT_ROLE_TRAINER,
                  .lr = lr,
                  .publish = true,
                  .batch = &batch,
-                 .adv = adv};
+                 .adv = adv,
+                 .inject_nan = inject};
     if (st == BT_OK)
         st = s_run_jobs(self, &job, 1);
     if (st == BT_OK)
@@ -946,6 +1005,353 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
     s_jobs_release(&job, 1);
     bt_rollout_batch_release(&batch);
     free(adv);
+    return st;
+}
+
+/* ---- snapshots, checkpoints, rollback, resume -------------------------------------------------
+ */
+
+static double s_train_seconds(const bt_controller_t *self) {
+    return bt_train_clock_seconds(&self->clock, bt_now());
+}
+
+/*  The controller's state now, for a snapshot.  Evaluations pinned to older versions must have
+    finished (their lines are then before metrics_size); those of the current version are listed
+    to be run again by a resume. */
+static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *out) {
+    memset(out, 0, sizeof *out);
+    *out = (bt_run_state){.step = self->step,
+                          .version = self->version,
+                          .cursor = self->cursor,
+                          .train_seconds = s_train_seconds(self),
+                          .last_reward = self->last_reward,
+                          .last_accuracy = self->last_accuracy,
+                          .metrics_size = bt_runlog_metrics_size(self->log),
+                          .canary_loss = canary,
+                          .nan_injected = self->nan_injected,
+                          .loss_ema = self->loss_ema,
+                          .loss_n = self->loss_n,
+                          .n_triggers = self->cfg->eval.n_datasets};
+    memcpy(out->triggers, self->triggers, sizeof out->triggers);
+    for (int i = 0; i < S_MAX_EVALS && out->n_pending < BT_RUNSTATE_MAX_PENDING; i++) {
+        const s_evaluation *ev = &self->evals[i];
+        if (ev->active && !strcmp(ev->phase, "rl"))
+            out->pending[out->n_pending++] =
+                (bt_runstate_eval){.dataset = ev->ds, .step = ev->step};
+        if (ev->active && !strcmp(ev->phase, "rl"))
+            snprintf(out->pending[out->n_pending - 1].trigger, sizeof out->pending[0].trigger, "%s",
+                     ev->trigger);
+    }
+}
+
+/*  Puts the controller back to a captured state; the cursor only with restore_cursor (a rollback
+    keeps it, so the batches since the snapshot, the offending one included, are skipped). */
+static void s_state_apply(bt_controller_t *self, const bt_run_state *st, bool restore_cursor) {
+    self->step = st->step;
+    if (restore_cursor)
+        self->cursor = st->cursor;
+    self->last_reward = st->last_reward;
+    self->last_accuracy = st->last_accuracy;
+    self->nan_injected |= st->nan_injected;
+    self->loss_ema = st->loss_ema;
+    self->loss_n = st->loss_n;
+    for (int i = 0; i < st->n_triggers && i < self->cfg->eval.n_datasets; i++) {
+        bt_trigger_config cfg = self->triggers[i].cfg; /* the config's, not the file's */
+        self->triggers[i] = st->triggers[i];
+        self->triggers[i].cfg = cfg;
+    }
+}
+
+/*  Asks the trainer for its whole state (weights, AdamW moments, canary loss) and keeps it, with
+    the controller's state, as the point a rollback returns to and a checkpoint writes. */
+static bt_status s_snapshot(bt_controller_t *self) {
+    for (int i = 0; i < S_MAX_EVALS; i++)
+        if (self->evals[i].active && self->evals[i].version < self->version)
+            BT_TRY(s_eval_wait(self, &self->evals[i]));
+    s_job job = {.kind = "snapshot", .role = BT_ROLE_TRAINER};
+    bt_status st = s_run_jobs(self, &job, 1);
+    double canary = NAN;
+    if (st == BT_OK)
+        st = bt_msg_get_double(job.result, "canary_loss", 0, 1e300, &canary);
+    if (st != BT_OK) {
+        s_jobs_release(&job, 1);
+        return st;
+    }
+    bt_msg_destroy(&self->snap);
+    self->snap = job.result;
+    job.result = NULL;
+    s_state_capture(self, canary, &self->saved);
+    self->rollbacks = 0;
+    return BT_OK;
+}
+
+/*  Loads a trainer state (the in-memory snapshot, or one read from a checkpoint) as version, and
+    checks the canary loss the trainer computes against the one recorded with it. */
+static bt_status s_restore_trainer(bt_controller_t *self, const bt_msg_t *state, int64_t version,
+                                   double canary) {
+    s_job job = {.kind = "restore",
+                 .role = BT_ROLE_TRAINER,
+                 .publish = true,
+                 .state = state,
+                 .restore_version = version};
+    bt_status st = s_run_jobs(self, &job, 1);
+    double got = NAN;
+    if (st == BT_OK)
+        st = bt_msg_get_double(job.result, "canary_loss", 0, 1e300, &got);
+    s_jobs_release(&job, 1);
+    BT_TRY(st);
+    if (!(fabs(got - canary) <= 1e-9 * fmax(1.0, fabs(canary))))
+        return bt_fail(BT_EINVAL,
+                       "controller: the restored trainer's canary loss is %.17g, the checkpoint "
+                       "recorded %.17g",
+                       got, canary);
+    return BT_OK;
+}
+
+/*  A diverged step: back to the last snapshot (at most S_ROLLBACK_EVERY steps ago), skipping the
+    batches since, the offending one included. */
+static bt_status s_rollback(bt_controller_t *self, const char *reason) {
+    if (!self->snap)
+        return bt_fail(BT_EIO, "controller: %s, and there is no snapshot to roll back to", reason);
+    if (++self->rollbacks > S_MAX_ROLLBACKS)
+        return bt_fail(BT_EIO, "controller: %s, after %d rollbacks to step %lld", reason,
+                       S_MAX_ROLLBACKS, (long long)self->saved.step);
+    int64_t from = self->step + 1;
+    /* a fresh version number: evaluations may still hold the discarded ones */
+    BT_TRY(s_restore_trainer(self, self->snap, self->version + 1, self->saved.canary_loss));
+    uint64_t skipped_from = self->saved.cursor, skipped_to = self->cursor;
+    s_state_apply(self, &self->saved, false);
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "rollback");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_int(&line, "from_step", from);
+    bt_jsonl_int(&line, "to_step", self->step);
+    bt_jsonl_str(&line, "reason", reason);
+    bt_jsonl_int(&line, "skipped_from", (int64_t)skipped_from);
+    bt_jsonl_int(&line, "skipped_to", (int64_t)skipped_to);
+    return bt_runlog_event(self->log, &line);
+}
+
+/*  Why the step's statistics call for a rollback, or NULL. */
+static const char *s_diverged(bt_controller_t *self, const bt_trainer_stats *ts, char *buf,
+                              size_t len) {
+    if (!isfinite(ts->loss) || !isfinite(ts->grad_norm)) {
+        snprintf(buf, len, "non-finite %s at step %lld", isfinite(ts->loss) ? "gradient" : "loss",
+                 (long long)self->step + 1);
+        return buf;
+    }
+    double f = self->cfg->checkpoint.spike_factor, a = fabs(ts->loss);
+    if (f > 0 && self->loss_n >= 5 && a > f * self->loss_ema) {
+        snprintf(buf, len, "loss %.4g at step %lld is %.1f times its running mean", ts->loss,
+                 (long long)self->step + 1, a / self->loss_ema);
+        return buf;
+    }
+    self->loss_ema = self->loss_n ? 0.9 * self->loss_ema + 0.1 * a : a;
+    self->loss_n++;
+    return NULL;
+}
+
+static void s_ckpt_reject(const char *folder, const char *reason, void *user) {
+    bt_controller_t *self = user;
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "checkpoint_rejected");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_str(&line, "folder", folder);
+    bt_jsonl_str(&line, "reason", reason);
+    bt_runlog_event(self->log, &line);
+}
+
+/*  Writes the writer's finished saves as events. */
+static void s_ckpt_poll(bt_controller_t *self) {
+    bt_ckpt_result r;
+    while (self->writer && bt_ckpt_writer_poll(self->writer, &r)) {
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", r.status == BT_OK ? "checkpoint_saved" : "checkpoint_failed");
+        bt_jsonl_num(&line, "time", bt_now() - self->t0);
+        bt_jsonl_int(&line, "step", r.step);
+        bt_jsonl_str(&line, "kind", r.full ? "full" : "light");
+        bt_jsonl_str(&line, r.status == BT_OK ? "folder" : "reason",
+                     r.status == BT_OK ? r.path : r.error);
+        bt_jsonl_num(&line, "seconds", r.seconds);
+        bt_runlog_event(self->log, &line);
+    }
+}
+
+/*  The model files of a checkpoint: config.json and model.safetensors (Hugging Face names) from
+    tensors named prefix + NAME of msg. */
+static bt_status s_ckpt_add_model(bt_ckpt_snapshot_t *snap, const bt_run_config *c,
+                                  const bt_msg_t *msg, const char *prefix) {
+    char *config = bt_model_config_to_json(&c->model);
+    bt_status st = config ? bt_ckpt_snapshot_add_text(snap, "config.json", config) : BT_ENOMEM;
+    free(config);
+    int n = bt_msg_tensor_count(msg), k = 0;
+    bt_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    if (!t)
+        return BT_ENOMEM;
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        bt_msg_tensor m = bt_msg_tensor_at(msg, i);
+        if (strncmp(m.name, prefix, plen) != 0)
+            continue;
+        t[k] =
+            (bt_st_tensor){.name = m.name + plen, .dtype = m.dtype, .ndim = m.ndim, .data = m.data};
+        memcpy(t[k++].shape, m.shape, sizeof m.shape);
+    }
+    if (st == BT_OK)
+        st = bt_ckpt_snapshot_add_tensors(snap, "model.safetensors", t, k);
+    free(t);
+    return st;
+}
+
+/*  A full checkpoint of the snapshot just taken: model (a Hugging Face folder), optimizer
+    (moments and step count), state.json.  Handed to the background writer. */
+static bt_status s_ckpt_full(bt_controller_t *self) {
+    bt_ckpt_snapshot_t *snap = bt_ckpt_snapshot_new(self->saved.step, true);
+    if (!snap)
+        return BT_ENOMEM;
+    bt_status st = s_ckpt_add_model(snap, self->cfg, self->snap, "param.");
+    int n = bt_msg_tensor_count(self->snap), k = 0;
+    bt_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    int64_t steps = 0;
+    if (!t)
+        st = BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_msg_get_int(self->snap, "adam_steps", 0, BT_WIRE_INT_MAX, &steps);
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        bt_msg_tensor m = bt_msg_tensor_at(self->snap, i);
+        if (strncmp(m.name, "exp_avg", 7) != 0)
+            continue;
+        t[k] = (bt_st_tensor){.name = m.name, .dtype = m.dtype, .ndim = m.ndim, .data = m.data};
+        memcpy(t[k++].shape, m.shape, sizeof m.shape);
+    }
+    t[k++] = (bt_st_tensor){.name = "adam_steps", .dtype = BT_I64, .ndim = 0, .data = &steps};
+    if (st == BT_OK)
+        st = bt_ckpt_snapshot_add_tensors(snap, "optimizer.safetensors", t, k);
+    free(t);
+    char *state = st == BT_OK ? bt_run_state_to_json(&self->saved) : NULL;
+    if (st == BT_OK)
+        st = state ? bt_ckpt_snapshot_add_text(snap, "state.json", state) : BT_ENOMEM;
+    free(state);
+    if (st == BT_OK)
+        st = bt_ckpt_writer_submit(self->writer, &snap);
+    bt_ckpt_snapshot_destroy(&snap); /* still ours when the writer was busy */
+    return st;
+}
+
+/*  Light checkpoint: the latest published weights as a model folder. */
+static bt_status s_ckpt_light(bt_controller_t *self) {
+    if (!self->weights)
+        return BT_OK;
+    bt_ckpt_snapshot_t *snap = bt_ckpt_snapshot_new(self->step, false);
+    bt_status st = snap ? s_ckpt_add_model(snap, self->cfg, self->weights->msg, "") : BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_ckpt_writer_submit(self->writer, &snap);
+    bt_ckpt_snapshot_destroy(&snap);
+    return st;
+}
+
+/*  After a step: the in-memory snapshot every S_ROLLBACK_EVERY steps, and the checkpoints due. */
+static bt_status s_after_step_state(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    double secs = s_train_seconds(self);
+    bool full =
+        self->writer &&
+        ((c->checkpoint.full_every_steps > 0 && self->step % c->checkpoint.full_every_steps == 0) ||
+         (c->checkpoint.full_every_secs > 0 &&
+          secs - self->last_full_s >= c->checkpoint.full_every_secs) ||
+         self->full_owed);
+    bool light = self->writer && c->checkpoint.light_every_steps > 0 &&
+                 self->step % c->checkpoint.light_every_steps == 0;
+    if (full && bt_ckpt_writer_is_busy(self->writer)) { /* at most one save in flight */
+        self->full_owed = true;
+        full = false;
+    }
+    if (full || self->step % S_ROLLBACK_EVERY == 0)
+        BT_TRY(s_snapshot(self));
+    if (full) {
+        BT_TRY(s_ckpt_full(self));
+        self->full_owed = false;
+        self->last_full_s = secs;
+    } else if (light && !bt_ckpt_writer_is_busy(self->writer)) {
+        BT_TRY(s_ckpt_light(self));
+    }
+    s_ckpt_poll(self);
+    return BT_OK;
+}
+
+/*  The trainer state a checkpoint folder holds, as a restore message, and its run state. */
+static bt_status s_ckpt_read(const char *folder, bt_msg_t **state_out, bt_run_state *run) {
+    char path[BT_CONFIG_PATH_MAX + 128], *text = NULL;
+    snprintf(path, sizeof path, "%s/state.json", folder);
+    BT_TRY(bt_file_read(path, 64 << 20, &text, NULL));
+    bt_status st = bt_run_state_from_json(text, path, run);
+    free(text);
+    bt_msg_t *m = bt_msg_new(BT_MSG_TASK);
+    bt_safetensors_t *files[2] = {NULL, NULL};
+    const char *names[2] = {"model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 2 && st == BT_OK; f++) {
+        snprintf(path, sizeof path, "%s/%s", folder, names[f]);
+        st = bt_safetensors_open(path, &files[f]);
+    }
+    for (int f = 0; f < 2 && st == BT_OK; f++)
+        for (int i = 0; i < bt_safetensors_count(files[f]) && st == BT_OK; i++) {
+            const bt_st_entry *e = bt_safetensors_entry(files[f], i);
+            char name[BT_WIRE_NAME_MAX];
+            if (f == 1 && !strcmp(e->name, "adam_steps")) {
+                int64_t steps;
+                memcpy(&steps, e->data, sizeof steps);
+                st = bt_msg_set_int(m, "adam_steps", steps);
+                continue;
+            }
+            snprintf(name, sizeof name, "%s%s", f == 0 ? "param." : "", e->name);
+            st = bt_msg_add_tensor(m, name, e->dtype, e->ndim, e->shape, e->data);
+        }
+    for (int f = 0; f < 2; f++)
+        bt_safetensors_destroy(&files[f]);
+    if (st == BT_OK && !m)
+        st = BT_ENOMEM;
+    if (st != BT_OK)
+        bt_msg_destroy(&m);
+    *state_out = m;
+    return st;
+}
+
+/*  --resume: the newest verified checkpoint (or the one named), loaded into the trainer and the
+    controller; metrics.jsonl cut back to the checkpoint; its pending evaluations started again. */
+static bt_status s_resume(bt_controller_t *self) {
+    char folder[BT_CONFIG_PATH_MAX];
+    if (self->resume[0]) {
+        snprintf(folder, sizeof folder, "%s", self->resume);
+        BT_TRY(bt_ckpt_verify(folder));
+    } else {
+        BT_TRY(bt_ckpt_find_latest(bt_runlog_dir(self->log), s_ckpt_reject, self, folder,
+                                   sizeof folder));
+    }
+    bt_msg_t *state = NULL;
+    bt_run_state run;
+    BT_TRY(s_ckpt_read(folder, &state, &run));
+    bt_status st = s_restore_trainer(self, state, run.version, run.canary_loss);
+    if (st == BT_OK)
+        st = bt_runlog_truncate_metrics(self->log, run.metrics_size);
+    if (st != BT_OK) {
+        bt_msg_destroy(&state);
+        return st;
+    }
+    bt_msg_destroy(&self->snap);
+    self->snap = state;
+    self->saved = run;
+    s_state_apply(self, &run, true);
+    bt_train_clock_init(&self->clock, run.train_seconds);
+    bt_train_clock_start(&self->clock, bt_now());
+    self->last_full_s = run.train_seconds;
+    s_event(self, "resumed", "folder", folder);
+    for (int i = 0; i < run.n_pending && st == BT_OK; i++)
+        if (run.pending[i].dataset >= 0 && run.pending[i].dataset < self->cfg->eval.n_datasets)
+            st = s_eval_start(self, run.pending[i].dataset, "rl", run.pending[i].trigger,
+                              run.pending[i].step, NULL);
     return st;
 }
 
@@ -961,9 +1367,17 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_rollout_batch batch;
     bt_rollout_batch_init(&batch);
     bt_trainer_stats ts = {0};
+    bool updated = false;
     bt_status st = s_rollout(self, &batch);
     if (st == BT_OK)
-        st = s_train(self, &batch, lr, &ts);
+        st = s_train(self, &batch, lr, &ts, &updated);
+    char why[160];
+    if (st == BT_OK && updated && s_diverged(self, &ts, why, sizeof why)) {
+        bt_rollout_batch_release(&batch);
+        BT_TRY(s_rollback(self, why));
+        s_report(self, "rl", self->step, c->grpo.steps, NAN);
+        return BT_OK;
+    }
     double reward = 0, length = 0;
     for (int64_t i = 0; i < batch.n; i++) {
         reward += batch.rewards[i];
@@ -994,8 +1408,12 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     BT_TRY(bt_runlog_metric(self->log, &line));
     bool last = self->step == c->grpo.steps;
     BT_TRY(s_eval_after_step(self, last));
+    BT_TRY(s_after_step_state(self));
     if (last) { /* the run's results are complete when the last step returns */
         BT_TRY(s_eval_wait(self, NULL));
+        if (self->writer)
+            bt_ckpt_writer_wait(self->writer);
+        s_ckpt_poll(self);
         char dir[BT_CONFIG_PATH_MAX + 16];
         snprintf(dir, sizeof dir, "%s/model", bt_runlog_dir(self->log));
         BT_TRY(bt_controller_save_policy(self, dir));
@@ -1004,6 +1422,11 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     s_report(self, "rl", self->step, c->grpo.steps, tps);
     *done = last;
     return BT_OK;
+}
+
+void bt_controller_set_resume(bt_controller_t *self, const char *folder) {
+    self->resuming = true;
+    snprintf(self->resume, sizeof self->resume, "%s", folder ? folder : "");
 }
 
 bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {

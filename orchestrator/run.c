@@ -29,6 +29,8 @@ struct bt_run {
     void *progress_user;
     bt_reward_fn *reward;
     void *reward_user;
+    bool resume;
+    char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
     bt_controller_t *ctl;
@@ -65,6 +67,11 @@ bt_run_t *bt_run_new(const char *config_json, const char *source, const char *co
 const bt_run_config *bt_run_config_of(const bt_run_t *self) {
     return &self->cfg;
 }
+void bt_run_set_resume(bt_run_t *self, const char *folder) {
+    self->resume = true;
+    snprintf(self->resume_from, sizeof self->resume_from, "%s", folder ? folder : "");
+}
+
 void bt_run_set_dir(bt_run_t *self, const char *dir) {
     snprintf(self->dir, sizeof self->dir, "%s", dir);
 }
@@ -121,6 +128,8 @@ bt_status bt_run_start(bt_run_t *self) {
     if (!self->ctl)
         return BT_EIO;
     bt_controller_set_progress(self->ctl, self->progress, self->progress_user);
+    if (self->resume)
+        bt_controller_set_resume(self->ctl, self->resume_from);
     bt_status st = s_spawn(self, BT_ROLE_TRAINER, self->cfg.workers.trainer);
     if (st == BT_OK)
         st = s_spawn(self, BT_ROLE_ROLLOUT, self->cfg.workers.rollout);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct bt_runlog {
     char dir[PATH_MAX];
@@ -156,6 +157,20 @@ bt_status bt_runlog_metric(bt_runlog_t *self, const bt_jsonl *line) {
 
 bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line) {
     return s_write(self->events, "events.jsonl", line);
+}
+
+int64_t bt_runlog_metrics_size(bt_runlog_t *self) {
+    fflush(self->metrics);
+    struct stat st;
+    return fstat(fileno(self->metrics), &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size) {
+    fflush(self->metrics);
+    if (size < 0 || ftruncate(fileno(self->metrics), (off_t)size) != 0)
+        return bt_fail(BT_EIO, "%s/metrics.jsonl: cannot truncate to %lld bytes: %s", self->dir,
+                       (long long)size, strerror(errno));
+    return BT_OK; /* opened for appending: the next line goes at the new end */
 }
 
 const char *bt_runlog_dir(const bt_runlog_t *self) {

@@ -347,9 +347,10 @@ static void test_send_refuses_incomplete(void) {
     CHECK_OK(bt_msg_set_str(m, "kind", "pretrain"));
     CHECK(bt_msg_send(&m, s_router, WORKER_ID, strlen(WORKER_ID)) == BT_EFORMAT);
     CHECK(m == NULL);
-    CHECK_STR_CONTAINS(bt_last_error(),
-                       "TASK: field 'kind': expected one of rollout, train, sft, eval, got "
-                       "\"pretrain\"");
+    CHECK_STR_CONTAINS(
+        bt_last_error(),
+        "TASK: field 'kind': expected one of rollout, train, sft, eval, restore, snapshot, got "
+        "\"pretrain\"");
     m = bt_msg_new(BT_MSG_FAIL);
     CHECK(bt_msg_send(&m, s_dealer, NULL, 0) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "FAIL: field 'task': missing");

@@ -2,6 +2,7 @@
 #include "baton/messages.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -228,27 +229,47 @@ bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
 
 /* ---- trainer statistics ---------------------------------------------------------------------- */
 
+/*  A non-finite statistic (a NaN loss, an infinite gradient norm) is left out and counted. */
+static bt_status s_set_stat(bt_msg_t *msg, const char *key, double value, int *nonfinite) {
+    if (isfinite(value))
+        return bt_msg_set_double(msg, key, value);
+    (*nonfinite)++;
+    return BT_OK;
+}
+
+static bt_status s_get_stat(const bt_msg_t *msg, const char *key, double lo, double hi, bool finite,
+                            double *out) {
+    *out = NAN;
+    if (finite || bt_msg_has(msg, key))
+        return bt_msg_get_double(msg, key, lo, hi, out);
+    return BT_OK;
+}
+
 bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg) {
-    BT_TRY(bt_msg_set_double(msg, "stats.loss", s->loss));
-    BT_TRY(bt_msg_set_double(msg, "stats.pg_loss", s->pg_loss));
-    BT_TRY(bt_msg_set_double(msg, "stats.kl", s->kl));
-    BT_TRY(bt_msg_set_double(msg, "stats.clip_frac", s->clip_frac));
-    BT_TRY(bt_msg_set_double(msg, "stats.entropy", s->entropy));
-    BT_TRY(bt_msg_set_double(msg, "stats.grad_norm", s->grad_norm));
-    BT_TRY(bt_msg_set_double(msg, "stats.tokens", s->tokens));
+    int bad = 0;
+    BT_TRY(s_set_stat(msg, "stats.loss", s->loss, &bad));
+    BT_TRY(s_set_stat(msg, "stats.pg_loss", s->pg_loss, &bad));
+    BT_TRY(s_set_stat(msg, "stats.kl", s->kl, &bad));
+    BT_TRY(s_set_stat(msg, "stats.clip_frac", s->clip_frac, &bad));
+    BT_TRY(s_set_stat(msg, "stats.entropy", s->entropy, &bad));
+    BT_TRY(s_set_stat(msg, "stats.grad_norm", s->grad_norm, &bad));
+    BT_TRY(s_set_stat(msg, "stats.tokens", s->tokens, &bad));
+    BT_TRY(bt_msg_set_bool(msg, "stats.finite", bad == 0));
     return bt_msg_set_int(msg, "version", s->version);
 }
 
 bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) {
     const double big = 1e300;
+    bool f;
     memset(out, 0, sizeof *out);
-    BT_TRY(bt_msg_get_double(msg, "stats.loss", -big, big, &out->loss));
-    BT_TRY(bt_msg_get_double(msg, "stats.pg_loss", -big, big, &out->pg_loss));
-    BT_TRY(bt_msg_get_double(msg, "stats.kl", -big, big, &out->kl));
-    BT_TRY(bt_msg_get_double(msg, "stats.clip_frac", 0, 1, &out->clip_frac));
-    BT_TRY(bt_msg_get_double(msg, "stats.entropy", -big, big, &out->entropy));
-    BT_TRY(bt_msg_get_double(msg, "stats.grad_norm", 0, big, &out->grad_norm));
-    BT_TRY(bt_msg_get_double(msg, "stats.tokens", 0, big, &out->tokens));
+    BT_TRY(bt_msg_get_bool(msg, "stats.finite", &f));
+    BT_TRY(s_get_stat(msg, "stats.loss", -big, big, f, &out->loss));
+    BT_TRY(s_get_stat(msg, "stats.pg_loss", -big, big, f, &out->pg_loss));
+    BT_TRY(s_get_stat(msg, "stats.kl", -big, big, f, &out->kl));
+    BT_TRY(s_get_stat(msg, "stats.clip_frac", 0, 1, f, &out->clip_frac));
+    BT_TRY(s_get_stat(msg, "stats.entropy", -big, big, f, &out->entropy));
+    BT_TRY(s_get_stat(msg, "stats.grad_norm", 0, big, f, &out->grad_norm));
+    BT_TRY(s_get_stat(msg, "stats.tokens", 0, big, f, &out->tokens));
     return bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &out->version);
 }
 
@@ -335,4 +356,85 @@ bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
                 return bt_fail(BT_EFORMAT, "RESULT: probe_nll: not a finite NLL");
     }
     return BT_OK;
+}
+
+/* ---- trainer state ----------------------------------------------------------------------------
+ */
+
+/*  "param.NAME", "exp_avg.NAME", "exp_avg_sq.NAME". */
+static const char *const s_state_kinds[3] = {"param.", "exp_avg.", "exp_avg_sq."};
+
+bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg) {
+    bt_model *policy = bt_trainer_policy(tr);
+    bt_adamw *opt = bt_trainer_optimizer(tr);
+    bt_tensor *const *params = bt_model_params(policy);
+    BT_TRY(bt_msg_set_int(msg, "version", bt_trainer_version(tr)));
+    BT_TRY(bt_msg_set_int(msg, "adam_steps", bt_adamw_steps(opt)));
+    bt_status st = BT_OK;
+    for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
+        bt_tensor *t[3] = {params[i], NULL, NULL};
+        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
+        int ndim = bt_ndim(params[i]);
+        int64_t shape[BT_MAX_DIMS];
+        for (int d = 0; d < ndim; d++)
+            shape[d] = bt_dim(params[i], d);
+        size_t nbytes = (size_t)bt_numel(params[i]) * sizeof(float);
+        for (int k = 0; k < 3 && st == BT_OK; k++) { /* a host copy each: training goes on */
+            char name[BT_WIRE_NAME_MAX];
+            snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
+            float *host = malloc(nbytes ? nbytes : 1);
+            st = host ? bt_to_host(t[k], host, nbytes) : BT_ENOMEM;
+            if (st == BT_OK)
+                st = bt_msg_add_tensor_zero_copy(msg, name, BT_F32, ndim, shape, host, NULL, NULL);
+            else
+                free(host);
+        }
+    }
+    return st;
+}
+
+bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr) {
+    bt_model *policy = bt_trainer_policy(tr);
+    bt_adamw *opt = bt_trainer_optimizer(tr);
+    bt_tensor *const *params = bt_model_params(policy);
+    int64_t steps;
+    BT_TRY(bt_msg_get_int(msg, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx)
+        return BT_ENOMEM;
+    bool grad = bt_set_grad_enabled(false);
+    bt_status st = BT_OK;
+    for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
+        bt_tensor *t[3] = {params[i], NULL, NULL};
+        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
+        for (int k = 0; k < 3 && st == BT_OK; k++) {
+            char name[BT_WIRE_NAME_MAX];
+            snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
+            bt_msg_tensor m;
+            st = bt_msg_get_tensor(msg, name, BT_F32, bt_ndim(params[i]), &m);
+            for (int d = 0; st == BT_OK && d < m.ndim; d++)
+                if (m.shape[d] != bt_dim(params[i], d))
+                    st = bt_fail(BT_EFORMAT, "trainer state: %s: shape differs from the model's",
+                                 name);
+            if (st != BT_OK)
+                break;
+            float *host = malloc(m.nbytes ? m.nbytes : 1); /* frames are not aligned */
+            if (!host) {
+                st = BT_ENOMEM;
+                break;
+            }
+            memcpy(host, m.data, m.nbytes);
+            bt_tensor *src = bt_from_host(ctx, BT_F32, bt_device_of(t[k]), m.ndim, m.shape, host);
+            st = src ? bt_copy_(t[k], src) : BT_ETORCH;
+            free(host);
+            bt_ctx_reset(ctx);
+        }
+    }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&ctx);
+    if (st == BT_OK) {
+        bt_adamw_set_steps(opt, steps);
+        bt_trainer_set_version(tr, version);
+    }
+    return st;
 }

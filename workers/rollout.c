@@ -65,10 +65,10 @@ bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t
 /*  The examples of indices[0 .. n): each prompt encoded (BOS + bytes) and its answer, copied. */
 typedef struct s_prompts {
     int64_t n;
-    int64_t longest;   /* longest encoded prompt */
-    int32_t **ids;     /* (n) encoded prompts */
-    int64_t *lens;     /* (n) */
-    char **answers;    /* (n) */
+    int64_t longest; /* longest encoded prompt */
+    int32_t **ids;   /* (n) encoded prompts */
+    int64_t *lens;   /* (n) */
+    char **answers;  /* (n) */
 } s_prompts;
 
 static void s_prompts_release(s_prompts *p) {
@@ -165,7 +165,8 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
     BT_ASSERT(model && tok && task && cfg && out && (indices || n_prompts == 0));
     bt_rollout_batch_release(out);
     if (n_prompts < 1 || cfg->group_size < 1)
-        return bt_fail(BT_EINVAL, "rollout: need n_prompts >= 1 and group_size >= 1, got %lld, %lld",
+        return bt_fail(BT_EINVAL,
+                       "rollout: need n_prompts >= 1 and group_size >= 1, got %lld, %lld",
                        (long long)n_prompts, (long long)cfg->group_size);
     const int64_t G = cfg->group_size, n = n_prompts * G, M = cfg->sample.max_new_tokens;
     s_prompts p;
@@ -342,13 +343,14 @@ bt_status bt_weights_load(bt_model *model, const bt_weights *w) {
             st = bt_fail(BT_EINVAL, "weights load: the model has no parameter %s", w->names[i]);
             break;
         }
-        if (w->ndim[i] < 0 || w->ndim[i] > BT_MAX_DIMS || !s_same_shape(p, w->ndim[i], w->shape[i])) {
-            st = bt_fail(BT_EINVAL, "weights load: %s: shape differs from the model's",
-                         w->names[i]);
+        if (w->ndim[i] < 0 || w->ndim[i] > BT_MAX_DIMS ||
+            !s_same_shape(p, w->ndim[i], w->shape[i])) {
+            st =
+                bt_fail(BT_EINVAL, "weights load: %s: shape differs from the model's", w->names[i]);
             break;
         }
-        st = bt_copy_(p, bt_from_host(ctx, BT_F32, bt_model_device(model), w->ndim[i],
-                                      w->shape[i], w->data[i]));
+        st = bt_copy_(p, bt_from_host(ctx, BT_F32, bt_model_device(model), w->ndim[i], w->shape[i],
+                                      w->data[i]));
         bt_ctx_reset(ctx);
     }
     bt_set_grad_enabled(grad);
@@ -370,8 +372,7 @@ bt_status bt_weights_copy(bt_model *dst, const bt_model *src) {
         for (int k = 0; k < bt_ndim(s); k++)
             shape[k] = bt_dim(s, k);
         if (!s_same_shape(d, bt_ndim(s), shape))
-            st = bt_fail(BT_EINVAL, "weights copy: %s: shapes differ",
-                         bt_model_param_name(src, i));
+            st = bt_fail(BT_EINVAL, "weights copy: %s: shapes differ", bt_model_param_name(src, i));
         else
             st = bt_copy_(d, s);
     }

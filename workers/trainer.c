@@ -67,11 +67,21 @@ void bt_trainer_destroy(bt_trainer_t **self_p) {
     *self_p = NULL;
 }
 
-bt_model *bt_trainer_policy(bt_trainer_t *self) { return self->policy; }
-bt_model *bt_trainer_reference(bt_trainer_t *self) { return self->reference; }
-bt_adamw *bt_trainer_optimizer(bt_trainer_t *self) { return self->opt; }
-int64_t bt_trainer_version(const bt_trainer_t *self) { return self->version; }
-void bt_trainer_set_version(bt_trainer_t *self, int64_t version) { self->version = version; }
+bt_model *bt_trainer_policy(bt_trainer_t *self) {
+    return self->policy;
+}
+bt_model *bt_trainer_reference(bt_trainer_t *self) {
+    return self->reference;
+}
+bt_adamw *bt_trainer_optimizer(bt_trainer_t *self) {
+    return self->opt;
+}
+int64_t bt_trainer_version(const bt_trainer_t *self) {
+    return self->version;
+}
+void bt_trainer_set_version(bt_trainer_t *self, int64_t version) {
+    self->version = version;
+}
 
 /* ---- sequences ------------------------------------------------------------------------------ */
 
@@ -80,8 +90,8 @@ static bt_status s_check_batch(const bt_trainer_t *self, const bt_rollout_batch 
         return bt_fail(BT_EINVAL, "trainer: empty batch");
     const bt_model_config *mc = bt_model_get_config(self->policy);
     for (int64_t c = 0; c < b->n; c++) {
-        if (b->prompt_lens[c] < 1 || b->prompt_lens[c] > b->max_prompt_len ||
-            b->lengths[c] < 0 || b->lengths[c] > b->max_new_tokens)
+        if (b->prompt_lens[c] < 1 || b->prompt_lens[c] > b->max_prompt_len || b->lengths[c] < 0 ||
+            b->lengths[c] > b->max_new_tokens)
             return bt_fail(BT_EINVAL,
                            "trainer: completion %lld: prompt length %lld or completion length "
                            "%lld out of range",
@@ -190,8 +200,8 @@ static bt_status s_grpo_micro(bt_trainer_t *self, bt_ctx *ctx, const bt_rollout_
     bt_tensor *entropy = NULL; /* (B, T-1) */
     bt_tensor *logp = bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, temperature,
                                               &entropy); /* (B, T-1) */
-    bt_tensor *loss = bt_grpo_loss(ctx, cfg, logp, m.old, ref_logp, m.adv, m.cmask, entropy,
-                                   normaliser, gs);
+    bt_tensor *loss =
+        bt_grpo_loss(ctx, cfg, logp, m.old, ref_logp, m.adv, m.cmask, entropy, normaliser, gs);
     double value = 0.0;
     st = loss ? bt_item(loss, &value) : BT_ETORCH;
     if (st == BT_OK)
@@ -210,8 +220,9 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
     if (st != BT_OK)
         return st;
     if (cfg->kl_coef != 0.0 && !self->reference)
-        return bt_fail(BT_EINVAL, "trainer: kl_coef is %g but the trainer keeps no reference "
-                                  "(set reference in its config)",
+        return bt_fail(BT_EINVAL,
+                       "trainer: kl_coef is %g but the trainer keeps no reference "
+                       "(set reference in its config)",
                        cfg->kl_coef);
     double normaliser = bt_grpo_normaliser(cfg, batch->lengths, batch->n);
     if (!(normaliser > 0))
@@ -252,38 +263,49 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
 
 /* ---- SFT ------------------------------------------------------------------------------------ */
 
-bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
-                              bt_trainer_stats *stats) {
-    BT_ASSERT(self && batch);
+/*  The supervised loss of batch (mean NLL per completion token), with its gradients when
+    backward is set. */
+static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, bool backward,
+                            double *loss, double *tokens) {
     bt_status st = s_check_batch(self, batch);
     if (st != BT_OK)
         return st;
-    double tokens = 0.0;
+    *tokens = 0.0;
+    *loss = 0.0;
     for (int64_t c = 0; c < batch->n; c++)
-        tokens += (double)batch->lengths[c];
-    if (!(tokens > 0))
+        *tokens += (double)batch->lengths[c];
+    if (!(*tokens > 0))
         return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
     bt_ctx *ctx = bt_ctx_new();
     if (!ctx)
         return bt_fail(BT_ENOMEM, "trainer: out of memory");
-    double loss = 0.0, grad_norm = 0.0;
+    bool grad = bt_set_grad_enabled(backward);
     for (int64_t s = 0; s < batch->n && st == BT_OK; s += self->cfg.micro_batch) {
         int64_t B = batch->n - s < self->cfg.micro_batch ? batch->n - s : self->cfg.micro_batch;
         s_micro m;
         st = s_micro_build(ctx, self->policy, batch, s, B, NULL, &m);
         if (st == BT_OK) {
-            bt_tensor *logp = bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, 1.0,
-                                                      NULL); /* (B, T-1) */
-            bt_tensor *l = bt_sft_loss(ctx, logp, m.cmask, tokens);
+            bt_tensor *logp =
+                bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, 1.0, NULL); /* (B, T-1) */
+            bt_tensor *l = bt_sft_loss(ctx, logp, m.cmask, *tokens);
             double value = 0.0;
             st = l ? bt_item(l, &value) : BT_ETORCH;
-            if (st == BT_OK)
+            if (st == BT_OK && backward)
                 st = bt_backward(l);
-            loss += value;
+            *loss += value;
         }
         bt_ctx_reset(ctx);
     }
+    bt_set_grad_enabled(grad);
     bt_ctx_destroy(&ctx);
+    return st;
+}
+
+bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
+                              bt_trainer_stats *stats) {
+    BT_ASSERT(self && batch);
+    double loss = 0.0, tokens = 0.0, grad_norm = 0.0;
+    bt_status st = s_sft_pass(self, batch, true, &loss, &tokens);
     if (st == BT_OK)
         st = s_update(self, lr, &grad_norm);
     else
@@ -295,4 +317,10 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
                                     .sequences = batch->n,
                                     .version = self->version};
     return st;
+}
+
+bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch, double *loss) {
+    BT_ASSERT(self && batch && loss);
+    double tokens = 0.0;
+    return s_sft_pass(self, batch, false, loss, &tokens);
 }

@@ -9,6 +9,7 @@
 #include "baton/trainer.h"
 #include "baton/wire.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,11 +140,46 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     return st;
 }
 
+/*  The supervised loss of a fixed batch (demonstrations of training-stream examples 0..7): a
+    checkpoint records it and a restored trainer must reproduce it. */
+static bt_status s_canary(s_compute *c, double *loss) {
+    const uint64_t idx[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    bt_status st = bt_rollout_demonstrations(c->tok, c->task, idx, 8, &b);
+    if (st == BT_OK)
+        st = bt_trainer_sft_loss(c->trainer, &b, loss);
+    bt_rollout_batch_release(&b);
+    return st;
+}
+
+/*  The trainer's whole state and its canary loss, into res. */
+static bt_status s_snapshot(s_compute *c, bt_msg_t *res) {
+    double canary = 0;
+    BT_TRY(s_canary(c, &canary));
+    BT_TRY(bt_msg_set_double(res, "canary_loss", canary));
+    return bt_trainer_state_to_msg(c->trainer, res);
+}
+
+/*  Loads a saved trainer state as version restore_version, then publishes its weights; returns
+    the canary loss. */
+static bt_status s_task_restore(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
+    int64_t version;
+    BT_TRY(bt_msg_get_int(task, "restore_version", 0, BT_WIRE_INT_MAX, &version));
+    BT_TRY(bt_trainer_state_from_msg(task, version, c->trainer));
+    double canary = 0;
+    BT_TRY(s_canary(c, &canary));
+    *publish = true;
+    return bt_msg_set_double(res, "canary_loss", canary);
+}
+
 static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     double lr;
+    bool inject_nan;
     bt_msg_tensor adv;
     BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
     BT_TRY(bt_msg_get_bool(task, "publish", publish));
+    BT_TRY(bt_msg_get_bool(task, "inject_nan", &inject_nan));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
     BT_TRY(bt_batch_from_msg(task, &b));
@@ -159,6 +195,8 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
     bt_config_grpo(&c->cfg, &gc);
     if (st == BT_OK) {
         memcpy(a, adv.data, adv.nbytes);
+        for (int64_t i = 0; inject_nan && i < b.n; i++) /* debug.inject_nan_at_step */
+            a[i] = NAN;
         st = bt_trainer_grpo_step(c->trainer, &b, a, lr, &gc, &stats);
     }
     if (st == BT_OK)
@@ -232,6 +270,10 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
             st = s_task_train(c, task, res, &publish);
         else if (!strcmp(kind, "sft") && trainer)
             st = s_task_sft(c, task, res, &publish);
+        else if (!strcmp(kind, "restore") && trainer)
+            st = s_task_restore(c, task, res, &publish);
+        else if (!strcmp(kind, "snapshot") && trainer)
+            st = s_snapshot(c, res);
         else if (!strcmp(kind, "eval") && c->role == BT_ROLE_EVAL)
             st = s_task_eval(c, task, res);
         else

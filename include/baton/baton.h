@@ -30,6 +30,9 @@ void bt_run_destroy(bt_run_t **self_p);
 const bt_run_config *bt_run_config_of(const bt_run_t *self);
 /*  The run directory; default "runs/<run.name>".  Before bt_run_start. */
 void bt_run_set_dir(bt_run_t *self, const char *dir);
+/*  Continue from a checkpoint of the run directory: folder "" or NULL is the newest verified one
+    (corrupt ones skipped, each an event), else that folder.  Before bt_run_start. */
+void bt_run_set_resume(bt_run_t *self, const char *folder);
 const char *bt_run_dir(const bt_run_t *self);
 /*  The controller's endpoint; default a private inproc:// one.  An ipc:// or tcp:// endpoint lets
     other processes reach the controller too.  Before bt_run_start. */

@@ -119,6 +119,18 @@ typedef struct bt_run_config {
         int64_t heartbeat_ms;
         int64_t expiry_ms;
     } workers;
+    struct {
+        int64_t light_every_steps;
+        int64_t full_every_steps;
+        double full_every_secs;
+        int64_t keep_last;
+        int64_t keep_every;
+        char mirror_dir[BT_CONFIG_PATH_MAX];
+        double spike_factor;
+    } checkpoint;
+    struct {
+        int64_t inject_nan_at_step;
+    } debug;
 } bt_run_config;
 
 /*  Every key at its default (unresolved: grpo.max_tokens, eval.max_new_tokens and

@@ -50,7 +50,12 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
 void bt_controller_destroy(bt_controller_t **self_p);
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user);
 
-/*  Waits for the configured workers, runs the SFT warm start and the step-0 evaluation. */
+/*  Before bt_controller_start: continue from a checkpoint instead of starting afresh.  folder ""
+    or NULL: the newest verified one under the run directory (corrupt ones are skipped, each an
+    event with its reason); else that checkpoint folder, which must verify. */
+void bt_controller_set_resume(bt_controller_t *self, const char *folder);
+/*  Waits for the configured workers, then runs the SFT warm start and the step-0 evaluation, or
+    with bt_controller_set_resume restores the checkpoint. */
 bt_status bt_controller_start(bt_controller_t *self);
 /*  One GRPO step (and its evaluation when due); *done is set after the last step. */
 bt_status bt_controller_step(bt_controller_t *self, bool *done);

@@ -35,13 +35,21 @@ bt_status bt_weights_to_msg(bt_weights *w, bt_msg_t *msg);
 bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out);
 
 /*  Fields version, stats.loss, stats.pg_loss, stats.kl, stats.clip_frac, stats.entropy,
-    stats.grad_norm, stats.tokens. */
+    stats.grad_norm, stats.tokens, and stats.finite: false when one of them was NaN or infinite
+    (that one is left out and reads back as NaN), so a diverged step still reports. */
 bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg);
 bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out);
 
 /*  Fields examples, samples, completions, correct, reward_sum, length_sum, truncated; tensor
     correct_hist (samples + 1) I64. */
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg);
+/*  A trainer's whole state: fields version and adam_steps; per parameter NAME the F32 tensors
+    param.NAME, exp_avg.NAME and exp_avg_sq.NAME (AdamW's moments), host copies taken now. */
+bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg);
+/*  Loads such a state into tr (its version field is not read): every tensor present with the
+    model's shapes (else BT_EFORMAT naming it), then the step count; the trainer's version becomes
+    version (a rollback gives the restored weights a new, unused version number). */
+bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr);
 bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out);
 
 #ifdef __cplusplus

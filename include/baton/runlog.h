@@ -41,6 +41,11 @@ void bt_runlog_destroy(bt_runlog_t **self_p);
 bt_status bt_runlog_metric(bt_runlog_t *self, const bt_jsonl *line);
 bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line);
 const char *bt_runlog_dir(const bt_runlog_t *self);
+/*  Bytes of metrics.jsonl written so far (a checkpoint records it); -1 on error. */
+int64_t bt_runlog_metrics_size(bt_runlog_t *self);
+/*  Cuts metrics.jsonl back to size bytes: a resume drops the lines written after its checkpoint,
+    which the resumed run writes again. */
+bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size);
 
 /*  mkdir -p. */
 bt_status bt_mkdirs(const char *path);

@@ -85,6 +85,10 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
 bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
                               bt_trainer_stats *stats);
 
+/*  The same supervised loss without gradients or an update: the checkpoints' canary, which a
+    restored trainer must reproduce. */
+bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch, double *loss);
+
 #ifdef __cplusplus
 }
 #endif

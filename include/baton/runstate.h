@@ -1,0 +1,57 @@
+/*  runstate.h — the controller's part of a checkpoint (state.json): step, policy version, data
+    cursor, training time, trigger states, evaluations to run again, fault-handling state.  With
+    the trainer's weights and optimizer it is everything an exact resume needs (every random draw
+    is seeded from run.seed and the step, so there are no generator states to keep).
+    Threading: plain values and functions.  Lifetime: a value with no heap parts. */
+#ifndef BATON_RUNSTATE_H
+#define BATON_RUNSTATE_H
+
+#include "baton/config.h"
+#include "baton/status.h"
+#include "baton/trigger.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BT_RUNSTATE_MAX_PENDING 16
+
+/*  An evaluation that had not finished at the checkpoint, pinned to the checkpoint's version: the
+    resumed run starts it again. */
+typedef struct bt_runstate_eval {
+    int32_t dataset;
+    int64_t step;
+    char trigger[32];
+} bt_runstate_eval;
+
+typedef struct bt_run_state {
+    int64_t step;         /* GRPO steps done */
+    int64_t version;      /* policy version after them */
+    uint64_t cursor;      /* next training-stream index */
+    double train_seconds; /* bt_train_clock at the checkpoint */
+    double last_reward, last_accuracy;
+    int64_t metrics_size; /* bytes of metrics.jsonl at the checkpoint */
+    double canary_loss;   /* the trainer's loss on the fixed canary batch */
+    bool nan_injected;    /* debug.inject_nan_at_step has fired */
+    double loss_ema;      /* |loss| EMA for spike detection, over loss_n steps */
+    int64_t loss_n;
+    int32_t n_triggers;
+    bt_trigger triggers[BT_EVAL_MAX_DATASETS];
+    int32_t n_pending;
+    bt_runstate_eval pending[BT_RUNSTATE_MAX_PENDING];
+} bt_run_state;
+
+/*  JSON text that reads back to the same struct, every double exact.  Caller owns the result;
+    free() it.  NULL when out of memory. */
+char *bt_run_state_to_json(const bt_run_state *s);
+/*  Parses state.json text; source names it in errors ("PATH: triggers[1].interval: ...").
+    BT_EFORMAT for malformed JSON or a missing or mistyped field. */
+bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_state *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

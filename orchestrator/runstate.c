@@ -1,0 +1,150 @@
+/*  runstate.c — state.json; see runstate.h.  cJSON stays in this file. */
+#include "baton/runstate.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { S_I64, S_U64, S_F64, S_BOOL, S_I32 } s_kind;
+
+typedef struct s_field {
+    const char *name;
+    s_kind kind;
+    size_t offset;
+} s_field;
+
+#define S_F(type, f, k)                                                                            \
+    { #f, k, offsetof(type, f) }
+static const s_field s_state[] = {
+    S_F(bt_run_state, step, S_I64),          S_F(bt_run_state, version, S_I64),
+    S_F(bt_run_state, cursor, S_U64),        S_F(bt_run_state, train_seconds, S_F64),
+    S_F(bt_run_state, last_reward, S_F64),   S_F(bt_run_state, last_accuracy, S_F64),
+    S_F(bt_run_state, metrics_size, S_I64),  S_F(bt_run_state, canary_loss, S_F64),
+    S_F(bt_run_state, nan_injected, S_BOOL), S_F(bt_run_state, loss_ema, S_F64),
+    S_F(bt_run_state, loss_n, S_I64),
+};
+static const s_field s_trigger[] = {
+    S_F(bt_trigger, interval, S_I64),   S_F(bt_trigger, last_step, S_I64),
+    S_F(bt_trigger, last_epoch, S_I64), S_F(bt_trigger, last_seconds, S_F64),
+    S_F(bt_trigger, pending, S_BOOL),   S_F(bt_trigger, pending_reasons, S_I32),
+    S_F(bt_trigger, has_value, S_BOOL), S_F(bt_trigger, has_rate, S_BOOL),
+    S_F(bt_trigger, last_value, S_F64), S_F(bt_trigger, last_value_step, S_I64),
+    S_F(bt_trigger, rate_ema, S_F64),   S_F(bt_trigger, fired, S_I64),
+    S_F(bt_trigger, deferred, S_I64),
+};
+static const s_field s_pending[] = {
+    S_F(bt_runstate_eval, dataset, S_I32),
+    S_F(bt_runstate_eval, step, S_I64),
+};
+#define S_N(a) (int)(sizeof a / sizeof a[0])
+
+/*  Numbers as exact text: integers as such, doubles with enough digits to read back the same. */
+static cJSON *s_number(const s_field *f, const void *base) {
+    const char *p = (const char *)base + f->offset;
+    char buf[40];
+    switch (f->kind) {
+    case S_BOOL: return cJSON_CreateBool(*(const bool *)p);
+    case S_I32: snprintf(buf, sizeof buf, "%d", *(const int32_t *)p); break;
+    case S_I64: snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)p); break;
+    case S_U64: snprintf(buf, sizeof buf, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case S_F64:
+        if (!isfinite(*(const double *)p))
+            return cJSON_CreateNull(); /* NaN: nothing known yet */
+        snprintf(buf, sizeof buf, "%.17g", *(const double *)p);
+        break;
+    }
+    return cJSON_CreateRaw(buf);
+}
+
+static bool s_put_fields(cJSON *obj, const s_field *fields, int n, const void *base) {
+    bool ok = obj != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        cJSON *v = s_number(&fields[i], base);
+        ok = v && cJSON_AddItemToObject(obj, fields[i].name, v);
+        if (!ok)
+            cJSON_Delete(v);
+    }
+    return ok;
+}
+
+char *bt_run_state_to_json(const bt_run_state *s) {
+    cJSON *root = cJSON_CreateObject();
+    bool ok = s_put_fields(root, s_state, S_N(s_state), s) &&
+              cJSON_AddNumberToObject(root, "format", 1) != NULL;
+    cJSON *triggers = ok ? cJSON_AddArrayToObject(root, "triggers") : NULL;
+    cJSON *pending = ok ? cJSON_AddArrayToObject(root, "pending_evals") : NULL;
+    ok = ok && triggers && pending;
+    for (int i = 0; ok && i < s->n_triggers; i++) {
+        cJSON *t = cJSON_CreateObject();
+        ok = cJSON_AddItemToArray(triggers, t) &&
+             s_put_fields(t, s_trigger, S_N(s_trigger), &s->triggers[i]);
+    }
+    for (int i = 0; ok && i < s->n_pending; i++) {
+        cJSON *e = cJSON_CreateObject();
+        ok = cJSON_AddItemToArray(pending, e) &&
+             s_put_fields(e, s_pending, S_N(s_pending), &s->pending[i]) &&
+             cJSON_AddStringToObject(e, "trigger", s->pending[i].trigger) != NULL;
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return text;
+}
+
+static bt_status s_get_fields(const cJSON *obj, const s_field *fields, int n, void *base,
+                              const char *where) {
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, fields[i].name);
+        char *p = (char *)base + fields[i].offset;
+        bool ok = fields[i].kind == S_BOOL ? cJSON_IsBool(v)
+                  : fields[i].kind == S_F64
+                      ? cJSON_IsNumber(v) || cJSON_IsNull(v)
+                      : cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+        if (!ok)
+            return bt_fail(BT_EFORMAT, "%s.%s: missing or of the wrong type", where,
+                           fields[i].name);
+        switch (fields[i].kind) {
+        case S_BOOL: *(bool *)p = cJSON_IsTrue(v); break;
+        case S_I32: *(int32_t *)p = (int32_t)v->valuedouble; break;
+        case S_I64: *(int64_t *)p = (int64_t)v->valuedouble; break;
+        case S_U64: *(uint64_t *)p = (uint64_t)v->valuedouble; break;
+        case S_F64: *(double *)p = cJSON_IsNull(v) ? NAN : v->valuedouble; break;
+        }
+    }
+    return BT_OK;
+}
+
+bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_state *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_Parse(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return bt_fail(BT_EFORMAT, "%s: not a JSON object", source);
+    }
+    bt_status st = s_get_fields(root, s_state, S_N(s_state), out, source);
+    const cJSON *triggers = cJSON_GetObjectItemCaseSensitive(root, "triggers");
+    const cJSON *pending = cJSON_GetObjectItemCaseSensitive(root, "pending_evals");
+    if (st == BT_OK && (!cJSON_IsArray(triggers) || !cJSON_IsArray(pending) ||
+                        cJSON_GetArraySize(triggers) > BT_EVAL_MAX_DATASETS ||
+                        cJSON_GetArraySize(pending) > BT_RUNSTATE_MAX_PENDING))
+        st = bt_fail(BT_EFORMAT, "%s: triggers or pending_evals: missing or too long", source);
+    char where[256];
+    for (const cJSON *t = st == BT_OK ? triggers->child : NULL; t && st == BT_OK; t = t->next) {
+        snprintf(where, sizeof where, "%s: triggers[%d]", source, out->n_triggers);
+        st = s_get_fields(t, s_trigger, S_N(s_trigger), &out->triggers[out->n_triggers++], where);
+    }
+    for (const cJSON *e = st == BT_OK ? pending->child : NULL; e && st == BT_OK; e = e->next) {
+        bt_runstate_eval *p = &out->pending[out->n_pending];
+        snprintf(where, sizeof where, "%s: pending_evals[%d]", source, out->n_pending++);
+        st = s_get_fields(e, s_pending, S_N(s_pending), p, where);
+        const char *trigger = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "trigger"));
+        if (st == BT_OK && (!trigger || strlen(trigger) >= sizeof p->trigger))
+            st = bt_fail(BT_EFORMAT, "%s.trigger: missing or too long", where);
+        if (st == BT_OK)
+            snprintf(p->trigger, sizeof p->trigger, "%s", trigger);
+    }
+    cJSON_Delete(root);
+    return st;
+}

@@ -1,0 +1,71 @@
+/*  test_runstate.c — state.json round-trips every field exactly (awkward doubles, NaN, integers
+    near 2^53) and names what is wrong in a bad file. */
+#include "baton/runstate.h"
+#include "check.h"
+
+#include <stdlib.h>
+
+int main(void) {
+    bt_run_state a, b;
+    memset(&a, 0, sizeof a);
+    a.step = 123;
+    a.version = 987;
+    a.cursor = (UINT64_C(1) << 52) + 1;
+    a.train_seconds = 0.1 + 0.2; /* 0.30000000000000004 */
+    a.last_reward = 1e-300;
+    a.last_accuracy = NAN; /* nothing evaluated yet */
+    a.metrics_size = 4096;
+    a.canary_loss = 2.718281828459045;
+    a.nan_injected = true;
+    a.loss_ema = -0.0;
+    a.loss_n = 7;
+    a.n_triggers = 2;
+    bt_trigger_config tc;
+    bt_trigger_config_init(&tc);
+    bt_trigger_init(&a.triggers[0], &tc);
+    a.triggers[1] = a.triggers[0];
+    a.triggers[1].interval = 5;
+    a.triggers[1].last_seconds = 1.0 / 3.0;
+    a.triggers[1].pending = true;
+    a.triggers[1].pending_reasons = BT_TRIGGER_STEPS | BT_TRIGGER_SECONDS;
+    a.triggers[1].has_value = a.triggers[1].has_rate = true;
+    a.triggers[1].last_value = 0.61;
+    a.triggers[1].rate_ema = -0.0125;
+    a.n_pending = 1;
+    a.pending[0] = (bt_runstate_eval){.dataset = 1, .step = 120, .trigger = "steps+seconds"};
+    char *text = bt_run_state_to_json(&a);
+    CHECK(text != NULL);
+    CHECK_OK(bt_run_state_from_json(text, "state.json", &b));
+    CHECK(b.step == a.step && b.version == a.version && b.cursor == a.cursor);
+    CHECK(b.train_seconds == a.train_seconds && b.last_reward == a.last_reward);
+    CHECK(isnan(b.last_accuracy) && b.metrics_size == a.metrics_size);
+    CHECK(b.canary_loss == a.canary_loss && b.nan_injected && b.loss_ema == 0 && b.loss_n == 7);
+    CHECK(b.n_triggers == 2 && b.n_pending == 1);
+    for (int i = 0; i < 2; i++) {
+        const bt_trigger *x = &a.triggers[i], *y = &b.triggers[i];
+        CHECK(x->interval == y->interval && x->last_step == y->last_step);
+        CHECK(x->last_epoch == y->last_epoch && x->last_seconds == y->last_seconds);
+        CHECK(x->pending == y->pending && x->pending_reasons == y->pending_reasons);
+        CHECK(x->has_value == y->has_value && x->has_rate == y->has_rate);
+        CHECK(x->last_value == y->last_value && x->last_value_step == y->last_value_step);
+        CHECK(x->rate_ema == y->rate_ema && x->fired == y->fired && x->deferred == y->deferred);
+    }
+    CHECK(b.pending[0].dataset == 1 && b.pending[0].step == 120);
+    CHECK(strcmp(b.pending[0].trigger, "steps+seconds") == 0);
+    free(text);
+
+    /* bad files name what is wrong */
+    CHECK(bt_run_state_from_json("[1]", "s.json", &b) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "s.json: not a JSON object");
+    CHECK(bt_run_state_from_json("{\"step\": 1.5}", "s.json", &b) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "s.json.step: missing or of the wrong type");
+    text = bt_run_state_to_json(&a);
+    char *cut = strstr(text, "\"rate_ema\"");
+    CHECK(cut != NULL);
+    if (cut)
+        memcpy(cut, "\"rate_emX\"", 10);
+    CHECK(bt_run_state_from_json(text, "s.json", &b) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "triggers[0].rate_ema");
+    free(text);
+    return check_exit();
+}
