@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum {
@@ -668,6 +669,8 @@ static bt_status s_save_into(const char *root, const bt_ckpt_config *cfg,
         return bt_fail(BT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     s_manifest m;
     bt_status rc = s_write_folder(tmp, s);
+    if (rc == BT_OK && cfg->pause_ms > 0) /* a test's window to kill the process mid-save */
+        nanosleep(&(struct timespec){cfg->pause_ms / 1000, (cfg->pause_ms % 1000) * 1000000}, NULL);
     if (rc == BT_OK)
         rc = s_verify(tmp, s, &m);
     if (rc == BT_OK)

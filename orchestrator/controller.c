@@ -877,7 +877,8 @@ bt_status bt_controller_start(bt_controller_t *self) {
     if (c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
         c->checkpoint.light_every_steps > 0) {
         bt_ckpt_config cc = {.keep_last = c->checkpoint.keep_last,
-                             .keep_every = c->checkpoint.keep_every};
+                             .keep_every = c->checkpoint.keep_every,
+                             .pause_ms = c->debug.save_pause_ms};
         snprintf(cc.dir, sizeof cc.dir, "%s", bt_runlog_dir(self->log));
         snprintf(cc.mirror_dir, sizeof cc.mirror_dir, "%s", c->checkpoint.mirror_dir);
         self->writer = bt_ckpt_writer_new(&cc);

@@ -68,6 +68,8 @@ typedef struct bt_ckpt_config {
     char mirror_dir[1024]; /* "" or a second run-like directory, written the same way after dir */
     int64_t keep_last;     /* >= 1: the newest full checkpoints kept, and as many light ones */
     int64_t keep_every;    /* 0, or N: full checkpoints whose step % N == 0 are kept forever */
+    int64_t pause_ms;      /* test hook (debug.save_pause_ms): sleep after writing the files,
+                              before verifying and installing them; 0 in normal use */
 } bt_ckpt_config;
 
 /*  Saves s to dir/ckpt/step-NNNNNNNN (step in at least 8 digits) and then, when set, to

@@ -130,6 +130,7 @@ typedef struct bt_run_config {
     } checkpoint;
     struct {
         int64_t inject_nan_at_step;
+        int64_t save_pause_ms;
     } debug;
 } bt_run_config;
 

@@ -1,0 +1,302 @@
+/*  test_resume.c — faults of a real `baton run` process: killed with SIGKILL at random steps and
+    once in the middle of a checkpoint save, then resumed with --resume, it writes exactly the
+    metrics of an uninterrupted run (timing fields aside); a flipped byte or a deleted file in the
+    newest checkpoint makes the resume fall back to the previous one, with an event naming the
+    reason; a NaN injected into an update rolls back at most 10 steps and the run finishes. */
+#define _DEFAULT_SOURCE
+#include "baton/fileio.h"
+#include "check.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char s_tmp[64], s_config[128];
+
+static const char s_json[] =
+    "{\"run\": {\"name\": \"r\", \"seed\": 3},"
+    " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
+    "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
+    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\","
+    "  \"heldout_size\": 10, \"format_reward\": 0.5},"
+    " \"sft\": {\"steps\": 3, \"batch_size\": 16, \"lr\": 0.003},"
+    " \"grpo\": {\"steps\": 16, \"group_size\": 4, \"prompts_per_step\": 6, \"max_new_tokens\": 3,"
+    "  \"lr\": 0.001},"
+    " \"eval\": {\"every_steps\": 4, \"heldout_count\": 10, \"datasets\": [{\"name\": \"greedy\"},"
+    "  {\"name\": \"sampled\", \"samples\": 4, \"temperature\": 1.0}]},"
+    " \"checkpoint\": {\"full_every_steps\": 3, \"keep_last\": 3},"
+    " \"workers\": {\"rollout\": 1, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50}}";
+
+/*  Starts `baton run CONFIG --run-dir DIR [extra...]` (extra NULL-terminated), output
+    discarded. */
+static pid_t s_start(const char *dir, const char *const *extra) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            _exit(126);
+        const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+        const char *argv[16] = {bin, "run", s_config, "--run-dir", dir};
+        int n = 5;
+        for (int i = 0; extra && extra[i] && n < 15; i++)
+            argv[n++] = extra[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int s_finish(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void s_kill(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/*  The highest train step in DIR/metrics.jsonl. */
+static int s_last_step(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return -1;
+    int best = -1;
+    for (char *p = strstr(text, "{\"kind\":\"train\",\"step\":"); p;
+         p = strstr(p + 1, "{\"kind\":\"train\",\"step\":")) {
+        int s = atoi(p + strlen("{\"kind\":\"train\",\"step\":"));
+        best = s > best ? s : best;
+    }
+    free(text);
+    return best;
+}
+
+static bool s_alive(pid_t pid) {
+    return waitpid(pid, NULL, WNOHANG) == 0;
+}
+
+static void s_nap(void) {
+    nanosleep(&(struct timespec){0, 2000000}, NULL);
+}
+
+/*  Waits (polling) until the run has written train step >= step; false if it ended first. */
+static bool s_wait_step(pid_t pid, const char *dir, int step) {
+    while (s_alive(pid))
+        if (s_last_step(dir) >= step)
+            return true;
+        else
+            s_nap();
+    return false;
+}
+
+/*  The step LATEST names, -1 when there is none. */
+static int s_latest(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/ckpt/LATEST", dir);
+    if (bt_file_read(path, 256, &text, NULL) != BT_OK)
+        return -1;
+    int step = strncmp(text, "step-", 5) == 0 ? atoi(text + 5) : -1;
+    free(text);
+    return step;
+}
+
+/*  Waits until the save of a checkpoint after step `after` is in flight (its .tmp-step-* folder
+    exists). */
+static bool s_wait_saving(pid_t pid, const char *dir, int after) {
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    while (s_alive(pid)) {
+        DIR *d = opendir(ckpt);
+        bool found = false;
+        for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d))
+            found = !strncmp(e->d_name, ".tmp-step-", 10) && atoi(e->d_name + 10) > after;
+        if (d)
+            closedir(d);
+        if (found)
+            return true;
+        s_nap();
+    }
+    return false;
+}
+
+/*  metrics.jsonl without the fields that measure time or memory, sorted. */
+static int s_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+static char *s_metrics(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return NULL;
+    size_t cap = strlen(text) + 2, n = 0, len = 0;
+    char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(l);
+        CHECK(j != NULL);
+        const char *drop[] = {"time",        "tokens_per_s", "eval_s",
+                              "peak_rss_mb", "shards",       "shard_items"};
+        for (size_t k = 0; k < sizeof drop / sizeof *drop; k++)
+            cJSON_DeleteItemFromObject(j, drop[k]);
+        lines[n++] = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+    }
+    qsort(lines, n, sizeof *lines, s_cmp);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    free(text);
+    return out;
+}
+
+static char *s_events(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    bt_file_read(path, 1 << 24, &text, NULL);
+    return text;
+}
+
+/*  Every line of b is in a and the other way round (as sorted text). */
+static void s_check_same(const char *a, const char *b, const char *what) {
+    bool same = a && b && strcmp(a, b) == 0;
+    if (!same)
+        fprintf(stderr, "%s: metrics differ\n--- uninterrupted\n%s--- resumed\n%s", what,
+                a ? a : "(none)", b ? b : "(none)");
+    CHECK(same);
+}
+
+static const char *const s_resume[] = {"--resume", NULL};
+static const char *const s_resume_slow[] = {"--resume", "--set", "debug.save_pause_ms=400", NULL};
+
+/*  Killed at a random step, then in the middle of a save, then at step 14; each time resumed. */
+static void test_kill_and_resume(const char *reference) {
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/killed", s_tmp);
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    int k1 = 4 + rand() % 6; /* a random step in 4..9, after the step-3 checkpoint */
+    fprintf(stderr, "killed at step %d (seed %u), then during a save, then at step 14\n", k1, seed);
+    pid_t pid = s_start(dir, NULL);
+    CHECK(s_wait_step(pid, dir, k1));
+    while (s_alive(pid) && s_latest(dir) < 0) /* the step-3 checkpoint is being written */
+        s_nap();
+    s_kill(pid);
+    int latest = s_latest(dir);
+    CHECK(latest >= 3);
+    pid = s_start(dir, s_resume_slow); /* saves pause 0.4 s before they are verified */
+    CHECK(s_wait_saving(pid, dir, latest));
+    s_kill(pid);
+    pid = s_start(dir, s_resume);
+    CHECK(s_wait_step(pid, dir, 14));
+    s_kill(pid);
+    pid = s_start(dir, s_resume);
+    CHECK(s_finish(pid) == 0);
+    char *events = s_events(dir);
+    CHECK_STR_CONTAINS(events, "\"event\":\"resumed\"");
+    /* the half-written folder of the save that was cut short was found and removed */
+    CHECK_STR_CONTAINS(events, ".tmp-step-");
+    free(events);
+    char *got = s_metrics(dir);
+    s_check_same(reference, got, "killed and resumed");
+    free(got);
+}
+
+/*  Corrupt the newest checkpoint, then the next: each resume falls back one, saying why. */
+static void test_corrupt_fallback(const char *reference) {
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "%s/ref", s_tmp);
+    /* checkpoints at 9, 12, 15 remain (keep_last 3); flip a byte of step 15's weights */
+    snprintf(path, sizeof path, "%s/ckpt/step-00000015/model.safetensors", dir);
+    char *bytes = NULL;
+    size_t len = 0;
+    CHECK_OK(bt_file_read(path, 1 << 26, &bytes, &len));
+    if (bytes && len > 100) {
+        bytes[len - 7] ^= 0x10;
+        CHECK_OK(bt_file_write(path, bytes, len));
+    }
+    free(bytes);
+    CHECK(s_finish(s_start(dir, s_resume)) == 0);
+    char *events = s_events(dir);
+    const char *rej = events ? strstr(events, "\"event\":\"checkpoint_rejected\"") : NULL;
+    CHECK(rej && strstr(rej, "step-00000015") && strstr(rej, "hash mismatch"));
+    const char *res = rej ? strstr(rej, "\"event\":\"resumed\"") : NULL;
+    CHECK(res && strstr(res, "step-00000012"));
+    free(events);
+    char *got = s_metrics(dir);
+    s_check_same(reference, got, "resumed from step 12");
+    free(got);
+
+    /* the resume above saved step 15 again; now delete a file from it */
+    snprintf(path, sizeof path, "%s/ckpt/step-00000015/optimizer.safetensors", dir);
+    CHECK(remove(path) == 0);
+    CHECK(s_finish(s_start(dir, s_resume)) == 0);
+    events = s_events(dir);
+    const char *last = events;
+    for (const char *p = last ? strstr(last, "checkpoint_rejected") : NULL; p;
+         p = strstr(p + 1, "checkpoint_rejected"))
+        last = p;
+    CHECK(last && strstr(last, "step-00000015") && strstr(last, "optimizer.safetensors") &&
+          strstr(last, "missing"));
+    free(events);
+    got = s_metrics(dir);
+    s_check_same(reference, got, "resumed again");
+    free(got);
+}
+
+/*  A NaN update at step 7: back to the snapshot of step 6 (every full checkpoint is one), that
+    batch skipped, the run finishes with finite losses. */
+static void test_nan_rollback(void) {
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/nan", s_tmp);
+    const char *const set[] = {"--set", "debug.inject_nan_at_step=7", NULL};
+    CHECK(s_finish(s_start(dir, set)) == 0);
+    char *events = s_events(dir);
+    const char *rb = events ? strstr(events, "\"event\":\"rollback\"") : NULL;
+    CHECK(rb != NULL);
+    if (rb) {
+        int from = atoi(strstr(rb, "\"from_step\":") + 12);
+        int to = atoi(strstr(rb, "\"to_step\":") + 10);
+        CHECK(from == 7 && to >= from - 10 && to < from);
+        CHECK(strstr(rb, "non-finite") != NULL);
+    }
+    free(events);
+    CHECK(s_last_step(dir) == 16);
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &text, NULL));
+    /* every training line is finite */
+    const char *after = text ? strstr(text, "\"loss\":null") : NULL;
+    int nulls = 0;
+    for (const char *p = after; p; p = strstr(p + 1, "\"loss\":null"))
+        nulls++;
+    CHECK(nulls == 0); /* the diverged step writes an event, not a training line */
+    free(text);
+}
+
+int main(void) {
+    snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_resume_XXXXXX");
+    CHECK(mkdtemp(s_tmp) != NULL);
+    snprintf(s_config, sizeof s_config, "%s/r.json", s_tmp);
+    CHECK_OK(bt_file_write(s_config, s_json, strlen(s_json)));
+    char ref[128];
+    snprintf(ref, sizeof ref, "%s/ref", s_tmp);
+    CHECK(s_finish(s_start(ref, NULL)) == 0); /* the uninterrupted run */
+    char *reference = s_metrics(ref);
+    CHECK(reference && s_last_step(ref) == 16);
+    test_kill_and_resume(reference);
+    test_corrupt_fallback(reference);
+    test_nan_rollback();
+    free(reference);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
+    if (check_exit() == 0)
+        CHECK(system(cmd) == 0);
+    return check_exit();
+}
