@@ -29,8 +29,8 @@ extern "C" {
 
 #define BT_WIRE_VERSION 1        /* "v" of every header */
 #define BT_WIRE_PROTO 1          /* HELLO.proto: the message set this build speaks */
-#define BT_WIRE_HEADER_MAX 65536 /* bytes of frame 0 */
-#define BT_WIRE_TENSORS_MAX 64   /* tensors (frames after the header) per message */
+#define BT_WIRE_HEADER_MAX (1 << 20) /* bytes of frame 0 */
+#define BT_WIRE_TENSORS_MAX 1024 /* tensors (frames after the header) per message */
 #define BT_WIRE_FIELDS_MAX 256   /* entries of "f" */
 #define BT_WIRE_STR_MAX 4096     /* bytes of any string value, "run" included */
 #define BT_WIRE_NAME_MAX 128     /* bytes of a field key or tensor name: A-Z a-z 0-9 _ . - */
