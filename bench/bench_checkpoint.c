@@ -77,9 +77,14 @@ int main(void) {
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
     if (system(rm) != 0)
         return 1;
-    const char *sets[] = {set_steps,   set_hidden,   set_inter, "sft.steps=5",
-                          "workers.eval=0", "grpo.dynamic_sampling=false",
-                          "checkpoint.full_every_steps=5", "checkpoint.keep_last=2"};
+    const char *sets[] = {set_steps,
+                          set_hidden,
+                          set_inter,
+                          "sft.steps=5",
+                          "workers.eval=0",
+                          "grpo.dynamic_sampling=false",
+                          "checkpoint.full_every_steps=5",
+                          "checkpoint.keep_last=2"};
     bt_run_t *run = bt_run_new(text, "arith.json", sets, (int)(sizeof sets / sizeof *sets));
     free(text);
     if (!run) {

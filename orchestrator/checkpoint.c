@@ -1,5 +1,6 @@
 /*  checkpoint.c — checkpoint folders: snapshots, MANIFEST, save / verify / find, retention, and the
     background writer.  See checkpoint.h for the layout on disk and the order of a save. */
+#define _DEFAULT_SOURCE /* syscall(SYS_gettid) */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/checkpoint.h"
 
@@ -13,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -786,6 +789,9 @@ struct bt_ckpt_writer {
 
 static void *s_writer_main(void *arg) {
     bt_ckpt_writer_t *w = arg;
+    /* Linux: nice applies per thread.  Saving yields the cores to training, which it overlaps. */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
+        bt_log(BT_LOG_WARN, "checkpoint writer: cannot lower its priority: %s", strerror(errno));
     for (;;) {
         pthread_mutex_lock(&w->lock);
         while (!w->job && !w->stop)

@@ -1254,8 +1254,10 @@ static bt_status s_ckpt_light(bt_controller_t *self) {
     return st;
 }
 
-/*  After a step: the in-memory snapshot every S_ROLLBACK_EVERY steps, and the checkpoints due. */
-static bt_status s_after_step_state(bt_controller_t *self) {
+/*  After a step: the in-memory snapshot every S_ROLLBACK_EVERY steps, and the checkpoints due.  A
+    full checkpoint owed at the last step waits for the writer, so a finished run's last state is
+    saved. */
+static bt_status s_after_step_state(bt_controller_t *self, bool last) {
     const bt_run_config *c = self->cfg;
     double secs = s_train_seconds(self);
     bool full =
@@ -1266,6 +1268,8 @@ static bt_status s_after_step_state(bt_controller_t *self) {
          self->full_owed);
     bool light = self->writer && c->checkpoint.light_every_steps > 0 &&
                  self->step % c->checkpoint.light_every_steps == 0;
+    if (full && last)
+        bt_ckpt_writer_wait(self->writer);
     if (full && bt_ckpt_writer_is_busy(self->writer)) { /* at most one save in flight */
         self->full_owed = true;
         full = false;
@@ -1409,7 +1413,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     BT_TRY(bt_runlog_metric(self->log, &line));
     bool last = self->step == c->grpo.steps;
     BT_TRY(s_eval_after_step(self, last));
-    BT_TRY(s_after_step_state(self));
+    BT_TRY(s_after_step_state(self, last));
     if (last) { /* the run's results are complete when the last step returns */
         BT_TRY(s_eval_wait(self, NULL));
         if (self->writer)

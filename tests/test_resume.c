@@ -208,42 +208,74 @@ static void test_kill_and_resume(const char *reference) {
     free(got);
 }
 
+/*  The highest checkpoint step below `below` in DIR/ckpt, -1 when none. */
+static int s_step_below(const char *dir, int below) {
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    DIR *d = opendir(ckpt);
+    int best = -1;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        int step = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
+        best = step < below && step > best ? step : best;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
+/*  The last line of events.jsonl that holds needle, or NULL.  Borrowed from events. */
+static const char *s_last_event(const char *events, const char *needle) {
+    const char *last = NULL;
+    for (const char *p = events ? strstr(events, needle) : NULL; p; p = strstr(p + 1, needle))
+        last = p;
+    return last;
+}
+
 /*  Corrupt the newest checkpoint, then the next: each resume falls back one, saying why. */
 static void test_corrupt_fallback(const char *reference) {
-    char dir[128], path[256];
+    char dir[128], path[256], name[32], prev[32];
     snprintf(dir, sizeof dir, "%s/ref", s_tmp);
-    /* checkpoints at 9, 12, 15 remain (keep_last 3); flip a byte of step 15's weights */
-    snprintf(path, sizeof path, "%s/ckpt/step-00000015/model.safetensors", dir);
+    /* (a full checkpoint due while the writer is busy is taken a step later: ask, not assume) */
+    int newest = s_latest(dir), before = s_step_below(dir, newest);
+    CHECK(newest > 0 && before > 0);
+    snprintf(name, sizeof name, "step-%08d", newest);
+    snprintf(prev, sizeof prev, "step-%08d", before);
+    snprintf(path, sizeof path, "%s/ckpt/%s/model.safetensors", dir, name);
     char *bytes = NULL;
     size_t len = 0;
     CHECK_OK(bt_file_read(path, 1 << 26, &bytes, &len));
-    if (bytes && len > 100) {
+    if (bytes && len > 100) { /* one flipped bit in the tensor data */
         bytes[len - 7] ^= 0x10;
         CHECK_OK(bt_file_write(path, bytes, len));
     }
     free(bytes);
     CHECK(s_finish(s_start(dir, s_resume)) == 0);
     char *events = s_events(dir);
-    const char *rej = events ? strstr(events, "\"event\":\"checkpoint_rejected\"") : NULL;
-    CHECK(rej && strstr(rej, "step-00000015") && strstr(rej, "hash mismatch"));
-    const char *res = rej ? strstr(rej, "\"event\":\"resumed\"") : NULL;
-    CHECK(res && strstr(res, "step-00000012"));
+    const char *rej = s_last_event(events, "\"event\":\"checkpoint_rejected\"");
+    CHECK(rej && strstr(rej, name) && strstr(rej, "hash mismatch"));
+    const char *res = s_last_event(events, "\"event\":\"resumed\"");
+    CHECK(res && strstr(res, prev));
     free(events);
     char *got = s_metrics(dir);
-    s_check_same(reference, got, "resumed from step 12");
+    s_check_same(reference, got, "resumed from the previous checkpoint");
     free(got);
 
-    /* the resume above saved step 15 again; now delete a file from it */
-    snprintf(path, sizeof path, "%s/ckpt/step-00000015/optimizer.safetensors", dir);
+    /* that resume saved checkpoints again; now delete a file from the newest */
+    newest = s_latest(dir);
+    snprintf(name, sizeof name, "step-%08d", newest);
+    snprintf(path, sizeof path, "%s/ckpt/%s/optimizer.safetensors", dir, name);
     CHECK(remove(path) == 0);
     CHECK(s_finish(s_start(dir, s_resume)) == 0);
     events = s_events(dir);
-    const char *last = events;
-    for (const char *p = last ? strstr(last, "checkpoint_rejected") : NULL; p;
-         p = strstr(p + 1, "checkpoint_rejected"))
-        last = p;
-    CHECK(last && strstr(last, "step-00000015") && strstr(last, "optimizer.safetensors") &&
-          strstr(last, "missing"));
+    bool named = false; /* the newest is passed over, saying which file is missing */
+    for (const char *l = events; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        size_t n = strcspn(l, "\n");
+        char line[2048];
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), l);
+        named |= strstr(line, "checkpoint_rejected") && strstr(line, name) &&
+                 strstr(line, "optimizer.safetensors") && strstr(line, "missing");
+    }
+    CHECK(named);
     free(events);
     got = s_metrics(dir);
     s_check_same(reference, got, "resumed again");

@@ -80,8 +80,8 @@ static char *s_metrics_without_timing(const char *dir) {
         CHECK(j != NULL);
         if (!j)
             continue;
-        const char *varying[] = {"time", "tokens_per_s", "eval_s", "peak_rss_mb", "shards",
-                                 "shard_items"};
+        const char *varying[] = {"time",        "tokens_per_s", "eval_s",
+                                 "peak_rss_mb", "shards",       "shard_items"};
         for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
             cJSON_DeleteItemFromObject(j, varying[k]);
         lines[n++] = cJSON_PrintUnformatted(j);
@@ -238,12 +238,52 @@ static void test_host_reward(void) {
     CHECK_NEAR(from_metrics, tally.sum, 1e-6);
 }
 
+/*  The run to its end with overrides; returns its counters. */
+static bt_controller_stats s_run_set(const char *dir, const char *const *sets, int n) {
+    bt_controller_stats none = {0};
+    bt_run_t *run = bt_run_new(s_config, "test", sets, n);
+    CHECK(run != NULL);
+    if (!run)
+        return none;
+    bt_run_set_dir(run, dir);
+    CHECK_OK(bt_run_start(run));
+    for (bool done = false; !done;)
+        if (bt_run_step(run, &done) != BT_OK) {
+            CHECK(!"step failed");
+            break;
+        }
+    CHECK_OK(bt_run_finish(run));
+    bt_controller_stats st = bt_run_stats(run);
+    bt_run_destroy(&run);
+    return st;
+}
+
+/*  rollout-0 dies silently on its 3rd task (no BYE, no heartbeat, the task never answered): the
+    controller expires it, re-queues the task under its id, and the run writes exactly the metrics
+    of the run without the crash, so no prompt was lost or trained twice. */
+static void test_worker_crash(void) {
+    char a[128], b[128];
+    snprintf(a, sizeof a, "%s/calm", s_tmp);
+    snprintf(b, sizeof b, "%s/crash", s_tmp);
+    const char *calm[] = {"workers.expiry_ms=300"};
+    const char *crash[] = {"workers.expiry_ms=300", "debug.kill_rollout_at_task=3"};
+    bt_controller_stats sa = s_run_set(a, calm, 1);
+    bt_controller_stats sb = s_run_set(b, crash, 2);
+    CHECK(sa.lost_workers == 0 && sa.requeued == 0);
+    CHECK(sb.lost_workers == 1 && sb.requeued >= 1);
+    char *ma = s_metrics_without_timing(a), *mb = s_metrics_without_timing(b);
+    CHECK(ma && mb && strcmp(ma, mb) == 0);
+    free(ma);
+    free(mb);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_run_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     test_determinism_and_fields();
     test_malformed_messages();
     test_host_reward();
+    test_worker_crash();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     CHECK(system(cmd) == 0);

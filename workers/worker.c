@@ -382,33 +382,47 @@ static bt_msg_t *s_await_welcome(void *dealer, const bt_worker_options *opt) {
     return NULL;
 }
 
-/*  Forwards one message from one socket to another; returns its type, or -1 when none came. */
-static int s_relay(void *from, void *to) {
+/*  Forwards one message from one socket to another; returns its type, or -1 when none came.
+ *tasks counts the TASKs seen; the one numbered die_at is dropped and returned as -2. */
+static int s_relay(void *from, void *to, int64_t *tasks, int64_t die_at) {
     bt_msg_t *m = NULL;
     if (bt_msg_recv(from, &m, NULL, NULL, ZMQ_DONTWAIT) != BT_OK || !m)
         return -1;
     int type = (int)bt_msg_type_of(m);
+    if (type == BT_MSG_TASK && ++*tasks == die_at) {
+        bt_msg_destroy(&m);
+        return -2;
+    }
     if (bt_msg_send(&m, to, NULL, 0) != BT_OK)
         bt_log(BT_LOG_WARN, "worker: relay of %s failed: %s", bt_msg_type_name((bt_msg_type)type),
                bt_last_error());
     return type;
 }
 
-static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt, int64_t hb_ms) {
-    int64_t last_sent = s_now_ms();
+/*  Relays until STOP.  die_at_task > 0 (debug.kill_rollout_at_task): on receiving that TASK the
+    worker dies as a crashed process would, silently; *crashed is then set. */
+static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt, int64_t hb_ms,
+                         int64_t die_at_task, bool *crashed) {
+    int64_t last_sent = s_now_ms(), tasks = 0;
     for (;;) {
         zmq_pollitem_t items[2] = {{dealer, 0, ZMQ_POLLIN, 0}, {pipe, 0, ZMQ_POLLIN, 0}};
         int64_t wait = hb_ms - (s_now_ms() - last_sent);
         if (zmq_poll(items, 2, (long)(wait > 0 ? wait : 0)) < 0)
             return bt_fail(BT_EIO, "worker: poll failed: %s", zmq_strerror(zmq_errno()));
         if (items[0].revents & ZMQ_POLLIN) {
-            int type = s_relay(dealer, pipe);
+            int type = s_relay(dealer, pipe, &tasks, die_at_task);
+            if (type == -2) {
+                *crashed = true;
+                return bt_fail(BT_EIO, "%s: crashed on purpose (debug.kill_rollout_at_task)",
+                               opt->name);
+            }
             if (type == BT_MSG_STOP)
                 return BT_OK;
             if (type == BT_MSG_INVALID) /* the controller forgot us: join again */
                 s_send_hello(dealer, opt);
         }
-        if ((items[1].revents & ZMQ_POLLIN) && s_relay(pipe, dealer) >= 0)
+        int64_t none = 0;
+        if ((items[1].revents & ZMQ_POLLIN) && s_relay(pipe, dealer, &none, 0) >= 0)
             last_sent = s_now_ms();
         if (s_now_ms() - last_sent >= hb_ms) {
             bt_msg_t *ping = bt_msg_new(BT_MSG_PING);
@@ -456,7 +470,13 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     bool ok = ready && bt_msg_type_of(ready) == BT_MSG_PING;
     bt_msg_destroy(&ready);
     /* s_serve relays STOP itself; on any other way out the compute thread still needs one */
-    st = ok ? s_serve(dealer, pipe, opt, hb_ms) : c.status;
+    int64_t die_at = 0; /* debug.kill_rollout_at_task: rollout-0 crashes on that task */
+    bt_run_config dbg;
+    if (ok && opt->role == BT_ROLE_ROLLOUT && !strcmp(opt->name, "rollout-0") &&
+        bt_config_parse(c.config_json, "WELCOME config", NULL, 0, &dbg) == BT_OK)
+        die_at = dbg.debug.kill_rollout_at_task;
+    bool crashed = false;
+    st = ok ? s_serve(dealer, pipe, opt, hb_ms, die_at, &crashed) : c.status;
     int timeout_ms = 2000; /* never block for good on a peer that is gone */
     zmq_setsockopt(pipe, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     zmq_setsockopt(dealer, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
@@ -465,8 +485,9 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
         bt_msg_send(&stop, pipe, NULL, 0);
     }
     pthread_join(thread, NULL);
-    bt_msg_t *bye = bt_msg_new(BT_MSG_BYE);
-    bt_msg_send(&bye, dealer, NULL, 0);
+    bt_msg_t *bye = crashed ? NULL : bt_msg_new(BT_MSG_BYE); /* a crash says nothing */
+    if (bye)
+        bt_msg_send(&bye, dealer, NULL, 0);
     zmq_close(pipe);
     zmq_close(dealer);
     free(c.config_json);

@@ -131,6 +131,7 @@ typedef struct bt_run_config {
     struct {
         int64_t inject_nan_at_step;
         int64_t save_pause_ms;
+        int64_t kill_rollout_at_task;
     } debug;
 } bt_run_config;
 
