@@ -39,6 +39,7 @@ typedef struct {
     size_t text_len;
     bt_st_tensor *tensors; /* (n) */
     int n;
+    bool borrowed; /* tensor data belongs to the caller */
 } s_file;
 
 struct bt_ckpt_snapshot {
@@ -53,7 +54,8 @@ static void s_file_release(s_file *f) {
     free(f->text);
     for (int i = 0; f->tensors && i < f->n; i++) {
         free((void *)f->tensors[i].name);
-        free((void *)f->tensors[i].data);
+        if (!f->borrowed)
+            free((void *)f->tensors[i].data);
     }
     free(f->tensors);
     memset(f, 0, sizeof *f);
@@ -160,8 +162,8 @@ static bool s_tensor_nbytes(const bt_st_tensor *t, size_t *nbytes) {
     return true;
 }
 
-bt_status bt_ckpt_snapshot_add_tensors(bt_ckpt_snapshot_t *self, const char *name,
-                                       const bt_st_tensor *tensors, int n) {
+static bt_status s_add_tensors(bt_ckpt_snapshot_t *self, const char *name,
+                               const bt_st_tensor *tensors, int n, bool copy) {
     BT_ASSERT(self && (tensors || n <= 0));
     BT_TRY(s_check_new_name(self, name, true));
     if (n < 1)
@@ -171,6 +173,7 @@ bt_status bt_ckpt_snapshot_add_tensors(bt_ckpt_snapshot_t *self, const char *nam
     if (!f->tensors)
         return bt_fail(BT_ENOMEM, "checkpoint file %s: out of memory", name);
     f->n = n;
+    f->borrowed = !copy;
     size_t total = 0;
     bt_status rc = BT_OK;
     for (int i = 0; i < n && rc == BT_OK; i++) {
@@ -187,15 +190,15 @@ bt_status bt_ckpt_snapshot_add_tensors(bt_ckpt_snapshot_t *self, const char *nam
         dst->ndim = src->ndim;
         memcpy(dst->shape, src->shape, sizeof dst->shape);
         char *copy_name = malloc(strlen(src->name) + 1);
-        void *copy_data = nbytes ? malloc(nbytes) : NULL;
+        void *copy_data = copy && nbytes ? malloc(nbytes) : NULL;
         dst->name = copy_name;
-        dst->data = copy_data;
-        if (!copy_name || (nbytes && !copy_data)) {
+        dst->data = copy ? copy_data : src->data;
+        if (!copy_name || (copy && nbytes && !copy_data)) {
             rc = bt_fail(BT_ENOMEM, "checkpoint file %s: out of memory", name);
             break;
         }
         strcpy(copy_name, src->name);
-        if (nbytes)
+        if (copy && nbytes)
             memcpy(copy_data, src->data, nbytes);
         total += nbytes;
     }
@@ -207,6 +210,16 @@ bt_status bt_ckpt_snapshot_add_tensors(bt_ckpt_snapshot_t *self, const char *nam
     self->n_files++;
     self->bytes += total;
     return BT_OK;
+}
+
+bt_status bt_ckpt_snapshot_add_tensors(bt_ckpt_snapshot_t *self, const char *name,
+                                       const bt_st_tensor *tensors, int n) {
+    return s_add_tensors(self, name, tensors, n, true);
+}
+
+bt_status bt_ckpt_snapshot_add_tensors_borrowed(bt_ckpt_snapshot_t *self, const char *name,
+                                                const bt_st_tensor *tensors, int n) {
+    return s_add_tensors(self, name, tensors, n, false);
 }
 
 /* ---- paths and folders ---------------------------------------------------------------------- */

@@ -93,6 +93,7 @@ struct bt_controller {
     /* checkpoints and faults */
     bt_msg_t *snap;           /* the trainer's state at saved.step (a snapshot or restore TASK) */
     bt_run_state saved;       /* the controller's state at the same point */
+    int64_t snap_adam_steps;  /* its AdamW step count, which a full checkpoint borrows */
     int rollbacks;            /* rollbacks to the current snapshot */
     bt_ckpt_writer_t *writer; /* when checkpoints are configured */
     bool full_owed;           /* a full checkpoint is due but the writer was busy */
@@ -1078,6 +1079,8 @@ static bt_status s_snapshot(bt_controller_t *self) {
         s_jobs_release(&job, 1);
         return st;
     }
+    if (self->writer) /* a save in flight may still read the old snapshot's tensors */
+        bt_ckpt_writer_wait(self->writer);
     bt_msg_destroy(&self->snap);
     self->snap = job.result;
     job.result = NULL;
@@ -1184,7 +1187,7 @@ static void s_ckpt_poll(bt_controller_t *self) {
 /*  The model files of a checkpoint: config.json and model.safetensors (Hugging Face names) from
     tensors named prefix + NAME of msg. */
 static bt_status s_ckpt_add_model(bt_ckpt_snapshot_t *snap, const bt_run_config *c,
-                                  const bt_msg_t *msg, const char *prefix) {
+                                  const bt_msg_t *msg, const char *prefix, bool borrow) {
     char *config = bt_model_config_to_json(&c->model);
     bt_status st = config ? bt_ckpt_snapshot_add_text(snap, "config.json", config) : BT_ENOMEM;
     free(config);
@@ -1202,7 +1205,8 @@ static bt_status s_ckpt_add_model(bt_ckpt_snapshot_t *snap, const bt_run_config 
         memcpy(t[k++].shape, m.shape, sizeof m.shape);
     }
     if (st == BT_OK)
-        st = bt_ckpt_snapshot_add_tensors(snap, "model.safetensors", t, k);
+        st = borrow ? bt_ckpt_snapshot_add_tensors_borrowed(snap, "model.safetensors", t, k)
+                    : bt_ckpt_snapshot_add_tensors(snap, "model.safetensors", t, k);
     free(t);
     return st;
 }
@@ -1213,7 +1217,8 @@ static bt_status s_ckpt_full(bt_controller_t *self) {
     bt_ckpt_snapshot_t *snap = bt_ckpt_snapshot_new(self->saved.step, true);
     if (!snap)
         return BT_ENOMEM;
-    bt_status st = s_ckpt_add_model(snap, self->cfg, self->snap, "param.");
+    /* the tensors stay in self->snap, which s_snapshot keeps until this save has finished */
+    bt_status st = s_ckpt_add_model(snap, self->cfg, self->snap, "param.", true);
     int n = bt_msg_tensor_count(self->snap), k = 0;
     bt_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
     int64_t steps = 0;
@@ -1228,9 +1233,11 @@ static bt_status s_ckpt_full(bt_controller_t *self) {
         t[k] = (bt_st_tensor){.name = m.name, .dtype = m.dtype, .ndim = m.ndim, .data = m.data};
         memcpy(t[k++].shape, m.shape, sizeof m.shape);
     }
-    t[k++] = (bt_st_tensor){.name = "adam_steps", .dtype = BT_I64, .ndim = 0, .data = &steps};
+    self->snap_adam_steps = steps; /* borrowed too: lives as long as self->snap */
+    t[k++] = (bt_st_tensor){
+        .name = "adam_steps", .dtype = BT_I64, .ndim = 0, .data = &self->snap_adam_steps};
     if (st == BT_OK)
-        st = bt_ckpt_snapshot_add_tensors(snap, "optimizer.safetensors", t, k);
+        st = bt_ckpt_snapshot_add_tensors_borrowed(snap, "optimizer.safetensors", t, k);
     free(t);
     char *state = st == BT_OK ? bt_run_state_to_json(&self->saved) : NULL;
     if (st == BT_OK)
@@ -1247,7 +1254,8 @@ static bt_status s_ckpt_light(bt_controller_t *self) {
     if (!self->weights)
         return BT_OK;
     bt_ckpt_snapshot_t *snap = bt_ckpt_snapshot_new(self->step, false);
-    bt_status st = snap ? s_ckpt_add_model(snap, self->cfg, self->weights->msg, "") : BT_ENOMEM;
+    bt_status st =
+        snap ? s_ckpt_add_model(snap, self->cfg, self->weights->msg, "", false) : BT_ENOMEM;
     if (st == BT_OK)
         st = bt_ckpt_writer_submit(self->writer, &snap);
     bt_ckpt_snapshot_destroy(&snap);

@@ -57,6 +57,12 @@ bt_status bt_ckpt_snapshot_add_text(bt_ckpt_snapshot_t *self, const char *name, 
     a tensor with a NULL name, an unknown dtype, a bad shape, or NULL data with elements. */
 bt_status bt_ckpt_snapshot_add_tensors(bt_ckpt_snapshot_t *self, const char *name,
                                        const bt_st_tensor *tensors, int n);
+/*  As bt_ckpt_snapshot_add_tensors, copying names and shapes but not the data: borrowed, it must
+    stay valid and unchanged until the snapshot is destroyed or its save has finished
+    (bt_ckpt_writer_poll reports it, or bt_ckpt_writer_is_busy turns false).  Spares a copy of a
+    large state the caller keeps anyway. */
+bt_status bt_ckpt_snapshot_add_tensors_borrowed(bt_ckpt_snapshot_t *self, const char *name,
+                                                const bt_st_tensor *tensors, int n);
 int64_t bt_ckpt_snapshot_step(const bt_ckpt_snapshot_t *self);
 bool bt_ckpt_snapshot_is_full(const bt_ckpt_snapshot_t *self);
 /*  Bytes of text and tensor data held (for stats). */
