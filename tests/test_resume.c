@@ -5,6 +5,7 @@
     reason; a NaN injected into an update rolls back at most 10 steps and the run finishes. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
+#include "baton/model.h"
 #include "check.h"
 
 #include <cjson/cJSON.h>
@@ -287,7 +288,8 @@ static void test_corrupt_fallback(const char *reference) {
 static void test_nan_rollback(void) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/nan", s_tmp);
-    const char *const set[] = {"--set", "debug.inject_nan_at_step=7", NULL};
+    const char *const set[] = {"--set", "debug.inject_nan_at_step=7", "--set",
+                               "checkpoint.light_every_steps=2", NULL};
     CHECK(s_finish(s_start(dir, set)) == 0);
     char *events = s_events(dir);
     const char *rb = events ? strstr(events, "\"event\":\"rollback\"") : NULL;
@@ -310,6 +312,35 @@ static void test_nan_rollback(void) {
         nulls++;
     CHECK(nulls == 0); /* the diverged step writes an event, not a training line */
     free(text);
+    /* light checkpoints were written beside the full ones: model folders, never LATEST */
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    DIR *d = opendir(ckpt);
+    int light = 0;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        char manifest[1024], *m = NULL;
+        snprintf(manifest, sizeof manifest, "%s/%s/MANIFEST", ckpt, e->d_name);
+        if (strncmp(e->d_name, "step-", 5) || bt_file_read(manifest, 1 << 16, &m, NULL) != BT_OK)
+            continue;
+        if (!strncmp(m, "kind light", 10)) {
+            light++;
+            char folder[1024];
+            snprintf(folder, sizeof folder, "%s/%s", ckpt, e->d_name);
+            bt_model *model = bt_model_load(folder, bt_cpu());
+            CHECK(model != NULL);
+            bt_model_destroy(&model);
+            CHECK(atoi(e->d_name + 5) % 2 == 0);
+        }
+        free(m);
+    }
+    if (d)
+        closedir(d);
+    CHECK(light >= 1);
+    char latest[1024], *m = NULL; /* LATEST names a full one */
+    snprintf(latest, sizeof latest, "%s/step-%08d/MANIFEST", ckpt, s_latest(dir));
+    CHECK_OK(bt_file_read(latest, 1 << 16, &m, NULL));
+    CHECK(m && !strncmp(m, "kind full", 9));
+    free(m);
 }
 
 int main(void) {
