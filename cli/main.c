@@ -10,13 +10,15 @@
 static const char s_usage[] =
     "usage: baton COMMAND [ARGS]\n"
     "commands:\n"
-    "  run CONFIG [--run-dir DIR] [--resume [CHECKPOINT]] [--set key.path=value ...]\n"
+    "  run CONFIG [--run-dir DIR] [--procs] [--resume [CHECKPOINT]] [--set key.path=value ...]\n"
     "                  train: SFT warm start, then GRPO (configs/arith.json)\n"
     "  eval MODEL [MODEL...] --config CONFIG [--mode MODE]\n"
     "       [--out PATH] [--cache DIR] [--baseline FILE [--max-drop X]]\n"
     "       [--set key.path=value ...]\n"
     "                  evaluate models on the eval datasets\n"
     "                  MODE: full, quick, compare, incremental\n"
+    "  worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME]\n"
+    "                  one worker process (BATON_CONNECT, BATON_ROLE also work)\n"
     "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
     "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
     "                  one HTML file of charts (default RUN_DIR/report.html)\n"
@@ -47,6 +49,8 @@ int main(int argc, char **argv) {
         return bt_cli_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)
         return bt_cli_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "worker") == 0)
+        return bt_cli_worker(argc - 2, argv + 2);
     if (strcmp(argv[1], "report") == 0)
         return bt_cli_report(argc - 2, argv + 2);
     return bt_cli_usage_error("unknown command \"%s\"", argv[1]);

@@ -56,11 +56,14 @@ static void s_progress(const bt_progress *p, void *user) {
 
 int bt_cli_run(int argc, char **argv) {
     const char *path = NULL, *dir = NULL, *resume = NULL;
+    bool procs = false;
     const char *sets[S_MAX_SETS];
     int n_sets = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--run-dir") && i + 1 < argc)
             dir = argv[++i];
+        else if (!strcmp(argv[i], "--procs"))
+            procs = true;
         else if (!strcmp(argv[i], "--resume")) /* an optional folder: the next non-option */
             resume = i + 1 < argc && argv[i + 1][0] != '-' && path ? argv[++i] : "";
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
@@ -86,6 +89,8 @@ int bt_cli_run(int argc, char **argv) {
         bt_run_set_dir(run, dir);
     if (resume)
         bt_run_set_resume(run, resume);
+    if (procs)
+        bt_run_set_procs(run);
     s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
     bt_run_set_progress(run, s_progress, &d);
     bt_status st = bt_run_start(run);

@@ -1,14 +1,21 @@
-/*  run.c — the embedded run: controller in the caller's thread, one thread per worker, inproc. */
+/*  run.c — the embedded run: controller in the caller's thread, one thread per worker over
+    inproc (or, with bt_run_set_procs, one `baton worker` process per worker over ipc). */
+#define _DEFAULT_SOURCE /* realpath */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/baton.h"
 
 #include "baton/worker.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zmq.h>
 
 enum { S_MAX_THREADS = 256 };
@@ -17,6 +24,7 @@ typedef struct {
     bt_worker_options opt;
     char name[64];
     pthread_t thread;
+    pid_t pid; /* with procs: the worker process; else 0 */
     bt_status status;
 } s_thread;
 
@@ -37,6 +45,7 @@ struct bt_run {
     s_thread threads[S_MAX_THREADS];
     int n_threads;
     bool finished;
+    bool procs; /* workers are `baton worker` processes over ipc:// */
 };
 
 bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
@@ -72,6 +81,10 @@ void bt_run_set_resume(bt_run_t *self, const char *folder) {
     snprintf(self->resume_from, sizeof self->resume_from, "%s", folder ? folder : "");
 }
 
+void bt_run_set_procs(bt_run_t *self) {
+    self->procs = true;
+}
+
 void bt_run_set_dir(bt_run_t *self, const char *dir) {
     snprintf(self->dir, sizeof self->dir, "%s", dir);
 }
@@ -98,10 +111,35 @@ static void *s_worker_main(void *arg) {
     return NULL;
 }
 
+/*  `baton worker --connect ENDPOINT --role ROLE --name NAME`, started from this very executable. */
+static bt_status s_fork_worker(bt_run_t *self, s_thread *t, bt_role role) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return bt_fail(BT_EIO, "run: --procs: cannot find this executable: %s", strerror(errno));
+    exe[n] = '\0';
+    t->pid = fork();
+    if (t->pid < 0)
+        return bt_fail(BT_EIO, "run: cannot fork a worker: %s", strerror(errno));
+    if (t->pid == 0) {
+        execl(exe, exe, "worker", "--connect", self->endpoint, "--role", bt_role_name(role),
+              "--name", t->name, (char *)NULL);
+        _exit(127);
+    }
+    return BT_OK;
+}
+
 static bt_status s_spawn(bt_run_t *self, bt_role role, int64_t count) {
     for (int64_t i = 0; i < count; i++) {
+        if (self->n_threads == S_MAX_THREADS)
+            return bt_fail(BT_ERANGE, "run: more than %d workers", S_MAX_THREADS);
         s_thread *t = &self->threads[self->n_threads];
         snprintf(t->name, sizeof t->name, "%s-%lld", bt_role_name(role), (long long)i);
+        if (self->procs) {
+            BT_TRY(s_fork_worker(self, t, role));
+            self->n_threads++;
+            continue;
+        }
         t->opt = (bt_worker_options){.zmq_ctx = self->zmq_ctx,
                                      .endpoint = self->endpoint,
                                      .role = role,
@@ -121,6 +159,16 @@ bt_status bt_run_start(bt_run_t *self) {
     self->log = bt_runlog_open(self->dir, self->config_json);
     if (!self->log)
         return BT_EIO;
+    if (self->procs && self->reward)
+        return bt_fail(BT_EINVAL, "run: a host reward function cannot reach worker processes");
+    if (self->procs && !strncmp(self->endpoint, "inproc://", 9)) { /* a socket in the run dir */
+        char abs[PATH_MAX];
+        if (!realpath(self->dir, abs) ||
+            snprintf(self->endpoint, sizeof self->endpoint, "ipc://%s/controller.ipc", abs) >=
+                (int)sizeof self->endpoint)
+            return bt_fail(BT_EINVAL, "run: --procs: %s: path too long for an ipc endpoint",
+                           self->dir);
+    }
     self->zmq_ctx = zmq_ctx_new();
     self->ctl = self->zmq_ctx ? bt_controller_new(self->zmq_ctx, self->endpoint, &self->cfg,
                                                   self->config_json, self->log)
@@ -149,8 +197,17 @@ bt_status bt_run_finish(bt_run_t *self) {
         return BT_OK;
     self->finished = true;
     bt_status st = bt_controller_stop(self->ctl);
-    for (int i = 0; i < self->n_threads; i++)
-        pthread_join(self->threads[i].thread, NULL);
+    for (int i = 0; i < self->n_threads; i++) {
+        if (!self->threads[i].pid) {
+            pthread_join(self->threads[i].thread, NULL);
+            continue;
+        }
+        /* a process that missed STOP (it was lost) is ended; none is left behind */
+        if (waitpid(self->threads[i].pid, NULL, WNOHANG) == 0) {
+            kill(self->threads[i].pid, SIGTERM);
+            waitpid(self->threads[i].pid, NULL, 0);
+        }
+    }
     return st;
 }
 

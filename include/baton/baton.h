@@ -30,6 +30,10 @@ void bt_run_destroy(bt_run_t **self_p);
 const bt_run_config *bt_run_config_of(const bt_run_t *self);
 /*  The run directory; default "runs/<run.name>".  Before bt_run_start. */
 void bt_run_set_dir(bt_run_t *self, const char *dir);
+/*  Workers as processes: this executable is started as `baton worker --connect ipc://RUN_DIR/
+    controller.ipc --role ROLE --name NAME` per worker (the executable must be `baton`), instead
+    of threads.  Not with bt_run_set_reward.  Before bt_run_start. */
+void bt_run_set_procs(bt_run_t *self);
 /*  Continue from a checkpoint of the run directory: folder "" or NULL is the newest verified one
     (corrupt ones skipped, each an event), else that folder.  Before bt_run_start. */
 void bt_run_set_resume(bt_run_t *self, const char *folder);

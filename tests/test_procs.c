@@ -1,0 +1,165 @@
+/*  test_procs.c — `baton run --procs`: every worker a `baton worker` process over ipc://.  The run
+    writes the same metrics as the embedded one (threads over inproc), and a rollout worker process
+    killed with SIGKILL in the middle of the run costs nothing: its task is re-queued, the run
+    finishes with the metrics of the undisturbed run, and no worker process is left behind. */
+#define _DEFAULT_SOURCE
+#include "baton/fileio.h"
+#include "check.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char s_tmp[64], s_config[128];
+
+static const char s_json[] =
+    "{\"run\": {\"name\": \"p\", \"seed\": 5},"
+    " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
+    "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
+    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": "
+    "6},"
+    " \"sft\": {\"steps\": 3, \"batch_size\": 8, \"lr\": 0.003},"
+    " \"grpo\": {\"steps\": 30, \"group_size\": 4, \"prompts_per_step\": 6, \"max_new_tokens\": 3,"
+    "  \"lr\": 0.001},"
+    " \"eval\": {\"every_steps\": 5, \"heldout_count\": 6},"
+    " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
+    "  \"expiry_ms\": 400}}";
+
+static pid_t s_start(const char *dir, bool procs) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            _exit(126);
+        const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+        execl(bin, bin, "run", s_config, "--run-dir", dir, procs ? "--procs" : (char *)NULL,
+              (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int s_finish(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int s_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*  metrics.jsonl without timing and memory fields, sorted. */
+static char *s_metrics(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return NULL;
+    size_t cap = strlen(text) + 2, n = 0, len = 0;
+    char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(l);
+        const char *drop[] = {"time",        "tokens_per_s", "eval_s",
+                              "peak_rss_mb", "shards",       "shard_items"};
+        for (size_t k = 0; k < sizeof drop / sizeof *drop; k++)
+            cJSON_DeleteItemFromObject(j, drop[k]);
+        lines[n++] = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+    }
+    qsort(lines, n, sizeof *lines, s_cmp);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    free(text);
+    return out;
+}
+
+static int s_train_steps(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return 0;
+    int n = 0;
+    for (char *p = strstr(text, "\"kind\":\"train\""); p; p = strstr(p + 1, "\"kind\":\"train\""))
+        n++;
+    free(text);
+    return n;
+}
+
+/*  The pid of the child of parent whose command line names worker `name`; 0 when none. */
+static pid_t s_worker_pid(pid_t parent, const char *name) {
+    DIR *d = opendir("/proc");
+    pid_t found = 0;
+    for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d)) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        char path[64], buf[4096];
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        int ppid = 0;
+        if (!f || fscanf(f, "%*d %*s %*c %d", &ppid) != 1 || ppid != parent) {
+            if (f)
+                fclose(f);
+            continue;
+        }
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        for (size_t i = 0; i + 1 < n; i++) /* the arguments are NUL-separated */
+            if (!strcmp(buf + i, name) && (i == 0 || buf[i - 1] == '\0'))
+                found = pid;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+int main(void) {
+    snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_procs_XXXXXX");
+    CHECK(mkdtemp(s_tmp) != NULL);
+    snprintf(s_config, sizeof s_config, "%s/p.json", s_tmp);
+    CHECK_OK(bt_file_write(s_config, s_json, strlen(s_json)));
+    char threads[128], procs[128], killed[128];
+    snprintf(threads, sizeof threads, "%s/threads", s_tmp);
+    snprintf(procs, sizeof procs, "%s/procs", s_tmp);
+    snprintf(killed, sizeof killed, "%s/killed", s_tmp);
+
+    CHECK(s_finish(s_start(threads, false)) == 0);
+    CHECK(s_finish(s_start(procs, true)) == 0);
+    char *a = s_metrics(threads), *b = s_metrics(procs);
+    CHECK(a && b && strcmp(a, b) == 0); /* processes or threads: the same run */
+
+    pid_t run = s_start(killed, true);
+    while (waitpid(run, NULL, WNOHANG) == 0 && s_train_steps(killed) < 3)
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    pid_t victim = s_worker_pid(run, "rollout-1");
+    CHECK(victim > 0);
+    if (victim > 0)
+        kill(victim, SIGKILL);
+    CHECK(s_finish(run) == 0);
+    char *c = s_metrics(killed);
+    CHECK(a && c && strcmp(a, c) == 0);
+    char path[256], *events = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", killed);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    CHECK_STR_CONTAINS(events, "workers_expired");
+    free(events);
+    CHECK(s_worker_pid(run, "rollout-0") == 0 && s_worker_pid(run, "trainer-0") == 0);
+    free(a);
+    free(b);
+    free(c);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
+    if (check_exit() == 0)
+        CHECK(system(cmd) == 0);
+    return check_exit();
+}
