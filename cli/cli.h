@@ -18,6 +18,7 @@ int bt_cli_eval(int argc, char **argv);
 int bt_cli_info(int argc, char **argv);
 int bt_cli_run(int argc, char **argv);
 int bt_cli_worker(int argc, char **argv);
+int bt_cli_controller(int argc, char **argv);
 int bt_cli_report(int argc, char **argv);
 
 #endif

@@ -17,6 +17,8 @@ static const char s_usage[] =
     "       [--set key.path=value ...]\n"
     "                  evaluate models on the eval datasets\n"
     "                  MODE: full, quick, compare, incremental\n"
+    "  controller CONFIG --bind ENDPOINT [--run-dir DIR] [--resume [CHECKPOINT]] [--set ...]\n"
+    "                  the run with no workers of its own: they join ENDPOINT\n"
     "  worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME]\n"
     "                  one worker process (BATON_CONNECT, BATON_ROLE also work)\n"
     "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
@@ -49,6 +51,8 @@ int main(int argc, char **argv) {
         return bt_cli_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)
         return bt_cli_run(argc - 2, argv + 2);
+    if (strcmp(argv[1], "controller") == 0)
+        return bt_cli_controller(argc - 2, argv + 2);
     if (strcmp(argv[1], "worker") == 0)
         return bt_cli_worker(argc - 2, argv + 2);
     if (strcmp(argv[1], "report") == 0)

@@ -54,27 +54,32 @@ static void s_progress(const bt_progress *p, void *user) {
     fflush(stderr);
 }
 
-int bt_cli_run(int argc, char **argv) {
-    const char *path = NULL, *dir = NULL, *resume = NULL;
+/*  `baton run` (workers: threads, or processes with --procs) and `baton controller` (workers
+    join --bind from elsewhere) share everything else. */
+static int s_run_or_control(int argc, char **argv, bool controller) {
+    const char *path = NULL, *dir = NULL, *resume = NULL, *bind = NULL;
     bool procs = false;
     const char *sets[S_MAX_SETS];
     int n_sets = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--run-dir") && i + 1 < argc)
             dir = argv[++i];
-        else if (!strcmp(argv[i], "--procs"))
+        else if (!strcmp(argv[i], "--procs") && !controller)
             procs = true;
+        else if (!strcmp(argv[i], "--bind") && i + 1 < argc && controller)
+            bind = argv[++i];
         else if (!strcmp(argv[i], "--resume")) /* an optional folder: the next non-option */
             resume = i + 1 < argc && argv[i + 1][0] != '-' && path ? argv[++i] : "";
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
             sets[n_sets++] = argv[++i];
         else if (argv[i][0] == '-' || path)
-            return bt_cli_usage_error("run: unexpected argument \"%s\"", argv[i]);
+            return bt_cli_usage_error("%s: unexpected argument \"%s\"",
+                                      controller ? "controller" : "run", argv[i]);
         else
             path = argv[i];
     }
     if (!path)
-        return bt_cli_usage_error("run: missing CONFIG");
+        return bt_cli_usage_error("%s: missing CONFIG", controller ? "controller" : "run");
     char *text = NULL;
     if (bt_file_read(path, 1 << 20, &text, NULL) != BT_OK)
         return bt_cli_usage_error("%s", bt_last_error());
@@ -91,6 +96,14 @@ int bt_cli_run(int argc, char **argv) {
         bt_run_set_resume(run, resume);
     if (procs)
         bt_run_set_procs(run);
+    if (controller) {
+        if (!bind) {
+            bt_run_destroy(&run);
+            return bt_cli_usage_error("controller: missing --bind ENDPOINT");
+        }
+        bt_run_set_endpoint(run, bind);
+        bt_run_set_external_workers(run);
+    }
     s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
     bt_run_set_progress(run, s_progress, &d);
     bt_status st = bt_run_start(run);
@@ -113,4 +126,12 @@ int bt_cli_run(int argc, char **argv) {
     printf("run directory: %s\n", bt_run_dir(run));
     bt_run_destroy(&run);
     return st == BT_OK ? 0 : 1;
+}
+
+int bt_cli_run(int argc, char **argv) {
+    return s_run_or_control(argc, argv, false);
+}
+
+int bt_cli_controller(int argc, char **argv) {
+    return s_run_or_control(argc, argv, true);
 }

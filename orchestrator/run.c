@@ -45,7 +45,8 @@ struct bt_run {
     s_thread threads[S_MAX_THREADS];
     int n_threads;
     bool finished;
-    bool procs; /* workers are `baton worker` processes over ipc:// */
+    bool procs;    /* workers are `baton worker` processes over ipc:// */
+    bool external; /* workers are started by someone else and join the endpoint */
 };
 
 bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
@@ -83,6 +84,10 @@ void bt_run_set_resume(bt_run_t *self, const char *folder) {
 
 void bt_run_set_procs(bt_run_t *self) {
     self->procs = true;
+}
+
+void bt_run_set_external_workers(bt_run_t *self) {
+    self->external = true;
 }
 
 void bt_run_set_dir(bt_run_t *self, const char *dir) {
@@ -178,11 +183,14 @@ bt_status bt_run_start(bt_run_t *self) {
     bt_controller_set_progress(self->ctl, self->progress, self->progress_user);
     if (self->resume)
         bt_controller_set_resume(self->ctl, self->resume_from);
-    bt_status st = s_spawn(self, BT_ROLE_TRAINER, self->cfg.workers.trainer);
-    if (st == BT_OK)
-        st = s_spawn(self, BT_ROLE_ROLLOUT, self->cfg.workers.rollout);
-    if (st == BT_OK)
-        st = s_spawn(self, BT_ROLE_EVAL, self->cfg.workers.eval);
+    bt_status st = BT_OK;
+    if (!self->external) {
+        st = s_spawn(self, BT_ROLE_TRAINER, self->cfg.workers.trainer);
+        if (st == BT_OK)
+            st = s_spawn(self, BT_ROLE_ROLLOUT, self->cfg.workers.rollout);
+        if (st == BT_OK)
+            st = s_spawn(self, BT_ROLE_EVAL, self->cfg.workers.eval);
+    }
     return st == BT_OK ? bt_controller_start(self->ctl) : st;
 }
 

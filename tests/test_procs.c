@@ -1,7 +1,8 @@
 /*  test_procs.c — `baton run --procs`: every worker a `baton worker` process over ipc://.  The run
     writes the same metrics as the embedded one (threads over inproc), and a rollout worker process
     killed with SIGKILL in the middle of the run costs nothing: its task is re-queued, the run
-    finishes with the metrics of the undisturbed run, and no worker process is left behind. */
+    finishes with the metrics of the undisturbed run, and no worker process is left behind.
+    `baton controller --bind` with workers started separately writes them too. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"
@@ -154,9 +155,43 @@ int main(void) {
     CHECK_STR_CONTAINS(events, "workers_expired");
     free(events);
     CHECK(s_worker_pid(run, "rollout-0") == 0 && s_worker_pid(run, "trainer-0") == 0);
+    /* a controller with no workers of its own; four `baton worker` processes join it */
+    char ctl_dir[128], endpoint[192];
+    snprintf(ctl_dir, sizeof ctl_dir, "%s/controller", s_tmp);
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/ctl.ipc", s_tmp);
+    const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+    pid_t ctl = fork();
+    if (ctl == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            _exit(126);
+        execl(bin, bin, "controller", s_config, "--bind", endpoint, "--run-dir", ctl_dir,
+              (char *)NULL);
+        _exit(127);
+    }
+    const char *roles[4][2] = {{"trainer", "trainer-0"},
+                               {"rollout", "rollout-0"},
+                               {"rollout", "rollout-1"},
+                               {"eval", "eval-0"}};
+    pid_t workers[4];
+    for (int i = 0; i < 4; i++) {
+        workers[i] = fork();
+        if (workers[i] == 0) {
+            if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+                _exit(126);
+            execl(bin, bin, "worker", "--connect", endpoint, "--role", roles[i][0], "--name",
+                  roles[i][1], (char *)NULL);
+            _exit(127);
+        }
+    }
+    CHECK(s_finish(ctl) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(s_finish(workers[i]) == 0); /* each left on STOP */
+    char *d = s_metrics(ctl_dir);
+    CHECK(a && d && strcmp(a, d) == 0);
     free(a);
     free(b);
     free(c);
+    free(d);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     if (check_exit() == 0)

@@ -34,6 +34,10 @@ void bt_run_set_dir(bt_run_t *self, const char *dir);
     controller.ipc --role ROLE --name NAME` per worker (the executable must be `baton`), instead
     of threads.  Not with bt_run_set_reward.  Before bt_run_start. */
 void bt_run_set_procs(bt_run_t *self);
+/*  Start no workers: the configured numbers of each role must join the endpoint
+    (bt_run_set_endpoint) from elsewhere, e.g. `baton worker` on other machines.  Before
+    bt_run_start. */
+void bt_run_set_external_workers(bt_run_t *self);
 /*  Continue from a checkpoint of the run directory: folder "" or NULL is the newest verified one
     (corrupt ones skipped, each an event), else that folder.  Before bt_run_start. */
 void bt_run_set_resume(bt_run_t *self, const char *folder);
