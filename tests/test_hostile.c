@@ -7,6 +7,7 @@
 #include "baton/baton.h"
 #include "baton/fileio.h"
 #include "check.h"
+#include "runs.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -98,36 +99,6 @@ static long s_rss_kb(void) {
     return rss * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-static int s_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static char *s_metrics(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
-        return NULL;
-    size_t cap = strlen(text) + 2, n = 0, len = 0;
-    char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(l);
-        const char *drop[] = {"time",        "tokens_per_s", "eval_s",
-                              "peak_rss_mb", "shards",       "shard_items"};
-        for (size_t k = 0; k < sizeof drop / sizeof *drop; k++)
-            cJSON_DeleteItemFromObject(j, drop[k]);
-        lines[n++] = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-    }
-    qsort(lines, n, sizeof *lines, s_cmp);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
-        free(lines[i]);
-    }
-    free(lines);
-    free(text);
-    return out;
-}
-
 /*  Runs the config in dir; with flood, the flood runs while the run trains. */
 static bt_controller_stats s_run(const char *dir, bool flood, long *rss_growth_kb) {
     bt_controller_stats none = {0};
@@ -174,7 +145,7 @@ int main(void) {
     CHECK(st.malformed + st.unknown_peer >= S_MESSAGES * 9 / 10); /* each refused, counted */
     CHECK(st.lost_workers == 0 && st.failed_tasks == 0);
     CHECK(growth < 64 * 1024); /* no per-message leak (100k messages) */
-    char *a = s_metrics(calm), *b = s_metrics(flooded);
+    char *a = runs_metrics(calm), *b = runs_metrics(flooded);
     CHECK(a && b && strcmp(a, b) == 0); /* the run's results are untouched */
     free(a);
     free(b);

@@ -6,6 +6,7 @@
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"
+#include "runs.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -30,54 +31,10 @@ static const char s_json[] =
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
     "  \"expiry_ms\": 400}}";
 
+/*  `baton run CONFIG --run-dir DIR [--procs]`. */
 static pid_t s_start(const char *dir, bool procs) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
-            _exit(126);
-        const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
-        execl(bin, bin, "run", s_config, "--run-dir", dir, procs ? "--procs" : (char *)NULL,
-              (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int s_finish(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int s_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/*  metrics.jsonl without timing and memory fields, sorted. */
-static char *s_metrics(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
-        return NULL;
-    size_t cap = strlen(text) + 2, n = 0, len = 0;
-    char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(l);
-        const char *drop[] = {"time",        "tokens_per_s", "eval_s",
-                              "peak_rss_mb", "shards",       "shard_items"};
-        for (size_t k = 0; k < sizeof drop / sizeof *drop; k++)
-            cJSON_DeleteItemFromObject(j, drop[k]);
-        lines[n++] = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-    }
-    qsort(lines, n, sizeof *lines, s_cmp);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
-        free(lines[i]);
-    }
-    free(lines);
-    free(text);
-    return out;
+    const char *args[] = {"run", s_config, "--run-dir", dir, procs ? "--procs" : NULL, NULL};
+    return runs_spawn(args);
 }
 
 static int s_train_steps(const char *dir) {
@@ -134,9 +91,9 @@ int main(void) {
     snprintf(procs, sizeof procs, "%s/procs", s_tmp);
     snprintf(killed, sizeof killed, "%s/killed", s_tmp);
 
-    CHECK(s_finish(s_start(threads, false)) == 0);
-    CHECK(s_finish(s_start(procs, true)) == 0);
-    char *a = s_metrics(threads), *b = s_metrics(procs);
+    CHECK(runs_wait(s_start(threads, false)) == 0);
+    CHECK(runs_wait(s_start(procs, true)) == 0);
+    char *a = runs_metrics(threads), *b = runs_metrics(procs);
     CHECK(a && b && strcmp(a, b) == 0); /* processes or threads: the same run */
 
     pid_t run = s_start(killed, true);
@@ -146,8 +103,8 @@ int main(void) {
     CHECK(victim > 0);
     if (victim > 0)
         kill(victim, SIGKILL);
-    CHECK(s_finish(run) == 0);
-    char *c = s_metrics(killed);
+    CHECK(runs_wait(run) == 0);
+    char *c = runs_metrics(killed);
     CHECK(a && c && strcmp(a, c) == 0);
     char path[256], *events = NULL;
     snprintf(path, sizeof path, "%s/events.jsonl", killed);
@@ -159,34 +116,23 @@ int main(void) {
     char ctl_dir[128], endpoint[192];
     snprintf(ctl_dir, sizeof ctl_dir, "%s/controller", s_tmp);
     snprintf(endpoint, sizeof endpoint, "ipc://%s/ctl.ipc", s_tmp);
-    const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
-    pid_t ctl = fork();
-    if (ctl == 0) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
-            _exit(126);
-        execl(bin, bin, "controller", s_config, "--bind", endpoint, "--run-dir", ctl_dir,
-              (char *)NULL);
-        _exit(127);
-    }
+    const char *ctl_args[] = {"controller", s_config, "--bind", endpoint,
+                              "--run-dir",  ctl_dir,  NULL};
+    pid_t ctl = runs_spawn(ctl_args);
     const char *roles[4][2] = {{"trainer", "trainer-0"},
                                {"rollout", "rollout-0"},
                                {"rollout", "rollout-1"},
                                {"eval", "eval-0"}};
     pid_t workers[4];
     for (int i = 0; i < 4; i++) {
-        workers[i] = fork();
-        if (workers[i] == 0) {
-            if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
-                _exit(126);
-            execl(bin, bin, "worker", "--connect", endpoint, "--role", roles[i][0], "--name",
-                  roles[i][1], (char *)NULL);
-            _exit(127);
-        }
+        const char *args[] = {"worker",    "--connect", endpoint,    "--role",
+                              roles[i][0], "--name",    roles[i][1], NULL};
+        workers[i] = runs_spawn(args);
     }
-    CHECK(s_finish(ctl) == 0);
+    CHECK(runs_wait(ctl) == 0);
     for (int i = 0; i < 4; i++)
-        CHECK(s_finish(workers[i]) == 0); /* each left on STOP */
-    char *d = s_metrics(ctl_dir);
+        CHECK(runs_wait(workers[i]) == 0); /* each left on STOP */
+    char *d = runs_metrics(ctl_dir);
     CHECK(a && d && strcmp(a, d) == 0);
     free(a);
     free(b);

@@ -7,6 +7,7 @@
 #include "baton/fileio.h"
 #include "baton/model.h"
 #include "check.h"
+#include "runs.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -32,29 +33,12 @@ static const char s_json[] =
     " \"checkpoint\": {\"full_every_steps\": 3, \"keep_last\": 3},"
     " \"workers\": {\"rollout\": 1, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50}}";
 
-/*  Starts `baton run CONFIG --run-dir DIR [extra...]` (extra NULL-terminated), output
-    discarded. */
+/*  `baton run CONFIG --run-dir DIR [extra...]` (extra NULL-terminated or NULL). */
 static pid_t s_start(const char *dir, const char *const *extra) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
-            _exit(126);
-        const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
-        const char *argv[16] = {bin, "run", s_config, "--run-dir", dir};
-        int n = 5;
-        for (int i = 0; extra && extra[i] && n < 15; i++)
-            argv[n++] = extra[i];
-        argv[n] = NULL;
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int s_finish(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const char *args[16] = {"run", s_config, "--run-dir", dir};
+    for (int i = 0, n = 4; extra && extra[i] && n < 15; i++)
+        args[n++] = extra[i];
+    return runs_spawn(args);
 }
 
 static void s_kill(pid_t pid) {
@@ -126,37 +110,6 @@ static bool s_wait_saving(pid_t pid, const char *dir, int after) {
     return false;
 }
 
-/*  metrics.jsonl without the fields that measure time or memory, sorted. */
-static int s_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-static char *s_metrics(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
-        return NULL;
-    size_t cap = strlen(text) + 2, n = 0, len = 0;
-    char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
-    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(l);
-        CHECK(j != NULL);
-        const char *drop[] = {"time",        "tokens_per_s", "eval_s",
-                              "peak_rss_mb", "shards",       "shard_items"};
-        for (size_t k = 0; k < sizeof drop / sizeof *drop; k++)
-            cJSON_DeleteItemFromObject(j, drop[k]);
-        lines[n++] = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-    }
-    qsort(lines, n, sizeof *lines, s_cmp);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
-        free(lines[i]);
-    }
-    free(lines);
-    free(text);
-    return out;
-}
-
 static char *s_events(const char *dir) {
     char path[256], *text = NULL;
     snprintf(path, sizeof path, "%s/events.jsonl", dir);
@@ -198,13 +151,13 @@ static void test_kill_and_resume(const char *reference) {
     CHECK(s_wait_step(pid, dir, 14));
     s_kill(pid);
     pid = s_start(dir, s_resume);
-    CHECK(s_finish(pid) == 0);
+    CHECK(runs_wait(pid) == 0);
     char *events = s_events(dir);
     CHECK_STR_CONTAINS(events, "\"event\":\"resumed\"");
     /* the half-written folder of the save that was cut short was found and removed */
     CHECK_STR_CONTAINS(events, ".tmp-step-");
     free(events);
-    char *got = s_metrics(dir);
+    char *got = runs_metrics(dir);
     s_check_same(reference, got, "killed and resumed");
     free(got);
 }
@@ -250,14 +203,14 @@ static void test_corrupt_fallback(const char *reference) {
         CHECK_OK(bt_file_write(path, bytes, len));
     }
     free(bytes);
-    CHECK(s_finish(s_start(dir, s_resume)) == 0);
+    CHECK(runs_wait(s_start(dir, s_resume)) == 0);
     char *events = s_events(dir);
     const char *rej = s_last_event(events, "\"event\":\"checkpoint_rejected\"");
     CHECK(rej && strstr(rej, name) && strstr(rej, "hash mismatch"));
     const char *res = s_last_event(events, "\"event\":\"resumed\"");
     CHECK(res && strstr(res, prev));
     free(events);
-    char *got = s_metrics(dir);
+    char *got = runs_metrics(dir);
     s_check_same(reference, got, "resumed from the previous checkpoint");
     free(got);
 
@@ -266,7 +219,7 @@ static void test_corrupt_fallback(const char *reference) {
     snprintf(name, sizeof name, "step-%08d", newest);
     snprintf(path, sizeof path, "%s/ckpt/%s/optimizer.safetensors", dir, name);
     CHECK(remove(path) == 0);
-    CHECK(s_finish(s_start(dir, s_resume)) == 0);
+    CHECK(runs_wait(s_start(dir, s_resume)) == 0);
     events = s_events(dir);
     bool named = false; /* the newest is passed over, saying which file is missing */
     for (const char *l = events; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
@@ -278,7 +231,7 @@ static void test_corrupt_fallback(const char *reference) {
     }
     CHECK(named);
     free(events);
-    got = s_metrics(dir);
+    got = runs_metrics(dir);
     s_check_same(reference, got, "resumed again");
     free(got);
 }
@@ -290,7 +243,7 @@ static void test_nan_rollback(void) {
     snprintf(dir, sizeof dir, "%s/nan", s_tmp);
     const char *const set[] = {"--set", "debug.inject_nan_at_step=7", "--set",
                                "checkpoint.light_every_steps=2", NULL};
-    CHECK(s_finish(s_start(dir, set)) == 0);
+    CHECK(runs_wait(s_start(dir, set)) == 0);
     char *events = s_events(dir);
     const char *rb = events ? strstr(events, "\"event\":\"rollback\"") : NULL;
     CHECK(rb != NULL);
@@ -350,8 +303,8 @@ int main(void) {
     CHECK_OK(bt_file_write(s_config, s_json, strlen(s_json)));
     char ref[128];
     snprintf(ref, sizeof ref, "%s/ref", s_tmp);
-    CHECK(s_finish(s_start(ref, NULL)) == 0); /* the uninterrupted run */
-    char *reference = s_metrics(ref);
+    CHECK(runs_wait(s_start(ref, NULL)) == 0); /* the uninterrupted run */
+    char *reference = runs_metrics(ref);
     CHECK(reference && s_last_step(ref) == 16);
     test_kill_and_resume(reference);
     test_corrupt_fallback(reference);

@@ -7,6 +7,7 @@
 #include "baton/fileio.h"
 #include "baton/wire.h"
 #include "check.h"
+#include "runs.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -62,48 +63,13 @@ static bt_controller_stats s_run(const char *dir, const char *endpoint, bt_rewar
     return st;
 }
 
-static int s_cmp_lines(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/*  metrics.jsonl with the timing and memory fields removed, one compact JSON object per line,
-    sorted: evaluations run beside training, so their lines interleave with it in any order. */
-static char *s_metrics_without_timing(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
-        return NULL;
-    size_t cap = strlen(text) + 1, len = 0, n = 0;
-    char *out = calloc(cap, 1), **lines = calloc(cap, sizeof *lines);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        CHECK(j != NULL);
-        if (!j)
-            continue;
-        const char *varying[] = {"time",        "tokens_per_s", "eval_s",
-                                 "peak_rss_mb", "shards",       "shard_items"};
-        for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
-            cJSON_DeleteItemFromObject(j, varying[k]);
-        lines[n++] = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-    }
-    qsort(lines, n, sizeof *lines, s_cmp_lines);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
-        free(lines[i]);
-    }
-    free(lines);
-    free(text);
-    return out;
-}
-
 static void test_determinism_and_fields(void) {
     char a[128], b[128];
     snprintf(a, sizeof a, "%s/a", s_tmp);
     snprintf(b, sizeof b, "%s/b", s_tmp);
     s_run(a, NULL, NULL, NULL, NULL);
     s_run(b, NULL, NULL, NULL, NULL);
-    char *ma = s_metrics_without_timing(a), *mb = s_metrics_without_timing(b);
+    char *ma = runs_metrics(a), *mb = runs_metrics(b);
     /* bt_run_progress agrees with the last eval line of metrics.jsonl */
     const char *last_eval =
         ma ? strstr(ma, "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":4,") : NULL;
@@ -271,7 +237,7 @@ static void test_worker_crash(void) {
     bt_controller_stats sb = s_run_set(b, crash, 2);
     CHECK(sa.lost_workers == 0 && sa.requeued == 0);
     CHECK(sb.lost_workers == 1 && sb.requeued >= 1);
-    char *ma = s_metrics_without_timing(a), *mb = s_metrics_without_timing(b);
+    char *ma = runs_metrics(a), *mb = runs_metrics(b);
     CHECK(ma && mb && strcmp(ma, mb) == 0);
     free(ma);
     free(mb);

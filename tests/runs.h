@@ -1,0 +1,77 @@
+/*  runs.h — what the tests of whole runs share: a run's metrics as comparable text, and the baton
+    executable started as a child process.  Include after check.h. */
+#ifndef BATON_TESTS_RUNS_H
+#define BATON_TESTS_RUNS_H
+
+#include "baton/fileio.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static inline int runs_cmp_lines(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*  DIR/metrics.jsonl with the fields that measure time or memory (and the speed-sized shard split)
+    removed, one compact JSON object per line, sorted: evaluations run beside training, so their
+    lines interleave with it in any order.  Two runs that did the same work give the same text.
+    Caller frees; NULL when the file cannot be read. */
+static inline char *runs_metrics(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return NULL;
+    size_t cap = strlen(text) + 2, n = 0, len = 0;
+    char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(l);
+        CHECK(j != NULL);
+        if (!j)
+            continue;
+        const char *varying[] = {"time",        "tokens_per_s", "eval_s",
+                                 "peak_rss_mb", "shards",       "shard_items"};
+        for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
+            cJSON_DeleteItemFromObject(j, varying[k]);
+        lines[n++] = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+    }
+    qsort(lines, n, sizeof *lines, runs_cmp_lines);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    free(text);
+    return out;
+}
+
+/*  Starts $BATON_BIN (default ./baton) with args (NULL-terminated, at most 30), its output
+    discarded. */
+static inline pid_t runs_spawn(const char *const *args) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+            _exit(126);
+        const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/*  Waits for a child; its exit status, or -1 when it did not exit (a signal). */
+static inline int runs_wait(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#endif
