@@ -31,19 +31,14 @@ double bt_pass_at_k_hist(const int64_t *hist, int64_t n, int64_t k) {
 
 double bt_pass_at_k_hist_stderr(const int64_t *hist, int64_t n, int64_t k) {
     /* two passes over the histogram: the mean, then the squared deviations from it */
-    double sum = 0.0;
     int64_t examples = 0;
-    for (int64_t c = 0; c <= n; c++) {
-        if (hist[c] == 0)
-            continue;
-        sum += (double)hist[c] * bt_pass_at_k(n, c, k);
+    for (int64_t c = 0; c <= n; c++)
         examples += hist[c];
-    }
     if (examples == 0)
         return NAN;
     if (examples == 1)
         return 0.0;
-    double mean = sum / (double)examples, ss = 0.0;
+    double mean = bt_pass_at_k_hist(hist, n, k), ss = 0.0;
     for (int64_t c = 0; c <= n; c++) {
         if (hist[c] == 0)
             continue;
