@@ -1021,7 +1021,6 @@ static double s_train_seconds(const bt_controller_t *self) {
     finished (their lines are then before metrics_size); those of the current version are listed
     to be run again by a resume. */
 static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *out) {
-    memset(out, 0, sizeof *out);
     *out = (bt_run_state){.step = self->step,
                           .version = self->version,
                           .cursor = self->cursor,
@@ -1037,12 +1036,11 @@ static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *
     memcpy(out->triggers, self->triggers, sizeof out->triggers);
     for (int i = 0; i < S_MAX_EVALS && out->n_pending < BT_RUNSTATE_MAX_PENDING; i++) {
         const s_evaluation *ev = &self->evals[i];
-        if (ev->active && !strcmp(ev->phase, "rl"))
-            out->pending[out->n_pending++] =
-                (bt_runstate_eval){.dataset = ev->ds, .step = ev->step};
-        if (ev->active && !strcmp(ev->phase, "rl"))
-            snprintf(out->pending[out->n_pending - 1].trigger, sizeof out->pending[0].trigger, "%s",
-                     ev->trigger);
+        if (!ev->active || strcmp(ev->phase, "rl") != 0)
+            continue;
+        bt_runstate_eval *p = &out->pending[out->n_pending++];
+        *p = (bt_runstate_eval){.dataset = ev->ds, .step = ev->step};
+        snprintf(p->trigger, sizeof p->trigger, "%s", ev->trigger);
     }
 }
 

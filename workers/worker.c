@@ -470,11 +470,11 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     bool ok = ready && bt_msg_type_of(ready) == BT_MSG_PING;
     bt_msg_destroy(&ready);
     /* s_serve relays STOP itself; on any other way out the compute thread still needs one */
-    int64_t die_at = 0; /* debug.kill_rollout_at_task: rollout-0 crashes on that task */
-    bt_run_config dbg;
-    if (ok && opt->role == BT_ROLE_ROLLOUT && !strcmp(opt->name, "rollout-0") &&
-        bt_config_parse(c.config_json, "WELCOME config", NULL, 0, &dbg) == BT_OK)
-        die_at = dbg.debug.kill_rollout_at_task;
+    /* debug.kill_rollout_at_task: rollout-0 crashes on that task (c.cfg: parsed by the compute
+       thread before its ready message) */
+    int64_t die_at = ok && opt->role == BT_ROLE_ROLLOUT && !strcmp(opt->name, "rollout-0")
+                         ? c.cfg.debug.kill_rollout_at_task
+                         : 0;
     bool crashed = false;
     st = ok ? s_serve(dealer, pipe, opt, hb_ms, die_at, &crashed) : c.status;
     int timeout_ms = 2000; /* never block for good on a peer that is gone */
