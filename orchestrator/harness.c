@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define S_CACHE_FORMAT "baton-eval-cache-1" /* bump when metrics change meaning */
+#define S_CACHE_FORMAT "baton-eval-cache-2" /* bump when metrics or keys change meaning */
 
 /* ---- modes ----------------------------------------------------------------------------------- */
 
@@ -42,36 +42,26 @@ void bt_harness_options_init(bt_harness_options *opt) {
     *opt = (bt_harness_options){.mode = BT_HARNESS_FULL, .cache_dir = ".baton-eval-cache"};
 }
 
-/* ---- hashing: 64-bit FNV-1a ------------------------------------------------------------------ */
+/* ---- hashing: XXH3-64 (bt_hash64, bt_file_hash), chained ------------------------------------- */
 
-#define S_FNV_OFFSET 0xcbf29ce484222325ULL
-#define S_FNV_PRIME 0x100000001b3ULL
+#define S_HASH_START 0x62617430u /* any fixed start */
 
-static uint64_t s_fnv(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * S_FNV_PRIME;
-    return h;
+/*  h followed by v, hashed: the chain step. */
+static uint64_t s_mix(uint64_t h, uint64_t v) {
+    const uint64_t pair[2] = {h, v};
+    return bt_hash64(pair, sizeof pair);
 }
 
 /*  A string and its NUL, so that consecutive strings cannot run into each other. */
-static uint64_t s_fnv_str(uint64_t h, const char *s) {
-    return s_fnv(h, s, strlen(s) + 1);
+static uint64_t s_hash_str(uint64_t h, const char *s) {
+    return s_mix(h, bt_hash64(s, strlen(s) + 1));
 }
 
-static bt_status s_fnv_file(uint64_t h, const char *path, uint64_t *out) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    unsigned char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        h = s_fnv(h, buf, n);
-    bool failed = ferror(f) != 0;
-    fclose(f);
-    if (failed)
-        return bt_fail(BT_EIO, "%s: read failed", path);
-    *out = s_fnv(h, "", 1);
+/*  A file's bytes and size. */
+static bt_status s_hash_file(uint64_t h, const char *path, uint64_t *out) {
+    uint64_t hash = 0, size = 0;
+    BT_TRY(bt_file_hash(path, &hash, &size));
+    *out = s_mix(s_mix(h, hash), size);
     return BT_OK;
 }
 
@@ -80,13 +70,13 @@ static bt_status s_fnv_file(uint64_t h, const char *path, uint64_t *out) {
 static bt_status s_hash_model(const bt_run_config *cfg, const char *spec, uint64_t *out) {
     bool init = !strcmp(spec, BT_HARNESS_INIT);
     const char *dir = init ? cfg->model_path : spec;
-    uint64_t h = S_FNV_OFFSET;
+    uint64_t h = S_HASH_START;
     if (init && !dir[0]) {
         char *json = bt_model_config_to_json(&cfg->model), seed[64];
         if (!json)
             return bt_fail(BT_ENOMEM, "%s: out of memory", spec);
         snprintf(seed, sizeof seed, "seed=%lld", (long long)cfg->run.seed);
-        *out = s_fnv_str(s_fnv_str(h, json), seed);
+        *out = s_hash_str(s_hash_str(h, json), seed);
         free(json);
         return BT_OK;
     }
@@ -95,7 +85,7 @@ static bt_status s_hash_model(const bt_run_config *cfg, const char *spec, uint64
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, files[i]) >= (int)sizeof path)
             return bt_fail(BT_EINVAL, "%s: path too long", dir);
-        BT_TRY(s_fnv_file(h, path, &h));
+        BT_TRY(s_hash_file(h, path, &h));
     }
     *out = h;
     return BT_OK;
@@ -127,8 +117,8 @@ static size_t s_count(const s_data *d, int i) {
 static uint64_t s_hash_probes(uint64_t h, const bt_run_config *cfg) {
     for (int i = 0; i < cfg->eval.n_probes; i++) {
         const bt_eval_probe *p = &cfg->eval.probes[i];
-        h = s_fnv_str(s_fnv_str(h, p->name), p->prompt);
-        h = s_fnv_str(s_fnv_str(s_fnv_str(h, p->target), p->better), p->worse);
+        h = s_hash_str(s_hash_str(h, p->name), p->prompt);
+        h = s_hash_str(s_hash_str(s_hash_str(h, p->target), p->better), p->worse);
     }
     return h;
 }
@@ -148,15 +138,15 @@ static bt_status s_hash_dataset(s_data *d, int i) {
              (long long)c->run.seed, c->run.device, (int)c->task.kind, (long long)c->task.seed,
              (long long)c->task.digits, c->task.operators, (long long)c->task.heldout_size,
              c->task.format_reward, c->task.train, c->task.eval, (int)c->task.verifier);
-    uint64_t h = s_fnv_str(S_FNV_OFFSET, text);
+    uint64_t h = s_hash_str(S_HASH_START, text);
     if (e->kind == BT_EVAL_PROBES)
         h = s_hash_probes(h, c);
     else if (e->source[0])
-        BT_TRY(s_fnv_file(h, e->source, &h));
+        BT_TRY(s_hash_file(h, e->source, &h));
     else if (c->task.kind == BT_CONFIG_TASK_JSONL) {
-        BT_TRY(s_fnv_file(h, c->task.train, &h));
+        BT_TRY(s_hash_file(h, c->task.train, &h));
         if (c->task.eval[0])
-            BT_TRY(s_fnv_file(h, c->task.eval, &h));
+            BT_TRY(s_hash_file(h, c->task.eval, &h));
     }
     d->hash[i] = h;
     return BT_OK;

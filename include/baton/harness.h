@@ -69,8 +69,8 @@ typedef struct bt_harness_result {
     dataset of cfg, each as one shard from its first item, with the byte-level tokenizer, on
     cfg->run.device.  Sampling is seeded from run.seed and the dataset's index as a training run's
     step-0 evaluation on one eval worker, so a repeated call gives the same numbers.  In
-    incremental mode a pair found in the cache is read, not computed; its key hashes (64-bit
-    FNV-1a) the bytes of config.json and model.safetensors ("init" without model.path: the model
+    incremental mode a pair found in the cache is read, not computed; its key hashes (with
+    XXH3-64) the bytes of config.json and model.safetensors ("init" without model.path: the model
     config and run.seed) and what the dataset's numbers depend on: its entry (triggers aside),
     index and count, the task section, run.seed, run.device, the probes (probes datasets) and the
     bytes of its source or task files.  opt may be NULL (defaults).  Errors name the model or file
