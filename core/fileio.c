@@ -78,6 +78,16 @@ bt_status bt_file_write(const char *path, const void *data, size_t len) {
     return bt_file_finish(f, path, len == 0 || fwrite(data, 1, len, f) == len);
 }
 
+bt_status bt_file_replace(const char *path, const char *tmp, const void *data, size_t len) {
+    BT_TRY(bt_file_write(tmp, data, len));
+    if (rename(tmp, path) != 0) {
+        bt_status st = bt_fail(BT_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        remove(tmp);
+        return st;
+    }
+    return BT_OK;
+}
+
 uint64_t bt_hash64(const void *data, size_t len) {
     return XXH3_64bits(data, len);
 }

@@ -619,12 +619,7 @@ static bt_status s_write_latest(const char *ckpt, const char *name) {
     BT_TRY(s_join(tmp, ckpt, S_TMP_PREFIX "LATEST"));
     BT_TRY(s_join(path, ckpt, "LATEST"));
     int len = snprintf(text, sizeof text, "%s\n", name);
-    BT_TRY(bt_file_write(tmp, text, (size_t)len));
-    if (rename(tmp, path) != 0) {
-        bt_status rc = bt_fail(BT_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        remove(tmp);
-        return rc;
-    }
+    BT_TRY(bt_file_replace(path, tmp, text, (size_t)len));
     return bt_dir_sync(ckpt);
 }
 

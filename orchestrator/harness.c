@@ -227,13 +227,7 @@ static bt_status s_write_atomic(const char *path, const char *text) {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return bt_fail(BT_EINVAL, "%s: path too long", path);
-    BT_TRY(bt_file_write(tmp, text, strlen(text)));
-    if (rename(tmp, path) != 0) {
-        bt_status st = bt_fail(BT_EIO, "%s: cannot rename %s: %s", path, tmp, strerror(errno));
-        remove(tmp);
-        return st;
-    }
-    return BT_OK;
+    return bt_file_replace(path, tmp, text, strlen(text));
 }
 
 /*  Prints root (unless building it failed: !ok) to path atomically, and deletes it. */

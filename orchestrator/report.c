@@ -672,14 +672,9 @@ static bt_status s_write(const char *path, const s_buf *b) {
     int n = snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
     if (n < 0 || n >= (int)sizeof tmp)
         return bt_fail(BT_EIO, "%s: path too long", path);
-    if (bt_file_write(tmp, b->data, b->len) != BT_OK) {
+    if (bt_file_replace(path, tmp, b->data, b->len) != BT_OK) {
         snprintf(why, sizeof why, "%s", bt_last_error());
         return bt_fail(BT_EIO, "%s: cannot write the report (%s)", path, why);
-    }
-    if (rename(tmp, path) != 0) {
-        snprintf(why, sizeof why, "%s", strerror(errno));
-        remove(tmp);
-        return bt_fail(BT_EIO, "%s: cannot write the report: %s", path, why);
     }
     return BT_OK;
 }

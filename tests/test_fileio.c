@@ -138,8 +138,29 @@ static void test_hash(void) {
     CHECK_OK(bt_dir_sync("/tmp"));
 }
 
+/*  bt_file_replace: the new content replaces the old whole; a failed write leaves the old. */
+static void test_replace(void) {
+    char path[] = "/tmp/baton_replace_XXXXXX", tmp[64], *text = NULL;
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK_OK(bt_file_write(path, "old", 3));
+    CHECK_OK(bt_file_replace(path, tmp, "brand new", 9));
+    CHECK_OK(bt_file_read(path, 64, &text, NULL));
+    CHECK(text && strcmp(text, "brand new") == 0);
+    free(text);
+    CHECK(access(tmp, F_OK) != 0); /* renamed away */
+    CHECK(bt_file_replace(path, "/nonexistent/dir/x.tmp", "lost", 4) == BT_EIO);
+    CHECK_OK(bt_file_read(path, 64, &text, NULL));
+    CHECK(text && strcmp(text, "brand new") == 0);
+    free(text);
+    remove(path);
+}
+
 int main(void) {
     test_hash();
+    test_replace();
     snprintf(s_dir, sizeof s_dir, "/tmp/bt_fileio_XXXXXX");
     if (!mkdtemp(s_dir)) {
         perror("mkdtemp");

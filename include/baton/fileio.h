@@ -29,6 +29,11 @@ FILE *bt_file_create(const char *path);
     "PATH: write failed: ..."; else BT_OK.  Takes ownership of f: it is closed in every case. */
 bt_status bt_file_finish(FILE *f, const char *path, bool ok);
 
+/*  Writes len bytes of data durably to tmp (bt_file_write), then renames tmp over path, so a
+    reader sees the old file or all of the new one, never part.  tmp is removed on failure; errors
+    name the paths. */
+bt_status bt_file_replace(const char *path, const char *tmp, const void *data, size_t len);
+
 /*  XXH3 64-bit hash of len bytes (the MANIFEST and cache hash). */
 uint64_t bt_hash64(const void *data, size_t len);
 /*  XXH3 64-bit hash and size of the file at path, read in chunks.  BT_EIO naming the path when it
