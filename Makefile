@@ -4,7 +4,7 @@ BUILD   ?= build
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-dev libcjson-dev \
-           libxxhash-dev \
+           libxxhash-dev libgloo-dev \
            python3-numpy
 
 CONFIG  ?= configs/arith.json

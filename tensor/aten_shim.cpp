@@ -10,6 +10,22 @@
 #include <c10/core/GradMode.h>
 #include <torch/version.h>
 
+/* c10d's headers declare the Gloo (and NCCL) process groups only under these macros. */
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef BATON_HAVE_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -929,5 +945,170 @@ extern "C" bt_status bt_gen_set_state(bt_gen *self, const void *buf, size_t len)
         at::Tensor s = at::empty({(int64_t)len}, at::TensorOptions().dtype(at::kByte));
         memcpy(s.data_ptr(), buf, len);
         self->g.set_state(s);
+    });
+}
+
+/* ---- collectives ----------------------------------------------------------------------------- */
+
+struct bt_store {
+    c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+struct bt_group {
+    c10::intrusive_ptr<c10d::ProcessGroup> pg;
+    int rank, world;
+};
+
+extern "C" bt_store *bt_store_serve(int port, int *port_out) {
+    if (port < 0 || port > 65535) {
+        bt_fail(BT_EINVAL, "bt_store_serve: port %d out of range", port);
+        return nullptr;
+    }
+    bt_store *self = nullptr;
+    bt_status st = s_status("bt_store_serve", [&] {
+        c10d::TCPStoreOptions o;
+        o.port = (uint16_t)port;
+        o.isServer = true;
+        o.waitWorkers = false;
+        o.multiTenant = true;
+        auto store = c10::make_intrusive<c10d::TCPStore>("0.0.0.0", o);
+        self = new bt_store{store};
+        if (port_out)
+            *port_out = store->getPort();
+    });
+    return st == BT_OK ? self : nullptr;
+}
+
+extern "C" void bt_store_destroy(bt_store **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    delete *self_p;
+    *self_p = nullptr;
+}
+
+extern "C" bt_group *bt_group_new(const bt_group_config *cfg) {
+    if (!cfg || !cfg->store_host || !cfg->prefix || !cfg->local_addr || cfg->world < 1 ||
+        cfg->rank < 0 || cfg->rank >= cfg->world || cfg->timeout_ms < 1) {
+        bt_fail(BT_EINVAL, "bt_group_new: need a store host, a prefix, a local address, "
+                           "0 <= rank < world and a positive timeout");
+        return nullptr;
+    }
+    bt_group *self = nullptr;
+    bt_status st = s_status("bt_group_new", [&] {
+        auto timeout = std::chrono::milliseconds(cfg->timeout_ms);
+        c10d::TCPStoreOptions o;
+        o.port = (uint16_t)cfg->store_port;
+        o.isServer = false;
+        o.waitWorkers = false;
+        o.timeout = timeout;
+        auto tcp = c10::make_intrusive<c10d::TCPStore>(std::string(cfg->store_host), o);
+        auto store = c10::make_intrusive<c10d::PrefixStore>(std::string(cfg->prefix), tcp);
+        c10::intrusive_ptr<c10d::ProcessGroup> pg;
+        if (cfg->device.type == BT_DEVICE_CUDA) {
+#ifdef BATON_HAVE_NCCL
+            auto opts = c10d::ProcessGroupNCCL::Options::create();
+            opts->timeout = timeout;
+            pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cfg->rank, cfg->world, opts);
+#else
+            throw std::invalid_argument("CUDA collectives need a build with NCCL");
+#endif
+        } else {
+            auto opts = c10d::ProcessGroupGloo::Options::create();
+            opts->timeout = timeout;
+            opts->devices.push_back(
+                c10d::ProcessGroupGloo::createDeviceForHostname(std::string(cfg->local_addr)));
+            pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cfg->rank, cfg->world, opts);
+        }
+        self = new bt_group{pg, cfg->rank, cfg->world};
+    });
+    return st == BT_OK ? self : nullptr;
+}
+
+extern "C" void bt_group_destroy(bt_group **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    try {
+        delete *self_p;
+    } catch (...) { /* a group whose peers are gone may throw while closing: nothing to do */
+    }
+    *self_p = nullptr;
+}
+
+extern "C" int bt_group_rank(const bt_group *self) { return self ? self->rank : -1; }
+extern "C" int bt_group_world(const bt_group *self) { return self ? self->world : 0; }
+
+/*  Runs one collective on tensors flattened into a buffer per dtype, then copies the results
+    back: one message per dtype instead of one per tensor. */
+template <class F> static void s_flat_collective(std::vector<at::Tensor> &ts, F collective) {
+    std::vector<at::ScalarType> dtypes;
+    for (auto &t : ts)
+        if (std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) == dtypes.end())
+            dtypes.push_back(t.scalar_type());
+    for (auto dt : dtypes) {
+        std::vector<at::Tensor> group;
+        for (auto &t : ts)
+            if (t.scalar_type() == dt)
+                group.push_back(t);
+        std::vector<at::Tensor> flat;
+        for (auto &t : group)
+            flat.push_back(t.reshape({-1}));
+        std::vector<at::Tensor> buf{at::cat(flat)};
+        collective(buf);
+        int64_t off = 0;
+        for (auto &t : group) {
+            int64_t n = t.numel();
+            t.copy_(buf[0].narrow(0, off, n).view(t.sizes()));
+            off += n;
+        }
+    }
+}
+
+extern "C" bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *params, int n) {
+    if (!self || !params || n < 1)
+        return bt_fail(BT_EINVAL, "bt_group_allreduce_grads: NULL group or no parameters");
+    return s_status("bt_group_allreduce_grads", [&] {
+        at::NoGradGuard no_grad;
+        std::vector<at::Tensor> grads;
+        for (int i = 0; i < n; i++) {
+            at::Tensor &p = params[i]->t;
+            if (!p.grad().defined())
+                p.mutable_grad() = at::zeros_like(p);
+            grads.push_back(p.mutable_grad());
+        }
+        s_flat_collective(grads, [&](std::vector<at::Tensor> &buf) {
+            self->pg->allreduce(buf)->wait();
+        });
+    });
+}
+
+extern "C" bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op) {
+    if (!self || !values || n < 1)
+        return bt_fail(BT_EINVAL, "bt_group_allreduce_f64: NULL group or no values");
+    return s_status("bt_group_allreduce_f64", [&] {
+        at::Tensor t = at::from_blob(values, {n}, at::TensorOptions().dtype(at::kDouble)).clone();
+        if (self->pg->getBackendName() == "nccl")
+            t = t.to(at::kCUDA);
+        c10d::AllreduceOptions o;
+        o.reduceOp = op == BT_REDUCE_MAX ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+        std::vector<at::Tensor> buf{t};
+        self->pg->allreduce(buf, o)->wait();
+        at::Tensor host = buf[0].to(at::kCPU).contiguous();
+        memcpy(values, host.data_ptr(), sizeof(double) * (size_t)n);
+    });
+}
+
+extern "C" bt_status bt_group_broadcast(bt_group *self, bt_tensor *const *ts, int n, int root) {
+    if (!self || !ts || n < 1 || root < 0 || root >= self->world)
+        return bt_fail(BT_EINVAL, "bt_group_broadcast: NULL group, no tensors or root out of range");
+    return s_status("bt_group_broadcast", [&] {
+        at::NoGradGuard no_grad;
+        std::vector<at::Tensor> all;
+        for (int i = 0; i < n; i++)
+            all.push_back(ts[i]->t);
+        s_flat_collective(all, [&](std::vector<at::Tensor> &buf) {
+            c10d::BroadcastOptions o;
+            o.rootRank = root;
+            self->pg->broadcast(buf, o)->wait();
+        });
     });
 }

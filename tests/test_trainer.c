@@ -13,6 +13,7 @@
 #include "check.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +268,103 @@ static void test_micro_batches(void) {
     bt_rollout_batch_release(&b);
     bt_trainer_destroy(&t2);
     bt_trainer_destroy(&t8);
+}
+
+/* ---- (c') data parallelism: K Gloo ranks make one trainer's update ---------------------------- */
+
+typedef struct s_rank {
+    int rank, world, port;
+    bt_rollout_batch *batch;
+    bt_trainer_t *tr;
+    bt_trainer_stats grpo[2], sft;
+    bt_status st;
+} s_rank;
+
+/*  One rank: a trainer made from a different seed than rank 0's (the sync must fix that), joined
+    to the group, two GRPO steps (the second with rho != 1) and one SFT step. */
+static void *s_rank_main(void *arg) {
+    s_rank *r = arg;
+    bt_set_num_threads(1);
+    r->tr = s_trainer(r->rank == 0 ? 41 : 900 + (uint64_t)r->rank, 2, true);
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "t%d", r->world);
+    bt_group_config gc = {.store_host = "127.0.0.1",
+                          .store_port = r->port,
+                          .prefix = prefix,
+                          .rank = r->rank,
+                          .world = r->world,
+                          .local_addr = "127.0.0.1",
+                          .device = bt_cpu(),
+                          .timeout_ms = 60000};
+    bt_group *g = bt_group_new(&gc);
+    r->st = g ? BT_OK : BT_EIO;
+    bt_trainer_set_group(r->tr, g);
+    if (r->st == BT_OK)
+        r->st = bt_trainer_sync(r->tr, 0);
+    bt_grpo_config cfg = bt_grpo_defaults();
+    cfg.kl_coef = 0.05;
+    for (int step = 0; step < 2 && r->st == BT_OK; step++)
+        r->st = bt_trainer_grpo_step(r->tr, r->batch, s_adv, 1e-2, &cfg, &r->grpo[step]);
+    if (r->st == BT_OK)
+        r->st = bt_trainer_sft_step(r->tr, r->batch, 1e-2, &r->sft);
+    bt_trainer_set_group(r->tr, NULL);
+    bt_group_destroy(&g);
+    return NULL;
+}
+
+static void s_check_stats(const bt_trainer_stats *a, const bt_trainer_stats *b) {
+    CHECK_REL(a->loss, b->loss, 1e-5);
+    CHECK_REL(a->grad_norm, b->grad_norm, 1e-5);
+    CHECK_REL(a->kl + 1e-3, b->kl + 1e-3, 1e-5);
+    CHECK_REL(a->entropy, b->entropy, 1e-5);
+    CHECK_REL(a->ratio_max, b->ratio_max, 1e-5);
+    CHECK(a->tokens == b->tokens && a->version == b->version);
+}
+
+/*  The hand batch has 8 rows with ragged lengths; K = 3 splits it 2/3/3, so the shares and their
+    micro-batches differ from the single trainer's (micro-batch 8).  Ranks other than 0 start from
+    other seeds: the sync must make their weights, moments and references rank 0's. */
+static void test_data_parallel(void) {
+    int port = 0;
+    bt_store *store = bt_store_serve(0, &port);
+    CHECK(store != NULL && port > 0);
+    bt_trainer_t *one = s_trainer(41, 8, true);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    s_hand_batch(bt_trainer_policy(one), 1.0, &b);
+    bt_grpo_config cfg = bt_grpo_defaults();
+    cfg.kl_coef = 0.05;
+    bt_trainer_stats grpo[2], sft;
+    for (int step = 0; step < 2; step++)
+        CHECK_OK(bt_trainer_grpo_step(one, &b, s_adv, 1e-2, &cfg, &grpo[step]));
+    CHECK_OK(bt_trainer_sft_step(one, &b, 1e-2, &sft));
+    for (int world = 2; world <= 3; world++) {
+        s_rank ranks[3];
+        pthread_t th[3];
+        for (int r = 0; r < world; r++) {
+            ranks[r] = (s_rank){.rank = r, .world = world, .port = port, .batch = &b};
+            CHECK(pthread_create(&th[r], NULL, s_rank_main, &ranks[r]) == 0);
+        }
+        for (int r = 0; r < world; r++)
+            pthread_join(th[r], NULL);
+        for (int r = 0; r < world; r++) {
+            CHECK_OK(ranks[r].st);
+            for (int step = 0; step < 2; step++)
+                s_check_stats(&ranks[r].grpo[step], &grpo[step]);
+            s_check_stats(&ranks[r].sft, &sft);
+            double rel = s_weights_rel_diff(bt_trainer_policy(ranks[r].tr), bt_trainer_policy(one));
+            CHECK(rel < 1e-5);
+            CHECK(bt_trainer_version(ranks[r].tr) == 3);
+            /* ranks stay bit-identical to each other: they apply the same summed gradients */
+            CHECK(s_weights_rel_diff(bt_trainer_policy(ranks[r].tr),
+                                     bt_trainer_policy(ranks[0].tr)) == 0.0);
+        }
+        for (int r = world - 1; r >= 0; r--)
+            bt_trainer_destroy(&ranks[r].tr);
+    }
+    bt_rollout_batch_release(&b);
+    bt_trainer_destroy(&one);
+    bt_store_destroy(&store);
 }
 
 /* ---- (d) SFT, then (e) rollouts, (f) evaluation and (g) weights on the trained model ------- */
@@ -627,6 +725,7 @@ int main(void) {
     test_grpo_loss_matches();
     test_completion_mask();
     test_micro_batches();
+    test_data_parallel();
 
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
     bt_task_t *task = s_task();

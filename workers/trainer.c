@@ -12,6 +12,7 @@ struct bt_trainer {
     bt_model *reference; /* NULL unless cfg.reference */
     bt_adamw *opt;
     int64_t version;
+    bt_group *group; /* borrowed; NULL: a single trainer */
 };
 
 void bt_trainer_config_init(bt_trainer_config *cfg) {
@@ -81,6 +82,62 @@ int64_t bt_trainer_version(const bt_trainer_t *self) {
 }
 void bt_trainer_set_version(bt_trainer_t *self, int64_t version) {
     self->version = version;
+}
+
+void bt_trainer_set_group(bt_trainer_t *self, bt_group *group) {
+    self->group = group;
+}
+
+bt_status bt_trainer_sync(bt_trainer_t *self, int root) {
+    if (!self->group)
+        return BT_OK;
+    int n = bt_model_num_params(self->policy), parts = self->reference ? 4 : 3;
+    bt_tensor **all = malloc(sizeof *all * (size_t)(parts * n));
+    if (!all)
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    bt_status st = BT_OK;
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        all[i] = bt_model_params(self->policy)[i];
+        st = bt_adamw_moments(self->opt, i, &all[n + i], &all[2 * n + i]);
+        if (self->reference)
+            all[3 * n + i] = bt_model_params(self->reference)[i];
+    }
+    if (st == BT_OK)
+        st = bt_group_broadcast(self->group, all, parts * n, root);
+    free(all);
+    double counters[2] = {(double)self->version, (double)bt_adamw_steps(self->opt)};
+    if (bt_group_rank(self->group) != root)
+        counters[0] = counters[1] = 0.0;
+    if (st == BT_OK) /* a sum in which only root's values are not zero */
+        st = bt_group_allreduce_f64(self->group, counters, 2, BT_REDUCE_SUM);
+    if (st == BT_OK) {
+        self->version = (int64_t)counters[0];
+        bt_adamw_set_steps(self->opt, (int64_t)counters[1]);
+    }
+    return st;
+}
+
+/*  The rows of an n-row batch this rank computes: all of them alone, else a contiguous share. */
+static void s_rows(const bt_trainer_t *self, int64_t n, int64_t *lo, int64_t *hi) {
+    int64_t rank = self->group ? bt_group_rank(self->group) : 0;
+    int64_t world = self->group ? bt_group_world(self->group) : 1;
+    *lo = n * rank / world;
+    *hi = n * (rank + 1) / world;
+}
+
+/*  With a group: sums values[0..n_sum) and takes the maximum of values[n_sum..n_sum+n_max) over
+    the ranks.  values[0] is this rank's "ok" (1 or 0): when any rank failed, every rank fails
+    here, so no rank updates alone. */
+static bt_status s_reduce_stats(bt_trainer_t *self, double *values, int n_sum, int n_max) {
+    if (!self->group)
+        return BT_OK;
+    BT_TRY(bt_group_allreduce_f64(self->group, values, n_sum, BT_REDUCE_SUM));
+    if (n_max > 0)
+        BT_TRY(bt_group_allreduce_f64(self->group, values + n_sum, n_max, BT_REDUCE_MAX));
+    if (values[0] != (double)bt_group_world(self->group))
+        return bt_fail(BT_EIO, "trainer: %g of %d ranks failed this step",
+                       bt_group_world(self->group) - values[0], bt_group_world(self->group));
+    return BT_OK;
 }
 
 /* ---- sequences ------------------------------------------------------------------------------ */
@@ -164,12 +221,15 @@ static bt_status s_micro_build(bt_ctx *ctx, const bt_model *model, const bt_roll
     return st;
 }
 
-/*  Clip, step, version++; drops the gradients either way. */
+/*  Sums the gradients over the group's ranks, clips, steps, version++; drops the gradients either
+    way. */
 static bt_status s_update(bt_trainer_t *self, double lr, double *grad_norm) {
     bt_tensor *const *params = bt_model_params(self->policy);
     int n = bt_model_num_params(self->policy);
     double max_norm = self->cfg.max_grad_norm > 0 ? self->cfg.max_grad_norm : INFINITY;
-    bt_status st = bt_clip_grad_norm(params, n, max_norm, grad_norm);
+    bt_status st = self->group ? bt_group_allreduce_grads(self->group, params, n) : BT_OK;
+    if (st == BT_OK)
+        st = bt_clip_grad_norm(params, n, max_norm, grad_norm);
     if (st == BT_OK)
         st = bt_adamw_step(self->opt, lr);
     bt_zero_grad(params, n);
@@ -233,28 +293,36 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
         return bt_fail(BT_ENOMEM, "trainer: out of memory");
     bt_grpo_stats gs = {0};
     double loss = 0.0, grad_norm = 0.0;
-    for (int64_t s = 0; s < batch->n && st == BT_OK; s += self->cfg.micro_batch) {
-        int64_t B = batch->n - s < self->cfg.micro_batch ? batch->n - s : self->cfg.micro_batch;
+    int64_t lo, hi;
+    s_rows(self, batch->n, &lo, &hi);
+    for (int64_t s = lo; s < hi && st == BT_OK; s += self->cfg.micro_batch) {
+        int64_t B = hi - s < self->cfg.micro_batch ? hi - s : self->cfg.micro_batch;
         st = s_grpo_micro(self, ctx, batch, s, B, advantages, cfg, temperature, normaliser, &loss,
                           &gs);
         bt_ctx_reset(ctx);
     }
     bt_ctx_destroy(&ctx);
+    double v[] = {st == BT_OK,   loss,         gs.pg_loss_sum,
+                  gs.kl_sum,     gs.clip_low_tokens + gs.clip_high_tokens,
+                  gs.ratio_sum,  gs.entropy_sum, gs.tokens,
+                  gs.ratio_max};
+    bt_status rs = s_reduce_stats(self, v, 8, 1);
+    st = st != BT_OK ? st : rs;
     if (st == BT_OK)
         st = s_update(self, lr, &grad_norm);
     else
         bt_zero_grad(bt_model_params(self->policy), bt_model_num_params(self->policy));
     if (st == BT_OK && stats) {
-        double tok = gs.tokens > 0 ? gs.tokens : 1.0;
-        *stats = (bt_trainer_stats){.loss = loss,
-                                    .pg_loss = gs.pg_loss_sum / tok,
-                                    .kl = gs.kl_sum / tok,
-                                    .clip_frac = (gs.clip_low_tokens + gs.clip_high_tokens) / tok,
-                                    .ratio_mean = gs.ratio_sum / tok,
-                                    .ratio_max = gs.ratio_max,
-                                    .entropy = gs.entropy_sum / tok,
+        double tok = v[7] > 0 ? v[7] : 1.0;
+        *stats = (bt_trainer_stats){.loss = v[1],
+                                    .pg_loss = v[2] / tok,
+                                    .kl = v[3] / tok,
+                                    .clip_frac = v[4] / tok,
+                                    .ratio_mean = v[5] / tok,
+                                    .ratio_max = v[8],
+                                    .entropy = v[6] / tok,
                                     .grad_norm = grad_norm,
-                                    .tokens = gs.tokens,
+                                    .tokens = v[7],
                                     .sequences = batch->n,
                                     .version = self->version};
     }
@@ -263,10 +331,10 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
 
 /* ---- SFT ------------------------------------------------------------------------------------ */
 
-/*  The supervised loss of batch (mean NLL per completion token), with its gradients when
-    backward is set. */
-static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, bool backward,
-                            double *loss, double *tokens) {
+/*  The supervised loss of rows [lo, hi) of batch (their share of the batch's mean NLL per
+    completion token), with its gradients when backward is set. */
+static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, int64_t lo,
+                            int64_t hi, bool backward, double *loss, double *tokens) {
     bt_status st = s_check_batch(self, batch);
     if (st != BT_OK)
         return st;
@@ -280,8 +348,8 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, b
     if (!ctx)
         return bt_fail(BT_ENOMEM, "trainer: out of memory");
     bool grad = bt_set_grad_enabled(backward);
-    for (int64_t s = 0; s < batch->n && st == BT_OK; s += self->cfg.micro_batch) {
-        int64_t B = batch->n - s < self->cfg.micro_batch ? batch->n - s : self->cfg.micro_batch;
+    for (int64_t s = lo; s < hi && st == BT_OK; s += self->cfg.micro_batch) {
+        int64_t B = hi - s < self->cfg.micro_batch ? hi - s : self->cfg.micro_batch;
         s_micro m;
         st = s_micro_build(ctx, self->policy, batch, s, B, NULL, &m);
         if (st == BT_OK) {
@@ -305,7 +373,13 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
                               bt_trainer_stats *stats) {
     BT_ASSERT(self && batch);
     double loss = 0.0, tokens = 0.0, grad_norm = 0.0;
-    bt_status st = s_sft_pass(self, batch, true, &loss, &tokens);
+    int64_t lo, hi;
+    s_rows(self, batch->n, &lo, &hi);
+    bt_status st = s_sft_pass(self, batch, lo, hi, true, &loss, &tokens);
+    double v[] = {st == BT_OK, loss};
+    bt_status rs = s_reduce_stats(self, v, 2, 0);
+    st = st != BT_OK ? st : rs;
+    loss = v[1];
     if (st == BT_OK)
         st = s_update(self, lr, &grad_norm);
     else
@@ -322,5 +396,5 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
 bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch, double *loss) {
     BT_ASSERT(self && batch && loss);
     double tokens = 0.0;
-    return s_sft_pass(self, batch, false, loss, &tokens);
+    return s_sft_pass(self, batch, 0, batch->n, false, loss, &tokens);
 }

@@ -252,6 +252,45 @@ size_t    bt_gen_state_size(const bt_gen *self);
 bt_status bt_gen_get_state(const bt_gen *self, void *buf, size_t len);
 bt_status bt_gen_set_state(bt_gen *self, const void *buf, size_t len);
 
+/* ---- collectives: c10d process groups (Gloo on CPU, NCCL on CUDA) ---------------------------
+    The ranks of a group meet through a rendezvous store (c10d's TCPStore) served by the controller;
+    every formation of a group uses its own key prefix, so a re-formed group never reads an old
+    formation's keys.  Collectives block until every rank took part, or fail after the group's
+    timeout or as soon as a peer's connection drops. */
+typedef struct bt_store bt_store;
+typedef struct bt_group bt_group;
+
+/*  A rendezvous store listening on every interface at port (0: a free port, written to
+    *port_out).  Caller owns the result; destroy with bt_store_destroy(). */
+bt_store *bt_store_serve(int port, int *port_out);
+void      bt_store_destroy(bt_store **self_p);
+
+typedef struct bt_group_config {
+    const char *store_host; /* where the store listens, as this rank reaches it */
+    int store_port;
+    const char *prefix;     /* this formation's keys, e.g. "g3" */
+    int rank, world;        /* 0 <= rank < world */
+    const char *local_addr; /* the local address collective traffic binds to (an IP) */
+    bt_device device;       /* CPU: Gloo; CUDA: NCCL (built with BATON_HAVE_NCCL) */
+    int64_t timeout_ms;     /* for the rendezvous and each collective */
+} bt_group_config;
+
+typedef enum bt_reduce { BT_REDUCE_SUM = 0, BT_REDUCE_MAX = 1 } bt_reduce;
+
+/*  Joins the group; blocks until all world ranks joined or timeout_ms passed.  Caller owns the
+    result; destroy with bt_group_destroy().  NULL on failure, the reason in bt_last_error(). */
+bt_group *bt_group_new(const bt_group_config *cfg);
+void      bt_group_destroy(bt_group **self_p);
+int       bt_group_rank(const bt_group *self);
+int       bt_group_world(const bt_group *self);
+/*  Sums the gradients of params over the ranks, in place, as one flat buffer per dtype; a
+    parameter without a gradient takes part with zeros (and has one afterwards). */
+bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *params, int n);
+/*  Reduces n host doubles over the ranks, in place. */
+bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op);
+/*  Copies root's tensors into every rank's, in place (same shapes and dtypes everywhere). */
+bt_status bt_group_broadcast(bt_group *self, bt_tensor *const *ts, int n, int root);
+
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,17 @@ bt_adamw *bt_trainer_optimizer(bt_trainer_t *self);
 int64_t bt_trainer_version(const bt_trainer_t *self);
 void bt_trainer_set_version(bt_trainer_t *self, int64_t version);
 
+/*  Data parallelism: makes the trainer one rank of group (borrowed: it must outlive its use; NULL:
+    alone again).  Every rank then gets the same whole batch and computes a contiguous share of its
+    rows (rank r of K: rows [n*r/K, n*(r+1)/K)), with the whole batch's normaliser; the gradients
+    and statistics are summed over the ranks before the one clip and AdamW step every rank makes,
+    so K ranks make the update one trainer makes with the whole batch (to float rounding) and stay
+    identical.  When any rank fails a step, every rank fails it and none updates. */
+void bt_trainer_set_group(bt_trainer_t *self, bt_group *group);
+/*  Copies rank root's whole state (weights, reference, AdamW moments and step count, version) to
+    every rank of the group: what a re-formed group does first.  BT_OK at once without a group. */
+bt_status bt_trainer_sync(bt_trainer_t *self, int root);
+
 /*  One update's statistics.  Token means are over completion tokens. */
 typedef struct bt_trainer_stats {
     double loss;       /* the batch loss that was differentiated (sum over micro-batches) */
