@@ -161,6 +161,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("workers.eval", workers.eval, 1, 0, S_INF),
     S_INT_KEY("workers.heartbeat_ms", workers.heartbeat_ms, 500, 1, S_INF),
     S_INT_KEY("workers.expiry_ms", workers.expiry_ms, 5000, 1, S_INF),
+    S_INT_KEY("workers.collective_timeout_ms", workers.collective_timeout_ms, 60000, 100, S_INF),
 
     S_INT_KEY("checkpoint.light_every_steps", checkpoint.light_every_steps, 0, 0, S_INF),
     S_INT_KEY("checkpoint.full_every_steps", checkpoint.full_every_steps, 0, 0, S_INF),

@@ -27,7 +27,8 @@ enum {
     S_MAX_SHARDS = 64,     /* shards of one evaluation */
     S_TRACK = 1024,        /* workers whose weights version and speed are tracked */
     S_ROLLBACK_EVERY = 10, /* steps between in-memory snapshots: the most a rollback loses */
-    S_MAX_ROLLBACKS = 3    /* rollbacks to one snapshot before the run gives up */
+    S_MAX_ROLLBACKS = 3,   /* rollbacks to one snapshot before the run gives up */
+    S_MAX_RANKS = 64       /* data-parallel trainer ranks */
 };
 
 /*  A WEIGHTS message shared by the controller (the latest) and the evaluations pinned to it. */
@@ -41,8 +42,9 @@ struct s_evaluation;
 
 /*  One unit of work for a worker; the TASK message is built from it at each hand-out. */
 typedef struct s_job {
-    const char *kind; /* "rollout", "train", "sft", "eval", "restore", "snapshot" */
+    const char *kind; /* "rollout", "train", "sft", "eval", "restore", "snapshot", "group" */
     bt_role role;
+    int rank;                      /* group: this rank's number in the formation */
     int64_t start, count, seed;
     double lr;
     bool publish;
@@ -111,6 +113,13 @@ struct bt_controller {
     const char *phase; /* of the last report */
     bt_progress_fn *progress;
     void *progress_user;
+    /* the data-parallel trainer group (workers.trainer > 1) */
+    bt_store *store;            /* the ranks' rendezvous */
+    int store_port;
+    int32_t ranks[S_MAX_RANKS]; /* worker ids, by rank */
+    int world;                  /* ranks; 0: the group must be (re-)formed */
+    int world_last;             /* ranks of the last formation */
+    int64_t generation;         /* formations so far */
 };
 
 static void s_weights_release(s_weights **w_p);
@@ -151,7 +160,10 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
     if (!self->reg || !self->sock || zmq_bind(self->sock, endpoint) != 0) {
         bt_fail(BT_EIO, "controller: cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
         bt_controller_destroy(&self);
+        return NULL;
     }
+    if (cfg->workers.trainer > 1 && !(self->store = bt_store_serve(0, &self->store_port)))
+        bt_controller_destroy(&self);
     return self;
 }
 
@@ -171,6 +183,7 @@ void bt_controller_destroy(bt_controller_t **self_p) {
     s_weights_release(&self->weights);
     bt_ckpt_writer_destroy(&self->writer);
     bt_msg_destroy(&self->snap);
+    bt_store_destroy(&self->store);
     free(self);
     *self_p = NULL;
 }
@@ -327,6 +340,14 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
             bt_msg_tensor t = bt_msg_tensor_at(j->state, i);
             BT_TRY(bt_msg_add_tensor(m, t.name, t.dtype, t.ndim, t.shape, t.data));
         }
+    } else if (!strcmp(j->kind, "group")) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "g%lld", (long long)self->generation);
+        BT_TRY(bt_msg_set_int(m, "rank", j->rank));
+        BT_TRY(bt_msg_set_int(m, "world", self->world));
+        BT_TRY(bt_msg_set_int(m, "store_port", self->store_port));
+        BT_TRY(bt_msg_set_str(m, "prefix", prefix));
+        BT_TRY(bt_msg_set_int(m, "timeout_ms", c->workers.collective_timeout_ms));
     } else if (!strcmp(j->kind, "eval")) {
         BT_TRY(bt_msg_set_int(m, "dataset", j->ev->ds));
         /* the SFT early-stop check needs accuracy only */
@@ -542,6 +563,179 @@ static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
             return bt_fail(BT_EIO, "controller: no live worker for pending tasks for %d s",
                            S_JOIN_TIMEOUT_MS / 1000);
         BT_TRY(s_turn(self));
+    }
+}
+
+/* ---- the data-parallel trainer group ----------------------------------------------------------- */
+
+static void s_jobs_release(s_job *jobs, int n);
+
+/*  Runs jobs[k] on rank k of the group (bound to that worker) until all are done, or until a rank
+    fails or is lost: then the others are cancelled, the group must be re-formed (world = 0) and
+    *broken is set. */
+static bt_status s_run_ranks(bt_controller_t *self, s_job *jobs, int n, bool *broken) {
+    *broken = false;
+    int64_t first = -1;
+    for (int k = 0; k < n; k++) {
+        int64_t id = bt_registry_add_task_only(self->reg, BT_ROLE_TRAINER, self->ranks[k], &jobs[k]);
+        if (id < 0)
+            return BT_ENOMEM;
+        first = first < 0 ? id : first;
+    }
+    double t0 = bt_now();
+    for (;;) {
+        int done = 0;
+        double longest = 0;
+        for (int k = 0; k < n; k++) {
+            bt_task_state ts = bt_registry_task_state(self->reg, first + k);
+            done += ts == BT_TASK_DONE;
+            /* queued again after it was handed out: its rank failed it or was lost */
+            *broken |= ts == BT_TASK_QUEUED && bt_registry_task_attempts(self->reg, first + k) > 0;
+            *broken |= bt_registry_worker(self->reg, self->ranks[k])->state == BT_WORKER_LOST;
+            longest = jobs[k].compute_s > longest ? jobs[k].compute_s : longest;
+        }
+        if (done == n) {
+            self->stats.compute_s += longest;
+            self->stats.tasks_s += bt_now() - t0;
+            return BT_OK;
+        }
+        if (*broken) {
+            for (int k = 0; k < n; k++)
+                bt_registry_cancel(self->reg, first + k);
+            s_jobs_release(jobs, n);
+            self->world = 0;
+            char what[64];
+            snprintf(what, sizeof what, "%s, generation %lld", jobs[0].kind,
+                     (long long)self->generation);
+            s_event(self, "trainer_group_broken", "during", what);
+            return BT_OK;
+        }
+        BT_TRY(s_turn(self));
+    }
+}
+
+/*  (Re-)forms the trainer group from the live trainer workers.  The last formation's live ranks
+    come first, in their old order, so the new rank 0 holds the newest state and every rank copies
+    it; trainers that joined since follow.  When no rank of the last formation lives, the state is
+    gone and the run stops with an error saying how to resume.  It first waits until no rank of
+    the last formation is busy: a survivor reports its failed collective soon (at once when a
+    peer's process died, after workers.collective_timeout_ms when a link went silent), and a dead
+    rank still holding a task is expired (workers.expiry_ms); forming with a dead rank would stall
+    until the collective timeout. */
+static bt_status s_group_form(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    int64_t settle = s_now_ms() + c->workers.collective_timeout_ms + c->workers.expiry_ms + 5000;
+    for (bool busy = true; busy;) {
+        busy = false;
+        for (int k = 0; k < self->world_last; k++)
+            busy |= bt_registry_worker(self->reg, self->ranks[k])->state == BT_WORKER_BUSY;
+        if (busy && s_now_ms() > settle)
+            return bt_fail(BT_EIO, "controller: trainer ranks still busy %lld ms after their "
+                                   "group broke",
+                           (long long)(c->workers.collective_timeout_ms + c->workers.expiry_ms));
+        if (busy)
+            BT_TRY(s_turn(self));
+    }
+    int64_t deadline = s_now_ms() + S_JOIN_TIMEOUT_MS;
+    for (int attempt = 0;; attempt++) {
+        if (attempt > S_MAX_ATTEMPTS)
+            return bt_fail(BT_EIO, "controller: the trainer group failed to form %d times",
+                           attempt);
+        int32_t order[S_MAX_RANKS];
+        int n = 0, old;
+        for (int k = 0; k < self->world_last && n < S_MAX_RANKS; k++)
+            if (bt_registry_worker(self->reg, self->ranks[k])->state != BT_WORKER_LOST)
+                order[n++] = self->ranks[k];
+        old = n;
+        for (int32_t i = 0; i < bt_registry_worker_count(self->reg) && n < S_MAX_RANKS; i++) {
+            const bt_worker_info *w = bt_registry_worker(self->reg, i);
+            bool listed = false;
+            for (int k = 0; k < n; k++)
+                listed |= order[k] == i;
+            if (w->role == BT_ROLE_TRAINER && w->state != BT_WORKER_LOST && !listed)
+                order[n++] = i;
+        }
+        if (self->generation > 0 && old == 0)
+            return bt_fail(BT_EIO,
+                           "controller: every trainer rank was lost with the training state; "
+                           "resume from the last full checkpoint (baton run --resume)");
+        if (n == 0) {
+            if (s_now_ms() > deadline)
+                return bt_fail(BT_EIO, "controller: no trainer worker for %d s",
+                               S_JOIN_TIMEOUT_MS / 1000);
+            BT_TRY(s_turn(self));
+            attempt--;
+            continue;
+        }
+        memcpy(self->ranks, order, sizeof order[0] * (size_t)n);
+        self->world = self->world_last = n;
+        self->generation++;
+        s_job jobs[S_MAX_RANKS];
+        for (int k = 0; k < n; k++)
+            jobs[k] = (s_job){.kind = "group", .role = BT_ROLE_TRAINER, .rank = k};
+        bool broken;
+        BT_TRY(s_run_ranks(self, jobs, n, &broken));
+        if (broken)
+            continue;
+        bt_status st = BT_OK;
+        int64_t version = -1, v;
+        for (int k = 0; k < n && st == BT_OK; k++) {
+            st = bt_msg_get_int(jobs[k].result, "trainer_version", 0, BT_WIRE_INT_MAX, &v);
+            if (st == BT_OK && k > 0 && v != version)
+                st = bt_fail(BT_EIO, "controller: trainer ranks 0 and %d hold versions %lld and "
+                                     "%lld after forming",
+                             k, (long long)version, (long long)v);
+            version = k == 0 ? v : version;
+        }
+        s_jobs_release(jobs, n);
+        BT_TRY(st);
+        if (self->generation > 1 && version != self->version)
+            return bt_fail(BT_EIO,
+                           "controller: the re-formed trainer group holds version %lld, the "
+                           "controller %lld (a rank was lost inside an update); resume from the "
+                           "last full checkpoint (baton run --resume)",
+                           (long long)version, (long long)self->version);
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", "trainer_group_formed");
+        bt_jsonl_num(&line, "time", bt_now() - self->t0);
+        bt_jsonl_int(&line, "generation", self->generation);
+        bt_jsonl_int(&line, "world", n);
+        bt_jsonl_int(&line, "version", version);
+        return bt_runlog_event(self->log, &line);
+    }
+}
+
+/*  Runs a trainer job: on the one trainer, or on every rank of the data-parallel group (a
+    snapshot on rank 0 alone), re-forming the group and running the job again when a rank fails or
+    is lost.  Rank 0's result becomes job's. */
+static bt_status s_run_trainer(bt_controller_t *self, s_job *job) {
+    if (!self->store)
+        return s_run_jobs(self, job, 1);
+    for (int attempt = 0;; attempt++) {
+        if (attempt > S_MAX_ATTEMPTS)
+            return bt_fail(BT_EIO, "controller: a %s job failed on the trainer group %d times",
+                           job->kind, attempt);
+        if (self->world == 0)
+            BT_TRY(s_group_form(self));
+        int n = strcmp(job->kind, "snapshot") ? self->world : 1;
+        s_job jobs[S_MAX_RANKS];
+        for (int k = 0; k < n; k++) {
+            jobs[k] = *job;
+            jobs[k].publish = job->publish && k == 0;
+        }
+        bool broken;
+        bt_status st = s_run_ranks(self, jobs, n, &broken);
+        if (st == BT_OK && broken)
+            continue;
+        if (st == BT_OK) {
+            job->result = jobs[0].result;
+            job->compute_s = jobs[0].compute_s;
+            job->worker = jobs[0].worker;
+            jobs[0].result = NULL;
+        }
+        s_jobs_release(jobs, n);
+        return st;
     }
 }
 
@@ -841,7 +1035,7 @@ static bt_status s_sft(bt_controller_t *self) {
                      .lr = lr,
                      .publish = eval};
         self->cursor += (uint64_t)c->sft.batch_size;
-        bt_status st = s_run_jobs(self, &job, 1);
+        bt_status st = s_run_trainer(self, &job);
         double loss = NAN;
         if (st == BT_OK)
             st = bt_msg_get_double(job.result, "stats.loss", -1e300, 1e300, &loss);
@@ -1001,7 +1195,7 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
                  .adv = adv,
                  .inject_nan = inject};
     if (st == BT_OK)
-        st = s_run_jobs(self, &job, 1);
+        st = s_run_trainer(self, &job);
     if (st == BT_OK)
         st = bt_trainer_stats_from_msg(job.result, out);
     s_jobs_release(&job, 1);
@@ -1069,7 +1263,7 @@ static bt_status s_snapshot(bt_controller_t *self) {
         if (self->evals[i].active && self->evals[i].version < self->version)
             BT_TRY(s_eval_wait(self, &self->evals[i]));
     s_job job = {.kind = "snapshot", .role = BT_ROLE_TRAINER};
-    bt_status st = s_run_jobs(self, &job, 1);
+    bt_status st = s_run_trainer(self, &job);
     double canary = NAN;
     if (st == BT_OK)
         st = bt_msg_get_double(job.result, "canary_loss", 0, 1e300, &canary);
@@ -1096,7 +1290,7 @@ static bt_status s_restore_trainer(bt_controller_t *self, const bt_msg_t *state,
                  .publish = true,
                  .state = state,
                  .restore_version = version};
-    bt_status st = s_run_jobs(self, &job, 1);
+    bt_status st = s_run_trainer(self, &job);
     double got = NAN;
     if (st == BT_OK)
         st = bt_msg_get_double(job.result, "canary_loss", 0, 1e300, &got);

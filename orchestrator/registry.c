@@ -14,6 +14,7 @@ typedef struct {
     int32_t attempts;
     void *user;
     int32_t prefer; /* the worker it waits for while that worker lives; -1: any */
+    bool only;      /* prefer is the only worker that may take it */
 } s_task;
 
 struct bt_registry {
@@ -142,6 +143,10 @@ void bt_registry_touch(bt_registry_t *self, int32_t worker, int64_t now_ms) {
 
 static void s_requeue(bt_registry_t *self, int64_t task) {
     s_task *t = &self->tasks[task];
+    if (t->state == BT_TASK_CANCELLED) {
+        t->worker = -1;
+        return;
+    }
     t->state = BT_TASK_QUEUED;
     t->worker = -1;
     if (task < self->queue_head)
@@ -170,17 +175,30 @@ int bt_registry_expire(bt_registry_t *self, int64_t now_ms) {
     return lost;
 }
 
-int64_t bt_registry_add_task(bt_registry_t *self, bt_role role, void *user) {
-    return bt_registry_add_task_for(self, role, -1, user);
-}
-
-int64_t bt_registry_add_task_for(bt_registry_t *self, bt_role role, int32_t worker, void *user) {
+static int64_t s_add(bt_registry_t *self, bt_role role, int32_t worker, bool only, void *user) {
     if (!s_reserve((void **)&self->tasks, &self->cap_tasks, self->n_tasks + 1, sizeof(s_task))) {
         bt_fail(BT_ENOMEM, "registry: out of memory for tasks");
         return -1;
     }
-    self->tasks[self->n_tasks] = (s_task){role, BT_TASK_QUEUED, -1, 0, user, worker};
+    self->tasks[self->n_tasks] = (s_task){role, BT_TASK_QUEUED, -1, 0, user, worker, only};
     return self->n_tasks++;
+}
+
+int64_t bt_registry_add_task(bt_registry_t *self, bt_role role, void *user) {
+    return s_add(self, role, -1, false, user);
+}
+
+int64_t bt_registry_add_task_for(bt_registry_t *self, bt_role role, int32_t worker, void *user) {
+    return s_add(self, role, worker, false, user);
+}
+
+int64_t bt_registry_add_task_only(bt_registry_t *self, bt_role role, int32_t worker, void *user) {
+    return s_add(self, role, worker, true, user);
+}
+
+void bt_registry_cancel(bt_registry_t *self, int64_t task) {
+    if (task >= 0 && task < self->n_tasks && self->tasks[task].state != BT_TASK_DONE)
+        self->tasks[task].state = BT_TASK_CANCELLED;
 }
 
 int64_t bt_registry_queued(const bt_registry_t *self, bt_role role) {
@@ -216,7 +234,7 @@ bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *wo
         if (q->state != BT_TASK_QUEUED)
             continue;
         const bt_worker_info *p = bt_registry_worker(self, q->prefer);
-        bool waits = p && p->state != BT_WORKER_LOST && p->role == q->role;
+        bool waits = p && (q->only || (p->state != BT_WORKER_LOST && p->role == q->role));
         for (int32_t i = 0; i < self->n_workers; i++) {
             bt_worker_info *w = &self->workers[i];
             if (w->state != BT_WORKER_IDLE || w->role != q->role || (waits && w->id != p->id))
@@ -234,15 +252,20 @@ bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *wo
     return false;
 }
 
-/*  True when worker holds task; then releases the worker. */
+/*  True when worker holds task; then releases the worker.  A cancelled task releases its worker
+    too, but its result is refused (false). */
 static bool s_release(bt_registry_t *self, int64_t task, int32_t worker) {
     bt_worker_info *w = bt_registry_worker(self, worker);
-    if (task < 0 || task >= self->n_tasks || !w || w->state != BT_WORKER_BUSY || w->task != task ||
-        self->tasks[task].state != BT_TASK_ASSIGNED || self->tasks[task].worker != worker)
+    if (task < 0 || task >= self->n_tasks || !w || w->state != BT_WORKER_BUSY || w->task != task)
+        return false;
+    s_task *t = &self->tasks[task];
+    bool cancelled = t->state == BT_TASK_CANCELLED;
+    if (t->worker != worker || (t->state != BT_TASK_ASSIGNED && !cancelled))
         return false;
     w->state = BT_WORKER_IDLE;
     w->task = -1;
-    return true;
+    t->worker = -1;
+    return !cancelled;
 }
 
 bool bt_registry_complete(bt_registry_t *self, int64_t task, int32_t worker) {
@@ -264,6 +287,6 @@ bool bt_registry_fail(bt_registry_t *self, int64_t task, int32_t worker) {
 int64_t bt_registry_pending(const bt_registry_t *self) {
     int64_t n = 0;
     for (int64_t t = 0; t < self->n_tasks; t++)
-        n += self->tasks[t].state != BT_TASK_DONE;
+        n += self->tasks[t].state != BT_TASK_DONE && self->tasks[t].state != BT_TASK_CANCELLED;
     return n;
 }

@@ -957,7 +957,18 @@ struct bt_store {
 struct bt_group {
     c10::intrusive_ptr<c10d::ProcessGroup> pg;
     int rank, world;
+    bool broken; /* a collective failed: the group is unusable */
 };
+
+/*  Runs a collective; a failure breaks the group for good (Gloo's state after a failed collective
+    is undefined), and a broken group fails at once. */
+template <class F> static bt_status s_collective(bt_group *self, const char *op, F f) {
+    if (self->broken)
+        return bt_fail(BT_EIO, "%s: the group is broken by an earlier failure", op);
+    bt_status st = s_status(op, f);
+    self->broken = st != BT_OK;
+    return st;
+}
 
 extern "C" bt_store *bt_store_serve(int port, int *port_out) {
     if (port < 0 || port > 65535) {
@@ -1019,7 +1030,7 @@ extern "C" bt_group *bt_group_new(const bt_group_config *cfg) {
                 c10d::ProcessGroupGloo::createDeviceForHostname(std::string(cfg->local_addr)));
             pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cfg->rank, cfg->world, opts);
         }
-        self = new bt_group{pg, cfg->rank, cfg->world};
+        self = new bt_group{pg, cfg->rank, cfg->world, false};
     });
     return st == BT_OK ? self : nullptr;
 }
@@ -1035,6 +1046,7 @@ extern "C" void bt_group_destroy(bt_group **self_p) {
 }
 
 extern "C" int bt_group_rank(const bt_group *self) { return self ? self->rank : -1; }
+extern "C" bool bt_group_broken(const bt_group *self) { return self && self->broken; }
 extern "C" int bt_group_world(const bt_group *self) { return self ? self->world : 0; }
 
 /*  Runs one collective on tensors flattened into a buffer per dtype, then copies the results
@@ -1066,7 +1078,7 @@ template <class F> static void s_flat_collective(std::vector<at::Tensor> &ts, F 
 extern "C" bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *params, int n) {
     if (!self || !params || n < 1)
         return bt_fail(BT_EINVAL, "bt_group_allreduce_grads: NULL group or no parameters");
-    return s_status("bt_group_allreduce_grads", [&] {
+    return s_collective(self, "bt_group_allreduce_grads", [&] {
         at::NoGradGuard no_grad;
         std::vector<at::Tensor> grads;
         for (int i = 0; i < n; i++) {
@@ -1084,7 +1096,7 @@ extern "C" bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *
 extern "C" bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op) {
     if (!self || !values || n < 1)
         return bt_fail(BT_EINVAL, "bt_group_allreduce_f64: NULL group or no values");
-    return s_status("bt_group_allreduce_f64", [&] {
+    return s_collective(self, "bt_group_allreduce_f64", [&] {
         at::Tensor t = at::from_blob(values, {n}, at::TensorOptions().dtype(at::kDouble)).clone();
         if (self->pg->getBackendName() == "nccl")
             t = t.to(at::kCUDA);
@@ -1100,7 +1112,7 @@ extern "C" bt_status bt_group_allreduce_f64(bt_group *self, double *values, int 
 extern "C" bt_status bt_group_broadcast(bt_group *self, bt_tensor *const *ts, int n, int root) {
     if (!self || !ts || n < 1 || root < 0 || root >= self->world)
         return bt_fail(BT_EINVAL, "bt_group_broadcast: NULL group, no tensors or root out of range");
-    return s_status("bt_group_broadcast", [&] {
+    return s_collective(self, "bt_group_broadcast", [&] {
         at::NoGradGuard no_grad;
         std::vector<at::Tensor> all;
         for (int i = 0; i < n; i++)

@@ -1,11 +1,14 @@
 /*  runs.h — what the tests of whole runs share: a run's metrics as comparable text, and the baton
-    executable started as a child process.  Include after check.h. */
+    executable started as a child process, and its worker processes found by name.  Include after
+    check.h; needs _DEFAULT_SOURCE. */
 #ifndef BATON_TESTS_RUNS_H
 #define BATON_TESTS_RUNS_H
 
 #include "baton/fileio.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -72,6 +75,51 @@ static inline int runs_wait(pid_t pid) {
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/*  The "train" lines DIR/metrics.jsonl holds so far. */
+static inline int runs_train_steps(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return 0;
+    int n = 0;
+    for (char *p = strstr(text, "\"kind\":\"train\""); p; p = strstr(p + 1, "\"kind\":\"train\""))
+        n++;
+    free(text);
+    return n;
+}
+
+/*  The pid of the child of parent whose command line names worker `name`; 0 when none. */
+static inline pid_t runs_worker_pid(pid_t parent, const char *name) {
+    DIR *d = opendir("/proc");
+    pid_t found = 0;
+    for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d)) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        char path[64], buf[4096];
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        int ppid = 0;
+        if (!f || fscanf(f, "%*d %*s %*c %d", &ppid) != 1 || ppid != parent) {
+            if (f)
+                fclose(f);
+            continue;
+        }
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        for (size_t i = 0; i + 1 < n; i++) /* the arguments are NUL-separated */
+            if (!strcmp(buf + i, name) && (i == 0 || buf[i - 1] == '\0'))
+                found = pid;
+    }
+    if (d)
+        closedir(d);
+    return found;
 }
 
 #endif

@@ -9,7 +9,6 @@
 #include "runs.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -37,50 +36,6 @@ static pid_t s_start(const char *dir, bool procs) {
     return runs_spawn(args);
 }
 
-static int s_train_steps(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
-        return 0;
-    int n = 0;
-    for (char *p = strstr(text, "\"kind\":\"train\""); p; p = strstr(p + 1, "\"kind\":\"train\""))
-        n++;
-    free(text);
-    return n;
-}
-
-/*  The pid of the child of parent whose command line names worker `name`; 0 when none. */
-static pid_t s_worker_pid(pid_t parent, const char *name) {
-    DIR *d = opendir("/proc");
-    pid_t found = 0;
-    for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d)) {
-        pid_t pid = (pid_t)atoi(e->d_name);
-        char path[64], buf[4096];
-        if (pid <= 0)
-            continue;
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-        FILE *f = fopen(path, "r");
-        int ppid = 0;
-        if (!f || fscanf(f, "%*d %*s %*c %d", &ppid) != 1 || ppid != parent) {
-            if (f)
-                fclose(f);
-            continue;
-        }
-        fclose(f);
-        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-        f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        for (size_t i = 0; i + 1 < n; i++) /* the arguments are NUL-separated */
-            if (!strcmp(buf + i, name) && (i == 0 || buf[i - 1] == '\0'))
-                found = pid;
-    }
-    if (d)
-        closedir(d);
-    return found;
-}
-
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_procs_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -97,9 +52,9 @@ int main(void) {
     CHECK(a && b && strcmp(a, b) == 0); /* processes or threads: the same run */
 
     pid_t run = s_start(killed, true);
-    while (waitpid(run, NULL, WNOHANG) == 0 && s_train_steps(killed) < 3)
+    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(killed) < 3)
         nanosleep(&(struct timespec){0, 2000000}, NULL);
-    pid_t victim = s_worker_pid(run, "rollout-1");
+    pid_t victim = runs_worker_pid(run, "rollout-1");
     CHECK(victim > 0);
     if (victim > 0)
         kill(victim, SIGKILL);
@@ -111,7 +66,7 @@ int main(void) {
     CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
     CHECK_STR_CONTAINS(events, "workers_expired");
     free(events);
-    CHECK(s_worker_pid(run, "rollout-0") == 0 && s_worker_pid(run, "trainer-0") == 0);
+    CHECK(runs_worker_pid(run, "rollout-0") == 0 && runs_worker_pid(run, "trainer-0") == 0);
     /* a controller with no workers of its own; four `baton worker` processes join it */
     char ctl_dir[128], endpoint[192];
     snprintf(ctl_dir, sizeof ctl_dir, "%s/controller", s_tmp);

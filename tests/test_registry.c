@@ -1,5 +1,6 @@
 /*  test_registry.c — the controller's worker and task table: assignment by role, expiry re-queues
-    in-flight tasks, late and duplicate results are refused (nothing counted twice). */
+    in-flight tasks, late and duplicate results are refused (nothing counted twice), tasks bound to
+    one worker and cancelled tasks. */
 #include "baton/registry.h"
 #include "check.h"
 
@@ -63,6 +64,30 @@ int main(void) {
     CHECK(s_join(r, BT_ROLE_EVAL, "e", 1900) == e);
     CHECK(bt_registry_task_state(r, e0) == BT_TASK_QUEUED);
     CHECK(!bt_registry_complete(r, e0, e));
+
+    /* data-parallel shares: a task only t1 may take waits for t1 even when t2 is idle and t1 is
+       lost; cancelling it refuses t1's late report and frees t1 */
+    CHECK(bt_registry_next_assignment(r, &task, &w) && task == e0 && w == e);
+    CHECK(bt_registry_complete(r, e0, e));
+    int32_t t1 = s_join(r, BT_ROLE_TRAINER, "t1", 2000), t2 = s_join(r, BT_ROLE_TRAINER, "t2", 2000);
+    int64_t s1 = bt_registry_add_task_only(r, BT_ROLE_TRAINER, t1, NULL);
+    int64_t s2 = bt_registry_add_task_only(r, BT_ROLE_TRAINER, t2, NULL);
+    CHECK(bt_registry_next_assignment(r, &task, &w) && task == s1 && w == t1);
+    CHECK(bt_registry_next_assignment(r, &task, &w) && task == s2 && w == t2);
+    CHECK(bt_registry_complete(r, s2, t2));
+    bt_registry_cancel(r, s1); /* t1 still computes it */
+    CHECK(bt_registry_worker(r, t1)->state == BT_WORKER_BUSY);
+    CHECK(bt_registry_pending(r) == 0); /* a cancelled task is not pending */
+    CHECK(!bt_registry_complete(r, s1, t1));
+    CHECK(bt_registry_worker(r, t1)->state == BT_WORKER_IDLE);
+    int64_t s3 = bt_registry_add_task_only(r, BT_ROLE_TRAINER, t1, NULL);
+    bt_registry_remove(r, t1);
+    CHECK(!bt_registry_next_assignment(r, &task, &w)); /* t2 idle, but s3 is t1's alone */
+    CHECK(bt_registry_task_state(r, s3) == BT_TASK_QUEUED);
+    bt_registry_cancel(r, s3);
+    CHECK(bt_registry_task_state(r, s3) == BT_TASK_CANCELLED);
+    CHECK(s_join(r, BT_ROLE_TRAINER, "t1", 2100) == t1);
+    CHECK(!bt_registry_next_assignment(r, &task, &w)); /* never handed out again */
 
     bt_role role;
     CHECK(bt_role_parse("trainer", &role) == BT_OK && role == BT_ROLE_TRAINER);

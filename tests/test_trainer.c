@@ -272,6 +272,12 @@ static void test_micro_batches(void) {
 
 /* ---- (c') data parallelism: K Gloo ranks make one trainer's update ---------------------------- */
 
+/*  The ranks sum their gradients in another order than one trainer does, so gradients agree to
+    float rounding; AdamW's first steps scale each element by about lr / |g|, which turns those
+    rounding differences in tiny elements into weight differences proportional to lr (1e-2: up to
+    1.1e-5 relative with 3 ranks; 1e-3: 1.1e-6).  So this test steps at lr 1e-3. */
+#define S_DP_LR 1e-3
+
 typedef struct s_rank {
     int rank, world, port;
     bt_rollout_batch *batch;
@@ -304,9 +310,9 @@ static void *s_rank_main(void *arg) {
     bt_grpo_config cfg = bt_grpo_defaults();
     cfg.kl_coef = 0.05;
     for (int step = 0; step < 2 && r->st == BT_OK; step++)
-        r->st = bt_trainer_grpo_step(r->tr, r->batch, s_adv, 1e-2, &cfg, &r->grpo[step]);
+        r->st = bt_trainer_grpo_step(r->tr, r->batch, s_adv, S_DP_LR, &cfg, &r->grpo[step]);
     if (r->st == BT_OK)
-        r->st = bt_trainer_sft_step(r->tr, r->batch, 1e-2, &r->sft);
+        r->st = bt_trainer_sft_step(r->tr, r->batch, S_DP_LR, &r->sft);
     bt_trainer_set_group(r->tr, NULL);
     bt_group_destroy(&g);
     return NULL;
@@ -336,8 +342,8 @@ static void test_data_parallel(void) {
     cfg.kl_coef = 0.05;
     bt_trainer_stats grpo[2], sft;
     for (int step = 0; step < 2; step++)
-        CHECK_OK(bt_trainer_grpo_step(one, &b, s_adv, 1e-2, &cfg, &grpo[step]));
-    CHECK_OK(bt_trainer_sft_step(one, &b, 1e-2, &sft));
+        CHECK_OK(bt_trainer_grpo_step(one, &b, s_adv, S_DP_LR, &cfg, &grpo[step]));
+    CHECK_OK(bt_trainer_sft_step(one, &b, S_DP_LR, &sft));
     for (int world = 2; world <= 3; world++) {
         s_rank ranks[3];
         pthread_t th[3];

@@ -349,7 +349,7 @@ static void test_send_refuses_incomplete(void) {
     CHECK(m == NULL);
     CHECK_STR_CONTAINS(
         bt_last_error(),
-        "TASK: field 'kind': expected one of rollout, train, sft, eval, restore, snapshot, got "
+        "TASK: field 'kind': expected one of rollout, train, sft, eval, restore, snapshot, group, got "
         "\"pretrain\"");
     m = bt_msg_new(BT_MSG_FAIL);
     CHECK(bt_msg_send(&m, s_dealer, NULL, 0) == BT_EFORMAT);

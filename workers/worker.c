@@ -9,11 +9,15 @@
 #include "baton/trainer.h"
 #include "baton/wire.h"
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -29,6 +33,7 @@ typedef struct {
     bt_role role;
     bt_model *model; /* rollout and eval: the current policy; trainer: owned by trainer */
     bt_trainer_t *trainer;
+    bt_group *group; /* trainer: its data-parallel group, or NULL */
     bt_tokenizer_t *tok;
     bt_task_t *task;
     int64_t version;     /* of the weights in model (rollout and eval) */
@@ -80,6 +85,7 @@ static bt_status s_build(s_compute *c) {
 
 static void s_release(s_compute *c) {
     bt_trainer_destroy(&c->trainer);
+    bt_group_destroy(&c->group);
     bt_model_destroy(&c->model);
     bt_task_destroy(&c->task);
     bt_eval_suite_release(&c->suite);
@@ -231,6 +237,80 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
     return st;
 }
 
+/*  The host part of the controller's endpoint, where it also serves the trainer group's store:
+    "tcp://10.0.0.1:5555" -> "10.0.0.1"; ipc:// and inproc:// endpoints are on this machine. */
+static void s_endpoint_host(const char *endpoint, char *host, size_t cap) {
+    snprintf(host, cap, "127.0.0.1");
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return;
+    const char *start = endpoint + 6, *colon = strrchr(start, ':');
+    size_t len = colon ? (size_t)(colon - start) : strlen(start);
+    if (len >= 2 && start[0] == '[' && start[len - 1] == ']') { /* [ipv6] */
+        start++;
+        len -= 2;
+    }
+    if (len > 0 && len < cap)
+        snprintf(host, cap, "%.*s", (int)len, start);
+}
+
+/*  The local address this machine reaches host from: a UDP socket connected there (no packet is
+    sent) tells it.  Collective traffic binds to it, so ranks find each other across networks. */
+static bt_status s_local_addr(const char *host, int port, char *out, size_t cap) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0)
+        return bt_fail(BT_EIO, "worker: cannot resolve %s: %s", host, gai_strerror(rc));
+    int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+    struct sockaddr_storage local;
+    socklen_t len = sizeof local;
+    bool ok = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+              getsockname(fd, (struct sockaddr *)&local, &len) == 0;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    const void *addr = local.ss_family == AF_INET6
+                           ? (const void *)&((struct sockaddr_in6 *)&local)->sin6_addr
+                           : (const void *)&((struct sockaddr_in *)&local)->sin_addr;
+    if (!ok || !inet_ntop(local.ss_family, addr, out, (socklen_t)cap))
+        return bt_fail(BT_EIO, "worker: no local address reaches %s", host);
+    return BT_OK;
+}
+
+/*  Joins a (re-)formed data-parallel trainer group, then takes rank 0's state; returns the
+    version it holds.  A group of one rank is no group. */
+static bt_status s_task_group(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
+    int64_t rank, world, port, timeout_ms;
+    const char *prefix;
+    BT_TRY(bt_msg_get_int(task, "world", 1, 1 << 16, &world));
+    BT_TRY(bt_msg_get_int(task, "rank", 0, world - 1, &rank));
+    BT_TRY(bt_msg_get_int(task, "store_port", 1, 65535, &port));
+    BT_TRY(bt_msg_get_int(task, "timeout_ms", 1, BT_WIRE_INT_MAX, &timeout_ms));
+    BT_TRY(bt_msg_get_str(task, "prefix", 31, &prefix));
+    bt_trainer_set_group(c->trainer, NULL);
+    bt_group_destroy(&c->group);
+    if (world > 1) {
+        char host[256], local[64];
+        s_endpoint_host(c->opt->endpoint, host, sizeof host);
+        BT_TRY(s_local_addr(host, (int)port, local, sizeof local));
+        bt_group_config gc = {.store_host = host,
+                              .store_port = (int)port,
+                              .prefix = prefix,
+                              .rank = (int)rank,
+                              .world = (int)world,
+                              .local_addr = local,
+                              .device = bt_model_device(bt_trainer_policy(c->trainer)),
+                              .timeout_ms = timeout_ms};
+        c->group = bt_group_new(&gc);
+        if (!c->group)
+            return BT_EIO;
+        bt_trainer_set_group(c->trainer, c->group);
+        BT_TRY(bt_trainer_sync(c->trainer, 0));
+    }
+    return bt_msg_set_int(res, "trainer_version", bt_trainer_version(c->trainer));
+}
+
 /*  One shard of one eval.datasets entry, against the weights of the task's version. */
 static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
     int64_t ds, start, count, version, seed;
@@ -274,11 +354,17 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
             st = s_task_restore(c, task, res, &publish);
         else if (!strcmp(kind, "snapshot") && trainer)
             st = s_snapshot(c, res);
+        else if (!strcmp(kind, "group") && trainer)
+            st = s_task_group(c, task, res);
         else if (!strcmp(kind, "eval") && c->role == BT_ROLE_EVAL)
             st = s_task_eval(c, task, res);
         else
             st = bt_fail(BT_EINVAL, "a %s worker cannot run a '%s' task", bt_role_name(c->role),
                          kind);
+    }
+    if (c->group && bt_group_broken(c->group)) { /* let the other ranks know at once */
+        bt_trainer_set_group(c->trainer, NULL);
+        bt_group_destroy(&c->group);
     }
     if (st == BT_OK && publish)
         st = s_publish(c);

@@ -118,6 +118,7 @@ typedef struct bt_run_config {
         int64_t eval;
         int64_t heartbeat_ms;
         int64_t expiry_ms;
+        int64_t collective_timeout_ms;
     } workers;
     struct {
         int64_t light_every_steps;

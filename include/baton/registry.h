@@ -34,7 +34,8 @@ typedef enum bt_worker_state {
 typedef enum bt_task_state {
     BT_TASK_QUEUED = 0,
     BT_TASK_ASSIGNED = 1,
-    BT_TASK_DONE = 2
+    BT_TASK_DONE = 2,
+    BT_TASK_CANCELLED = 3 /* never handed out again; a result for it is refused */
 } bt_task_state;
 
 #define BT_PEER_MAX 256
@@ -79,6 +80,12 @@ int64_t bt_registry_add_task(bt_registry_t *self, bt_role role, void *user);
 /*  Like bt_registry_add_task, but the task waits for that worker while it is live; once the worker
     is lost any worker of the role may take it. */
 int64_t bt_registry_add_task_for(bt_registry_t *self, bt_role role, int32_t worker, void *user);
+/*  Like bt_registry_add_task_for, but only that worker may ever take it (a data-parallel rank's
+    share): once the worker is lost the task waits until cancelled. */
+int64_t bt_registry_add_task_only(bt_registry_t *self, bt_role role, int32_t worker, void *user);
+/*  Cancels a task that is not DONE: it is never handed out again; a worker holding it stays busy
+    until it reports, and that report is refused (bt_registry_complete and _fail return false). */
+void bt_registry_cancel(bt_registry_t *self, int64_t task);
 /*  Tasks of a role waiting to be handed out. */
 int64_t bt_registry_queued(const bt_registry_t *self, bt_role role);
 bt_task_state bt_registry_task_state(const bt_registry_t *self, int64_t task);
@@ -93,7 +100,7 @@ bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *wo
 bool bt_registry_complete(bt_registry_t *self, int64_t task, int32_t worker);
 /*  The worker reports failure: the task goes back to the queue, the worker is IDLE. */
 bool bt_registry_fail(bt_registry_t *self, int64_t task, int32_t worker);
-/*  Tasks not DONE. */
+/*  Tasks neither DONE nor CANCELLED. */
 int64_t bt_registry_pending(const bt_registry_t *self);
 
 #ifdef __cplusplus

@@ -283,6 +283,9 @@ bt_group *bt_group_new(const bt_group_config *cfg);
 void      bt_group_destroy(bt_group **self_p);
 int       bt_group_rank(const bt_group *self);
 int       bt_group_world(const bt_group *self);
+/*  True once a collective failed: the group cannot be used again.  Destroy it soon: that closes
+    its connections, so peers still waiting in a collective fail at once instead of timing out. */
+bool      bt_group_broken(const bt_group *self);
 /*  Sums the gradients of params over the ranks, in place, as one flat buffer per dtype; a
     parameter without a gradient takes part with zeros (and has one afterwards). */
 bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *params, int n);
