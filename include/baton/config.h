@@ -29,8 +29,7 @@ typedef enum bt_config_task_kind {
 typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1 } bt_config_phase;
 
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
-#define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train, task.eval, reward.service: bytes
-                                   including the NUL */
+#define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train/eval, reward.service: with the NUL */
 
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
     After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens,
