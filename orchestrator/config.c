@@ -51,6 +51,11 @@ static bool s_is_operators(const char *s) {
     return n > 0;
 }
 
+/*  "" (no service) or a ZeroMQ endpoint another process can serve: tcp:// or ipc://. */
+static bool s_is_endpoint(const char *s) {
+    return !s[0] || ((!strncmp(s, "tcp://", 6) || !strncmp(s, "ipc://", 6)) && s[6]);
+}
+
 static const char *const s_task_kinds[] = {"arithmetic", "jsonl", NULL};
 static const char *const s_verifiers[] = {"exact", "numeric", NULL};
 static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
@@ -106,6 +111,11 @@ static const s_key s_keys[] = {
     S_STR_KEY("task.eval", task.eval, "", NULL, NULL),
     S_ENUM_KEY("task.verifier", task.verifier, BT_TASK_VERIFY_EXACT, s_verifiers),
     S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
+
+    S_STR_KEY("reward.service", reward.service, "", s_is_endpoint,
+              "\"\" or an endpoint \"tcp://HOST:PORT\" or \"ipc://PATH\""),
+    S_INT_KEY("reward.timeout_ms", reward.timeout_ms, 30000, 1, 3600000),
+    S_INT_KEY("reward.retries", reward.retries, 0, 0, 100),
 
     S_INT_KEY("sft.steps", sft.steps, 0, 0, S_INF),
     S_INT_KEY("sft.batch_size", sft.batch_size, 64, 1, S_INF),

@@ -100,6 +100,8 @@ typedef struct {
     bt_device dev;
     bt_tokenizer_t *tok;
     bt_task_t *task;
+    /* reward.service's client, or NULL */
+    bt_reward_service_t *reward;
     bt_eval_suite suite; /* the datasets, their own sources loaded, as on an eval worker */
     size_t count[BT_EVAL_MAX_DATASETS];  /* items evaluated in this mode */
     uint64_t hash[BT_EVAL_MAX_DATASETS]; /* the dataset half of the cache key */
@@ -128,16 +130,17 @@ static uint64_t s_hash_probes(uint64_t h, const bt_run_config *cfg) {
 static bt_status s_hash_dataset(s_data *d, int i) {
     const bt_run_config *c = d->cfg;
     const bt_eval_dataset *e = &c->eval.datasets[i];
-    char text[4 * BT_CONFIG_PATH_MAX + 512];
+    char text[5 * BT_CONFIG_PATH_MAX + 512];
     snprintf(text, sizeof text,
              S_CACHE_FORMAT "|index %d|name %s|kind %d|source %s|count %zu|samples %lld|"
                             "temperature %.17g|max_new_tokens %lld|robustness %d|run.seed %lld|"
-                            "device %s|task %d %lld %lld %s %lld %.17g %s %s %d",
+                            "device %s|task %d %lld %lld %s %lld %.17g %s %s %d|reward %s",
              i, e->name, (int)e->kind, e->source, d->count[i], (long long)e->samples,
              e->temperature, (long long)e->max_new_tokens, (int)e->robustness,
              (long long)c->run.seed, c->run.device, (int)c->task.kind, (long long)c->task.seed,
              (long long)c->task.digits, c->task.operators, (long long)c->task.heldout_size,
-             c->task.format_reward, c->task.train, c->task.eval, (int)c->task.verifier);
+             c->task.format_reward, c->task.train, c->task.eval, (int)c->task.verifier,
+             c->reward.service);
     uint64_t h = s_hash_str(S_HASH_START, text);
     if (e->kind == BT_EVAL_PROBES)
         h = s_hash_probes(h, c);
@@ -154,6 +157,7 @@ static bt_status s_hash_dataset(s_data *d, int i) {
 
 static void s_data_release(s_data *d) {
     bt_eval_suite_release(&d->suite);
+    bt_reward_service_destroy(&d->reward);
     bt_task_destroy(&d->task);
     bt_tokenizer_destroy(&d->tok);
 }
@@ -167,6 +171,10 @@ static bt_status s_data_build(s_data *d) {
         return bt_fail(BT_ENOMEM, "eval: out of memory");
     BT_TRY(bt_config_new_task(d->cfg, &d->task));
     BT_TRY(bt_config_eval_suite(d->cfg, d->task, &d->suite));
+    if (d->cfg->reward.service[0]) /* scored as on an eval worker of the run */
+        BT_TRY(bt_reward_service_new(d->cfg->reward.service, d->cfg->reward.timeout_ms,
+                                     d->cfg->reward.retries, &d->reward));
+    d->suite.reward_service = d->reward;
     for (int i = 0; i < d->cfg->eval.n_datasets; i++) {
         d->count[i] = s_count(d, i);
         BT_TRY(s_hash_dataset(d, i));

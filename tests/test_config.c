@@ -44,6 +44,9 @@ static void test_defaults(void) {
     CHECK(cfg.task.train[0] == '\0' && cfg.task.eval[0] == '\0');
     CHECK(cfg.task.verifier == BT_TASK_VERIFY_EXACT);
 
+    CHECK(cfg.reward.service[0] == '\0' && cfg.reward.timeout_ms == 30000);
+    CHECK(cfg.reward.retries == 0);
+
     CHECK(cfg.sft.steps == 0 && cfg.sft.batch_size == 64 && cfg.sft.lr == 1e-3);
     CHECK(cfg.sft.warmup_steps == 0 && cfg.sft.eval_every == 0 && cfg.sft.stop_accuracy == 1.0);
 
@@ -85,6 +88,8 @@ static void test_round_trip(void) {
         " \"task\": {\"kind\": \"jsonl\", \"seed\": 5, \"digits\": 3, \"operators\": \"*-\","
         "   \"heldout_size\": 50, \"format_reward\": 0.1, \"train\": \"data/train.jsonl\","
         "   \"eval\": \"data/eval.jsonl\", \"verifier\": \"numeric\"},"
+        " \"reward\": {\"service\": \"tcp://10.0.0.7:5601\", \"timeout_ms\": 250,"
+        "   \"retries\": 2},"
         " \"sft\": {\"steps\": 30, \"batch_size\": 16, \"lr\": 0.003, \"warmup_steps\": 5,"
         "   \"eval_every\": 10, \"stop_accuracy\": 0.95},"
         " \"grpo\": {\"steps\": 40, \"group_size\": 4, \"prompts_per_step\": 8,"
@@ -105,6 +110,8 @@ static void test_round_trip(void) {
     CHECK(a.model.num_key_value_heads == 2 && a.model.tie_word_embeddings);
     CHECK(strcmp(a.model_path, "runs/x/ckpt/step-000010") == 0);
     CHECK(a.task.kind == BT_CONFIG_TASK_JSONL && a.task.verifier == BT_TASK_VERIFY_NUMERIC);
+    CHECK(strcmp(a.reward.service, "tcp://10.0.0.7:5601") == 0 && a.reward.timeout_ms == 250);
+    CHECK(a.reward.retries == 2);
     CHECK(a.grpo.kl_estimator == BT_KL_K1 && a.grpo.loss_agg == BT_LOSS_AGG_TOKEN_SUM_NORM);
     CHECK(a.grpo.adv_norm == BT_ADV_NORM_NONE && a.grpo.lr_schedule == BT_LR_WSD);
     CHECK(a.grpo.min_lr == 0.30000000000000004e-5 && a.grpo.dynamic_sampling);
@@ -145,8 +152,9 @@ static void test_overrides(void) {
                           "run.name=2024",
                           "task.eval=\"quoted.jsonl\"",
                           "grpo.group_size=4",
-                          "grpo.group_size=6"};
-    CHECK_OK(bt_config_parse("{\"grpo\": {\"steps\": 5}}", "arith.json", sets, 10, &cfg));
+                          "grpo.group_size=6",
+                          "reward.service=ipc:///tmp/reward.ipc"};
+    CHECK_OK(bt_config_parse("{\"grpo\": {\"steps\": 5}}", "arith.json", sets, 11, &cfg));
     CHECK(cfg.grpo.steps == 50);                  /* JSON number, over the file */
     CHECK(cfg.task.kind == BT_CONFIG_TASK_JSONL); /* plain string */
     CHECK(strcmp(cfg.task.train, "data/train.jsonl") == 0);
@@ -155,6 +163,8 @@ static void test_overrides(void) {
     CHECK(strcmp(cfg.run.name, "2024") == 0);                /* string keys take the text */
     CHECK(strcmp(cfg.task.eval, "quoted.jsonl") == 0);       /* or a JSON string */
     CHECK(cfg.grpo.group_size == 6);                         /* the last one wins */
+    /* an endpoint is taken as text */
+    CHECK(strcmp(cfg.reward.service, "ipc:///tmp/reward.ipc") == 0);
 
     /* overrides apply before the checks between keys: here task.train makes "jsonl" valid */
     const char *train[] = {"task.train=t.jsonl"};
@@ -268,6 +278,26 @@ static void test_malformed(void) {
         {"{\"task\": {\"operators\": \"++\"}}",
          "arith.json: task.operators: expected one or more of the operators \"+\", \"-\", \"*\", "
          "each at most once, got \"++\""},
+        /* the reward service */
+        {"{\"reward\": {\"service\": \"http://localhost:5601\"}}",
+         "arith.json: reward.service: expected \"\" or an endpoint \"tcp://HOST:PORT\" or "
+         "\"ipc://PATH\", got \"http://localhost:5601\""},
+        {"{\"reward\": {\"service\": \"inproc://reward\"}}",
+         "arith.json: reward.service: expected \"\" or an endpoint \"tcp://HOST:PORT\" or "
+         "\"ipc://PATH\", got \"inproc://reward\""},
+        {"{\"reward\": {\"service\": \"tcp://\"}}",
+         "arith.json: reward.service: expected \"\" or an endpoint \"tcp://HOST:PORT\" or "
+         "\"ipc://PATH\", got \"tcp://\""},
+        {"{\"reward\": {\"service\": 5601}}",
+         "arith.json: reward.service: expected a string, got 5601"},
+        {"{\"reward\": {\"timeout_ms\": 0}}",
+         "arith.json: reward.timeout_ms: expected an integer in [1, 3600000], got 0"},
+        {"{\"reward\": {\"timeout_ms\": \"30s\"}}",
+         "arith.json: reward.timeout_ms: expected an integer, got \"30s\""},
+        {"{\"reward\": {\"retries\": -1}}",
+         "arith.json: reward.retries: expected an integer in [0, 100], got -1"},
+        {"{\"reward\": {\"retires\": 1}}",
+         "arith.json: reward.retires: unknown key (did you mean reward.retries?)"},
         /* JSON syntax, with line:column */
         {"{\n  \"grpo\": {\n    \"steps\": 5\n    \"lr\": 1\n  }\n}",
          "arith.json:4:5: invalid JSON"},

@@ -21,6 +21,7 @@ void bt_evaluator_config_init(bt_evaluator_config *cfg) {
     cfg->max_new_tokens = 8;
     cfg->batch = 256;
     cfg->robustness = false;
+    cfg->reward_service = NULL;
 }
 
 void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples) {
@@ -93,21 +94,25 @@ static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_task_t 
 
 /*  Scratch for one chunk of examples. */
 typedef struct s_chunk {
-    int64_t cap;          /* examples */
-    int64_t k;            /* completions per example in this pass */
-    int32_t **ids;        /* (cap) encoded prompts, one buffer each */
-    int64_t *lens;        /* (cap) */
-    char **answers;       /* (cap) */
-    char **prompts;       /* (cap) prompt texts, for a host's reward function */
-    const int32_t **rows; /* (cap * k) prompt of each sequence */
-    int64_t *row_lens;    /* (cap * k) */
-    char *text;           /* decoded completion */
-    char **votes;         /* (k) canonical answers of one example's completions */
-    bool *right;          /* (k) */
+    int64_t cap;           /* examples */
+    int64_t k;             /* completions per example in this pass */
+    int64_t stride;        /* bytes of a decoded completion's slot: max_new_tokens + 1 */
+    int32_t **ids;         /* (cap) encoded prompts, one buffer each */
+    int64_t *lens;         /* (cap) */
+    uint64_t *index;       /* (cap) held-out index of each example */
+    char **answers;        /* (cap) */
+    char **prompts;        /* (cap) prompt texts, for the scorer */
+    const int32_t **rows;  /* (cap * k) prompt of each sequence */
+    int64_t *row_lens;     /* (cap * k) */
+    char *texts;           /* (cap * k, stride) decoded completions */
+    bt_reward_item *items; /* (cap * k) what is scored */
+    double *rewards;       /* (cap * k) */
+    bool *right;           /* (cap * k) */
+    char **votes;          /* (k) canonical answers of one example's completions */
 } s_chunk;
 
-static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, int64_t i, const char *prompt,
-                               const char *answer) {
+static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, int64_t i, uint64_t index,
+                               const char *prompt, const char *answer) {
     size_t len = strlen(prompt), n_ids = 0;
     free(c->ids[i]);
     free(c->answers[i]);
@@ -119,6 +124,7 @@ static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, int64_t i,
         return bt_fail(BT_ENOMEM, "evaluator: out of memory");
     strcpy(c->answers[i], answer);
     strcpy(c->prompts[i], prompt);
+    c->index[i] = index;
     BT_TRY(bt_tokenizer_encode(tok, prompt, len, true, c->ids[i], len + 1, &n_ids));
     c->lens[i] = (int64_t)n_ids;
     for (int64_t j = 0; j < c->k; j++) {
@@ -147,7 +153,7 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
                 continue;
             prompt = buf;
         }
-        st = s_set_example(c, tok, m++, prompt, ex.answer);
+        st = s_set_example(c, tok, m++, first + (size_t)i, prompt, ex.answer);
     }
     if (m == 0 || st != BT_OK)
         return st;
@@ -160,43 +166,50 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     bt_generation g;
     bt_generation_init(&g);
     st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, gen, &g);
+    for (int64_t r = 0; r < m * k && st == BT_OK; r++) { /* decode all, then score all at once */
+        size_t len = 0;
+        st = bt_tokenizer_decode(tok, g.tokens + r * M, (size_t)g.lengths[r],
+                                 c->texts + r * c->stride, (size_t)c->stride, &len);
+        c->items[r] = (bt_reward_item){.index = c->index[r / k],
+                                       .prompt = c->prompts[r / k],
+                                       .answer = c->answers[r / k],
+                                       .completion = c->texts + r * c->stride,
+                                       .len = len};
+    }
+    if (st == BT_OK)
+        st = bt_reward_score(cfg->reward_service, task, "eval", c->items, m * k, c->rewards,
+                             c->right);
     for (int64_t i = 0; i < m && st == BT_OK; i++) {
         int64_t n_correct = 0;
-        for (int64_t j = 0; j < k && st == BT_OK; j++) {
+        const bool *right = c->right + i * k;
+        for (int64_t j = 0; j < k; j++) {
             int64_t r = i * k + j;
-            size_t len = 0;
-            st = bt_tokenizer_decode(tok, g.tokens + r * M, (size_t)g.lengths[r], c->text,
-                                     (size_t)M + 1, &len);
-            if (st != BT_OK)
-                break;
-            bt_reward_detail d;
-            double reward = bt_task_score(task, c->prompts[i], c->answers[i], c->text, len, &d);
             out->generated_tokens += (double)g.lengths[r];
             if (perturb >= 0) { /* robustness: the first completion's correctness only */
                 out->robust_examples[perturb]++;
-                out->robust_correct[perturb] += d.correct;
+                out->robust_correct[perturb] += right[j];
                 continue;
             }
-            out->reward_sum += reward;
-            out->reward_sumsq += reward * reward;
+            out->reward_sum += c->rewards[r];
+            out->reward_sumsq += c->rewards[r] * c->rewards[r];
             out->length_sum += (double)g.lengths[r];
             out->length_hist[g.lengths[r] < BT_EVALUATOR_LEN_BINS ? g.lengths[r]
                                                                   : BT_EVALUATOR_LEN_BINS - 1]++;
             out->truncated += g.finish[r] == BT_FINISH_LENGTH;
-            n_correct += d.correct;
+            n_correct += right[j];
             if (j == 0)
-                out->correct += d.correct;
-            c->right[j] = d.correct;
-            size_t vn = bt_task_canonical_answer(task, c->text, len, c->votes[j], (size_t)M + 64);
+                out->correct += right[j];
+            size_t vn = bt_task_canonical_answer(task, c->items[r].completion, c->items[r].len,
+                                                 c->votes[j], (size_t)M + 64);
             c->votes[j][vn] = '\0';
         }
-        if (perturb >= 0 || st != BT_OK)
+        if (perturb >= 0)
             continue;
         const char *ballots[BT_EVALUATOR_MAX_SAMPLES];
         for (int64_t j = 0; j < k; j++)
             ballots[j] = c->votes[j][0] ? c->votes[j] : NULL;
         int winner = bt_majority_vote(ballots, (int)k); /* maj@k */
-        out->maj_correct += winner >= 0 && c->right[winner];
+        out->maj_correct += winner >= 0 && right[winner];
         out->correct_hist[n_correct]++;
         out->examples++;
         out->completions += k;
@@ -218,28 +231,34 @@ static void s_chunk_free(s_chunk *c) {
         free(c->votes[j]);
     free(c->ids);
     free(c->lens);
+    free(c->index);
     free(c->answers);
     free(c->prompts);
     free(c->rows);
     free(c->row_lens);
-    free(c->text);
-    free(c->votes);
+    free(c->texts);
+    free(c->items);
+    free(c->rewards);
     free(c->right);
+    free(c->votes);
 }
 
 static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_new) {
-    *c = (s_chunk){.cap = cap, .k = k};
+    *c = (s_chunk){.cap = cap, .k = k, .stride = max_new + 1};
     c->ids = calloc((size_t)cap, sizeof *c->ids);
     c->lens = calloc((size_t)cap, sizeof *c->lens);
+    c->index = calloc((size_t)cap, sizeof *c->index);
     c->answers = calloc((size_t)cap, sizeof *c->answers);
     c->prompts = calloc((size_t)cap, sizeof *c->prompts);
     c->rows = calloc((size_t)(cap * k), sizeof *c->rows);
     c->row_lens = calloc((size_t)(cap * k), sizeof *c->row_lens);
-    c->text = malloc((size_t)max_new + 1);
+    c->texts = malloc((size_t)(cap * k * c->stride));
+    c->items = calloc((size_t)(cap * k), sizeof *c->items);
+    c->rewards = calloc((size_t)(cap * k), sizeof *c->rewards);
+    c->right = calloc((size_t)(cap * k), sizeof *c->right);
     c->votes = calloc(BT_EVALUATOR_MAX_SAMPLES, sizeof *c->votes);
-    c->right = calloc(BT_EVALUATOR_MAX_SAMPLES, sizeof *c->right);
-    bool ok = c->ids && c->lens && c->answers && c->prompts && c->rows && c->row_lens && c->text &&
-              c->votes && c->right;
+    bool ok = c->ids && c->lens && c->index && c->answers && c->prompts && c->rows && c->row_lens &&
+              c->texts && c->items && c->rewards && c->right && c->votes;
     for (int64_t j = 0; ok && j < k; j++)
         ok = (c->votes[j] = malloc((size_t)max_new + 64)) != NULL;
     return ok ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
@@ -695,6 +714,7 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     ec.temperature = d->temperature;
     ec.max_new_tokens = d->max_new_tokens;
     ec.robustness = robustness;
+    ec.reward_service = s->reward_service;
     if (ec.batch < d->samples)
         ec.batch = d->samples;
     bt_gen *gen = bt_gen_new(seed, bt_model_device(model));

@@ -62,12 +62,14 @@ bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t
 
 /* ---- prompts -------------------------------------------------------------------------------- */
 
-/*  The examples of indices[0 .. n): each prompt encoded (BOS + bytes) and its answer, copied. */
+/*  The examples of indices[0 .. n): each prompt encoded (BOS + bytes), its text and its answer,
+    copied. */
 typedef struct s_prompts {
     int64_t n;
     int64_t longest; /* longest encoded prompt */
     int32_t **ids;   /* (n) encoded prompts */
     int64_t *lens;   /* (n) */
+    char **texts;    /* (n) prompt texts, for the scorer */
     char **answers;  /* (n) */
 } s_prompts;
 
@@ -75,11 +77,14 @@ static void s_prompts_release(s_prompts *p) {
     for (int64_t i = 0; i < p->n; i++) {
         if (p->ids)
             free(p->ids[i]);
+        if (p->texts)
+            free(p->texts[i]);
         if (p->answers)
             free(p->answers[i]);
     }
     free(p->ids);
     free(p->lens);
+    free(p->texts);
     free(p->answers);
     memset(p, 0, sizeof *p);
 }
@@ -97,8 +102,9 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task
     memset(p, 0, sizeof *p);
     p->ids = calloc((size_t)n + 1, sizeof *p->ids);
     p->lens = calloc((size_t)n + 1, sizeof *p->lens);
+    p->texts = calloc((size_t)n + 1, sizeof *p->texts);
     p->answers = calloc((size_t)n + 1, sizeof *p->answers);
-    if (!p->ids || !p->lens || !p->answers) {
+    if (!p->ids || !p->lens || !p->texts || !p->answers) {
         s_prompts_release(p);
         return bt_fail(BT_ENOMEM, "rollout: out of memory");
     }
@@ -108,8 +114,9 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task
         bt_task_train_example(task, indices[i], &ex);
         size_t len = strlen(ex.prompt), n_ids = 0;
         p->ids[i] = malloc((len + 1) * sizeof *p->ids[i]);
+        p->texts[i] = s_strdup(ex.prompt);
         p->answers[i] = s_strdup(ex.answer);
-        if (!p->ids[i] || !p->answers[i]) {
+        if (!p->ids[i] || !p->texts[i] || !p->answers[i]) {
             s_prompts_release(p);
             return bt_fail(BT_ENOMEM, "rollout: out of memory");
         }
@@ -130,32 +137,32 @@ void bt_rollout_config_init(bt_rollout_config *cfg) {
     cfg->group_size = 8;
     bt_sample_config_init(&cfg->sample);
     cfg->sample.max_new_tokens = 8;
+    cfg->reward_service = NULL;
 }
 
-/*  Decodes completion c of out up to its EOS and scores it against answer. */
-static bt_status s_score(bt_rollout_batch *out, int64_t c, const bt_tokenizer_t *tok,
-                         const bt_task_t *task, const char *answer, char *text, size_t cap) {
-    size_t len = 0;
-    bt_status st = bt_tokenizer_decode(tok, out->tokens + c * out->max_new_tokens,
-                                       (size_t)out->lengths[c], text, cap, &len);
-    if (st != BT_OK)
-        return st;
-    /* the prompt's text, for a host's reward function: decode its tokens (BOS skipped) */
-    int64_t plen = out->prompt_lens[c];
-    char *prompt = malloc((size_t)plen + 1);
-    size_t prompt_len = 0;
-    if (!prompt)
-        return bt_fail(BT_ENOMEM, "rollout: out of memory");
-    st = bt_tokenizer_decode(tok, out->prompt_tokens + c * out->max_prompt_len, (size_t)plen,
-                             prompt, (size_t)plen + 1, &prompt_len);
-    bt_reward_detail detail;
+/*  Decodes every completion of out up to its EOS and scores them all with one bt_reward_score
+    call: one request when there is a reward service. */
+static bt_status s_score(bt_rollout_batch *out, const s_prompts *p, const bt_tokenizer_t *tok,
+                         const bt_task_t *task, bt_reward_service_t *service) {
+    const int64_t n = out->n, G = out->group_size, stride = out->max_new_tokens + 1;
+    char *texts = malloc((size_t)(n * stride)); /* (n, stride) decoded completions */
+    bt_reward_item *items = calloc((size_t)n + 1, sizeof *items);
+    bt_status st = texts && items ? BT_OK : bt_fail(BT_ENOMEM, "rollout: out of memory");
+    for (int64_t c = 0; c < n && st == BT_OK; c++) {
+        size_t len = 0;
+        st = bt_tokenizer_decode(tok, out->tokens + c * out->max_new_tokens,
+                                 (size_t)out->lengths[c], texts + c * stride, (size_t)stride, &len);
+        items[c] = (bt_reward_item){.index = out->indices[c / G],
+                                    .prompt = p->texts[c / G],
+                                    .answer = p->answers[c / G],
+                                    .completion = texts + c * stride,
+                                    .len = len};
+    }
     if (st == BT_OK)
-        out->rewards[c] = bt_task_score(task, prompt, answer, text, len, &detail);
-    free(prompt);
-    if (st != BT_OK)
-        return st;
-    out->correct[c] = detail.correct;
-    return BT_OK;
+        st = bt_reward_score(service, task, "rollout", items, n, out->rewards, out->correct);
+    free(items);
+    free(texts);
+    return st;
 }
 
 bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
@@ -175,10 +182,9 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
         return st;
     const int32_t **rows = calloc((size_t)n, sizeof *rows); /* (n) prompt of each completion */
     int64_t *row_lens = calloc((size_t)n, sizeof *row_lens);
-    char *text = malloc((size_t)(M > 0 ? M : 0) + 1);
     bt_generation g;
     bt_generation_init(&g);
-    if (!rows || !row_lens || !text)
+    if (!rows || !row_lens)
         st = bt_fail(BT_ENOMEM, "rollout: out of memory");
     for (int64_t c = 0; c < n && st == BT_OK; c++) {
         rows[c] = p.ids[c / G];
@@ -203,12 +209,12 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
             dst[t] = bt_tokenizer_pad(tok);
         out->prompt_lens[c] = row_lens[c];
         out->finished[c] = g.finish[c] == BT_FINISH_EOS;
-        st = s_score(out, c, tok, task, p.answers[c / G], text, (size_t)M + 1);
     }
+    if (st == BT_OK)
+        st = s_score(out, &p, tok, task, cfg->reward_service);
     if (st != BT_OK)
         bt_rollout_batch_release(out);
     bt_generation_release(&g);
-    free(text);
     free(row_lens);
     free(rows);
     s_prompts_release(&p);

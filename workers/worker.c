@@ -36,6 +36,8 @@ typedef struct {
     bt_group *group; /* trainer: its data-parallel group, or NULL */
     bt_tokenizer_t *tok;
     bt_task_t *task;
+    /* rollout and eval: reward.service's client, or NULL */
+    bt_reward_service_t *reward;
     int64_t version;     /* of the weights in model (rollout and eval) */
     bt_eval_suite suite; /* eval: the datasets, their own sources loaded */
     void *pipe;          /* PAIR to the relay thread */
@@ -56,6 +58,9 @@ static bt_status s_build(s_compute *c) {
     BT_TRY(bt_config_new_task(&c->cfg, &c->task));
     if (c->opt->reward)
         bt_task_set_reward_fn(c->task, c->opt->reward, c->opt->reward_user);
+    if (c->role != BT_ROLE_TRAINER && c->cfg.reward.service[0])
+        BT_TRY(bt_reward_service_new(c->cfg.reward.service, c->cfg.reward.timeout_ms,
+                                     c->cfg.reward.retries, &c->reward));
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
     bt_model *m = c->cfg.model_path[0]
                       ? bt_model_load(c->cfg.model_path, dev)
@@ -67,6 +72,7 @@ static bt_status s_build(s_compute *c) {
         BT_TRY(bt_config_eval_suite(&c->cfg, c->task, &c->suite));
         if (c->opt->reward)
             bt_eval_suite_set_reward_fn(&c->suite, c->opt->reward, c->opt->reward_user);
+        c->suite.reward_service = c->reward;
         return BT_OK;
     }
     if (c->role != BT_ROLE_TRAINER) {
@@ -89,6 +95,7 @@ static void s_release(s_compute *c) {
     bt_model_destroy(&c->model);
     bt_task_destroy(&c->task);
     bt_eval_suite_release(&c->suite);
+    bt_reward_service_destroy(&c->reward);
     bt_tokenizer_destroy(&c->tok);
 }
 
@@ -133,6 +140,7 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     rc.sample.temperature = temperature;
     rc.sample.top_k = top_k;
     rc.sample.top_p = top_p;
+    rc.reward_service = c->reward;
     bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->model));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);

@@ -29,7 +29,7 @@ typedef enum bt_config_task_kind {
 typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1 } bt_config_phase;
 
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
-#define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train, task.eval: bytes including the NUL */
+#define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train/eval, reward.service: with the NUL */
 
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
     After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens,
@@ -56,6 +56,11 @@ typedef struct bt_run_config {
         bt_task_verifier verifier;
         int64_t epoch_size;
     } task;
+    struct {
+        char service[BT_CONFIG_PATH_MAX]; /* "": the task's verifier */
+        int64_t timeout_ms;
+        int64_t retries;
+    } reward;
     struct {
         int64_t steps;
         int64_t batch_size;

@@ -1,5 +1,6 @@
 /*  evaluator.h — the evaluation core: held-out accuracy, reward, response length and the counts
-    behind unbiased pass@k of a model on a task, as SUMS so that shards add up exactly.  No sockets.
+    behind unbiased pass@k of a model on a task, as SUMS so that shards add up exactly.  No sockets
+    of its own (completions may be scored by a reward service, reward_service.h).
     Threading: a call uses the model, task, generator and result on the calling thread only.
     Lifetime: plain values; nothing to create or destroy.  Load published weights into the model
     with bt_weights_load (rollout.h). */
@@ -7,6 +8,7 @@
 #define BATON_EVALUATOR_H
 
 #include "baton/model.h"
+#include "baton/reward_service.h"
 #include "baton/status.h"
 #include "baton/tasks.h"
 #include "baton/tensor.h"
@@ -73,6 +75,7 @@ typedef struct bt_evaluator_config {
     int64_t max_new_tokens; /* >= 1 (8) */
     int64_t batch;          /* sequences per bt_generate call, >= samples (256) */
     bool robustness;        /* also each of the task's perturbed prompts (false) */
+    bt_reward_service_t *reward_service; /* borrowed; NULL: the task scores (NULL) */
 } bt_evaluator_config;
 
 void bt_evaluator_config_init(bt_evaluator_config *cfg);
@@ -86,7 +89,7 @@ typedef struct bt_evaluator_sums {
     int64_t completions; /* examples * samples */
     int64_t correct;     /* examples whose first completion is correct (greedy: accuracy) */
     int64_t maj_correct; /* examples whose majority answer over the k completions is correct */
-    double reward_sum;   /* bt_task_score over all completions */
+    double reward_sum;   /* bt_reward_score over all completions */
     double reward_sumsq; /* of squares, for the std */
     double length_sum;   /* completion tokens (the EOS included) over all completions */
     int64_t truncated;   /* completions that reached max_new_tokens without EOS */
@@ -116,9 +119,10 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
 
 /*  Evaluates held-out examples [cfg->start, cfg->start + cfg->count): prompt = BOS + bytes,
     cfg->samples completions each, generated in batches of up to cfg->batch sequences with the KV
-    cache, decoded and scored with bt_task_score; with cfg->robustness the perturbed prompts of
-    each example too (their first completion counts).  gen may be NULL when greedy.  Fills *out
-    (compute_s and peak_rss_mb included). */
+    cache, decoded, and each batch scored with one bt_reward_score call (the task's verifier, or one
+    request to cfg->reward_service); with cfg->robustness the perturbed prompts of each example too
+    (their first completion counts).  maj@k groups answers with bt_task_canonical_answer.  gen may
+    be NULL when greedy.  Fills *out (compute_s and peak_rss_mb included). */
 bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
                            const bt_evaluator_config *cfg, bt_gen *gen, bt_evaluator_sums *out);
 
@@ -179,8 +183,9 @@ bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out);
 void bt_texts_free(char ***texts_p, size_t n);
 
 /*  The evaluation of a run: its datasets and probes, the task whose held-out set a dataset without
-    a source uses, and the data of each dataset with its own source, loaded once.  A value; fields
-    are borrowed except own_task and texts, which bt_eval_suite_release frees. */
+    a source uses, the data of each dataset with its own source, loaded once, and the reward service
+    that scores generate datasets, if any (set it after loading).  A value; fields are borrowed
+    except own_task and texts, which bt_eval_suite_release frees. */
 typedef struct bt_eval_suite {
     const bt_eval_dataset *datasets;
     int n_datasets;
@@ -190,6 +195,7 @@ typedef struct bt_eval_suite {
     bt_task_t *own_task[BT_EVAL_MAX_DATASETS]; /* generate with a source: its JSONL task */
     char **texts[BT_EVAL_MAX_DATASETS];        /* perplexity with a source: its texts */
     size_t n_texts[BT_EVAL_MAX_DATASETS];
+    bt_reward_service_t *reward_service; /* NULL: each task's verifier */
 } bt_eval_suite;
 
 /*  Fills *s and loads every dataset's own source: a JSONL task (verifier, seed) for generate, a

@@ -72,8 +72,10 @@ typedef struct bt_harness_result {
     incremental mode a pair found in the cache is read, not computed; its key hashes (with
     XXH3-64) the bytes of config.json and model.safetensors ("init" without model.path: the model
     config and run.seed) and what the dataset's numbers depend on: its entry (triggers aside),
-    index and count, the task section, run.seed, run.device, the probes (probes datasets) and the
-    bytes of its source or task files.  opt may be NULL (defaults).  Errors name the model or file
+    index and count, the task section, reward.service (the endpoint only: the cache cannot see a
+    service change how it scores), run.seed, run.device, the probes (probes datasets) and the bytes
+    of its source or task files.  Generate datasets are scored as on an eval worker: by
+    reward.service when set.  opt may be NULL (defaults).  Errors name the model or file
     at fault.  Caller owns *out (NULL on error): destroy with bt_harness_result_destroy(). */
 bt_status bt_harness_run(const bt_run_config *cfg, const char *const *models, int n_models,
                          const bt_harness_options *opt, bt_harness_result **out);

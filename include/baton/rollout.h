@@ -1,12 +1,13 @@
 /*  rollout.h — the rollout core: sample group_size completions per training prompt with the KV
-    cache, score them with the task's verifier, and return plain arrays; plus the versioned weights
-    that move a policy between workers.  No sockets.
+    cache, score them with the task's verifier or a reward service, and return plain arrays; plus
+    the versioned weights that move a policy between workers.  No sockets of its own.
     Threading: a call uses the model, task, generator and result on the calling thread only.
     Lifetime: a bt_rollout_batch or bt_weights holds heap arrays until its release function. */
 #ifndef BATON_ROLLOUT_H
 #define BATON_ROLLOUT_H
 
 #include "baton/model.h"
+#include "baton/reward_service.h"
 #include "baton/sample.h"
 #include "baton/status.h"
 #include "baton/tasks.h"
@@ -38,8 +39,8 @@ typedef struct bt_rollout_batch {
     int32_t *tokens;        /* (n, max_new_tokens) completion ids, the EOS included, then padding */
     float *logprobs;        /* (n, max_new_tokens) behaviour log-prob of each token */
     int64_t *lengths;       /* (n) completion tokens, the EOS included */
-    double *rewards;        /* (n) bt_task_reward of the decoded completion */
-    bool *correct;          /* (n) the verifier's answer check (bt_reward_detail.correct) */
+    double *rewards;        /* (n) the decoded completion's reward (bt_reward_score) */
+    bool *correct;          /* (n) its answer check (verifier's or reward service's) */
     bool *finished;         /* (n) ended with EOS (false: truncated at max_new_tokens) */
 } bt_rollout_batch;
 
@@ -54,17 +55,19 @@ bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t
 
 /* ---- sampling ------------------------------------------------------------------------------- */
 typedef struct bt_rollout_config {
-    int64_t group_size;      /* >= 1 completions per prompt */
-    bt_sample_config sample; /* max_new_tokens, temperature, top_k, top_p, use_cache */
+    int64_t group_size;                  /* >= 1 completions per prompt */
+    bt_sample_config sample;             /* max_new_tokens, temperature, top_k, top_p, use_cache */
+    bt_reward_service_t *reward_service; /* borrowed; NULL: the task scores (bt_task_score) */
 } bt_rollout_config;
 
-/*  group_size 8; sampling as bt_sample_config_init but max_new_tokens 8. */
+/*  group_size 8; sampling as bt_sample_config_init but max_new_tokens 8; no reward service. */
 void bt_rollout_config_init(bt_rollout_config *cfg);
 
 /*  Samples cfg->group_size completions of each training example indices[0 .. n_prompts) in ONE
     bt_generate call: prompt = BOS + the prompt's bytes; each completion is decoded (up to its EOS)
-    and scored with bt_task_reward against the example's answer.  version is recorded in the
-    result.  Fills *out, releasing what it held; on failure *out is empty. */
+    and all are scored against their examples' answers with one bt_reward_score call (one request
+    to cfg->reward_service when set).  version is recorded in the result.  Fills *out, releasing
+    what it held; on failure (a reward service's error included) *out is empty. */
 bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
                             const uint64_t *indices, int64_t n_prompts,
                             const bt_rollout_config *cfg, int64_t version, bt_gen *gen,

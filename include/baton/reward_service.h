@@ -1,0 +1,60 @@
+/*  reward_service.h — a client of a reward service: any program that answers one JSON request per
+    batch of completions over ZeroMQ REQ/REP with their rewards (docs/protocol.md, "Reward
+    service"), and bt_reward_score, the one way rollout and eval workers score completions.
+    Threading: a service client belongs to the thread that made it (it owns a socket).
+    Lifetime: one per worker, from its WELCOME config until the worker stops. */
+#ifndef BATON_REWARD_SERVICE_H
+#define BATON_REWARD_SERVICE_H
+
+#include "baton/status.h"
+#include "baton/tasks.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bt_reward_service bt_reward_service_t;
+
+/*  One completion to score.  Borrowed: the strings stay the caller's. */
+typedef struct bt_reward_item {
+    uint64_t index;         /* the prompt's index in its stream (training or held-out) */
+    const char *prompt;     /* NUL-terminated */
+    const char *answer;     /* NUL-terminated reference answer */
+    const char *completion; /* len bytes, not NUL-terminated; any bytes */
+    size_t len;
+} bt_reward_item;
+
+/*  A client of the service at endpoint ("tcp://HOST:PORT" or "ipc://PATH"; it has its own ZeroMQ
+    context, so not "inproc://").  Each request waits timeout_ms (>= 1) for its reply and is sent
+    again up to retries (>= 0) times when none comes; a reply to an abandoned attempt is dropped.
+    Connecting does not wait for the service to be up.  BT_EIO naming the endpoint when ZeroMQ
+    refuses it.  Caller owns *out (NULL on error): destroy with bt_reward_service_destroy(). */
+bt_status bt_reward_service_new(const char *endpoint, int64_t timeout_ms, int64_t retries,
+                                bt_reward_service_t **out);
+/*  NULL-safe and idempotent; sets *self_p to NULL. */
+void bt_reward_service_destroy(bt_reward_service_t **self_p);
+
+/*  Sends items[0..n) (n >= 1) as one request of the given kind ("rollout" or "eval") and fills
+    rewards[0..n) and correct[0..n) from the reply: its "correct" array when it has one, else
+    reward >= 1.  Errors name the endpoint and say what went wrong: BT_EIO when no reply came
+    within the timeout and retries, BT_EFORMAT for a reply that is not what docs/protocol.md says
+    (not one frame of JSON, a count that differs from n, a reward that is not a finite number, a
+    "correct" that is not booleans) or that carries the service's own "error".  The client stays
+    usable after an error.  On error rewards and correct may hold anything. */
+bt_status bt_reward_service_score(bt_reward_service_t *self, const char *kind,
+                                  const bt_reward_item *items, int64_t n, double *rewards,
+                                  bool *correct);
+
+/*  Scores items[0..n): in one bt_reward_service_score request when service is not NULL, else each
+    with bt_task_score (the task's verifier, or a host's reward function set on the task). */
+bt_status bt_reward_score(bt_reward_service_t *service, const bt_task_t *task, const char *kind,
+                          const bt_reward_item *items, int64_t n, double *rewards, bool *correct);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
