@@ -160,6 +160,15 @@ bt_status bt_msg_send(bt_msg_t **msg_p, void *socket, const void *peer_id, size_
     On a ROUTER *peer_len and peer_id are set whenever a message was read, rejected or not. */
 bt_status bt_msg_recv(void *socket, bt_msg_t **out, uint8_t *peer_id, size_t *peer_len, int flags);
 
+/*  Judges a message held in memory by the decoder bt_msg_recv() runs on what it reads: n frames
+    after any routing id, frames[0] the header, frames[1..n-1] the tensors, sizes[i] bytes each
+    (a frame of size 0 may be NULL).  For fuzzing and for captured messages.
+      BT_OK: caller owns *out; its tensors point into the frames, which are borrowed: keep them
+      alive and unchanged until *out is destroyed.
+      BT_EFORMAT, *out NULL: malformed (n 0 included); bt_last_error() holds a one-line reason.
+      BT_ENOMEM. */
+bt_status bt_msg_decode(const void *const *frames, const size_t *sizes, size_t n, bt_msg_t **out);
+
 #ifdef __cplusplus
 }
 #endif
