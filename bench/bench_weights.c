@@ -1,8 +1,9 @@
 /*  bench_weights.c — a weight update as the controller forwards it to a rollout worker, against
     memcpy of the same bytes.  The controller keeps the trainer's WEIGHTS message (here built from
-    host arrays with bt_msg_add_tensor_zero_copy, as bt_weights_to_msg does), copies it for the
-    worker as s_weights_copy does and sends it with bt_msg_send() on its ROUTER, over ZeroMQ TCP
-    loopback, to a DEALER on another thread that takes it with bt_msg_recv() and answers PING.
+    host arrays with bt_msg_add_tensor_zero_copy, as bt_weights_to_msg does), makes the worker's
+    copy as s_weights_copy does (tensors shared, not copied) and sends it with bt_msg_send() on its
+    ROUTER, over ZeroMQ TCP loopback, to a DEALER on another thread that takes it with
+    bt_msg_recv() and answers PING.
     Each side has its own ZeroMQ context, hence its own I/O thread, as two processes would.
     Transfer time = copy + send + receive + decode, up to the PING; best of S_SENDS after a
     warm-up, as is memcpy's.  Target: ratio = tcp / memcpy >= 0.25.  Prints one JSON line; rates
@@ -38,6 +39,7 @@ static void *s_receive(void *arg) {
     bt_msg_t *ping = bt_msg_new(BT_MSG_PING);
     r->status = zmq_connect(dealer, r->endpoint) == 0 ? bt_msg_send(&ping, dealer, NULL, 0)
                                                       : bt_fail(BT_EIO, "cannot connect");
+    bt_msg_destroy(&ping);
     for (int i = 0; i < S_SENDS + 1 && r->status == BT_OK; i++) {
         bt_msg_t *m = NULL;
         r->status = bt_msg_recv(dealer, &m, NULL, NULL, 0);
@@ -80,10 +82,8 @@ static bt_msg_t *s_weights(size_t bytes) {
 static bt_msg_t *s_copy(const bt_msg_t *src) {
     bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
     bt_status st = m ? bt_msg_set_int(m, "version", 1) : BT_ENOMEM;
-    for (int i = 0; st == BT_OK && i < bt_msg_tensor_count(src); i++) {
-        bt_msg_tensor t = bt_msg_tensor_at(src, i);
-        st = bt_msg_add_tensor(m, t.name, t.dtype, t.ndim, t.shape, t.data);
-    }
+    for (int i = 0; st == BT_OK && i < bt_msg_tensor_count(src); i++)
+        st = bt_msg_add_tensor_shared(m, src, i);
     if (st != BT_OK)
         bt_msg_destroy(&m);
     return m;

@@ -1,6 +1,6 @@
 /*  wire.c — messages as ZeroMQ multipart messages: a JSON header (cJSON, parsed, validated, copied
     and deleted inside this file) and raw tensor frames kept as zmq_msg_t, so a tensor is never
-    copied on receive nor, when added zero-copy, on send. */
+    copied on receive nor, when added zero-copy or shared, on send. */
 #include "baton/wire.h"
 #include "baton/dtype.h"
 
@@ -482,6 +482,24 @@ bt_status bt_msg_add_tensor_zero_copy(bt_msg_t *self, const char *name, bt_dtype
     }
     rc = s_tensor_append(self, name, dtype, ndim, shape, &frame);
     zmq_msg_close(&frame); /* runs free_fn when the append failed */
+    return rc;
+}
+
+bt_status bt_msg_add_tensor_shared(bt_msg_t *self, const bt_msg_t *src, int i) {
+    BT_ASSERT(i >= 0 && i < src->n_tensors);
+    s_tensor *t = src->tensors[i];
+    size_t nbytes;
+    bt_status rc = s_tensor_check(self, t->name, t->dtype, t->ndim, t->shape, BT_EINVAL, &nbytes);
+    if (rc != BT_OK)
+        return rc;
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    /* counts one more reference to the buffer (atomically); src's frame is otherwise unchanged */
+    if (zmq_msg_copy(&frame, &t->frame) != 0)
+        rc = bt_fail(BT_ENOMEM, "%s: out of memory", bt_msg_type_name(self->type));
+    else
+        rc = s_tensor_append(self, t->name, t->dtype, t->ndim, t->shape, &frame);
+    zmq_msg_close(&frame);
     return rc;
 }
 

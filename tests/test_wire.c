@@ -1,8 +1,8 @@
 /*  test_wire.c — messages over real ZeroMQ sockets: a ROUTER bound to inproc:// (the controller)
     and a DEALER connected to it (a worker), both in this thread.  Round trips of every type, bytes
-    of every tensor exact, zero-copy sends, field errors, and hostile messages sent as raw frames,
-    each rejected with its reason while the socket keeps working; the fuzz seed corpora, each file
-    with its verdict. */
+    of every tensor exact, zero-copy sends, shared tensors, field errors, and hostile messages sent
+    as raw frames, each rejected with its reason while the socket keeps working; the fuzz seed
+    corpora, each file with its verdict. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/status.h"
 #include "baton/wire.h"
@@ -277,6 +277,32 @@ static void test_zero_copy(void) {
     m = s_valid(BT_MSG_WEIGHTS);
     CHECK_OK(bt_msg_add_tensor_zero_copy(m, "w", BT_F32, 1, shape, malloc(1 << 20), NULL, NULL));
     bt_msg_destroy(&m);
+}
+
+/*  A tensor shared from another message is its buffer, not a copy; the buffer is freed once,
+    after the last message holding it, whichever order they go in. */
+static void test_shared_tensors(void) {
+    int64_t shape[1] = {1 << 18}; /* (N) F32: 1 MiB */
+    float *buf = malloc((size_t)shape[0] * sizeof *buf);
+    for (int64_t i = 0; i < shape[0]; i++)
+        buf[i] = (float)i;
+    s_frees = 0;
+    bt_msg_t *src = s_valid(BT_MSG_WEIGHTS);
+    CHECK_OK(bt_msg_add_tensor_zero_copy(src, "w", BT_F32, 1, shape, buf, s_count_free, &s_frees));
+    bt_msg_t *a = s_valid(BT_MSG_WEIGHTS), *b = s_valid(BT_MSG_WEIGHTS);
+    CHECK_OK(bt_msg_add_tensor_shared(a, src, 0));
+    CHECK_OK(bt_msg_add_tensor_shared(b, src, 0));
+    CHECK(bt_msg_add_tensor_shared(b, src, 0) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "WEIGHTS: tensor 'w' appears twice");
+    bt_msg_tensor t = bt_msg_tensor_at(a, 0);
+    CHECK(t.data == buf && t.nbytes == (size_t)shape[0] * sizeof *buf && t.shape[0] == shape[0]);
+    bt_msg_destroy(&src);
+    bt_msg_t *got = s_down(a);
+    CHECK(got && bt_msg_tensor_at(got, 0).data == buf);
+    bt_msg_destroy(&b);
+    CHECK(s_frees == 0);
+    bt_msg_destroy(&got);
+    CHECK(s_frees == 1);
 }
 
 /*  Getters name the type, the key, what was expected and what came; setters refuse what cannot
@@ -745,6 +771,7 @@ int main(void) {
     test_hello_welcome_fields();
     test_tensors_round_trip();
     test_zero_copy();
+    test_shared_tensors();
     test_field_errors();
     test_send_refuses_incomplete();
     test_malformed_rejected();

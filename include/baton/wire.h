@@ -128,6 +128,11 @@ bt_status bt_msg_add_tensor(bt_msg_t *self, const char *name, bt_dtype dtype, in
 bt_status bt_msg_add_tensor_zero_copy(bt_msg_t *self, const char *name, bt_dtype dtype, int ndim,
                                       const int64_t *shape, void *data, bt_msg_free_fn *free_fn,
                                       void *hint);
+/*  Appends tensor i of src (asserted in [0, count)) without copying: both messages hold the same
+    buffer, and ZeroMQ frees it when the last holder (message, send in flight, receiver) is done.
+    So a received message can be forwarded to many peers for the cost of one; src may be sent or
+    destroyed first.  The bytes are read-only to every holder.  Errors as bt_msg_add_tensor(). */
+bt_status bt_msg_add_tensor_shared(bt_msg_t *self, const bt_msg_t *src, int i);
 int bt_msg_tensor_count(const bt_msg_t *self);
 /*  Tensor i in [0, count) (asserted), in the order added or received. */
 bt_msg_tensor bt_msg_tensor_at(const bt_msg_t *self, int i);
