@@ -1,6 +1,6 @@
 /*  wire.c — messages as ZeroMQ multipart messages: a JSON header (cJSON, parsed, validated, copied
     and deleted inside this file) and raw tensor frames kept as zmq_msg_t, so a tensor is never
-    copied on receive nor, when added zero-copy, on send. */
+    copied on receive nor, when added zero-copy or shared, on send. */
 #include "baton/wire.h"
 #include "baton/dtype.h"
 
@@ -485,6 +485,24 @@ bt_status bt_msg_add_tensor_zero_copy(bt_msg_t *self, const char *name, bt_dtype
     return rc;
 }
 
+bt_status bt_msg_add_tensor_shared(bt_msg_t *self, const bt_msg_t *src, int i) {
+    BT_ASSERT(i >= 0 && i < src->n_tensors);
+    s_tensor *t = src->tensors[i];
+    size_t nbytes;
+    bt_status rc = s_tensor_check(self, t->name, t->dtype, t->ndim, t->shape, BT_EINVAL, &nbytes);
+    if (rc != BT_OK)
+        return rc;
+    zmq_msg_t frame;
+    zmq_msg_init(&frame);
+    /* counts one more reference to the buffer (atomically); src's frame is otherwise unchanged */
+    if (zmq_msg_copy(&frame, &t->frame) != 0)
+        rc = bt_fail(BT_ENOMEM, "%s: out of memory", bt_msg_type_name(self->type));
+    else
+        rc = s_tensor_append(self, t->name, t->dtype, t->ndim, t->shape, &frame);
+    zmq_msg_close(&frame);
+    return rc;
+}
+
 int bt_msg_tensor_count(const bt_msg_t *self) {
     return self->n_tensors;
 }
@@ -907,13 +925,18 @@ static bt_status s_parse_json(const char *text, size_t len, cJSON **root) {
     return BT_OK;
 }
 
-/*  Builds *out from the header frame and the n_frames tensor frames after it (moved into *out). */
-static bt_status s_decode(zmq_msg_t *header, zmq_msg_t *frames, size_t n_frames, bt_msg_t **out) {
+/*  Builds *out from the n frames of a message after any routing id: the header, then the tensor
+    frames (moved into *out).  frames holds at least the first 1 + BT_WIRE_TENSORS_MAX of them; a
+    message with more is refused from the count alone. */
+static bt_status s_decode(zmq_msg_t *frames, size_t n, bt_msg_t **out) {
     static const char *const keys[] = {"v", "type", "run", "id", "f", "tensors"};
     const cJSON *items[6];
     cJSON *root = NULL;
     bt_msg_t *m = NULL;
-    bt_status rc = s_parse_json(zmq_msg_data(header), zmq_msg_size(header), &root);
+    *out = NULL;
+    if (n == 0)
+        return bt_fail(BT_EFORMAT, "header: missing");
+    bt_status rc = s_parse_json(zmq_msg_data(&frames[0]), zmq_msg_size(&frames[0]), &root);
     if (rc != BT_OK)
         return rc;
     rc = s_members(root, keys, 6, items, "header");
@@ -922,7 +945,7 @@ static bt_status s_decode(zmq_msg_t *header, zmq_msg_t *frames, size_t n_frames,
     if (rc == BT_OK)
         rc = s_decode_fields(m, items[4]);
     if (rc == BT_OK)
-        rc = s_decode_tensors(m, items[5], frames, n_frames);
+        rc = s_decode_tensors(m, items[5], &frames[1], n - 1);
     if (rc == BT_OK)
         rc = s_check_rules(m);
     cJSON_Delete(root);
@@ -980,10 +1003,20 @@ bt_status bt_msg_recv(void *socket, bt_msg_t **out, uint8_t *peer_id, size_t *pe
         BT_ASSERT(*peer_len <= BT_WIRE_PEER_MAX);
         memcpy(peer_id, zmq_msg_data(&frames[0]), *peer_len);
     }
-    if (n <= first)
-        rc = bt_fail(BT_EFORMAT, "header: missing (a routing id alone)");
-    else
-        rc = s_decode(&frames[first], &frames[first + 1], n - first - 1, out);
+    rc = s_decode(&frames[first], n - first, out);
     s_close_frames(frames, kept);
+    return rc;
+}
+
+bt_status bt_msg_decode(const void *const *frames, const size_t *sizes, size_t n, bt_msg_t **out) {
+    BT_ASSERT(out && (n == 0 || (frames && sizes)));
+    zmq_msg_t wrapped[1 + BT_WIRE_TENSORS_MAX]; /* constant messages: never copied nor freed */
+    size_t kept = n < 1 + BT_WIRE_TENSORS_MAX ? n : 1 + BT_WIRE_TENSORS_MAX;
+    for (size_t i = 0; i < kept; i++) {
+        BT_ASSERT(frames[i] || sizes[i] == 0);
+        zmq_msg_init_data(&wrapped[i], (void *)frames[i], sizes[i], NULL, NULL);
+    }
+    bt_status rc = s_decode(wrapped, n, out);
+    s_close_frames(wrapped, kept);
     return rc;
 }

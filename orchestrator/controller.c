@@ -249,7 +249,7 @@ static bt_status s_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_i
     return bt_msg_send(msg, self->sock, w->peer, w->peer_len);
 }
 
-/*  A copy of the stored WEIGHTS for one more recipient. */
+/*  The stored WEIGHTS for one more recipient; the tensors are shared, not copied. */
 static bt_msg_t *s_weights_copy(const bt_msg_t *src) {
     bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
     int64_t version = 0;
@@ -258,13 +258,11 @@ static bt_msg_t *s_weights_copy(const bt_msg_t *src) {
         bt_msg_destroy(&m);
         return NULL;
     }
-    for (int i = 0; i < bt_msg_tensor_count(src); i++) {
-        bt_msg_tensor t = bt_msg_tensor_at(src, i);
-        if (bt_msg_add_tensor(m, t.name, t.dtype, t.ndim, t.shape, t.data) != BT_OK) {
+    for (int i = 0; i < bt_msg_tensor_count(src); i++)
+        if (bt_msg_add_tensor_shared(m, src, i) != BT_OK) {
             bt_msg_destroy(&m);
             return NULL;
         }
-    }
     return m;
 }
 
@@ -336,10 +334,8 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         BT_TRY(bt_msg_get_int(j->state, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
         BT_TRY(bt_msg_set_int(m, "adam_steps", steps));
         BT_TRY(bt_msg_set_int(m, "restore_version", j->restore_version));
-        for (int i = 0; i < bt_msg_tensor_count(j->state); i++) {
-            bt_msg_tensor t = bt_msg_tensor_at(j->state, i);
-            BT_TRY(bt_msg_add_tensor(m, t.name, t.dtype, t.ndim, t.shape, t.data));
-        }
+        for (int i = 0; i < bt_msg_tensor_count(j->state); i++)
+            BT_TRY(bt_msg_add_tensor_shared(m, j->state, i));
     } else if (!strcmp(j->kind, "group")) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "g%lld", (long long)self->generation);

@@ -1,12 +1,14 @@
 /*  test_wire.c — messages over real ZeroMQ sockets: a ROUTER bound to inproc:// (the controller)
     and a DEALER connected to it (a worker), both in this thread.  Round trips of every type, bytes
-    of every tensor exact, zero-copy sends, field errors, and hostile messages sent as raw frames,
-    each rejected with its reason while the socket keeps working. */
+    of every tensor exact, zero-copy sends, shared tensors, field errors, and hostile messages sent
+    as raw frames, each rejected with its reason while the socket keeps working; the fuzz seed
+    corpora, each file with its verdict. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/status.h"
 #include "baton/wire.h"
 
 #include "check.h"
+#include "fuzz.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -275,6 +277,32 @@ static void test_zero_copy(void) {
     m = s_valid(BT_MSG_WEIGHTS);
     CHECK_OK(bt_msg_add_tensor_zero_copy(m, "w", BT_F32, 1, shape, malloc(1 << 20), NULL, NULL));
     bt_msg_destroy(&m);
+}
+
+/*  A tensor shared from another message is its buffer, not a copy; the buffer is freed once,
+    after the last message holding it, whichever order they go in. */
+static void test_shared_tensors(void) {
+    int64_t shape[1] = {1 << 18}; /* (N) F32: 1 MiB */
+    float *buf = malloc((size_t)shape[0] * sizeof *buf);
+    for (int64_t i = 0; i < shape[0]; i++)
+        buf[i] = (float)i;
+    s_frees = 0;
+    bt_msg_t *src = s_valid(BT_MSG_WEIGHTS);
+    CHECK_OK(bt_msg_add_tensor_zero_copy(src, "w", BT_F32, 1, shape, buf, s_count_free, &s_frees));
+    bt_msg_t *a = s_valid(BT_MSG_WEIGHTS), *b = s_valid(BT_MSG_WEIGHTS);
+    CHECK_OK(bt_msg_add_tensor_shared(a, src, 0));
+    CHECK_OK(bt_msg_add_tensor_shared(b, src, 0));
+    CHECK(bt_msg_add_tensor_shared(b, src, 0) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "WEIGHTS: tensor 'w' appears twice");
+    bt_msg_tensor t = bt_msg_tensor_at(a, 0);
+    CHECK(t.data == buf && t.nbytes == (size_t)shape[0] * sizeof *buf && t.shape[0] == shape[0]);
+    bt_msg_destroy(&src);
+    bt_msg_t *got = s_down(a);
+    CHECK(got && bt_msg_tensor_at(got, 0).data == buf);
+    bt_msg_destroy(&b);
+    CHECK(s_frees == 0);
+    bt_msg_destroy(&got);
+    CHECK(s_frees == 1);
 }
 
 /*  Getters name the type, the key, what was expected and what came; setters refuse what cannot
@@ -625,11 +653,12 @@ static void test_limits_rejected(void) {
     CHECK(bt_wire_frame_max() == BT_WIRE_FRAME_MAX_DEFAULT);
 }
 
-/*  Each file of tests/corpus/wire is a header frame sent alone; every one must be rejected. */
-static void test_corpus_rejected(void) {
+/*  Sends each file of tests/corpus/NAME, the frames of one message in the layout of tests/fuzz.h,
+    from the worker; the controller must accept every one (valid) or reject every one. */
+static void s_replay_corpus(const char *name, bool valid) {
     const char *src = getenv("BATON_SOURCE_DIR");
     char dir[1024], path[1400];
-    snprintf(dir, sizeof dir, "%s/tests/corpus/wire", src ? src : ".");
+    snprintf(dir, sizeof dir, "%s/tests/corpus/%s", src ? src : ".", name);
     DIR *d = opendir(dir);
     CHECK(d != NULL);
     int files = 0;
@@ -638,17 +667,39 @@ static void test_corpus_rejected(void) {
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         FILE *f = fopen(path, "rb");
-        static char buf[BT_WIRE_HEADER_MAX + 2];
+        static uint8_t buf[BT_WIRE_HEADER_MAX + 2];
         size_t len = f ? fread(buf, 1, sizeof buf, f) : 0;
         if (f)
             fclose(f);
-        s_send_raw(buf, len, NULL, 0);
-        s_expect_rejected(e->d_name, NULL);
+        const void *frames[8];
+        size_t sizes[8];
+        size_t n = s_wire_split(buf, len, frames, sizes, 8);
+        for (size_t i = 0; i < n; i++)
+            zmq_send(s_dealer, frames[i], sizes[i], i + 1 < n ? ZMQ_SNDMORE : 0);
+        if (valid) {
+            bt_msg_t *got = NULL;
+            uint8_t peer[BT_WIRE_PEER_MAX];
+            size_t peer_len;
+            bt_status rc = bt_msg_recv(s_router, &got, peer, &peer_len, 0);
+            if (rc != BT_OK)
+                fprintf(stderr, "%s/%s: %s\n", name, e->d_name, bt_last_error());
+            CHECK(rc == BT_OK && got && bt_msg_tensor_count(got) == (int)n - 1);
+            bt_msg_destroy(&got);
+        } else {
+            s_expect_rejected(e->d_name, NULL);
+        }
         files++;
     }
     if (d)
         closedir(d);
     CHECK(files >= 5);
+}
+
+/*  Each file of tests/corpus/wire must be rejected, each of tests/corpus/wire-valid accepted;
+    both folders seed the fuzz target (tests/fuzz_wire.c). */
+static void test_corpus(void) {
+    s_replay_corpus("wire", false);
+    s_replay_corpus("wire-valid", true);
 }
 
 /*  The raw frames of a valid TASK with two tensors, as bt_msg_send() writes them. */
@@ -673,45 +724,6 @@ static size_t s_capture(char *header, size_t cap, size_t *sizes) {
     header[len > 0 ? len : 0] = '\0';
     CHECK(strstr(header, "\"temperature\":0.7,") != NULL); /* the fewest digits that read back */
     return len > 0 ? (size_t)len : 0;
-}
-
-static uint64_t s_rng = 0x9E3779B97F4A7C15ull;
-static uint32_t s_rand(void) { /* xorshift64* */
-    s_rng ^= s_rng >> 12;
-    s_rng ^= s_rng << 25;
-    s_rng ^= s_rng >> 27;
-    return (uint32_t)((s_rng * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-/*  One random edit of buf[0..*len): overwrite, insert, delete, truncate or duplicate a span. */
-static void s_mutate(char *buf, size_t *len, size_t cap) {
-    static const char interesting[] = "{}[]\":,-.0123456789eE\\ntfu\xff\x80";
-    size_t at = *len ? s_rand() % *len : 0;
-    char c = s_rand() % 2 ? interesting[s_rand() % (sizeof interesting - 1)] : (char)s_rand();
-    switch (s_rand() % 5) {
-    case 0: buf[at] = c; break;
-    case 1:
-        if (*len + 1 < cap) {
-            memmove(buf + at + 1, buf + at, *len - at);
-            buf[at] = c;
-            (*len)++;
-        }
-        break;
-    case 2:
-        if (*len) {
-            memmove(buf + at, buf + at + 1, *len - at - 1);
-            (*len)--;
-        }
-        break;
-    case 3: *len = at; break;
-    default: {
-        size_t span = 1 + s_rand() % 16;
-        if (at + span <= *len && *len + span < cap) {
-            memmove(buf + at + span, buf + at, *len - at);
-            (*len) += span;
-        }
-    }
-    }
 }
 
 /*  Thousands of random edits of a valid header: each is received whole, accepted or rejected with
@@ -759,11 +771,12 @@ int main(void) {
     test_hello_welcome_fields();
     test_tensors_round_trip();
     test_zero_copy();
+    test_shared_tensors();
     test_field_errors();
     test_send_refuses_incomplete();
     test_malformed_rejected();
     test_limits_rejected();
-    test_corpus_rejected();
+    test_corpus();
     test_random_mutations();
     s_close();
     return check_exit();

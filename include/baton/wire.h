@@ -128,6 +128,11 @@ bt_status bt_msg_add_tensor(bt_msg_t *self, const char *name, bt_dtype dtype, in
 bt_status bt_msg_add_tensor_zero_copy(bt_msg_t *self, const char *name, bt_dtype dtype, int ndim,
                                       const int64_t *shape, void *data, bt_msg_free_fn *free_fn,
                                       void *hint);
+/*  Appends tensor i of src (asserted in [0, count)) without copying: both messages hold the same
+    buffer, and ZeroMQ frees it when the last holder (message, send in flight, receiver) is done.
+    So a received message can be forwarded to many peers for the cost of one; src may be sent or
+    destroyed first.  The bytes are read-only to every holder.  Errors as bt_msg_add_tensor(). */
+bt_status bt_msg_add_tensor_shared(bt_msg_t *self, const bt_msg_t *src, int i);
 int bt_msg_tensor_count(const bt_msg_t *self);
 /*  Tensor i in [0, count) (asserted), in the order added or received. */
 bt_msg_tensor bt_msg_tensor_at(const bt_msg_t *self, int i);
@@ -159,6 +164,15 @@ bt_status bt_msg_send(bt_msg_t **msg_p, void *socket, const void *peer_id, size_
       BT_EIO: ZeroMQ failed (the context was terminated, ...); BT_ENOMEM.
     On a ROUTER *peer_len and peer_id are set whenever a message was read, rejected or not. */
 bt_status bt_msg_recv(void *socket, bt_msg_t **out, uint8_t *peer_id, size_t *peer_len, int flags);
+
+/*  Judges a message held in memory by the decoder bt_msg_recv() runs on what it reads: n frames
+    after any routing id, frames[0] the header, frames[1..n-1] the tensors, sizes[i] bytes each
+    (a frame of size 0 may be NULL).  For fuzzing and for captured messages.
+      BT_OK: caller owns *out; its tensors point into the frames, which are borrowed: keep them
+      alive and unchanged until *out is destroyed.
+      BT_EFORMAT, *out NULL: malformed (n 0 included); bt_last_error() holds a one-line reason.
+      BT_ENOMEM. */
+bt_status bt_msg_decode(const void *const *frames, const size_t *sizes, size_t n, bt_msg_t **out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,168 @@
+/*  bench_weights.c — a weight update as the controller forwards it to a rollout worker, against
+    memcpy of the same bytes.  The controller keeps the trainer's WEIGHTS message (here built from
+    host arrays with bt_msg_add_tensor_zero_copy, as bt_weights_to_msg does), makes the worker's
+    copy as s_weights_copy does (tensors shared, not copied) and sends it with bt_msg_send() on its
+    ROUTER, over ZeroMQ TCP loopback, to a DEALER on another thread that takes it with
+    bt_msg_recv() and answers PING.
+    Each side has its own ZeroMQ context, hence its own I/O thread, as two processes would.
+    Transfer time = copy + send + receive + decode, up to the PING; best of S_SENDS after a
+    warm-up, as is memcpy's.  Target: ratio = tcp / memcpy >= 0.25.  Prints one JSON line; rates
+    in GB/s (10^9 bytes per second).  Environment: BATON_BENCH_MB (default 100, in MiB). */
+#define _POSIX_C_SOURCE 200809L
+#include "baton/status.h"
+#include "baton/tensor.h"
+#include "baton/wire.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#define S_SENDS 5
+#define S_TENSORS 25 /* the update is split into this many equal F32 tensors */
+
+typedef struct s_receiver {
+    char endpoint[256];
+    size_t bytes; /* expected in every WEIGHTS */
+    bt_status status;
+} s_receiver;
+
+/*  The worker: says PING, then for each WEIGHTS checks its size and answers PING. */
+static void *s_receive(void *arg) {
+    s_receiver *r = arg;
+    void *ctx = zmq_ctx_new();
+    void *dealer = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(dealer, ZMQ_ROUTING_ID, "worker", 6);
+    bt_msg_t *ping = bt_msg_new(BT_MSG_PING);
+    r->status = zmq_connect(dealer, r->endpoint) == 0 ? bt_msg_send(&ping, dealer, NULL, 0)
+                                                      : bt_fail(BT_EIO, "cannot connect");
+    bt_msg_destroy(&ping);
+    for (int i = 0; i < S_SENDS + 1 && r->status == BT_OK; i++) {
+        bt_msg_t *m = NULL;
+        r->status = bt_msg_recv(dealer, &m, NULL, NULL, 0);
+        size_t got = 0;
+        for (int t = 0; m && t < bt_msg_tensor_count(m); t++)
+            got += bt_msg_tensor_at(m, t).nbytes;
+        if (r->status == BT_OK && (!m || bt_msg_type_of(m) != BT_MSG_WEIGHTS || got != r->bytes))
+            r->status = bt_fail(BT_EFORMAT, "receiver: expected WEIGHTS of %zu bytes", r->bytes);
+        ping = bt_msg_new(BT_MSG_PING);
+        if (r->status == BT_OK)
+            r->status = bt_msg_send(&ping, dealer, NULL, 0);
+        bt_msg_destroy(&ping);
+        bt_msg_destroy(&m);
+    }
+    zmq_close(dealer);
+    zmq_ctx_term(ctx);
+    return NULL;
+}
+
+/*  The stored WEIGHTS: S_TENSORS tensors of floats, bytes in all. */
+static bt_msg_t *s_weights(size_t bytes) {
+    bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
+    int64_t shape[1] = {(int64_t)(bytes / S_TENSORS / sizeof(float))};
+    bt_status st = m ? bt_msg_set_int(m, "version", 1) : BT_ENOMEM;
+    for (int i = 0; i < S_TENSORS && st == BT_OK; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "model.layers.%d.weight", i);
+        float *data = malloc((size_t)shape[0] * sizeof *data);
+        for (int64_t k = 0; data && k < shape[0]; k++)
+            data[k] = (float)(i + k);
+        st = data ? bt_msg_add_tensor_zero_copy(m, name, BT_F32, 1, shape, data, NULL, NULL)
+                  : BT_ENOMEM;
+    }
+    if (st != BT_OK)
+        bt_msg_destroy(&m);
+    return m;
+}
+
+/*  What the controller's s_weights_copy does for each recipient. */
+static bt_msg_t *s_copy(const bt_msg_t *src) {
+    bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
+    bt_status st = m ? bt_msg_set_int(m, "version", 1) : BT_ENOMEM;
+    for (int i = 0; st == BT_OK && i < bt_msg_tensor_count(src); i++)
+        st = bt_msg_add_tensor_shared(m, src, i);
+    if (st != BT_OK)
+        bt_msg_destroy(&m);
+    return m;
+}
+
+/*  Best seconds of S_SENDS memcpy of bytes between two buffers already faulted in. */
+static double s_memcpy_best(size_t bytes) {
+    char *a = malloc(bytes), *b = malloc(bytes);
+    double best = 1e30;
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return best;
+    }
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    for (int i = 0; i < S_SENDS + 1; i++) {
+        double t0 = bt_now();
+        memcpy(b, a, bytes);
+        double t = bt_now() - t0;
+        best = i && t < best ? t : best;
+        a[i] = b[bytes - 1 - (size_t)i]; /* keeps each copy needed */
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+int main(void) {
+    size_t mib = getenv("BATON_BENCH_MB") ? (size_t)atol(getenv("BATON_BENCH_MB")) : 100;
+    size_t bytes = mib << 20;
+    /* As main() of every baton process begins; it also links the ATen shim, whose allocator
+       policy (freed memory stays in the heap) is then this process's too. */
+    if (bt_threads_from_env() != BT_OK) {
+        fprintf(stderr, "bench_weights: %s\n", bt_last_error());
+        return 1;
+    }
+    s_receiver r = {.bytes = bytes, .status = BT_OK};
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER);
+    int linger = 0;
+    size_t len = sizeof r.endpoint;
+    zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_bind(router, "tcp://127.0.0.1:*") != 0 ||
+        zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, r.endpoint, &len) != 0) {
+        fprintf(stderr, "bench_weights: cannot bind: %s\n", zmq_strerror(zmq_errno()));
+        return 1;
+    }
+    bt_msg_t *stored = s_weights(bytes);
+    pthread_t thread;
+    pthread_create(&thread, NULL, s_receive, &r);
+    uint8_t peer[BT_WIRE_PEER_MAX];
+    size_t peer_len = 0;
+    bt_msg_t *ack = NULL;
+    bt_status st = stored ? bt_msg_recv(router, &ack, peer, &peer_len, 0) : BT_ENOMEM;
+    double best = 1e30;
+    for (int i = 0; i < S_SENDS + 1 && st == BT_OK; i++) { /* send 0 is the warm-up */
+        bt_msg_destroy(&ack);
+        double t0 = bt_now();
+        bt_msg_t *copy = s_copy(stored);
+        st = copy ? bt_msg_send(&copy, router, peer, peer_len) : BT_ENOMEM;
+        if (st == BT_OK)
+            st = bt_msg_recv(router, &ack, peer, &peer_len, 0);
+        double t = bt_now() - t0;
+        best = i && t < best ? t : best;
+    }
+    bt_msg_destroy(&ack);
+    pthread_join(thread, NULL);
+    bt_msg_destroy(&stored);
+    zmq_close(router);
+    zmq_ctx_term(ctx);
+    if (st != BT_OK || r.status != BT_OK) {
+        fprintf(stderr, "bench_weights: %s\n", st != BT_OK ? bt_last_error() : "receiver failed");
+        return 1;
+    }
+    double mem = s_memcpy_best(bytes);
+    double tcp_gbps = (double)bytes / best / 1e9, mem_gbps = (double)bytes / mem / 1e9;
+    printf("{\"bench\":\"weights\",\"bytes\":%zu,\"tensors\":%d,\"tcp_s\":%.4f,\"tcp_gbps\":%.3f,"
+           "\"memcpy_s\":%.4f,\"memcpy_gbps\":%.3f,\"ratio\":%.3f}\n",
+           bytes, S_TENSORS, best, tcp_gbps, mem, mem_gbps, tcp_gbps / mem_gbps);
+    return 0;
+}
