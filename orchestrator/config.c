@@ -184,6 +184,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("debug.inject_nan_at_step", debug.inject_nan_at_step, 0, 0, S_INF),
     S_INT_KEY("debug.save_pause_ms", debug.save_pause_ms, 0, 0, 600000),
     S_INT_KEY("debug.kill_rollout_at_task", debug.kill_rollout_at_task, 0, 0, S_INF),
+    S_BOOL_KEY("debug.log_prompts", debug.log_prompts, false),
 };
 enum { S_NKEYS = sizeof s_keys / sizeof s_keys[0] };
 

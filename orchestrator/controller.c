@@ -1194,6 +1194,14 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
         st = s_run_trainer(self, &job);
     if (st == BT_OK)
         st = bt_trainer_stats_from_msg(job.result, out);
+    if (st == BT_OK && c->debug.log_prompts) {
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", "trained");
+        bt_jsonl_int(&line, "step", self->step + 1);
+        bt_jsonl_uints(&line, "prompts", batch.indices, (size_t)batch.n_prompts);
+        st = bt_runlog_event(self->log, &line);
+    }
     s_jobs_release(&job, 1);
     bt_rollout_batch_release(&batch);
     free(adv);

@@ -69,6 +69,14 @@ void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value) {
     s_append(line, "%lld", (long long)value);
 }
 
+void bt_jsonl_uints(bt_jsonl *line, const char *key, const uint64_t *values, size_t n) {
+    s_key(line, key);
+    s_append(line, "[");
+    for (size_t i = 0; i < n; i++)
+        s_append(line, i ? ",%llu" : "%llu", (unsigned long long)values[i]);
+    s_append(line, "]");
+}
+
 void bt_jsonl_num(bt_jsonl *line, const char *key, double value) {
     s_key(line, key);
     char num[32] = "null";

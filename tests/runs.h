@@ -122,4 +122,43 @@ static inline pid_t runs_worker_pid(pid_t parent, const char *name) {
     return found;
 }
 
+/*  With debug.log_prompts: true when the "trained" events of DIR/events.jsonl list every prompt
+    index of [first, first + count) exactly once and nothing else (a lost or repeated prompt is
+    reported on stderr). */
+static inline bool runs_trained_once(const char *dir, uint64_t first, uint64_t count) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    if (bt_file_read(path, 1 << 26, &text, NULL) != BT_OK)
+        return false;
+    int *seen = calloc(count + 1, sizeof *seen);
+    bool ok = seen != NULL;
+    for (char *line = strtok(text, "\n"); ok && line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *ev = cJSON_GetObjectItem(j, "event"), *ids = cJSON_GetObjectItem(j, "prompts");
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "trained")) {
+            const cJSON *id;
+            cJSON_ArrayForEach(id, ids) {
+                double v = cJSON_IsNumber(id) ? id->valuedouble : -1;
+                if (v < (double)first || v >= (double)(first + count)) {
+                    fprintf(stderr, "%s: trained prompt %g outside [%llu, %llu)\n", dir, v,
+                            (unsigned long long)first, (unsigned long long)(first + count));
+                    ok = false;
+                } else {
+                    seen[(uint64_t)v - first]++;
+                }
+            }
+        }
+        cJSON_Delete(j);
+    }
+    for (uint64_t i = 0; ok && i < count; i++)
+        if (seen[i] != 1) {
+            fprintf(stderr, "%s: prompt %llu trained %d times\n", dir,
+                    (unsigned long long)(first + i), seen[i]);
+            ok = false;
+        }
+    free(seen);
+    free(text);
+    return ok;
+}
+
 #endif

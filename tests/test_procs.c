@@ -28,7 +28,7 @@ static const char s_json[] =
     "  \"lr\": 0.001},"
     " \"eval\": {\"every_steps\": 5, \"heldout_count\": 6},"
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
-    "  \"expiry_ms\": 400}}";
+    "  \"expiry_ms\": 400}, \"debug\": {\"log_prompts\": true}}";
 
 /*  `baton run CONFIG --run-dir DIR [--procs]`. */
 static pid_t s_start(const char *dir, bool procs) {
@@ -65,6 +65,8 @@ int main(void) {
     snprintf(path, sizeof path, "%s/events.jsonl", killed);
     CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
     CHECK_STR_CONTAINS(events, "workers_expired");
+    /* SFT used stream indices [0, 24); GRPO trained 30 steps x 6 prompts after them, each once */
+    CHECK(runs_trained_once(killed, 24, 180));
     free(events);
     CHECK(runs_worker_pid(run, "rollout-0") == 0 && runs_worker_pid(run, "trainer-0") == 0);
     /* a controller with no workers of its own; four `baton worker` processes join it */

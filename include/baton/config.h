@@ -138,6 +138,7 @@ typedef struct bt_run_config {
         int64_t inject_nan_at_step;
         int64_t save_pause_ms;
         int64_t kill_rollout_at_task;
+        bool log_prompts;
     } debug;
 } bt_run_config;
 

@@ -25,6 +25,8 @@ typedef struct bt_jsonl {
 void bt_jsonl_init(bt_jsonl *line);
 void bt_jsonl_str(bt_jsonl *line, const char *key, const char *value);
 void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value);
+/*  An array of n unsigned integers. */
+void bt_jsonl_uints(bt_jsonl *line, const char *key, const uint64_t *values, size_t n);
 /*  The shortest text (9 to 17 significant digits) that reads back as exactly value; non-finite
     values are written as null. */
 void bt_jsonl_num(bt_jsonl *line, const char *key, double value);
