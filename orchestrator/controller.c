@@ -156,6 +156,8 @@ static void s_event(bt_controller_t *self, const char *event, const char *key, c
     bt_runlog_event(self->log, &line);
 }
 
+static bt_status s_eval_setup(bt_controller_t *self);
+
 bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
                                    const char *config_json, bt_runlog_t *log) {
     bt_controller_t *self = calloc(1, sizeof *self);
@@ -180,7 +182,9 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
         bt_controller_destroy(&self);
         return NULL;
     }
-    if (cfg->workers.trainer > 1 && !(self->store = bt_store_serve(0, &self->store_port)))
+    /* the task and datasets now: a config they refuse fails before any worker starts */
+    if (s_eval_setup(self) != BT_OK ||
+        (cfg->workers.trainer > 1 && !(self->store = bt_store_serve(0, &self->store_port))))
         bt_controller_destroy(&self);
     return self;
 }
@@ -513,8 +517,17 @@ static bt_status s_turn(bt_controller_t *self) {
     while (bt_registry_next_assignment(self->reg, &task, &wid)) {
         s_job *job = bt_registry_task_user(self->reg, task);
         bt_worker_info *w = bt_registry_worker(self->reg, wid);
-        if (bt_registry_task_attempts(self->reg, task) > 1)
+        if (bt_registry_task_attempts(self->reg, task) > 1) { /* its last holder failed or was lost */
             self->stats.requeued++;
+            bt_jsonl line;
+            bt_jsonl_init(&line);
+            bt_jsonl_str(&line, "event", "task_requeued");
+            bt_jsonl_num(&line, "time", bt_now() - self->t0);
+            bt_jsonl_str(&line, "kind", job->kind);
+            bt_jsonl_int(&line, "task", task);
+            bt_jsonl_str(&line, "worker", w->name);
+            bt_runlog_event(self->log, &line);
+        }
         bt_status st = job->ev ? s_pin_weights(self, job->ev, w) : BT_OK;
         bt_msg_t *m = st == BT_OK ? bt_msg_new(BT_MSG_TASK) : NULL;
         if (st == BT_OK)
@@ -1097,7 +1110,6 @@ bt_status bt_controller_start(bt_controller_t *self) {
     s_report(self, "join", 0, 0, NAN);
     BT_TRY(s_await_workers(self));
     s_event(self, "workers_ready", NULL, NULL);
-    BT_TRY(s_eval_setup(self));
     const bt_run_config *c = self->cfg;
     if (c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
         c->checkpoint.light_every_steps > 0) {

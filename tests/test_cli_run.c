@@ -68,6 +68,21 @@ int main(void) {
         CHECK_STR_CONTAINS(out, bad[i].message);
         CHECK(!s_exists("runs"));
     }
+    /* a config the task refuses (more held-out problems than exist) fails before any worker
+       starts: no worker joined, and the run exits 1 with the task's reason */
+    CHECK(s_run("small.json --set task.heldout_size=500 --set eval.heldout_count=500 --run-dir "
+                "out/refused",
+                out, sizeof out) == 1);
+    CHECK_STR_CONTAINS(out, "heldout_size: 500 exceeds");
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/out/refused/events.jsonl", s_tmp);
+    FILE *f = fopen(path, "r");
+    char buf[4096] = "";
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+    CHECK(strstr(buf, "worker_joined") == NULL);
     /* a good run: exit 0, the run directory with its three files; --set with a plain string */
     CHECK(s_run("small.json --set run.name=ok --run-dir out/ok", out, sizeof out) == 0);
     CHECK(s_exists("out/ok/config.json") && s_exists("out/ok/metrics.jsonl") &&
