@@ -61,6 +61,7 @@ static const char *const s_verifiers[] = {"exact", "numeric", NULL};
 static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
 static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_norm", NULL};
 static const char *const s_adv_norms[] = {"std", "none", NULL};
+static const char *const s_async_objectives[] = {"ppo", "decoupled", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 
 #define S_FIELD(f) .offset = offsetof(bt_run_config, f), .size = sizeof(((bt_run_config *)0)->f)
@@ -150,6 +151,9 @@ static const s_key s_keys[] = {
     S_NUM_KEY("grpo.max_grad_norm", grpo.max_grad_norm, 1.0, 0, S_INF, S_LO_OPEN),
     S_INT_KEY("grpo.micro_batch", grpo.micro_batch, 64, 1, S_INF),
     S_BOOL_KEY("grpo.dynamic_sampling", grpo.dynamic_sampling, false),
+    S_INT_KEY("grpo.max_staleness", grpo.max_staleness, 0, 0, 16),
+    S_ENUM_KEY("grpo.async_objective", grpo.async_objective, 0, s_async_objectives),
+    S_NUM_KEY("grpo.behav_weight_cap", grpo.behav_weight_cap, 5.0, 0, S_INF, 0),
 
     S_INT_KEY("eval.every_steps", eval.every_steps, 10, 0, S_INF),
     S_INT_KEY("eval.every_epochs", eval.every_epochs, 0, 0, S_INF),
@@ -842,7 +846,10 @@ void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out) {
                             .entropy_coef = cfg->grpo.entropy_coef,
                             .loss_agg = cfg->grpo.loss_agg,
                             .max_tokens = cfg->grpo.max_tokens,
-                            .adv_norm = cfg->grpo.adv_norm};
+                            .adv_norm = cfg->grpo.adv_norm,
+                            .decoupled =
+                                cfg->grpo.max_staleness > 0 && cfg->grpo.async_objective == 1,
+                            .behav_weight_cap = cfg->grpo.behav_weight_cap};
 }
 
 void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedule *out) {

@@ -29,7 +29,8 @@ enum {
     S_TRACK = 1024,        /* workers whose weights version and speed are tracked */
     S_ROLLBACK_EVERY = 10, /* steps between in-memory snapshots: the most a rollback loses */
     S_MAX_ROLLBACKS = 3,   /* rollbacks to one snapshot before the run gives up */
-    S_MAX_RANKS = 64       /* data-parallel trainer ranks */
+    S_MAX_RANKS = 64,      /* data-parallel trainer ranks */
+    S_AHEAD = 17           /* steps whose rollouts may be in flight: the current + max_staleness */
 };
 
 /*  A WEIGHTS message shared by the controller (the latest) and the evaluations pinned to it. */
@@ -60,6 +61,18 @@ typedef struct s_job {
     double compute_s;              /* the worker's compute time for it */
     int32_t worker;                /* who completed it */
 } s_job;
+
+/*  The rollouts of one GRPO step, in flight on the rollout workers: launched when the step comes
+    (synchronous) or up to grpo.max_staleness steps before it (asynchronous). */
+typedef struct s_rollouts {
+    bool active;
+    int64_t step;     /* the 0-based step it is for */
+    uint64_t first;   /* its prompts: training-stream indices [first, first + P) */
+    uint64_t *idx;
+    s_job jobs[64];
+    int n_jobs;
+    int64_t first_task;
+} s_rollouts;
 
 /*  One evaluation of one dataset at one policy version, running beside training. */
 typedef struct s_evaluation {
@@ -120,10 +133,15 @@ struct bt_controller {
     int32_t ranks[S_MAX_RANKS]; /* worker ids, by rank */
     int world;                  /* ranks; 0: the group must be (re-)formed */
     int world_last;             /* ranks of the last formation */
+    /* rollouts in flight, slot step % S_AHEAD; launched: the next step to launch */
+    s_rollouts ahead[S_AHEAD];
+    int64_t launched;
     int64_t generation;         /* formations so far */
 };
 
 static void s_weights_release(s_weights **w_p);
+static void s_rollouts_release(s_rollouts *r);
+static uint64_t s_train_cursor(const bt_controller_t *self);
 
 static int64_t s_now_ms(void) {
     return (int64_t)(bt_now() * 1000.0);
@@ -186,6 +204,9 @@ void bt_controller_destroy(bt_controller_t **self_p) {
             s_weights_release(&self->evals[i].weights);
         }
     s_weights_release(&self->weights);
+    for (int i = 0; i < S_AHEAD; i++)
+        if (self->ahead[i].active)
+            s_rollouts_release(&self->ahead[i]);
     bt_ckpt_writer_destroy(&self->writer);
     bt_msg_destroy(&self->snap);
     bt_store_destroy(&self->store);
@@ -528,15 +549,21 @@ static bt_status s_turn(bt_controller_t *self) {
     return s_poll_evals(self);
 }
 
-/*  Runs jobs to completion on the workers of their roles. */
-static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
-    int64_t first = -1;
+/*  Queues jobs for the workers of their roles; *first is the first one's task id (ids are
+    dense).  The jobs must stay where they are until done or cancelled. */
+static bt_status s_jobs_add(bt_controller_t *self, s_job *jobs, int n, int64_t *first) {
+    *first = -1;
     for (int i = 0; i < n; i++) {
         int64_t id = bt_registry_add_task(self->reg, jobs[i].role, &jobs[i]);
         if (id < 0)
             return BT_ENOMEM;
-        first = first < 0 ? id : first;
+        *first = *first < 0 ? id : *first;
     }
+    return BT_OK;
+}
+
+/*  Serves workers until the n jobs queued from task id first are done. */
+static bt_status s_jobs_wait(bt_controller_t *self, s_job *jobs, int n, int64_t first) {
     int64_t stalled_since = s_now_ms();
     double t0 = bt_now();
     for (;;) {
@@ -565,6 +592,13 @@ static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
                            S_JOIN_TIMEOUT_MS / 1000);
         BT_TRY(s_turn(self));
     }
+}
+
+/*  Runs jobs to completion on the workers of their roles. */
+static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
+    int64_t first;
+    BT_TRY(s_jobs_add(self, jobs, n, &first));
+    return s_jobs_wait(self, jobs, n, first);
 }
 
 /* ---- the data-parallel trainer group ----------------------------------------------------------- */
@@ -768,7 +802,7 @@ static void s_jobs_release(s_job *jobs, int n) {
 
 /*  Epochs of the training stream completed so far. */
 static int64_t s_epoch(const bt_controller_t *self) {
-    return self->epoch_size ? (int64_t)(self->cursor / self->epoch_size) : 0;
+    return self->epoch_size ? (int64_t)(s_train_cursor(self) / self->epoch_size) : 0;
 }
 
 /*  What each dataset evaluates, and the training stream's epoch, from the task and the sources. */
@@ -1097,43 +1131,91 @@ bt_status bt_controller_start(bt_controller_t *self) {
     return BT_OK;
 }
 
-/*  Samples the step's groups, sharded over the configured rollout workers; fills *batch. */
-static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch) {
+/*  Queues the rollouts of step `step` (its prompts are the next P of the training stream),
+    sharded over the configured rollout workers; they run while the controller does other work. */
+static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
     const bt_run_config *c = self->cfg;
+    s_rollouts *r = &self->ahead[step % S_AHEAD];
+    BT_ASSERT(!r->active);
     int64_t P = c->grpo.prompts_per_step;
     int shards = (int)(c->workers.rollout < 1 ? 1 : c->workers.rollout);
     if (shards > P)
         shards = (int)P;
     if (shards > 64)
         shards = 64;
-    uint64_t *idx = malloc(sizeof *idx * (size_t)P);
-    if (!idx)
+    r->idx = malloc(sizeof *r->idx * (size_t)P);
+    if (!r->idx)
         return bt_fail(BT_ENOMEM, "controller: out of memory");
+    r->step = step;
+    r->first = self->cursor;
     for (int64_t i = 0; i < P; i++)
-        idx[i] = self->cursor + (uint64_t)i;
+        r->idx[i] = self->cursor + (uint64_t)i;
     self->cursor += (uint64_t)P;
-    s_job jobs[64];
-    bt_rollout_batch parts[64];
     int64_t per = (P + shards - 1) / shards;
-    int n = 0;
-    for (int64_t s = 0; s < P; s += per, n++) {
-        jobs[n] = (s_job){.kind = "rollout",
-                          .role = BT_ROLE_ROLLOUT,
-                          .start = s,
-                          .count = s + per > P ? P - s : per,
-                          .prompts = idx + s,
-                          .seed = (c->run.seed * 1000003 + self->step) * 64 + n};
-        bt_rollout_batch_init(&parts[n]);
+    r->n_jobs = 0;
+    for (int64_t s = 0; s < P; s += per, r->n_jobs++)
+        r->jobs[r->n_jobs] = (s_job){.kind = "rollout",
+                                     .role = BT_ROLE_ROLLOUT,
+                                     .start = s,
+                                     .count = s + per > P ? P - s : per,
+                                     .prompts = r->idx + s,
+                                     .seed = (c->run.seed * 1000003 + step) * 64 + r->n_jobs};
+    r->active = true;
+    return s_jobs_add(self, r->jobs, r->n_jobs, &r->first_task);
+}
+
+static void s_rollouts_release(s_rollouts *r) {
+    s_jobs_release(r->jobs, r->n_jobs);
+    free(r->idx);
+    r->idx = NULL;
+    r->active = false;
+}
+
+/*  Drops every rollout in flight (a rollback): their tasks are cancelled, their prompts skipped. */
+static void s_rollouts_cancel(bt_controller_t *self) {
+    for (int i = 0; i < S_AHEAD; i++) {
+        s_rollouts *r = &self->ahead[i];
+        for (int j = 0; r->active && j < r->n_jobs; j++)
+            bt_registry_cancel(self->reg, r->first_task + j);
+        if (r->active)
+            s_rollouts_release(r);
     }
-    bt_status st = s_run_jobs(self, jobs, n);
-    for (int i = 0; i < n && st == BT_OK; i++)
-        st = bt_batch_from_msg(jobs[i].result, &parts[i]);
+    self->launched = self->step;
+}
+
+/*  The training-stream index of the first prompt not yet trained: the oldest rollouts in flight
+    hold the prompts after it. */
+static uint64_t s_train_cursor(const bt_controller_t *self) {
+    const s_rollouts *r = &self->ahead[self->step % S_AHEAD];
+    return r->active && r->step == self->step ? r->first : self->cursor;
+}
+
+/*  The current step's groups: launches the rollouts of the steps up to grpo.max_staleness ahead
+    that are not in flight yet, then waits for the current step's; fills *batch.  *oldest gets
+    the oldest policy version that sampled any of it. */
+static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch, int64_t *oldest) {
+    const bt_run_config *c = self->cfg;
+    if (self->launched < self->step)
+        self->launched = self->step;
+    while (self->launched <= self->step + c->grpo.max_staleness &&
+           self->launched < c->grpo.steps)
+        BT_TRY(s_rollout_launch(self, self->launched++));
+    s_rollouts *r = &self->ahead[self->step % S_AHEAD];
+    BT_ASSERT(r->active && r->step == self->step);
+    bt_status st = s_jobs_wait(self, r->jobs, r->n_jobs, r->first_task);
+    bt_rollout_batch parts[64];
+    *oldest = INT64_MAX;
+    for (int i = 0; i < r->n_jobs; i++)
+        bt_rollout_batch_init(&parts[i]);
+    for (int i = 0; i < r->n_jobs && st == BT_OK; i++) {
+        st = bt_batch_from_msg(r->jobs[i].result, &parts[i]);
+        *oldest = parts[i].version < *oldest ? parts[i].version : *oldest;
+    }
     if (st == BT_OK)
-        st = bt_batch_concat(parts, n, batch);
-    for (int i = 0; i < n; i++)
+        st = bt_batch_concat(parts, r->n_jobs, batch);
+    for (int i = 0; i < r->n_jobs; i++)
         bt_rollout_batch_release(&parts[i]);
-    s_jobs_release(jobs, n);
-    free(idx);
+    s_rollouts_release(r);
     return st;
 }
 
@@ -1226,7 +1308,7 @@ static double s_train_seconds(const bt_controller_t *self) {
 static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *out) {
     *out = (bt_run_state){.step = self->step,
                           .version = self->version,
-                          .cursor = self->cursor,
+                          .cursor = s_train_cursor(self),
                           .train_seconds = s_train_seconds(self),
                           .last_reward = self->last_reward,
                           .last_accuracy = self->last_accuracy,
@@ -1326,6 +1408,7 @@ static bt_status s_rollback(bt_controller_t *self, const char *reason) {
     BT_TRY(s_restore_trainer(self, self->snap, self->version + 1, self->saved.canary_loss));
     uint64_t skipped_from = self->saved.cursor, skipped_to = self->cursor;
     s_state_apply(self, &self->saved, false);
+    s_rollouts_cancel(self); /* sampled by discarded versions: skipped too */
     bt_jsonl line;
     bt_jsonl_init(&line);
     bt_jsonl_str(&line, "event", "rollback");
@@ -1582,7 +1665,8 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_rollout_batch_init(&batch);
     bt_trainer_stats ts = {0};
     bool updated = false;
-    bt_status st = s_rollout(self, &batch);
+    int64_t oldest = 0, version = self->version;
+    bt_status st = s_rollout(self, &batch, &oldest);
     if (st == BT_OK)
         st = s_train(self, &batch, lr, &ts, &updated);
     char why[160];
@@ -1619,6 +1703,8 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
     bt_jsonl_num(&line, "tokens_per_s", tps);
     bt_jsonl_int(&line, "version", self->version);
+    if (c->grpo.max_staleness > 0) /* policy versions between the oldest sampler and the update */
+        bt_jsonl_int(&line, "staleness", version - oldest);
     BT_TRY(bt_runlog_metric(self->log, &line));
     bool last = self->step == c->grpo.steps;
     BT_TRY(s_eval_after_step(self, last));

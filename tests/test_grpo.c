@@ -255,6 +255,49 @@ static void test_loss_hand_computed(void) {
     bt_ctx_destroy(&ctx);
 }
 
+/*  AReaL's decoupled objective on the fixture, by hand.  The proximal policy is the one being
+    updated, so rho = 1 and pg_t = -w_t A with w_t = exp(logp - old) = 1, e^0.5, e^-0.5 | e^-0.5,
+    e^0.125; cap 1.5 drops the e^0.5 token; d loss / d logp_t = -w_t A / 5 (token mean, 5 tokens).
+    On a batch the policy sampled itself (old = logp) it is the standard loss, gradients too. */
+static void test_decoupled(void) {
+    bt_ctx *ctx = bt_ctx_new();
+    s_fixture f = s_fixture_new(ctx);
+    bt_grpo_config cfg = bt_grpo_defaults();
+    cfg.kl_coef = 0.0;
+    cfg.decoupled = true;
+    cfg.behav_weight_cap = 1.5;
+    const double w[5] = {1.0, exp(0.5), exp(-0.5), exp(-0.5), exp(0.125)};
+    const double A[5] = {1, 1, 1, -2, -2};
+    const int cell[5] = {0, 1, 2, 3, 4}; /* (0,0) (0,1) (0,2) (1,0) (1,1); (1,2) is padding */
+    for (int capped = 1; capped >= 0; capped--) {
+        cfg.behav_weight_cap = capped ? 1.5 : 0.0;
+        bt_grpo_stats st = {0};
+        float g[6], ge[6];
+        double loss = s_run(ctx, &cfg, &f, false, false, 5.0, &st, g, ge), want = 0;
+        for (int t = 0; t < 5; t++) {
+            double wt = capped && w[t] > 1.5 ? 0.0 : w[t];
+            want += -wt * A[t] / 5.0;
+            CHECK(fabs(g[cell[t]] + wt * A[t] / 5.0) <= 1e-6);
+        }
+        CHECK(g[5] == 0.0f);
+        CHECK_REL(loss, want, 1e-6);
+        CHECK_REL(st.ratio_sum, w[0] + w[1] + w[2] + w[3] + w[4], 1e-6); /* pi_theta / pi_behav */
+        CHECK(st.clip_low_tokens == 0 && st.clip_high_tokens == 0);
+    }
+    /* on-policy: old = logp, so w = 1 and both objectives agree */
+    const int64_t bt[2] = {2, 3};
+    float lp[6];
+    CHECK_OK(bt_to_host(f.logp, lp, sizeof lp));
+    f.old_logp = s_f32(ctx, 2, bt, lp);
+    float g_dec[6], g_std[6], ge[6];
+    double l_dec = s_run(ctx, &cfg, &f, false, false, 5.0, NULL, g_dec, ge);
+    cfg.decoupled = false;
+    double l_std = s_run(ctx, &cfg, &f, false, false, 5.0, NULL, g_std, ge);
+    CHECK_REL(l_dec, l_std, 1e-7);
+    CHECK(s_rel_diff(g_dec, g_std, 6) < 1e-6);
+    bt_ctx_destroy(&ctx);
+}
+
 static void test_sft_loss(void) {
     bt_ctx *ctx = bt_ctx_new();
     const int64_t shape[2] = {2, 2};
@@ -535,6 +578,7 @@ int main(void) {
     test_advantages();
     test_config();
     test_loss_hand_computed();
+    test_decoupled();
     test_sft_loss();
     const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
                                  BT_LOSS_AGG_TOKEN_SUM_NORM};

@@ -61,7 +61,9 @@ bt_grpo_config bt_grpo_defaults(void) {
                             .entropy_coef = 0.0,
                             .loss_agg = BT_LOSS_AGG_TOKEN_MEAN,
                             .max_tokens = 1024,
-                            .adv_norm = BT_ADV_NORM_STD};
+                            .adv_norm = BT_ADV_NORM_STD,
+                            .decoupled = false,
+                            .behav_weight_cap = 5.0};
 }
 
 bt_status bt_grpo_config_validate(const bt_grpo_config *cfg) {
@@ -85,6 +87,9 @@ bt_status bt_grpo_config_validate(const bt_grpo_config *cfg) {
                        (long long)cfg->max_tokens);
     if (cfg->adv_norm != BT_ADV_NORM_STD && cfg->adv_norm != BT_ADV_NORM_NONE)
         return bt_fail(BT_EINVAL, "grpo.adv_norm: unknown value %d", (int)cfg->adv_norm);
+    if (!(cfg->behav_weight_cap >= 0.0))
+        return bt_fail(BT_EINVAL, "grpo.behav_weight_cap: expected a number >= 0, got %g",
+                       cfg->behav_weight_cap);
     return BT_OK;
 }
 
@@ -175,17 +180,18 @@ static bt_tensor *s_masked_sum(bt_ctx *ctx, bt_tensor *t, bt_tensor *m) {
     return s_as_1(ctx, bt_sum_all(ctx, bt_mul(ctx, bt_to_dtype(ctx, t, BT_F64), m)));
 }
 
-/* Adds the micro-batch's sums to *stats with one host copy.  kl and entropy may be NULL. */
-static bt_status s_add_stats(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *ratio, bt_tensor *a,
-                             bt_tensor *pg, bt_tensor *kl, bt_tensor *entropy, bt_tensor *mask,
-                             bt_grpo_stats *stats) {
+/* Adds the micro-batch's sums to *stats with one host copy: clip counts from clip_ratio (the
+   ratio the clip saw), ratio sums from ratio.  kl and entropy may be NULL. */
+static bt_status s_add_stats(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *clip_ratio,
+                             bt_tensor *ratio, bt_tensor *a, bt_tensor *pg, bt_tensor *kl,
+                             bt_tensor *entropy, bt_tensor *mask, bt_grpo_stats *stats) {
     bool grad = bt_set_grad_enabled(false);
     bt_tensor *m = bt_to_dtype(ctx, mask, BT_F64); /* (B, T) */
     bt_tensor *zero = bt_zeros(ctx, BT_F64, bt_device_of(mask), 1, (const int64_t[]){1});
     bt_tensor *low = bt_logical_and(ctx, bt_lt_scalar(ctx, a, 0.0),
-                                    bt_lt_scalar(ctx, ratio, 1.0 - cfg->clip_low)); /* (B, T) */
+                                    bt_lt_scalar(ctx, clip_ratio, 1.0 - cfg->clip_low)); /* (B, T) */
     bt_tensor *high = bt_logical_and(ctx, bt_gt_scalar(ctx, a, 0.0),
-                                     bt_gt_scalar(ctx, ratio, 1.0 + cfg->clip_high));
+                                     bt_gt_scalar(ctx, clip_ratio, 1.0 + cfg->clip_high));
     bt_tensor *ratio_m = bt_mul(ctx, bt_to_dtype(ctx, ratio, BT_F64), m); /* (B, T) */
     bt_tensor *flat = bt_reshape(ctx, ratio_m, 1, (const int64_t[]){-1}); /* (B * T) */
     bt_tensor *parts[8] = {s_as_1(ctx, bt_sum_all(ctx, m)),
@@ -231,8 +237,18 @@ bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
     bt_tensor *pad = bt_eq_scalar(ctx, mask, 0.0); /* (B, T) */
     bt_tensor *a = bt_unsqueeze(ctx, adv, 1);      /* (B, 1) */
     bt_tensor *ratio = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, logp, old_logp), pad, 0.0));
-    bt_tensor *pg = s_clipped_pg(ctx, cfg, ratio, a); /* (B, T) */
-    bt_tensor *per_token = pg;                        /* (B, T) */
+    bt_tensor *clip_ratio = ratio, *pg; /* (B, T) */
+    if (cfg->decoupled) {               /* AReaL: clip against pi_prox, weight by pi_prox/pi_behav */
+        bt_tensor *prox = bt_detach(ctx, logp);
+        bt_tensor *w = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, prox, old_logp), pad, 0.0));
+        if (cfg->behav_weight_cap > 0)
+            w = bt_masked_fill(ctx, w, bt_gt_scalar(ctx, w, cfg->behav_weight_cap), 0.0);
+        clip_ratio = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, logp, prox), pad, 0.0));
+        pg = bt_mul(ctx, s_clipped_pg(ctx, cfg, clip_ratio, a), w);
+    } else {
+        pg = s_clipped_pg(ctx, cfg, ratio, a);
+    }
+    bt_tensor *per_token = pg; /* (B, T) */
     bt_tensor *kl = ref_logp ? s_kl(ctx, cfg->kl_estimator, logp, ref_logp, pad) : NULL;
     bt_tensor *ent = entropy ? bt_masked_fill(ctx, entropy, pad, 0.0) : NULL; /* (B, T) */
     if (cfg->kl_coef != 0.0)
@@ -242,7 +258,8 @@ bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
     bt_tensor *weighted = bt_mul(ctx, per_token, s_token_weights(ctx, cfg->loss_agg, mask));
     bt_tensor *sum = bt_sum_all(ctx, bt_to_dtype(ctx, weighted, BT_F64));
     bt_tensor *loss = bt_mul_scalar(ctx, sum, 1.0 / normaliser);
-    if (loss && stats && s_add_stats(ctx, cfg, ratio, a, pg, kl, ent, mask, stats) != BT_OK)
+    if (loss && stats &&
+        s_add_stats(ctx, cfg, clip_ratio, ratio, a, pg, kl, ent, mask, stats) != BT_OK)
         return NULL;
     return loss;
 }

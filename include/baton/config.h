@@ -96,6 +96,9 @@ typedef struct bt_run_config {
         double max_grad_norm;
         int64_t micro_batch;
         bool dynamic_sampling;
+        int64_t max_staleness;   /* 0: synchronous; eta > 0: rollouts run up to eta steps ahead */
+        int async_objective;     /* 0 "ppo": clip pi_theta / pi_behav; 1 "decoupled" (AReaL) */
+        double behav_weight_cap; /* asynchronous: the decoupled objective's importance cap */
     } grpo;
     struct {
         int64_t every_steps;

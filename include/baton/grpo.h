@@ -57,6 +57,12 @@ typedef struct bt_grpo_config {
     bt_loss_agg loss_agg;         /* BT_LOSS_AGG_TOKEN_MEAN */
     int64_t max_tokens;           /* Dr. GRPO's constant per-sequence normaliser (1024) */
     bt_adv_norm adv_norm;         /* BT_ADV_NORM_STD */
+    /* AReaL's decoupled objective (Fu et al. 2025) for batches sampled by older policies: the
+       clipped ratio is taken against the proximal policy and the surrogate is weighted by the
+       behaviour importance w = pi_prox / pi_behav.  baton makes one optimizer update per batch,
+       so the proximal policy is the policy being updated: pi_prox = stop_grad(pi_theta). */
+    bool decoupled;              /* false */
+    double behav_weight_cap;     /* decoupled: tokens with w > cap leave the loss; 0: no cap (5) */
 } bt_grpo_config;
 
 /*  GRPO (kl_coef 0.04, k3) with DAPO's clip-higher and token-mean aggregation. */
@@ -91,6 +97,10 @@ double bt_grpo_normaliser(const bt_grpo_config *cfg, const int64_t *completion_l
     Per token, with rho = exp(logp - old_logp) and A the sequence's advantage:
       loss_t = -min(rho A, clamp(rho, 1 - clip_low, 1 + clip_high) A)
                + kl_coef * kl_t - entropy_coef * entropy_t
+    With cfg->decoupled, rho = exp(logp - stop_grad(logp)) (1 in value, gradient of logp) and the
+    surrogate term is multiplied by w = exp(stop_grad(logp) - old_logp) [w <= behav_weight_cap]:
+    on a batch the policy itself sampled (w = 1) it is the standard loss with its gradients.
+    Statistics keep their meaning: ratio_* describe pi_theta / pi_behav, clip_* the clip.
     summed over tokens where mask is 1 (SEQ_MEAN weights sequence i's tokens by 1 / len_i, len_i
     its mask sum), divided by normaliser.
       logp     (B, T) current policy log-probs of the sampled tokens, with grad
