@@ -20,5 +20,6 @@ int bt_cli_run(int argc, char **argv);
 int bt_cli_worker(int argc, char **argv);
 int bt_cli_controller(int argc, char **argv);
 int bt_cli_report(int argc, char **argv);
+int bt_cli_keygen(int argc, char **argv);
 
 #endif

@@ -17,10 +17,16 @@ static const char s_usage[] =
     "       [--set key.path=value ...]\n"
     "                  evaluate models on the eval datasets\n"
     "                  MODE: full, quick, compare, incremental\n"
-    "  controller CONFIG --bind ENDPOINT [--run-dir DIR] [--resume [CHECKPOINT]] [--set ...]\n"
-    "                  the run with no workers of its own: they join ENDPOINT\n"
+    "  controller CONFIG --bind ENDPOINT [--key FILE --allow DIR_OR_FILE | --insecure]\n"
+    "       [--run-dir DIR] [--resume [CHECKPOINT]] [--set ...]\n"
+    "                  the run with no workers of its own: they join ENDPOINT; tcp:// needs\n"
+    "                  CURVE keys (BATON_KEY, BATON_ALLOW also work) or --insecure\n"
     "  worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME]\n"
-    "                  one worker process (BATON_CONNECT, BATON_ROLE also work)\n"
+    "       [--key FILE --server-key FILE | --insecure] [--join-timeout SECONDS]\n"
+    "                  one worker process (BATON_CONNECT, BATON_ROLE, BATON_KEY,\n"
+    "                  BATON_SERVER_KEY also work)\n"
+    "  keygen DIR [--name NAME]\n"
+    "                  a CURVE key pair: DIR/NAME.key (secret), DIR/NAME.pub (NAME: host name)\n"
     "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
     "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
     "                  one HTML file of charts (default RUN_DIR/report.html)\n"
@@ -55,6 +61,8 @@ int main(int argc, char **argv) {
         return bt_cli_controller(argc - 2, argv + 2);
     if (strcmp(argv[1], "worker") == 0)
         return bt_cli_worker(argc - 2, argv + 2);
+    if (strcmp(argv[1], "keygen") == 0)
+        return bt_cli_keygen(argc - 2, argv + 2);
     if (strcmp(argv[1], "report") == 0)
         return bt_cli_report(argc - 2, argv + 2);
     return bt_cli_usage_error("unknown command \"%s\"", argv[1]);

@@ -1,10 +1,12 @@
-/*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT]] [--set key.path=value ...]`.
+/*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT]] [--set key.path=value ...]`
+    and `baton controller CONFIG --bind ENDPOINT [--key FILE --allow DIR_OR_FILE | --insecure]`.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
 #include "baton/baton.h"
 #include "baton/fileio.h"
+#include "baton/security.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -58,7 +60,9 @@ static void s_progress(const bt_progress *p, void *user) {
     join --bind from elsewhere) share everything else. */
 static int s_run_or_control(int argc, char **argv, bool controller) {
     const char *path = NULL, *dir = NULL, *resume = NULL, *bind = NULL;
-    bool procs = false;
+    const char *key = controller ? getenv("BATON_KEY") : NULL;
+    const char *allow = controller ? getenv("BATON_ALLOW") : NULL;
+    bool procs = false, insecure = false, key_flag = false;
     const char *sets[S_MAX_SETS];
     int n_sets = 0;
     for (int i = 0; i < argc; i++) {
@@ -68,6 +72,14 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
             procs = true;
         else if (!strcmp(argv[i], "--bind") && i + 1 < argc && controller)
             bind = argv[++i];
+        else if (!strcmp(argv[i], "--key") && i + 1 < argc && controller) {
+            key = argv[++i];
+            key_flag = true;
+        } else if (!strcmp(argv[i], "--allow") && i + 1 < argc && controller) {
+            allow = argv[++i];
+            key_flag = true;
+        } else if (!strcmp(argv[i], "--insecure") && controller)
+            insecure = true;
         else if (!strcmp(argv[i], "--resume")) /* an optional folder: the next non-option */
             resume = i + 1 < argc && argv[i + 1][0] != '-' && path ? argv[++i] : "";
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
@@ -80,6 +92,26 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
     }
     if (!path)
         return bt_cli_usage_error("%s: missing CONFIG", controller ? "controller" : "run");
+    if (controller) {
+        if (!bind)
+            return bt_cli_usage_error("controller: missing --bind ENDPOINT");
+        if (insecure && key_flag)
+            return bt_cli_usage_error(
+                "controller: --insecure and --key/--allow exclude each other");
+        if (insecure) /* explicit: keys in the environment are not used */
+            key = allow = NULL;
+        if ((key != NULL) != (allow != NULL))
+            return bt_cli_usage_error("controller: CURVE needs both --key FILE (the controller's "
+                                      "secret key) and --allow DIR_OR_FILE (the workers' public "
+                                      "keys)");
+        if (!key && !insecure && !strncmp(bind, "tcp://", 6))
+            return bt_cli_usage_error("controller: %s: tcp:// needs CURVE keys (--key FILE --allow "
+                                      "DIR_OR_FILE, from `baton keygen`) or, on a trusted "
+                                      "network, --insecure",
+                                      bind);
+        if (key && bt_curve_available() != BT_OK)
+            return bt_cli_usage_error("controller: %s", bt_last_error());
+    }
     char *text = NULL;
     if (bt_file_read(path, 1 << 20, &text, NULL) != BT_OK)
         return bt_cli_usage_error("%s", bt_last_error());
@@ -97,12 +129,12 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
     if (procs)
         bt_run_set_procs(run);
     if (controller) {
-        if (!bind) {
-            bt_run_destroy(&run);
-            return bt_cli_usage_error("controller: missing --bind ENDPOINT");
-        }
         bt_run_set_endpoint(run, bind);
         bt_run_set_external_workers(run);
+        if (key)
+            bt_run_set_curve(run, key, allow);
+        if (insecure)
+            bt_run_set_insecure(run);
     }
     s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
     bt_run_set_progress(run, s_progress, &d);
@@ -123,6 +155,11 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
                 "%lld failed tasks\n",
                 (long long)s.malformed, (long long)s.late_results, (long long)s.lost_workers,
                 (long long)s.failed_tasks);
+    if (bt_run_refused(run))
+        fprintf(stderr,
+                "baton: %lld connections refused (keys not allowed; events.jsonl: "
+                "worker_refused)\n",
+                (long long)bt_run_refused(run));
     printf("run directory: %s\n", bt_run_dir(run));
     bt_run_destroy(&run);
     return st == BT_OK ? 0 : 1;

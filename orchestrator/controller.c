@@ -9,6 +9,7 @@
 #include "baton/rollout.h"
 #include "baton/runstate.h"
 #include "baton/safetensors.h"
+#include "baton/security.h"
 #include "baton/shard.h"
 #include "baton/tokenizer.h"
 #include "baton/wire.h"
@@ -177,6 +178,10 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
     int linger = 0;
     if (self->sock)
         zmq_setsockopt(self->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (self->sock && bt_curve_serve(zmq_ctx, self->sock) != BT_OK) { /* CURVE when keys are set */
+        bt_controller_destroy(&self);
+        return NULL;
+    }
     if (!self->reg || !self->sock || zmq_bind(self->sock, endpoint) != 0) {
         bt_fail(BT_EIO, "controller: cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
         bt_controller_destroy(&self);

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/baton.h"
 
+#include "baton/security.h"
 #include "baton/worker.h"
 
 #include <errno.h>
@@ -47,6 +48,10 @@ struct bt_run {
     bool finished;
     bool procs;    /* workers are `baton worker` processes over ipc:// */
     bool external; /* workers are started by someone else and join the endpoint */
+    char curve_key[1024], curve_allow[1024]; /* bt_run_set_curve; "" = none */
+    bool insecure;                           /* a tcp:// endpoint may go without CURVE */
+    bt_zap_t *zap;                           /* with CURVE: admits the allowed worker keys */
+    double t0;
 };
 
 bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
@@ -88,6 +93,19 @@ void bt_run_set_procs(bt_run_t *self) {
 
 void bt_run_set_external_workers(bt_run_t *self) {
     self->external = true;
+}
+
+void bt_run_set_curve(bt_run_t *self, const char *key_file, const char *allow) {
+    snprintf(self->curve_key, sizeof self->curve_key, "%s", key_file);
+    snprintf(self->curve_allow, sizeof self->curve_allow, "%s", allow);
+}
+
+void bt_run_set_insecure(bt_run_t *self) {
+    self->insecure = true;
+}
+
+int64_t bt_run_refused(const bt_run_t *self) {
+    return bt_zap_refused(self->zap);
 }
 
 void bt_run_set_dir(bt_run_t *self, const char *dir) {
@@ -158,6 +176,35 @@ static bt_status s_spawn(bt_run_t *self, bt_role role, int64_t count) {
     return BT_OK;
 }
 
+/*  On the ZAP thread: events.jsonl takes lines from any thread. */
+static void s_on_refused(const char *key, const char *address, const char *reason, void *user) {
+    bt_run_t *self = user;
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "worker_refused");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_str(&line, "key", key);
+    bt_jsonl_str(&line, "address", address);
+    bt_jsonl_str(&line, "reason", reason);
+    bt_runlog_event(self->log, &line);
+}
+
+/*  With keys, the ZAP handler that makes the controller's socket a CURVE server; without, plain,
+    which a tcp:// endpoint takes only when asked for (bt_run_set_insecure). */
+static bt_status s_secure(bt_run_t *self) {
+    if (self->curve_key[0]) {
+        self->zap =
+            bt_zap_new(self->zmq_ctx, self->curve_key, self->curve_allow, s_on_refused, self);
+        return self->zap ? BT_OK : BT_EINVAL;
+    }
+    if (!strncmp(self->endpoint, "tcp://", 6) && !self->insecure)
+        return bt_fail(BT_EINVAL,
+                       "run: %s: a tcp:// endpoint needs CURVE keys (`baton keygen`; --key and "
+                       "--allow) or, on a trusted network, --insecure",
+                       self->endpoint);
+    return BT_OK;
+}
+
 bt_status bt_run_start(bt_run_t *self) {
     if (self->cfg.run.threads > 0)
         bt_set_num_threads((int)self->cfg.run.threads);
@@ -174,10 +221,13 @@ bt_status bt_run_start(bt_run_t *self) {
             return bt_fail(BT_EINVAL, "run: --procs: %s: path too long for an ipc endpoint",
                            self->dir);
     }
+    self->t0 = bt_now();
     self->zmq_ctx = zmq_ctx_new();
-    self->ctl = self->zmq_ctx ? bt_controller_new(self->zmq_ctx, self->endpoint, &self->cfg,
-                                                  self->config_json, self->log)
-                              : NULL;
+    if (!self->zmq_ctx)
+        return bt_fail(BT_EIO, "run: cannot create a ZeroMQ context");
+    BT_TRY(s_secure(self));
+    self->ctl =
+        bt_controller_new(self->zmq_ctx, self->endpoint, &self->cfg, self->config_json, self->log);
     if (!self->ctl)
         return BT_EIO;
     bt_controller_set_progress(self->ctl, self->progress, self->progress_user);
@@ -235,6 +285,7 @@ void bt_run_destroy(bt_run_t **self_p) {
     bt_run_t *self = *self_p;
     bt_run_finish(self);
     bt_controller_destroy(&self->ctl);
+    bt_zap_destroy(&self->zap);
     if (self->zmq_ctx)
         zmq_ctx_term(self->zmq_ctx);
     bt_runlog_destroy(&self->log);

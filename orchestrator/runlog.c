@@ -154,7 +154,10 @@ static bt_status s_write(FILE *f, const char *name, const bt_jsonl *line) {
     if (line->overflow)
         return bt_fail(BT_ERANGE, "%s: a record longer than %zu bytes was refused", name,
                        sizeof line->buf);
-    if (fprintf(f, "%s}\n", line->len ? line->buf : "{") < 0 || fflush(f) != 0)
+    flockfile(f); /* whole lines, whichever thread writes */
+    bool ok = fprintf(f, "%s}\n", line->len ? line->buf : "{") >= 0 && fflush(f) == 0;
+    funlockfile(f);
+    if (!ok)
         return bt_fail(BT_EIO, "%s: write failed: %s", name, strerror(errno));
     return BT_OK;
 }

@@ -51,23 +51,37 @@ static inline char *runs_metrics(const char *dir) {
     return out;
 }
 
-/*  Starts $BATON_BIN (default ./baton) with args (NULL-terminated, at most 30), its output
-    discarded. */
-static inline pid_t runs_spawn(const char *const *args) {
+/*  Starts `PREFIX... $BATON_BIN ARGS...` ($BATON_BIN default ./baton): prefix (NULL-terminated,
+    or NULL for none) is a command that runs the rest, such as {"ip", "netns", "exec", NS, NULL};
+    args NULL-terminated, 40 words in all at most.  Its stdout and stderr go to log (appended), or
+    are discarded when log is NULL. */
+static inline pid_t runs_spawn_in(const char *const *prefix, const char *const *args,
+                                  const char *log) {
     pid_t pid = fork();
     if (pid == 0) {
-        if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+        const char *out = log ? log : "/dev/null";
+        if (!freopen(out, "a", stdout) || !freopen(out, "a", stderr))
             _exit(126);
+        setvbuf(stdout, NULL, _IONBF, 0);
         const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (int i = 0; args[i] && n < 31; i++)
+        const char *argv[42];
+        int n = 0;
+        for (int i = 0; prefix && prefix[i] && n < 40; i++)
+            argv[n++] = prefix[i];
+        argv[n++] = bin;
+        for (int i = 0; args[i] && n < 41; i++)
             argv[n++] = args[i];
         argv[n] = NULL;
-        execv(bin, (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     return pid;
+}
+
+/*  Starts $BATON_BIN (default ./baton) with args (NULL-terminated, at most 30), its output
+    discarded. */
+static inline pid_t runs_spawn(const char *const *args) {
+    return runs_spawn_in(NULL, args, NULL);
 }
 
 /*  Waits for a child; its exit status, or -1 when it did not exit (a signal). */

@@ -454,13 +454,52 @@ static bt_status s_send_hello(void *dealer, const bt_worker_options *opt) {
     return bt_msg_send(&m, dealer, NULL, 0);
 }
 
-/*  Waits for WELCOME; returns it (caller owns) or NULL on timeout / I/O failure. */
-static bt_msg_t *s_await_welcome(void *dealer, const bt_worker_options *opt) {
+/*  Why no WELCOME came: the controller refused this worker's key, or did not answer at all. */
+static void s_no_welcome(const bt_worker_options *opt, int64_t limit, int auth_status) {
+    if (auth_status)
+        bt_fail(BT_EIO,
+                "the controller at %s refused this worker's key %s (ZAP status %d): add its "
+                "public key to the controller's --allow keys",
+                opt->endpoint, opt->curve->public_key, auth_status);
+    else if (opt->curve)
+        bt_fail(BT_EIO,
+                "no WELCOME from %s within %lld ms: the controller did not answer; with CURVE a "
+                "likely cause is a key mismatch (--server-key must be the controller's public "
+                "key, and this worker's key %s one of its --allow keys)",
+                opt->endpoint, (long long)limit, opt->curve->public_key);
+    else
+        bt_fail(BT_EIO,
+                "no WELCOME from %s within %lld ms: the controller did not answer (is it running, "
+                "bound there, and without CURVE keys?)",
+                opt->endpoint, (long long)limit);
+}
+
+/*  Waits for WELCOME; returns it (caller owns) or NULL on timeout / I/O failure.  monitor (or
+    NULL) reports a CURVE handshake the controller refused: no WELCOME can come then. */
+static bt_msg_t *s_await_welcome(void *dealer, void *monitor, const bt_worker_options *opt) {
     int64_t limit = opt->join_timeout_ms > 0 ? opt->join_timeout_ms : 30000;
     int64_t deadline = s_now_ms() + limit;
     while (s_now_ms() < deadline) {
-        zmq_pollitem_t item = {dealer, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, 100) <= 0)
+        zmq_pollitem_t items[2] = {{dealer, 0, ZMQ_POLLIN, 0}, {monitor, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, monitor ? 2 : 1, 100) <= 0)
+            continue;
+        if (items[1].revents & ZMQ_POLLIN) {
+            uint8_t event[6] = {0};
+            int n = zmq_recv(monitor, event, sizeof event, 0);
+            int more = 0;
+            size_t sz = sizeof more;
+            while (zmq_getsockopt(monitor, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+                char skip[256];
+                zmq_recv(monitor, skip, sizeof skip, 0);
+            }
+            uint32_t status = 0;
+            memcpy(&status, event + 2, sizeof status);
+            if (n >= 6) {
+                s_no_welcome(opt, limit, (int)status);
+                return NULL;
+            }
+        }
+        if (!(items[0].revents & ZMQ_POLLIN))
             continue;
         bt_msg_t *m = NULL;
         if (bt_msg_recv(dealer, &m, NULL, NULL, 0) == BT_EIO)
@@ -471,8 +510,7 @@ static bt_msg_t *s_await_welcome(void *dealer, const bt_worker_options *opt) {
             s_send_hello(dealer, opt);
         bt_msg_destroy(&m);
     }
-    bt_fail(BT_EIO, "%s: no WELCOME from %s within %lld ms", opt->name, opt->endpoint,
-            (long long)limit);
+    s_no_welcome(opt, limit, 0);
     return NULL;
 }
 
@@ -494,17 +532,21 @@ static int s_relay(void *from, void *to, int64_t *tasks, int64_t die_at) {
 }
 
 /*  Relays until STOP.  die_at_task > 0 (debug.kill_rollout_at_task): on receiving that TASK the
-    worker dies as a crashed process would, silently; *crashed is then set. */
+    worker dies as a crashed process would, silently; *crashed is then set.  A controller that
+    forgot this worker (it was expired) answers each of its messages with INVALID: one HELLO
+    answers them all, sent again only when no WELCOME followed within ten heartbeats. */
 static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt, int64_t hb_ms,
-                         int64_t die_at_task, bool *crashed) {
-    int64_t last_sent = s_now_ms(), tasks = 0;
+                         int64_t die_at_task, bool *crashed, bt_worker_stats *stats) {
+    int64_t last_sent = s_now_ms(), hello_at = -1; /* the rejoin's HELLO; -1: none pending */
     for (;;) {
         zmq_pollitem_t items[2] = {{dealer, 0, ZMQ_POLLIN, 0}, {pipe, 0, ZMQ_POLLIN, 0}};
         int64_t wait = hb_ms - (s_now_ms() - last_sent);
         if (zmq_poll(items, 2, (long)(wait > 0 ? wait : 0)) < 0)
             return bt_fail(BT_EIO, "worker: poll failed: %s", zmq_strerror(zmq_errno()));
         if (items[0].revents & ZMQ_POLLIN) {
-            int type = s_relay(dealer, pipe, &tasks, die_at_task);
+            int64_t before = stats->tasks;
+            int type = s_relay(dealer, pipe, &stats->tasks, die_at_task);
+            stats->tasks_last_join += stats->tasks - before;
             if (type == -2) {
                 *crashed = true;
                 return bt_fail(BT_EIO, "%s: crashed on purpose (debug.kill_rollout_at_task)",
@@ -512,8 +554,17 @@ static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
             }
             if (type == BT_MSG_STOP)
                 return BT_OK;
-            if (type == BT_MSG_INVALID) /* the controller forgot us: join again */
+            if (type == BT_MSG_INVALID && (hello_at < 0 || s_now_ms() - hello_at > 10 * hb_ms)) {
+                bt_log(BT_LOG_WARN, "%s: the controller forgot this worker: joining again",
+                       opt->name); /* the controller re-queued what it held */
                 s_send_hello(dealer, opt);
+                hello_at = last_sent = s_now_ms();
+            }
+            if (type == BT_MSG_WELCOME) { /* joined again: the compute thread ignores it */
+                hello_at = -1;
+                stats->joins++;
+                stats->tasks_last_join = 0;
+            }
         }
         int64_t none = 0;
         if ((items[1].revents & ZMQ_POLLIN) && s_relay(pipe, dealer, &none, 0) >= 0)
@@ -527,19 +578,47 @@ static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
 }
 
 bt_status bt_worker_run(const bt_worker_options *opt) {
-    void *dealer = zmq_socket(opt->zmq_ctx, ZMQ_DEALER);
+    bt_worker_stats stats = {0};
+    if (opt->stats)
+        *opt->stats = stats;
+    void *dealer = zmq_socket(opt->zmq_ctx, ZMQ_DEALER), *monitor = NULL;
     int linger = 0;
-    zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+    char monitor_name[64];
+    snprintf(monitor_name, sizeof monitor_name, "inproc://bt-worker-monitor-%p", (void *)&stats);
+    if (dealer)
+        zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+    if (dealer && opt->curve) { /* CURVE, and word of a refused handshake while joining */
+        bt_status st = bt_curve_client(dealer, opt->curve);
+        if (st != BT_OK) {
+            zmq_close(dealer);
+            return st;
+        }
+        monitor = zmq_socket(opt->zmq_ctx, ZMQ_PAIR);
+        if (monitor &&
+            (zmq_setsockopt(monitor, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+             zmq_socket_monitor(dealer, monitor_name, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0 ||
+             zmq_connect(monitor, monitor_name) != 0)) {
+            zmq_close(monitor);
+            monitor = NULL;
+        }
+    }
     if (!dealer || zmq_connect(dealer, opt->endpoint) != 0) {
         bt_status st = bt_fail(BT_EIO, "%s: cannot connect to %s: %s", opt->name, opt->endpoint,
                                zmq_strerror(zmq_errno()));
+        if (monitor)
+            zmq_close(monitor);
         if (dealer)
             zmq_close(dealer);
         return st;
     }
     s_compute c = {.role = opt->role, .zmq_ctx = opt->zmq_ctx, .opt = opt};
     bt_status st = s_send_hello(dealer, opt);
-    bt_msg_t *welcome = st == BT_OK ? s_await_welcome(dealer, opt) : NULL;
+    bt_msg_t *welcome = st == BT_OK ? s_await_welcome(dealer, monitor, opt) : NULL;
+    if (monitor) {
+        zmq_socket_monitor(dealer, NULL, 0);
+        zmq_close(monitor);
+    }
+    stats.joins = welcome ? 1 : 0;
     int64_t hb_ms = 500;
     bt_msg_tensor cfg_text;
     if (!welcome || bt_msg_get_int(welcome, "heartbeat_ms", 1, 3600000, &hb_ms) != BT_OK ||
@@ -570,7 +649,7 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
                          ? c.cfg.debug.kill_rollout_at_task
                          : 0;
     bool crashed = false;
-    st = ok ? s_serve(dealer, pipe, opt, hb_ms, die_at, &crashed) : c.status;
+    st = ok ? s_serve(dealer, pipe, opt, hb_ms, die_at, &crashed, &stats) : c.status;
     int timeout_ms = 2000; /* never block for good on a peer that is gone */
     zmq_setsockopt(pipe, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     zmq_setsockopt(dealer, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
@@ -585,5 +664,7 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     zmq_close(pipe);
     zmq_close(dealer);
     free(c.config_json);
+    if (opt->stats)
+        *opt->stats = stats;
     return st;
 }

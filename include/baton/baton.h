@@ -45,6 +45,17 @@ const char *bt_run_dir(const bt_run_t *self);
 /*  The controller's endpoint; default a private inproc:// one.  An ipc:// or tcp:// endpoint lets
     other processes reach the controller too.  Before bt_run_start. */
 void bt_run_set_endpoint(bt_run_t *self, const char *endpoint);
+/*  ZeroMQ CURVE on the controller's socket (include/baton/security.h): key_file is its secret key
+    (NAME.key of `baton keygen`), allow the workers' public keys (a file of keys, or a directory of
+    NAME.pub files).  Only those workers get in; a refusal is logged (WARN) and written as a
+    `worker_refused` event.  Needed for a tcp:// endpoint unless bt_run_set_insecure.  Before
+    bt_run_start. */
+void bt_run_set_curve(bt_run_t *self, const char *key_file, const char *allow);
+/*  Lets a tcp:// endpoint go without CURVE: plain TCP, for a trusted network.  Before
+    bt_run_start. */
+void bt_run_set_insecure(bt_run_t *self);
+/*  Connections the controller refused so far (with bt_run_set_curve; else 0). */
+int64_t bt_run_refused(const bt_run_t *self);
 void bt_run_set_progress(bt_run_t *self, bt_progress_fn *fn, void *user);
 /*  Scores completions with fn instead of the task's verifier (rollout and evaluation alike).
     Before bt_run_start. */

@@ -1,6 +1,7 @@
 /*  runlog.h — the run directory: the resolved config.json, metrics.jsonl and events.jsonl, one JSON
     object per line, each flushed as written.
-    Threading: owned by the controller thread.  Lifetime: one per run. */
+    Threading: owned by the controller thread; bt_runlog_event may also be called from another
+    thread (the ZAP handler's), each line written whole.  Lifetime: one per run. */
 #ifndef BATON_RUNLOG_H
 #define BATON_RUNLOG_H
 

@@ -7,6 +7,7 @@
 #define BATON_WORKER_H
 
 #include "baton/registry.h"
+#include "baton/security.h"
 #include "baton/status.h"
 #include "baton/tasks.h"
 
@@ -14,14 +15,24 @@
 extern "C" {
 #endif
 
+/*  What a worker did, for its exit line and for tests. */
+typedef struct bt_worker_stats {
+    int64_t joins;           /* WELCOMEs: 1, plus one per rejoin after the controller forgot it */
+    int64_t tasks;           /* TASKs handed to it */
+    int64_t tasks_last_join; /* of them, since its last WELCOME */
+} bt_worker_stats;
+
 typedef struct bt_worker_options {
     void *zmq_ctx;        /* borrowed ZeroMQ context */
     const char *endpoint; /* the controller's ROUTER endpoint */
     bt_role role;
-    const char *name;      /* shown in logs and events */
+    const char *name;        /* shown in logs and events */
     int64_t join_timeout_ms; /* give up when no WELCOME comes (0: 30 s) */
     bt_reward_fn *reward;    /* a host's reward instead of the task's verifier, or NULL */
     void *reward_user;
+    const bt_curve_keys *curve; /* CURVE: own key pair and the controller's public key; NULL:
+                                   plain (ipc://, inproc://, or tcp:// --insecure) */
+    bt_worker_stats *stats;     /* filled in when bt_worker_run returns, or NULL */
 } bt_worker_options;
 
 /*  Joins the controller and serves tasks until STOP (BT_OK).  BT_EIO when the controller cannot be
