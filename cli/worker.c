@@ -1,11 +1,12 @@
 /*  worker.c — `baton worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME]
-    [--key FILE --server-key FILE | --insecure] [--join-timeout SECONDS]`: one worker process
-    serving a controller until it says STOP. */
+    [--device DEV] [--key FILE --server-key FILE | --insecure] [--join-timeout SECONDS]`: one
+    worker process serving a controller until it says STOP. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
 #include "baton/registry.h"
 #include "baton/security.h"
+#include "baton/tensor.h"
 #include "baton/worker.h"
 
 #include <stdio.h>
@@ -17,6 +18,7 @@
 int bt_cli_worker(int argc, char **argv) {
     const char *endpoint = getenv("BATON_CONNECT"), *role_name = getenv("BATON_ROLE"), *name = NULL;
     const char *key = getenv("BATON_KEY"), *server_key = getenv("BATON_SERVER_KEY");
+    const char *device = getenv("BATON_DEVICE");
     bool insecure = false, key_flag = false;
     double join_timeout_s = 30;
     for (int i = 0; i < argc; i++) {
@@ -26,6 +28,8 @@ int bt_cli_worker(int argc, char **argv) {
             role_name = argv[++i];
         else if (!strcmp(argv[i], "--name") && i + 1 < argc)
             name = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
         else if (!strcmp(argv[i], "--key") && i + 1 < argc) {
             key = argv[++i];
             key_flag = true;
@@ -51,6 +55,9 @@ int bt_cli_worker(int argc, char **argv) {
     if (!role_name || bt_role_parse(role_name, &role) != BT_OK)
         return bt_cli_usage_error("worker: --role: %s",
                                   role_name ? bt_last_error() : "missing (or BATON_ROLE)");
+    bt_device parsed;
+    if (device && bt_device_parse(device, &parsed) != BT_OK)
+        return bt_cli_usage_error("worker: --device: %s", bt_last_error());
     if (insecure && key_flag)
         return bt_cli_usage_error("worker: --insecure and --key/--server-key exclude each other");
     if (insecure) /* explicit: keys in the environment are not used */
@@ -78,6 +85,7 @@ int bt_cli_worker(int argc, char **argv) {
                              .endpoint = endpoint,
                              .role = role,
                              .name = name ? name : fallback,
+                             .device = device,
                              .join_timeout_ms = (int64_t)(join_timeout_s * 1000),
                              .curve = key ? &keys : NULL,
                              .stats = &stats};

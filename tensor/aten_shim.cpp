@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 #include <malloc.h>
 #include <mutex>
 #include <new>
@@ -256,9 +257,19 @@ extern "C" int bt_cuda_device_count(void) {
 
 /* ---- runtime --------------------------------------------------------------------------------- */
 
+/*  at::set_num_threads sizes ATen's pool but not OpenBLAS's own: with libopenblas0-pthread a GEMM
+    still used every core (and its threads spin a while after each call), so a worker limited to
+    one thread took two.  OpenBLAS's setter is found at run time: another BLAS has none. */
+static void s_set_threads(int n) {
+    at::set_num_threads(n);
+    using set_fn = void (*)(int);
+    if (auto set = (set_fn)dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))
+        set(n);
+}
+
 extern "C" void bt_set_num_threads(int n) {
     if (n > 0)
-        at::set_num_threads(n);
+        s_set_threads(n);
 }
 
 extern "C" int bt_get_num_threads(void) { return at::get_num_threads(); }
@@ -272,7 +283,7 @@ extern "C" bt_status bt_threads_from_env(void) {
     if (*end || n < 1 || n > 4096)
         return bt_fail(BT_EINVAL, "BATON_THREADS: expected an integer in [1, 4096], got \"%s\"",
                        env);
-    at::set_num_threads((int)n);
+    s_set_threads((int)n);
     return BT_OK;
 }
 

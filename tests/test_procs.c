@@ -1,7 +1,8 @@
 /*  test_procs.c — `baton run --procs`: every worker a `baton worker` process over ipc://.  The run
     writes the same metrics as the embedded one (threads over inproc), and a rollout worker process
     killed with SIGKILL in the middle of the run costs nothing: its task is re-queued, the run
-    finishes with the metrics of the undisturbed run, and no worker process is left behind.
+    finishes with the metrics of the undisturbed run, every prompt trained once, and no worker
+    process is left behind; so does an eval worker process killed while it computes a shard.
     `baton controller --bind` with workers started separately writes them too. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
@@ -29,6 +30,25 @@ static const char s_json[] =
     " \"eval\": {\"every_steps\": 5, \"heldout_count\": 6},"
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
     "  \"expiry_ms\": 400}, \"debug\": {\"log_prompts\": true}}";
+
+/*  True when a thread of process pid is running (state R): a worker computing a task. */
+static bool s_computing(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *d = opendir(path);
+    bool running = false;
+    for (struct dirent *e = d ? readdir(d) : NULL; e && !running; e = readdir(d)) {
+        char stat[320], state = 0;
+        snprintf(stat, sizeof stat, "/proc/%d/task/%s/stat", pid, e->d_name);
+        FILE *f = e->d_name[0] != '.' ? fopen(stat, "r") : NULL;
+        running = f && fscanf(f, "%*d %*s %c", &state) == 1 && state == 'R';
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return running;
+}
 
 /*  `baton run CONFIG --run-dir DIR [--procs]`. */
 static pid_t s_start(const char *dir, bool procs) {
@@ -69,6 +89,41 @@ int main(void) {
     CHECK(runs_trained_once(killed, 24, 180));
     free(events);
     CHECK(runs_worker_pid(run, "rollout-0") == 0 && runs_worker_pid(run, "trainer-0") == 0);
+
+    /* an eval worker process killed with SIGKILL while it computes a shard (evaluations of 1000
+       greedy examples every step keep both eval workers busy): the shard is re-queued to the
+       other one, the steps go on, and every evaluation is complete and as in the undisturbed run
+       (greedy evaluation does not depend on the split) */
+    char eval_ref[128], eval_killed[128];
+    snprintf(eval_ref, sizeof eval_ref, "%s/eval-ref", s_tmp);
+    snprintf(eval_killed, sizeof eval_killed, "%s/eval-killed", s_tmp);
+    const char *eval_args[] = {"run",   s_config, "--run-dir", eval_ref, "--procs",
+                               "--set", "workers.eval=2", "--set", "task.digits=2",
+                               "--set", "task.heldout_size=1000", "--set",
+                               "eval.heldout_count=1000", "--set", "eval.every_steps=1", NULL};
+    CHECK(runs_wait(runs_spawn(eval_args)) == 0);
+    eval_args[3] = eval_killed;
+    run = runs_spawn(eval_args);
+    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(eval_killed) < 3)
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    victim = runs_worker_pid(run, "eval-1");
+    for (int i = 0; victim > 0 && i < 2000 && !s_computing(victim); i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    CHECK(victim > 0);
+    if (victim > 0)
+        kill(victim, SIGKILL);
+    CHECK(runs_wait(run) == 0);
+    char *e_ref = runs_metrics(eval_ref), *e_killed = runs_metrics(eval_killed);
+    CHECK(e_ref && e_killed && strcmp(e_ref, e_killed) == 0);
+    CHECK(e_ref && strstr(e_ref, "\"examples\":1000")); /* complete evaluations */
+    free(e_ref);
+    free(e_killed);
+    snprintf(path, sizeof path, "%s/events.jsonl", eval_killed);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    CHECK_STR_CONTAINS(events, "\"event\":\"task_requeued\",");
+    CHECK_STR_CONTAINS(events, "\"kind\":\"eval\",");
+    free(events);
+
     /* a controller with no workers of its own; four `baton worker` processes join it */
     char ctl_dir[128], endpoint[192];
     snprintf(ctl_dir, sizeof ctl_dir, "%s/controller", s_tmp);

@@ -1,9 +1,11 @@
 /*  test_tensor.c — the ATen shim: every differentiable op's gradient against central finite
     differences in float64, AdamW against a hand-computed reference, generator state restore,
     gradient clipping, arenas, and readable errors instead of aborts. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "baton/tensor.h"
 #include "check.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 
 /* ---- an independent source of test data (not libtorch's generator) ---------------------------- */
@@ -400,7 +402,24 @@ static void test_errors_and_arenas(void) {
     bt_ctx_destroy(&c);
 }
 
+/*  bt_set_num_threads sizes OpenBLAS's pool too (a worker with run.threads 1 must not run its
+    GEMMs on every core); checked through OpenBLAS's own getter where that is the BLAS. */
+static void test_threads(void) {
+    int (*get)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "openblas_get_num_threads");
+    bt_set_num_threads(2);
+    CHECK(bt_get_num_threads() == 2);
+    if (get)
+        CHECK(get() == 2);
+    bt_set_num_threads(1);
+    CHECK(bt_get_num_threads() == 1);
+    if (get)
+        CHECK(get() == 1);
+    else
+        fprintf(stderr, "test_threads: the BLAS is not OpenBLAS; its pool is not checked\n");
+}
+
 int main(void) {
+    test_threads();
     bt_set_num_threads(1);
     test_gradients();
     test_adamw();

@@ -51,7 +51,7 @@ typedef struct {
 static bt_status s_build(s_compute *c) {
     BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->cfg));
     bt_device dev;
-    BT_TRY(bt_device_parse(c->cfg.run.device, &dev));
+    BT_TRY(bt_device_parse(c->opt->device ? c->opt->device : c->cfg.run.device, &dev));
     if (c->cfg.run.threads > 0)
         bt_set_num_threads((int)c->cfg.run.threads);
     c->tok = bt_tokenizer_new_bytes();
@@ -448,7 +448,7 @@ static bt_status s_send_hello(void *dealer, const bt_worker_options *opt) {
     bt_msg_set_str(m, "name", opt->name);
     bt_msg_set_str(m, "host", host);
     bt_msg_set_int(m, "pid", (int64_t)getpid());
-    bt_msg_set_str(m, "device", "cpu");
+    bt_msg_set_str(m, "device", opt->device ? opt->device : "config");
     bt_msg_set_int(m, "threads", bt_get_num_threads());
     bt_msg_set_int(m, "proto", BT_WIRE_PROTO);
     return bt_msg_send(&m, dealer, NULL, 0);

@@ -27,6 +27,7 @@ typedef struct bt_worker_options {
     const char *endpoint; /* the controller's ROUTER endpoint */
     bt_role role;
     const char *name;        /* shown in logs and events */
+    const char *device;      /* "cpu", "cuda:N": overrides the config's run.device; NULL: not */
     int64_t join_timeout_ms; /* give up when no WELCOME comes (0: 30 s) */
     bt_reward_fn *reward;    /* a host's reward instead of the task's verifier, or NULL */
     void *reward_user;
