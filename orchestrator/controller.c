@@ -133,10 +133,12 @@ struct bt_controller {
     int32_t ranks[S_MAX_RANKS]; /* worker ids, by rank */
     int world;                  /* ranks; 0: the group must be (re-)formed */
     int world_last;             /* ranks of the last formation */
+    int64_t generation;         /* formations so far */
     /* rollouts in flight, slot step % S_AHEAD; launched: the next step to launch */
     s_rollouts ahead[S_AHEAD];
     int64_t launched;
-    int64_t generation;         /* formations so far */
+    /* hyperparameters the tuner steers, as the next step uses them */
+    double kl_coef, temperature, lr_scale;
 };
 
 static void s_weights_release(s_weights **w_p);
@@ -172,6 +174,9 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
     self->t0 = bt_now();
     self->last_accuracy = NAN;
     self->last_reward = NAN;
+    self->kl_coef = cfg->grpo.kl_coef;
+    self->temperature = cfg->grpo.temperature;
+    self->lr_scale = 1.0;
     self->wait_since = NAN;
     self->reg = bt_registry_new(cfg->workers.expiry_ms);
     self->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
@@ -349,7 +354,7 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
     if (!strcmp(j->kind, "rollout")) {
         int64_t shape[1] = {j->count};
         BT_TRY(bt_msg_set_int(m, "group_size", c->grpo.group_size));
-        BT_TRY(bt_msg_set_double(m, "temperature", c->grpo.temperature));
+        BT_TRY(bt_msg_set_double(m, "temperature", self->temperature));
         BT_TRY(bt_msg_set_double(m, "top_p", c->grpo.top_p));
         BT_TRY(bt_msg_set_int(m, "top_k", c->grpo.top_k));
         BT_TRY(bt_msg_set_int(m, "max_new_tokens", c->grpo.max_new_tokens));
@@ -358,6 +363,7 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         int64_t shape[1] = {j->batch->n};
         BT_TRY(bt_batch_to_msg(j->batch, m));
         BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
+        BT_TRY(bt_msg_set_double(m, "kl_coef", self->kl_coef));
         BT_TRY(bt_msg_set_bool(m, "inject_nan", j->inject_nan));
     } else if (!strcmp(j->kind, "restore")) {
         int64_t steps;

@@ -207,6 +207,8 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
     bt_trainer_stats stats;
     bt_grpo_config gc;
     bt_config_grpo(&c->cfg, &gc);
+    if (st == BT_OK) /* the controller's, which a tuner may have changed */
+        st = bt_msg_get_double(task, "kl_coef", 0, 1e6, &gc.kl_coef);
     if (st == BT_OK) {
         memcpy(a, adv.data, adv.nbytes);
         for (int64_t i = 0; inject_nan && i < b.n; i++) /* debug.inject_nan_at_step */
