@@ -60,12 +60,13 @@ typedef struct {
     int n, cap;
 } s_series;
 
-typedef enum { S_EV_INTERVAL, S_EV_ALARM, S_EV_DEFERRED } s_event_kind;
+typedef enum { S_EV_INTERVAL, S_EV_ALARM, S_EV_DEFERRED, S_EV_TUNER } s_event_kind;
 
-/*  An evaluation event drawn as a tick on the accuracy chart's x-axis. */
+/*  An evaluation or tuner event drawn as a tick on the accuracy chart's x-axis. */
 typedef struct {
     s_event_kind kind;
     double step, new_every;
+    char param[32]; /* tuner: the hyperparameter it changed */
     char tip[2 * S_LABEL];
 } s_mark;
 
@@ -320,13 +321,13 @@ static void s_eval(s_report *r, s_run *u, const cJSON *o) {
 }
 
 static void s_event(s_report *r, const s_run *u, const cJSON *o) {
-    static const char *const names[] = {"eval_interval", "eval_alarm", "eval_deferred"};
+    static const char *const names[] = {"eval_interval", "eval_alarm", "eval_deferred", "tuner"};
     const char *ev = s_str(o, "event", "");
     int kind = 0;
-    while (kind < 3 && strcmp(ev, names[kind]))
+    while (kind < 4 && strcmp(ev, names[kind]))
         kind++;
     double step = s_num(o, "step");
-    if (kind == 3 || !isfinite(step))
+    if (kind == 4 || !isfinite(step))
         return;
     s_mark *q = s_reserve(r->marks, &r->cap_marks, r->n_marks, sizeof *q);
     if (!q) {
@@ -338,6 +339,12 @@ static void s_event(s_report *r, const s_run *u, const cJSON *o) {
     m->kind = (s_event_kind)kind;
     m->step = step;
     m->new_every = s_num(o, "new");
+    snprintf(m->param, sizeof m->param, "%s", s_str(o, "param", ""));
+    if (kind == S_EV_TUNER) { /* a tuner decision: the rule, the values before and after */
+        snprintf(m->tip, sizeof m->tip, "%s: tuner %s at step %.6g: %s %.6g -> %.6g", u->name,
+                 s_str(o, "rule", ""), step, m->param, s_num(o, "before"), s_num(o, "after"));
+        return;
+    }
     char every[64] = "";
     if (kind == S_EV_INTERVAL)
         snprintf(every, sizeof every, ", every %.6g -> %.6g steps", s_num(o, "old"), m->new_every);
@@ -555,10 +562,10 @@ static void s_chart_series(s_buf *b, const s_frame *fr, const s_series *s, int k
     s_put(b, "</g>\n");
 }
 
-/*  eval_interval (grey, labelled with the new interval), eval_alarm (red), eval_deferred (light).
- */
+/*  eval_interval (grey, labelled with the new interval), eval_alarm (red), eval_deferred (light),
+    tuner decisions (blue, labelled with the hyperparameter). */
 static void s_chart_marks(s_buf *b, const s_report *r, const s_frame *fr) {
-    static const char *const colour[] = {"#555555", "#e00000", "#aaaaaa"};
+    static const char *const colour[] = {"#555555", "#e00000", "#aaaaaa", "#1f5fbf"};
     for (const s_mark *m = r->marks; m < r->marks + r->n_marks; m++) {
         double x = s_px(fr, m->step);
         s_put(b, "<g class=\"event\"><title>");
@@ -570,7 +577,12 @@ static void s_chart_marks(s_buf *b, const s_report *r, const s_frame *fr) {
         if (m->kind == S_EV_ALARM)
             s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
                   S_B - 13, colour[m->kind]);
-        else if (m->kind == S_EV_INTERVAL && isfinite(m->new_every))
+        else if (m->kind == S_EV_TUNER) {
+            s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x,
+                  S_B - 13, colour[m->kind]);
+            s_esc(b, m->param);
+            s_put(b, "</text>");
+        } else if (m->kind == S_EV_INTERVAL && isfinite(m->new_every))
             s_put(b,
                   "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">&#8594;%.6g</text>",
                   x, S_B - 13, colour[m->kind], m->new_every);

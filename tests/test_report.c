@@ -129,6 +129,8 @@ static int s_make_run(const char *dir, const char *config, bool null_point) {
             "{\"event\":\"eval_interval\",\"time\":3,\"dataset\":\"heldout\",\"step\":10,"
             "\"old\":5,\"new\":10,\"reason\":\"flat <plateau> & \\\"stable\\\"\"}\n"
             "{\"event\":\"eval_alarm\",\"time\":4,\"dataset\":\"gsm\",\"step\":15}\n"
+            "{\"event\":\"tuner\",\"time\":5,\"rule\":\"lr_plateau\",\"step\":12,"
+            "\"param\":\"lr\",\"before\":0.001,\"after\":0.0005,\"accuracy\":0.5}\n"
             "{\"event\":\"eval_alarm\",\"step\":\n");
     return accuracy_lines;
 }
@@ -182,7 +184,8 @@ static void s_check_report(const char *html, int accuracy_lines) {
     CHECK(s_count(chart, "class=\"marker\"") == accuracy_lines);
     CHECK(s_count(html, "class=\"marker\"") == accuracy_lines);
     CHECK(s_count(chart, "<polyline") == 5);       /* 2 series per run, b's gsm broken in two */
-    CHECK(s_count(chart, "class=\"event\"") == 4); /* interval + alarm, per run */
+    CHECK(s_count(chart, "class=\"event\"") == 6); /* interval, alarm and tuner, per run */
+    CHECK(s_count(chart, "tuner lr_plateau at step 12: lr 0.001 -&gt; 0.0005") == 2);
     CHECK(s_count(chart, ">alarm</text>") == 2);
     CHECK_STR_CONTAINS(chart, "flat &lt;plateau&gt; &amp; &quot;stable&quot;");
     CHECK_STR_CONTAINS(chart, ">step</text>");
