@@ -1678,7 +1678,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     double t_start = bt_now();
     bt_lr_schedule sched;
     bt_config_lr(c, BT_CONFIG_PHASE_GRPO, &sched);
-    double lr = bt_lr_at(&sched, self->step);
+    double lr = bt_lr_at(&sched, self->step) * self->lr_scale;
     bt_rollout_batch batch;
     bt_rollout_batch_init(&batch);
     bt_trainer_stats ts = {0};
@@ -1717,7 +1717,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_num(&line, "clip_frac", ts.clip_frac);
     bt_jsonl_num(&line, "entropy", ts.entropy);
     bt_jsonl_num(&line, "grad_norm", ts.grad_norm);
-    bt_jsonl_num(&line, "lr", lr);
+    bt_jsonl_num(&line, "lr", updated ? ts.lr : lr); /* the one AdamW applied */
     bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
     bt_jsonl_num(&line, "tokens_per_s", tps);
     bt_jsonl_int(&line, "version", self->version);

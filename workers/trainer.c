@@ -323,6 +323,7 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
                                     .entropy = v[6] / tok,
                                     .grad_norm = grad_norm,
                                     .tokens = v[7],
+                                    .lr = lr,
                                     .sequences = batch->n,
                                     .version = self->version};
     }
@@ -388,6 +389,7 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
         *stats = (bt_trainer_stats){.loss = loss,
                                     .grad_norm = grad_norm,
                                     .tokens = tokens,
+                                    .lr = lr,
                                     .sequences = batch->n,
                                     .version = self->version};
     return st;

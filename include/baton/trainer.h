@@ -74,6 +74,7 @@ typedef struct bt_trainer_stats {
     double entropy;    /* policy entropy at the training temperature, token mean */
     double grad_norm;  /* global gradient norm before clipping */
     double tokens;     /* completion tokens */
+    double lr;         /* the learning rate AdamW applied */
     int64_t sequences;
     int64_t version; /* after the update */
 } bt_trainer_stats;
