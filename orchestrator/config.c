@@ -56,6 +56,18 @@ static bool s_is_endpoint(const char *s) {
     return !s[0] || ((!strncmp(s, "tcp://", 6) || !strncmp(s, "ipc://", 6)) && s[6]);
 }
 
+/*  "" or a name as s_is_name takes it. */
+static bool s_is_name_or_empty(const char *s) {
+    return !s[0] || s_is_name(s);
+}
+
+/*  A metric of an eval line: "accuracy", "pass@8", "probe.sum.logp". */
+static bool s_is_metric(const char *s) {
+    size_t n = strlen(s);
+    return n > 0 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._@-") == n;
+}
+
 static const char *const s_task_kinds[] = {"arithmetic", "jsonl", NULL};
 static const char *const s_verifiers[] = {"exact", "numeric", NULL};
 static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
@@ -63,6 +75,7 @@ static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_n
 static const char *const s_adv_norms[] = {"std", "none", NULL};
 static const char *const s_async_objectives[] = {"ppo", "decoupled", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
+static const char *const s_tuner_modes[] = {"max", "min", NULL};
 
 #define S_FIELD(f) .offset = offsetof(bt_run_config, f), .size = sizeof(((bt_run_config *)0)->f)
 #define S_INT_KEY(p, f, d, l, h)                                                                   \
@@ -169,6 +182,34 @@ static const s_key s_keys[] = {
     S_NUM_KEY("eval.adaptive_plateau", eval.adaptive_plateau, 0.001, 0, S_INF, 0),
     S_NUM_KEY("eval.adaptive_drop", eval.adaptive_drop, 0.05, 0, S_INF, S_LO_OPEN),
     S_NUM_KEY("eval.adaptive_ema", eval.adaptive_ema, 0.5, 0, 1, S_LO_OPEN),
+
+    S_BOOL_KEY("tuner.kl.enabled", tuner.kl.enabled, false),
+    S_NUM_KEY("tuner.kl.target", tuner.kl.target, 0.01, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.kl.horizon", tuner.kl.horizon, 10000, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.kl.min", tuner.kl.min, 1e-4, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.kl.max", tuner.kl.max, 1.0, 0, S_INF, S_LO_OPEN),
+    S_BOOL_KEY("tuner.lr_kl.enabled", tuner.lr_kl.enabled, false),
+    S_NUM_KEY("tuner.lr_kl.target", tuner.lr_kl.target, 0.01, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.lr_kl.factor", tuner.lr_kl.factor, 1.5, 1, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.lr_kl.min_lr", tuner.lr_kl.min_lr, 1e-5, 0, S_INF, 0),
+    S_NUM_KEY("tuner.lr_kl.max_lr", tuner.lr_kl.max_lr, 1e-2, 0, S_INF, 0),
+    S_BOOL_KEY("tuner.lr_plateau.enabled", tuner.lr_plateau.enabled, false),
+    S_STR_KEY("tuner.lr_plateau.dataset", tuner.lr_plateau.dataset, "", s_is_name_or_empty,
+              "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
+    S_STR_KEY("tuner.lr_plateau.metric", tuner.lr_plateau.metric, "accuracy", s_is_metric,
+              "a metric name of letters, digits, '.', '_', '@' or '-'"),
+    S_ENUM_KEY("tuner.lr_plateau.mode", tuner.lr_plateau.mode, BT_TUNER_MAX, s_tuner_modes),
+    S_INT_KEY("tuner.lr_plateau.patience", tuner.lr_plateau.patience, 3, 1, S_INF),
+    S_NUM_KEY("tuner.lr_plateau.factor", tuner.lr_plateau.factor, 0.5, 0, 1, S_LO_OPEN | S_HI_OPEN),
+    S_NUM_KEY("tuner.lr_plateau.min_delta", tuner.lr_plateau.min_delta, 0, 0, S_INF, 0),
+    S_NUM_KEY("tuner.lr_plateau.min_lr", tuner.lr_plateau.min_lr, 1e-6, 0, S_INF, 0),
+    S_BOOL_KEY("tuner.temperature.enabled", tuner.temperature.enabled, false),
+    S_NUM_KEY("tuner.temperature.entropy_low", tuner.temperature.entropy_low, 0.2, 0, S_INF, 0),
+    S_NUM_KEY("tuner.temperature.entropy_high", tuner.temperature.entropy_high, 2.0, 0, S_INF,
+              S_LO_OPEN),
+    S_NUM_KEY("tuner.temperature.step", tuner.temperature.step, 0.05, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.temperature.min", tuner.temperature.min, 0.5, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.temperature.max", tuner.temperature.max, 1.5, 0, S_INF, S_LO_OPEN),
 
     S_INT_KEY("workers.rollout", workers.rollout, 1, 1, S_INF),
     S_INT_KEY("workers.trainer", workers.trainer, 1, 1, S_INF),
@@ -414,17 +455,21 @@ static int s_distance(const char *a, const char *b) {
 
 /*  "where: unknown key", with the closest key or section when path looks like a typo of it. */
 static bt_status s_unknown(const char *where, const char *path) {
-    char best[64] = "", section[64];
+    char best[64] = "", candidate[64];
     int best_d = 3; /* suggest at distance 1 or 2 only */
     for (int i = 0; i < S_NKEYS; i++) {
-        const char *candidates[2] = {s_keys[i].path, section};
-        snprintf(section, sizeof section, "%.*s", (int)strcspn(s_keys[i].path, "."),
-                 s_keys[i].path);
-        for (int c = 0; c < 2; c++) {
-            int d = s_distance(path, candidates[c]);
-            if (d > 0 && d < best_d && 3 * d <= (int)strlen(candidates[c])) {
+        /* the key, then each section it lies in: "tuner.kl.min", "tuner", "tuner.kl" */
+        const char *key = s_keys[i].path;
+        size_t n = strlen(key);
+        for (size_t end = 0; end <= n; end++) {
+            size_t len = end == 0 ? n : end; /* the whole key first */
+            if (end > 0 && key[end] != '.')
+                continue;
+            snprintf(candidate, sizeof candidate, "%.*s", (int)len, key);
+            int d = s_distance(path, candidate);
+            if (d > 0 && d < best_d && 3 * d <= (int)strlen(candidate)) {
                 best_d = d;
-                snprintf(best, sizeof best, "%s", candidates[c]);
+                snprintf(best, sizeof best, "%s", candidate);
             }
         }
     }
@@ -503,6 +548,33 @@ static bt_status s_apply_eval_array(const cJSON *item, const char *src, bt_run_c
                          BT_EVAL_MAX_PROBES, &cfg->eval.n_probes, cfg);
 }
 
+/*  The members of obj, the section or subsection at prefix ("grpo", "tuner.kl"): keys, or objects
+    holding the keys of a subsection. */
+static bt_status s_apply_section(const cJSON *obj, const char *prefix, const char *src,
+                                 bt_run_config *cfg) {
+    char where[256], path[128];
+    for (const cJSON *item = obj->child; item; item = item->next) {
+        snprintf(path, sizeof path, "%s.%s", prefix, item->string);
+        snprintf(where, sizeof where, "%s: %s", src, path);
+        if (!strcmp(path, "eval.datasets") || !strcmp(path, "eval.probes")) {
+            if (s_is_duplicate(obj, item))
+                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+            BT_TRY(s_apply_eval_array(item, src, cfg));
+            continue;
+        }
+        const s_key *k = s_find(path);
+        bool sub = !k && s_is_section(path);
+        if (!k && !sub)
+            return s_unknown(where, path);
+        if (s_is_duplicate(obj, item))
+            return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+        if (sub && !cJSON_IsObject(item))
+            return s_expected(where, "an object", item);
+        BT_TRY(sub ? s_apply_section(item, path, src, cfg) : s_set(k, item, where, cfg));
+    }
+    return BT_OK;
+}
+
 static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config *cfg) {
     char where[256];
     if (!cJSON_IsObject(root))
@@ -515,25 +587,7 @@ static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config 
             return bt_fail(BT_EINVAL, "%s: duplicate key", where);
         if (!cJSON_IsObject(sec))
             return s_expected(where, "an object", sec);
-        for (const cJSON *item = sec->child; item; item = item->next) {
-            char path[128];
-            snprintf(path, sizeof path, "%s.%s", sec->string, item->string);
-            snprintf(where, sizeof where, "%s: %s", src, path);
-            if (!strcmp(path, "eval.datasets") || !strcmp(path, "eval.probes")) {
-                if (s_is_duplicate(sec, item))
-                    return bt_fail(BT_EINVAL, "%s: duplicate key", where);
-                BT_TRY(s_apply_eval_array(item, src, cfg));
-                continue;
-            }
-            const s_key *k = s_find(path);
-            if (!k)
-                return s_unknown(where, path);
-            if (s_is_duplicate(sec, item))
-                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
-            bt_status st = s_set(k, item, where, cfg);
-            if (st != BT_OK)
-                return st;
-        }
+        BT_TRY(s_apply_section(sec, sec->string, src, cfg));
     }
     return BT_OK;
 }
@@ -670,6 +724,26 @@ static bt_status s_check_eval(bt_run_config *cfg, const char *src) {
     return BT_OK;
 }
 
+/*  Resolves tuner.lr_plateau.dataset "" to the first dataset, then checks the enabled rules. */
+static bt_status s_check_tuner(bt_run_config *cfg, const char *src) {
+    bt_tuner_plateau_config *pl = &cfg->tuner.lr_plateau;
+    if (!pl->dataset[0])
+        snprintf(pl->dataset, sizeof pl->dataset, "%s", cfg->eval.datasets[0].name);
+    bool found = false;
+    for (int i = 0; i < cfg->eval.n_datasets; i++)
+        found |= strcmp(cfg->eval.datasets[i].name, pl->dataset) == 0;
+    if (pl->enabled && !found)
+        return bt_fail(BT_EINVAL,
+                       "%s: tuner.lr_plateau.dataset: expected the name of an eval.datasets "
+                       "entry, got \"%s\"",
+                       src, pl->dataset);
+    bt_tuner_config tc;
+    bt_config_tuner(cfg, &tc);
+    if (bt_tuner_config_validate(&tc) != BT_OK)
+        return s_reraise(src, "", "");
+    return BT_OK;
+}
+
 /*  Checks between keys, then resolves the 0 = "follow another key" values. */
 static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->model.num_key_value_heads == 0) /* Hugging Face: unset means full attention */
@@ -701,6 +775,7 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->eval.max_new_tokens == 0)
         cfg->eval.max_new_tokens = cfg->grpo.max_new_tokens;
     BT_TRY(s_check_eval(cfg, src));
+    BT_TRY(s_check_tuner(cfg, src));
     bt_grpo_config grpo;
     bt_config_grpo(cfg, &grpo);
     if (bt_grpo_config_validate(&grpo) != BT_OK)
@@ -807,19 +882,30 @@ static bool s_array_to_json(cJSON *parent, const char *name, const s_key *keys, 
     return arr != NULL;
 }
 
+/*  The object that holds key path, each made on first use: root's "grpo" for "grpo.lr", root's
+    "tuner" object's "kl" for "tuner.kl.min"; *leaf is set to the key's last name ("lr", "min").
+    NULL when out of memory. */
+static cJSON *s_section_object(cJSON *root, const char *path, const char **leaf) {
+    cJSON *obj = root;
+    const char *name = path;
+    for (const char *dot = strchr(name, '.'); obj && dot; name = dot + 1, dot = strchr(name, '.')) {
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(dot - name), name);
+        cJSON *child = cJSON_GetObjectItemCaseSensitive(obj, part);
+        obj = child ? child : cJSON_AddObjectToObject(obj, part);
+    }
+    *leaf = name;
+    return obj;
+}
+
 char *bt_config_to_json(const bt_run_config *cfg) {
-    cJSON *root = cJSON_CreateObject(), *sec = NULL;
-    char section[32] = "";
+    cJSON *root = cJSON_CreateObject();
     bool ok = root != NULL;
     for (int i = 0; ok && i < S_NKEYS; i++) {
-        const s_key *k = &s_keys[i];
-        const char *dot = strchr(k->path, '.');
-        if (strncmp(section, k->path, (size_t)(dot - k->path)) || section[dot - k->path]) {
-            snprintf(section, sizeof section, "%.*s", (int)(dot - k->path), k->path);
-            sec = cJSON_AddObjectToObject(root, section);
-        }
-        cJSON *item = sec ? s_to_item(k, cfg) : NULL;
-        ok = item && cJSON_AddItemToObject(sec, dot + 1, item);
+        const char *leaf = NULL;
+        cJSON *sec = s_section_object(root, s_keys[i].path, &leaf);
+        cJSON *item = sec ? s_to_item(&s_keys[i], cfg) : NULL;
+        ok = item && cJSON_AddItemToObject(sec, leaf, item);
         if (!ok)
             cJSON_Delete(item);
     }
@@ -906,6 +992,17 @@ uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int
         (((uint64_t)cfg->run.seed * 7919u + (uint64_t)ds) * 1000003u + (uint64_t)step) * 64u +
         (uint64_t)shard;
     return x & ((UINT64_C(1) << 53) - 1); /* a wire integer */
+}
+
+void bt_config_tuner(const bt_run_config *cfg, bt_tuner_config *out) {
+    bt_tuner_config_init(out);
+    out->start.kl_coef = cfg->grpo.kl_coef;
+    out->start.lr = cfg->grpo.lr;
+    out->start.temperature = cfg->grpo.temperature;
+    out->kl = cfg->tuner.kl;
+    out->lr_kl = cfg->tuner.lr_kl;
+    out->lr_plateau = cfg->tuner.lr_plateau;
+    out->temperature = cfg->tuner.temperature;
 }
 
 void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out) {

@@ -126,7 +126,7 @@ static void test_round_trip(void) {
     CHECK(again && strcmp(text, again) == 0);
     for (int i = 0; bt_config_key(i); i++) { /* every key is written, by its leaf name */
         char leaf[64];
-        snprintf(leaf, sizeof leaf, "\"%s\":", strchr(bt_config_key(i), '.') + 1);
+        snprintf(leaf, sizeof leaf, "\"%s\":", strrchr(bt_config_key(i), '.') + 1);
         CHECK_STR_CONTAINS(text, leaf);
     }
     free(text);
@@ -476,6 +476,135 @@ static void test_eval_datasets(void) {
     }
 }
 
+/*  The tuner section: nested one level deeper, every rule off by default, its typed sub-config,
+    and errors that name the key. */
+static void test_tuner(void) {
+    bt_run_config a, b;
+    CHECK_OK(s_parse("{}", &a));
+    CHECK(!a.tuner.kl.enabled && !a.tuner.lr_kl.enabled && !a.tuner.lr_plateau.enabled);
+    CHECK(!a.tuner.temperature.enabled);
+    bt_tuner_config tc, want;
+    bt_config_tuner(&a, &tc);
+    bt_tuner_config_init(&want); /* the key table's defaults are the module's */
+    snprintf(want.lr_plateau.dataset, sizeof want.lr_plateau.dataset, "heldout"); /* resolved */
+    want.start.kl_coef = a.grpo.kl_coef;
+    want.start.lr = a.grpo.lr;
+    want.start.temperature = a.grpo.temperature;
+    CHECK(memcmp(&tc, &want, sizeof tc) == 0);
+
+    const char *json =
+        "{\"grpo\": {\"kl_coef\": 0.04, \"lr\": 3e-4, \"temperature\": 0.7},"
+        " \"eval\": {\"datasets\": [{\"name\": \"a\"},"
+        "                         {\"name\": \"ppl\", \"kind\": \"perplexity\"}]},"
+        " \"tuner\": {\"kl\": {\"enabled\": true, \"target\": 0.02, \"horizon\": 5000,"
+        "                      \"min\": 0.001, \"max\": 0.5},"
+        "   \"lr_kl\": {\"enabled\": true, \"target\": 0.03, \"factor\": 2, \"min_lr\": 1e-6,"
+        "               \"max_lr\": 1e-3},"
+        "   \"lr_plateau\": {\"enabled\": true, \"dataset\": \"ppl\","
+        "                    \"metric\": \"nll_per_token\", \"mode\": \"min\", \"patience\": 4, \"factor\": 0.25,"
+        "                    \"min_delta\": 0.001, \"min_lr\": 1e-5},"
+        "   \"temperature\": {\"enabled\": true, \"entropy_low\": 0.5, \"entropy_high\": 1.5,"
+        "                     \"step\": 0.1, \"min\": 0.6, \"max\": 1.2}}}";
+    CHECK_OK(s_parse(json, &a));
+    bt_config_tuner(&a, &tc);
+    CHECK(tc.start.kl_coef == 0.04 && tc.start.lr == 3e-4 && tc.start.temperature == 0.7);
+    CHECK(tc.kl.enabled && tc.kl.target == 0.02 && tc.kl.horizon == 5000);
+    CHECK(tc.kl.min == 0.001 && tc.kl.max == 0.5);
+    CHECK(tc.lr_kl.enabled && tc.lr_kl.target == 0.03 && tc.lr_kl.factor == 2);
+    CHECK(tc.lr_kl.min_lr == 1e-6 && tc.lr_kl.max_lr == 1e-3);
+    CHECK(tc.lr_plateau.enabled && strcmp(tc.lr_plateau.dataset, "ppl") == 0);
+    CHECK(strcmp(tc.lr_plateau.metric, "nll_per_token") == 0 && tc.lr_plateau.mode == BT_TUNER_MIN);
+    CHECK(tc.lr_plateau.patience == 4 && tc.lr_plateau.factor == 0.25);
+    CHECK(tc.lr_plateau.min_delta == 0.001 && tc.lr_plateau.min_lr == 1e-5);
+    CHECK(tc.temperature.enabled && tc.temperature.entropy_low == 0.5);
+    CHECK(tc.temperature.entropy_high == 1.5 && tc.temperature.step == 0.1);
+    CHECK(tc.temperature.min == 0.6 && tc.temperature.max == 1.2);
+    CHECK_OK(bt_tuner_config_validate(&tc));
+    char *text = bt_config_to_json(&a); /* written nested, read back the same */
+    CHECK(text != NULL);
+    CHECK_STR_CONTAINS(text, "\"tuner\":\t{\n\t\t\"kl\":\t{\n\t\t\t\"enabled\":\ttrue");
+    CHECK_OK(bt_config_parse(text ? text : "", "resolved", NULL, 0, &b));
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    free(text);
+
+    const char *sets[] = {"grpo.kl_coef=0.05", "tuner.kl.enabled=true", "tuner.kl.max=0.1",
+                          "tuner.lr_plateau.metric=pass@8", "tuner.lr_plateau.mode=min"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", sets, 5, &a));
+    CHECK(a.tuner.kl.enabled && a.tuner.kl.max == 0.1);
+    CHECK(strcmp(a.tuner.lr_plateau.metric, "pass@8") == 0);
+    CHECK(a.tuner.lr_plateau.mode == BT_TUNER_MIN);
+
+    const struct {
+        const char *json, *error;
+    } bad[] = {
+        {"{\"tuner\": {\"kl\": {\"target\": 0}}}",
+         "arith.json: tuner.kl.target: expected a number > 0, got 0"},
+        {"{\"tuner\": {\"kl\": {\"horizon\": \"long\"}}}",
+         "arith.json: tuner.kl.horizon: expected a number, got \"long\""},
+        {"{\"tuner\": {\"kl\": 5}}", "arith.json: tuner.kl: expected an object, got 5"},
+        {"{\"tuner\": {\"kl\": {\"enabeld\": true}}}",
+         "arith.json: tuner.kl.enabeld: unknown key (did you mean tuner.kl.enabled?)"},
+        {"{\"tuner\": {\"lr_platau\": {\"enabled\": true}}}",
+         "arith.json: tuner.lr_platau: unknown key (did you mean tuner.lr_plateau?)"},
+        {"{\"tuner\": {\"kl\": {\"min\": 1, \"min\": 2}}}",
+         "arith.json: tuner.kl.min: duplicate key"},
+        {"{\"tuner\": {\"temperature\": {\"enabled\": \"yes\"}}}",
+         "arith.json: tuner.temperature.enabled: expected true or false, got \"yes\""},
+        {"{\"tuner\": {\"lr_plateau\": {\"patience\": 0}}}",
+         "arith.json: tuner.lr_plateau.patience: expected an integer >= 1, got 0"},
+        {"{\"tuner\": {\"lr_plateau\": {\"factor\": 1}}}",
+         "arith.json: tuner.lr_plateau.factor: expected a number in (0, 1), got 1"},
+        {"{\"tuner\": {\"lr_plateau\": {\"mode\": \"up\"}}}",
+         "arith.json: tuner.lr_plateau.mode: expected one of \"max\", \"min\", got \"up\""},
+        {"{\"tuner\": {\"lr_plateau\": {\"metric\": \"\"}}}",
+         "arith.json: tuner.lr_plateau.metric: expected a metric name of letters, digits, '.', "
+         "'_', '@' or '-', got \"\""},
+        {"{\"tuner\": {\"lr_kl\": {\"factor\": 1}}}",
+         "arith.json: tuner.lr_kl.factor: expected a number > 1, got 1"},
+        /* checks between keys, for the enabled rules only */
+        {"{\"tuner\": {\"kl\": {\"enabled\": true}}}",
+         "arith.json: grpo.kl_coef: expected a number in [tuner.kl.min (0.0001), tuner.kl.max "
+         "(1)] when tuner.kl.enabled, got 0"},
+        {"{\"grpo\": {\"kl_coef\": 0.04}, \"tuner\": {\"kl\": {\"enabled\": true, \"min\": 0.1,"
+         " \"max\": 0.01}}}",
+         "arith.json: tuner.kl.max: expected a number >= tuner.kl.min (0.1), got 0.01"},
+        {"{\"tuner\": {\"lr_kl\": {\"enabled\": true}}}",
+         "arith.json: tuner.lr_kl.enabled: needs grpo.kl_coef > 0 (the trainer measures KL only "
+         "then), got grpo.kl_coef 0"},
+        {"{\"grpo\": {\"kl_coef\": 0.04, \"lr\": 0.1},"
+         " \"tuner\": {\"lr_kl\": {\"enabled\": true}}}",
+         "arith.json: grpo.lr: expected a number > 0 in [tuner.lr_kl.min_lr (1e-05), "
+         "tuner.lr_kl.max_lr (0.01)] when tuner.lr_kl.enabled, got 0.1"},
+        {"{\"tuner\": {\"lr_plateau\": {\"enabled\": true, \"dataset\": \"nope\"}}}",
+         "arith.json: tuner.lr_plateau.dataset: expected the name of an eval.datasets entry, got "
+         "\"nope\""},
+        {"{\"tuner\": {\"lr_plateau\": {\"enabled\": true, \"min_lr\": 0.001}}}",
+         "arith.json: tuner.lr_plateau.min_lr: expected a number in [0, grpo.lr (0.0001)], got "
+         "0.001"},
+        {"{\"tuner\": {\"temperature\": {\"enabled\": true, \"entropy_low\": 0.5,"
+         " \"entropy_high\": 0.5}}}",
+         "arith.json: tuner.temperature.entropy_high: expected a number > "
+         "tuner.temperature.entropy_low (0.5), got 0.5"},
+        {"{\"grpo\": {\"temperature\": 2}, \"tuner\": {\"temperature\": {\"enabled\": true}}}",
+         "arith.json: grpo.temperature: expected a number in [tuner.temperature.min (0.5), "
+         "tuner.temperature.max (1.5)] when tuner.temperature.enabled, got 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(s_parse(bad[i].json, &a) == BT_EINVAL);
+        if (strcmp(bt_last_error(), bad[i].error) != 0) {
+            fprintf(stderr, "tuner case %zu: %s\n  got:      %s\n  expected: %s\n", i, bad[i].json,
+                    bt_last_error(), bad[i].error);
+            s_check_failures++;
+        }
+    }
+    /* a disabled rule's bounds are not checked against the start values */
+    CHECK_OK(s_parse("{\"grpo\": {\"temperature\": 2}, \"tuner\": {\"kl\": {\"min\": 0.5}}}", &a));
+    const char *set = "tuner.lr_plateau.patience=0";
+    CHECK(bt_config_parse("{}", "arith.json", &set, 1, &a) == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "--set tuner.lr_plateau.patience=0: expected an integer >= 1, got 0") == 0);
+}
+
 /*  docs/config.md names every key as `section.key`, and every table row that starts with a
     `section.key` names a real key. */
 static void test_docs(void) {
@@ -513,6 +642,7 @@ int main(void) {
     test_overrides();
     test_malformed();
     test_sub_configs();
+    test_tuner();
     test_load();
     test_docs();
     return check_exit();

@@ -12,6 +12,7 @@
 #include "baton/tasks.h"
 #include "baton/tensor.h"
 #include "baton/trigger.h"
+#include "baton/tuner.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -120,6 +121,12 @@ typedef struct bt_run_config {
         int n_probes;
         bt_eval_probe probes[BT_EVAL_MAX_PROBES];
     } eval;
+    struct { /* the tuner.* keys; lr_plateau.dataset "" resolves to eval.datasets[0]'s name */
+        bt_tuner_kl_config kl;
+        bt_tuner_lr_kl_config lr_kl;
+        bt_tuner_plateau_config lr_plateau;
+        bt_tuner_temperature_config temperature;
+    } tuner;
     struct {
         int64_t rollout;
         int64_t trainer;
@@ -192,6 +199,8 @@ bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out);
 bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task, bt_eval_suite *out);
 /*  The seed of shard `shard` of dataset ds evaluated at step, from run.seed. */
 uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard);
+/*  The tuner's rules (tuner.*) with their start values grpo.kl_coef, grpo.lr, grpo.temperature. */
+void bt_config_tuner(const bt_run_config *cfg, bt_tuner_config *out);
 /*  The trigger of dataset i (eval.datasets[i].every_* with the eval.adaptive* keys). */
 void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out);
 
