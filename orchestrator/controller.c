@@ -137,8 +137,8 @@ struct bt_controller {
     /* rollouts in flight, slot step % S_AHEAD; launched: the next step to launch */
     s_rollouts ahead[S_AHEAD];
     int64_t launched;
-    /* hyperparameters the tuner steers, as the next step uses them */
-    double kl_coef, temperature, lr_scale;
+    /* the hyperparameters the next step uses (KL coefficient, temperature, learning rate) */
+    bt_tuner tuner;
 };
 
 static void s_weights_release(s_weights **w_p);
@@ -161,6 +161,17 @@ static void s_event(bt_controller_t *self, const char *event, const char *key, c
 
 static bt_status s_eval_setup(bt_controller_t *self);
 
+/*  The tuner's decisions as events; they already changed the values the next step uses. */
+static bt_status s_tuner_events(bt_controller_t *self, const bt_tuner_decision *d, int n) {
+    for (int i = 0; i < n; i++) {
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_tuner_decision_jsonl(&d[i], bt_now() - self->t0, &line);
+        BT_TRY(bt_runlog_event(self->log, &line));
+    }
+    return BT_OK;
+}
+
 bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
                                    const char *config_json, bt_runlog_t *log) {
     bt_controller_t *self = calloc(1, sizeof *self);
@@ -174,9 +185,9 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
     self->t0 = bt_now();
     self->last_accuracy = NAN;
     self->last_reward = NAN;
-    self->kl_coef = cfg->grpo.kl_coef;
-    self->temperature = cfg->grpo.temperature;
-    self->lr_scale = 1.0;
+    bt_tuner_config tc;
+    bt_config_tuner(cfg, &tc);
+    bt_tuner_init(&self->tuner, &tc);
     self->wait_since = NAN;
     self->reg = bt_registry_new(cfg->workers.expiry_ms);
     self->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
@@ -354,7 +365,7 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
     if (!strcmp(j->kind, "rollout")) {
         int64_t shape[1] = {j->count};
         BT_TRY(bt_msg_set_int(m, "group_size", c->grpo.group_size));
-        BT_TRY(bt_msg_set_double(m, "temperature", self->temperature));
+        BT_TRY(bt_msg_set_double(m, "temperature", self->tuner.temperature));
         BT_TRY(bt_msg_set_double(m, "top_p", c->grpo.top_p));
         BT_TRY(bt_msg_set_int(m, "top_k", c->grpo.top_k));
         BT_TRY(bt_msg_set_int(m, "max_new_tokens", c->grpo.max_new_tokens));
@@ -363,7 +374,7 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         int64_t shape[1] = {j->batch->n};
         BT_TRY(bt_batch_to_msg(j->batch, m));
         BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
-        BT_TRY(bt_msg_set_double(m, "kl_coef", self->kl_coef));
+        BT_TRY(bt_msg_set_double(m, "kl_coef", self->tuner.kl_coef));
         BT_TRY(bt_msg_set_bool(m, "inject_nan", j->inject_nan));
     } else if (!strcmp(j->kind, "restore")) {
         int64_t steps;
@@ -983,6 +994,16 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
     BT_TRY(bt_runlog_metric(self->log, &line));
     if (d->kind == BT_EVAL_GENERATE && ev->ds == s_first_generate(c))
         self->last_accuracy = primary;
+    const bt_tuner_plateau_config *pc = &self->tuner.cfg.lr_plateau;
+    for (int i = 0; pc->enabled && !strcmp(ev->phase, "rl") && !strcmp(pc->dataset, d->name) &&
+                    i < n_metrics;
+         i++)
+        if (!strcmp(metrics[i].name, pc->metric)) {
+            bt_tuner_decision dec[BT_TUNER_MAX_DECISIONS];
+            int n = bt_tuner_after_eval(&self->tuner, ev->step, metrics[i].value, dec,
+                                        BT_TUNER_MAX_DECISIONS);
+            BT_TRY(s_tuner_events(self, dec, n));
+        }
     if (strcmp(ev->phase, "rl") == 0) {
         bt_trigger_event events[4];
         int n = bt_trigger_observe(&self->triggers[ev->ds], ev->step, primary, events, 4);
@@ -1337,6 +1358,8 @@ static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *
                           .loss_n = self->loss_n,
                           .n_triggers = self->cfg->eval.n_datasets};
     memcpy(out->triggers, self->triggers, sizeof out->triggers);
+    out->has_tuner = true;
+    out->tuner = self->tuner;
     for (int i = 0; i < S_MAX_EVALS && out->n_pending < BT_RUNSTATE_MAX_PENDING; i++) {
         const s_evaluation *ev = &self->evals[i];
         if (!ev->active || strcmp(ev->phase, "rl") != 0)
@@ -1362,6 +1385,11 @@ static void s_state_apply(bt_controller_t *self, const bt_run_state *st, bool re
         bt_trigger_config cfg = self->triggers[i].cfg; /* the config's, not the file's */
         self->triggers[i] = st->triggers[i];
         self->triggers[i].cfg = cfg;
+    }
+    if (st->has_tuner) { /* the tuner's values and counters; its rules are the config's */
+        bt_tuner_config cfg = self->tuner.cfg;
+        self->tuner = st->tuner;
+        self->tuner.cfg = cfg;
     }
 }
 
@@ -1678,7 +1706,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     double t_start = bt_now();
     bt_lr_schedule sched;
     bt_config_lr(c, BT_CONFIG_PHASE_GRPO, &sched);
-    double lr = bt_lr_at(&sched, self->step) * self->lr_scale;
+    double lr = bt_lr_at(&sched, self->step) * bt_tuner_lr_scale(&self->tuner);
     bt_rollout_batch batch;
     bt_rollout_batch_init(&batch);
     bt_trainer_stats ts = {0};
@@ -1724,8 +1752,20 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     if (c->grpo.max_staleness > 0) /* policy versions between the oldest sampler and the update */
         bt_jsonl_int(&line, "staleness", version - oldest);
     BT_TRY(bt_runlog_metric(self->log, &line));
+    if (updated) { /* the tuner sees the step; its decisions apply from the next one */
+        bt_tuner_step_stats tss = {.kl = ts.kl, .entropy = ts.entropy, .n_samples = ts.sequences};
+        bt_tuner_decision dec[BT_TUNER_MAX_DECISIONS];
+        int nd = bt_tuner_after_step(&self->tuner, self->step, &tss, dec, BT_TUNER_MAX_DECISIONS);
+        BT_TRY(s_tuner_events(self, dec, nd));
+    }
     bool last = self->step == c->grpo.steps;
     BT_TRY(s_eval_after_step(self, last));
+    /* the plateau rule's evaluation decides the next step's learning rate: wait for it, so the
+       decision lands at the same step whatever the timing (a resumed run must match) */
+    for (int i = 0; i < S_MAX_EVALS && self->tuner.cfg.lr_plateau.enabled; i++)
+        if (self->evals[i].active && self->evals[i].step == self->step &&
+            !strcmp(c->eval.datasets[self->evals[i].ds].name, self->tuner.cfg.lr_plateau.dataset))
+            BT_TRY(s_eval_wait(self, &self->evals[i]));
     BT_TRY(s_after_step_state(self, last));
     if (last) { /* the run's results are complete when the last step returns */
         BT_TRY(s_eval_wait(self, NULL));

@@ -35,6 +35,13 @@ static const s_field s_trigger[] = {
     S_F(bt_trigger, rate_ema, S_F64),   S_F(bt_trigger, fired, S_I64),
     S_F(bt_trigger, deferred, S_I64),
 };
+static const s_field s_tuner[] = {
+    S_F(bt_tuner, kl_coef, S_F64),       S_F(bt_tuner, lr, S_F64),
+    S_F(bt_tuner, temperature, S_F64),   S_F(bt_tuner, has_best, S_BOOL),
+    S_F(bt_tuner, best, S_F64),          S_F(bt_tuner, best_step, S_I64),
+    S_F(bt_tuner, last_eval_step, S_I64), S_F(bt_tuner, bad_evals, S_I64),
+    S_F(bt_tuner, decisions, S_I64),
+};
 static const s_field s_pending[] = {
     S_F(bt_runstate_eval, dataset, S_I32),
     S_F(bt_runstate_eval, step, S_I64),
@@ -87,6 +94,11 @@ char *bt_run_state_to_json(const bt_run_state *s) {
         ok = cJSON_AddItemToArray(pending, e) &&
              s_put_fields(e, s_pending, S_N(s_pending), &s->pending[i]) &&
              cJSON_AddStringToObject(e, "trigger", s->pending[i].trigger) != NULL;
+    }
+    if (ok && s->has_tuner) {
+        cJSON *t = cJSON_CreateObject();
+        ok = cJSON_AddItemToObject(root, "tuner", t) &&
+             s_put_fields(t, s_tuner, S_N(s_tuner), &s->tuner);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
@@ -144,6 +156,12 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
             st = bt_fail(BT_EFORMAT, "%s.trigger: missing or too long", where);
         if (st == BT_OK)
             snprintf(p->trigger, sizeof p->trigger, "%s", trigger);
+    }
+    const cJSON *tuner = cJSON_GetObjectItemCaseSensitive(root, "tuner"); /* absent before it */
+    out->has_tuner = st == BT_OK && tuner != NULL;
+    if (out->has_tuner) {
+        snprintf(where, sizeof where, "%s: tuner", source);
+        st = s_get_fields(tuner, s_tuner, S_N(s_tuner), &out->tuner, where);
     }
     cJSON_Delete(root);
     return st;

@@ -26,7 +26,7 @@ static const char s_json[] =
     "  \"lr\": 0.003, \"kl_coef\": 0.02},"
     " \"eval\": {\"every_steps\": 10, \"heldout_count\": 6},"
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
-    "  \"expiry_ms\": 400}}";
+    "  \"expiry_ms\": 2000}}";
 
 /*  The run's "train" lines, in step order. */
 static cJSON *s_train_lines(const char *dir) {
@@ -95,7 +95,7 @@ int main(void) {
     s_check_same_run(one, two, 30);
 
     pid_t run = s_start(elastic, "workers.trainer=3", true);
-    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(elastic) < 4)
+    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(elastic) < 3)
         nanosleep(&(struct timespec){0, 2000000}, NULL);
     pid_t victim = runs_worker_pid(run, "trainer-1");
     CHECK(victim > 0);
@@ -106,9 +106,12 @@ int main(void) {
     char path[256], *events = NULL;
     snprintf(path, sizeof path, "%s/events.jsonl", elastic);
     CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
-    CHECK_STR_CONTAINS(events, "\"event\":\"trainer_group_broken\"");
-    CHECK_STR_CONTAINS(events, "\"generation\":1,\"world\":3");
-    CHECK_STR_CONTAINS(events, "\"generation\":2,\"world\":2");
+    bool reformed = events && strstr(events, "\"event\":\"trainer_group_broken\"") &&
+                    strstr(events, "\"generation\":1,\"world\":3") &&
+                    strstr(events, "\"generation\":2,\"world\":2");
+    if (!reformed) /* what happened instead */
+        fprintf(stderr, "events.jsonl of the elastic run:\n%s\n", events ? events : "(none)");
+    CHECK(reformed);
     free(events);
     CHECK(runs_worker_pid(run, "trainer-0") == 0 && runs_worker_pid(run, "trainer-2") == 0);
 

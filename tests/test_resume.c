@@ -2,7 +2,9 @@
     once in the middle of a checkpoint save, then resumed with --resume, it writes exactly the
     metrics of an uninterrupted run (timing fields aside); a flipped byte or a deleted file in the
     newest checkpoint makes the resume fall back to the previous one, with an event naming the
-    reason; a NaN injected into an update rolls back at most 10 steps and the run finishes. */
+    reason; a NaN injected into an update rolls back at most 10 steps and the run finishes.  The
+    runs have the tuner's plateau rule on: its learning-rate decisions reach AdamW at the next step
+    and its state survives the kills. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "baton/model.h"
@@ -11,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -31,6 +34,8 @@ static const char s_json[] =
     " \"eval\": {\"every_steps\": 4, \"heldout_count\": 10, \"datasets\": [{\"name\": \"greedy\"},"
     "  {\"name\": \"sampled\", \"samples\": 4, \"temperature\": 1.0}]},"
     " \"checkpoint\": {\"full_every_steps\": 3, \"keep_last\": 3},"
+    " \"tuner\": {\"lr_plateau\": {\"enabled\": true, \"dataset\": \"greedy\", \"patience\": 1,"
+    "  \"factor\": 0.5, \"min_lr\": 1e-6}},"
     " \"workers\": {\"rollout\": 1, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50}}";
 
 /*  `baton run CONFIG --run-dir DIR [extra...]` (extra NULL-terminated or NULL). */
@@ -236,6 +241,43 @@ static void test_corrupt_fallback(const char *reference) {
     free(got);
 }
 
+/*  The train line's learning rate at step (the one AdamW applied), or NaN. */
+static double s_lr_at(const char *metrics, int step) {
+    char key[64];
+    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,", step);
+    const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
+    return lr ? strtod(lr + 5, NULL) : NAN;
+}
+
+/*  The tuner's plateau rule halved the learning rate after evaluations without improvement:
+    each decision made at step S is an event with the values before and after, step S trained at
+    the value before and step S + 1 at the value after, as AdamW reports it.  (That the tuner's
+    state survives a kill and a resume is test_kill_and_resume's: the resumed metrics, learning
+    rates included, equal these.) */
+static void test_tuner_decisions(const char *dir) {
+    char *events = s_events(dir), path[256], *metrics = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &metrics, NULL));
+    int decisions = 0, applied = 0;
+    for (const char *e = events ? strstr(events, "\"event\":\"tuner\"") : NULL; e && metrics;
+         e = strstr(e + 1, "\"event\":\"tuner\"")) {
+        decisions++;
+        CHECK(strstr(e, "\"rule\":\"lr_plateau\"") && strstr(e, "\"param\":\"lr\""));
+        int step = atoi(strstr(e, "\"step\":") + 7);
+        double before = strtod(strstr(e, "\"before\":") + 9, NULL);
+        double after = strtod(strstr(e, "\"after\":") + 8, NULL);
+        CHECK_REL(after, 0.5 * before, 1e-12);
+        if (step >= 1 && step < 16) {
+            CHECK_REL(s_lr_at(metrics, step), before, 1e-12);
+            CHECK_REL(s_lr_at(metrics, step + 1), after, 1e-12);
+            applied++;
+        }
+    }
+    CHECK(decisions >= 2 && applied >= 1);
+    free(events);
+    free(metrics);
+}
+
 /*  A NaN update at step 7: back to the snapshot of step 6 (every full checkpoint is one), that
     batch skipped, the run finishes with finite losses. */
 static void test_nan_rollback(void) {
@@ -306,6 +348,7 @@ int main(void) {
     CHECK(runs_wait(s_start(ref, NULL)) == 0); /* the uninterrupted run */
     char *reference = runs_metrics(ref);
     CHECK(reference && s_last_step(ref) == 16);
+    test_tuner_decisions(ref);
     test_kill_and_resume(reference);
     test_corrupt_fallback(reference);
     test_nan_rollback();

@@ -52,7 +52,28 @@ int main(void) {
     }
     CHECK(b.pending[0].dataset == 1 && b.pending[0].step == 120);
     CHECK(strcmp(b.pending[0].trigger, "steps+seconds") == 0);
+    CHECK(!b.has_tuner); /* a state without one (written before the tuner existed) */
     free(text);
+
+    /* the tuner's state, every double exact */
+    a.has_tuner = true;
+    a.tuner.kl_coef = 0.1 / 3.0;
+    a.tuner.lr = 7.5e-4 * 2.0 / 3.0;
+    a.tuner.temperature = 1.05;
+    a.tuner.has_best = true;
+    a.tuner.best = 0.625;
+    a.tuner.best_step = 40;
+    a.tuner.last_eval_step = 60;
+    a.tuner.bad_evals = 2;
+    a.tuner.decisions = 9;
+    text = bt_run_state_to_json(&a);
+    CHECK_OK(bt_run_state_from_json(text, "state.json", &b));
+    CHECK(b.has_tuner && b.tuner.kl_coef == a.tuner.kl_coef && b.tuner.lr == a.tuner.lr);
+    CHECK(b.tuner.temperature == a.tuner.temperature && b.tuner.has_best && b.tuner.best == 0.625);
+    CHECK(b.tuner.best_step == 40 && b.tuner.last_eval_step == 60 && b.tuner.bad_evals == 2);
+    CHECK(b.tuner.decisions == 9);
+    free(text);
+    a.has_tuner = false;
 
     /* bad files name what is wrong */
     CHECK(bt_run_state_from_json("[1]", "s.json", &b) == BT_EFORMAT);

@@ -42,6 +42,8 @@ typedef struct bt_run_state {
     bt_trigger triggers[BT_EVAL_MAX_DATASETS];
     int32_t n_pending;
     bt_runstate_eval pending[BT_RUNSTATE_MAX_PENDING];
+    bool has_tuner;   /* false in a state.json written before the tuner existed */
+    bt_tuner tuner;   /* its state; cfg is not saved (the run's config gives it) */
 } bt_run_state;
 
 /*  JSON text that reads back to the same struct, every double exact.  Caller owns the result;
