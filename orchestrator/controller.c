@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 enum {
@@ -375,6 +376,7 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         BT_TRY(bt_batch_to_msg(j->batch, m));
         BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
         BT_TRY(bt_msg_set_double(m, "kl_coef", self->tuner.kl_coef));
+        BT_TRY(bt_msg_set_bool(m, "freeze_reference", self->step == 0)); /* RL starts here */
         BT_TRY(bt_msg_set_bool(m, "inject_nan", j->inject_nan));
     } else if (!strcmp(j->kind, "restore")) {
         int64_t steps;
@@ -1568,6 +1570,16 @@ static bt_status s_ckpt_full(bt_controller_t *self) {
         .name = "adam_steps", .dtype = BT_I64, .ndim = 0, .data = &self->snap_adam_steps};
     if (st == BT_OK)
         st = bt_ckpt_snapshot_add_tensors_borrowed(snap, "optimizer.safetensors", t, k);
+    k = 0; /* the KL reference, when the trainer keeps one */
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        bt_msg_tensor m = bt_msg_tensor_at(self->snap, i);
+        if (strncmp(m.name, "ref.", 4) != 0)
+            continue;
+        t[k] = (bt_st_tensor){.name = m.name, .dtype = m.dtype, .ndim = m.ndim, .data = m.data};
+        memcpy(t[k++].shape, m.shape, sizeof m.shape);
+    }
+    if (st == BT_OK && k > 0)
+        st = bt_ckpt_snapshot_add_tensors_borrowed(snap, "reference.safetensors", t, k);
     free(t);
     char *state = st == BT_OK ? bt_run_state_to_json(&self->saved) : NULL;
     if (st == BT_OK)
@@ -1633,13 +1645,15 @@ static bt_status s_ckpt_read(const char *folder, bt_msg_t **state_out, bt_run_st
     bt_status st = bt_run_state_from_json(text, path, run);
     free(text);
     bt_msg_t *m = bt_msg_new(BT_MSG_TASK);
-    bt_safetensors_t *files[2] = {NULL, NULL};
-    const char *names[2] = {"model.safetensors", "optimizer.safetensors"};
-    for (int f = 0; f < 2 && st == BT_OK; f++) {
+    bt_safetensors_t *files[3] = {NULL, NULL, NULL};
+    const char *names[3] = {"model.safetensors", "optimizer.safetensors", "reference.safetensors"};
+    for (int f = 0; f < 3 && st == BT_OK; f++) {
         snprintf(path, sizeof path, "%s/%s", folder, names[f]);
+        if (f == 2 && access(path, F_OK) != 0)
+            break; /* only with a KL reference */
         st = bt_safetensors_open(path, &files[f]);
     }
-    for (int f = 0; f < 2 && st == BT_OK; f++)
+    for (int f = 0; f < 3 && files[f] && st == BT_OK; f++)
         for (int i = 0; i < bt_safetensors_count(files[f]) && st == BT_OK; i++) {
             const bt_st_entry *e = bt_safetensors_entry(files[f], i);
             char name[BT_WIRE_NAME_MAX];
@@ -1652,7 +1666,7 @@ static bt_status s_ckpt_read(const char *folder, bt_msg_t **state_out, bt_run_st
             snprintf(name, sizeof name, "%s%s", f == 0 ? "param." : "", e->name);
             st = bt_msg_add_tensor(m, name, e->dtype, e->ndim, e->shape, e->data);
         }
-    for (int f = 0; f < 2; f++)
+    for (int f = 0; f < 3; f++)
         bt_safetensors_destroy(&files[f]);
     if (st == BT_OK && !m)
         st = BT_ENOMEM;

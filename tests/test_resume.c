@@ -4,7 +4,8 @@
     newest checkpoint makes the resume fall back to the previous one, with an event naming the
     reason; a NaN injected into an update rolls back at most 10 steps and the run finishes.  The
     runs have the tuner's plateau rule on: its learning-rate decisions reach AdamW at the next step
-    and its state survives the kills. */
+    and its state survives the kills; and a KL penalty whose reference (the policy after SFT) a
+    checkpoint must carry. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "baton/model.h"
@@ -30,7 +31,7 @@ static const char s_json[] =
     "  \"heldout_size\": 10, \"format_reward\": 0.5},"
     " \"sft\": {\"steps\": 3, \"batch_size\": 16, \"lr\": 0.003},"
     " \"grpo\": {\"steps\": 16, \"group_size\": 4, \"prompts_per_step\": 6, \"max_new_tokens\": 3,"
-    "  \"lr\": 0.001},"
+    "  \"lr\": 0.001, \"kl_coef\": 0.02},"
     " \"eval\": {\"every_steps\": 4, \"heldout_count\": 10, \"datasets\": [{\"name\": \"greedy\"},"
     "  {\"name\": \"sampled\", \"samples\": 4, \"temperature\": 1.0}]},"
     " \"checkpoint\": {\"full_every_steps\": 3, \"keep_last\": 3},"
@@ -274,6 +275,11 @@ static void test_tuner_decisions(const char *dir) {
         }
     }
     CHECK(decisions >= 2 && applied >= 1);
+    /* the KL reference is the policy RL starts from (after SFT): the first step's KL is that of a
+       policy to itself, 0 to float rounding (to the pre-SFT model it was several nats) */
+    const char *first = metrics ? strstr(metrics, "{\"kind\":\"train\",\"step\":1,") : NULL;
+    const char *kl = first ? strstr(first, "\"kl\":") : NULL;
+    CHECK(kl && fabs(strtod(kl + 5, NULL)) < 1e-6);
     free(events);
     free(metrics);
 }

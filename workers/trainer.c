@@ -84,6 +84,10 @@ void bt_trainer_set_version(bt_trainer_t *self, int64_t version) {
     self->version = version;
 }
 
+bt_status bt_trainer_freeze_reference(bt_trainer_t *self) {
+    return self->reference ? bt_weights_copy(self->reference, self->policy) : BT_OK;
+}
+
 void bt_trainer_set_group(bt_trainer_t *self, bt_group *group) {
     self->group = group;
 }

@@ -189,8 +189,11 @@ static bt_status s_task_restore(s_compute *c, const bt_msg_t *task, bt_msg_t *re
 
 static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     double lr;
-    bool inject_nan;
+    bool inject_nan, freeze;
     bt_msg_tensor adv;
+    BT_TRY(bt_msg_get_bool(task, "freeze_reference", &freeze));
+    if (freeze) /* RL's first step: the KL anchor is the policy as RL starts */
+        BT_TRY(bt_trainer_freeze_reference(c->trainer));
     BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
     BT_TRY(bt_msg_get_bool(task, "publish", publish));
     BT_TRY(bt_msg_get_bool(task, "inject_nan", &inject_nan));

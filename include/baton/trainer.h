@@ -52,6 +52,11 @@ bt_adamw *bt_trainer_optimizer(bt_trainer_t *self);
 int64_t bt_trainer_version(const bt_trainer_t *self);
 void bt_trainer_set_version(bt_trainer_t *self, int64_t version);
 
+/*  Makes the reference a frozen copy of the policy as it is now: RL's KL anchor is the policy it
+    starts from (after any supervised warm start), not the one the trainer was built with.  BT_OK
+    at once without a reference. */
+bt_status bt_trainer_freeze_reference(bt_trainer_t *self);
+
 /*  Data parallelism: makes the trainer one rank of group (borrowed: it must outlive its use; NULL:
     alone again).  Every rank then gets the same whole batch and computes a contiguous share of its
     rows (rank r of K: rows [n*r/K, n*(r+1)/K)), with the whole batch's normaliser; the gradients
