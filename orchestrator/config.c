@@ -193,6 +193,10 @@ static const s_key s_keys[] = {
     S_NUM_KEY("tuner.lr_kl.factor", tuner.lr_kl.factor, 1.5, 1, S_INF, S_LO_OPEN),
     S_NUM_KEY("tuner.lr_kl.min_lr", tuner.lr_kl.min_lr, 1e-5, 0, S_INF, 0),
     S_NUM_KEY("tuner.lr_kl.max_lr", tuner.lr_kl.max_lr, 1e-2, 0, S_INF, 0),
+    S_BOOL_KEY("scaling.enabled", scaling.enabled, false),
+    S_STR_KEY("scaling.dataset", scaling.dataset, "", s_is_name_or_empty,
+              "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
+    S_INT_KEY("scaling.min_points", scaling.min_points, 4, 4, 4096),
     S_BOOL_KEY("tuner.lr_plateau.enabled", tuner.lr_plateau.enabled, false),
     S_STR_KEY("tuner.lr_plateau.dataset", tuner.lr_plateau.dataset, "", s_is_name_or_empty,
               "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
@@ -744,6 +748,25 @@ static bt_status s_check_tuner(bt_run_config *cfg, const char *src) {
     return BT_OK;
 }
 
+/*  Resolves scaling.dataset "" to the first perplexity dataset; with scaling on, it must name one. */
+static bt_status s_check_scaling(bt_run_config *cfg, const char *src) {
+    char *name = cfg->scaling.dataset;
+    bool found = false;
+    for (int i = 0; i < cfg->eval.n_datasets && !found; i++) {
+        const bt_eval_dataset *d = &cfg->eval.datasets[i];
+        if (d->kind == BT_EVAL_PERPLEXITY && (!name[0] || !strcmp(d->name, name))) {
+            snprintf(name, sizeof cfg->scaling.dataset, "%s", d->name);
+            found = true;
+        }
+    }
+    if (cfg->scaling.enabled && !found)
+        return bt_fail(BT_EINVAL,
+                       "%s: scaling.dataset: expected the name of a perplexity eval.datasets "
+                       "entry, got \"%s\"",
+                       src, name);
+    return BT_OK;
+}
+
 /*  Checks between keys, then resolves the 0 = "follow another key" values. */
 static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->model.num_key_value_heads == 0) /* Hugging Face: unset means full attention */
@@ -776,6 +799,7 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
         cfg->eval.max_new_tokens = cfg->grpo.max_new_tokens;
     BT_TRY(s_check_eval(cfg, src));
     BT_TRY(s_check_tuner(cfg, src));
+    BT_TRY(s_check_scaling(cfg, src));
     bt_grpo_config grpo;
     bt_config_grpo(cfg, &grpo);
     if (bt_grpo_config_validate(&grpo) != BT_OK)

@@ -9,6 +9,7 @@
 #include "baton/rollout.h"
 #include "baton/runstate.h"
 #include "baton/safetensors.h"
+#include "baton/scaling.h"
 #include "baton/security.h"
 #include "baton/shard.h"
 #include "baton/tokenizer.h"
@@ -31,7 +32,8 @@ enum {
     S_ROLLBACK_EVERY = 10, /* steps between in-memory snapshots: the most a rollback loses */
     S_MAX_ROLLBACKS = 3,   /* rollbacks to one snapshot before the run gives up */
     S_MAX_RANKS = 64,      /* data-parallel trainer ranks */
-    S_AHEAD = 17           /* steps whose rollouts may be in flight: the current + max_staleness */
+    S_AHEAD = 17,          /* steps whose rollouts may be in flight: the current + max_staleness */
+    S_MAX_POINTS = 4096    /* held-out losses a scaling-law fit sees */
 };
 
 /*  A WEIGHTS message shared by the controller (the latest) and the evaluations pinned to it. */
@@ -140,6 +142,11 @@ struct bt_controller {
     int64_t launched;
     /* the hyperparameters the next step uses (KL coefficient, temperature, learning rate) */
     bt_tuner tuner;
+    /* scaling-law prediction (scaling.*): held-out losses by step, and every prediction made */
+    int64_t sc_steps[S_MAX_POINTS];
+    double sc_loss[S_MAX_POINTS];
+    int sc_n;
+    bt_scaling_record sc_record;
 };
 
 static void s_weights_release(s_weights **w_p);
@@ -945,6 +952,75 @@ static void s_trigger_event(bt_controller_t *self, const char *dataset, const bt
     bt_runlog_event(self->log, &line);
 }
 
+/*  A held-out loss of scaling.dataset at step: it settles the predictions made for this step
+    (a `scaling_error` event each), then joins the points the law is fitted to, and with enough of
+    them the loss at the last GRPO step is predicted under the planned schedule (the configured
+    one, scaled by the tuner's current learning-rate factor): a `scaling_prediction` event. */
+static bt_status s_scaling_observe(bt_controller_t *self, int64_t step, double loss) {
+    const bt_run_config *c = self->cfg;
+    int64_t last = c->grpo.steps;
+    if (bt_scaling_record_measure(&self->sc_record, step, loss) > 0)
+        for (int i = 0; i < self->sc_record.n; i++) {
+            const bt_scaling_prediction *p = &self->sc_record.entries[i];
+            if (p->target != step || !p->measured)
+                continue;
+            bt_jsonl line;
+            bt_jsonl_init(&line);
+            bt_jsonl_str(&line, "event", "scaling_error");
+            bt_jsonl_num(&line, "time", bt_now() - self->t0);
+            bt_jsonl_int(&line, "made_at", p->made_at);
+            bt_jsonl_int(&line, "step", p->target);
+            bt_jsonl_num(&line, "predicted", p->predicted);
+            bt_jsonl_num(&line, "measured", p->loss);
+            bt_jsonl_num(&line, "error", p->error);
+            BT_TRY(bt_runlog_event(self->log, &line));
+        }
+    if (step < 1 || step >= last || self->sc_n >= S_MAX_POINTS || !(loss > 0))
+        return BT_OK;
+    self->sc_steps[self->sc_n] = step;
+    self->sc_loss[self->sc_n++] = loss;
+    if (self->sc_n < c->scaling.min_points)
+        return BT_OK;
+    bt_lr_schedule sched;
+    bt_config_lr(c, BT_CONFIG_PHASE_GRPO, &sched);
+    double *lr = malloc(sizeof *lr * (size_t)last * 3);
+    if (!lr)
+        return bt_fail(BT_ENOMEM, "controller: out of memory");
+    double *s1 = lr + last, *s2 = s1 + last, scale = bt_tuner_lr_scale(&self->tuner);
+    for (int64_t s = 0; s < last; s++)
+        lr[s] = bt_lr_at(&sched, s) * scale;
+    bt_scaling_areas(lr, last, sched.warmup_steps < last ? sched.warmup_steps : last, s1, s2);
+    bt_scaling_fit_config fc;
+    bt_scaling_fit_config_init(&fc);
+    bt_scaling_fit fit;
+    bt_status st = bt_scaling_fit_curve(s1, s2, last, self->sc_steps, self->sc_loss, self->sc_n,
+                                        &fc, &fit);
+    double predicted = st == BT_OK ? bt_scaling_predict(&fit.p, s1, s2, last) : NAN;
+    free(lr);
+    if (st != BT_OK) { /* a curve the law cannot take is no reason to stop the run */
+        s_event(self, "scaling_failed", "error", bt_last_error());
+        return BT_OK;
+    }
+    if (isfinite(predicted) && self->sc_record.n < BT_SCALING_RECORD_MAX)
+        BT_TRY(bt_scaling_record_add(&self->sc_record, step, last, predicted));
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "scaling_prediction");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_int(&line, "step", step);
+    bt_jsonl_int(&line, "target", last);
+    bt_jsonl_num(&line, "predicted", predicted);
+    bt_jsonl_int(&line, "points", self->sc_n);
+    bt_jsonl_num(&line, "L0", fit.p.L0);
+    bt_jsonl_num(&line, "A", fit.p.A);
+    bt_jsonl_num(&line, "alpha", fit.p.alpha);
+    bt_jsonl_num(&line, "C", fit.p.C);
+    bt_jsonl_num(&line, "rms", fit.rms);
+    bt_jsonl_bool(&line, "converged", fit.converged);
+    bt_jsonl_bool(&line, "c_identified", fit.c_identified);
+    return bt_runlog_event(self->log, &line);
+}
+
 /*  Aggregates a finished evaluation in float64, writes its line, feeds its trigger. */
 static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
     const bt_run_config *c = self->cfg;
@@ -996,6 +1072,11 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
     BT_TRY(bt_runlog_metric(self->log, &line));
     if (d->kind == BT_EVAL_GENERATE && ev->ds == s_first_generate(c))
         self->last_accuracy = primary;
+    for (int i = 0; c->scaling.enabled && !strcmp(ev->phase, "rl") &&
+                    !strcmp(c->scaling.dataset, d->name) && i < n_metrics;
+         i++)
+        if (!strcmp(metrics[i].name, "nll_per_token"))
+            BT_TRY(s_scaling_observe(self, ev->step, metrics[i].value));
     const bt_tuner_plateau_config *pc = &self->tuner.cfg.lr_plateau;
     for (int i = 0; pc->enabled && !strcmp(ev->phase, "rl") && !strcmp(pc->dataset, d->name) &&
                     i < n_metrics;

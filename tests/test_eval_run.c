@@ -10,6 +10,7 @@
 #include "check.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -239,6 +240,54 @@ static void test_perplexity_across_shards(void) {
     CHECK(ppl[0][0] != ppl[0][12]); /* the policy changed between them */
 }
 
+/*  Scaling-law predictions in a run: a perplexity dataset evaluated every step; from the 4th
+    held-out loss on, each evaluation fits the law and predicts the loss at the last step (a
+    `scaling_prediction` event), and the last step's evaluation settles every prediction: a
+    `scaling_error` event each, whose error is (predicted - measured) / measured with the loss
+    the eval line reports. */
+static void test_scaling_predictions(void) {
+    char dir[128], path[256], *events = NULL;
+    snprintf(dir, sizeof dir, "%s/scaling", s_tmp);
+    s_run(dir, 1,
+          "{\"every_steps\": 1, \"heldout_count\": 20,"
+          " \"datasets\": [{\"name\": \"ppl\", \"kind\": \"perplexity\"}]}",
+          NULL, NULL, "scaling.enabled=true");
+    cJSON *lines[S_MAX_LINES];
+    int n = s_lines(dir, lines);
+    double final_nll = NAN;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s_str(lines[i], "kind"), "eval") && s_num(lines[i], "step") == S_STEPS)
+            final_nll = s_num(lines[i], "nll_per_token");
+    for (int i = 0; i < n; i++)
+        cJSON_Delete(lines[i]);
+    CHECK(isfinite(final_nll));
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    int predictions = 0, settled = 0;
+    double predicted[S_STEPS + 1];
+    for (char *l = events ? strtok(events, "\n") : NULL; l; l = strtok(NULL, "\n")) {
+        cJSON *e = cJSON_Parse(l);
+        const char *kind = s_str(e, "event");
+        if (kind && !strcmp(kind, "scaling_prediction")) {
+            int step = (int)s_num(e, "step");
+            CHECK(step == 4 + predictions && s_num(e, "points") == step);
+            CHECK(s_num(e, "target") == S_STEPS && isfinite(s_num(e, "predicted")));
+            CHECK(s_num(e, "L0") >= 0 && s_num(e, "A") >= 0 && s_num(e, "C") >= 0);
+            predicted[step] = s_num(e, "predicted");
+            predictions++;
+        } else if (kind && !strcmp(kind, "scaling_error")) {
+            int made = (int)s_num(e, "made_at");
+            CHECK(made >= 4 && made < S_STEPS && s_num(e, "measured") == final_nll);
+            CHECK(s_num(e, "predicted") == predicted[made]);
+            CHECK_REL(s_num(e, "error"), (predicted[made] - final_nll) / final_nll, 1e-12);
+            settled++;
+        }
+        cJSON_Delete(e);
+    }
+    CHECK(predictions == S_STEPS - 4 && settled == predictions);
+    free(events);
+}
+
 /*  Adaptive triggers in a run: the accuracy of a policy that cannot add yet stays flat, so the
     interval doubles (a plateau), written as events with their reason; training never waits. */
 static void test_adaptive(void) {
@@ -358,6 +407,7 @@ int main(void) {
     test_two_workers_three_datasets();
     test_perplexity_across_shards();
     test_adaptive();
+    test_scaling_predictions();
     test_slow_worker();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);

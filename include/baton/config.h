@@ -144,6 +144,11 @@ typedef struct bt_run_config {
         char mirror_dir[BT_CONFIG_PATH_MAX];
         double spike_factor;
     } checkpoint;
+    struct { /* scaling-law prediction of the held-out loss (eval/scaling.c) */
+        bool enabled;
+        char dataset[BT_CONFIG_NAME_MAX]; /* a perplexity dataset; "" resolves to the first */
+        int64_t min_points;               /* evaluations before the first fit */
+    } scaling;
     struct {
         int64_t inject_nan_at_step;
         int64_t save_pause_ms;
