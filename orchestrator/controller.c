@@ -125,6 +125,7 @@ struct bt_controller {
     double wait_since;         /* while s_eval_wait waits: when it began; else NaN */
     double wait_busy[S_TRACK]; /* eval worker compute inside that wait */
     int64_t step;              /* GRPO steps done */
+    double tokens;             /* completion tokens sampled by those steps */
     uint64_t cursor;           /* next training-stream index */
     double t0, last_accuracy, last_reward, tokens_per_s;
     const char *phase; /* of the last report */
@@ -1439,6 +1440,7 @@ static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *
                           .nan_injected = self->nan_injected,
                           .loss_ema = self->loss_ema,
                           .loss_n = self->loss_n,
+                          .tokens = self->tokens,
                           .n_triggers = self->cfg->eval.n_datasets};
     memcpy(out->triggers, self->triggers, sizeof out->triggers);
     out->has_tuner = true;
@@ -1464,6 +1466,7 @@ static void s_state_apply(bt_controller_t *self, const bt_run_state *st, bool re
     self->nan_injected |= st->nan_injected;
     self->loss_ema = st->loss_ema;
     self->loss_n = st->loss_n;
+    self->tokens = st->tokens;
     for (int i = 0; i < st->n_triggers && i < self->cfg->eval.n_datasets; i++) {
         bt_trigger_config cfg = self->triggers[i].cfg; /* the config's, not the file's */
         self->triggers[i] = st->triggers[i];
@@ -1843,6 +1846,8 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_num(&line, "lr", updated ? ts.lr : lr); /* the one AdamW applied */
     bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
     bt_jsonl_num(&line, "tokens_per_s", tps);
+    self->tokens += length;
+    bt_jsonl_num(&line, "tokens", self->tokens);
     bt_jsonl_int(&line, "version", self->version);
     if (c->grpo.max_staleness > 0) /* policy versions between the oldest sampler and the update */
         bt_jsonl_int(&line, "staleness", version - oldest);

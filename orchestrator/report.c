@@ -73,6 +73,8 @@ typedef struct {
 typedef struct {
     char dataset[64];
     double accuracy;
+    double best, best_step;       /* the best RL accuracy and its step; NaN: none */
+    double reach_step, reach_time; /* the first RL evaluation at or above the target; NaN: none */
 } s_last;
 
 typedef struct {
@@ -82,6 +84,7 @@ typedef struct {
     int bad_metrics, bad_events; /* malformed lines skipped */
     s_last last[S_MAX_DATASETS];
     int n_last;
+    double tokens; /* the last train line's cumulative completion tokens; NaN: none */
 } s_run;
 
 typedef struct {
@@ -91,6 +94,7 @@ typedef struct {
     int n_series, cap_series;
     s_mark *marks;
     int n_marks, cap_marks;
+    double target; /* the table's target accuracy; NaN: none */
     bool oom;
 } s_report;
 
@@ -248,8 +252,9 @@ static void s_final_step(s_run *u, double step) {
         u->final_step = step;
 }
 
-/*  The table's last accuracy per dataset, any phase: accuracy, else pairs_accuracy. */
-static void s_last_accuracy(s_run *u, const char *dataset, const cJSON *o) {
+/*  The table's accuracy per dataset (accuracy, else pairs_accuracy): the last of any phase; over
+    RL evaluations the best and the first at or above target. */
+static void s_last_accuracy(s_run *u, const char *dataset, const cJSON *o, double target) {
     double acc = s_num(o, "accuracy");
     if (!isfinite(acc))
         acc = s_num(o, "pairs_accuracy");
@@ -260,9 +265,24 @@ static void s_last_accuracy(s_run *u, const char *dataset, const cJSON *o) {
         i++;
     if (i == S_MAX_DATASETS)
         return;
-    if (i == u->n_last)
-        snprintf(u->last[u->n_last++].dataset, sizeof u->last[i].dataset, "%s", dataset);
-    u->last[i].accuracy = acc;
+    s_last *l = &u->last[i];
+    if (i == u->n_last) {
+        u->n_last++;
+        *l = (s_last){.best = NAN, .best_step = NAN, .reach_step = NAN, .reach_time = NAN};
+        snprintf(l->dataset, sizeof l->dataset, "%s", dataset);
+    }
+    l->accuracy = acc;
+    double step = s_num(o, "step");
+    if (strcmp(s_str(o, "phase", "rl"), "rl") || !isfinite(step))
+        return;
+    if (!(l->best >= acc)) {
+        l->best = acc;
+        l->best_step = step;
+    }
+    if (acc >= target && !isfinite(l->reach_step)) {
+        l->reach_step = step;
+        l->reach_time = s_num(o, "time");
+    }
 }
 
 static void s_train(s_report *r, s_run *u, const cJSON *o) {
@@ -270,6 +290,8 @@ static void s_train(s_report *r, s_run *u, const cJSON *o) {
     if (!isfinite(step))
         return;
     s_final_step(u, step);
+    if (s_has(o, "tokens"))
+        u->tokens = s_num(o, "tokens");
     char label[S_LABEL];
     s_label(label, u, s_str(o, "variant", "main"), NULL, NULL);
     if (s_has(o, "response_len_mean"))
@@ -306,7 +328,7 @@ static void s_eval_fields(s_report *r, s_run *u, const cJSON *o, double step) {
 /*  Phase "sft" evaluations count SFT steps: only the table sees them. */
 static void s_eval(s_report *r, s_run *u, const cJSON *o) {
     const char *dataset = s_str(o, "dataset", "eval");
-    s_last_accuracy(u, dataset, o);
+    s_last_accuracy(u, dataset, o, r->target);
     double step = s_num(o, "step");
     if (strcmp(s_str(o, "phase", "rl"), "rl") || !isfinite(step))
         return;
@@ -421,6 +443,7 @@ static bt_status s_load_run(s_report *r, s_run *u, const char *dir) {
     struct stat sb;
     u->dir = dir;
     u->final_step = NAN;
+    u->tokens = NAN;
     if (stat(dir, &sb) != 0)
         return bt_fail(BT_EIO, "%s: cannot read run directory: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
@@ -643,9 +666,44 @@ static void s_head(s_buf *b, const s_report *r) {
     s_put(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>baton report</h1>\n", s_css);
 }
 
+/*  "dataset value (step S)" per dataset, "; "-separated, or "-". */
+static void s_best_cell(s_buf *b, const s_run *u) {
+    int n = 0;
+    for (int i = 0; i < u->n_last; i++) {
+        if (!isfinite(u->last[i].best))
+            continue;
+        s_put(b, n++ ? "; " : "");
+        s_esc(b, u->last[i].dataset);
+        s_put(b, " %.6g (step %.6g)", u->last[i].best, u->last[i].best_step);
+    }
+    s_put(b, n ? "" : "-");
+}
+
+/*  "dataset step S, T s" per dataset that reached the target, else "dataset not reached". */
+static void s_reach_cell(s_buf *b, const s_run *u) {
+    int n = 0;
+    for (int i = 0; i < u->n_last; i++) {
+        const s_last *l = &u->last[i];
+        if (!isfinite(l->best))
+            continue;
+        s_put(b, n++ ? "; " : "");
+        s_esc(b, l->dataset);
+        if (!isfinite(l->reach_step))
+            s_put(b, " not reached");
+        else if (isfinite(l->reach_time))
+            s_put(b, " step %.6g, %.1f s", l->reach_step, l->reach_time);
+        else
+            s_put(b, " step %.6g", l->reach_step);
+    }
+    s_put(b, n ? "" : "-");
+}
+
 static void s_runs_table(s_buf *b, const s_report *r) {
     s_put(b, "<table class=\"runs\">\n<tr><th>run</th><th>directory</th><th>final step</th>"
-             "<th>last accuracy</th></tr>\n");
+             "<th>last accuracy</th><th>best accuracy</th><th>tokens</th>");
+    if (isfinite(r->target))
+        s_put(b, "<th>first at accuracy &#8805; %.6g</th>", r->target);
+    s_put(b, "</tr>\n");
     for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++) {
         s_put(b, "<tr><td>");
         s_esc(b, u->name);
@@ -660,7 +718,18 @@ static void s_runs_table(s_buf *b, const s_report *r) {
             s_esc(b, u->last[i].dataset);
             s_put(b, " %.6g", u->last[i].accuracy);
         }
-        s_put(b, "%s</td></tr>\n", u->n_last ? "" : "-");
+        s_put(b, "%s</td><td>", u->n_last ? "" : "-");
+        s_best_cell(b, u);
+        s_put(b, "</td><td>");
+        if (isfinite(u->tokens))
+            s_put(b, "%.0f", u->tokens);
+        else
+            s_put(b, "-");
+        if (isfinite(r->target)) {
+            s_put(b, "</td><td>");
+            s_reach_cell(b, u);
+        }
+        s_put(b, "</td></tr>\n");
     }
     s_put(b, "</table>\n");
 }
@@ -699,9 +768,11 @@ static void s_report_release(s_report *r) {
     free(r->runs);
 }
 
-bt_status bt_report_write(const char *const *run_dirs, int n_dirs, const char *out_path) {
+bt_status bt_report_write(const char *const *run_dirs, int n_dirs, const char *out_path,
+                          double target_accuracy) {
     BT_ASSERT(run_dirs && n_dirs > 0 && out_path);
-    s_report r = {.runs = calloc((size_t)n_dirs, sizeof(s_run)), .n_runs = n_dirs};
+    s_report r = {
+        .runs = calloc((size_t)n_dirs, sizeof(s_run)), .n_runs = n_dirs, .target = target_accuracy};
     bt_status st = r.runs ? BT_OK : bt_fail(BT_ENOMEM, "report: out of memory");
     for (int i = 0; i < n_dirs && st == BT_OK; i++)
         st = s_load_run(&r, &r.runs[i], run_dirs[i]);

@@ -24,7 +24,7 @@ static const s_field s_state[] = {
     S_F(bt_run_state, last_reward, S_F64),   S_F(bt_run_state, last_accuracy, S_F64),
     S_F(bt_run_state, metrics_size, S_I64),  S_F(bt_run_state, canary_loss, S_F64),
     S_F(bt_run_state, nan_injected, S_BOOL), S_F(bt_run_state, loss_ema, S_F64),
-    S_F(bt_run_state, loss_n, S_I64),
+    S_F(bt_run_state, loss_n, S_I64),        S_F(bt_run_state, tokens, S_F64),
 };
 static const s_field s_trigger[] = {
     S_F(bt_trigger, interval, S_I64),   S_F(bt_trigger, last_step, S_I64),

@@ -204,7 +204,7 @@ static void test_two_workers_three_datasets(void) {
     /* and a report of it */
     const char *dirs[] = {dir};
     snprintf(path, sizeof path, "%s/report.html", dir);
-    CHECK_OK(bt_report_write(dirs, 1, path));
+    CHECK_OK(bt_report_write(dirs, 1, path, NAN));
     char *html = NULL;
     CHECK_OK(bt_file_read(path, 1 << 26, &html, NULL));
     const char *families[] = {"accuracy", "perplexity", "robustness", "probes", "reward"};

@@ -10,6 +10,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -88,8 +89,8 @@ static int s_make_run(const char *dir, const char *config, bool null_point) {
             snprintf(line, sizeof line,
                      "{\"kind\":\"train\",\"step\":%d,\"variant\":\"main\",\"time\":%d.5,"
                      "\"reward_mean\":%.6g,\"loss\":0.1,\"kl\":null,\"response_len_mean\":%.6g,"
-                     "\"unknown_field\":[1,2],\"version\":%d}",
-                     step, step, 0.3 + 0.01 * step, 5.0 + step, step);
+                     "\"unknown_field\":[1,2],\"version\":%d,\"tokens\":%d}",
+                     step, step, 0.3 + 0.01 * step, 5.0 + step, step, 100 * step);
             s_line(text, sizeof text, line);
         }
         if (step % 5)
@@ -101,10 +102,11 @@ static int s_make_run(const char *dir, const char *config, bool null_point) {
         for (int d = 0; d < 2; d++) {
             snprintf(line, sizeof line,
                      "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":%d,\"variant\":\"main\","
-                     "\"dataset\":\"%s\",\"trigger\":\"steps\",\"examples\":200,\"accuracy\":%.6g,"
-                     "\"accuracy_stderr\":0.03,\"response_len_mean\":6,\"robust.spacing\":%.6g,"
-                     "\"robust.order\":0.5}",
-                     step, d ? "gsm" : "heldout", 0.4 + 0.02 * step - 0.1 * d, 0.2 + 0.01 * step);
+                     "\"time\":%d.75,\"dataset\":\"%s\",\"trigger\":\"steps\",\"examples\":200,"
+                     "\"accuracy\":%.6g,\"accuracy_stderr\":0.03,\"response_len_mean\":6,"
+                     "\"robust.spacing\":%.6g,\"robust.order\":0.5}",
+                     step, step, d ? "gsm" : "heldout", 0.4 + 0.02 * step - 0.1 * d,
+                     0.2 + 0.01 * step);
             s_line(text, sizeof text, line);
             accuracy_lines++;
         }
@@ -190,6 +192,12 @@ static void s_check_report(const char *html, int accuracy_lines) {
     CHECK_STR_CONTAINS(chart, "flat &lt;plateau&gt; &amp; &quot;stable&quot;");
     CHECK_STR_CONTAINS(chart, ">step</text>");
     CHECK_STR_CONTAINS(html, "<td>alpha</td><td>a</td><td>20</td><td>heldout 0.8; gsm 0.7");
+    /* the comparison: accuracy 0.4 + 0.02 step (gsm 0.1 lower) evaluated every 5 steps at time
+       step + 0.75; 100 completion tokens a step; target 0.6: heldout at step 10, gsm at 15 */
+    CHECK_STR_CONTAINS(html, "<td>heldout 0.8 (step 20); gsm 0.7 (step 20); probes 0.75 (step 0)"
+                             "</td><td>2000</td><td>heldout step 10, 10.8 s; gsm step 15, 15.8 s;"
+                             " probes step 0</td>");
+    CHECK_STR_CONTAINS(html, "<th>first at accuracy &#8805; 0.6</th>");
     CHECK_STR_CONTAINS(html, "alpha: 1 malformed line skipped in events.jsonl");
     CHECK(s_only_namespaces(html));
     CHECK(!strstr(html, "<script") && !strstr(html, "<SCRIPT"));
@@ -205,14 +213,14 @@ static void s_check_train_only(void) {
             "{\"kind\":\"train\",\"step\":2,\"reward_mean\":0.6}\n");
     snprintf(out, sizeof out, "%s/train_only.html", s_tmp);
     const char *dirs[] = {dir};
-    CHECK_OK(bt_report_write(dirs, 1, out));
+    CHECK_OK(bt_report_write(dirs, 1, out, NAN));
     char *html = s_read(out);
     CHECK(html && !strstr(html, "data-family=\"accuracy\""));
     CHECK(html && s_count(html, "data-family=\"reward\"") == 1);
     CHECK_STR_CONTAINS(html, "<td>train_only</td>"); /* no config.json: the directory's name */
     free(html);
     snprintf(out, sizeof out, "%s/no/such/dir/r.html", s_tmp);
-    CHECK(bt_report_write(dirs, 1, out) == BT_EIO);
+    CHECK(bt_report_write(dirs, 1, out, NAN) == BT_EIO);
     CHECK_STR_CONTAINS(bt_last_error(), out);
 }
 
@@ -227,7 +235,7 @@ int main(void) {
     accuracy_lines += s_make_run("b", "{\"run\": {\"name\": \"b<&>\\\"run\"}}", true);
     char out[8192], path[PATH_MAX];
 
-    CHECK(s_report("a b --out both.html", out, sizeof out) == 0);
+    CHECK(s_report("a b --out both.html --target 0.6", out, sizeof out) == 0);
     snprintf(path, sizeof path, "%s/both.html", s_tmp);
     s_check_xml(path);
     char *html = s_read(path);

@@ -38,6 +38,7 @@ typedef struct bt_run_state {
     bool nan_injected;    /* debug.inject_nan_at_step has fired */
     double loss_ema;      /* |loss| EMA for spike detection, over loss_n steps */
     int64_t loss_n;
+    double tokens;        /* completion tokens sampled so far */
     int32_t n_triggers;
     bt_trigger triggers[BT_EVAL_MAX_DATASETS];
     int32_t n_pending;
