@@ -579,16 +579,134 @@ static bt_status s_apply_section(const cJSON *obj, const char *prefix, const cha
     return BT_OK;
 }
 
+/*  The keys a variant may set: what one policy's training does, not the run's shared parts. */
+static bool s_is_variant_key(const char *path) {
+    const char *const prefixes[] = {"grpo.", "sft.", "tuner.", "scaling."};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (strncmp(path, prefixes[i], strlen(prefixes[i])) == 0)
+            return true;
+    return strcmp(path, "run.seed") == 0;
+}
+
+/*  Variant e's `set` object: each member a key a variant may set and a value the key takes,
+    stored as "key.path=value" with the value as --set reads it back. */
+static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
+                                      bt_run_config *cfg) {
+    char where[256];
+    bt_config_variant_spec *v = &cfg->variants[e];
+    snprintf(where, sizeof where, "%s: variants[%d].set", src, e);
+    if (!cJSON_IsObject(set))
+        return s_expected(where, "an object of key paths and values", set);
+    if (cJSON_GetArraySize(set) > BT_CONFIG_MAX_VARIANT_SETS)
+        return bt_fail(BT_EINVAL, "%s: expected at most %d keys, got %d", where,
+                       BT_CONFIG_MAX_VARIANT_SETS, cJSON_GetArraySize(set));
+    for (const cJSON *item = set->child; item; item = item->next) {
+        snprintf(where, sizeof where, "%s: variants[%d].set.%s", src, e, item->string);
+        const s_key *k = s_find(item->string);
+        if (!k)
+            return s_unknown(where, item->string);
+        if (s_is_duplicate(set, item))
+            return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+        if (!s_is_variant_key(item->string))
+            return bt_fail(BT_EINVAL,
+                           "%s: not a per-variant key (a variant may set grpo.*, sft.*, tuner.*, "
+                           "scaling.* and run.seed)",
+                           where);
+        /* the value must suit the key as the file gives it ("50" is no integer); the field is
+           put back, the variant's config is made by bt_config_variant */
+        char saved[BT_CONFIG_PATH_MAX];
+        BT_ASSERT(k->size <= sizeof saved);
+        memcpy(saved, s_cfield(k, cfg), k->size);
+        bt_status st = s_set(k, item, where, cfg);
+        memcpy(s_field(k, cfg), saved, k->size);
+        BT_TRY(st);
+        char value[BT_CONFIG_SET_MAX];
+        if (cJSON_IsNumber(item))
+            s_format_number(item->valuedouble, value, sizeof value);
+        else if (cJSON_IsBool(item))
+            snprintf(value, sizeof value, "%s", cJSON_IsTrue(item) ? "true" : "false");
+        else if (item->valuestring[0] != '"') /* --set takes a string key's text as it is */
+            snprintf(value, sizeof value, "%s", item->valuestring);
+        else { /* ... unless it starts with a quote: then it reads JSON */
+            char *json = cJSON_PrintUnformatted(item);
+            if (!json)
+                return bt_fail(BT_ENOMEM, "%s: out of memory", where);
+            snprintf(value, sizeof value, "%s", json);
+            cJSON_free(json);
+        }
+        int n = snprintf(v->sets[v->n_sets], BT_CONFIG_SET_MAX, "%s=%s", item->string, value);
+        if (n < 0 || n >= BT_CONFIG_SET_MAX || strlen(value) >= sizeof value - 1)
+            return bt_fail(BT_EINVAL, "%s: expected \"key.path=value\" of at most %d bytes", where,
+                           BT_CONFIG_SET_MAX - 1);
+        v->n_sets++;
+    }
+    return BT_OK;
+}
+
+/*  The top-level `variants` array: objects with a unique "name" and an optional "set". */
+static bt_status s_apply_variants(const cJSON *arr, const char *src, bt_run_config *cfg) {
+    char where[256];
+    snprintf(where, sizeof where, "%s: variants", src);
+    if (!cJSON_IsArray(arr))
+        return s_expected(where, "an array of objects", arr);
+    if (cJSON_GetArraySize(arr) > BT_CONFIG_MAX_VARIANTS)
+        return bt_fail(BT_EINVAL, "%s: expected at most %d entries, got %d", where,
+                       BT_CONFIG_MAX_VARIANTS, cJSON_GetArraySize(arr));
+    memset(cfg->variants, 0, sizeof cfg->variants);
+    cfg->n_variants = 0;
+    for (const cJSON *entry = arr->child; entry; entry = entry->next) {
+        int e = cfg->n_variants++;
+        bt_config_variant_spec *v = &cfg->variants[e];
+        snprintf(where, sizeof where, "%s: variants[%d]", src, e);
+        if (!cJSON_IsObject(entry))
+            return s_expected(where, "an object", entry);
+        for (const cJSON *item = entry->child; item; item = item->next) {
+            snprintf(where, sizeof where, "%s: variants[%d].%s", src, e, item->string);
+            bool is_name = strcmp(item->string, "name") == 0;
+            if (!is_name && strcmp(item->string, "set") != 0)
+                return bt_fail(BT_EINVAL, "%s: unknown key (a variant has \"name\" and \"set\")",
+                               where);
+            if (s_is_duplicate(entry, item))
+                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+            if (is_name) {
+                s_key k = {.path = "name",
+                           .type = S_STR,
+                           .offset = (size_t)((char *)v->name - (char *)cfg),
+                           .size = sizeof v->name,
+                           .valid = s_is_name,
+                           .what = "a name of letters, digits, '.', '_' or '-', not starting "
+                                   "with '.'"};
+                BT_TRY(s_set(&k, item, where, cfg));
+            } else {
+                BT_TRY(s_apply_variant_sets(item, src, e, cfg));
+            }
+        }
+        snprintf(where, sizeof where, "%s: variants[%d].name", src, e);
+        if (!v->name[0])
+            return bt_fail(BT_EINVAL, "%s: expected a name, got nothing", where);
+        for (int j = 0; j < e; j++)
+            if (strcmp(cfg->variants[j].name, v->name) == 0)
+                return bt_fail(BT_EINVAL, "%s: \"%s\" is already the name of variants[%d]", where,
+                               v->name, j);
+    }
+    return BT_OK;
+}
+
 static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config *cfg) {
     char where[256];
     if (!cJSON_IsObject(root))
         return s_expected(src, "an object at the top level", root);
     for (const cJSON *sec = root->child; sec; sec = sec->next) {
         snprintf(where, sizeof where, "%s: %s", src, sec->string);
-        if (!s_is_section(sec->string))
+        bool variants = strcmp(sec->string, "variants") == 0;
+        if (!variants && !s_is_section(sec->string))
             return s_unknown(where, sec->string);
         if (s_is_duplicate(root, sec))
             return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+        if (variants) {
+            BT_TRY(s_apply_variants(sec, src, cfg));
+            continue;
+        }
         if (!cJSON_IsObject(sec))
             return s_expected(where, "an object", sec);
         BT_TRY(s_apply_section(sec, sec->string, src, cfg));
@@ -596,14 +714,16 @@ static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config 
     return BT_OK;
 }
 
-/*  "key.path=value"; errors start with "--set key.path=value". */
-static bt_status s_apply_override(const char *text, bt_run_config *cfg) {
-    char where[256], path[128];
-    snprintf(where, sizeof where, "--set %s", text);
+/*  "key.path=value" as --set gives it; errors start with where ("--set key.path=value"). */
+static bt_status s_apply_override(const char *text, const char *where, bt_run_config *cfg) {
+    char path[128];
     const char *eq = strchr(text, '=');
     if (!eq)
         return bt_fail(BT_EINVAL, "%s: expected key.path=value", where);
     snprintf(path, sizeof path, "%.*s", (int)(eq - text), text);
+    if (strcmp(path, "variants") == 0 || strncmp(path, "variants.", 9) == 0 ||
+        strncmp(path, "variants[", 9) == 0)
+        return bt_fail(BT_EINVAL, "%s: variants is an array: set it in the config file", where);
     const s_key *k = s_find(path);
     if (!k)
         return s_unknown(where, path);
@@ -814,6 +934,44 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     return BT_OK;
 }
 
+/*  With variants: the run-wide keys variants cannot share yet, then each variant's config. */
+static bt_status s_check_variants(const bt_run_config *cfg, const char *src) {
+    if (cfg->n_variants == 0)
+        return BT_OK;
+    if (cfg->workers.trainer != 1)
+        return bt_fail(BT_EINVAL,
+                       "%s: workers.trainer: variants need workers.trainer 1 (data-parallel "
+                       "groups per variant are not supported), got %" PRId64,
+                       src, cfg->workers.trainer);
+    const struct {
+        const char *path;
+        double value;
+    } ckpt[] = {{"checkpoint.full_every_steps", (double)cfg->checkpoint.full_every_steps},
+                {"checkpoint.full_every_secs", cfg->checkpoint.full_every_secs},
+                {"checkpoint.light_every_steps", (double)cfg->checkpoint.light_every_steps}};
+    for (size_t i = 0; i < sizeof ckpt / sizeof ckpt[0]; i++) {
+        if (ckpt[i].value != 0) {
+            char got[32];
+            s_format_number(ckpt[i].value, got, sizeof got);
+            return bt_fail(BT_EINVAL,
+                           "%s: %s: checkpoints of a run with variants are not supported yet, "
+                           "expected 0, got %s",
+                           src, ckpt[i].path, got);
+        }
+    }
+    bt_run_config *variant = malloc(sizeof *variant);
+    if (!variant)
+        return bt_fail(BT_ENOMEM, "%s: variants: out of memory", src);
+    bt_status st = BT_OK;
+    for (int k = 0; st == BT_OK && k < cfg->n_variants; k++) {
+        st = bt_config_variant(cfg, k, variant);
+        if (st != BT_OK)
+            st = s_reraise(src, "", "");
+    }
+    free(variant);
+    return st;
+}
+
 void bt_config_init(bt_run_config *cfg) {
     bt_run_config hf; /* only .model is set: the model defaults */
     bt_model_config_init(&hf.model);
@@ -844,9 +1002,28 @@ bt_status bt_config_parse(const char *json_text, const char *source, const char 
     }
     bt_status st = s_apply_json(root, source, out);
     cJSON_Delete(root);
-    for (int i = 0; st == BT_OK && i < n_overrides; i++)
-        st = s_apply_override(overrides[i], out);
-    return st == BT_OK ? s_check(out, source) : st;
+    for (int i = 0; st == BT_OK && i < n_overrides; i++) {
+        char where[BT_CONFIG_SET_MAX + 16];
+        snprintf(where, sizeof where, "--set %s", overrides[i]);
+        st = s_apply_override(overrides[i], where, out);
+    }
+    if (st == BT_OK)
+        st = s_check(out, source);
+    return st == BT_OK ? s_check_variants(out, source) : st;
+}
+
+bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out) {
+    BT_ASSERT(k >= 0 && k < base->n_variants);
+    *out = *base;
+    const bt_config_variant_spec *v = &base->variants[k];
+    char where[256];
+    for (int i = 0; i < v->n_sets; i++) {
+        snprintf(where, sizeof where, "variants[%d].set.%.*s", k, (int)strcspn(v->sets[i], "="),
+                 v->sets[i]);
+        BT_TRY(s_apply_override(v->sets[i], where, out));
+    }
+    snprintf(where, sizeof where, "variants[%d]", k);
+    return s_check(out, where);
 }
 
 bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
@@ -922,6 +1099,32 @@ static cJSON *s_section_object(cJSON *root, const char *path, const char **leaf)
     return obj;
 }
 
+/*  {"name": ..., "set": {"key.path": value, ...}}, each value as the JSON the file would give. */
+static bool s_variant_to_json(cJSON *arr, const bt_config_variant_spec *v) {
+    cJSON *obj = cJSON_CreateObject();
+    if (!obj || !cJSON_AddItemToArray(arr, obj)) {
+        cJSON_Delete(obj);
+        return false;
+    }
+    cJSON *set =
+        cJSON_AddStringToObject(obj, "name", v->name) ? cJSON_AddObjectToObject(obj, "set") : NULL;
+    for (int i = 0; set && i < v->n_sets; i++) {
+        char path[128];
+        const char *text = v->sets[i];
+        snprintf(path, sizeof path, "%.*s", (int)strcspn(text, "="), text);
+        const char *value = text + strcspn(text, "=") + (text[strcspn(text, "=")] == '=');
+        const s_key *k = s_find(path);
+        BT_ASSERT(k); /* parsing stored only real keys */
+        bool as_text = (k->type == S_STR || k->type == S_ENUM) && value[0] != '"';
+        cJSON *item = as_text ? cJSON_CreateString(value) : cJSON_Parse(value);
+        if (!item || !cJSON_AddItemToObject(set, path, item)) {
+            cJSON_Delete(item);
+            return false;
+        }
+    }
+    return set != NULL;
+}
+
 char *bt_config_to_json(const bt_run_config *cfg) {
     cJSON *root = cJSON_CreateObject();
     bool ok = root != NULL;
@@ -941,6 +1144,10 @@ char *bt_config_to_json(const bt_run_config *cfg) {
          s_array_to_json(eval, "probes", s_probe_keys, S_NPROBE_KEYS,
                          offsetof(bt_run_config, eval.probes), sizeof(bt_eval_probe),
                          cfg->eval.n_probes, cfg);
+    cJSON *variants = ok ? cJSON_AddArrayToObject(root, "variants") : NULL;
+    ok = ok && variants;
+    for (int e = 0; ok && e < cfg->n_variants; e++)
+        ok = s_variant_to_json(variants, &cfg->variants[e]);
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     return text;

@@ -6,6 +6,7 @@
 
 #include "check.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -104,6 +105,14 @@ static void test_round_trip(void) {
         "   \"temperature\": 0.6, \"max_new_tokens\": 10},"
         " \"workers\": {\"rollout\": 2, \"trainer\": 3, \"eval\": 0, \"heartbeat_ms\": 100,"
         "   \"expiry_ms\": 1000}}";
+    /* the same with variants, which need one trainer */
+    const char *with_variants =
+        "{\"workers\": {\"trainer\": 1},"
+        " \"variants\": [{\"name\": \"lr_low\", \"set\": {\"grpo.lr\": 1e-5, \"run.seed\": 3}},"
+        "              {\"name\": \"main\"},"
+        "              {\"name\": \"eta1\", \"set\": {\"grpo.max_staleness\": 1,"
+        "                 \"tuner.lr_plateau.enabled\": true, \"grpo.loss_agg\": \"seq_mean\","
+        "                 \"tuner.lr_plateau.metric\": \"pass@8\"}}]}";
     bt_run_config a, b;
     CHECK_OK(s_parse(json, &a));
     CHECK(a.run.seed == 9007199254740991LL && strcmp(a.run.device, "cuda:1") == 0);
@@ -131,6 +140,22 @@ static void test_round_trip(void) {
     }
     free(text);
     free(again);
+
+    /* variants: the sets are written as JSON values and read back into the same strings */
+    const char *sets[] = {"workers.trainer=1"};
+    CHECK_OK(bt_config_parse(json, "arith.json", sets, 1, &a));
+    bt_run_config v;
+    CHECK_OK(s_parse(with_variants, &v));
+    CHECK(v.n_variants == 3 && v.variants[2].n_sets == 4);
+    memcpy(&a.n_variants, &v.n_variants, sizeof a - offsetof(bt_run_config, n_variants));
+    text = bt_config_to_json(&a);
+    CHECK(text != NULL);
+    CHECK_STR_CONTAINS(text, "\"grpo.lr\":\t1e-05");
+    CHECK_STR_CONTAINS(text, "\"tuner.lr_plateau.enabled\":\ttrue");
+    CHECK_OK(bt_config_parse(text, "resolved", NULL, 0, &b));
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+    CHECK(strcmp(b.variants[2].sets[3], "tuner.lr_plateau.metric=pass@8") == 0);
+    free(text);
 
     /* the defaults round-trip too, resolved values included */
     CHECK_OK(s_parse("{}", &a));
@@ -605,6 +630,125 @@ static void test_tuner(void) {
                  "--set tuner.lr_plateau.patience=0: expected an integer >= 1, got 0") == 0);
 }
 
+/*  variants: each a name and the per-variant keys it sets over the base. */
+static void test_variants(void) {
+    const char *json = "{\"grpo\": {\"lr\": 3e-4, \"steps\": 40},"
+                       " \"variants\": [{\"name\": \"lr_low\", \"set\": {\"grpo.lr\": 1e-5}},"
+                       "              {\"name\": \"base\"},"
+                       "              {\"name\": \"eta1\", \"set\": {\"grpo.max_staleness\": 1,"
+                       "                 \"tuner.lr_plateau.enabled\": true, \"run.seed\": 7,"
+                       "                 \"grpo.lr_schedule\": \"cosine\"}}]}";
+    bt_run_config base, v;
+    CHECK_OK(s_parse(json, &base));
+    CHECK(base.n_variants == 3);
+    CHECK(strcmp(base.variants[0].name, "lr_low") == 0 && base.variants[0].n_sets == 1);
+    CHECK(strcmp(base.variants[0].sets[0], "grpo.lr=1e-05") == 0);
+    CHECK(strcmp(base.variants[1].name, "base") == 0 && base.variants[1].n_sets == 0);
+    CHECK(base.variants[2].n_sets == 4);
+    CHECK(strcmp(base.variants[2].sets[3], "grpo.lr_schedule=cosine") == 0); /* text, unquoted */
+    CHECK(base.grpo.lr == 3e-4 && base.grpo.max_staleness == 0); /* the base is not changed */
+
+    CHECK_OK(bt_config_variant(&base, 0, &v));
+    CHECK(v.grpo.lr == 1e-5 && v.grpo.steps == 40 && v.grpo.max_staleness == 0);
+    CHECK(v.n_variants == 3 && memcmp(v.variants, base.variants, sizeof v.variants) == 0);
+    CHECK_OK(bt_config_variant(&base, 1, &v));
+    CHECK(memcmp(&v, &base, sizeof v) == 0); /* no sets: the base itself */
+    CHECK_OK(bt_config_variant(&base, 2, &v));
+    CHECK(v.grpo.max_staleness == 1 && v.tuner.lr_plateau.enabled && v.run.seed == 7);
+    CHECK(v.grpo.lr_schedule == BT_LR_COSINE);
+    CHECK(v.grpo.lr == 3e-4 && v.grpo.steps == 40);            /* unset: the base's */
+    CHECK(strcmp(v.tuner.lr_plateau.dataset, "heldout") == 0); /* resolved as the base */
+
+    /* a variant's set wins over the base's --set; --set cannot set variants */
+    const char *set = "grpo.lr=0.5";
+    CHECK_OK(bt_config_parse(json, "arith.json", &set, 1, &base));
+    CHECK_OK(bt_config_variant(&base, 0, &v));
+    CHECK(base.grpo.lr == 0.5 && v.grpo.lr == 1e-5);
+    set = "variants=[]";
+    CHECK(bt_config_parse("{}", "arith.json", &set, 1, &base) == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "--set variants=[]: variants is an array: set it in the config file") == 0);
+    CHECK_OK(s_parse("{\"variants\": []}", &base)); /* empty: no variants */
+    CHECK(base.n_variants == 0);
+
+    char nine[1024] = "{\"variants\": [";
+    for (int i = 0; i < 9; i++)
+        snprintf(nine + strlen(nine), sizeof nine - strlen(nine), "%s{\"name\": \"v%d\"}",
+                 i ? ", " : "", i);
+    strcat(nine, "]}");
+    char seventeen[2048] = "{\"variants\": [{\"name\": \"v\", \"set\": {";
+    for (int i = 0; i < 17; i++)
+        snprintf(seventeen + strlen(seventeen), sizeof seventeen - strlen(seventeen), "%s\"%s\": 1",
+                 i ? ", " : "", bt_config_key(40 + i));
+    strcat(seventeen, "}}]}");
+    const struct {
+        const char *json, *error;
+    } cases[] = {
+        {"{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr\": -1}}, "
+         "{\"name\": \"b\", \"set\": {\"grpo.lr\": -1}}]}",
+         "arith.json: variants[0].set.grpo.lr: expected a number >= 0, got -1"},
+        {"{\"variants\": [{\"name\": \"a\"}, {\"name\": \"b\", \"set\": {\"grpo.lrr\": 1}}]}",
+         "arith.json: variants[1].set.grpo.lrr: unknown key (did you mean grpo.lr?)"},
+        {"{\"variants\": [{\"name\": \"a\", \"set\": {\"workers.rollout\": 2}}]}",
+         "arith.json: variants[0].set.workers.rollout: not a per-variant key (a variant may set "
+         "grpo.*, sft.*, tuner.*, scaling.* and run.seed)"},
+        {"{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.steps\": \"50\"}}]}",
+         "arith.json: variants[0].set.grpo.steps: expected an integer, got \"50\""},
+        {"{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr\": 1, \"grpo.lr\": 2}}]}",
+         "arith.json: variants[0].set.grpo.lr: duplicate key"},
+        /* checks between keys, on the variant's config */
+        {"{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr_schedule\": \"wsd\"}}]}",
+         "arith.json: variants[0]: grpo: lr schedule: wsd decay_steps must be in [1, 100], got 0"},
+        {"{\"variants\": [{\"name\": \"a\", \"set\": {\"scaling.enabled\": true}}]}",
+         "arith.json: variants[0]: scaling.dataset: expected the name of a perplexity "
+         "eval.datasets entry, got \"\""},
+        /* the entries */
+        {"{\"variants\": [{\"name\": \"a\"}, {\"name\": \"a\"}]}",
+         "arith.json: variants[1].name: \"a\" is already the name of variants[0]"},
+        {"{\"variants\": [{\"set\": {}}]}",
+         "arith.json: variants[0].name: expected a name, got nothing"},
+        {"{\"variants\": [{\"name\": \"../a\"}]}",
+         "arith.json: variants[0].name: expected a name of letters, digits, '.', '_' or '-', not "
+         "starting with '.', got \"../a\""},
+        {"{\"variants\": [{\"name\": \"a\", \"lr\": 1}]}",
+         "arith.json: variants[0].lr: unknown key (a variant has \"name\" and \"set\")"},
+        {"{\"variants\": [{\"name\": \"a\", \"set\": [1]}]}",
+         "arith.json: variants[0].set: expected an object of key paths and values, got an array"},
+        {"{\"variants\": [\"a\"]}", "arith.json: variants[0]: expected an object, got \"a\""},
+        {"{\"variants\": {\"name\": \"a\"}}",
+         "arith.json: variants: expected an array of objects, got an object"},
+        {nine, "arith.json: variants: expected at most 8 entries, got 9"},
+        {seventeen, "arith.json: variants[0].set: expected at most 16 keys, got 17"},
+        /* what variants cannot share yet */
+        {"{\"workers\": {\"trainer\": 2}, \"variants\": [{\"name\": \"a\"}]}",
+         "arith.json: workers.trainer: variants need workers.trainer 1 (data-parallel groups per "
+         "variant are not supported), got 2"},
+        {"{\"checkpoint\": {\"full_every_steps\": 10}, \"variants\": [{\"name\": \"a\"}]}",
+         "arith.json: checkpoint.full_every_steps: checkpoints of a run with variants are not "
+         "supported yet, expected 0, got 10"},
+        {"{\"checkpoint\": {\"full_every_secs\": 0.5}, \"variants\": [{\"name\": \"a\"}]}",
+         "arith.json: checkpoint.full_every_secs: checkpoints of a run with variants are not "
+         "supported yet, expected 0, got 0.5"},
+        {"{\"checkpoint\": {\"light_every_steps\": 5}, \"variants\": [{\"name\": \"a\"}]}",
+         "arith.json: checkpoint.light_every_steps: checkpoints of a run with variants are not "
+         "supported yet, expected 0, got 5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(s_parse(cases[i].json, &base) == BT_EINVAL);
+        if (strcmp(bt_last_error(), cases[i].error) != 0) {
+            fprintf(stderr, "case %zu: %s\n  got:      %s\n  expected: %s\n", i, cases[i].json,
+                    bt_last_error(), cases[i].error);
+            s_check_failures++;
+        }
+    }
+
+    /* bt_config_variant's own messages start with the variant (a config keeps no source) */
+    CHECK_OK(s_parse("{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr\": 1}}]}", &base));
+    snprintf(base.variants[0].sets[0], BT_CONFIG_SET_MAX, "grpo.lr=-1");
+    CHECK(bt_config_variant(&base, 0, &v) == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(), "variants[0].set.grpo.lr: expected a number >= 0, got -1") == 0);
+}
+
 /*  docs/config.md names every key as `section.key`, and every table row that starts with a
     `section.key` names a real key. */
 static void test_docs(void) {
@@ -643,6 +787,7 @@ int main(void) {
     test_malformed();
     test_sub_configs();
     test_tuner();
+    test_variants();
     test_load();
     test_docs();
     return check_exit();

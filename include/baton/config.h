@@ -31,6 +31,17 @@ typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1
 
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train/eval, reward.service: with the NUL */
+#define BT_CONFIG_MAX_VARIANTS 8
+#define BT_CONFIG_MAX_VARIANT_SETS 16
+#define BT_CONFIG_SET_MAX 256 /* one "key.path=value" of a variant, with the NUL */
+
+/*  One entry of the top-level `variants` array: a policy trained beside the others, its config the
+    base's with its own overrides. */
+typedef struct bt_config_variant_spec {
+    char name[BT_CONFIG_NAME_MAX];
+    int n_sets;
+    char sets[BT_CONFIG_MAX_VARIANT_SETS][BT_CONFIG_SET_MAX]; /* "key.path=value", as --set takes */
+} bt_config_variant_spec;
 
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
     After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens,
@@ -155,6 +166,8 @@ typedef struct bt_run_config {
         int64_t kill_rollout_at_task;
         bool log_prompts;
     } debug;
+    int n_variants; /* 0: no variants: one policy, named "main" */
+    bt_config_variant_spec variants[BT_CONFIG_MAX_VARIANTS];
 } bt_run_config;
 
 /*  Every key at its default (unresolved: grpo.max_tokens, eval.max_new_tokens and
@@ -177,6 +190,16 @@ bt_status bt_config_parse(const char *json_text, const char *source, const char 
     read, BT_EFORMAT when it holds a NUL byte or more than 1 MiB. */
 bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
                          bt_run_config *out);
+
+/*  Variant k's config (0 <= k < base->n_variants): base with variant k's sets applied in order (as
+    --set overrides, over the base's own) and the checks between keys run again; n_variants and
+    variants are copied unchanged.  Values the base already resolved stay resolved (grpo.max_tokens,
+    the eval lengths, the datasets).  A parsed config does not keep its source, so messages start
+    with the variant: "variants[1].set.grpo.lr: expected a number >= 0, got -1",
+    "variants[1]: grpo: lr schedule: ..."; bt_config_parse has already run this for every variant
+    and prefixed its source to any error, so on a parsed base it does not fail.  On error *out holds
+    partial values: do not use it. */
+bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out);
 
 /*  The resolved config: every key with its value, pretty-printed JSON that parses back to the same
     struct.  Caller owns the result; free() it.  NULL when out of memory. */
