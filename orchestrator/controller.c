@@ -47,6 +47,7 @@ struct s_evaluation;
 
 /*  One unit of work for a worker; the TASK message is built from it at each hand-out. */
 typedef struct s_job {
+    struct bt_controller *ctl; /* the variant's controller that queued it */
     const char *kind; /* "rollout", "train", "sft", "eval", "restore", "snapshot", "group" */
     bt_role role;
     int rank;                      /* group: this rank's number in the formation */
@@ -92,8 +93,19 @@ typedef struct s_evaluation {
     double t_start;
 } s_evaluation;
 
+/*  The controllers of a run's strategy variants: one socket and registry (the first one's), one
+    worker pool. */
+typedef struct s_hub {
+    struct bt_controller *v[BT_CONFIG_MAX_VARIANTS];
+    int n;
+} s_hub;
+
 struct bt_controller {
     const bt_run_config *cfg;
+    int variant;              /* index in the hub; 0 without variants */
+    const char *variant_name; /* "main" without variants */
+    s_hub *hub;               /* shared; owned by variant 0 */
+    double worker_s;          /* worker compute spent on this variant's tasks */
     const char *config_json;
     bt_runlog_t *log;
     void *sock;
@@ -189,6 +201,7 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
         return NULL;
     }
     self->cfg = cfg;
+    self->variant_name = cfg->n_variants > 0 ? cfg->variants[0].name : "main";
     self->config_json = config_json;
     self->log = log;
     self->t0 = bt_now();
@@ -219,13 +232,54 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
     return self;
 }
 
+bt_controller_t *bt_controller_new_variant(bt_controller_t *first, const bt_run_config *cfg,
+                                           int k) {
+    BT_ASSERT(first && k > 0 && k < BT_CONFIG_MAX_VARIANTS && k < cfg->n_variants);
+    if (!first->hub && !(first->hub = calloc(1, sizeof *first->hub))) {
+        bt_fail(BT_ENOMEM, "controller: out of memory");
+        return NULL;
+    }
+    if (first->hub->n == 0)
+        first->hub->v[first->hub->n++] = first;
+    bt_controller_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        bt_fail(BT_ENOMEM, "controller: out of memory");
+        return NULL;
+    }
+    self->cfg = cfg;
+    self->variant = k;
+    self->variant_name = cfg->variants[k].name;
+    self->hub = first->hub;
+    self->config_json = first->config_json;
+    self->log = first->log;
+    self->t0 = first->t0;
+    self->last_accuracy = NAN;
+    self->last_reward = NAN;
+    self->wait_since = NAN;
+    bt_tuner_config tc;
+    bt_config_tuner(cfg, &tc);
+    bt_tuner_init(&self->tuner, &tc);
+    self->sock = first->sock; /* borrowed */
+    self->reg = first->reg;
+    if (s_eval_setup(self) != BT_OK) {
+        free(self);
+        return NULL;
+    }
+    self->hub->v[self->hub->n++] = self;
+    return self;
+}
+
 void bt_controller_destroy(bt_controller_t **self_p) {
     if (!self_p || !*self_p)
         return;
     bt_controller_t *self = *self_p;
-    if (self->sock)
+    bool owner = self->variant == 0; /* variant 0 owns the socket, registry and hub */
+    if (self->sock && owner)
         zmq_close(self->sock);
-    bt_registry_destroy(&self->reg);
+    if (owner) {
+        bt_registry_destroy(&self->reg);
+        free(self->hub);
+    }
     for (int i = 0; i < S_MAX_EVALS; i++)
         if (self->evals[i].active) {
             for (int j = 0; j < self->evals[i].n_jobs; j++)
@@ -308,8 +362,13 @@ static bt_status s_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_i
 static bt_msg_t *s_weights_copy(const bt_msg_t *src) {
     bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
     int64_t version = 0;
+    int64_t variant = 0;
+    if (bt_msg_has(src, "variant") &&
+        bt_msg_get_int(src, "variant", 0, BT_CONFIG_MAX_VARIANTS - 1, &variant) != BT_OK)
+        bt_msg_destroy(&m);
     if (!m || bt_msg_get_int(src, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK ||
-        bt_msg_set_int(m, "version", version) != BT_OK) {
+        bt_msg_set_int(m, "version", version) != BT_OK ||
+        bt_msg_set_int(m, "variant", variant) != BT_OK) {
         bt_msg_destroy(&m);
         return NULL;
     }
@@ -363,6 +422,7 @@ static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t le
 
 static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id, bt_msg_t *m) {
     BT_TRY(bt_msg_set_int(m, "task", id));
+    BT_TRY(bt_msg_set_int(m, "variant", self->variant));
     BT_TRY(bt_msg_set_str(m, "kind", j->kind));
     BT_TRY(bt_msg_set_int(m, "version", j->ev ? j->ev->version : self->version));
     BT_TRY(bt_msg_set_int(m, "seed", j->seed));
@@ -428,8 +488,8 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         return;
     }
     bt_worker_info *w = bt_registry_worker(self->reg, id);
-    if (id < S_TRACK)
-        self->worker_version[id] = -1; /* a (re)joining worker may hold anything */
+    for (int k = 0; id < S_TRACK && k < (self->hub ? self->hub->n : 1); k++) /* it may hold anything */
+        (self->hub ? self->hub->v[k] : self)->worker_version[id] = -1;
     bt_msg_t *welcome = bt_msg_new(BT_MSG_WELCOME);
     int64_t shape[1] = {(int64_t)strlen(self->config_json)};
     if (!welcome || bt_msg_set_int(welcome, "worker", id) != BT_OK ||
@@ -440,17 +500,23 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         bt_log(BT_LOG_WARN, "controller: WELCOME to %s failed: %s", name, bt_last_error());
         return;
     }
-    s_send_weights(self, w);
+    for (int k = 0; k < (self->hub ? self->hub->n : 1); k++)
+        s_send_weights(self->hub ? self->hub->v[k] : self, w);
     s_event(self, "worker_joined", "worker", name);
 }
 
 static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_info *from) {
-    int64_t version;
+    int64_t version, variant = 0;
+    int n_variants = self->hub ? self->hub->n : 1;
     if (from->role != BT_ROLE_TRAINER ||
-        bt_msg_get_int(*m, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK) {
+        bt_msg_get_int(*m, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK ||
+        (bt_msg_has(*m, "variant") &&
+         bt_msg_get_int(*m, "variant", 0, n_variants - 1, &variant) != BT_OK)) {
         self->stats.malformed++;
         return;
     }
+    if (self->hub) /* the variant's controller keeps them */
+        self = self->hub->v[variant];
     s_weights *fresh = calloc(1, sizeof *fresh);
     if (!fresh) {
         bt_log(BT_LOG_ERROR, "controller: out of memory for weights");
@@ -493,6 +559,8 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
     job->compute_s = 0;
     job->worker = w->id;
     bt_msg_get_double(*m, "compute_s", 0, 1e9, &job->compute_s);
+    if (job->ctl) /* each variant's share of the pool */
+        job->ctl->worker_s += job->compute_s;
     job->result = *m;
     *m = NULL;
 }
@@ -548,6 +616,7 @@ static bt_status s_turn(bt_controller_t *self) {
     int32_t wid;
     while (bt_registry_next_assignment(self->reg, &task, &wid)) {
         s_job *job = bt_registry_task_user(self->reg, task);
+        bt_controller_t *owner = job->ctl ? job->ctl : self; /* the job's variant */
         bt_worker_info *w = bt_registry_worker(self->reg, wid);
         if (bt_registry_task_attempts(self->reg, task) > 1) { /* its last holder failed or was lost */
             self->stats.requeued++;
@@ -560,10 +629,10 @@ static bt_status s_turn(bt_controller_t *self) {
             bt_jsonl_str(&line, "worker", w->name);
             bt_runlog_event(self->log, &line);
         }
-        bt_status st = job->ev ? s_pin_weights(self, job->ev, w) : BT_OK;
+        bt_status st = job->ev ? s_pin_weights(owner, job->ev, w) : BT_OK;
         bt_msg_t *m = st == BT_OK ? bt_msg_new(BT_MSG_TASK) : NULL;
         if (st == BT_OK)
-            st = m ? s_build_task(self, job, task, m) : BT_ENOMEM;
+            st = m ? s_build_task(owner, job, task, m) : BT_ENOMEM;
         if (st == BT_OK)
             st = s_send(self, &m, w);
         bt_msg_destroy(&m);
@@ -586,6 +655,9 @@ static bt_status s_turn(bt_controller_t *self) {
         self->stats.lost_workers += lost;
         s_event(self, "workers_expired", NULL, NULL);
     }
+    for (int k = 0; self->hub && k < self->hub->n; k++)
+        if (self->hub->v[k] != self)
+            BT_TRY(s_poll_evals(self->hub->v[k]));
     return s_poll_evals(self);
 }
 
@@ -594,6 +666,7 @@ static bt_status s_turn(bt_controller_t *self) {
 static bt_status s_jobs_add(bt_controller_t *self, s_job *jobs, int n, int64_t *first) {
     *first = -1;
     for (int i = 0; i < n; i++) {
+        jobs[i].ctl = self;
         int64_t id = bt_registry_add_task(self->reg, jobs[i].role, &jobs[i]);
         if (id < 0)
             return BT_ENOMEM;
@@ -652,6 +725,7 @@ static bt_status s_run_ranks(bt_controller_t *self, s_job *jobs, int n, bool *br
     *broken = false;
     int64_t first = -1;
     for (int k = 0; k < n; k++) {
+        jobs[k].ctl = self;
         int64_t id = bt_registry_add_task_only(self->reg, BT_ROLE_TRAINER, self->ranks[k], &jobs[k]);
         if (id < 0)
             return BT_ENOMEM;
@@ -675,14 +749,18 @@ static bt_status s_run_ranks(bt_controller_t *self, s_job *jobs, int n, bool *br
             return BT_OK;
         }
         if (*broken) {
-            for (int k = 0; k < n; k++)
+            /* rank 0 done: the collectives had finished on every rank, so the update happened
+               (running it again would train the batch twice); the group is re-formed next time */
+            bool applied = bt_registry_task_state(self->reg, first) == BT_TASK_DONE;
+            for (int k = applied ? 1 : 0; k < n; k++)
                 bt_registry_cancel(self->reg, first + k);
-            s_jobs_release(jobs, n);
+            s_jobs_release(jobs + (applied ? 1 : 0), n - (applied ? 1 : 0));
             self->world = 0;
             char what[64];
-            snprintf(what, sizeof what, "%s, generation %lld", jobs[0].kind,
-                     (long long)self->generation);
+            snprintf(what, sizeof what, "%s, generation %lld%s", jobs[0].kind,
+                     (long long)self->generation, applied ? ", after its update" : "");
             s_event(self, "trainer_group_broken", "during", what);
+            *broken = !applied;
             return BT_OK;
         }
         BT_TRY(s_turn(self));
@@ -750,8 +828,10 @@ static bt_status s_group_form(bt_controller_t *self) {
             jobs[k] = (s_job){.kind = "group", .role = BT_ROLE_TRAINER, .rank = k};
         bool broken;
         BT_TRY(s_run_ranks(self, jobs, n, &broken));
-        if (broken)
+        if (broken || self->world == 0) { /* a formation is whole or not at all */
+            s_jobs_release(jobs, n);
             continue;
+        }
         bt_status st = BT_OK;
         int64_t version = -1, v;
         for (int k = 0; k < n && st == BT_OK; k++) {
@@ -926,6 +1006,7 @@ static bt_status s_eval_start(bt_controller_t *self, int ds, const char *phase, 
                      .ev = ev,
                      .worker = -1};
         start += counts[i];
+        j->ctl = self;
         int64_t id = bt_registry_add_task_for(self->reg, BT_ROLE_EVAL, ids[i], j);
         if (id < 0)
             return BT_ENOMEM;
@@ -1056,7 +1137,7 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
     bt_jsonl_str(&line, "kind", "eval");
     bt_jsonl_str(&line, "phase", ev->phase);
     bt_jsonl_int(&line, "step", ev->step);
-    bt_jsonl_str(&line, "variant", "main");
+    bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_num(&line, "time", bt_now() - self->t0);
     bt_jsonl_str(&line, "dataset", d->name);
     bt_jsonl_str(&line, "trigger", ev->trigger);
@@ -1204,7 +1285,7 @@ static bt_status s_sft(bt_controller_t *self) {
         bt_jsonl_init(&line);
         bt_jsonl_str(&line, "kind", "sft");
         bt_jsonl_int(&line, "step", s + 1);
-        bt_jsonl_str(&line, "variant", "main");
+        bt_jsonl_str(&line, "variant", self->variant_name);
         bt_jsonl_num(&line, "time", bt_now() - self->t0);
         bt_jsonl_num(&line, "loss", loss);
         bt_jsonl_num(&line, "lr", lr);
@@ -1835,7 +1916,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_init(&line);
     bt_jsonl_str(&line, "kind", "train");
     bt_jsonl_int(&line, "step", self->step);
-    bt_jsonl_str(&line, "variant", "main");
+    bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_num(&line, "time", bt_now() - self->t0);
     bt_jsonl_num(&line, "reward_mean", self->last_reward);
     bt_jsonl_num(&line, "loss", ts.loss);
@@ -1873,7 +1954,14 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
             bt_ckpt_writer_wait(self->writer);
         s_ckpt_poll(self);
         char dir[BT_CONFIG_PATH_MAX + 16];
-        snprintf(dir, sizeof dir, "%s/model", bt_runlog_dir(self->log));
+        if (self->hub) { /* each variant's policy in a folder of its own */
+            snprintf(dir, sizeof dir, "%s/variants/%s", bt_runlog_dir(self->log),
+                     self->variant_name);
+            BT_TRY(bt_mkdirs(dir));
+            snprintf(dir, sizeof dir, "%s/variants/%s/model", bt_runlog_dir(self->log),
+                     self->variant_name);
+        } else
+            snprintf(dir, sizeof dir, "%s/model", bt_runlog_dir(self->log));
         BT_TRY(bt_controller_save_policy(self, dir));
         s_event(self, "policy_saved", "dir", dir);
     }
@@ -1909,6 +1997,21 @@ bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {
 
 bt_status bt_controller_stop(bt_controller_t *self) {
     bt_train_clock_stop(&self->clock, bt_now());
+    double total = 0; /* with variants: each one's share of the workers' compute */
+    for (int k = 0; self->hub && k < self->hub->n; k++)
+        total += self->hub->v[k]->worker_s;
+    for (int k = 0; self->hub && k < self->hub->n; k++) {
+        const bt_controller_t *v = self->hub->v[k];
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", "variant_share");
+        bt_jsonl_num(&line, "time", bt_now() - self->t0);
+        bt_jsonl_str(&line, "variant", v->variant_name);
+        bt_jsonl_int(&line, "steps", v->step);
+        bt_jsonl_num(&line, "worker_s", v->worker_s);
+        bt_jsonl_num(&line, "share", total > 0 ? v->worker_s / total : NAN);
+        BT_TRY(bt_runlog_event(self->log, &line));
+    }
     for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
         bt_worker_info *w = bt_registry_worker(self->reg, i);
         if (w->state == BT_WORKER_LOST)

@@ -73,18 +73,27 @@ typedef struct {
 typedef struct {
     char dataset[64];
     double accuracy;
-    double best, best_step;       /* the best RL accuracy and its step; NaN: none */
+    double best, best_step;        /* the best RL accuracy and its step; NaN: none */
     double reach_step, reach_time; /* the first RL evaluation at or above the target; NaN: none */
 } s_last;
+
+/*  One row of the table: a run's variant ("main" without variants). */
+typedef struct {
+    char variant[64];
+    double final_step; /* NaN when no step was logged */
+    s_last last[S_MAX_DATASETS];
+    int n_last;
+    double tokens; /* the last train line's cumulative completion tokens; NaN: none */
+} s_row;
+
+enum { S_MAX_ROWS = 8 };
 
 typedef struct {
     const char *dir; /* borrowed from the caller */
     char name[128];
-    double final_step;           /* NaN when no step was logged */
     int bad_metrics, bad_events; /* malformed lines skipped */
-    s_last last[S_MAX_DATASETS];
-    int n_last;
-    double tokens; /* the last train line's cumulative completion tokens; NaN: none */
+    s_row rows[S_MAX_ROWS];      /* in the order the variants first appear */
+    int n_rows;
 } s_run;
 
 typedef struct {
@@ -247,14 +256,30 @@ static void s_label(char *out, const s_run *u, const char *variant, const char *
              b ? " / " : "", b ? b : "");
 }
 
-static void s_final_step(s_run *u, double step) {
-    if (!(u->final_step >= step))
-        u->final_step = step;
+/*  The row of the line's variant; NULL past S_MAX_ROWS variants (their lines only draw). */
+static s_row *s_row_of(s_run *u, const cJSON *o) {
+    const char *variant = s_str(o, "variant", "main");
+    for (int i = 0; i < u->n_rows; i++)
+        if (!strcmp(u->rows[i].variant, variant))
+            return &u->rows[i];
+    if (u->n_rows == S_MAX_ROWS)
+        return NULL;
+    s_row *w = &u->rows[u->n_rows++];
+    *w = (s_row){.final_step = NAN, .tokens = NAN};
+    snprintf(w->variant, sizeof w->variant, "%s", variant);
+    return w;
+}
+
+static void s_final_step(s_row *w, double step) {
+    if (w && !(w->final_step >= step))
+        w->final_step = step;
 }
 
 /*  The table's accuracy per dataset (accuracy, else pairs_accuracy): the last of any phase; over
     RL evaluations the best and the first at or above target. */
-static void s_last_accuracy(s_run *u, const char *dataset, const cJSON *o, double target) {
+static void s_last_accuracy(s_row *u, const char *dataset, const cJSON *o, double target) {
+    if (!u)
+        return;
     double acc = s_num(o, "accuracy");
     if (!isfinite(acc))
         acc = s_num(o, "pairs_accuracy");
@@ -289,9 +314,10 @@ static void s_train(s_report *r, s_run *u, const cJSON *o) {
     double step = s_num(o, "step");
     if (!isfinite(step))
         return;
-    s_final_step(u, step);
-    if (s_has(o, "tokens"))
-        u->tokens = s_num(o, "tokens");
+    s_row *w = s_row_of(u, o);
+    s_final_step(w, step);
+    if (w && s_has(o, "tokens"))
+        w->tokens = s_num(o, "tokens");
     char label[S_LABEL];
     s_label(label, u, s_str(o, "variant", "main"), NULL, NULL);
     if (s_has(o, "response_len_mean"))
@@ -328,11 +354,12 @@ static void s_eval_fields(s_report *r, s_run *u, const cJSON *o, double step) {
 /*  Phase "sft" evaluations count SFT steps: only the table sees them. */
 static void s_eval(s_report *r, s_run *u, const cJSON *o) {
     const char *dataset = s_str(o, "dataset", "eval");
-    s_last_accuracy(u, dataset, o, r->target);
+    s_row *w = s_row_of(u, o);
+    s_last_accuracy(w, dataset, o, r->target);
     double step = s_num(o, "step");
     if (strcmp(s_str(o, "phase", "rl"), "rl") || !isfinite(step))
         return;
-    s_final_step(u, step);
+    s_final_step(w, step);
     char label[S_LABEL];
     s_label(label, u, s_str(o, "variant", "main"), dataset, NULL);
     if (s_has(o, "accuracy"))
@@ -442,8 +469,7 @@ static void s_run_name(s_report *r, s_run *u) {
 static bt_status s_load_run(s_report *r, s_run *u, const char *dir) {
     struct stat sb;
     u->dir = dir;
-    u->final_step = NAN;
-    u->tokens = NAN;
+    u->rows[0] = (s_row){.variant = "main", .final_step = NAN, .tokens = NAN}; /* until a line */
     if (stat(dir, &sb) != 0)
         return bt_fail(BT_EIO, "%s: cannot read run directory: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
@@ -601,8 +627,8 @@ static void s_chart_marks(s_buf *b, const s_report *r, const s_frame *fr) {
             s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
                   S_B - 13, colour[m->kind]);
         else if (m->kind == S_EV_TUNER) {
-            s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x,
-                  S_B - 13, colour[m->kind]);
+            s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x, S_B - 13,
+                  colour[m->kind]);
             s_esc(b, m->param);
             s_put(b, "</text>");
         } else if (m->kind == S_EV_INTERVAL && isfinite(m->new_every))
@@ -667,7 +693,7 @@ static void s_head(s_buf *b, const s_report *r) {
 }
 
 /*  "dataset value (step S)" per dataset, "; "-separated, or "-". */
-static void s_best_cell(s_buf *b, const s_run *u) {
+static void s_best_cell(s_buf *b, const s_row *u) {
     int n = 0;
     for (int i = 0; i < u->n_last; i++) {
         if (!isfinite(u->last[i].best))
@@ -680,7 +706,7 @@ static void s_best_cell(s_buf *b, const s_run *u) {
 }
 
 /*  "dataset step S, T s" per dataset that reached the target, else "dataset not reached". */
-static void s_reach_cell(s_buf *b, const s_run *u) {
+static void s_reach_cell(s_buf *b, const s_row *u) {
     int n = 0;
     for (int i = 0; i < u->n_last; i++) {
         const s_last *l = &u->last[i];
@@ -704,33 +730,38 @@ static void s_runs_table(s_buf *b, const s_report *r) {
     if (isfinite(r->target))
         s_put(b, "<th>first at accuracy &#8805; %.6g</th>", r->target);
     s_put(b, "</tr>\n");
-    for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++) {
-        s_put(b, "<tr><td>");
-        s_esc(b, u->name);
-        s_put(b, "</td><td>");
-        s_esc(b, u->dir);
-        s_put(b, "</td><td>");
-        if (isfinite(u->final_step))
-            s_put(b, "%.6g", u->final_step);
-        s_put(b, "%s</td><td>", isfinite(u->final_step) ? "" : "-");
-        for (int i = 0; i < u->n_last; i++) {
-            s_put(b, i ? "; " : "");
-            s_esc(b, u->last[i].dataset);
-            s_put(b, " %.6g", u->last[i].accuracy);
-        }
-        s_put(b, "%s</td><td>", u->n_last ? "" : "-");
-        s_best_cell(b, u);
-        s_put(b, "</td><td>");
-        if (isfinite(u->tokens))
-            s_put(b, "%.0f", u->tokens);
-        else
-            s_put(b, "-");
-        if (isfinite(r->target)) {
+    for (const s_run *run = r->runs; run < r->runs + r->n_runs; run++)
+        for (const s_row *u = run->rows; u < run->rows + (run->n_rows ? run->n_rows : 1); u++) {
+            s_put(b, "<tr><td>");
+            s_esc(b, run->name);
+            if (run->n_rows > 1 || (run->n_rows && strcmp(u->variant, "main"))) {
+                s_put(b, " / ");
+                s_esc(b, u->variant);
+            }
             s_put(b, "</td><td>");
-            s_reach_cell(b, u);
+            s_esc(b, run->dir);
+            s_put(b, "</td><td>");
+            if (run->n_rows && isfinite(u->final_step))
+                s_put(b, "%.6g", u->final_step);
+            s_put(b, "%s</td><td>", isfinite(u->final_step) ? "" : "-");
+            for (int i = 0; i < u->n_last; i++) {
+                s_put(b, i ? "; " : "");
+                s_esc(b, u->last[i].dataset);
+                s_put(b, " %.6g", u->last[i].accuracy);
+            }
+            s_put(b, "%s</td><td>", u->n_last ? "" : "-");
+            s_best_cell(b, u);
+            s_put(b, "</td><td>");
+            if (isfinite(u->tokens))
+                s_put(b, "%.0f", u->tokens);
+            else
+                s_put(b, "-");
+            if (isfinite(r->target)) {
+                s_put(b, "</td><td>");
+                s_reach_cell(b, u);
+            }
+            s_put(b, "</td></tr>\n");
         }
-        s_put(b, "</td></tr>\n");
-    }
     s_put(b, "</table>\n");
 }
 

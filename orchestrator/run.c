@@ -42,7 +42,12 @@ struct bt_run {
     char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
-    bt_controller_t *ctl;
+    bt_controller_t *ctl; /* variant 0's (the only one without variants): owns the socket */
+    /* strategy variants: each one's config and controller (vctl[0] == ctl), and which finished */
+    bt_run_config vcfg[BT_CONFIG_MAX_VARIANTS];
+    bt_controller_t *vctl[BT_CONFIG_MAX_VARIANTS];
+    bool vdone[BT_CONFIG_MAX_VARIANTS];
+    int n_vctl;
     s_thread threads[S_MAX_THREADS];
     int n_threads;
     bool finished;
@@ -226,11 +231,26 @@ bt_status bt_run_start(bt_run_t *self) {
     if (!self->zmq_ctx)
         return bt_fail(BT_EIO, "run: cannot create a ZeroMQ context");
     BT_TRY(s_secure(self));
+    int n = self->cfg.n_variants > 0 ? self->cfg.n_variants : 1;
+    if (self->cfg.n_variants > 0 && self->resume)
+        return bt_fail(BT_EINVAL, "run: --resume: runs with variants keep no checkpoints yet");
+    for (int k = 0; k < self->cfg.n_variants; k++)
+        BT_TRY(bt_config_variant(&self->cfg, k, &self->vcfg[k]));
+    if (self->cfg.n_variants == 0)
+        self->vcfg[0] = self->cfg;
     self->ctl =
-        bt_controller_new(self->zmq_ctx, self->endpoint, &self->cfg, self->config_json, self->log);
+        bt_controller_new(self->zmq_ctx, self->endpoint, &self->vcfg[0], self->config_json, self->log);
     if (!self->ctl)
         return BT_EIO;
-    bt_controller_set_progress(self->ctl, self->progress, self->progress_user);
+    self->vctl[self->n_vctl++] = self->ctl;
+    for (int k = 1; k < n; k++) {
+        self->vctl[k] = bt_controller_new_variant(self->ctl, &self->vcfg[k], k);
+        if (!self->vctl[k])
+            return BT_EIO;
+        self->n_vctl++;
+    }
+    for (int k = 0; k < n; k++)
+        bt_controller_set_progress(self->vctl[k], self->progress, self->progress_user);
     if (self->resume)
         bt_controller_set_resume(self->ctl, self->resume_from);
     bt_status st = BT_OK;
@@ -241,13 +261,33 @@ bt_status bt_run_start(bt_run_t *self) {
         if (st == BT_OK)
             st = s_spawn(self, BT_ROLE_EVAL, self->cfg.workers.eval);
     }
-    return st == BT_OK ? bt_controller_start(self->ctl) : st;
+    for (int k = 0; k < self->n_vctl && st == BT_OK; k++) /* each variant's SFT and step 0 */
+        st = bt_controller_start(self->vctl[k]);
+    return st;
 }
 
+/*  One step of the variant that has made the fewest (the first of those): variants advance in
+    turn, so each gets the same number of steps and its fair share of the workers. */
 bt_status bt_run_step(bt_run_t *self, bool *done) {
     if (!self->ctl)
         return bt_fail(BT_EINVAL, "run: not started");
-    return bt_controller_step(self->ctl, done);
+    int pick = -1;
+    int64_t fewest = INT64_MAX;
+    for (int k = 0; k < self->n_vctl; k++) {
+        int64_t step = bt_controller_progress(self->vctl[k]).step;
+        if (!self->vdone[k] && step < fewest) {
+            fewest = step;
+            pick = k;
+        }
+    }
+    *done = pick < 0;
+    if (pick < 0)
+        return BT_OK;
+    BT_TRY(bt_controller_step(self->vctl[pick], &self->vdone[pick]));
+    *done = true;
+    for (int k = 0; k < self->n_vctl; k++)
+        *done &= self->vdone[k];
+    return BT_OK;
 }
 
 bt_status bt_run_finish(bt_run_t *self) {
@@ -284,6 +324,8 @@ void bt_run_destroy(bt_run_t **self_p) {
         return;
     bt_run_t *self = *self_p;
     bt_run_finish(self);
+    for (int k = self->n_vctl - 1; k > 0; k--) /* the variants before the owner */
+        bt_controller_destroy(&self->vctl[k]);
     bt_controller_destroy(&self->ctl);
     bt_zap_destroy(&self->zap);
     if (self->zmq_ctx)

@@ -21,8 +21,9 @@ static inline int runs_cmp_lines(const void *a, const void *b) {
 /*  DIR/metrics.jsonl with the fields that measure time or memory (and the speed-sized shard split)
     removed, one compact JSON object per line, sorted: evaluations run beside training, so their
     lines interleave with it in any order.  Two runs that did the same work give the same text.
-    Caller frees; NULL when the file cannot be read. */
-static inline char *runs_metrics(const char *dir) {
+    With variant: only that variant's lines, without their "variant" field.  Caller frees; NULL
+    when the file cannot be read. */
+static inline char *runs_metrics_of(const char *dir, const char *variant) {
     char path[256], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
@@ -38,6 +39,13 @@ static inline char *runs_metrics(const char *dir) {
                                  "peak_rss_mb", "shards",       "shard_items"};
         for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
             cJSON_DeleteItemFromObject(j, varying[k]);
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(j, "variant"));
+        if (variant && (!v || strcmp(v, variant))) {
+            cJSON_Delete(j);
+            continue;
+        }
+        if (variant)
+            cJSON_DeleteItemFromObject(j, "variant");
         lines[n++] = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
@@ -49,6 +57,10 @@ static inline char *runs_metrics(const char *dir) {
     free(lines);
     free(text);
     return out;
+}
+
+static inline char *runs_metrics(const char *dir) {
+    return runs_metrics_of(dir, NULL);
 }
 
 /*  Starts `PREFIX... $BATON_BIN ARGS...` ($BATON_BIN default ./baton): prefix (NULL-terminated,

@@ -28,19 +28,28 @@ static int64_t s_now_ms(void) {
 
 /* ---- compute state -------------------------------------------------------------------------- */
 
+/*  One strategy variant's state (a run without variants has one): its config, its policy (rollout
+    and eval) or trainer, its task and evaluation suite. */
 typedef struct {
     bt_run_config cfg;
-    bt_role role;
-    bt_model *model; /* rollout and eval: the current policy; trainer: owned by trainer */
-    bt_trainer_t *trainer;
-    bt_group *group; /* trainer: its data-parallel group, or NULL */
-    bt_tokenizer_t *tok;
+    bt_model *model;       /* rollout and eval: the variant's current policy */
+    bt_trainer_t *trainer; /* trainer: owns the policy */
+    bt_group *group;       /* trainer: its data-parallel group, or NULL */
     bt_task_t *task;
-    /* rollout and eval: reward.service's client, or NULL */
-    bt_reward_service_t *reward;
     int64_t version;     /* of the weights in model (rollout and eval) */
     bt_eval_suite suite; /* eval: the datasets, their own sources loaded */
-    void *pipe;          /* PAIR to the relay thread */
+} s_variant;
+
+typedef struct {
+    bt_run_config base; /* the WELCOME config; variants apply their sets to it */
+    s_variant v[BT_CONFIG_MAX_VARIANTS];
+    int n_variants;
+    s_variant *cur; /* the variant of the message being handled */
+    bt_role role;
+    bt_tokenizer_t *tok;
+    /* rollout and eval: reward.service's client, or NULL */
+    bt_reward_service_t *reward;
+    void *pipe; /* PAIR to the relay thread */
     char pipe_name[64];
     void *zmq_ctx;
     char *config_json;
@@ -48,53 +57,71 @@ typedef struct {
     bt_status status; /* of building the state */
 } s_compute;
 
-static bt_status s_build(s_compute *c) {
-    BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->cfg));
-    bt_device dev;
-    BT_TRY(bt_device_parse(c->opt->device ? c->opt->device : c->cfg.run.device, &dev));
-    if (c->cfg.run.threads > 0)
-        bt_set_num_threads((int)c->cfg.run.threads);
-    c->tok = bt_tokenizer_new_bytes();
-    BT_TRY(bt_config_new_task(&c->cfg, &c->task));
+/*  The state of variant c->cur, whose cfg is set. */
+static bt_status s_build_variant(s_compute *c, bt_device dev) {
+    BT_TRY(bt_config_new_task(&c->cur->cfg, &c->cur->task));
     if (c->opt->reward)
-        bt_task_set_reward_fn(c->task, c->opt->reward, c->opt->reward_user);
-    if (c->role != BT_ROLE_TRAINER && c->cfg.reward.service[0])
-        BT_TRY(bt_reward_service_new(c->cfg.reward.service, c->cfg.reward.timeout_ms,
-                                     c->cfg.reward.retries, &c->reward));
+        bt_task_set_reward_fn(c->cur->task, c->opt->reward, c->opt->reward_user);
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
-    bt_model *m = c->cfg.model_path[0]
-                      ? bt_model_load(c->cfg.model_path, dev)
-                      : bt_model_new(&c->cfg.model, dev, (uint64_t)c->cfg.run.seed);
+    bt_model *m = c->cur->cfg.model_path[0]
+                      ? bt_model_load(c->cur->cfg.model_path, dev)
+                      : bt_model_new(&c->cur->cfg.model, dev, (uint64_t)c->cur->cfg.run.seed);
     if (!m)
         return BT_EINVAL;
     if (c->role == BT_ROLE_EVAL) {
-        c->model = m;
-        BT_TRY(bt_config_eval_suite(&c->cfg, c->task, &c->suite));
+        c->cur->model = m;
+        BT_TRY(bt_config_eval_suite(&c->cur->cfg, c->cur->task, &c->cur->suite));
         if (c->opt->reward)
-            bt_eval_suite_set_reward_fn(&c->suite, c->opt->reward, c->opt->reward_user);
-        c->suite.reward_service = c->reward;
+            bt_eval_suite_set_reward_fn(&c->cur->suite, c->opt->reward, c->opt->reward_user);
+        c->cur->suite.reward_service = c->reward;
         return BT_OK;
     }
     if (c->role != BT_ROLE_TRAINER) {
-        c->model = m;
+        c->cur->model = m;
         return BT_OK;
     }
     bt_trainer_config tc;
     bt_trainer_config_init(&tc);
-    bt_config_adamw(&c->cfg, &tc.adamw);
-    tc.max_grad_norm = c->cfg.grpo.max_grad_norm;
-    tc.micro_batch = c->cfg.grpo.micro_batch;
-    tc.reference = c->cfg.grpo.kl_coef > 0;
-    c->trainer = bt_trainer_new(&m, &tc);
-    return c->trainer ? BT_OK : BT_EINVAL;
+    bt_config_adamw(&c->cur->cfg, &tc.adamw);
+    tc.max_grad_norm = c->cur->cfg.grpo.max_grad_norm;
+    tc.micro_batch = c->cur->cfg.grpo.micro_batch;
+    tc.reference = c->cur->cfg.grpo.kl_coef > 0;
+    c->cur->trainer = bt_trainer_new(&m, &tc);
+    return c->cur->trainer ? BT_OK : BT_EINVAL;
+}
+
+static bt_status s_build(s_compute *c) {
+    BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->base));
+    bt_device dev;
+    BT_TRY(bt_device_parse(c->opt->device ? c->opt->device : c->base.run.device, &dev));
+    if (c->base.run.threads > 0)
+        bt_set_num_threads((int)c->base.run.threads);
+    c->tok = bt_tokenizer_new_bytes();
+    if (c->role != BT_ROLE_TRAINER && c->base.reward.service[0])
+        BT_TRY(bt_reward_service_new(c->base.reward.service, c->base.reward.timeout_ms,
+                                     c->base.reward.retries, &c->reward));
+    c->n_variants = c->base.n_variants > 0 ? c->base.n_variants : 1;
+    for (int k = 0; k < c->n_variants; k++) {
+        c->cur = &c->v[k];
+        if (c->base.n_variants > 0)
+            BT_TRY(bt_config_variant(&c->base, k, &c->cur->cfg));
+        else
+            c->cur->cfg = c->base;
+        BT_TRY(s_build_variant(c, dev));
+    }
+    c->cur = &c->v[0];
+    return BT_OK;
 }
 
 static void s_release(s_compute *c) {
-    bt_trainer_destroy(&c->trainer);
-    bt_group_destroy(&c->group);
-    bt_model_destroy(&c->model);
-    bt_task_destroy(&c->task);
-    bt_eval_suite_release(&c->suite);
+    for (int k = 0; k < BT_CONFIG_MAX_VARIANTS; k++) {
+        s_variant *v = &c->v[k];
+        bt_trainer_destroy(&v->trainer);
+        bt_group_destroy(&v->group);
+        bt_model_destroy(&v->model);
+        bt_task_destroy(&v->task);
+        bt_eval_suite_release(&v->suite);
+    }
     bt_reward_service_destroy(&c->reward);
     bt_tokenizer_destroy(&c->tok);
 }
@@ -104,11 +131,13 @@ static void s_release(s_compute *c) {
 static bt_status s_publish(s_compute *c) {
     bt_weights w;
     bt_weights_init(&w);
-    bt_model *policy = bt_trainer_policy(c->trainer);
-    bt_status st = bt_weights_export(policy, bt_trainer_version(c->trainer), &w);
+    bt_model *policy = bt_trainer_policy(c->cur->trainer);
+    bt_status st = bt_weights_export(policy, bt_trainer_version(c->cur->trainer), &w);
     bt_msg_t *msg = bt_msg_new(BT_MSG_WEIGHTS);
     if (st == BT_OK)
         st = msg ? bt_weights_to_msg(&w, msg) : BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_msg_set_int(msg, "variant", c->cur - c->v);
     if (st == BT_OK)
         st = bt_msg_send(&msg, c->pipe, NULL, 0);
     bt_msg_destroy(&msg);
@@ -141,10 +170,10 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     rc.sample.top_k = top_k;
     rc.sample.top_p = top_p;
     rc.reward_service = c->reward;
-    bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->model));
+    bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->cur->model));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    bt_status st = gen ? bt_rollout_sample(c->model, c->tok, c->task, idx, n, &rc, version, gen, &b)
+    bt_status st = gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->task, idx, n, &rc, version, gen, &b)
                        : BT_ENOMEM;
     if (st == BT_OK)
         st = bt_batch_to_msg(&b, res);
@@ -160,9 +189,9 @@ static bt_status s_canary(s_compute *c, double *loss) {
     const uint64_t idx[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    bt_status st = bt_rollout_demonstrations(c->tok, c->task, idx, 8, &b);
+    bt_status st = bt_rollout_demonstrations(c->tok, c->cur->task, idx, 8, &b);
     if (st == BT_OK)
-        st = bt_trainer_sft_loss(c->trainer, &b, loss);
+        st = bt_trainer_sft_loss(c->cur->trainer, &b, loss);
     bt_rollout_batch_release(&b);
     return st;
 }
@@ -172,7 +201,7 @@ static bt_status s_snapshot(s_compute *c, bt_msg_t *res) {
     double canary = 0;
     BT_TRY(s_canary(c, &canary));
     BT_TRY(bt_msg_set_double(res, "canary_loss", canary));
-    return bt_trainer_state_to_msg(c->trainer, res);
+    return bt_trainer_state_to_msg(c->cur->trainer, res);
 }
 
 /*  Loads a saved trainer state as version restore_version, then publishes its weights; returns
@@ -180,7 +209,7 @@ static bt_status s_snapshot(s_compute *c, bt_msg_t *res) {
 static bt_status s_task_restore(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     int64_t version;
     BT_TRY(bt_msg_get_int(task, "restore_version", 0, BT_WIRE_INT_MAX, &version));
-    BT_TRY(bt_trainer_state_from_msg(task, version, c->trainer));
+    BT_TRY(bt_trainer_state_from_msg(task, version, c->cur->trainer));
     double canary = 0;
     BT_TRY(s_canary(c, &canary));
     *publish = true;
@@ -193,7 +222,7 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
     bt_msg_tensor adv;
     BT_TRY(bt_msg_get_bool(task, "freeze_reference", &freeze));
     if (freeze) /* RL's first step: the KL anchor is the policy as RL starts */
-        BT_TRY(bt_trainer_freeze_reference(c->trainer));
+        BT_TRY(bt_trainer_freeze_reference(c->cur->trainer));
     BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
     BT_TRY(bt_msg_get_bool(task, "publish", publish));
     BT_TRY(bt_msg_get_bool(task, "inject_nan", &inject_nan));
@@ -209,14 +238,14 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
         st = bt_fail(BT_ENOMEM, "train: out of memory");
     bt_trainer_stats stats;
     bt_grpo_config gc;
-    bt_config_grpo(&c->cfg, &gc);
+    bt_config_grpo(&c->cur->cfg, &gc);
     if (st == BT_OK) /* the controller's, which a tuner may have changed */
         st = bt_msg_get_double(task, "kl_coef", 0, 1e6, &gc.kl_coef);
     if (st == BT_OK) {
         memcpy(a, adv.data, adv.nbytes);
         for (int64_t i = 0; inject_nan && i < b.n; i++) /* debug.inject_nan_at_step */
             a[i] = NAN;
-        st = bt_trainer_grpo_step(c->trainer, &b, a, lr, &gc, &stats);
+        st = bt_trainer_grpo_step(c->cur->trainer, &b, a, lr, &gc, &stats);
     }
     if (st == BT_OK)
         st = bt_trainer_stats_to_msg(&stats, res);
@@ -240,9 +269,9 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
     bt_trainer_stats stats;
-    bt_status st = bt_rollout_demonstrations(c->tok, c->task, idx, count, &b);
+    bt_status st = bt_rollout_demonstrations(c->tok, c->cur->task, idx, count, &b);
     if (st == BT_OK)
-        st = bt_trainer_sft_step(c->trainer, &b, lr, &stats);
+        st = bt_trainer_sft_step(c->cur->trainer, &b, lr, &stats);
     if (st == BT_OK)
         st = bt_trainer_stats_to_msg(&stats, res);
     bt_rollout_batch_release(&b);
@@ -301,8 +330,8 @@ static bt_status s_task_group(s_compute *c, const bt_msg_t *task, bt_msg_t *res)
     BT_TRY(bt_msg_get_int(task, "store_port", 1, 65535, &port));
     BT_TRY(bt_msg_get_int(task, "timeout_ms", 1, BT_WIRE_INT_MAX, &timeout_ms));
     BT_TRY(bt_msg_get_str(task, "prefix", 31, &prefix));
-    bt_trainer_set_group(c->trainer, NULL);
-    bt_group_destroy(&c->group);
+    bt_trainer_set_group(c->cur->trainer, NULL);
+    bt_group_destroy(&c->cur->group);
     if (world > 1) {
         char host[256], local[64];
         s_endpoint_host(c->opt->endpoint, host, sizeof host);
@@ -313,37 +342,46 @@ static bt_status s_task_group(s_compute *c, const bt_msg_t *task, bt_msg_t *res)
                               .rank = (int)rank,
                               .world = (int)world,
                               .local_addr = local,
-                              .device = bt_model_device(bt_trainer_policy(c->trainer)),
+                              .device = bt_model_device(bt_trainer_policy(c->cur->trainer)),
                               .timeout_ms = timeout_ms};
-        c->group = bt_group_new(&gc);
-        if (!c->group)
+        c->cur->group = bt_group_new(&gc);
+        if (!c->cur->group)
             return BT_EIO;
-        bt_trainer_set_group(c->trainer, c->group);
-        BT_TRY(bt_trainer_sync(c->trainer, 0));
+        bt_trainer_set_group(c->cur->trainer, c->cur->group);
+        BT_TRY(bt_trainer_sync(c->cur->trainer, 0));
     }
-    return bt_msg_set_int(res, "trainer_version", bt_trainer_version(c->trainer));
+    return bt_msg_set_int(res, "trainer_version", bt_trainer_version(c->cur->trainer));
 }
 
 /*  One shard of one eval.datasets entry, against the weights of the task's version. */
 static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
     int64_t ds, start, count, version, seed;
     bool robustness;
-    BT_TRY(bt_msg_get_int(task, "dataset", 0, c->cfg.eval.n_datasets - 1, &ds));
+    BT_TRY(bt_msg_get_int(task, "dataset", 0, c->cur->cfg.eval.n_datasets - 1, &ds));
     BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
     BT_TRY(bt_msg_get_int(task, "count", 0, BT_WIRE_INT_MAX, &count));
     BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
     BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
     BT_TRY(bt_msg_get_bool(task, "robustness", &robustness));
-    if (version != c->version) /* evaluation runs against a pinned policy version */
+    if (version != c->cur->version) /* evaluation runs against a pinned policy version */
         return bt_fail(BT_EINVAL, "eval: the task is for version %lld, this worker holds %lld",
-                       (long long)version, (long long)c->version);
+                       (long long)version, (long long)c->cur->version);
     bt_evaluator_sums sums;
-    BT_TRY(bt_eval_suite_run(&c->suite, (int)ds, c->model, c->tok, (size_t)start, (size_t)count,
+    BT_TRY(bt_eval_suite_run(&c->cur->suite, (int)ds, c->cur->model, c->tok, (size_t)start, (size_t)count,
                              robustness, (uint64_t)seed, &sums));
     return bt_sums_to_msg(&sums, res);
 }
 
 /*  Runs one TASK; sends WEIGHTS first when the task asks to publish, then RESULT or FAIL. */
+/*  Makes the message's variant (field "variant", 0 when absent) the current one. */
+static bt_status s_select_variant(s_compute *c, const bt_msg_t *msg) {
+    int64_t k = 0;
+    if (bt_msg_has(msg, "variant"))
+        BT_TRY(bt_msg_get_int(msg, "variant", 0, c->n_variants - 1, &k));
+    c->cur = &c->v[k];
+    return BT_OK;
+}
+
 static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     int64_t id;
     const char *kind;
@@ -355,6 +393,8 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     bt_status st = bt_msg_get_int(task, "task", 0, BT_WIRE_INT_MAX, &id);
     if (st == BT_OK)
         st = bt_msg_get_str(task, "kind", 16, &kind);
+    if (st == BT_OK)
+        st = s_select_variant(c, task);
     bool trainer = c->role == BT_ROLE_TRAINER;
     if (st == BT_OK) {
         if (!strcmp(kind, "rollout") && c->role == BT_ROLE_ROLLOUT)
@@ -375,9 +415,9 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
             st = bt_fail(BT_EINVAL, "a %s worker cannot run a '%s' task", bt_role_name(c->role),
                          kind);
     }
-    if (c->group && bt_group_broken(c->group)) { /* let the other ranks know at once */
-        bt_trainer_set_group(c->trainer, NULL);
-        bt_group_destroy(&c->group);
+    if (c->cur->group && bt_group_broken(c->cur->group)) { /* let the other ranks know at once */
+        bt_trainer_set_group(c->cur->trainer, NULL);
+        bt_group_destroy(&c->cur->group);
     }
     if (st == BT_OK && publish)
         st = s_publish(c);
@@ -397,15 +437,16 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
 }
 
 static bt_status s_load_weights(s_compute *c, const bt_msg_t *msg) {
-    if (!c->model)
+    BT_TRY(s_select_variant(c, msg));
+    if (!c->cur->model)
         return BT_OK; /* the trainer is the source of weights */
     bt_weights w;
     bt_weights_init(&w);
     bt_status st = bt_weights_from_msg(msg, &w);
     if (st == BT_OK)
-        st = bt_weights_load(c->model, &w);
+        st = bt_weights_load(c->cur->model, &w);
     if (st == BT_OK)
-        c->version = w.version;
+        c->cur->version = w.version;
     bt_weights_release(&w);
     return st;
 }
@@ -648,10 +689,10 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     bool ok = ready && bt_msg_type_of(ready) == BT_MSG_PING;
     bt_msg_destroy(&ready);
     /* s_serve relays STOP itself; on any other way out the compute thread still needs one */
-    /* debug.kill_rollout_at_task: rollout-0 crashes on that task (c.cfg: parsed by the compute
+    /* debug.kill_rollout_at_task: rollout-0 crashes on that task (c.base: parsed by the compute
        thread before its ready message) */
     int64_t die_at = ok && opt->role == BT_ROLE_ROLLOUT && !strcmp(opt->name, "rollout-0")
-                         ? c.cfg.debug.kill_rollout_at_task
+                         ? c.base.debug.kill_rollout_at_task
                          : 0;
     bool crashed = false;
     st = ok ? s_serve(dealer, pipe, opt, hb_ms, die_at, &crashed, &stats) : c.status;

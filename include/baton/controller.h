@@ -47,6 +47,11 @@ typedef struct bt_controller bt_controller_t;
     outlive the controller.  Caller owns the result; destroy with bt_controller_destroy(). */
 bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
                                    const char *config_json, bt_runlog_t *log);
+/*  The controller of strategy variant k (> 0) of a run: cfg is that variant's config (borrowed).
+    It shares first's socket, registry, worker pool and run log; tasks and WEIGHTS carry the
+    variant's index.  Destroy the variants before first, which owns what they share. */
+bt_controller_t *bt_controller_new_variant(bt_controller_t *first, const bt_run_config *cfg,
+                                           int k);
 void bt_controller_destroy(bt_controller_t **self_p);
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user);
 
