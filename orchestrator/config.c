@@ -74,6 +74,7 @@ static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
 static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_norm", NULL};
 static const char *const s_adv_norms[] = {"std", "none", NULL};
 static const char *const s_async_objectives[] = {"ppo", "decoupled", NULL};
+static const char *const s_pbt_metrics[] = {"accuracy", "reward", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 static const char *const s_tuner_modes[] = {"max", "min", NULL};
 
@@ -197,6 +198,13 @@ static const s_key s_keys[] = {
     S_STR_KEY("scaling.dataset", scaling.dataset, "", s_is_name_or_empty,
               "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
     S_INT_KEY("scaling.min_points", scaling.min_points, 4, 4, 4096),
+    S_BOOL_KEY("pbt.enabled", pbt.enabled, false),
+    S_INT_KEY("pbt.ready_steps", pbt.ready_steps, 10, 1, S_INF),
+    S_ENUM_KEY("pbt.metric", pbt.metric, 0, s_pbt_metrics),
+    S_NUM_KEY("pbt.quantile", pbt.quantile, 0.25, 0, 0.5, S_LO_OPEN),
+    S_NUM_KEY("pbt.resample_probability", pbt.resample_probability, 0.25, 0, 1, 0),
+    S_NUM_KEY("pbt.lr_min", pbt.lr_min, 1e-6, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("pbt.lr_max", pbt.lr_max, 1e-2, 0, S_INF, S_LO_OPEN),
     S_BOOL_KEY("tuner.lr_plateau.enabled", tuner.lr_plateau.enabled, false),
     S_STR_KEY("tuner.lr_plateau.dataset", tuner.lr_plateau.dataset, "", s_is_name_or_empty,
               "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
@@ -920,6 +928,13 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     BT_TRY(s_check_eval(cfg, src));
     BT_TRY(s_check_tuner(cfg, src));
     BT_TRY(s_check_scaling(cfg, src));
+    if (cfg->pbt.enabled && cfg->n_variants < 2)
+        return bt_fail(BT_EINVAL, "%s: pbt.enabled: population-based training needs at least 2 "
+                                  "variants, got %d",
+                       src, cfg->n_variants);
+    if (cfg->pbt.lr_min > cfg->pbt.lr_max)
+        return bt_fail(BT_EINVAL, "%s: pbt.lr_max: expected a number >= pbt.lr_min (%g), got %g",
+                       src, cfg->pbt.lr_min, cfg->pbt.lr_max);
     bt_grpo_config grpo;
     bt_config_grpo(cfg, &grpo);
     if (bt_grpo_config_validate(&grpo) != BT_OK)

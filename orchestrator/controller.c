@@ -1995,6 +1995,47 @@ bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {
     return st;
 }
 
+bt_status bt_controller_wait_evals(bt_controller_t *self) {
+    return s_eval_wait(self, NULL);
+}
+
+double bt_controller_lr(const bt_controller_t *self) {
+    return self->tuner.lr;
+}
+
+const char *bt_controller_variant_name(const bt_controller_t *self) {
+    return self->variant_name;
+}
+
+bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top, double lr,
+                                    const char *how) {
+    double accuracy = self->last_accuracy, reward = self->last_reward, lr_before = self->tuner.lr;
+    BT_TRY(s_snapshot(top)); /* top's whole trainer state, now */
+    BT_TRY(s_restore_trainer(self, top->snap, self->version + 1, top->saved.canary_loss));
+    self->tuner.kl_coef = top->tuner.kl_coef; /* top's tuned values, then the new rate */
+    self->tuner.temperature = top->tuner.temperature;
+    self->tuner.lr = lr;
+    self->last_accuracy = top->last_accuracy;
+    self->last_reward = top->last_reward;
+    BT_TRY(s_snapshot(self)); /* a rollback now returns to the copy */
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "pbt");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_int(&line, "step", self->step);
+    bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_str(&line, "from", top->variant_name);
+    bt_jsonl_num(&line, "accuracy", accuracy);
+    bt_jsonl_num(&line, "from_accuracy", top->last_accuracy);
+    bt_jsonl_num(&line, "reward", reward);
+    bt_jsonl_num(&line, "from_reward", top->last_reward);
+    bt_jsonl_num(&line, "lr_before", lr_before);
+    bt_jsonl_num(&line, "from_lr", top->tuner.lr);
+    bt_jsonl_num(&line, "lr_after", lr);
+    bt_jsonl_str(&line, "explore", how);
+    return bt_runlog_event(self->log, &line);
+}
+
 bt_status bt_controller_stop(bt_controller_t *self) {
     bt_train_clock_stop(&self->clock, bt_now());
     double total = 0; /* with variants: each one's share of the workers' compute */

@@ -77,6 +77,13 @@ typedef struct {
     double reach_step, reach_time; /* the first RL evaluation at or above the target; NaN: none */
 } s_last;
 
+/*  A population-based training copy: variant copied from, at step, and its exploration. */
+typedef struct {
+    const char *run; /* the run's name, borrowed */
+    double step, lr_before, lr_after;
+    char variant[64], from[64], explore[16];
+} s_copy;
+
 /*  One row of the table: a run's variant ("main" without variants). */
 typedef struct {
     char variant[64];
@@ -104,6 +111,8 @@ typedef struct {
     s_mark *marks;
     int n_marks, cap_marks;
     double target; /* the table's target accuracy; NaN: none */
+    s_copy *copies; /* pbt events: the variants' lineage */
+    int n_copies, cap_copies;
     bool oom;
 } s_report;
 
@@ -369,9 +378,31 @@ static void s_eval(s_report *r, s_run *u, const cJSON *o) {
     s_eval_fields(r, u, o, step);
 }
 
+/*  A `pbt` event: one row of the lineage table. */
+static void s_copy_event(s_report *r, const s_run *u, const cJSON *o) {
+    s_copy *q = s_reserve(r->copies, &r->cap_copies, r->n_copies, sizeof *q);
+    if (!q) {
+        r->oom = true;
+        return;
+    }
+    r->copies = q;
+    s_copy *c = &r->copies[r->n_copies++];
+    *c = (s_copy){.run = u->name,
+                  .step = s_num(o, "step"),
+                  .lr_before = s_num(o, "lr_before"),
+                  .lr_after = s_num(o, "lr_after")};
+    snprintf(c->variant, sizeof c->variant, "%s", s_str(o, "variant", "?"));
+    snprintf(c->from, sizeof c->from, "%s", s_str(o, "from", "?"));
+    snprintf(c->explore, sizeof c->explore, "%s", s_str(o, "explore", "?"));
+}
+
 static void s_event(s_report *r, const s_run *u, const cJSON *o) {
     static const char *const names[] = {"eval_interval", "eval_alarm", "eval_deferred", "tuner"};
     const char *ev = s_str(o, "event", "");
+    if (!strcmp(ev, "pbt")) {
+        s_copy_event(r, u, o);
+        return;
+    }
     int kind = 0;
     while (kind < 4 && strcmp(ev, names[kind]))
         kind++;
@@ -765,6 +796,26 @@ static void s_runs_table(s_buf *b, const s_report *r) {
     s_put(b, "</table>\n");
 }
 
+/*  Population-based training: who copied whom, when, and the learning rate it explored. */
+static void s_lineage_table(s_buf *b, const s_report *r) {
+    if (!r->n_copies)
+        return;
+    s_put(b, "<h2>lineage</h2>\n<table class=\"lineage\">\n<tr><th>run</th><th>step</th>"
+             "<th>variant</th><th>copied</th><th>learning rate</th><th>explore</th></tr>\n");
+    for (const s_copy *c = r->copies; c < r->copies + r->n_copies; c++) {
+        s_put(b, "<tr><td>");
+        s_esc(b, c->run);
+        s_put(b, "</td><td>%.6g</td><td>", c->step);
+        s_esc(b, c->variant);
+        s_put(b, "</td><td>");
+        s_esc(b, c->from);
+        s_put(b, "</td><td>%.6g &#8594; %.6g</td><td>", c->lr_before, c->lr_after);
+        s_esc(b, c->explore);
+        s_put(b, "</td></tr>\n");
+    }
+    s_put(b, "</table>\n");
+}
+
 static void s_notes(s_buf *b, const s_report *r) {
     for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++) {
         for (int events = 0; events < 2; events++) {
@@ -796,6 +847,7 @@ static void s_report_release(s_report *r) {
         free(r->series[i].pts);
     free(r->series);
     free(r->marks);
+    free(r->copies);
     free(r->runs);
 }
 
@@ -811,6 +863,7 @@ bt_status bt_report_write(const char *const *run_dirs, int n_dirs, const char *o
     if (st == BT_OK) {
         s_head(&b, &r);
         s_runs_table(&b, &r);
+        s_lineage_table(&b, &r);
         s_notes(&b, &r);
         for (int f = 0; f < S_FAMILIES; f++)
             s_chart(&b, &r, f);

@@ -48,6 +48,7 @@ struct bt_run {
     bt_controller_t *vctl[BT_CONFIG_MAX_VARIANTS];
     bool vdone[BT_CONFIG_MAX_VARIANTS];
     int n_vctl;
+    int64_t pbt_step; /* the step of the last PBT ranking */
     s_thread threads[S_MAX_THREADS];
     int n_threads;
     bool finished;
@@ -266,6 +267,65 @@ bt_status bt_run_start(bt_run_t *self) {
     return st;
 }
 
+/*  A uniform draw in [0, 1) from a splitmix64 state: PBT's choices, reproducible from run.seed. */
+static double s_draw(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+/*  Population-based training (Jaderberg et al. 2017), when every variant has made a multiple of
+    pbt.ready_steps steps: the variants are ranked by pbt.metric, the held-out accuracy of their
+    latest evaluation (waited for) or the last step's mean reward; each one in the bottom quantile (at least one) copies a variant of the
+    top quantile drawn uniformly, unless it is already as good, and explores: with
+    pbt.resample_probability a learning rate drawn log-uniformly from [pbt.lr_min, pbt.lr_max],
+    else the top one's times 0.8 or 1.2 (kept in range). */
+static bt_status s_pbt(bt_run_t *self) {
+    const bt_run_config *c = &self->cfg;
+    int n = self->n_vctl;
+    int64_t step = bt_controller_progress(self->vctl[0]).step;
+    if (!c->pbt.enabled || n < 2 || step <= self->pbt_step || step % c->pbt.ready_steps != 0)
+        return BT_OK;
+    for (int k = 0; k < n; k++)
+        if (self->vdone[k] || bt_controller_progress(self->vctl[k]).step != step)
+            return BT_OK;
+    self->pbt_step = step;
+    double acc[BT_CONFIG_MAX_VARIANTS];
+    int order[BT_CONFIG_MAX_VARIANTS];
+    for (int k = 0; k < n; k++) {
+        BT_TRY(bt_controller_wait_evals(self->vctl[k]));
+        bt_progress p = bt_controller_progress(self->vctl[k]);
+        double a = c->pbt.metric == 1 ? p.reward_mean : p.accuracy;
+        acc[k] = isfinite(a) ? a : -1.0;
+        order[k] = k;
+    }
+    for (int i = 1; i < n; i++) /* best first; ties keep the config's order */
+        for (int j = i; j > 0 && acc[order[j]] > acc[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int q = (int)floor(n * c->pbt.quantile);
+    q = q < 1 ? 1 : q;
+    uint64_t rng = (uint64_t)c->run.seed * 1000003u + (uint64_t)step;
+    for (int b = n - q; b < n; b++) {
+        int bottom = order[b], top = order[(int)(s_draw(&rng) * q)];
+        double lr = bt_controller_lr(self->vctl[top]), u = s_draw(&rng), v = s_draw(&rng);
+        if (acc[bottom] >= acc[top])
+            continue;
+        const char *how = "resample";
+        if (u < c->pbt.resample_probability)
+            lr = exp(log(c->pbt.lr_min) + v * (log(c->pbt.lr_max) - log(c->pbt.lr_min)));
+        else {
+            how = v < 0.5 ? "x0.8" : "x1.2";
+            lr = fmin(fmax(lr * (v < 0.5 ? 0.8 : 1.2), c->pbt.lr_min), c->pbt.lr_max);
+        }
+        BT_TRY(bt_controller_pbt_exploit(self->vctl[bottom], self->vctl[top], lr, how));
+    }
+    return BT_OK;
+}
+
 /*  One step of the variant that has made the fewest (the first of those): variants advance in
     turn, so each gets the same number of steps and its fair share of the workers. */
 bt_status bt_run_step(bt_run_t *self, bool *done) {
@@ -284,6 +344,7 @@ bt_status bt_run_step(bt_run_t *self, bool *done) {
     if (pick < 0)
         return BT_OK;
     BT_TRY(bt_controller_step(self->vctl[pick], &self->vdone[pick]));
+    BT_TRY(s_pbt(self));
     *done = true;
     for (int k = 0; k < self->n_vctl; k++)
         *done &= self->vdone[k];

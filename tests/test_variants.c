@@ -9,6 +9,7 @@
 #include "check.h"
 #include "runs.h"
 
+#include <math.h>
 #include <sys/stat.h>
 
 static char s_tmp[64], s_config[128], s_alone[128];
@@ -29,6 +30,74 @@ static const char s_base[] =
 static pid_t s_start(const char *config, const char *dir, const char *set) {
     const char *args[] = {"run", config, "--run-dir", dir, set ? "--set" : NULL, set, NULL};
     return runs_spawn(args);
+}
+
+/*  The learning rate variant's train line of step printed (the rate AdamW applied), or NaN. */
+static double s_train_lr(const char *metrics, const char *variant, int step) {
+    char key[96];
+    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step, variant);
+    const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
+    return lr ? strtod(lr + 5, NULL) : NAN;
+}
+
+/*  Population-based training over four variants (learning rates 1e-6 to 0.03), ranked by reward
+    every 4 steps: each copy is a `pbt` event in which the bottom variant copies one that did
+    better (the restore checks the copied state by its canary loss, or the run fails), and then
+    trains at the explored rate: the top one's x0.8 or x1.2 within [lr_min, lr_max], or a draw in
+    that range; its next train line applies exactly that rate.  The report draws the lineage. */
+static void test_pbt(void) {
+    char config[128], dir[128], text[4096];
+    snprintf(config, sizeof config, "%s/pbt.json", s_tmp);
+    snprintf(text, sizeof text,
+             "{%s, \"pbt\": {\"enabled\": true, \"ready_steps\": 4, \"metric\": \"reward\"},"
+             " \"variants\": [{\"name\": \"cold\", \"set\": {\"grpo.lr\": 1e-6}}, {\"name\": \"base\"},"
+             " {\"name\": \"hot\", \"set\": {\"grpo.lr\": 0.03}},"
+             " {\"name\": \"warm\", \"set\": {\"grpo.lr\": 0.003}}]}",
+             s_base);
+    CHECK_OK(bt_file_write(config, text, strlen(text)));
+    snprintf(dir, sizeof dir, "%s/pbt", s_tmp);
+    CHECK(runs_wait(s_start(config, dir, NULL)) == 0);
+    CHECK(runs_train_steps(dir) == 48);
+    char path[256], *events = NULL, *metrics = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &metrics, NULL));
+    int copies = 0;
+    for (char *l = events ? strtok(events, "\n") : NULL; l && metrics; l = strtok(NULL, "\n")) {
+        cJSON *e = cJSON_Parse(l);
+        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(e, "event"));
+        if (kind && !strcmp(kind, "pbt")) {
+            int step = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "step"));
+            double reward = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "reward"));
+            double from_reward = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "from_reward"));
+            double from_lr = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "from_lr"));
+            double lr = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "lr_after"));
+            const char *how = cJSON_GetStringValue(cJSON_GetObjectItem(e, "explore"));
+            const char *variant = cJSON_GetStringValue(cJSON_GetObjectItem(e, "variant"));
+            CHECK(step % 4 == 0 && step < 12 && from_reward > reward);
+            CHECK(lr >= 1e-6 && lr <= 1e-2);
+            if (how && !strcmp(how, "x0.8"))
+                CHECK_REL(lr, fmin(fmax(from_lr * 0.8, 1e-6), 1e-2), 1e-12);
+            else if (how && !strcmp(how, "x1.2"))
+                CHECK_REL(lr, fmin(fmax(from_lr * 1.2, 1e-6), 1e-2), 1e-12);
+            else
+                CHECK(how && !strcmp(how, "resample"));
+            CHECK_REL(s_train_lr(metrics, variant, step + 1), lr, 1e-12);
+            copies++;
+        }
+        cJSON_Delete(e);
+    }
+    CHECK(copies >= 1);
+    free(events);
+    free(metrics);
+    const char *report[] = {"report", dir, NULL};
+    CHECK(runs_wait(runs_spawn(report)) == 0);
+    char *html = NULL;
+    snprintf(path, sizeof path, "%s/report.html", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &html, NULL));
+    CHECK(html && strstr(html, "<table class=\"lineage\">"));
+    free(html);
 }
 
 int main(void) {
@@ -95,6 +164,7 @@ int main(void) {
                  k ? "hot" : "base");
         CHECK(stat(path, &sb) == 0);
     }
+    test_pbt();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     if (check_exit() == 0)

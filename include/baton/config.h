@@ -160,6 +160,14 @@ typedef struct bt_run_config {
         char dataset[BT_CONFIG_NAME_MAX]; /* a perplexity dataset; "" resolves to the first */
         int64_t min_points;               /* evaluations before the first fit */
     } scaling;
+    struct { /* population-based training over the variants (Jaderberg et al. 2017) */
+        bool enabled;
+        int64_t ready_steps;         /* steps between rankings */
+        int metric;                  /* 0 "accuracy": the latest held-out accuracy; 1 "reward" */
+        double quantile;             /* the bottom (and top) fraction of the variants */
+        double resample_probability; /* explore by a fresh draw instead of x0.8 / x1.2 */
+        double lr_min, lr_max;       /* the learning rate's range (draws: log-uniform) */
+    } pbt;
     struct {
         int64_t inject_nan_at_step;
         int64_t save_pause_ms;

@@ -53,6 +53,18 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
 bt_controller_t *bt_controller_new_variant(bt_controller_t *first, const bt_run_config *cfg,
                                            int k);
 void bt_controller_destroy(bt_controller_t **self_p);
+/*  "main", or the variant's name. */
+const char *bt_controller_variant_name(const bt_controller_t *self);
+/*  The peak learning rate the next step trains with (the tuner's, grpo.lr unless it changed). */
+double bt_controller_lr(const bt_controller_t *self);
+/*  Waits until every evaluation started so far has finished and been written. */
+bt_status bt_controller_wait_evals(bt_controller_t *self);
+/*  Population-based training's exploit and explore (Jaderberg et al. 2017): variant self's trainer
+    takes top's whole state (weights, AdamW moments, KL reference; checked by the canary loss) and
+    top's KL coefficient and temperature, then trains at peak learning rate lr; how ("x0.8",
+    "x1.2", "resample") is recorded in a `pbt` event with both variants' accuracies and rates. */
+bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top, double lr,
+                                    const char *how);
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user);
 
 /*  Before bt_controller_start: continue from a checkpoint instead of starting afresh.  folder ""
