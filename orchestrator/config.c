@@ -198,6 +198,7 @@ static const s_key s_keys[] = {
     S_STR_KEY("scaling.dataset", scaling.dataset, "", s_is_name_or_empty,
               "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
     S_INT_KEY("scaling.min_points", scaling.min_points, 4, 4, 4096),
+    S_NUM_KEY("scaling.stop_margin", scaling.stop_margin, 0, 0, S_INF, 0),
     S_BOOL_KEY("pbt.enabled", pbt.enabled, false),
     S_INT_KEY("pbt.ready_steps", pbt.ready_steps, 10, 1, S_INF),
     S_ENUM_KEY("pbt.metric", pbt.metric, 0, s_pbt_metrics),

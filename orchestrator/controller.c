@@ -188,6 +188,7 @@ static bt_status s_tuner_events(bt_controller_t *self, const bt_tuner_decision *
         bt_jsonl line;
         bt_jsonl_init(&line);
         bt_tuner_decision_jsonl(&d[i], bt_now() - self->t0, &line);
+        bt_jsonl_str(&line, "variant", self->variant_name);
         BT_TRY(bt_runlog_event(self->log, &line));
     }
     return BT_OK;
@@ -1050,6 +1051,7 @@ static bt_status s_scaling_observe(bt_controller_t *self, int64_t step, double l
             bt_jsonl_init(&line);
             bt_jsonl_str(&line, "event", "scaling_error");
             bt_jsonl_num(&line, "time", bt_now() - self->t0);
+            bt_jsonl_str(&line, "variant", self->variant_name);
             bt_jsonl_int(&line, "made_at", p->made_at);
             bt_jsonl_int(&line, "step", p->target);
             bt_jsonl_num(&line, "predicted", p->predicted);
@@ -1089,6 +1091,7 @@ static bt_status s_scaling_observe(bt_controller_t *self, int64_t step, double l
     bt_jsonl_init(&line);
     bt_jsonl_str(&line, "event", "scaling_prediction");
     bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_int(&line, "step", step);
     bt_jsonl_int(&line, "target", last);
     bt_jsonl_num(&line, "predicted", predicted);
@@ -1997,6 +2000,25 @@ bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {
 
 bt_status bt_controller_wait_evals(bt_controller_t *self) {
     return s_eval_wait(self, NULL);
+}
+
+double bt_controller_predicted_loss(const bt_controller_t *self) {
+    const bt_scaling_record *r = &self->sc_record;
+    return r->n > 0 ? r->entries[r->n - 1].predicted : NAN;
+}
+
+bt_status bt_controller_stop_variant(bt_controller_t *self, double predicted, double best,
+                                     double margin) {
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "variant_stopped");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_int(&line, "step", self->step);
+    bt_jsonl_num(&line, "predicted", predicted);
+    bt_jsonl_num(&line, "best_predicted", best);
+    bt_jsonl_num(&line, "margin", margin);
+    return bt_runlog_event(self->log, &line);
 }
 
 double bt_controller_lr(const bt_controller_t *self) {

@@ -3,6 +3,7 @@
 #define _DEFAULT_SOURCE /* realpath */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/baton.h"
+#include "baton/scaling.h"
 
 #include "baton/security.h"
 #include "baton/worker.h"
@@ -326,6 +327,34 @@ static bt_status s_pbt(bt_run_t *self) {
     return BT_OK;
 }
 
+/*  Scaling-law early stopping (scaling.stop_margin > 0, ASHA-like): once every variant still
+    training has a prediction of its final held-out loss, one predicted worse than the best by more
+    than the margin (relative) stops. */
+static bt_status s_early_stop(bt_run_t *self) {
+    double margin = self->cfg.scaling.stop_margin, predicted[BT_CONFIG_MAX_VARIANTS];
+    int n = self->n_vctl, live = 0;
+    if (!self->cfg.scaling.enabled || !(margin > 0) || n < 2)
+        return BT_OK;
+    for (int k = 0; k < n; k++) {
+        predicted[k] = self->vdone[k] ? NAN : bt_controller_predicted_loss(self->vctl[k]);
+        if (!self->vdone[k] && !isfinite(predicted[k]))
+            return BT_OK; /* not every one has a prediction yet */
+        live += !self->vdone[k];
+    }
+    bool stop[BT_CONFIG_MAX_VARIANTS];
+    if (live < 2 || bt_scaling_early_stop(predicted, n, margin, stop) == 0)
+        return BT_OK;
+    double best = INFINITY;
+    for (int k = 0; k < n; k++)
+        best = isfinite(predicted[k]) && predicted[k] < best ? predicted[k] : best;
+    for (int k = 0; k < n; k++)
+        if (stop[k]) {
+            BT_TRY(bt_controller_stop_variant(self->vctl[k], predicted[k], best, margin));
+            self->vdone[k] = true;
+        }
+    return BT_OK;
+}
+
 /*  One step of the variant that has made the fewest (the first of those): variants advance in
     turn, so each gets the same number of steps and its fair share of the workers. */
 bt_status bt_run_step(bt_run_t *self, bool *done) {
@@ -345,6 +374,7 @@ bt_status bt_run_step(bt_run_t *self, bool *done) {
         return BT_OK;
     BT_TRY(bt_controller_step(self->vctl[pick], &self->vdone[pick]));
     BT_TRY(s_pbt(self));
+    BT_TRY(s_early_stop(self));
     *done = true;
     for (int k = 0; k < self->n_vctl; k++)
         *done &= self->vdone[k];

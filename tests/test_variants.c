@@ -100,6 +100,52 @@ static void test_pbt(void) {
     free(html);
 }
 
+/*  Scaling-law early stopping: a variant whose learning rate (1e-7) leaves its held-out loss where
+    it started is predicted worse than the base by more than the margin once both have four
+    evaluations, and stops there (a `variant_stopped` event with both predictions); the base
+    trains to the end. */
+static void test_early_stop(void) {
+    char config[128], dir[128], text[4096];
+    snprintf(config, sizeof config, "%s/stop.json", s_tmp);
+    snprintf(text, sizeof text,
+             "{%s, \"scaling\": {\"enabled\": true, \"stop_margin\": 0.001},"
+             " \"variants\": [{\"name\": \"base\", \"set\": {\"grpo.lr\": 0.003}},"
+             " {\"name\": \"cold\", \"set\": {\"grpo.lr\": 1e-7}}]}",
+             s_base);
+    /* a perplexity dataset evaluated every step is what the law is fitted to */
+    char *eval = strstr(text, "\"eval\": {\"every_steps\": 4, \"heldout_count\": 6}");
+    CHECK(eval != NULL);
+    if (!eval)
+        return;
+    const char *ppl = "\"eval\": {\"every_steps\": 1, \"heldout_count\": 6, \"datasets\":"
+                      " [{\"name\": \"ppl\", \"kind\": \"perplexity\"}]}";
+    char rest[4096];
+    snprintf(rest, sizeof rest, "%s", eval + strlen("\"eval\": {\"every_steps\": 4, \"heldout_count\": 6}"));
+    snprintf(eval, sizeof text - (size_t)(eval - text), "%s%s", ppl, rest);
+    CHECK_OK(bt_file_write(config, text, strlen(text)));
+    snprintf(dir, sizeof dir, "%s/stop", s_tmp);
+    CHECK(runs_wait(s_start(config, dir, NULL)) == 0);
+    char path[256], *events = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    const char *e = events ? strstr(events, "\"event\":\"variant_stopped\"") : NULL;
+    CHECK(e && strstr(e, "\"variant\":\"cold\""));
+    int stopped_at = e ? atoi(strstr(e, "\"step\":") + 7) : -1;
+    double predicted = e ? strtod(strstr(e, "\"predicted\":") + 12, NULL) : NAN;
+    double best = e ? strtod(strstr(e, "\"best_predicted\":") + 17, NULL) : NAN;
+    CHECK(predicted > best * 1.001 && stopped_at >= 4 && stopped_at < 12);
+    free(events);
+    char *cold = runs_metrics_of(dir, "cold"), *base = runs_metrics_of(dir, "base");
+    int cold_steps = 0, base_steps = 0;
+    for (const char *p = cold; p && (p = strstr(p, "\"kind\":\"train\"")); p++)
+        cold_steps++;
+    for (const char *p = base; p && (p = strstr(p, "\"kind\":\"train\"")); p++)
+        base_steps++;
+    CHECK(cold_steps == stopped_at && base_steps == 12);
+    free(cold);
+    free(base);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_variants_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -165,6 +211,7 @@ int main(void) {
         CHECK(stat(path, &sb) == 0);
     }
     test_pbt();
+    test_early_stop();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     if (check_exit() == 0)

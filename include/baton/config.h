@@ -159,6 +159,8 @@ typedef struct bt_run_config {
         bool enabled;
         char dataset[BT_CONFIG_NAME_MAX]; /* a perplexity dataset; "" resolves to the first */
         int64_t min_points;               /* evaluations before the first fit */
+        double stop_margin;               /* variants: stop one predicted worse than the best by
+                                             more than this, relative; 0: never */
     } scaling;
     struct { /* population-based training over the variants (Jaderberg et al. 2017) */
         bool enabled;

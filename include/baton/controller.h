@@ -57,6 +57,13 @@ void bt_controller_destroy(bt_controller_t **self_p);
 const char *bt_controller_variant_name(const bt_controller_t *self);
 /*  The peak learning rate the next step trains with (the tuner's, grpo.lr unless it changed). */
 double bt_controller_lr(const bt_controller_t *self);
+/*  The latest scaling-law prediction of the held-out loss at the last step (scaling.*); NaN
+    before the first fit. */
+double bt_controller_predicted_loss(const bt_controller_t *self);
+/*  Records that the run stops training this variant early (a `variant_stopped` event with its
+    prediction, the best one and the margin); the caller stops stepping it. */
+bt_status bt_controller_stop_variant(bt_controller_t *self, double predicted, double best,
+                                     double margin);
 /*  Waits until every evaluation started so far has finished and been written. */
 bt_status bt_controller_wait_evals(bt_controller_t *self);
 /*  Population-based training's exploit and explore (Jaderberg et al. 2017): variant self's trainer
