@@ -409,10 +409,21 @@ static void s_format_shape(char *buf, size_t len, int ndim, const int64_t *shape
         snprintf(buf + at, len - at, ")");
 }
 
+/*  Where a model's tensors are: model.safetensors, or the shards a model.safetensors.index.json
+    names (Hugging Face's layout for large models). */
+enum { S_MAX_SHARDS = 256 };
+typedef struct s_source {
+    bt_safetensors_t *files[S_MAX_SHARDS];
+    int n;
+    const char *where; /* for messages: the single file or the index */
+} s_source;
+
 /*  The stored tensor called p->name, checked and wrapped as a CPU tensor in tmp. */
-static bt_tensor *s_init_from_file(bt_ctx *tmp, const bt_safetensors_t *st, const char *file,
-                                   const s_param *p) {
-    const bt_st_entry *e = bt_safetensors_find(st, p->name);
+static bt_tensor *s_init_from_file(bt_ctx *tmp, const s_source *src, const s_param *p) {
+    const char *file = src->where;
+    const bt_st_entry *e = NULL;
+    for (int i = 0; i < src->n && !e; i++)
+        e = bt_safetensors_find(src->files[i], p->name);
     if (!e) {
         bt_fail(BT_EFORMAT, "%s: missing tensor %s", file, p->name);
         return NULL;
@@ -437,14 +448,13 @@ static bt_tensor *s_init_from_file(bt_ctx *tmp, const bt_safetensors_t *st, cons
 
 /*  Creates every parameter, from st (named file) when given, else at random from seed: F32 on the
     model's device, requiring grad. */
-static bt_status s_model_fill(bt_model *m, uint64_t seed, const bt_safetensors_t *st,
-                              const char *file) {
+static bt_status s_model_fill(bt_model *m, uint64_t seed, const s_source *st) {
     bt_gen *gen = st ? NULL : bt_gen_new(seed, bt_cpu());
     bt_ctx *tmp = bt_ctx_new();
     bool grad = bt_set_grad_enabled(false);
     bt_status status = (gen || st) && tmp ? BT_OK : BT_ENOMEM;
     for (int i = 0; i < m->n_params && status == BT_OK; i++) {
-        bt_tensor *t = st ? s_init_from_file(tmp, st, file, &m->specs[i])
+        bt_tensor *t = st ? s_init_from_file(tmp, st, &m->specs[i])
                           : s_init_random(tmp, gen, &m->specs[i]);
         m->params[i] = bt_clone(m->ctx, bt_to_device(tmp, bt_to_dtype(tmp, t, BT_F32), m->device));
         if (!m->params[i])
@@ -463,7 +473,7 @@ static bt_status s_model_fill(bt_model *m, uint64_t seed, const bt_safetensors_t
 
 bt_model *bt_model_new(const bt_model_config *cfg, bt_device device, uint64_t seed) {
     bt_model *m = s_model_alloc(cfg, device);
-    if (m && s_model_fill(m, seed, NULL, NULL) != BT_OK)
+    if (m && s_model_fill(m, seed, NULL) != BT_OK)
         bt_model_destroy(&m);
     return m;
 }
@@ -806,19 +816,61 @@ bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const c
     return st;
 }
 
+/*  Opens the shards the index at path names in its weight_map (each once), from dir. */
+static bt_status s_open_shards(const char *dir, const char *path, s_source *src) {
+    char *text = NULL;
+    BT_TRY(bt_file_read(path, 64 << 20, &text, NULL));
+    cJSON *root = cJSON_Parse(text), *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    free(text);
+    bt_status st = cJSON_IsObject(map) && map->child
+                       ? BT_OK
+                       : bt_fail(BT_EFORMAT, "%s: expected a \"weight_map\" object of tensor "
+                                             "names to shard files",
+                                 path);
+    for (const cJSON *e = map ? map->child : NULL; e && st == BT_OK; e = e->next) {
+        const char *shard = cJSON_GetStringValue(e);
+        if (!shard || !*shard || strchr(shard, '/') || !strcmp(shard, ".."))
+            st = bt_fail(BT_EFORMAT, "%s: %s: expected a shard file name in the folder, got %s",
+                         path, e->string, shard ? shard : "a non-string");
+        bool seen = false;
+        for (const cJSON *f = map->child; f != e && !seen && st == BT_OK; f = f->next)
+            seen = !strcmp(cJSON_GetStringValue(f), shard);
+        if (st != BT_OK || seen)
+            continue;
+        char file[4096];
+        if (src->n == S_MAX_SHARDS)
+            st = bt_fail(BT_ERANGE, "%s: more than %d shards", path, S_MAX_SHARDS);
+        if (st == BT_OK)
+            st = s_join(file, sizeof file, dir, shard);
+        if (st == BT_OK)
+            st = bt_safetensors_open(file, &src->files[src->n++]);
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
 bt_model *bt_model_load(const char *dir, bt_device device) {
-    char path[4096];
+    char path[4096], index[4096];
     bt_model_config cfg;
     if (s_join(path, sizeof path, dir, "config.json") != BT_OK ||
         bt_model_config_load(path, &cfg) != BT_OK ||
-        s_join(path, sizeof path, dir, "model.safetensors") != BT_OK)
+        s_join(path, sizeof path, dir, "model.safetensors") != BT_OK ||
+        s_join(index, sizeof index, dir, "model.safetensors.index.json") != BT_OK)
         return NULL;
-    bt_safetensors_t *st = NULL;
-    if (bt_safetensors_open(path, &st) != BT_OK)
-        return NULL;
-    bt_model *m = s_model_alloc(&cfg, device);
-    if (m && s_model_fill(m, 0, st, path) != BT_OK)
+    s_source src = {.where = path};
+    struct stat sb;
+    bt_status st;
+    if (stat(path, &sb) != 0 && stat(index, &sb) == 0) { /* sharded */
+        src.where = index;
+        st = s_open_shards(dir, index, &src);
+    } else {
+        st = bt_safetensors_open(path, &src.files[0]);
+        src.n = st == BT_OK;
+    }
+    bt_model *m = st == BT_OK ? s_model_alloc(&cfg, device) : NULL;
+    if (m && s_model_fill(m, 0, &src) != BT_OK)
         bt_model_destroy(&m);
-    bt_safetensors_destroy(&st);
+    for (int i = 0; i < src.n; i++)
+        bt_safetensors_destroy(&src.files[i]);
     return m;
 }

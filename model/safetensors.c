@@ -6,11 +6,16 @@
 #include "baton/fileio.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /*  Header integers are JSON numbers, read and written as doubles: exact up to 2^53.  Shapes,
     offsets and byte counts above it are refused. */
@@ -22,7 +27,8 @@ typedef struct s_meta_pair {
 } s_meta_pair;
 
 struct bt_safetensors {
-    uint8_t *file;       /* the whole file: 8 + N + data_size bytes */
+    uint8_t *file;       /* the whole file, mapped read-only: 8 + N + data_size bytes */
+    size_t file_size;
     const uint8_t *data; /* the data region, data_size bytes */
     size_t data_size;
     char *strings; /* names, metadata keys and values, each NUL-terminated */
@@ -328,12 +334,29 @@ bt_status bt_safetensors_open(const char *path, bt_safetensors_t **out) {
     bt_safetensors_t *self = calloc(1, sizeof *self);
     if (!self)
         return bt_fail(BT_ENOMEM, "%s: out of memory", path);
-    size_t size = 0;
-    char *file = NULL;
-    bt_status rc = bt_file_read(path, SIZE_MAX, &file, &size);
-    self->file = (uint8_t *)file;
-    if (rc == BT_OK)
-        rc = s_parse_file(self, path, size);
+    /* mapped, not read: the weights are read once, into the model's tensors, and the page cache
+       holds the file (a model loaded does not hold two copies in process memory) */
+    bt_status rc = BT_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0)
+        rc = bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        rc = bt_fail(BT_EIO, "%s: not a regular file", path);
+    else if (sb.st_size < 8)
+        rc = bt_fail(BT_EFORMAT, "%s: %lld bytes: too short for a safetensors header", path,
+                     (long long)sb.st_size);
+    void *map = rc == BT_OK ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
+                            : MAP_FAILED;
+    if (rc == BT_OK && map == MAP_FAILED)
+        rc = bt_fail(BT_EIO, "%s: cannot map: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    if (rc == BT_OK) {
+        self->file = map;
+        self->file_size = (size_t)sb.st_size;
+        rc = s_parse_file(self, path, self->file_size);
+    }
     if (rc != BT_OK) {
         bt_safetensors_destroy(&self);
         return rc;
@@ -346,7 +369,8 @@ void bt_safetensors_destroy(bt_safetensors_t **self_p) {
     if (!self_p || !*self_p)
         return;
     bt_safetensors_t *self = *self_p;
-    free(self->file);
+    if (self->file)
+        munmap(self->file, self->file_size);
     free(self->strings);
     free(self->entries);
     free(self->by_name);

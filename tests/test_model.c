@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "baton/model.h"
+#include "baton/fileio.h"
 #include "baton/safetensors.h"
 #include "baton/sample.h"
 #include "check.h"
@@ -517,7 +518,12 @@ static void test_generate(void) {
 }
 
 static void s_remove_dir(const char *dir) {
-    const char *files[] = {"config.json", "model.safetensors", "tokenizer_config.json"};
+    const char *files[] = {"config.json",
+                           "model.safetensors",
+                           "tokenizer_config.json",
+                           "model.safetensors.index.json",
+                           "model-00001-of-00002.safetensors",
+                           "model-00002-of-00002.safetensors"};
     char path[256];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
@@ -671,6 +677,65 @@ static void test_save_load(void) {
     s_remove_dir(dir);
 }
 
+/*  A Hugging Face sharded folder: the saved weights split over two shard files named by
+    model.safetensors.index.json (its weight_map) load to the same parameters; a tensor in no shard
+    and a shard name outside the folder are errors that name them. */
+static void test_sharded(void) {
+    char dir[] = "/tmp/bt_shards_XXXXXX", path[512];
+    CHECK(mkdtemp(dir) != NULL);
+    bt_model_config cfg = s_config(2);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 11);
+    CHECK_OK(bt_model_save(m, NULL, dir));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    bt_safetensors_t *all = NULL;
+    CHECK_OK(bt_safetensors_open(path, &all));
+    int n = all ? bt_safetensors_count(all) : 0, half = n / 2;
+    bt_st_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+    char index[8192] = "{\"metadata\": {}, \"weight_map\": {";
+    for (int i = 0; i < n; i++) {
+        const bt_st_entry *e = bt_safetensors_entry(all, i);
+        ts[i] = (bt_st_tensor){.name = e->name, .dtype = e->dtype, .ndim = e->ndim, .data = e->data};
+        memcpy(ts[i].shape, e->shape, sizeof ts[i].shape);
+        snprintf(index + strlen(index), sizeof index - strlen(index), "%s\"%s\": \"%s\"",
+                 i ? ", " : "", e->name,
+                 i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors");
+    }
+    strcat(index, "}}");
+    snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+    CHECK_OK(bt_safetensors_write(path, ts, half, NULL, 0));
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    CHECK_OK(bt_safetensors_write(path, ts + half, n - half, NULL, 0));
+    bt_safetensors_destroy(&all);
+    free(ts);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(remove(path) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    CHECK_OK(bt_file_write(path, index, strlen(index)));
+    bt_model *back = bt_model_load(dir, bt_cpu());
+    CHECK(back != NULL);
+    for (int i = 0; back && i < bt_model_num_params(m); i++) {
+        float *want = s_host(bt_model_params(m)[i]), *got = s_host(bt_model_params(back)[i]);
+        CHECK(want && got &&
+              memcmp(want, got, (size_t)bt_numel(bt_model_params(m)[i]) * sizeof *want) == 0);
+        free(want);
+        free(got);
+    }
+    bt_model_destroy(&back);
+    /* the second shard gone from the map (every tensor claimed by the first): its tensors are
+       missing, named with the index */
+    for (char *p = strstr(index, "model-00002"); p; p = strstr(p, "model-00002"))
+        memcpy(p, "model-00001", 11);
+    CHECK_OK(bt_file_write(path, index, strlen(index)));
+    CHECK(bt_model_load(dir, bt_cpu()) == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "model.safetensors.index.json: missing tensor");
+    const char *escape = "{\"weight_map\": {\"lm_head.weight\": \"../model.safetensors\"}}";
+    CHECK_OK(bt_file_write(path, escape, strlen(escape)));
+    CHECK(bt_model_load(dir, bt_cpu()) == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "expected a shard file name in the folder");
+    bt_model_destroy(&m);
+    s_remove_dir(dir);
+}
+
 int main(void) {
     test_cache_matches_full();
     test_padding();
@@ -679,5 +744,6 @@ int main(void) {
     test_filter();
     test_generate();
     test_save_load();
+    test_sharded();
     return check_exit();
 }
