@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 
 #define S_NAME_MAX 64
-#define S_PER_LAYER 9              /* parameters per decoder layer */
+#define S_PER_LAYER 12             /* parameters per decoder layer, at most (Qwen2's biases) */
 #define S_CONFIG_MAX (1 << 20)     /* largest config.json read, in bytes */
 #define S_POSITION_MAX 2147483647. /* upper clamp for positions */
 
@@ -170,8 +170,9 @@ static bt_status s_get_token(const cJSON *root, const char *src, const char *key
 /*  Rejects the Hugging Face options this decoder does not implement. */
 static bt_status s_check_supported(const cJSON *root, const char *src) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (type && !(cJSON_IsString(type) && strcmp(type->valuestring, "llama") == 0))
-        return s_type_error(src, "model_type", "\"llama\"", type);
+    if (type && !(cJSON_IsString(type) && (strcmp(type->valuestring, "llama") == 0 ||
+                                           strcmp(type->valuestring, "qwen2") == 0)))
+        return s_type_error(src, "model_type", "\"llama\" or \"qwen2\"", type);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
         return s_type_error(src, "hidden_act", "\"silu\"", act);
@@ -234,6 +235,8 @@ bt_status bt_model_config_parse(const char *json, const char *source, bt_model_c
                          .max_position_embeddings = 2048,
                          .tie_word_embeddings = false};
     bt_status st = s_parse_fields(root, source, &c);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    c.qkv_bias = cJSON_IsString(type) && strcmp(type->valuestring, "qwen2") == 0;
     cJSON_Delete(root);
     if (st == BT_OK)
         st = s_validate(&c, source);
@@ -257,9 +260,9 @@ static cJSON *s_token_json(int64_t id) {
 
 char *bt_model_config_to_json(const bt_model_config *c) {
     cJSON *root = cJSON_CreateObject();
-    const char *arch = "LlamaForCausalLM";
+    const char *arch = c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
     cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&arch, 1));
-    cJSON_AddStringToObject(root, "model_type", "llama");
+    cJSON_AddStringToObject(root, "model_type", c->qkv_bias ? "qwen2" : "llama");
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
     cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON_AddNumberToObject(root, "vocab_size", (double)c->vocab_size);
@@ -300,6 +303,7 @@ typedef struct s_layer {
     bt_tensor *q_proj;     /* (H * D, C) */
     bt_tensor *k_proj;     /* (Hkv * D, C) */
     bt_tensor *v_proj;     /* (Hkv * D, C) */
+    bt_tensor *q_bias, *k_bias, *v_bias; /* (H * D), (Hkv * D), (Hkv * D); NULL but in Qwen2 */
     bt_tensor *o_proj;     /* (C, H * D) */
     bt_tensor *post_norm;  /* (C) */
     bt_tensor *gate_proj;  /* (I, C) */
@@ -362,6 +366,11 @@ static bt_model *s_model_alloc(const bt_model_config *cfg, bt_device device) {
         s_add_spec(m, 2, HD, C, "model.layers.%d.self_attn.q_proj.weight", l);
         s_add_spec(m, 2, KD, C, "model.layers.%d.self_attn.k_proj.weight", l);
         s_add_spec(m, 2, KD, C, "model.layers.%d.self_attn.v_proj.weight", l);
+        if (cfg->qkv_bias) {
+            s_add_spec(m, 1, HD, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+            s_add_spec(m, 1, KD, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+            s_add_spec(m, 1, KD, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+        }
         s_add_spec(m, 2, C, HD, "model.layers.%d.self_attn.o_proj.weight", l);
         s_add_spec(m, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l);
         s_add_spec(m, 2, I, C, "model.layers.%d.mlp.gate_proj.weight", l);
@@ -384,6 +393,11 @@ static void s_model_bind(bt_model *m) {
         w->q_proj = *p++;
         w->k_proj = *p++;
         w->v_proj = *p++;
+        if (m->cfg.qkv_bias) {
+            w->q_bias = *p++;
+            w->k_bias = *p++;
+            w->v_bias = *p++;
+        }
         w->o_proj = *p++;
         w->post_norm = *p++;
         w->gate_proj = *p++;
@@ -394,8 +408,11 @@ static void s_model_bind(bt_model *m) {
     m->lm_head = m->cfg.tie_word_embeddings ? m->embed : *p;
 }
 
-/*  Norm weights 1, matrices N(0, 0.02^2): a CPU tensor in tmp. */
+/*  Norm weights 1, biases 0, matrices N(0, 0.02^2): a CPU tensor in tmp. */
 static bt_tensor *s_init_random(bt_ctx *tmp, bt_gen *gen, const s_param *p) {
+    size_t n = strlen(p->name);
+    if (n > 5 && !strcmp(p->name + n - 5, ".bias"))
+        return bt_zeros(tmp, BT_F32, bt_cpu(), 1, p->shape);
     if (p->ndim == 1)
         return bt_full(tmp, BT_F32, bt_cpu(), 1, p->shape, 1.0);
     return bt_mul_scalar(tmp, bt_randn(tmp, gen, BT_F32, p->ndim, p->shape), 0.02);
@@ -556,15 +573,23 @@ static bt_tensor *s_cache_append(bt_ctx *ctx, bt_tensor *store, bt_tensor *kv, c
     return bt_slice(ctx, store, 2, 0, p->offset + p->T, 1);
 }
 
+/*  x W^T (+ b when the layer has one), on the last dimension. */
+static bt_tensor *s_proj(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, bt_tensor *b) {
+    bt_tensor *y = bt_linear(ctx, x, w);
+    return b ? bt_add(ctx, y, b) : y;
+}
+
 /*  Grouped-query self-attention of x (B, T, C) -> (B, T, C). */
 static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x,
                               const s_pass *p) {
     const s_layer *w = &m->layers[l];
     int64_t H = m->cfg.num_attention_heads, Hkv = m->cfg.num_key_value_heads;
     int64_t D = m->cfg.hidden_size / H;
-    bt_tensor *q = s_split_heads(ctx, bt_linear(ctx, x, w->q_proj), p, H, D);   /* (B, H, T, D) */
-    bt_tensor *k = s_split_heads(ctx, bt_linear(ctx, x, w->k_proj), p, Hkv, D); /* (B, Hkv, T, D) */
-    bt_tensor *v = s_split_heads(ctx, bt_linear(ctx, x, w->v_proj), p, Hkv, D); /* (B, Hkv, T, D) */
+    bt_tensor *q = s_proj(ctx, x, w->q_proj, w->q_bias), *k = s_proj(ctx, x, w->k_proj, w->k_bias);
+    bt_tensor *v = s_proj(ctx, x, w->v_proj, w->v_bias);
+    q = s_split_heads(ctx, q, p, H, D);   /* (B, H, T, D) */
+    k = s_split_heads(ctx, k, p, Hkv, D); /* (B, Hkv, T, D) */
+    v = s_split_heads(ctx, v, p, Hkv, D); /* (B, Hkv, T, D) */
     q = bt_rope(ctx, q, p->cos, p->sin);
     k = bt_rope(ctx, k, p->cos, p->sin);
     if (p->cache) { /* (B, Hkv, offset + T, D) */

@@ -10,6 +10,7 @@
 #include "check.h"
 
 #include <float.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -736,6 +737,78 @@ static void test_sharded(void) {
     s_remove_dir(dir);
 }
 
+/*  Logits against an independent float64 numpy forward pass written from the Hugging Face modelling
+    definitions (tests/ref/llama_ref.py): a Llama model and a Qwen2 one (q/k/v biases, every norm
+    weight and bias random), grouped-query attention, six tokens; max |diff| < 1e-4. */
+static void test_reference_logits(void) {
+    const char *src = getenv("BATON_SOURCE_DIR");
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        fprintf(stderr, "test_model: /usr/bin/python3 missing, reference logits not checked\n");
+        return;
+    }
+    bt_ctx *ctx = bt_ctx_new();
+    bt_gen *gen = bt_gen_new(17, bt_cpu());
+    const int64_t ids[6] = {256, 49, 43, 55, 61, 3}, ones[6] = {1, 1, 1, 1, 1, 1};
+    for (int qwen = 0; qwen < 2; qwen++) {
+        char dir[] = "/tmp/bt_ref_XXXXXX";
+        CHECK(mkdtemp(dir) != NULL);
+        bt_model_config cfg = s_config(2);
+        cfg.num_hidden_layers = 2;
+        cfg.qkv_bias = qwen;
+        bt_model *m = bt_model_new(&cfg, bt_cpu(), 23);
+        for (int i = 0; i < bt_model_num_params(m); i++) { /* vectors random too */
+            bt_tensor *t = bt_model_params(m)[i];
+            if (bt_ndim(t) != 1)
+                continue;
+            int64_t n = bt_numel(t);
+            bt_tensor *r = bt_add_scalar(ctx, bt_mul_scalar(ctx, bt_randn(ctx, gen, BT_F32, 1, &n), 0.3),
+                                         strstr(bt_model_param_name(m, i), ".bias") ? 0.0 : 1.0);
+            bool grad = bt_set_grad_enabled(false);
+            CHECK_OK(bt_copy_(t, r));
+            bt_set_grad_enabled(grad);
+        }
+        CHECK_OK(bt_model_save(m, NULL, dir));
+        float *got = s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, 6, ids), s_i64(ctx, 1, 6, ones)));
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 %s/tests/ref/llama_ref.py %s 256 49 43 55 61 3",
+                 src ? src : ".", dir);
+        FILE *p = popen(cmd, "r");
+        static char text[1 << 20];
+        size_t n = p ? fread(text, 1, sizeof text - 1, p) : 0;
+        text[n] = '\0';
+        if (p)
+            pclose(p);
+        cJSON *rows = cJSON_Parse(text);
+        CHECK(cJSON_GetArraySize(rows) == 6);
+        double worst = 0;
+        for (int t = 0; t < 6 && got && cJSON_GetArraySize(rows) == 6; t++) {
+            const cJSON *row = cJSON_GetArrayItem(rows, t);
+            CHECK(cJSON_GetArraySize(row) == V);
+            for (int v = 0; v < V && v < cJSON_GetArraySize(row); v++)
+                worst = fmax(worst, fabs(cJSON_GetArrayItem(row, v)->valuedouble - got[t * V + v]));
+        }
+        cJSON_Delete(rows);
+        free(got);
+        printf("reference logits (%s): max |diff| %.3g\n", qwen ? "Qwen2" : "Llama", worst);
+        CHECK(worst < 1e-4);
+        char config[512], *text2 = NULL;
+        snprintf(config, sizeof config, "%s/config.json", dir);
+        CHECK_OK(bt_file_read(config, 1 << 20, &text2, NULL));
+        CHECK(text2 && strstr(text2, qwen ? "\"Qwen2ForCausalLM\"" : "\"LlamaForCausalLM\""));
+        free(text2);
+        bt_model *back = bt_model_load(dir, bt_cpu()); /* the biases come back too */
+        CHECK(back && bt_model_get_config(back)->qkv_bias == (bool)qwen &&
+              bt_model_num_params(back) == bt_model_num_params(m));
+        bt_model_destroy(&back);
+        bt_model_destroy(&m);
+        bt_ctx_reset(ctx);
+        s_remove_dir(dir);
+    }
+    bt_gen_destroy(&gen);
+    bt_ctx_destroy(&ctx);
+}
+
 int main(void) {
     test_cache_matches_full();
     test_padding();
@@ -745,5 +818,6 @@ int main(void) {
     test_generate();
     test_save_load();
     test_sharded();
+    test_reference_logits();
     return check_exit();
 }

@@ -35,6 +35,7 @@ typedef struct bt_model_config {
     double rope_theta;
     int64_t max_position_embeddings;
     bool tie_word_embeddings; /* lm_head shares model.embed_tokens.weight */
+    bool qkv_bias;            /* q/k/v projections have biases: Qwen2 (model_type "qwen2") */
     int64_t bos_token_id;     /* -1 when none */
     int64_t eos_token_id;     /* -1 when none */
     int64_t pad_token_id;     /* -1 when none */
