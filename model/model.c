@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 
 #define S_NAME_MAX 64
-#define S_PER_LAYER 12             /* parameters per decoder layer, at most (Qwen2's biases) */
+#define S_PER_LAYER 12 /* parameters per decoder layer, at most (Qwen2's 3 biases; Qwen3's 2 norms) */
 #define S_CONFIG_MAX (1 << 20)     /* largest config.json read, in bytes */
 #define S_POSITION_MAX 2147483647. /* upper clamp for positions */
 
@@ -63,7 +63,11 @@ static bt_status s_validate(const bt_model_config *c, const char *src) {
         if (positive[i].value < 1)
             return bt_fail(BT_EINVAL, "%s: %s: expected a positive integer, got %lld", src,
                            positive[i].key, (long long)positive[i].value);
-    if (c->hidden_size % c->num_attention_heads || (c->hidden_size / c->num_attention_heads) % 2)
+    if (c->head_dim < 0 || c->head_dim % 2)
+        return bt_fail(BT_EINVAL, "%s: head_dim: expected an even positive integer, got %lld", src,
+                       (long long)c->head_dim);
+    if (c->head_dim == 0 && (c->hidden_size % c->num_attention_heads ||
+                             (c->hidden_size / c->num_attention_heads) % 2))
         return bt_fail(BT_EINVAL,
                        "%s: num_attention_heads: expected an integer dividing hidden_size (%lld) "
                        "into an even head_dim, got %lld",
@@ -171,8 +175,9 @@ static bt_status s_get_token(const cJSON *root, const char *src, const char *key
 static bt_status s_check_supported(const cJSON *root, const char *src) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (type && !(cJSON_IsString(type) && (strcmp(type->valuestring, "llama") == 0 ||
-                                           strcmp(type->valuestring, "qwen2") == 0)))
-        return s_type_error(src, "model_type", "\"llama\" or \"qwen2\"", type);
+                                           strcmp(type->valuestring, "qwen2") == 0 ||
+                                           strcmp(type->valuestring, "qwen3") == 0)))
+        return s_type_error(src, "model_type", "\"llama\", \"qwen2\" or \"qwen3\"", type);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
         return s_type_error(src, "hidden_act", "\"silu\"", act);
@@ -215,11 +220,13 @@ static bt_status s_parse_fields(const cJSON *root, const char *src, bt_model_con
     if (st == BT_OK)
         st = s_get_token(root, src, "pad_token_id", &c->pad_token_id);
     const cJSON *head_dim = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
-    if (st == BT_OK && head_dim && c->num_attention_heads > 0 &&
-        !(s_is_integer(head_dim) &&
-          (int64_t)head_dim->valuedouble == c->hidden_size / c->num_attention_heads))
-        st = s_type_error(src, "head_dim", "hidden_size / num_attention_heads (not supported)",
-                          head_dim);
+    if (st == BT_OK && head_dim && !cJSON_IsNull(head_dim)) {
+        if (!s_is_integer(head_dim))
+            st = s_type_error(src, "head_dim", "an integer", head_dim);
+        else if (c->num_attention_heads < 1 ||
+                 (int64_t)head_dim->valuedouble != c->hidden_size / c->num_attention_heads)
+            c->head_dim = (int64_t)head_dim->valuedouble; /* otherwise it is the default */
+    }
     return st;
 }
 
@@ -237,6 +244,7 @@ bt_status bt_model_config_parse(const char *json, const char *source, bt_model_c
     bt_status st = s_parse_fields(root, source, &c);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     c.qkv_bias = cJSON_IsString(type) && strcmp(type->valuestring, "qwen2") == 0;
+    c.qk_norm = cJSON_IsString(type) && strcmp(type->valuestring, "qwen3") == 0;
     cJSON_Delete(root);
     if (st == BT_OK)
         st = s_validate(&c, source);
@@ -260,9 +268,13 @@ static cJSON *s_token_json(int64_t id) {
 
 char *bt_model_config_to_json(const bt_model_config *c) {
     cJSON *root = cJSON_CreateObject();
-    const char *arch = c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    const char *arch = c->qk_norm    ? "Qwen3ForCausalLM"
+                       : c->qkv_bias ? "Qwen2ForCausalLM"
+                                     : "LlamaForCausalLM";
     cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&arch, 1));
-    cJSON_AddStringToObject(root, "model_type", c->qkv_bias ? "qwen2" : "llama");
+    cJSON_AddStringToObject(root, "model_type",
+                            c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama");
+    cJSON_AddNumberToObject(root, "head_dim", (double)bt_model_head_dim(c));
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
     cJSON_AddStringToObject(root, "hidden_act", "silu");
     cJSON_AddNumberToObject(root, "vocab_size", (double)c->vocab_size);
@@ -304,6 +316,7 @@ typedef struct s_layer {
     bt_tensor *k_proj;     /* (Hkv * D, C) */
     bt_tensor *v_proj;     /* (Hkv * D, C) */
     bt_tensor *q_bias, *k_bias, *v_bias; /* (H * D), (Hkv * D), (Hkv * D); NULL but in Qwen2 */
+    bt_tensor *q_norm, *k_norm;          /* (D); NULL but in Qwen3 */
     bt_tensor *o_proj;     /* (C, H * D) */
     bt_tensor *post_norm;  /* (C) */
     bt_tensor *gate_proj;  /* (I, C) */
@@ -343,7 +356,7 @@ static bt_model *s_model_alloc(const bt_model_config *cfg, bt_device device) {
     if (bt_model_config_validate(cfg) != BT_OK)
         return NULL;
     int64_t L = cfg->num_hidden_layers, C = cfg->hidden_size, V = cfg->vocab_size;
-    int64_t I = cfg->intermediate_size, D = C / cfg->num_attention_heads;
+    int64_t I = cfg->intermediate_size, D = bt_model_head_dim(cfg);
     int64_t HD = cfg->num_attention_heads * D, KD = cfg->num_key_value_heads * D;
     int64_t n = 3 + S_PER_LAYER * L;
     bt_model *m = calloc(1, sizeof *m);
@@ -372,6 +385,10 @@ static bt_model *s_model_alloc(const bt_model_config *cfg, bt_device device) {
             s_add_spec(m, 1, KD, 0, "model.layers.%d.self_attn.v_proj.bias", l);
         }
         s_add_spec(m, 2, C, HD, "model.layers.%d.self_attn.o_proj.weight", l);
+        if (cfg->qk_norm) {
+            s_add_spec(m, 1, D, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+            s_add_spec(m, 1, D, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
         s_add_spec(m, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l);
         s_add_spec(m, 2, I, C, "model.layers.%d.mlp.gate_proj.weight", l);
         s_add_spec(m, 2, I, C, "model.layers.%d.mlp.up_proj.weight", l);
@@ -399,6 +416,10 @@ static void s_model_bind(bt_model *m) {
             w->v_bias = *p++;
         }
         w->o_proj = *p++;
+        if (m->cfg.qk_norm) {
+            w->q_norm = *p++;
+            w->k_norm = *p++;
+        }
         w->post_norm = *p++;
         w->gate_proj = *p++;
         w->up_proj = *p++;
@@ -584,11 +605,15 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
                               const s_pass *p) {
     const s_layer *w = &m->layers[l];
     int64_t H = m->cfg.num_attention_heads, Hkv = m->cfg.num_key_value_heads;
-    int64_t D = m->cfg.hidden_size / H;
+    int64_t D = bt_model_head_dim(&m->cfg);
     bt_tensor *q = s_proj(ctx, x, w->q_proj, w->q_bias), *k = s_proj(ctx, x, w->k_proj, w->k_bias);
     bt_tensor *v = s_proj(ctx, x, w->v_proj, w->v_bias);
     q = s_split_heads(ctx, q, p, H, D);   /* (B, H, T, D) */
     k = s_split_heads(ctx, k, p, Hkv, D); /* (B, Hkv, T, D) */
+    if (w->q_norm) { /* Qwen3: each head normalised before the rotation */
+        q = bt_rms_norm(ctx, q, w->q_norm, m->cfg.rms_norm_eps);
+        k = bt_rms_norm(ctx, k, w->k_norm, m->cfg.rms_norm_eps);
+    }
     v = s_split_heads(ctx, v, p, Hkv, D); /* (B, Hkv, T, D) */
     q = bt_rope(ctx, q, p->cos, p->sin);
     k = bt_rope(ctx, k, p->cos, p->sin);
@@ -631,7 +656,7 @@ static bt_tensor *s_positions(bt_ctx *ctx, bt_tensor *mask, bt_tensor *base) {
 }
 
 static bt_status s_rope_tables(const bt_model *m, bt_ctx *ctx, bt_tensor *positions, s_pass *p) {
-    int64_t D = m->cfg.hidden_size / m->cfg.num_attention_heads;
+    int64_t D = bt_model_head_dim(&m->cfg);
     return bt_rope_tables(ctx, positions, D, m->cfg.rope_theta, BT_F32, &p->cos, &p->sin);
 }
 
@@ -722,8 +747,7 @@ bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t batch, int64_t max_l
     kv->batch = batch;
     kv->max_len = max_len;
     kv->n_layers = L;
-    const int64_t shape[] = {batch, c->num_key_value_heads, max_len,
-                             c->hidden_size / c->num_attention_heads};
+    const int64_t shape[] = {batch, c->num_key_value_heads, max_len, bt_model_head_dim(c)};
     bool ok = true;
     for (int l = 0; l < L; l++) {
         kv->k[l] = bt_zeros(kv->ctx, BT_F32, model->device, 4, shape);
@@ -792,6 +816,10 @@ bt_tensor *bt_model_forward_cached(bt_model *self, bt_kv_cache *cache, bt_ctx *c
 
 /* ---- model directories ------------------------------------------------------------------------
  */
+
+int64_t bt_model_head_dim(const bt_model_config *cfg) {
+    return cfg->head_dim > 0 ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads;
+}
 
 static bt_status s_join(char *buf, size_t len, const char *dir, const char *file) {
     if ((size_t)snprintf(buf, len, "%s/%s", dir, file) >= len)

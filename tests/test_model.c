@@ -738,8 +738,9 @@ static void test_sharded(void) {
 }
 
 /*  Logits against an independent float64 numpy forward pass written from the Hugging Face modelling
-    definitions (tests/ref/llama_ref.py): a Llama model and a Qwen2 one (q/k/v biases, every norm
-    weight and bias random), grouped-query attention, six tokens; max |diff| < 1e-4. */
+    definitions (tests/ref/llama_ref.py): a Llama model, a Qwen2 one (q/k/v biases) and a Qwen3 one
+    (head_dim 16 with hidden 32 and 4 heads, q/k norms), every norm weight and bias random,
+    grouped-query attention, six tokens; max |diff| < 1e-4. */
 static void test_reference_logits(void) {
     const char *src = getenv("BATON_SOURCE_DIR");
     if (access("/usr/bin/python3", X_OK) != 0) {
@@ -749,12 +750,14 @@ static void test_reference_logits(void) {
     bt_ctx *ctx = bt_ctx_new();
     bt_gen *gen = bt_gen_new(17, bt_cpu());
     const int64_t ids[6] = {256, 49, 43, 55, 61, 3}, ones[6] = {1, 1, 1, 1, 1, 1};
-    for (int qwen = 0; qwen < 2; qwen++) {
+    for (int qwen = 0; qwen < 3; qwen++) { /* Llama, Qwen2, Qwen3 */
         char dir[] = "/tmp/bt_ref_XXXXXX";
         CHECK(mkdtemp(dir) != NULL);
         bt_model_config cfg = s_config(2);
         cfg.num_hidden_layers = 2;
-        cfg.qkv_bias = qwen;
+        cfg.qkv_bias = qwen == 1;
+        cfg.qk_norm = qwen == 2;
+        cfg.head_dim = qwen == 2 ? 16 : 0;
         bt_model *m = bt_model_new(&cfg, bt_cpu(), 23);
         for (int i = 0; i < bt_model_num_params(m); i++) { /* vectors random too */
             bt_tensor *t = bt_model_params(m)[i];
@@ -790,15 +793,19 @@ static void test_reference_logits(void) {
         }
         cJSON_Delete(rows);
         free(got);
-        printf("reference logits (%s): max |diff| %.3g\n", qwen ? "Qwen2" : "Llama", worst);
+        const char *family[] = {"Llama", "Qwen2", "Qwen3"};
+        printf("reference logits (%s): max |diff| %.3g\n", family[qwen], worst);
         CHECK(worst < 1e-4);
         char config[512], *text2 = NULL;
         snprintf(config, sizeof config, "%s/config.json", dir);
         CHECK_OK(bt_file_read(config, 1 << 20, &text2, NULL));
-        CHECK(text2 && strstr(text2, qwen ? "\"Qwen2ForCausalLM\"" : "\"LlamaForCausalLM\""));
+        const char *arch[] = {"\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"", "\"Qwen3ForCausalLM\""};
+        CHECK(text2 && strstr(text2, arch[qwen]));
         free(text2);
         bt_model *back = bt_model_load(dir, bt_cpu()); /* the biases come back too */
-        CHECK(back && bt_model_get_config(back)->qkv_bias == (bool)qwen &&
+        CHECK(back && bt_model_get_config(back)->qkv_bias == (qwen == 1) &&
+              bt_model_get_config(back)->qk_norm == (qwen == 2) &&
+              bt_model_head_dim(bt_model_get_config(back)) == (qwen == 2 ? 16 : 8) &&
               bt_model_num_params(back) == bt_model_num_params(m));
         bt_model_destroy(&back);
         bt_model_destroy(&m);

@@ -36,10 +36,15 @@ typedef struct bt_model_config {
     int64_t max_position_embeddings;
     bool tie_word_embeddings; /* lm_head shares model.embed_tokens.weight */
     bool qkv_bias;            /* q/k/v projections have biases: Qwen2 (model_type "qwen2") */
+    bool qk_norm;             /* RMSNorm of each query and key head: Qwen3 (model_type "qwen3") */
+    int64_t head_dim;         /* 0: hidden_size / num_attention_heads (Qwen3 sets its own) */
     int64_t bos_token_id;     /* -1 when none */
     int64_t eos_token_id;     /* -1 when none */
     int64_t pad_token_id;     /* -1 when none */
 } bt_model_config;
+
+/*  The attention head width: head_dim, or hidden_size / num_attention_heads when 0. */
+int64_t bt_model_head_dim(const bt_model_config *cfg);
 
 /*  Defaults for the byte-level tokenizer: vocab 259 (BOS 256, EOS 257, PAD 258), hidden 64,
     intermediate 176, 2 layers, 4 heads, 4 key/value heads, eps 1e-6, theta 10000, 1024 positions,

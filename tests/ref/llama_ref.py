@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""llama_ref.py - an independent numpy forward pass of a Llama / Qwen2 model folder (config.json +
-model.safetensors in float32), written from the Hugging Face modelling code's definitions, not
-from baton's: RMSNorm, rotary embeddings by rotate_half, grouped-query causal attention (Qwen2:
-q/k/v biases), SwiGLU. Prints the logits of one sequence of token ids as a JSON array of rows.
+"""llama_ref.py - an independent numpy forward pass of a Llama / Qwen2 / Qwen3 model folder
+(config.json + model.safetensors in float32), written from the Hugging Face modelling code's
+definitions, not from baton's: RMSNorm, rotary embeddings by rotate_half, grouped-query causal
+attention (Qwen2: q/k/v biases; Qwen3: head_dim of its own and an RMSNorm of each query and key
+head before the rotation), SwiGLU. Prints the logits of one sequence of token ids as a JSON array
+of rows.
 
     python3 llama_ref.py MODEL_DIR ID [ID ...]
 """
@@ -42,7 +44,8 @@ def main():
     cfg = json.load(open(folder + "/config.json"))
     w = load(folder + "/model.safetensors")
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
-    Hkv, D, eps = cfg.get("num_key_value_heads", H), C // H, cfg.get("rms_norm_eps", 1e-6)
+    Hkv, eps = cfg.get("num_key_value_heads", H), cfg.get("rms_norm_eps", 1e-6)
+    D = cfg.get("head_dim") or C // H
     T = len(ids)
     inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (np.arange(0, D, 2) / D))
     freqs = np.outer(np.arange(T), inv)
@@ -61,6 +64,9 @@ def main():
         q = proj["q"].reshape(T, H, D).transpose(1, 0, 2)
         k = proj["k"].reshape(T, Hkv, D).transpose(1, 0, 2)
         v = proj["v"].reshape(T, Hkv, D).transpose(1, 0, 2)
+        if p + "self_attn.q_norm.weight" in w:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = np.repeat(k, H // Hkv, axis=0)
