@@ -23,6 +23,7 @@
 #define S_ENUMERATE_MAX 10000000ULL       /* problem spaces up to this size are counted exactly */
 #define S_HELDOUT_MAX 1000000             /* largest arithmetic held-out set */
 #define S_LINE_MAX (1u << 20)             /* longest JSONL line, newline excluded */
+#define S_MATH_MAX 256                    /* longest normal form of a math answer, NUL included */
 
 static const char s_ops[] = "+-*"; /* an operator is stored as its index here */
 
@@ -254,6 +255,8 @@ static bool s_is_blank(const char *s) {
 }
 
 static bool s_is_one_number(const char *s, size_t len);
+static bool s_math_reference(const char *s, size_t *at, size_t *n);
+static size_t s_put(char *buf, size_t len, const char *text, size_t n);
 
 /*  Why a parsed line is not a record, or NULL when it is one. */
 static const char *s_record_problem(const cJSON *root, bt_task_verifier verifier) {
@@ -276,6 +279,10 @@ static const char *s_record_problem(const cJSON *root, bt_task_verifier verifier
     if (verifier == BT_TASK_VERIFY_NUMERIC && cJSON_IsString(answer) &&
         !s_is_one_number(answer->valuestring, strlen(answer->valuestring)))
         return "\"answer\" is not a number (verifier \"numeric\")";
+    size_t at, n;
+    if (verifier == BT_TASK_VERIFY_MATH && cJSON_IsString(answer) &&
+        !s_math_reference(answer->valuestring, &at, &n))
+        return "\"answer\" holds no answer (verifier \"math\")";
     return NULL;
 }
 
@@ -396,8 +403,10 @@ bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_ou
     *task_out = NULL;
     if (!cfg->train_path)
         return bt_fail(BT_EINVAL, "train_path: required");
-    if (cfg->verifier != BT_TASK_VERIFY_EXACT && cfg->verifier != BT_TASK_VERIFY_NUMERIC)
-        return bt_fail(BT_EINVAL, "verifier: expected exact or numeric, got %d", cfg->verifier);
+    if (cfg->verifier != BT_TASK_VERIFY_EXACT && cfg->verifier != BT_TASK_VERIFY_NUMERIC &&
+        cfg->verifier != BT_TASK_VERIFY_MATH)
+        return bt_fail(BT_EINVAL, "verifier: expected exact, numeric or math, got %d",
+                       cfg->verifier);
     bt_task_t *self = calloc(1, sizeof *self);
     if (!self)
         return bt_fail(BT_ENOMEM, "%s: out of memory", cfg->train_path);
@@ -586,6 +595,261 @@ static void s_verify_numeric(const char *answer, const char *c, size_t len, bt_r
     d->well_formed = s_is_one_number(c, len);
 }
 
+/* ---- the math verifier ---------------------------------------------------------------------- */
+/*  Whether s[i, end) starts with the NUL-terminated word w. */
+static bool s_starts(const char *s, size_t i, size_t end, const char *w) {
+    size_t n = strlen(w);
+    return end - i >= n && !memcmp(s + i, w, n);
+}
+
+/*  Length of "\frac{A}{B}" (or \dfrac, \tfrac) at s[i, end), A and B numbers; 0 if none. */
+static size_t s_frac_at(const char *s, size_t i, size_t end) {
+    size_t p = i;
+    if (s_starts(s, p, end, "\\frac{"))
+        p += 6;
+    else if (s_starts(s, p, end, "\\dfrac{") || s_starts(s, p, end, "\\tfrac{"))
+        p += 7;
+    else
+        return 0;
+    size_t a = s_number_at(s, p, end);
+    if (a == 0 || p + a + 1 >= end || s[p + a] != '}' || s[p + a + 1] != '{')
+        return 0;
+    p += a + 2;
+    size_t b = s_number_at(s, p, end);
+    if (b == 0 || p + b >= end || s[p + b] != '}')
+        return 0;
+    return p + b + 1 - i;
+}
+
+/*  Length of a math number at s[i, end), 0 if none: [+-]? \frac{A}{B}, or a number (see
+    s_number_at) optionally followed by "/" and an unsigned number. */
+static size_t s_math_number_at(const char *s, size_t i, size_t end) {
+    size_t sign = i < end && (s[i] == '-' || s[i] == '+');
+    size_t frac = s_frac_at(s, i + sign, end);
+    if (frac > 0)
+        return sign + frac;
+    size_t n = s_number_at(s, i, end);
+    if (n > 0 && i + n < end && s[i + n] == '/' && i + n + 1 < end &&
+        (isdigit((unsigned char)s[i + n + 1]) || s[i + n + 1] == '.')) {
+        size_t d = s_number_at(s, i + n + 1, end);
+        if (d > 0)
+            n += 1 + d;
+    }
+    return n;
+}
+
+/*  The content of the last "\boxed{...}" of s[0, len) with its braces balanced: sets *at and *n
+    and returns true; false when there is none or the last one is not closed. */
+static bool s_math_boxed(const char *s, size_t len, size_t *at, size_t *n) {
+    static const char open[] = "\\boxed{";
+    size_t k = sizeof open - 1;
+    for (size_t i = len >= k ? len - k + 1 : 0; i-- > 0;) {
+        if (memcmp(s + i, open, k) != 0)
+            continue;
+        int depth = 1;
+        for (size_t p = i + k; p < len; p++) {
+            depth += s[p] == '{' ? 1 : s[p] == '}' ? -1 : 0;
+            if (depth == 0) {
+                *at = i + k;
+                *n = p - (i + k);
+                return true;
+            }
+        }
+        return false;
+    }
+    return false;
+}
+
+/*  The marked answer of s[0, len): the rest of the line after the last "####", else the last
+    balanced \boxed{}.  Returns 1 and sets the trimmed span when found, -1 when the marker holds
+    nothing ("#### " at the end, "\boxed{}"), 0 when s has no marker. */
+static int s_math_marked(const char *s, size_t len, size_t *at, size_t *n) {
+    size_t start = 0, end = 0;
+    bool hashes = false;
+    for (size_t i = len >= 4 ? len - 3 : 0; i-- > 0;) {
+        if (memcmp(s + i, "####", 4) == 0) {
+            start = i + 4;
+            end = start;
+            while (end < len && s[end] != '\n')
+                end++;
+            hashes = true;
+            break;
+        }
+    }
+    if (!hashes) {
+        size_t n_box;
+        if (!s_math_boxed(s, len, &start, &n_box))
+            return 0;
+        end = start + n_box;
+    }
+    s_trim(s, &start, &end);
+    *at = start;
+    *n = end - start;
+    return end > start ? 1 : -1;
+}
+
+/*  The answer of a completion: the marked answer, else the last math number.  Sets *marked. */
+static bool s_math_find(const char *s, size_t len, size_t *at, size_t *n, bool *marked) {
+    int m = s_math_marked(s, len, at, n);
+    *marked = m == 1;
+    if (m != 0)
+        return m == 1;
+    *n = 0;
+    for (size_t i = 0; i < len;) {
+        bool glued_sign = (s[i] == '-' || s[i] == '+') && i > 0 && isalnum((unsigned char)s[i - 1]);
+        size_t k = glued_sign ? 0 : s_math_number_at(s, i, len);
+        if (k > 0) {
+            *at = i;
+            *n = k;
+        }
+        i += k > 0 ? k : 1;
+    }
+    return *n > 0;
+}
+
+/*  The answer of a reference: the marked answer, else the whole trimmed text. */
+static bool s_math_reference(const char *s, size_t *at, size_t *n) {
+    size_t len = strlen(s);
+    int m = s_math_marked(s, len, at, n);
+    if (m != 0)
+        return m == 1;
+    size_t start = 0, end = len;
+    s_trim(s, &start, &end);
+    *at = start;
+    *n = end - start;
+    return end > start;
+}
+
+/*  Drops w from the front of the NUL-terminated t[0, *n) when it is there. */
+static bool s_drop_front(char *t, size_t *n, const char *w) {
+    size_t k = strlen(w);
+    if (*n < k || memcmp(t, w, k) != 0)
+        return false;
+    memmove(t, t + k, *n - k + 1);
+    *n -= k;
+    return true;
+}
+
+/*  Drops w from the end of the NUL-terminated t[0, *n) when it is there. */
+static bool s_drop_back(char *t, size_t *n, const char *w) {
+    size_t k = strlen(w);
+    if (*n < k || memcmp(t + *n - k, w, k) != 0)
+        return false;
+    *n -= k;
+    t[*n] = '\0';
+    return true;
+}
+
+/*  The normal form of an answer s[0, n) into out[S_MATH_MAX]: white space removed (a run between
+    two digits becomes one space), \left, \right, \! and \, removed, then leading "$" and "\$" and
+    trailing "$", "\$" and "." stripped.  False when it is empty or does not fit. */
+static bool s_math_normalize(const char *s, size_t n, char out[S_MATH_MAX]) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        if (isspace((unsigned char)s[i])) {
+            size_t j = i;
+            while (j < n && isspace((unsigned char)s[j]))
+                j++;
+            if (k > 0 && isdigit((unsigned char)out[k - 1]) && j < n &&
+                isdigit((unsigned char)s[j])) {
+                if (k + 1 >= S_MATH_MAX)
+                    return false;
+                out[k++] = ' ';
+            }
+            i = j;
+            continue;
+        }
+        size_t skip = 0;
+        if (s_starts(s, i, n, "\\!") || s_starts(s, i, n, "\\,"))
+            skip = 2;
+        else if (s_starts(s, i, n, "\\left") && !(i + 5 < n && isalpha((unsigned char)s[i + 5])))
+            skip = 5;
+        else if (s_starts(s, i, n, "\\right") && !(i + 6 < n && isalpha((unsigned char)s[i + 6])))
+            skip = 6;
+        if (skip > 0) {
+            i += skip;
+            continue;
+        }
+        if (k + 1 >= S_MATH_MAX)
+            return false;
+        out[k++] = s[i++];
+    }
+    out[k] = '\0';
+    while (s_drop_front(out, &k, "$") || s_drop_front(out, &k, "\\$"))
+        ;
+    while (s_drop_back(out, &k, "\\$") || s_drop_back(out, &k, "$") || s_drop_back(out, &k, "."))
+        ;
+    return k > 0;
+}
+
+/*  The value of a normal form that is one math number, with an optional trailing "%" or "\%"
+    (50% reads as 50); false for anything else, a zero denominator or an infinite value. */
+static bool s_math_value(const char *t, double *x) {
+    size_t n = strlen(t);
+    if (n >= 2 && !memcmp(t + n - 2, "\\%", 2))
+        n -= 2;
+    else if (n >= 1 && t[n - 1] == '%')
+        n -= 1;
+    if (n == 0 || s_math_number_at(t, 0, n) != n)
+        return false;
+    double sign = 1.0;
+    size_t p = 0;
+    if (t[0] == '-' || t[0] == '+') {
+        sign = t[0] == '-' ? -1.0 : 1.0;
+        p = 1;
+    }
+    double num, den = 1.0;
+    if (s_frac_at(t, p, n) > 0) { /* [+-]? \frac{A}{B} */
+        size_t a0 = p + (t[p + 1] == 'f' ? 6 : 7), a = s_number_at(t, a0, n);
+        size_t b0 = a0 + a + 2;
+        if (!s_number_value(t + a0, a, &num) || !s_number_value(t + b0, n - 1 - b0, &den))
+            return false;
+    } else { /* A or A/B, A with its own sign */
+        sign = 1.0;
+        size_t a = s_number_at(t, 0, n);
+        if (!s_number_value(t, a, &num) || (a < n && !s_number_value(t + a + 1, n - a - 1, &den)))
+            return false;
+    }
+    *x = sign * num / den;
+    return den != 0.0 && isfinite(*x);
+}
+
+/*  Whether two normal forms are the same answer: both numbers within relative 1e-9, or else
+    the same string. */
+static bool s_math_same(const char *a, const char *b) {
+    double x, y;
+    if (s_math_value(a, &x) && s_math_value(b, &y))
+        return fabs(x - y) <= 1e-9 * fmax(fabs(x), fabs(y));
+    return strcmp(a, b) == 0;
+}
+
+bool bt_task_math_answer(const char *completion, size_t len, char *out, size_t cap) {
+    size_t at, n;
+    bool marked;
+    if (!s_math_find(completion, len, &at, &n, &marked))
+        return false;
+    return s_put(out, cap, completion + at, n) == n && n > 0;
+}
+
+bool bt_task_math_equal(const char *a, const char *b) {
+    char na[S_MATH_MAX], nb[S_MATH_MAX];
+    return s_math_normalize(a, strlen(a), na) && s_math_normalize(b, strlen(b), nb) &&
+           s_math_same(na, nb);
+}
+
+static void s_verify_math(const char *answer, const char *c, size_t len, bt_reward_detail *d) {
+    size_t at = 0, n = 0, r_at, r_n;
+    bool marked = false;
+    bool found = s_math_find(c, len, &at, &n, &marked);
+    char got[S_MATH_MAX], want[S_MATH_MAX];
+    d->extracted_start = found ? at : 0;
+    d->extracted_len = found ? n : 0;
+    d->correct = found && s_math_reference(answer, &r_at, &r_n) &&
+                 s_math_normalize(c + at, n, got) && s_math_normalize(answer + r_at, r_n, want) &&
+                 s_math_same(got, want);
+    d->well_formed = found && marked;
+}
+
 double bt_task_reward(const bt_task_t *self, const char *answer, const char *completion, size_t len,
                       bt_reward_detail *detail) {
     bt_reward_detail local;
@@ -594,6 +858,8 @@ double bt_task_reward(const bt_task_t *self, const char *answer, const char *com
         s_verify_arith(answer, completion, len, d);
     else if (self->verifier == BT_TASK_VERIFY_EXACT)
         s_verify_exact(answer, completion, len, d);
+    else if (self->verifier == BT_TASK_VERIFY_MATH)
+        s_verify_math(answer, completion, len, d);
     else
         s_verify_numeric(answer, completion, len, d);
     double format = self->kind == S_ARITH ? self->format_reward : 0.0;
@@ -717,6 +983,15 @@ size_t bt_task_canonical_answer(const bt_task_t *self, const char *completion, s
     if (self->kind == S_ARITH || self->verifier == BT_TASK_VERIFY_EXACT)
         return s_put(buf, buflen, text, d.extracted_len);
     double x;
+    char form[S_MATH_MAX];
+    if (self->verifier == BT_TASK_VERIFY_MATH) {
+        if (!s_math_normalize(text, d.extracted_len, form))
+            return 0;
+        if (!s_math_value(form, &x))
+            return s_put(buf, buflen, form, strlen(form));
+        s_format_number(x + 0.0, form); /* + 0.0 turns -0 into 0 */
+        return s_put(buf, buflen, form, strlen(form));
+    }
     char number[32];
     if (!s_number_value(text, d.extracted_len, &x))
         return 0;

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/tasks.h"
 
+#include "baton/config.h"
 #include "check.h"
 
 #include <stdbool.h>
@@ -638,6 +639,175 @@ static void test_jsonl_errors(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent/baton.jsonl");
 }
 
+/* ---- the math verifier ---------------------------------------------------------------------- */
+/*  The answer bt_task_math_answer finds in completion, or "" when there is none. */
+static const char *s_math(const char *completion) {
+    static char out[256];
+    if (!bt_task_math_answer(completion, strlen(completion), out, sizeof out))
+        return "";
+    return out;
+}
+
+/*  Whether completion's answer equals the reference answer, as the verifier decides. */
+static bool s_math_says(const char *completion, const char *reference) {
+    char got[256];
+    return bt_task_math_answer(completion, strlen(completion), got, sizeof got) &&
+           bt_task_math_equal(got, reference);
+}
+
+static void test_math_answer(void) {
+    CHECK(strcmp(s_math("so 2 + 3 = 5\n#### 1,234"), "1,234") == 0);
+    CHECK(strcmp(s_math("#### 7\n#### 8 \nThe end, 9"), "8") == 0); /* the last ####, its line */
+    CHECK(strcmp(s_math("The answer is \\boxed{\\frac{3}{4}}."), "\\frac{3}{4}") == 0);
+    CHECK(strcmp(s_math("\\boxed{2^{10}}"), "2^{10}") == 0);
+    CHECK(strcmp(s_math("\\boxed{{3}}"), "{3}") == 0);
+    CHECK(strcmp(s_math("\\boxed{1} or rather \\boxed{2}"), "2") == 0);      /* the last box */
+    CHECK(strcmp(s_math("#### 5 and \\boxed{6}"), "5 and \\boxed{6}") == 0); /* #### first */
+    CHECK(strcmp(s_math("I think 12 ... so 13"), "13") == 0);
+    CHECK(strcmp(s_math("half of it: 3/4."), "3/4") == 0);
+    CHECK(strcmp(s_math("it is \\frac{1}{2}"), "\\frac{1}{2}") == 0);
+    CHECK(strcmp(s_math("then \\boxed{3"), "3") == 0); /* unclosed: the last number */
+    CHECK(strcmp(s_math("\\boxed{1} then \\boxed{3"), "3") == 0);
+    CHECK(strcmp(s_math("#### "), "") == 0);          /* an empty marker is no answer ... */
+    CHECK(strcmp(s_math("12 then ####\n"), "") == 0); /* ... and no fallback either */
+    CHECK(strcmp(s_math("\\boxed{ }"), "") == 0);
+    CHECK(strcmp(s_math("no digits here"), "") == 0);
+    CHECK(strcmp(s_math(""), "") == 0);
+    char tiny[3];
+    CHECK(!bt_task_math_answer("#### 1234", 9, tiny, sizeof tiny)); /* does not fit */
+    CHECK(bt_task_math_answer("#### 12", 7, tiny, sizeof tiny) && strcmp(tiny, "12") == 0);
+    CHECK(!bt_task_math_answer("#### 1234", 4, tiny, sizeof tiny)); /* len bounds the input */
+}
+
+static void test_math_equal(void) {
+    CHECK(s_math_says("#### 1,234", "1234"));
+    CHECK(s_math_says("The answer is \\boxed{\\frac{3}{4}}.", "0.75"));
+    CHECK(s_math_says("\\boxed{\\dfrac{3}{4}}", "3/4"));
+    CHECK(s_math_says("\\boxed{-\\frac{1}{2}}", "-0.5"));
+    CHECK(s_math_says("\\boxed{2^{10}}", "2^{10}")); /* no number: the strings */
+    CHECK(!s_math_says("\\boxed{2^{10}}", "1024"));
+    CHECK(s_math_says("\\boxed{\\left( 1, 2 \\right)}", "(1,2)"));
+    CHECK(s_math_says("\\boxed{x\\!+\\,1}", "x + 1"));
+    CHECK(s_math_says("#### $18.00", "18"));
+    CHECK(s_math_says("#### \\$18.", "18"));
+    CHECK(s_math_says("#### 50%", "50"));
+    CHECK(s_math_says("\\boxed{50\\%}", "50"));
+    CHECK(!s_math_says("#### 50%", "0.5")); /* percent is compared as its number */
+    CHECK(s_math_says("#### -3", "-3.0"));
+    CHECK(s_math_says("#### +7", "7"));
+    CHECK(s_math_says("#### 2.50", "2.5"));
+    CHECK(s_math_says("I think 12 ... so 13", "13"));
+    CHECK(!s_math_says("I think 12 ... so 13", "12"));
+    CHECK(!s_math_says("#### ", "0") && !s_math_says("#### ", ""));
+    CHECK(s_math_says("\\boxed{1} or rather \\boxed{2}", "2"));
+    CHECK(s_math_says("then \\boxed{3", "3"));
+    CHECK(bt_task_math_equal("1/3", "\\frac{1}{3}"));
+    CHECK(!bt_task_math_equal("1/3", "0.333333")); /* relative 1e-9 */
+    CHECK(!bt_task_math_equal("1000000000", "1000000002"));
+    CHECK(bt_task_math_equal("1e9", "1000000000.4")); /* within relative 1e-9 */
+    CHECK(!bt_task_math_equal("1,2", "12"));          /* a list, not a number */
+    CHECK(bt_task_math_equal("1,2", "1, 2"));
+    CHECK(!bt_task_math_equal("1 234", "1234")); /* digits apart stay apart */
+    CHECK(bt_task_math_equal("1/0", "1/0") && !bt_task_math_equal("1/0", "0")); /* no number */
+    CHECK(!bt_task_math_equal("0/0", "0/1"));
+    CHECK(!bt_task_math_equal("1e999", "1e998")); /* infinite: the strings */
+    CHECK(bt_task_math_equal("-0", "0"));
+    CHECK(!bt_task_math_equal("", "") && !bt_task_math_equal("$", "$"));
+    CHECK(!bt_task_math_equal("Paris", "paris"));
+
+    /* very long inputs: linear scans, bounded answers, no crash */
+    size_t big = 1u << 20;
+    char *text = malloc(big + 1);
+    for (size_t i = 0; i < big; i++)
+        text[i] = "{\\boxed{9#"[i % 10];
+    text[big] = '\0';
+    char out[64];
+    bt_task_math_answer(text, big, out, sizeof out);
+    memset(text, '7', big);
+    CHECK(!bt_task_math_answer(text, big, out, sizeof out)); /* a number too long for out */
+    CHECK(!bt_task_math_equal(text, text));                  /* a normal form too long */
+    memcpy(text, "#### ", 5);
+    CHECK(!bt_task_math_answer(text, big, out, sizeof out));
+    free(text);
+}
+
+/*  A GSM8K-style dataset: the reference holds the reasoning and "#### 72", as the real "answer"
+    field does, and a plain number works too; scored through bt_task_score. */
+static void test_math_gsm8k(void) {
+    const char *path =
+        s_write("gsm8k.jsonl",
+                "{\"prompt\": \"Natalia sold clips to 48 of her friends in April, and then she "
+                "sold half as many clips in May. How many clips did she sell altogether?\", "
+                "\"answer\": \"Natalia sold 48/2 = <<48/2=24>>24 clips in May.\\nNatalia sold "
+                "48+24 = <<48+24=72>>72 clips altogether.\\n#### 72\"}\n"
+                "{\"prompt\": \"What is 1,000 + 234?\", \"answer\": 1234}\n"
+                "{\"prompt\": \"Write one half.\", \"answer\": \"\\\\frac{1}{2}\"}\n");
+    bt_task_t *task = NULL;
+    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_MATH, 0, &task));
+    CHECK(bt_task_epoch_size(task) == 3);
+    const char *gsm = NULL, *sum = NULL, *half = NULL;
+    bt_task_example ex;
+    for (uint64_t i = 0; i < 3; i++) {
+        bt_task_train_example(task, i, &ex);
+        if (strstr(ex.prompt, "Natalia"))
+            gsm = ex.answer;
+        else if (strstr(ex.prompt, "1,000"))
+            sum = ex.answer;
+        else
+            half = ex.answer;
+    }
+    CHECK(gsm && sum && half);
+    bt_reward_detail d;
+    const char *good = "She sold 48 / 2 = 24 in May, so 48 + 24 = 72.\n#### 72";
+    CHECK(bt_task_score(task, "q", gsm, good, strlen(good), &d) == 1.0);
+    CHECK(d.correct && d.well_formed && d.extracted_len == 2);
+    CHECK(memcmp(good + d.extracted_start, "72", 2) == 0);
+    const char *loose = "48 + 24 = 72 clips";
+    CHECK(bt_task_score(task, "q", gsm, loose, strlen(loose), &d) == 1.0 && !d.well_formed);
+    const char *wrong = "#### 24";
+    CHECK(bt_task_score(task, "q", gsm, wrong, strlen(wrong), &d) == 0.0 && !d.correct);
+    const char *empty = "so 72 ####";
+    CHECK(bt_task_score(task, "q", gsm, empty, strlen(empty), &d) == 0.0);
+    CHECK(d.extracted_len == 0);
+    const char *boxed = "\\boxed{1,234}";
+    CHECK(bt_task_score(task, "q", sum, boxed, strlen(boxed), &d) == 1.0);
+    const char *frac = "one half is 1/2";
+    CHECK(bt_task_score(task, "q", half, frac, strlen(frac), &d) == 1.0);
+
+    /* majority voting groups equal normal forms */
+    CHECK(strcmp(s_canon(task, "#### 72"), "72") == 0);
+    CHECK(strcmp(s_canon(task, "so \\boxed{72.00}"), "72") == 0);
+    CHECK(strcmp(s_canon(task, "#### $72"), "72") == 0);
+    CHECK(strcmp(s_canon(task, "\\boxed{\\frac{3}{4}}"), s_canon(task, "#### 3/4")) == 0);
+    CHECK(strcmp(s_canon(task, "#### 0.75"), "0.75") == 0);
+    CHECK(strcmp(s_canon(task, "#### 50%"), "50") == 0);
+    CHECK(strcmp(s_canon(task, "\\boxed{2^{10}}"), "2^{10}") == 0);
+    CHECK(strcmp(s_canon(task, "\\boxed{ x + 1 }"), s_canon(task, "#### x+1")) == 0);
+    CHECK(strcmp(s_canon(task, "#### "), "") == 0);
+    bt_task_destroy(&task);
+
+    /* a reference that holds no answer is a malformed line */
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"work #### \"}", BT_TASK_VERIFY_MATH,
+                     "holds no answer");
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \" \"}", BT_TASK_VERIFY_MATH,
+                     "holds no answer");
+}
+
+/*  configs/gsm8k.json loads and asks for the math verifier over user-supplied JSONL files. */
+static void test_math_config(void) {
+    const char *dir = getenv("BATON_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/configs/gsm8k.json", dir ? dir : ".");
+    bt_run_config cfg;
+    CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
+    CHECK(cfg.task.kind == BT_CONFIG_TASK_JSONL && cfg.task.verifier == BT_TASK_VERIFY_MATH);
+    CHECK(strcmp(cfg.task.train, "data/gsm8k_train.jsonl") == 0);
+    CHECK(strcmp(cfg.task.eval, "data/gsm8k_test.jsonl") == 0);
+    bt_task_jsonl_config jsonl;
+    bt_config_task_jsonl(&cfg, &jsonl);
+    CHECK(jsonl.verifier == BT_TASK_VERIFY_MATH);
+}
+
 int main(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/baton_test_tasks_XXXXXX");
     if (!mkdtemp(s_dir)) {
@@ -659,6 +829,10 @@ int main(void) {
     test_jsonl_errors();
     test_jsonl_perturb();
     test_canonical_answer_jsonl();
+    test_math_answer();
+    test_math_equal();
+    test_math_gsm8k();
+    test_math_config();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
     CHECK(system(cmd) == 0);

@@ -69,8 +69,9 @@ bt_status bt_task_new_arith(const bt_task_arith_config *cfg, bt_task_t **task_ou
 /* ---- JSONL datasets ------------------------------------------------------------------------ */
 /*  Values appear in configs: append only. */
 typedef enum bt_task_verifier {
-    BT_TASK_VERIFY_EXACT = 0,  /* trimmed completion == trimmed answer */
-    BT_TASK_VERIFY_NUMERIC = 1 /* the last number in the completion equals the numeric answer */
+    BT_TASK_VERIFY_EXACT = 0,   /* trimmed completion == trimmed answer */
+    BT_TASK_VERIFY_NUMERIC = 1, /* the last number in the completion equals the numeric answer */
+    BT_TASK_VERIFY_MATH = 2     /* bt_task_math_answer() of the completion, bt_task_math_equal() */
 } bt_task_verifier;
 
 typedef struct bt_task_jsonl_config {
@@ -84,7 +85,8 @@ typedef struct bt_task_jsonl_config {
 /*  Reads the whole dataset into memory; blank lines are skipped; a line may hold at most 1 MiB.
     Errors: BT_EIO when a file cannot be read; BT_EFORMAT "PATH:LINE: <reason>" for a malformed line
     (not JSON, not an object, missing "prompt", "prompt" not a string, missing "answer", "answer"
-    neither string nor number, or not a number under the numeric verifier, or a line too long);
+    neither string nor number, not a number under the numeric verifier, holding no answer under
+    the math verifier ("#### " with nothing after it, blank), or a line too long);
     BT_EFORMAT "PATH: no examples" for an empty file.
     Caller owns *task_out; destroy with bt_task_destroy().  *task_out is NULL on error. */
 bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_out);
@@ -113,9 +115,40 @@ void bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *e
     - numeric: the last number in the completion (sign, decimals, exponent; thousands commas such as
       "1,234.5" ignored) equals the answer within relative 1e-6 or absolute 1e-9; well formed when
       the trimmed completion is exactly one number.
+    - math: bt_task_math_answer() of the completion and the reference answer (read the same way
+      when it holds "####" or "\boxed{", else taken whole, so a GSM8K "answer" field with its
+      reasoning and "#### 72" works as it is) are bt_task_math_equal(); well formed when the
+      completion marks its answer with "####" or \boxed{}.
     detail may be NULL. */
 double bt_task_reward(const bt_task_t *self, const char *answer, const char *completion, size_t len,
                       bt_reward_detail *detail);
+
+/* ---- the math verifier ------------------------------------------------------------------------
+ */
+/*  The answer a math completion gives, completion[0, len) (need not be NUL-terminated), in this
+    order:
+    1. the rest of the line after the last "####" (GSM8K), trimmed; when it is empty ("#### " at
+       the end) there is no answer, and nothing else is tried;
+    2. else the content of the last "\boxed{...}", braces balanced ("\boxed{\frac{1}{2}}" gives
+       "\frac{1}{2}"); an empty box gives no answer; when the last box is never closed, step 3;
+    3. else the last number: as for the numeric verifier, or "A/B", or "\frac{A}{B}".
+    Writes the answer as written, NUL-terminated, into out; false, with out unspecified, when there
+    is none or it and its NUL do not fit in cap. */
+bool bt_task_math_answer(const char *completion, size_t len, char *out, size_t cap);
+
+/*  Whether two answers (NUL-terminated, as bt_task_math_answer gives them) are the same.  Both are
+    normalised: white space removed (except that a run of it between two digits stays one space,
+    so "1 234" is not 1234), "\left", "\right", "\!" and "\," removed, then leading "$" or "\$"
+    and trailing "$", "\$" or "." stripped.  A normal form longer than 255 bytes or empty matches
+    nothing.  When both are numbers they are compared as numbers, within relative 1e-9; else the
+    normal forms are compared as strings, exactly.  A number is, after an optional trailing "%" or
+    "\%" (percent is compared as its number: "50%" equals 50 and 0.5 does not):
+    - [+-]? D (",ddd")* ("." D)? ([eE] [+-]? D)?: commas are thousands separators only between
+      groups of three digits ("1,234" is 1234; "1,2" is no number);
+    - such a number, "/" and an unsigned one: a fraction ("3/4" equals 0.75);
+    - [+-]? \frac{A}{B}, \dfrac or \tfrac, A and B numbers.
+    A zero denominator ("1/0") or an infinite value is no number: compared as a string. */
+bool bt_task_math_equal(const char *a, const char *b);
 
 /*  A host program's reward: the score of completion (len bytes, not NUL-terminated) for prompt,
     whose reference answer is answer. */
@@ -162,6 +195,8 @@ size_t bt_task_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, 
     - numeric: the value of the last number (thousands commas dropped), printed with the fewest of
       15 or 17 significant digits that read back exactly ("1,234.50" -> "1234.5"; -0 -> "0"). Values
       within the verifier's tolerance but not equal are different answers.
+    - math: the normal form of bt_task_math_answer() (see bt_task_math_equal); a number printed
+      as for numeric ("\frac{3}{4}", "3/4" and "0.75" -> "0.75"; "50%" -> "50").
     Writes it NUL-terminated into buf and returns its length; 0, with buf untouched, when no answer
     can be extracted or it and its NUL do not fit in buflen. */
 size_t bt_task_canonical_answer(const bt_task_t *self, const char *completion, size_t len,
