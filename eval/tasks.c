@@ -384,11 +384,91 @@ static void s_shuffle(size_t *order, size_t n, uint64_t seed, uint64_t epoch) {
     }
 }
 
+/*  Appends text to the growing *out (len used, cap allocated). */
+static bool s_append(char **out, size_t *len, size_t *cap, const char *text, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *p = realloc(*out, c);
+        if (!p)
+            return false;
+        *out = p;
+        *cap = c;
+    }
+    memcpy(*out + *len, text, n);
+    *len += n;
+    (*out)[*len] = '\0';
+    return true;
+}
+
+bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt, char **out) {
+    *out = NULL;
+    system = system ? system : "";
+    bool with_system = system[0] != '\0';
+    if (!strcmp(tmpl, "chatml"))
+        tmpl = with_system ? "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{prompt}"
+                             "<|im_end|>\n<|im_start|>assistant\n"
+                           : "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n";
+    else if (!strcmp(tmpl, "llama3"))
+        tmpl = with_system ? "<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>"
+                             "<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>"
+                             "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                           : "<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>"
+                             "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    const char *first = strstr(tmpl, "{prompt}"), *sys = strstr(tmpl, "{system}");
+    if (!first || strstr(first + 1, "{prompt}"))
+        return bt_fail(BT_EINVAL,
+                       "chat template: expected \"chatml\", \"llama3\" or a text holding "
+                       "{prompt} once, got \"%.60s\"",
+                       tmpl);
+    if (sys && strstr(sys + 1, "{system}"))
+        return bt_fail(BT_EINVAL, "chat template: {system} more than once in \"%.60s\"", tmpl);
+    size_t len = 0, cap = 0;
+    bool ok = true;
+    for (const char *p = tmpl; *p && ok;) {
+        const char *next = strchr(p, '{');
+        if (next && !strncmp(next, "{prompt}", 8)) {
+            ok = s_append(out, &len, &cap, p, (size_t)(next - p)) &&
+                 s_append(out, &len, &cap, prompt, strlen(prompt));
+            p = next + 8;
+        } else if (next && !strncmp(next, "{system}", 8)) {
+            ok = s_append(out, &len, &cap, p, (size_t)(next - p)) &&
+                 s_append(out, &len, &cap, system, strlen(system));
+            p = next + 8;
+        } else {
+            size_t n = next ? (size_t)(next - p) + 1 : strlen(p);
+            ok = s_append(out, &len, &cap, p, n);
+            p += n;
+        }
+    }
+    if (!ok) {
+        free(*out);
+        *out = NULL;
+        return bt_fail(BT_ENOMEM, "chat template: out of memory");
+    }
+    return BT_OK;
+}
+
+/*  Every prompt of recs as the chat template makes it. */
+static bt_status s_chat_records(s_records *recs, const bt_task_jsonl_config *cfg) {
+    for (size_t i = 0; i < recs->n; i++) {
+        char *formatted = NULL;
+        BT_TRY(bt_chat_apply(cfg->chat_template, cfg->system_prompt, recs->items[i].prompt,
+                             &formatted));
+        free(recs->items[i].prompt);
+        recs->items[i].prompt = formatted;
+    }
+    return BT_OK;
+}
+
 static bt_status s_jsonl_load(bt_task_t *self, const bt_task_jsonl_config *cfg) {
     bt_status st = s_read_jsonl(&self->train, cfg->train_path, cfg->verifier);
     if (st == BT_OK)
         st = cfg->heldout_path ? s_read_jsonl(&self->heldout, cfg->heldout_path, cfg->verifier)
                                : s_split_heldout(&self->train, &self->heldout);
+    if (st == BT_OK && cfg->chat_template && cfg->chat_template[0])
+        st = s_chat_records(&self->train, cfg);
+    if (st == BT_OK && cfg->chat_template && cfg->chat_template[0])
+        st = s_chat_records(&self->heldout, cfg);
     if (st != BT_OK)
         return st;
     self->order = malloc(self->train.n * sizeof *self->order);

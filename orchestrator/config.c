@@ -123,6 +123,8 @@ static const s_key s_keys[] = {
     S_INT_KEY("task.heldout_size", task.heldout_size, 200, 0, 1000000),
     S_NUM_KEY("task.format_reward", task.format_reward, 0, 0, S_INF, 0),
     S_STR_KEY("task.train", task.train, "", NULL, NULL),
+    S_STR_KEY("task.chat_template", task.chat_template, "", NULL, NULL),
+    S_STR_KEY("task.system_prompt", task.system_prompt, "", NULL, NULL),
     S_STR_KEY("task.eval", task.eval, "", NULL, NULL),
     S_ENUM_KEY("task.verifier", task.verifier, BT_TASK_VERIFY_EXACT, s_verifiers),
     S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
@@ -929,6 +931,16 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     BT_TRY(s_check_eval(cfg, src));
     BT_TRY(s_check_tuner(cfg, src));
     BT_TRY(s_check_scaling(cfg, src));
+    if (cfg->task.chat_template[0]) { /* a template that cannot apply fails now, by name */
+        char *probe = NULL;
+        if (cfg->task.kind != BT_CONFIG_TASK_JSONL)
+            return bt_fail(BT_EINVAL, "%s: task.chat_template: applies to \"jsonl\" tasks "
+                                      "(prompts of a pretrained model), not to the arithmetic task",
+                           src);
+        if (bt_chat_apply(cfg->task.chat_template, cfg->task.system_prompt, "", &probe) != BT_OK)
+            return s_reraise(src, "task.chat_template: ", "chat template: ");
+        free(probe);
+    }
     if (cfg->pbt.enabled && cfg->n_variants < 2)
         return bt_fail(BT_EINVAL, "%s: pbt.enabled: population-based training needs at least 2 "
                                   "variants, got %d",
@@ -1272,5 +1284,7 @@ void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out) {
     *out = (bt_task_jsonl_config){.train_path = cfg->task.train,
                                   .heldout_path = cfg->task.eval[0] ? cfg->task.eval : NULL,
                                   .verifier = cfg->task.verifier,
-                                  .seed = (uint64_t)cfg->task.seed};
+                                  .seed = (uint64_t)cfg->task.seed,
+                                  .chat_template = cfg->task.chat_template,
+                                  .system_prompt = cfg->task.system_prompt};
 }

@@ -808,6 +808,56 @@ static void test_math_config(void) {
     CHECK(jsonl.verifier == BT_TASK_VERIFY_MATH);
 }
 
+/*  Chat templates: the ChatML and Llama 3 presets give their formats exactly (with and without a
+    system prompt), a custom template substitutes its fields, a bad one is refused by name; a
+    JSONL task's prompts (training and held out) are the templated ones; the run config refuses a
+    template on the arithmetic task and a template without {prompt}. */
+static void test_chat_templates(void) {
+    char *out = NULL;
+    CHECK_OK(bt_chat_apply("chatml", "Be brief.", "2+2?", &out));
+    CHECK(out && !strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?"
+                              "<|im_end|>\n<|im_start|>assistant\n"));
+    free(out);
+    CHECK_OK(bt_chat_apply("chatml", NULL, "2+2?", &out));
+    CHECK(out && !strcmp(out, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"));
+    free(out);
+    CHECK_OK(bt_chat_apply("llama3", "S", "Q", &out));
+    CHECK(out && !strcmp(out, "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+                              "<|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|>"
+                              "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    free(out);
+    CHECK_OK(bt_chat_apply("[{system}] Q: {prompt} A: {x}", "sys", "1+1", &out));
+    CHECK(out && !strcmp(out, "[sys] Q: 1+1 A: {x}")); /* other braces stay as written */
+    free(out);
+    CHECK(bt_chat_apply("no placeholder", "", "p", &out) == BT_EINVAL && out == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "holding {prompt} once");
+    CHECK(bt_chat_apply("{prompt}{prompt}", "", "p", &out) == BT_EINVAL);
+    const char *path = s_write("chat.jsonl", "{\"prompt\": \"What is 6*7?\", \"answer\": 42}\n");
+    bt_task_jsonl_config cfg = {.train_path = path,
+                                .heldout_path = path,
+                                .verifier = BT_TASK_VERIFY_NUMERIC,
+                                .chat_template = "chatml",
+                                .system_prompt = "Answer with a number."};
+    bt_task_t *task = NULL;
+    CHECK_OK(bt_task_new_jsonl(&cfg, &task));
+    bt_task_example ex;
+    bt_task_train_example(task, 0, &ex);
+    CHECK(!strcmp(ex.prompt, "<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>"
+                             "user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"));
+    bt_task_heldout_example(task, 0, &ex);
+    CHECK(strstr(ex.prompt, "<|im_start|>user\nWhat is 6*7?<|im_end|>") != NULL);
+    bt_task_destroy(&task);
+    bt_run_config rc;
+    const char *arith[] = {"task.chat_template=chatml"};
+    CHECK(bt_config_parse("{}", "c.json", arith, 1, &rc) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "task.chat_template: applies to \"jsonl\" tasks");
+    char set_train[600];
+    snprintf(set_train, sizeof set_train, "task.train=%s", path);
+    const char *bad[] = {"task.kind=jsonl", set_train, "task.chat_template=Q: {question}"};
+    CHECK(bt_config_parse("{}", "c.json", bad, 3, &rc) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "c.json: task.chat_template: expected");
+}
+
 int main(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/baton_test_tasks_XXXXXX");
     if (!mkdtemp(s_dir)) {
@@ -833,6 +883,7 @@ int main(void) {
     test_math_equal();
     test_math_gsm8k();
     test_math_config();
+    test_chat_templates();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
     CHECK(system(cmd) == 0);

@@ -64,6 +64,8 @@ typedef struct bt_run_config {
         int64_t heldout_size;
         double format_reward;
         char train[BT_CONFIG_PATH_MAX];
+        char chat_template[512]; /* "" none; "chatml", "llama3", or a text with {prompt} */
+        char system_prompt[1024];
         char eval[BT_CONFIG_PATH_MAX];
         bt_task_verifier verifier;
         int64_t epoch_size;

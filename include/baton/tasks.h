@@ -79,8 +79,22 @@ typedef struct bt_task_jsonl_config {
     const char *heldout_path; /* NULL: records 10, 20, 30, ... of train_path (counting non-blank
                                  lines from 1) are held out and the others are trained on */
     bt_task_verifier verifier;
-    uint64_t seed; /* shuffles each epoch */
+    uint64_t seed;             /* shuffles each epoch */
+    const char *chat_template; /* NULL or "": prompts as written; else see bt_chat_apply */
+    const char *system_prompt; /* the template's {system}; NULL: "" */
 } bt_task_jsonl_config;
+
+/*  Chat prompts, without a Jinja engine: template is a preset or a text holding "{prompt}" once
+    and "{system}" at most once, each replaced by its text.  Presets ({system}'s block left out when
+    system is empty; no BOS text, which the tokenizer adds):
+      "chatml"  <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n
+                <|im_start|>assistant\n
+      "llama3"  <|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>
+                <|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>
+                <|start_header_id|>assistant<|end_header_id|>\n\n
+    *out (caller frees) is the prompt as the model sees it, ending in the generation prompt.
+    BT_EINVAL naming the problem for a template without "{prompt}" or with it twice. */
+bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt, char **out);
 
 /*  Reads the whole dataset into memory; blank lines are skipped; a line may hold at most 1 MiB.
     Errors: BT_EIO when a file cannot be read; BT_EFORMAT "PATH:LINE: <reason>" for a malformed line
