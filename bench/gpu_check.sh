@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# gpu_check.sh — the checks that need a GPU, as one script for a machine that has one (run from the
+# repository root; prints JSON lines, one per check, and keeps going after a failed check):
+#   1. build against the CUDA libtorch of the pip PyTorch there (torch.utils.cmake_prefix_path),
+#      with NCCL when found; Debian packages the machine lacks are unpacked from .deb files in
+#      $BATON_DEBS (default build-debs/, which `make gpu-debs` fills on a Debian machine; carry
+#      it to the GPU machine) with dpkg -x;
+#   2. the demo on cuda:0, shortened (BATON_GPU_STEPS, default 50 GRPO steps);
+#   3. two data-parallel trainer ranks over NCCL when two GPUs exist (one GPU: a single rank);
+#   4. the logits of randomly initialised tiny LlamaForCausalLM and Qwen2ForCausalLM models built
+#      with the transformers package there against baton's on the same safetensors, on cuda:0 and
+#      on the CPU (max |diff| < 1e-4 in float32).
+# Record the figures in bench/RESULTS.md ("GPU checks").
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/baton-gpu}
+mkdir -p "$OUT"
+STEPS=${BATON_GPU_STEPS:-50}
+PY=${BATON_PYTHON:-python3}
+say() { printf '{"check":"%s","ok":%s,"detail":"%s"}\n' "$1" "$2" "$3"; }
+
+# ---- 1. dependencies and build -------------------------------------------------------------------
+PREFIX=$OUT/debroot
+DEBS=${BATON_DEBS:-$ROOT/build-debs}
+if ls "$DEBS"/*.deb >/dev/null 2>&1; then
+  mkdir -p "$PREFIX"
+  for d in "$DEBS"/*.deb; do dpkg -x "$d" "$PREFIX"; done
+  export CPATH="$PREFIX/usr/include:${CPATH:-}"
+  export LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu:${LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  export PKG_CONFIG_PATH="$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig:${PKG_CONFIG_PATH:-}"
+  # the .pc files name /usr as their prefix: point them at the unpacked tree
+  for pc in "$PREFIX"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+    [ -f "$pc" ] && sed -i "s|^prefix=/usr|prefix=$PREFIX/usr|" "$pc"
+  done
+fi
+TORCH_DIR=$($PY -c 'import os, torch; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))' 2>/dev/null)
+NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+if [ -z "$TORCH_DIR" ]; then say build false "no pip PyTorch with cmake files"; exit 1; fi
+if cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$TORCH_DIR" \
+     -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCJSON_INCLUDE_DIR="$PREFIX/usr/include" \
+     >"$OUT/cmake.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+  say build true "torch $TORCH_DIR, gpus $NGPU, $(grep -o 'NCCL: [A-Z]*' "$OUT/cmake.log" | head -1)"
+else
+  say build false "see $OUT/cmake.log and $OUT/build.log"; exit 1
+fi
+B=$ROOT/build-gpu
+./build-gpu/baton info >"$OUT/info.txt" 2>&1
+
+# ---- 2. the demo on cuda:0 -------------------------------------------------------------------------
+SECONDS=0
+if "$B/baton" run configs/arith.json --run-dir "$OUT/demo" --set run.device=cuda:0 \
+     --set grpo.steps="$STEPS" >"$OUT/demo.log" 2>&1; then
+  acc=$(grep '"dataset":"heldout"' "$OUT/demo/metrics.jsonl" | tail -1 | grep -o '"accuracy":[0-9.]*')
+  say demo true "$STEPS steps on cuda:0 in $SECONDS s, $acc"
+else
+  say demo false "see $OUT/demo.log"
+fi
+
+# ---- 3. NCCL trainer ranks ---------------------------------------------------------------------------
+RANKS=$(( NGPU >= 2 ? 2 : 1 ))
+if "$B/baton" run configs/arith.json --run-dir "$OUT/ranks" --set run.device=cuda:0 \
+     --set grpo.steps=10 --set workers.trainer=$RANKS --set sft.steps=20 >"$OUT/ranks.log" 2>&1; then
+  say nccl_ranks true "$RANKS rank(s), $(grep -c '"train"' "$OUT/ranks/metrics.jsonl") steps"
+else
+  say nccl_ranks false "see $OUT/ranks.log"
+fi
+
+# ---- 4. logits against transformers --------------------------------------------------------------------
+for arch in llama qwen2; do
+  "$PY" - "$arch" "$OUT/tiny-$arch" >"$OUT/hf-$arch.json" 2>"$OUT/hf-$arch.log" <<'EOF'
+import json, sys, torch, transformers
+arch, out = sys.argv[1], sys.argv[2]
+common = dict(vocab_size=259, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+              rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False)
+torch.manual_seed(0)
+if arch == "llama":
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
+else:
+    model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, use_sliding_window=False))
+model = model.float().eval()
+model.save_pretrained(out, safe_serialization=True)
+ids = torch.tensor([[256, 49, 43, 55, 61, 3]])
+with torch.no_grad():
+    print(json.dumps(model(ids).logits[0].tolist()))
+EOF
+  for dev in cpu cuda:0; do
+    if "$B/bench_logits" "$OUT/tiny-$arch" "$dev" 256 49 43 55 61 3 >"$OUT/baton-$arch-$dev.json" 2>&1; then
+      diff=$("$PY" -c "
+import json, sys
+a = json.load(open('$OUT/hf-$arch.json')); b = json.load(open('$OUT/baton-$arch-$dev.json'))['logits']
+print(max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)))" 2>&1)
+      ok=$("$PY" -c "print('true' if float('$diff') < 1e-4 else 'false')" 2>/dev/null || echo false)
+      say "logits_${arch}_$dev" "$ok" "max |diff| $diff vs transformers"
+    else
+      say "logits_${arch}_$dev" false "see $OUT/baton-$arch-$dev.json"
+    fi
+  done
+done
