@@ -104,7 +104,8 @@ struct bt_controller {
     const bt_run_config *cfg;
     int variant;              /* index in the hub; 0 without variants */
     const char *variant_name; /* "main" without variants */
-    s_hub *hub;               /* shared; owned by variant 0 */
+    s_hub *hub;               /* every variant's controller (this one alone without variants);
+                                 owned by variant 0 */
     double worker_s;          /* worker compute spent on this variant's tasks */
     const char *config_json;
     bt_runlog_t *log;
@@ -170,11 +171,16 @@ static int64_t s_now_ms(void) {
     return (int64_t)(bt_now() * 1000.0);
 }
 
+/*  Starts an events.jsonl line: the event's name and the seconds since the start. */
+static void s_event_line(const bt_controller_t *self, bt_jsonl *line, const char *event) {
+    bt_jsonl_init(line);
+    bt_jsonl_str(line, "event", event);
+    bt_jsonl_num(line, "time", bt_now() - self->t0);
+}
+
 static void s_event(bt_controller_t *self, const char *event, const char *key, const char *value) {
     bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", event);
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    s_event_line(self, &line, event);
     if (key)
         bt_jsonl_str(&line, key, value);
     bt_runlog_event(self->log, &line);
@@ -194,24 +200,41 @@ static bt_status s_tuner_events(bt_controller_t *self, const bt_tuner_decision *
     return BT_OK;
 }
 
-bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
-                                   const char *config_json, bt_runlog_t *log) {
+/*  A controller of variant k of cfg (its state before any work), or NULL out of memory. */
+static bt_controller_t *s_alloc(const bt_run_config *cfg, int k, const char *config_json,
+                                bt_runlog_t *log, double t0) {
     bt_controller_t *self = calloc(1, sizeof *self);
     if (!self) {
         bt_fail(BT_ENOMEM, "controller: out of memory");
         return NULL;
     }
     self->cfg = cfg;
-    self->variant_name = cfg->n_variants > 0 ? cfg->variants[0].name : "main";
+    self->variant = k;
+    self->variant_name = cfg->n_variants > 0 ? cfg->variants[k].name : "main";
     self->config_json = config_json;
     self->log = log;
-    self->t0 = bt_now();
+    self->t0 = t0;
     self->last_accuracy = NAN;
     self->last_reward = NAN;
+    self->wait_since = NAN;
     bt_tuner_config tc;
     bt_config_tuner(cfg, &tc);
     bt_tuner_init(&self->tuner, &tc);
-    self->wait_since = NAN;
+    return self;
+}
+
+bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
+                                   const char *config_json, bt_runlog_t *log) {
+    bt_controller_t *self = s_alloc(cfg, 0, config_json, log, bt_now());
+    if (!self)
+        return NULL;
+    self->hub = calloc(1, sizeof *self->hub);
+    if (!self->hub) {
+        bt_fail(BT_ENOMEM, "controller: out of memory");
+        bt_controller_destroy(&self);
+        return NULL;
+    }
+    self->hub->v[self->hub->n++] = self;
     self->reg = bt_registry_new(cfg->workers.expiry_ms);
     self->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
     int linger = 0;
@@ -236,30 +259,10 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
 bt_controller_t *bt_controller_new_variant(bt_controller_t *first, const bt_run_config *cfg,
                                            int k) {
     BT_ASSERT(first && k > 0 && k < BT_CONFIG_MAX_VARIANTS && k < cfg->n_variants);
-    if (!first->hub && !(first->hub = calloc(1, sizeof *first->hub))) {
-        bt_fail(BT_ENOMEM, "controller: out of memory");
+    bt_controller_t *self = s_alloc(cfg, k, first->config_json, first->log, first->t0);
+    if (!self)
         return NULL;
-    }
-    if (first->hub->n == 0)
-        first->hub->v[first->hub->n++] = first;
-    bt_controller_t *self = calloc(1, sizeof *self);
-    if (!self) {
-        bt_fail(BT_ENOMEM, "controller: out of memory");
-        return NULL;
-    }
-    self->cfg = cfg;
-    self->variant = k;
-    self->variant_name = cfg->variants[k].name;
     self->hub = first->hub;
-    self->config_json = first->config_json;
-    self->log = first->log;
-    self->t0 = first->t0;
-    self->last_accuracy = NAN;
-    self->last_reward = NAN;
-    self->wait_since = NAN;
-    bt_tuner_config tc;
-    bt_config_tuner(cfg, &tc);
-    bt_tuner_init(&self->tuner, &tc);
     self->sock = first->sock; /* borrowed */
     self->reg = first->reg;
     if (s_eval_setup(self) != BT_OK) {
@@ -489,8 +492,8 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         return;
     }
     bt_worker_info *w = bt_registry_worker(self->reg, id);
-    for (int k = 0; id < S_TRACK && k < (self->hub ? self->hub->n : 1); k++) /* it may hold anything */
-        (self->hub ? self->hub->v[k] : self)->worker_version[id] = -1;
+    for (int k = 0; id < S_TRACK && k < self->hub->n; k++) /* it may hold anything */
+        self->hub->v[k]->worker_version[id] = -1;
     bt_msg_t *welcome = bt_msg_new(BT_MSG_WELCOME);
     int64_t shape[1] = {(int64_t)strlen(self->config_json)};
     if (!welcome || bt_msg_set_int(welcome, "worker", id) != BT_OK ||
@@ -501,14 +504,14 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         bt_log(BT_LOG_WARN, "controller: WELCOME to %s failed: %s", name, bt_last_error());
         return;
     }
-    for (int k = 0; k < (self->hub ? self->hub->n : 1); k++)
-        s_send_weights(self->hub ? self->hub->v[k] : self, w);
+    for (int k = 0; k < self->hub->n; k++)
+        s_send_weights(self->hub->v[k], w);
     s_event(self, "worker_joined", "worker", name);
 }
 
 static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_info *from) {
     int64_t version, variant = 0;
-    int n_variants = self->hub ? self->hub->n : 1;
+    int n_variants = self->hub->n;
     if (from->role != BT_ROLE_TRAINER ||
         bt_msg_get_int(*m, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK ||
         (bt_msg_has(*m, "variant") &&
@@ -516,8 +519,7 @@ static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_in
         self->stats.malformed++;
         return;
     }
-    if (self->hub) /* the variant's controller keeps them */
-        self = self->hub->v[variant];
+    self = self->hub->v[variant]; /* the variant's controller keeps them */
     s_weights *fresh = calloc(1, sizeof *fresh);
     if (!fresh) {
         bt_log(BT_LOG_ERROR, "controller: out of memory for weights");
@@ -622,9 +624,7 @@ static bt_status s_turn(bt_controller_t *self) {
         if (bt_registry_task_attempts(self->reg, task) > 1) { /* its last holder failed or was lost */
             self->stats.requeued++;
             bt_jsonl line;
-            bt_jsonl_init(&line);
-            bt_jsonl_str(&line, "event", "task_requeued");
-            bt_jsonl_num(&line, "time", bt_now() - self->t0);
+            s_event_line(self, &line, "task_requeued");
             bt_jsonl_str(&line, "kind", job->kind);
             bt_jsonl_int(&line, "task", task);
             bt_jsonl_str(&line, "worker", w->name);
@@ -656,7 +656,7 @@ static bt_status s_turn(bt_controller_t *self) {
         self->stats.lost_workers += lost;
         s_event(self, "workers_expired", NULL, NULL);
     }
-    for (int k = 0; self->hub && k < self->hub->n; k++)
+    for (int k = 0; k < self->hub->n; k++)
         if (self->hub->v[k] != self)
             BT_TRY(s_poll_evals(self->hub->v[k]));
     return s_poll_evals(self);
@@ -852,9 +852,7 @@ static bt_status s_group_form(bt_controller_t *self) {
                            "last full checkpoint (baton run --resume)",
                            (long long)version, (long long)self->version);
         bt_jsonl line;
-        bt_jsonl_init(&line);
-        bt_jsonl_str(&line, "event", "trainer_group_formed");
-        bt_jsonl_num(&line, "time", bt_now() - self->t0);
+        s_event_line(self, &line, "trainer_group_formed");
         bt_jsonl_int(&line, "generation", self->generation);
         bt_jsonl_int(&line, "world", n);
         bt_jsonl_int(&line, "version", version);
@@ -1022,9 +1020,7 @@ static void s_trigger_event(bt_controller_t *self, const char *dataset, const bt
     char name[32];
     snprintf(name, sizeof name, "eval_%s", e->kind);
     bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", name);
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    s_event_line(self, &line, name);
     bt_jsonl_str(&line, "dataset", dataset);
     bt_jsonl_int(&line, "step", e->step);
     bt_jsonl_int(&line, "old", e->old_interval);
@@ -1048,9 +1044,7 @@ static bt_status s_scaling_observe(bt_controller_t *self, int64_t step, double l
             if (p->target != step || !p->measured)
                 continue;
             bt_jsonl line;
-            bt_jsonl_init(&line);
-            bt_jsonl_str(&line, "event", "scaling_error");
-            bt_jsonl_num(&line, "time", bt_now() - self->t0);
+            s_event_line(self, &line, "scaling_error");
             bt_jsonl_str(&line, "variant", self->variant_name);
             bt_jsonl_int(&line, "made_at", p->made_at);
             bt_jsonl_int(&line, "step", p->target);
@@ -1088,9 +1082,7 @@ static bt_status s_scaling_observe(bt_controller_t *self, int64_t step, double l
     if (isfinite(predicted) && self->sc_record.n < BT_SCALING_RECORD_MAX)
         BT_TRY(bt_scaling_record_add(&self->sc_record, step, last, predicted));
     bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", "scaling_prediction");
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    s_event_line(self, &line, "scaling_prediction");
     bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_int(&line, "step", step);
     bt_jsonl_int(&line, "target", last);
@@ -1626,9 +1618,7 @@ static bt_status s_rollback(bt_controller_t *self, const char *reason) {
     s_state_apply(self, &self->saved, false);
     s_rollouts_cancel(self); /* sampled by discarded versions: skipped too */
     bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", "rollback");
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    s_event_line(self, &line, "rollback");
     bt_jsonl_int(&line, "from_step", from);
     bt_jsonl_int(&line, "to_step", self->step);
     bt_jsonl_str(&line, "reason", reason);
@@ -1659,9 +1649,7 @@ static const char *s_diverged(bt_controller_t *self, const bt_trainer_stats *ts,
 static void s_ckpt_reject(const char *folder, const char *reason, void *user) {
     bt_controller_t *self = user;
     bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", "checkpoint_rejected");
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    s_event_line(self, &line, "checkpoint_rejected");
     bt_jsonl_str(&line, "folder", folder);
     bt_jsonl_str(&line, "reason", reason);
     bt_runlog_event(self->log, &line);
@@ -1672,9 +1660,7 @@ static void s_ckpt_poll(bt_controller_t *self) {
     bt_ckpt_result r;
     while (self->writer && bt_ckpt_writer_poll(self->writer, &r)) {
         bt_jsonl line;
-        bt_jsonl_init(&line);
-        bt_jsonl_str(&line, "event", r.status == BT_OK ? "checkpoint_saved" : "checkpoint_failed");
-        bt_jsonl_num(&line, "time", bt_now() - self->t0);
+        s_event_line(self, &line, r.status == BT_OK ? "checkpoint_saved" : "checkpoint_failed");
         bt_jsonl_int(&line, "step", r.step);
         bt_jsonl_str(&line, "kind", r.full ? "full" : "light");
         bt_jsonl_str(&line, r.status == BT_OK ? "folder" : "reason",
@@ -1957,7 +1943,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
             bt_ckpt_writer_wait(self->writer);
         s_ckpt_poll(self);
         char dir[BT_CONFIG_PATH_MAX + 16];
-        if (self->hub) { /* each variant's policy in a folder of its own */
+        if (self->hub->n > 1) { /* each variant's policy in a folder of its own */
             snprintf(dir, sizeof dir, "%s/variants/%s", bt_runlog_dir(self->log),
                      self->variant_name);
             BT_TRY(bt_mkdirs(dir));
@@ -2010,9 +1996,7 @@ double bt_controller_predicted_loss(const bt_controller_t *self) {
 bt_status bt_controller_stop_variant(bt_controller_t *self, double predicted, double best,
                                      double margin) {
     bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", "variant_stopped");
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    s_event_line(self, &line, "variant_stopped");
     bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_int(&line, "step", self->step);
     bt_jsonl_num(&line, "predicted", predicted);
@@ -2041,9 +2025,7 @@ bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top,
     self->last_reward = top->last_reward;
     BT_TRY(s_snapshot(self)); /* a rollback now returns to the copy */
     bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", "pbt");
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    s_event_line(self, &line, "pbt");
     bt_jsonl_int(&line, "step", self->step);
     bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_str(&line, "from", top->variant_name);
@@ -2061,14 +2043,12 @@ bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top,
 bt_status bt_controller_stop(bt_controller_t *self) {
     bt_train_clock_stop(&self->clock, bt_now());
     double total = 0; /* with variants: each one's share of the workers' compute */
-    for (int k = 0; self->hub && k < self->hub->n; k++)
+    for (int k = 0; self->hub->n > 1 && k < self->hub->n; k++)
         total += self->hub->v[k]->worker_s;
-    for (int k = 0; self->hub && k < self->hub->n; k++) {
+    for (int k = 0; self->hub->n > 1 && k < self->hub->n; k++) {
         const bt_controller_t *v = self->hub->v[k];
         bt_jsonl line;
-        bt_jsonl_init(&line);
-        bt_jsonl_str(&line, "event", "variant_share");
-        bt_jsonl_num(&line, "time", bt_now() - self->t0);
+        s_event_line(self, &line, "variant_share");
         bt_jsonl_str(&line, "variant", v->variant_name);
         bt_jsonl_int(&line, "steps", v->step);
         bt_jsonl_num(&line, "worker_s", v->worker_s);
