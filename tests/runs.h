@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,16 @@ static inline bool runs_trained_once(const char *dir, uint64_t first, uint64_t c
     free(seen);
     free(text);
     return ok;
+}
+
+/*  The learning rate the train line of variant's step printed in metrics (the text of a
+    metrics.jsonl: the rate AdamW applied), or NaN. */
+static inline double runs_train_lr(const char *metrics, const char *variant, int step) {
+    char key[128];
+    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step,
+             variant);
+    const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
+    return lr ? strtod(lr + 5, NULL) : NAN;
 }
 
 #endif

@@ -242,14 +242,6 @@ static void test_corrupt_fallback(const char *reference) {
     free(got);
 }
 
-/*  The train line's learning rate at step (the one AdamW applied), or NaN. */
-static double s_lr_at(const char *metrics, int step) {
-    char key[64];
-    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,", step);
-    const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
-    return lr ? strtod(lr + 5, NULL) : NAN;
-}
-
 /*  The tuner's plateau rule halved the learning rate after evaluations without improvement:
     each decision made at step S is an event with the values before and after, step S trained at
     the value before and step S + 1 at the value after, as AdamW reports it.  (That the tuner's
@@ -269,8 +261,8 @@ static void test_tuner_decisions(const char *dir) {
         double after = strtod(strstr(e, "\"after\":") + 8, NULL);
         CHECK_REL(after, 0.5 * before, 1e-12);
         if (step >= 1 && step < 16) {
-            CHECK_REL(s_lr_at(metrics, step), before, 1e-12);
-            CHECK_REL(s_lr_at(metrics, step + 1), after, 1e-12);
+            CHECK_REL(runs_train_lr(metrics, "main", step), before, 1e-12);
+            CHECK_REL(runs_train_lr(metrics, "main", step + 1), after, 1e-12);
             applied++;
         }
     }

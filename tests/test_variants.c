@@ -32,14 +32,6 @@ static pid_t s_start(const char *config, const char *dir, const char *set) {
     return runs_spawn(args);
 }
 
-/*  The learning rate variant's train line of step printed (the rate AdamW applied), or NaN. */
-static double s_train_lr(const char *metrics, const char *variant, int step) {
-    char key[96];
-    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step, variant);
-    const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
-    return lr ? strtod(lr + 5, NULL) : NAN;
-}
-
 /*  Population-based training over four variants (learning rates 1e-6 to 0.03), ranked by reward
     every 4 steps: each copy is a `pbt` event in which the bottom variant copies one that did
     better (the restore checks the copied state by its canary loss, or the run fails), and then
@@ -83,7 +75,7 @@ static void test_pbt(void) {
                 CHECK_REL(lr, fmin(fmax(from_lr * 1.2, 1e-6), 1e-2), 1e-12);
             else
                 CHECK(how && !strcmp(how, "resample"));
-            CHECK_REL(s_train_lr(metrics, variant, step + 1), lr, 1e-12);
+            CHECK_REL(runs_train_lr(metrics, variant, step + 1), lr, 1e-12);
             copies++;
         }
         cJSON_Delete(e);
