@@ -29,10 +29,9 @@ int main(int argc, char **argv) {
     double t0 = bt_now();
     bt_model *m = ids && ones ? bt_model_load(argv[1], dev) : NULL;
     bt_ctx *ctx = bt_ctx_new();
-    bt_tensor *logits =
-        m ? bt_model_forward(m, ctx, bt_from_host(ctx, BT_I64, dev, 2, shape, ids),
-                             bt_from_host(ctx, BT_I64, dev, 2, shape, ones))
-          : NULL;
+    bt_tensor *logits = m ? bt_model_forward(m, ctx, bt_from_host(ctx, BT_I64, dev, 2, shape, ids),
+                                             bt_from_host(ctx, BT_I64, dev, 2, shape, ones))
+                          : NULL;
     int64_t V = m ? bt_model_get_config(m)->vocab_size : 0;
     float *host = logits ? malloc(sizeof *host * (size_t)(T * V)) : NULL;
     bt_tensor *cpu = host ? bt_to_device(ctx, bt_to_dtype(ctx, logits, BT_F32), bt_cpu()) : NULL;

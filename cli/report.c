@@ -32,8 +32,7 @@ int bt_cli_report(int argc, char **argv) {
                                           "got \"%s\"",
                                           argv[i]);
             }
-        }
-        else if (argv[i][0] == '-') {
+        } else if (argv[i][0] == '-') {
             free(dirs);
             return bt_cli_usage_error("report: unexpected argument \"%s\"", argv[i]);
         } else

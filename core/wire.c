@@ -548,8 +548,8 @@ typedef struct s_rule {
 } s_rule;
 
 static const char *const s_roles[] = {"rollout", "trainer", "eval", NULL};
-static const char *const s_task_kinds[] = {"rollout",  "train", "sft", "eval", "restore",
-                                           "snapshot", "group", NULL};
+static const char *const s_task_kinds[] = {"rollout", "train",    "sft",   "eval",
+                                           "restore", "snapshot", "group", NULL};
 
 static const s_rule s_rules[] = {
     {BT_MSG_HELLO, "role", S_RULE_ONE_OF, 0, 0, s_roles},

@@ -17,7 +17,8 @@
 #include <sys/stat.h>
 
 #define S_NAME_MAX 64
-#define S_PER_LAYER 12 /* parameters per decoder layer, at most (Qwen2's 3 biases; Qwen3's 2 norms) */
+#define S_PER_LAYER                                                                                \
+    12 /* parameters per decoder layer, at most (Qwen2's 3 biases; Qwen3's 2 norms) */
 #define S_CONFIG_MAX (1 << 20)     /* largest config.json read, in bytes */
 #define S_POSITION_MAX 2147483647. /* upper clamp for positions */
 
@@ -66,8 +67,8 @@ static bt_status s_validate(const bt_model_config *c, const char *src) {
     if (c->head_dim < 0 || c->head_dim % 2)
         return bt_fail(BT_EINVAL, "%s: head_dim: expected an even positive integer, got %lld", src,
                        (long long)c->head_dim);
-    if (c->head_dim == 0 && (c->hidden_size % c->num_attention_heads ||
-                             (c->hidden_size / c->num_attention_heads) % 2))
+    if (c->head_dim == 0 &&
+        (c->hidden_size % c->num_attention_heads || (c->hidden_size / c->num_attention_heads) % 2))
         return bt_fail(BT_EINVAL,
                        "%s: num_attention_heads: expected an integer dividing hidden_size (%lld) "
                        "into an even head_dim, got %lld",
@@ -273,7 +274,9 @@ char *bt_model_config_to_json(const bt_model_config *c) {
                                      : "LlamaForCausalLM";
     cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&arch, 1));
     cJSON_AddStringToObject(root, "model_type",
-                            c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama");
+                            c->qk_norm    ? "qwen3"
+                            : c->qkv_bias ? "qwen2"
+                                          : "llama");
     cJSON_AddNumberToObject(root, "head_dim", (double)bt_model_head_dim(c));
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
     cJSON_AddStringToObject(root, "hidden_act", "silu");
@@ -311,17 +314,17 @@ bt_status bt_model_config_save(const bt_model_config *cfg, const char *path) {
  */
 
 typedef struct s_layer {
-    bt_tensor *input_norm; /* (C) */
-    bt_tensor *q_proj;     /* (H * D, C) */
-    bt_tensor *k_proj;     /* (Hkv * D, C) */
-    bt_tensor *v_proj;     /* (Hkv * D, C) */
+    bt_tensor *input_norm;               /* (C) */
+    bt_tensor *q_proj;                   /* (H * D, C) */
+    bt_tensor *k_proj;                   /* (Hkv * D, C) */
+    bt_tensor *v_proj;                   /* (Hkv * D, C) */
     bt_tensor *q_bias, *k_bias, *v_bias; /* (H * D), (Hkv * D), (Hkv * D); NULL but in Qwen2 */
     bt_tensor *q_norm, *k_norm;          /* (D); NULL but in Qwen3 */
-    bt_tensor *o_proj;     /* (C, H * D) */
-    bt_tensor *post_norm;  /* (C) */
-    bt_tensor *gate_proj;  /* (I, C) */
-    bt_tensor *up_proj;    /* (I, C) */
-    bt_tensor *down_proj;  /* (C, I) */
+    bt_tensor *o_proj;                   /* (C, H * D) */
+    bt_tensor *post_norm;                /* (C) */
+    bt_tensor *gate_proj;                /* (I, C) */
+    bt_tensor *up_proj;                  /* (I, C) */
+    bt_tensor *down_proj;                /* (C, I) */
 } s_layer;
 
 typedef struct s_param {
@@ -492,8 +495,8 @@ static bt_status s_model_fill(bt_model *m, uint64_t seed, const s_source *st) {
     bool grad = bt_set_grad_enabled(false);
     bt_status status = (gen || st) && tmp ? BT_OK : BT_ENOMEM;
     for (int i = 0; i < m->n_params && status == BT_OK; i++) {
-        bt_tensor *t = st ? s_init_from_file(tmp, st, &m->specs[i])
-                          : s_init_random(tmp, gen, &m->specs[i]);
+        bt_tensor *t =
+            st ? s_init_from_file(tmp, st, &m->specs[i]) : s_init_random(tmp, gen, &m->specs[i]);
         m->params[i] = bt_clone(m->ctx, bt_to_device(tmp, bt_to_dtype(tmp, t, BT_F32), m->device));
         if (!m->params[i])
             status = st && !t ? BT_EFORMAT : BT_ETORCH;
@@ -610,7 +613,7 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
     bt_tensor *v = s_proj(ctx, x, w->v_proj, w->v_bias);
     q = s_split_heads(ctx, q, p, H, D);   /* (B, H, T, D) */
     k = s_split_heads(ctx, k, p, Hkv, D); /* (B, Hkv, T, D) */
-    if (w->q_norm) { /* Qwen3: each head normalised before the rotation */
+    if (w->q_norm) {                      /* Qwen3: each head normalised before the rotation */
         q = bt_rms_norm(ctx, q, w->q_norm, m->cfg.rms_norm_eps);
         k = bt_rms_norm(ctx, k, w->k_norm, m->cfg.rms_norm_eps);
     }
@@ -877,8 +880,9 @@ static bt_status s_open_shards(const char *dir, const char *path, s_source *src)
     free(text);
     bt_status st = cJSON_IsObject(map) && map->child
                        ? BT_OK
-                       : bt_fail(BT_EFORMAT, "%s: expected a \"weight_map\" object of tensor "
-                                             "names to shard files",
+                       : bt_fail(BT_EFORMAT,
+                                 "%s: expected a \"weight_map\" object of tensor "
+                                 "names to shard files",
                                  path);
     for (const cJSON *e = map ? map->child : NULL; e && st == BT_OK; e = e->next) {
         const char *shard = cJSON_GetStringValue(e);

@@ -27,7 +27,7 @@ typedef struct s_meta_pair {
 } s_meta_pair;
 
 struct bt_safetensors {
-    uint8_t *file;       /* the whole file, mapped read-only: 8 + N + data_size bytes */
+    uint8_t *file; /* the whole file, mapped read-only: 8 + N + data_size bytes */
     size_t file_size;
     const uint8_t *data; /* the data region, data_size bytes */
     size_t data_size;
@@ -346,8 +346,8 @@ bt_status bt_safetensors_open(const char *path, bt_safetensors_t **out) {
     else if (sb.st_size < 8)
         rc = bt_fail(BT_EFORMAT, "%s: %lld bytes: too short for a safetensors header", path,
                      (long long)sb.st_size);
-    void *map = rc == BT_OK ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
-                            : MAP_FAILED;
+    void *map =
+        rc == BT_OK ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
     if (rc == BT_OK && map == MAP_FAILED)
         rc = bt_fail(BT_EIO, "%s: cannot map: %s", path, strerror(errno));
     if (fd >= 0)

@@ -879,7 +879,8 @@ static bt_status s_check_tuner(bt_run_config *cfg, const char *src) {
     return BT_OK;
 }
 
-/*  Resolves scaling.dataset "" to the first perplexity dataset; with scaling on, it must name one. */
+/*  Resolves scaling.dataset "" to the first perplexity dataset; with scaling on, it must name one.
+ */
 static bt_status s_check_scaling(bt_run_config *cfg, const char *src) {
     char *name = cfg->scaling.dataset;
     bool found = false;
@@ -934,16 +935,18 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->task.chat_template[0]) { /* a template that cannot apply fails now, by name */
         char *probe = NULL;
         if (cfg->task.kind != BT_CONFIG_TASK_JSONL)
-            return bt_fail(BT_EINVAL, "%s: task.chat_template: applies to \"jsonl\" tasks "
-                                      "(prompts of a pretrained model), not to the arithmetic task",
+            return bt_fail(BT_EINVAL,
+                           "%s: task.chat_template: applies to \"jsonl\" tasks "
+                           "(prompts of a pretrained model), not to the arithmetic task",
                            src);
         if (bt_chat_apply(cfg->task.chat_template, cfg->task.system_prompt, "", &probe) != BT_OK)
             return s_reraise(src, "task.chat_template: ", "chat template: ");
         free(probe);
     }
     if (cfg->pbt.enabled && cfg->n_variants < 2)
-        return bt_fail(BT_EINVAL, "%s: pbt.enabled: population-based training needs at least 2 "
-                                  "variants, got %d",
+        return bt_fail(BT_EINVAL,
+                       "%s: pbt.enabled: population-based training needs at least 2 "
+                       "variants, got %d",
                        src, cfg->n_variants);
     if (cfg->pbt.lr_min > cfg->pbt.lr_max)
         return bt_fail(BT_EINVAL, "%s: pbt.lr_max: expected a number >= pbt.lr_min (%g), got %g",
@@ -1184,17 +1187,17 @@ char *bt_config_to_json(const bt_run_config *cfg) {
 /* ---- typed sub-configs ---------------------------------------------------------------------- */
 
 void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out) {
-    *out = (bt_grpo_config){.clip_low = cfg->grpo.clip_low,
-                            .clip_high = cfg->grpo.clip_high,
-                            .kl_coef = cfg->grpo.kl_coef,
-                            .kl_estimator = cfg->grpo.kl_estimator,
-                            .entropy_coef = cfg->grpo.entropy_coef,
-                            .loss_agg = cfg->grpo.loss_agg,
-                            .max_tokens = cfg->grpo.max_tokens,
-                            .adv_norm = cfg->grpo.adv_norm,
-                            .decoupled =
-                                cfg->grpo.max_staleness > 0 && cfg->grpo.async_objective == 1,
-                            .behav_weight_cap = cfg->grpo.behav_weight_cap};
+    *out =
+        (bt_grpo_config){.clip_low = cfg->grpo.clip_low,
+                         .clip_high = cfg->grpo.clip_high,
+                         .kl_coef = cfg->grpo.kl_coef,
+                         .kl_estimator = cfg->grpo.kl_estimator,
+                         .entropy_coef = cfg->grpo.entropy_coef,
+                         .loss_agg = cfg->grpo.loss_agg,
+                         .max_tokens = cfg->grpo.max_tokens,
+                         .adv_norm = cfg->grpo.adv_norm,
+                         .decoupled = cfg->grpo.max_staleness > 0 && cfg->grpo.async_objective == 1,
+                         .behav_weight_cap = cfg->grpo.behav_weight_cap};
 }
 
 void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedule *out) {

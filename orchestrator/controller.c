@@ -50,7 +50,7 @@ typedef struct s_job {
     struct bt_controller *ctl; /* the variant's controller that queued it */
     const char *kind; /* "rollout", "train", "sft", "eval", "restore", "snapshot", "group" */
     bt_role role;
-    int rank;                      /* group: this rank's number in the formation */
+    int rank; /* group: this rank's number in the formation */
     int64_t start, count, seed;
     double lr;
     bool publish;
@@ -70,8 +70,8 @@ typedef struct s_job {
     (synchronous) or up to grpo.max_staleness steps before it (asynchronous). */
 typedef struct s_rollouts {
     bool active;
-    int64_t step;     /* the 0-based step it is for */
-    uint64_t first;   /* its prompts: training-stream indices [first, first + P) */
+    int64_t step;   /* the 0-based step it is for */
+    uint64_t first; /* its prompts: training-stream indices [first, first + P) */
     uint64_t *idx;
     s_job jobs[64];
     int n_jobs;
@@ -145,7 +145,7 @@ struct bt_controller {
     bt_progress_fn *progress;
     void *progress_user;
     /* the data-parallel trainer group (workers.trainer > 1) */
-    bt_store *store;            /* the ranks' rendezvous */
+    bt_store *store; /* the ranks' rendezvous */
     int store_port;
     int32_t ranks[S_MAX_RANKS]; /* worker ids, by rank */
     int world;                  /* ranks; 0: the group must be (re-)formed */
@@ -621,7 +621,8 @@ static bt_status s_turn(bt_controller_t *self) {
         s_job *job = bt_registry_task_user(self->reg, task);
         bt_controller_t *owner = job->ctl ? job->ctl : self; /* the job's variant */
         bt_worker_info *w = bt_registry_worker(self->reg, wid);
-        if (bt_registry_task_attempts(self->reg, task) > 1) { /* its last holder failed or was lost */
+        if (bt_registry_task_attempts(self->reg, task) >
+            1) { /* its last holder failed or was lost */
             self->stats.requeued++;
             bt_jsonl line;
             s_event_line(self, &line, "task_requeued");
@@ -715,7 +716,8 @@ static bt_status s_run_jobs(bt_controller_t *self, s_job *jobs, int n) {
     return s_jobs_wait(self, jobs, n, first);
 }
 
-/* ---- the data-parallel trainer group ----------------------------------------------------------- */
+/* ---- the data-parallel trainer group -----------------------------------------------------------
+ */
 
 static void s_jobs_release(s_job *jobs, int n);
 
@@ -727,7 +729,8 @@ static bt_status s_run_ranks(bt_controller_t *self, s_job *jobs, int n, bool *br
     int64_t first = -1;
     for (int k = 0; k < n; k++) {
         jobs[k].ctl = self;
-        int64_t id = bt_registry_add_task_only(self->reg, BT_ROLE_TRAINER, self->ranks[k], &jobs[k]);
+        int64_t id =
+            bt_registry_add_task_only(self->reg, BT_ROLE_TRAINER, self->ranks[k], &jobs[k]);
         if (id < 0)
             return BT_ENOMEM;
         first = first < 0 ? id : first;
@@ -784,8 +787,9 @@ static bt_status s_group_form(bt_controller_t *self) {
         for (int k = 0; k < self->world_last; k++)
             busy |= bt_registry_worker(self->reg, self->ranks[k])->state == BT_WORKER_BUSY;
         if (busy && s_now_ms() > settle)
-            return bt_fail(BT_EIO, "controller: trainer ranks still busy %lld ms after their "
-                                   "group broke",
+            return bt_fail(BT_EIO,
+                           "controller: trainer ranks still busy %lld ms after their "
+                           "group broke",
                            (long long)(c->workers.collective_timeout_ms + c->workers.expiry_ms));
         if (busy)
             BT_TRY(s_turn(self));
@@ -838,8 +842,9 @@ static bt_status s_group_form(bt_controller_t *self) {
         for (int k = 0; k < n && st == BT_OK; k++) {
             st = bt_msg_get_int(jobs[k].result, "trainer_version", 0, BT_WIRE_INT_MAX, &v);
             if (st == BT_OK && k > 0 && v != version)
-                st = bt_fail(BT_EIO, "controller: trainer ranks 0 and %d hold versions %lld and "
-                                     "%lld after forming",
+                st = bt_fail(BT_EIO,
+                             "controller: trainer ranks 0 and %d hold versions %lld and "
+                             "%lld after forming",
                              k, (long long)version, (long long)v);
             version = k == 0 ? v : version;
         }
@@ -1071,8 +1076,8 @@ static bt_status s_scaling_observe(bt_controller_t *self, int64_t step, double l
     bt_scaling_fit_config fc;
     bt_scaling_fit_config_init(&fc);
     bt_scaling_fit fit;
-    bt_status st = bt_scaling_fit_curve(s1, s2, last, self->sc_steps, self->sc_loss, self->sc_n,
-                                        &fc, &fit);
+    bt_status st =
+        bt_scaling_fit_curve(s1, s2, last, self->sc_steps, self->sc_loss, self->sc_n, &fc, &fit);
     double predicted = st == BT_OK ? bt_scaling_predict(&fit.p, s1, s2, last) : NAN;
     free(lr);
     if (st != BT_OK) { /* a curve the law cannot take is no reason to stop the run */
@@ -1155,8 +1160,8 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
         if (!strcmp(metrics[i].name, "nll_per_token"))
             BT_TRY(s_scaling_observe(self, ev->step, metrics[i].value));
     const bt_tuner_plateau_config *pc = &self->tuner.cfg.lr_plateau;
-    for (int i = 0; pc->enabled && !strcmp(ev->phase, "rl") && !strcmp(pc->dataset, d->name) &&
-                    i < n_metrics;
+    for (int i = 0;
+         pc->enabled && !strcmp(ev->phase, "rl") && !strcmp(pc->dataset, d->name) && i < n_metrics;
          i++)
         if (!strcmp(metrics[i].name, pc->metric)) {
             bt_tuner_decision dec[BT_TUNER_MAX_DECISIONS];
@@ -1396,8 +1401,7 @@ static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch, int64
     const bt_run_config *c = self->cfg;
     if (self->launched < self->step)
         self->launched = self->step;
-    while (self->launched <= self->step + c->grpo.max_staleness &&
-           self->launched < c->grpo.steps)
+    while (self->launched <= self->step + c->grpo.max_staleness && self->launched < c->grpo.steps)
         BT_TRY(s_rollout_launch(self, self->launched++));
     s_rollouts *r = &self->ahead[self->step % S_AHEAD];
     BT_ASSERT(r->active && r->step == self->step);

@@ -110,7 +110,7 @@ typedef struct {
     int n_series, cap_series;
     s_mark *marks;
     int n_marks, cap_marks;
-    double target; /* the table's target accuracy; NaN: none */
+    double target;  /* the table's target accuracy; NaN: none */
     s_copy *copies; /* pbt events: the variants' lineage */
     int n_copies, cap_copies;
     bool oom;

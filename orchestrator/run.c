@@ -240,8 +240,8 @@ bt_status bt_run_start(bt_run_t *self) {
         BT_TRY(bt_config_variant(&self->cfg, k, &self->vcfg[k]));
     if (self->cfg.n_variants == 0)
         self->vcfg[0] = self->cfg;
-    self->ctl =
-        bt_controller_new(self->zmq_ctx, self->endpoint, &self->vcfg[0], self->config_json, self->log);
+    self->ctl = bt_controller_new(self->zmq_ctx, self->endpoint, &self->vcfg[0], self->config_json,
+                                  self->log);
     if (!self->ctl)
         return BT_EIO;
     self->vctl[self->n_vctl++] = self->ctl;
@@ -278,10 +278,10 @@ static double s_draw(uint64_t *state) {
 
 /*  Population-based training (Jaderberg et al. 2017), when every variant has made a multiple of
     pbt.ready_steps steps: the variants are ranked by pbt.metric, the held-out accuracy of their
-    latest evaluation (waited for) or the last step's mean reward; each one in the bottom quantile (at least one) copies a variant of the
-    top quantile drawn uniformly, unless it is already as good, and explores: with
-    pbt.resample_probability a learning rate drawn log-uniformly from [pbt.lr_min, pbt.lr_max],
-    else the top one's times 0.8 or 1.2 (kept in range). */
+    latest evaluation (waited for) or the last step's mean reward; each one in the bottom quantile
+   (at least one) copies a variant of the top quantile drawn uniformly, unless it is already as
+   good, and explores: with pbt.resample_probability a learning rate drawn log-uniformly from
+   [pbt.lr_min, pbt.lr_max], else the top one's times 0.8 or 1.2 (kept in range). */
 static bt_status s_pbt(bt_run_t *self) {
     const bt_run_config *c = &self->cfg;
     int n = self->n_vctl;

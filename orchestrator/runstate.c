@@ -36,9 +36,9 @@ static const s_field s_trigger[] = {
     S_F(bt_trigger, deferred, S_I64),
 };
 static const s_field s_tuner[] = {
-    S_F(bt_tuner, kl_coef, S_F64),       S_F(bt_tuner, lr, S_F64),
-    S_F(bt_tuner, temperature, S_F64),   S_F(bt_tuner, has_best, S_BOOL),
-    S_F(bt_tuner, best, S_F64),          S_F(bt_tuner, best_step, S_I64),
+    S_F(bt_tuner, kl_coef, S_F64),        S_F(bt_tuner, lr, S_F64),
+    S_F(bt_tuner, temperature, S_F64),    S_F(bt_tuner, has_best, S_BOOL),
+    S_F(bt_tuner, best, S_F64),           S_F(bt_tuner, best_step, S_I64),
     S_F(bt_tuner, last_eval_step, S_I64), S_F(bt_tuner, bad_evals, S_I64),
     S_F(bt_tuner, decisions, S_I64),
 };

@@ -192,8 +192,7 @@ static inline bool runs_trained_once(const char *dir, uint64_t first, uint64_t c
     metrics.jsonl: the rate AdamW applied), or NaN. */
 static inline double runs_train_lr(const char *metrics, const char *variant, int step) {
     char key[128];
-    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step,
-             variant);
+    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step, variant);
     const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
     return lr ? strtod(lr + 5, NULL) : NAN;
 }

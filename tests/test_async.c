@@ -25,8 +25,8 @@ static const char s_json[] =
     "  \"expiry_ms\": 2000}, \"debug\": {\"log_prompts\": true}}";
 
 static pid_t s_start(const char *dir, const char *set1, const char *set2) {
-    const char *args[] = {"run", s_config, "--run-dir", dir, "--procs", "--set", set1,
-                          "--set", set2, NULL};
+    const char *args[] = {"run",   s_config, "--run-dir", dir,  "--procs",
+                          "--set", set1,     "--set",     set2, NULL};
     return runs_spawn(args);
 }
 
@@ -40,7 +40,8 @@ static void s_staleness(const char *dir, int eta, int *lines, int *max, bool *ou
     CHECK_OK(bt_file_read(path, 1 << 24, &text, NULL));
     for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(line);
-        const cJSON *kind = cJSON_GetObjectItem(j, "kind"), *s = cJSON_GetObjectItem(j, "staleness");
+        const cJSON *kind = cJSON_GetObjectItem(j, "kind"),
+                    *s = cJSON_GetObjectItem(j, "staleness");
         if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "train") && cJSON_IsNumber(s)) {
             (*lines)++;
             *max = s->valueint > *max ? s->valueint : *max;

@@ -526,7 +526,8 @@ static void test_tuner(void) {
         "   \"lr_kl\": {\"enabled\": true, \"target\": 0.03, \"factor\": 2, \"min_lr\": 1e-6,"
         "               \"max_lr\": 1e-3},"
         "   \"lr_plateau\": {\"enabled\": true, \"dataset\": \"ppl\","
-        "                    \"metric\": \"nll_per_token\", \"mode\": \"min\", \"patience\": 4, \"factor\": 0.25,"
+        "                    \"metric\": \"nll_per_token\", \"mode\": \"min\", \"patience\": 4, "
+        "\"factor\": 0.25,"
         "                    \"min_delta\": 0.001, \"min_lr\": 1e-5},"
         "   \"temperature\": {\"enabled\": true, \"entropy_low\": 0.5, \"entropy_high\": 1.5,"
         "                     \"step\": 0.1, \"min\": 0.6, \"max\": 1.2}}}";

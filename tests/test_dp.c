@@ -57,8 +57,8 @@ static double s_num(const cJSON *line, const char *key) {
 static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
     cJSON *a = s_train_lines(ref_dir), *b = s_train_lines(dir);
     CHECK(cJSON_GetArraySize(a) == steps && cJSON_GetArraySize(b) == steps);
-    static const char *const keys[] = {"loss", "kl", "entropy", "grad_norm", "reward_mean",
-                                       "version"};
+    static const char *const keys[] = {"loss",      "kl",          "entropy",
+                                       "grad_norm", "reward_mean", "version"};
     for (int i = 0; i < cJSON_GetArraySize(a) && i < cJSON_GetArraySize(b); i++) {
         const cJSON *x = cJSON_GetArrayItem(a, i), *y = cJSON_GetArrayItem(b, i);
         CHECK(s_num(y, "step") == i + 1);
@@ -75,8 +75,8 @@ static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
 }
 
 static pid_t s_start(const char *dir, const char *trainers, bool procs) {
-    const char *args[] = {"run", s_config, "--run-dir", dir, "--set", trainers,
-                          procs ? "--procs" : NULL, NULL};
+    const char *args[] = {
+        "run", s_config, "--run-dir", dir, "--set", trainers, procs ? "--procs" : NULL, NULL};
     return runs_spawn(args);
 }
 

@@ -3,14 +3,14 @@
     log-softmax and argmax done on the host, hand-made logits, files written by hand. */
 #define _POSIX_C_SOURCE 200809L
 
-#include "baton/model.h"
 #include "baton/fileio.h"
+#include "baton/model.h"
 #include "baton/safetensors.h"
 #include "baton/sample.h"
 #include "check.h"
 
-#include <float.h>
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -695,11 +695,13 @@ static void test_sharded(void) {
     char index[8192] = "{\"metadata\": {}, \"weight_map\": {";
     for (int i = 0; i < n; i++) {
         const bt_st_entry *e = bt_safetensors_entry(all, i);
-        ts[i] = (bt_st_tensor){.name = e->name, .dtype = e->dtype, .ndim = e->ndim, .data = e->data};
+        ts[i] =
+            (bt_st_tensor){.name = e->name, .dtype = e->dtype, .ndim = e->ndim, .data = e->data};
         memcpy(ts[i].shape, e->shape, sizeof ts[i].shape);
         snprintf(index + strlen(index), sizeof index - strlen(index), "%s\"%s\": \"%s\"",
                  i ? ", " : "", e->name,
-                 i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors");
+                 i < half ? "model-00001-of-00002.safetensors"
+                          : "model-00002-of-00002.safetensors");
     }
     strcat(index, "}}");
     snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
@@ -764,17 +766,18 @@ static void test_reference_logits(void) {
             if (bt_ndim(t) != 1)
                 continue;
             int64_t n = bt_numel(t);
-            bt_tensor *r = bt_add_scalar(ctx, bt_mul_scalar(ctx, bt_randn(ctx, gen, BT_F32, 1, &n), 0.3),
-                                         strstr(bt_model_param_name(m, i), ".bias") ? 0.0 : 1.0);
+            bt_tensor *r =
+                bt_add_scalar(ctx, bt_mul_scalar(ctx, bt_randn(ctx, gen, BT_F32, 1, &n), 0.3),
+                              strstr(bt_model_param_name(m, i), ".bias") ? 0.0 : 1.0);
             bool grad = bt_set_grad_enabled(false);
             CHECK_OK(bt_copy_(t, r));
             bt_set_grad_enabled(grad);
         }
         CHECK_OK(bt_model_save(m, NULL, dir));
-        float *got = s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, 6, ids), s_i64(ctx, 1, 6, ones)));
+        float *got =
+            s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, 6, ids), s_i64(ctx, 1, 6, ones)));
         char cmd[1024];
-        snprintf(cmd, sizeof cmd,
-                 "/usr/bin/python3 %s/tests/ref/llama_ref.py %s 256 49 43 55 61 3",
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/llama_ref.py %s 256 49 43 55 61 3",
                  src ? src : ".", dir);
         FILE *p = popen(cmd, "r");
         static char text[1 << 20];
@@ -799,7 +802,8 @@ static void test_reference_logits(void) {
         char config[512], *text2 = NULL;
         snprintf(config, sizeof config, "%s/config.json", dir);
         CHECK_OK(bt_file_read(config, 1 << 20, &text2, NULL));
-        const char *arch[] = {"\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"", "\"Qwen3ForCausalLM\""};
+        const char *arch[] = {"\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"",
+                              "\"Qwen3ForCausalLM\""};
         CHECK(text2 && strstr(text2, arch[qwen]));
         free(text2);
         bt_model *back = bt_model_load(dir, bt_cpu()); /* the biases come back too */

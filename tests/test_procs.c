@@ -97,10 +97,22 @@ int main(void) {
     char eval_ref[128], eval_killed[128];
     snprintf(eval_ref, sizeof eval_ref, "%s/eval-ref", s_tmp);
     snprintf(eval_killed, sizeof eval_killed, "%s/eval-killed", s_tmp);
-    const char *eval_args[] = {"run",   s_config, "--run-dir", eval_ref, "--procs",
-                               "--set", "workers.eval=2", "--set", "task.digits=2",
-                               "--set", "task.heldout_size=1000", "--set",
-                               "eval.heldout_count=1000", "--set", "eval.every_steps=1", NULL};
+    const char *eval_args[] = {"run",
+                               s_config,
+                               "--run-dir",
+                               eval_ref,
+                               "--procs",
+                               "--set",
+                               "workers.eval=2",
+                               "--set",
+                               "task.digits=2",
+                               "--set",
+                               "task.heldout_size=1000",
+                               "--set",
+                               "eval.heldout_count=1000",
+                               "--set",
+                               "eval.every_steps=1",
+                               NULL};
     CHECK(runs_wait(runs_spawn(eval_args)) == 0);
     eval_args[3] = eval_killed;
     run = runs_spawn(eval_args);

@@ -69,7 +69,8 @@ int main(void) {
        lost; cancelling it refuses t1's late report and frees t1 */
     CHECK(bt_registry_next_assignment(r, &task, &w) && task == e0 && w == e);
     CHECK(bt_registry_complete(r, e0, e));
-    int32_t t1 = s_join(r, BT_ROLE_TRAINER, "t1", 2000), t2 = s_join(r, BT_ROLE_TRAINER, "t2", 2000);
+    int32_t t1 = s_join(r, BT_ROLE_TRAINER, "t1", 2000),
+            t2 = s_join(r, BT_ROLE_TRAINER, "t2", 2000);
     int64_t s1 = bt_registry_add_task_only(r, BT_ROLE_TRAINER, t1, NULL);
     int64_t s2 = bt_registry_add_task_only(r, BT_ROLE_TRAINER, t2, NULL);
     CHECK(bt_registry_next_assignment(r, &task, &w) && task == s1 && w == t1);

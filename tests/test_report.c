@@ -9,8 +9,8 @@
 #include "baton/report.h"
 
 #include <limits.h>
-#include <stdbool.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

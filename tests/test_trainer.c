@@ -270,7 +270,8 @@ static void test_micro_batches(void) {
     bt_trainer_destroy(&t8);
 }
 
-/* ---- (c') data parallelism: K Gloo ranks make one trainer's update ---------------------------- */
+/* ---- (c') data parallelism: K Gloo ranks make one trainer's update ----------------------------
+ */
 
 /*  The ranks sum their gradients in another order than one trainer does, so gradients agree to
     float rounding; AdamW's first steps scale each element by about lr / |g|, which turns those

@@ -40,12 +40,13 @@ static pid_t s_start(const char *config, const char *dir, const char *set) {
 static void test_pbt(void) {
     char config[128], dir[128], text[4096];
     snprintf(config, sizeof config, "%s/pbt.json", s_tmp);
-    snprintf(text, sizeof text,
-             "{%s, \"pbt\": {\"enabled\": true, \"ready_steps\": 4, \"metric\": \"reward\"},"
-             " \"variants\": [{\"name\": \"cold\", \"set\": {\"grpo.lr\": 1e-6}}, {\"name\": \"base\"},"
-             " {\"name\": \"hot\", \"set\": {\"grpo.lr\": 0.03}},"
-             " {\"name\": \"warm\", \"set\": {\"grpo.lr\": 0.003}}]}",
-             s_base);
+    snprintf(
+        text, sizeof text,
+        "{%s, \"pbt\": {\"enabled\": true, \"ready_steps\": 4, \"metric\": \"reward\"},"
+        " \"variants\": [{\"name\": \"cold\", \"set\": {\"grpo.lr\": 1e-6}}, {\"name\": \"base\"},"
+        " {\"name\": \"hot\", \"set\": {\"grpo.lr\": 0.03}},"
+        " {\"name\": \"warm\", \"set\": {\"grpo.lr\": 0.003}}]}",
+        s_base);
     CHECK_OK(bt_file_write(config, text, strlen(text)));
     snprintf(dir, sizeof dir, "%s/pbt", s_tmp);
     CHECK(runs_wait(s_start(config, dir, NULL)) == 0);
@@ -112,7 +113,8 @@ static void test_early_stop(void) {
     const char *ppl = "\"eval\": {\"every_steps\": 1, \"heldout_count\": 6, \"datasets\":"
                       " [{\"name\": \"ppl\", \"kind\": \"perplexity\"}]}";
     char rest[4096];
-    snprintf(rest, sizeof rest, "%s", eval + strlen("\"eval\": {\"every_steps\": 4, \"heldout_count\": 6}"));
+    snprintf(rest, sizeof rest, "%s",
+             eval + strlen("\"eval\": {\"every_steps\": 4, \"heldout_count\": 6}"));
     snprintf(eval, sizeof text - (size_t)(eval - text), "%s%s", ppl, rest);
     CHECK_OK(bt_file_write(config, text, strlen(text)));
     snprintf(dir, sizeof dir, "%s/stop", s_tmp);
@@ -164,7 +166,7 @@ int main(void) {
     CHECK(v_base && a_base && strcmp(v_base, a_base) == 0);
     CHECK(v_hot && a_hot && strcmp(v_hot, a_hot) == 0);
     CHECK(v_base && v_hot && strcmp(v_base, v_hot) != 0); /* the learning rate mattered */
-    CHECK(runs_train_steps(both) == 24);                   /* 12 steps each */
+    CHECK(runs_train_steps(both) == 24);                  /* 12 steps each */
     free(v_base);
     free(v_hot);
     free(a_base);

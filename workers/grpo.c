@@ -188,8 +188,9 @@ static bt_status s_add_stats(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *
     bool grad = bt_set_grad_enabled(false);
     bt_tensor *m = bt_to_dtype(ctx, mask, BT_F64); /* (B, T) */
     bt_tensor *zero = bt_zeros(ctx, BT_F64, bt_device_of(mask), 1, (const int64_t[]){1});
-    bt_tensor *low = bt_logical_and(ctx, bt_lt_scalar(ctx, a, 0.0),
-                                    bt_lt_scalar(ctx, clip_ratio, 1.0 - cfg->clip_low)); /* (B, T) */
+    bt_tensor *low =
+        bt_logical_and(ctx, bt_lt_scalar(ctx, a, 0.0),
+                       bt_lt_scalar(ctx, clip_ratio, 1.0 - cfg->clip_low)); /* (B, T) */
     bt_tensor *high = bt_logical_and(ctx, bt_gt_scalar(ctx, a, 0.0),
                                      bt_gt_scalar(ctx, clip_ratio, 1.0 + cfg->clip_high));
     bt_tensor *ratio_m = bt_mul(ctx, bt_to_dtype(ctx, ratio, BT_F64), m); /* (B, T) */
@@ -238,7 +239,7 @@ bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
     bt_tensor *a = bt_unsqueeze(ctx, adv, 1);      /* (B, 1) */
     bt_tensor *ratio = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, logp, old_logp), pad, 0.0));
     bt_tensor *clip_ratio = ratio, *pg; /* (B, T) */
-    if (cfg->decoupled) {               /* AReaL: clip against pi_prox, weight by pi_prox/pi_behav */
+    if (cfg->decoupled) { /* AReaL: clip against pi_prox, weight by pi_prox/pi_behav */
         bt_tensor *prox = bt_detach(ctx, logp);
         bt_tensor *w = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, prox, old_logp), pad, 0.0));
         if (cfg->behav_weight_cap > 0)

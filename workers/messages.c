@@ -383,7 +383,8 @@ bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg) {
         for (int d = 0; d < ndim; d++)
             shape[d] = bt_dim(params[i], d);
         size_t nbytes = (size_t)bt_numel(params[i]) * sizeof(float);
-        for (int k = 0; k < 4 && t[k] && st == BT_OK; k++) { /* a host copy each: training goes on */
+        for (int k = 0; k < 4 && t[k] && st == BT_OK;
+             k++) { /* a host copy each: training goes on */
             char name[BT_WIRE_NAME_MAX];
             snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
             float *host = malloc(nbytes ? nbytes : 1);

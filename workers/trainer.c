@@ -306,9 +306,14 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
         bt_ctx_reset(ctx);
     }
     bt_ctx_destroy(&ctx);
-    double v[] = {st == BT_OK,   loss,         gs.pg_loss_sum,
-                  gs.kl_sum,     gs.clip_low_tokens + gs.clip_high_tokens,
-                  gs.ratio_sum,  gs.entropy_sum, gs.tokens,
+    double v[] = {st == BT_OK,
+                  loss,
+                  gs.pg_loss_sum,
+                  gs.kl_sum,
+                  gs.clip_low_tokens + gs.clip_high_tokens,
+                  gs.ratio_sum,
+                  gs.entropy_sum,
+                  gs.tokens,
                   gs.ratio_max};
     bt_status rs = s_reduce_stats(self, v, 8, 1);
     st = st != BT_OK ? st : rs;

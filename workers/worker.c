@@ -173,8 +173,9 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->cur->model));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    bt_status st = gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->task, idx, n, &rc, version, gen, &b)
-                       : BT_ENOMEM;
+    bt_status st =
+        gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->task, idx, n, &rc, version, gen, &b)
+            : BT_ENOMEM;
     if (st == BT_OK)
         st = bt_batch_to_msg(&b, res);
     bt_rollout_batch_release(&b);
@@ -367,8 +368,8 @@ static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) 
         return bt_fail(BT_EINVAL, "eval: the task is for version %lld, this worker holds %lld",
                        (long long)version, (long long)c->cur->version);
     bt_evaluator_sums sums;
-    BT_TRY(bt_eval_suite_run(&c->cur->suite, (int)ds, c->cur->model, c->tok, (size_t)start, (size_t)count,
-                             robustness, (uint64_t)seed, &sums));
+    BT_TRY(bt_eval_suite_run(&c->cur->suite, (int)ds, c->cur->model, c->tok, (size_t)start,
+                             (size_t)count, robustness, (uint64_t)seed, &sums));
     return bt_sums_to_msg(&sums, res);
 }
 

@@ -50,8 +50,7 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
 /*  The controller of strategy variant k (> 0) of a run: cfg is that variant's config (borrowed).
     It shares first's socket, registry, worker pool and run log; tasks and WEIGHTS carry the
     variant's index.  Destroy the variants before first, which owns what they share. */
-bt_controller_t *bt_controller_new_variant(bt_controller_t *first, const bt_run_config *cfg,
-                                           int k);
+bt_controller_t *bt_controller_new_variant(bt_controller_t *first, const bt_run_config *cfg, int k);
 void bt_controller_destroy(bt_controller_t **self_p);
 /*  "main", or the variant's name. */
 const char *bt_controller_variant_name(const bt_controller_t *self);

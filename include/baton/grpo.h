@@ -61,8 +61,8 @@ typedef struct bt_grpo_config {
        clipped ratio is taken against the proximal policy and the surrogate is weighted by the
        behaviour importance w = pi_prox / pi_behav.  baton makes one optimizer update per batch,
        so the proximal policy is the policy being updated: pi_prox = stop_grad(pi_theta). */
-    bool decoupled;              /* false */
-    double behav_weight_cap;     /* decoupled: tokens with w > cap leave the loss; 0: no cap (5) */
+    bool decoupled;          /* false */
+    double behav_weight_cap; /* decoupled: tokens with w > cap leave the loss; 0: no cap (5) */
 } bt_grpo_config;
 
 /*  GRPO (kl_coef 0.04, k3) with DAPO's clip-higher and token-mean aggregation. */

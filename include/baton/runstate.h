@@ -38,13 +38,13 @@ typedef struct bt_run_state {
     bool nan_injected;    /* debug.inject_nan_at_step has fired */
     double loss_ema;      /* |loss| EMA for spike detection, over loss_n steps */
     int64_t loss_n;
-    double tokens;        /* completion tokens sampled so far */
+    double tokens; /* completion tokens sampled so far */
     int32_t n_triggers;
     bt_trigger triggers[BT_EVAL_MAX_DATASETS];
     int32_t n_pending;
     bt_runstate_eval pending[BT_RUNSTATE_MAX_PENDING];
-    bool has_tuner;   /* false in a state.json written before the tuner existed */
-    bt_tuner tuner;   /* its state; cfg is not saved (the run's config gives it) */
+    bool has_tuner; /* false in a state.json written before the tuner existed */
+    bt_tuner tuner; /* its state; cfg is not saved (the run's config gives it) */
 } bt_run_state;
 
 /*  JSON text that reads back to the same struct, every double exact.  Caller owns the result;
