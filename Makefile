@@ -5,12 +5,12 @@ JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-dev libcjson-dev \
            libxxhash-dev libgloo-dev \
-           python3-numpy python3-zmq iproute2
+           python3-numpy python3-zmq iproute2 unicode-data bzip2
 
 CONFIG  ?= configs/arith.json
 ARGS    ?=
 
-.PHONY: all deps configure build run test bench clean gpu-debs
+.PHONY: all deps configure build run test bench clean gpu-debs unicode-data
 
 all: build
 
@@ -45,6 +45,15 @@ bench: build
 
 clean:
 	rm -rf $(BUILD)
+
+# model/unicode_data.c, the Unicode tables behind include/baton/unicode.h, is generated and
+# committed: this rebuilds it from the Unicode Character Database that Debian's unicode-data
+# installs (UCD=DIR for another copy), then test_unicode checks it against the same files.
+UCD ?= /usr/share/unicode
+unicode-data:
+	mkdir -p $(BUILD)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -o $(BUILD)/gen_unicode tools/gen_unicode.c
+	./$(BUILD)/gen_unicode $(UCD) model/unicode_data.c
 
 # The Debian packages bench/gpu_check.sh unpacks on a GPU machine that lacks them (no package
 # archive there): downloaded here as .deb files into build-debs/, to carry along.
