@@ -28,6 +28,9 @@ static const char s_usage[] =
     "  keygen DIR [--name NAME]\n"
     "                  a CURVE key pair: DIR/NAME.key (secret), DIR/NAME.pub (NAME: host name)\n"
     "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
+    "  tokenize --tokenizer PATH [--decode] [--json] [--bos]\n"
+    "                  stdin lines to JSON arrays of ids (--decode: back); PATH a model folder\n"
+    "                  or its tokenizer.json; --json: lines are JSON strings\n"
     "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
     "                  one HTML file of charts (default RUN_DIR/report.html)\n"
     "environment: BATON_THREADS=N sets libtorch's intra-op threads\n";
@@ -63,6 +66,8 @@ int main(int argc, char **argv) {
         return bt_cli_worker(argc - 2, argv + 2);
     if (strcmp(argv[1], "keygen") == 0)
         return bt_cli_keygen(argc - 2, argv + 2);
+    if (strcmp(argv[1], "tokenize") == 0)
+        return bt_cli_tokenize(argc - 2, argv + 2);
     if (strcmp(argv[1], "report") == 0)
         return bt_cli_report(argc - 2, argv + 2);
     return bt_cli_usage_error("unknown command \"%s\"", argv[1]);

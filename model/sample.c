@@ -8,7 +8,8 @@
 
 void bt_sample_config_init(bt_sample_config *cfg) {
     *cfg = (bt_sample_config){
-        .max_new_tokens = 64, .temperature = 1.0, .top_k = 0, .top_p = 1.0, .use_cache = true};
+        .max_new_tokens = 64, .temperature = 1.0, .top_k = 0, .top_p = 1.0, .use_cache = true,
+        .eos = -1};
 }
 
 static bt_status s_check_config(const bt_sample_config *cfg, const bt_gen *gen) {
@@ -234,7 +235,10 @@ bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int6
     BT_ASSERT(model && prompts && prompt_lens && cfg && out);
     bt_generation_release(out);
     const bt_model_config *mc = bt_model_get_config(model);
-    s_run r = {.model = model, .cfg = cfg, .B = batch, .eos = (int32_t)mc->eos_token_id};
+    s_run r = {.model = model,
+               .cfg = cfg,
+               .B = batch,
+               .eos = cfg->eos >= 0 ? cfg->eos : (int32_t)mc->eos_token_id};
     r.pad = (int32_t)(mc->pad_token_id >= 0 ? mc->pad_token_id
                                             : (mc->eos_token_id >= 0 ? mc->eos_token_id : 0));
     bt_status st = s_check_config(cfg, gen);

@@ -1972,10 +1972,10 @@ bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {
     const bt_run_config *c = self->cfg;
     bt_model *m = c->model_path[0] ? bt_model_load(c->model_path, bt_cpu())
                                    : bt_model_new(&c->model, bt_cpu(), (uint64_t)c->run.seed);
-    bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
+    bt_tokenizer_t *tok = NULL;
     bt_weights w;
     bt_weights_init(&w);
-    bt_status st = m && tok ? BT_OK : BT_ENOMEM;
+    bt_status st = m ? bt_tokenizer_for_model(c->model_path, &tok) : BT_ENOMEM;
     if (st == BT_OK && self->weights) /* else version 0, as every worker builds it */
         st = bt_weights_from_msg(self->weights->msg, &w);
     if (st == BT_OK && self->weights)

@@ -166,9 +166,7 @@ static bt_status s_data_build(s_data *d) {
     BT_TRY(bt_device_parse(d->cfg->run.device, &d->dev));
     if (d->cfg->run.threads > 0)
         bt_set_num_threads((int)d->cfg->run.threads);
-    d->tok = bt_tokenizer_new_bytes();
-    if (!d->tok)
-        return bt_fail(BT_ENOMEM, "eval: out of memory");
+    BT_TRY(bt_tokenizer_for_model(d->cfg->model_path, &d->tok));
     BT_TRY(bt_config_new_task(d->cfg, &d->task));
     BT_TRY(bt_config_eval_suite(d->cfg, d->task, &d->suite));
     if (d->cfg->reward.service[0]) /* scored as on an eval worker of the run */

@@ -1,11 +1,15 @@
-/*  test_tokenizer.c — the byte-level tokenizer: ids, special tokens, errors, tokenizer_config.json.
- */
+/*  test_tokenizer.c — the byte-level tokenizer (ids, special tokens, errors,
+    tokenizer_config.json) and byte-level BPE from a tokenizer.json written here, every encoding
+    worked out by hand from the merges (tests/test_hf_tokenizer.c checks real tokenizers). */
 #define _XOPEN_SOURCE 700
 #include "baton/tokenizer.h"
 
 #include "check.h"
 
 #include <ftw.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +160,247 @@ static void test_load_refuses_bad_configs(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent-dir/tokenizer_config.json");
 }
 
+
+/* ---- byte-level BPE ------------------------------------------------------------------------ */
+
+/*  GPT-2's byte-to-character table, written out independently of model/tokenizer.c. */
+static uint32_t s_byte_char(int b) {
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
+        return (uint32_t)b;
+    int k = 0;
+    for (int x = 0; x < b; x++)
+        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255)))
+            k++;
+    return 256u + (uint32_t)k;
+}
+
+/*  A JSON string literal of the byte-level characters for bytes s[0 .. len), as \u escapes. */
+static void s_key(char *out, size_t cap, const char *s, size_t len) {
+    size_t w = 0;
+    out[w++] = '"';
+    for (size_t i = 0; i < len && w + 8 < cap; i++)
+        w += (size_t)snprintf(out + w, cap - w, "\\u%04x", s_byte_char((unsigned char)s[i]));
+    out[w++] = '"';
+    out[w] = '\0';
+}
+
+/*  Tokens 256.. made by the merges, in rank order: {left, right}. */
+static const char *const s_merges[][2] = {
+    {"h", "e"}, {"l", "l"},   {"he", "ll"}, {"hell", "o"}, {"a", "b"},         {"y", "z"},
+    {"b", "c"}, {"x", "y"},   {"a", "a"},   {"3", "4"},    {"\xC3", "\xA9"}, {" ", " "}};
+#define S_N_MERGES 12
+#define S_LLAMA3_PATTERN                                                                           \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "             \
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
+
+typedef struct {
+    const char *normalizer;  /* JSON value */
+    const char *model_extra; /* more "model" keys, with a leading comma, or "" */
+    const char *split;       /* the Split step's behavior */
+    const char *pattern;     /* the Split regex, JSON-escaped */
+    const char *bad_merge;   /* an extra merge "a b" string, or NULL */
+    const char *config;      /* tokenizer_config.json */
+} s_bpe_spec;
+
+static void s_write(const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", s_dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/*  Writes s_dir/tokenizer.json and tokenizer_config.json: bytes 0..255 are ids 0..255, merge k
+    makes id 256 + k, one whole-word token "xyz" (268) that no merge makes, and added tokens
+    <|begin|> 299 (the template's BOS), <|end|> 300, <sep> 301 (strips spaces on both sides),
+    <|end|>! 303; ids 269..298 and 302 have no token. */
+static void s_write_bpe(const s_bpe_spec *spec) {
+    size_t cap = 1 << 16, w = 0;
+    char *j = malloc(cap), key[128], left[64], right[64];
+    w += (size_t)snprintf(j + w, cap - w,
+                          "{\"version\": \"1.0\", \"normalizer\": %s, \"pre_tokenizer\": "
+                          "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                          "\"pattern\": {\"Regex\": \"%s\"}, \"behavior\": \"%s\", \"invert\": "
+                          "false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                          "\"use_regex\": false}]},",
+                          spec->normalizer, spec->pattern, spec->split);
+    w += (size_t)snprintf(
+        j + w, cap - w,
+        "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+        "{\"id\": \"<|begin|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": "
+        "0}}], \"special_tokens\": {\"<|begin|>\": {\"id\": \"<|begin|>\", \"ids\": [299], "
+        "\"tokens\": [\"<|begin|>\"]}}}, \"decoder\": {\"type\": \"ByteLevel\"},"
+        "\"added_tokens\": [{\"id\": 299, \"content\": \"<|begin|>\", \"special\": true}, {\"id\": "
+        "300, \"content\": \"<|end|>\", \"special\": true}, {\"id\": 301, \"content\": \"<sep>\", "
+        "\"lstrip\": true, \"rstrip\": true}, {\"id\": 303, \"content\": \"<|end|>!\"}],"
+        "\"model\": {\"type\": \"BPE\"%s, \"vocab\": {",
+        spec->model_extra);
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        s_key(key, sizeof key, &c, 1);
+        w += (size_t)snprintf(j + w, cap - w, "%s: %d, ", key, b);
+    }
+    for (int k = 0; k < S_N_MERGES; k++) {
+        char both[16];
+        snprintf(both, sizeof both, "%s%s", s_merges[k][0], s_merges[k][1]);
+        s_key(key, sizeof key, both, strlen(both));
+        w += (size_t)snprintf(j + w, cap - w, "%s: %d, ", key, 256 + k);
+    }
+    s_key(key, sizeof key, "xyz", 3);
+    w += (size_t)snprintf(j + w, cap - w, "%s: 268}, \"merges\": [", key);
+    for (int k = 0; k < S_N_MERGES; k++) {
+        s_key(left, sizeof left, s_merges[k][0], strlen(s_merges[k][0]));
+        s_key(right, sizeof right, s_merges[k][1], strlen(s_merges[k][1]));
+        /* both spellings Hugging Face uses: "a b" (Llama 3) and ["a", "b"] (Qwen) */
+        if (k % 2 == 0) {
+            left[strlen(left) - 1] = '\0';
+            w += (size_t)snprintf(j + w, cap - w, "%s%s \\u%s", k ? ", " : "", left, right + 3);
+        } else
+            w += (size_t)snprintf(j + w, cap - w, ", [%s, %s]", left, right);
+    }
+    if (spec->bad_merge)
+        w += (size_t)snprintf(j + w, cap - w, ", \"%s\"", spec->bad_merge);
+    w += (size_t)snprintf(j + w, cap - w, "]}}\n");
+    CHECK(w < cap);
+    s_write("tokenizer.json", j);
+    s_write("tokenizer_config.json", spec->config);
+    free(j);
+}
+
+static const s_bpe_spec s_good = {"{\"type\": \"NFC\"}", "", "Isolated", S_LLAMA3_PATTERN, NULL,
+                                  "{\"eos_token\": \"<|end|>\", \"bos_token\": null}"};
+
+/*  Encodes text and compares with the hand-computed ids. */
+#define EXPECT_IDS(tok, text, bos, ...)                                                            \
+    do {                                                                                           \
+        const int32_t _want[] = {__VA_ARGS__};                                                     \
+        size_t _n_want = sizeof _want / sizeof _want[0], _n = 0;                                   \
+        int32_t _got[64];                                                                          \
+        CHECK_OK(bt_tokenizer_encode(tok, text, strlen(text), bos, _got, 64, &_n));                 \
+        bool _same = _n == _n_want && memcmp(_got, _want, _n * sizeof *_got) == 0;                 \
+        if (!_same) {                                                                              \
+            fprintf(stderr, "%s:%d: \"%s\" gave", __FILE__, __LINE__, text);                       \
+            for (size_t _i = 0; _i < _n; _i++)                                                     \
+                fprintf(stderr, " %d", _got[_i]);                                                  \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
+        CHECK(_same);                                                                              \
+    } while (0)
+
+static void test_bpe_merges(void) {
+    s_write_bpe(&s_good);
+    bt_tokenizer_t *tok = NULL;
+    CHECK_OK(bt_tokenizer_load(s_dir, &tok));
+    if (!tok)
+        return;
+    CHECK(bt_tokenizer_kind_of(tok) == BT_TOKENIZER_BPE);
+    CHECK(bt_tokenizer_vocab_size(tok) == 304);
+    CHECK(bt_tokenizer_bos(tok) == 299); /* from the post-processor's template */
+    CHECK(bt_tokenizer_eos(tok) == 300);
+    CHECK(bt_tokenizer_pad(tok) == 300); /* no pad_token: the EOS */
+    /* h e l l o: "h e" (rank 0), "l l" (1), "he ll" (2), "hell o" (3) */
+    EXPECT_IDS(tok, "hello", false, 259);
+    EXPECT_IDS(tok, "hellp", false, 258, 'p');
+    /* lower rank first: "a b" (4) before "b c" (6); "y z" (5) before "x y" (7) */
+    EXPECT_IDS(tok, "abc", false, 260, 'c');
+    EXPECT_IDS(tok, "xyz", false, 'x', 261); /* no ignore_merges: the whole-word token is unused */
+    /* equal ranks: leftmost first */
+    EXPECT_IDS(tok, "aaa", false, 264, 'a');
+    EXPECT_IDS(tok, "aaaa", false, 264, 264);
+    /* \p{N}{1,3} splits 12345 into 123|45, so "3 4" never applies across the split */
+    EXPECT_IDS(tok, "12345", false, '1', '2', '3', '4', '5');
+    EXPECT_IDS(tok, "34", false, 265);
+    /* "  hello": \s+(?!\S) takes one space, then " hello"; "Ġ Ġ" would have merged both */
+    EXPECT_IDS(tok, "  hello", false, ' ', ' ', 259);
+    EXPECT_IDS(tok, "a  ", false, 'a', 267);
+    /* NFC: e + U+0301 becomes U+00E9 (C3 A9), merged by "Ã ©" */
+    EXPECT_IDS(tok, "e\xCC\x81", false, 266);
+    /* added tokens: longest first; <sep> swallows the spaces around it */
+    EXPECT_IDS(tok, "<|end|>!", false, 303);
+    EXPECT_IDS(tok, "<|end|>?", false, 300, '?');
+    EXPECT_IDS(tok, "a <sep> b", false, 'a', 301, 'b');
+    EXPECT_IDS(tok, "hello<|end|>hello", true, 299, 259, 300, 259);
+    /* any bytes: invalid UTF-8 goes through byte by byte */
+    EXPECT_IDS(tok, "\xFF\xFE" "ab", false, 255, 254, 260);
+
+    const int32_t ids[] = {299, 255, 254, 260, 259, 301, 266, 300, 'x'};
+    char out[64];
+    size_t len = 0;
+    CHECK_OK(bt_tokenizer_decode(tok, ids, 9, out, sizeof out, &len));
+    /* BOS skipped, stops at EOS */
+    CHECK(len == 16 && memcmp(out, "\xFF\xFE" "abhello<sep>\xC3\xA9", 16) == 0);
+    CHECK(bt_tokenizer_max_token_bytes(tok) == 9); /* "<|begin|>" */
+    size_t tlen = 0;
+    const char *t = bt_tokenizer_token(tok, 303, &tlen);
+    CHECK(t && tlen == 8 && memcmp(t, "<|end|>!", 8) == 0);
+    CHECK(bt_tokenizer_token(tok, 270, &tlen) == NULL && tlen == 0); /* a gap */
+    const int32_t gap[] = {'a', 270};
+    CHECK(bt_tokenizer_decode(tok, gap, 2, out, sizeof out, &len) == BT_ERANGE);
+    CHECK_STR_CONTAINS(bt_last_error(), "id 270 at position 1 has no token");
+
+    /* saved byte for byte, and loads back to the same tokenizer */
+    char other[128];
+    snprintf(other, sizeof other, "%s/saved", s_dir);
+    CHECK(mkdir(other, 0700) == 0);
+    CHECK_OK(bt_tokenizer_save(tok, other));
+    bt_tokenizer_t *again = NULL;
+    CHECK_OK(bt_tokenizer_load(other, &again));
+    if (again) {
+        EXPECT_IDS(again, "hello<|end|>!abc", true, 299, 259, 303, 260, 'c');
+        bt_tokenizer_destroy(&again);
+    }
+    bt_tokenizer_destroy(&tok);
+}
+
+static void test_bpe_ignore_merges(void) {
+    s_bpe_spec spec = s_good;
+    spec.model_extra = ", \"ignore_merges\": true";
+    s_write_bpe(&spec);
+    bt_tokenizer_t *tok = NULL;
+    CHECK_OK(bt_tokenizer_load(s_dir, &tok));
+    if (!tok)
+        return;
+    EXPECT_IDS(tok, "xyz", false, 268); /* a piece that is a token is taken whole */
+    EXPECT_IDS(tok, "xyzz", false, 'x', 261, 'z'); /* not a token: merged as before */
+    bt_tokenizer_destroy(&tok);
+}
+
+/*  Load must refuse what baton does not implement, and say what and where. */
+static void s_expect_bad(const s_bpe_spec *spec, bt_status want, const char *needle) {
+    s_write_bpe(spec);
+    bt_tokenizer_t *tok = NULL;
+    CHECK(bt_tokenizer_load(s_dir, &tok) == want);
+    CHECK(tok == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), needle);
+}
+
+static void test_bpe_refuses(void) {
+    s_bpe_spec spec = s_good;
+    spec.normalizer = "{\"type\": \"Lowercase\"}";
+    s_expect_bad(&spec, BT_EUNSUPPORTED, "normalizer type \"Lowercase\" is not supported");
+    spec = s_good;
+    spec.model_extra = ", \"byte_fallback\": true";
+    s_expect_bad(&spec, BT_EUNSUPPORTED, "byte_fallback");
+    spec = s_good;
+    spec.split = "Removed";
+    s_expect_bad(&spec, BT_EUNSUPPORTED, "behavior \"Removed\" is not supported");
+    spec = s_good;
+    spec.pattern = "(?<=a)b";
+    s_expect_bad(&spec, BT_EFORMAT, "unsupported group kind");
+    spec = s_good;
+    spec.bad_merge = "q r";
+    s_expect_bad(&spec, BT_EFORMAT, "model.merges[12]");
+    spec = s_good;
+    spec.config = "{\"bos_token\": null}";
+    s_expect_bad(&spec, BT_EFORMAT, "eos_token is missing");
+    spec = s_good;
+    spec.config = "{\"eos_token\": \"<|nope|>\"}";
+    s_expect_bad(&spec, BT_EFORMAT, "eos_token \"<|nope|>\" is not a token");
+}
+
 int main(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/bt_tokenizer_XXXXXX");
     if (!mkdtemp(s_dir)) {
@@ -168,6 +413,9 @@ int main(void) {
     test_errors();
     test_save_and_load();
     test_load_refuses_bad_configs();
+    test_bpe_merges();
+    test_bpe_ignore_merges();
+    test_bpe_refuses();
     nftw(s_dir, s_remove_one, 8, FTW_DEPTH | FTW_PHYS);
     return check_exit();
 }

@@ -96,7 +96,8 @@ static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_task_t 
 typedef struct s_chunk {
     int64_t cap;           /* examples */
     int64_t k;             /* completions per example in this pass */
-    int64_t stride;        /* bytes of a decoded completion's slot: max_new_tokens + 1 */
+    int64_t stride;        /* bytes of a decoded completion's slot: max_new_tokens x the
+                              longest token + 1 */
     int32_t **ids;         /* (cap) encoded prompts, one buffer each */
     int64_t *lens;         /* (cap) */
     uint64_t *index;       /* (cap) held-out index of each example */
@@ -163,6 +164,7 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     sc.temperature = cfg->temperature;
     sc.top_k = cfg->top_k;
     sc.top_p = cfg->top_p;
+    sc.eos = bt_tokenizer_eos(tok);
     bt_generation g;
     bt_generation_init(&g);
     st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, gen, &g);
@@ -243,8 +245,11 @@ static void s_chunk_free(s_chunk *c) {
     free(c->votes);
 }
 
-static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_new) {
-    *c = (s_chunk){.cap = cap, .k = k, .stride = max_new + 1};
+static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_new,
+                               const bt_tokenizer_t *tok) {
+    *c = (s_chunk){.cap = cap,
+                   .k = k,
+                   .stride = max_new * (int64_t)bt_tokenizer_max_token_bytes(tok) + 1};
     c->ids = calloc((size_t)cap, sizeof *c->ids);
     c->lens = calloc((size_t)cap, sizeof *c->lens);
     c->index = calloc((size_t)cap, sizeof *c->index);
@@ -273,7 +278,7 @@ static bt_status s_run_pass(bt_model *model, const bt_tokenizer_t *tok, const bt
     if (per_chunk > (int64_t)cfg->count)
         per_chunk = (int64_t)cfg->count;
     s_chunk c;
-    bt_status st = s_chunk_alloc(&c, per_chunk, k, cfg->max_new_tokens);
+    bt_status st = s_chunk_alloc(&c, per_chunk, k, cfg->max_new_tokens, tok);
     for (size_t first = cfg->start; first < cfg->start + cfg->count && st == BT_OK;
          first += (size_t)per_chunk) {
         size_t left = cfg->start + cfg->count - first;

@@ -144,7 +144,8 @@ void bt_rollout_config_init(bt_rollout_config *cfg) {
     call: one request when there is a reward service. */
 static bt_status s_score(bt_rollout_batch *out, const s_prompts *p, const bt_tokenizer_t *tok,
                          const bt_task_t *task, bt_reward_service_t *service) {
-    const int64_t n = out->n, G = out->group_size, stride = out->max_new_tokens + 1;
+    const int64_t n = out->n, G = out->group_size;
+    const int64_t stride = out->max_new_tokens * (int64_t)bt_tokenizer_max_token_bytes(tok) + 1;
     char *texts = malloc((size_t)(n * stride)); /* (n, stride) decoded completions */
     bt_reward_item *items = calloc((size_t)n + 1, sizeof *items);
     bt_status st = texts && items ? BT_OK : bt_fail(BT_ENOMEM, "rollout: out of memory");
@@ -190,8 +191,10 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
         rows[c] = p.ids[c / G];
         row_lens[c] = p.lens[c / G];
     }
+    bt_sample_config sample = cfg->sample;
+    sample.eos = bt_tokenizer_eos(tok); /* completions end where the reward's decoding stops */
     if (st == BT_OK)
-        st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &cfg->sample, gen, &g);
+        st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &sample, gen, &g);
     if (st == BT_OK)
         st = bt_rollout_batch_alloc(out, n_prompts, G, p.longest, M);
     if (st == BT_OK) {

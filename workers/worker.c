@@ -68,6 +68,13 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
                       : bt_model_new(&c->cur->cfg.model, dev, (uint64_t)c->cur->cfg.run.seed);
     if (!m)
         return BT_EINVAL;
+    int64_t vocab = bt_model_get_config(m)->vocab_size;
+    if (bt_tokenizer_vocab_size(c->tok) > vocab) {
+        bt_model_destroy(&m);
+        return bt_fail(BT_EINVAL, "model.path %s: the tokenizer has %d ids, the model's vocab_size "
+                                  "is %lld",
+                       c->cur->cfg.model_path, bt_tokenizer_vocab_size(c->tok), (long long)vocab);
+    }
     if (c->role == BT_ROLE_EVAL) {
         c->cur->model = m;
         BT_TRY(bt_config_eval_suite(&c->cur->cfg, c->cur->task, &c->cur->suite));
@@ -96,7 +103,7 @@ static bt_status s_build(s_compute *c) {
     BT_TRY(bt_device_parse(c->opt->device ? c->opt->device : c->base.run.device, &dev));
     if (c->base.run.threads > 0)
         bt_set_num_threads((int)c->base.run.threads);
-    c->tok = bt_tokenizer_new_bytes();
+    BT_TRY(bt_tokenizer_for_model(c->base.model_path, &c->tok));
     if (c->role != BT_ROLE_TRAINER && c->base.reward.service[0])
         BT_TRY(bt_reward_service_new(c->base.reward.service, c->base.reward.timeout_ms,
                                      c->base.reward.retries, &c->reward));
