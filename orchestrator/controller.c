@@ -131,7 +131,8 @@ struct bt_controller {
     bool full_owed;           /* a full checkpoint is due but the writer was busy */
     double last_full_s;       /* training seconds at the last full checkpoint */
     bool nan_injected;
-    double loss_ema; /* |loss|, for spike detection */
+    char start_error[700]; /* a worker that could not build its state said why (BYE {error}) */
+    double loss_ema;       /* |loss|, for spike detection */
     int64_t loss_n;
     char resume[BT_CONFIG_PATH_MAX]; /* with resuming: "" = LATEST, else a checkpoint folder */
     bool resuming;
@@ -480,6 +481,7 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
 static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, size_t len) {
     const char *role_name = NULL, *name = NULL;
     bt_role role;
+    self->start_error[0] = '\0'; /* a newcomer may well start */
     if (bt_msg_get_str(m, "role", 16, &role_name) != BT_OK ||
         bt_role_parse(role_name, &role) != BT_OK || bt_msg_get_str(m, "name", 63, &name) != BT_OK) {
         self->stats.malformed++;
@@ -598,8 +600,18 @@ static bt_status s_receive(bt_controller_t *self) {
         else if (type == BT_MSG_WEIGHTS)
             s_on_weights(self, &m, w);
         else if (type == BT_MSG_BYE) {
+            const char *error = NULL;
+            bt_msg_get_str(m, "error", 4096, &error);
             bt_registry_remove(self->reg, w->id);
-            s_event(self, "worker_left", "worker", w->name);
+            bt_jsonl line;
+            s_event_line(self, &line, "worker_left");
+            bt_jsonl_str(&line, "worker", w->name);
+            if (error) {
+                bt_jsonl_str(&line, "error", error);
+                snprintf(self->start_error, sizeof self->start_error, "worker %s cannot start: %s",
+                         w->name, error);
+            }
+            bt_runlog_event(self->log, &line);
         }
     }
     bt_msg_destroy(&m);
@@ -702,6 +714,8 @@ static bt_status s_jobs_wait(bt_controller_t *self, s_job *jobs, int n, int64_t 
             staffed &= bt_registry_live(self->reg, jobs[i].role) > 0;
         if (staffed)
             stalled_since = s_now_ms();
+        else if (self->start_error[0]) /* the last of a role could not start: none will */
+            return bt_fail(BT_EINVAL, "%s", self->start_error);
         else if (s_now_ms() - stalled_since > S_JOIN_TIMEOUT_MS)
             return bt_fail(BT_EIO, "controller: no live worker for pending tasks for %d s",
                            S_JOIN_TIMEOUT_MS / 1000);
@@ -908,6 +922,8 @@ static bt_status s_await_workers(bt_controller_t *self) {
             all &= bt_registry_live(self->reg, (bt_role)r) >= want[r];
         if (all)
             return BT_OK;
+        if (self->start_error[0]) /* the same config would fail the same way on any worker */
+            return bt_fail(BT_EINVAL, "%s", self->start_error);
         if (s_now_ms() > deadline)
             return bt_fail(BT_EIO, "controller: workers did not join within %d s",
                            S_JOIN_TIMEOUT_MS / 1000);

@@ -4,6 +4,7 @@
 #define _XOPEN_SOURCE 700
 #include "baton/tokenizer.h"
 
+#include "bpe_fixture.h"
 #include "check.h"
 
 #include <ftw.h>
@@ -163,27 +164,6 @@ static void test_load_refuses_bad_configs(void) {
 
 /* ---- byte-level BPE ------------------------------------------------------------------------ */
 
-/*  GPT-2's byte-to-character table, written out independently of model/tokenizer.c. */
-static uint32_t s_byte_char(int b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
-        return (uint32_t)b;
-    int k = 0;
-    for (int x = 0; x < b; x++)
-        if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255)))
-            k++;
-    return 256u + (uint32_t)k;
-}
-
-/*  A JSON string literal of the byte-level characters for bytes s[0 .. len), as \u escapes. */
-static void s_key(char *out, size_t cap, const char *s, size_t len) {
-    size_t w = 0;
-    out[w++] = '"';
-    for (size_t i = 0; i < len && w + 8 < cap; i++)
-        w += (size_t)snprintf(out + w, cap - w, "\\u%04x", s_byte_char((unsigned char)s[i]));
-    out[w++] = '"';
-    out[w] = '\0';
-}
-
 /*  Tokens 256.. made by the merges, in rank order: {left, right}. */
 static const char *const s_merges[][2] = {
     {"h", "e"}, {"l", "l"},   {"he", "ll"}, {"hell", "o"}, {"a", "b"},         {"y", "z"},
@@ -238,22 +218,19 @@ static void s_write_bpe(const s_bpe_spec *spec) {
         "\"lstrip\": true, \"rstrip\": true}, {\"id\": 303, \"content\": \"<|end|>!\"}],"
         "\"model\": {\"type\": \"BPE\"%s, \"vocab\": {",
         spec->model_extra);
-    for (int b = 0; b < 256; b++) {
-        char c = (char)b;
-        s_key(key, sizeof key, &c, 1);
-        w += (size_t)snprintf(j + w, cap - w, "%s: %d, ", key, b);
-    }
+    bpe_fixture_byte_vocab(j, cap, &w);
+    w += (size_t)snprintf(j + w, cap - w, ", ");
     for (int k = 0; k < S_N_MERGES; k++) {
         char both[16];
         snprintf(both, sizeof both, "%s%s", s_merges[k][0], s_merges[k][1]);
-        s_key(key, sizeof key, both, strlen(both));
+        bpe_fixture_key(key, sizeof key, both, strlen(both));
         w += (size_t)snprintf(j + w, cap - w, "%s: %d, ", key, 256 + k);
     }
-    s_key(key, sizeof key, "xyz", 3);
+    bpe_fixture_key(key, sizeof key, "xyz", 3);
     w += (size_t)snprintf(j + w, cap - w, "%s: 268}, \"merges\": [", key);
     for (int k = 0; k < S_N_MERGES; k++) {
-        s_key(left, sizeof left, s_merges[k][0], strlen(s_merges[k][0]));
-        s_key(right, sizeof right, s_merges[k][1], strlen(s_merges[k][1]));
+        bpe_fixture_key(left, sizeof left, s_merges[k][0], strlen(s_merges[k][0]));
+        bpe_fixture_key(right, sizeof right, s_merges[k][1], strlen(s_merges[k][1]));
         /* both spellings Hugging Face uses: "a b" (Llama 3) and ["a", "b"] (Qwen) */
         if (k % 2 == 0) {
             left[strlen(left) - 1] = '\0';

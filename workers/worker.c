@@ -55,6 +55,7 @@ typedef struct {
     char *config_json;
     const bt_worker_options *opt;
     bt_status status; /* of building the state */
+    char error[512];  /* why it could not be built (sent with BYE) */
 } s_compute;
 
 /*  The state of variant c->cur, whose cfg is set. */
@@ -464,8 +465,10 @@ static void *s_compute_main(void *arg) {
     c->pipe = zmq_socket(c->zmq_ctx, ZMQ_PAIR);
     zmq_connect(c->pipe, c->pipe_name);
     c->status = s_build(c);
-    if (c->status != BT_OK)
-        bt_log(BT_LOG_ERROR, "worker: cannot start: %s", bt_last_error());
+    if (c->status != BT_OK) {
+        snprintf(c->error, sizeof c->error, "%s", bt_last_error());
+        bt_log(BT_LOG_ERROR, "worker: cannot start: %s", c->error);
+    }
     bt_msg_t *ready = bt_msg_new(c->status == BT_OK ? BT_MSG_PING : BT_MSG_BYE);
     bt_msg_send(&ready, c->pipe, NULL, 0);
     for (bool running = c->status == BT_OK; running;) {
@@ -713,6 +716,8 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     }
     pthread_join(thread, NULL);
     bt_msg_t *bye = crashed ? NULL : bt_msg_new(BT_MSG_BYE); /* a crash says nothing */
+    if (bye && !ok && c.error[0]) /* the controller can stop waiting for this worker */
+        bt_msg_set_str(bye, "error", c.error);
     if (bye)
         bt_msg_send(&bye, dealer, NULL, 0);
     zmq_close(pipe);
