@@ -61,6 +61,7 @@ struct bt_tokenizer {
     int32_t byte_id[256];
     s_added *added;    /* longest first */
     int n_added;
+    bool added_first[256]; /* bytes that begin some added token */
     bool nfc, ignore_merges;
     s_step steps[S_MAX_STEPS];
     int n_steps;
@@ -501,7 +502,8 @@ static const s_added *s_added_at(const bt_tokenizer_t *self, const char *text, s
                                  size_t i) {
     for (int k = 0; k < self->n_added; k++) {
         const s_added *a = &self->added[k];
-        if (a->len == 0 || a->len > len - i || memcmp(text + i, a->text, a->len) != 0)
+        if (a->len == 0 || a->text[0] != text[i] || a->len > len - i ||
+            memcmp(text + i, a->text, a->len) != 0)
             continue;
         if (a->single_word && ((i > 0 && s_is_word_byte(text[i - 1])) ||
                                (i + a->len < len && s_is_word_byte(text[i + a->len]))))
@@ -519,7 +521,8 @@ static bt_status s_bpe_encode(const bt_tokenizer_t *self, const char *text, size
     bt_status st = BT_OK;
     size_t from = 0;
     for (size_t i = 0; i < len && st == BT_OK;) {
-        const s_added *a = self->n_added ? s_added_at(self, text, len, i) : NULL;
+        const s_added *a =
+            self->added_first[(unsigned char)text[i]] ? s_added_at(self, text, len, i) : NULL;
         if (!a) {
             i++;
             continue;
@@ -869,6 +872,8 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         a->rstrip = s_flag(item, "rstrip");
         a->single_word = s_flag(item, "single_word");
         a->special = s_flag(item, "special");
+        if (a->len)
+            t->added_first[(unsigned char)a->text[0]] = true;
         entries[n] = (s_entry){a->id, arena.n, a->len};
         if (!a->text || !s_buf_add(&arena, a->text, a->len))
             st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
