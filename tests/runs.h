@@ -72,6 +72,7 @@ static inline char *runs_metrics(const char *dir) {
     many bytes (RLIMIT_AS, set before it execs), so its allocations beyond it fail. */
 static inline pid_t runs_spawn_limited(const char *const *prefix, const char *const *args,
                                        const char *log, size_t address_space) {
+    fflush(NULL); /* or the child's freopen writes the parent's buffered output a second time */
     pid_t pid = fork();
     if (pid == 0) {
         const char *out = log ? log : "/dev/null";
