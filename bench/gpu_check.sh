@@ -5,7 +5,9 @@
 #      with NCCL when found; Debian packages the machine lacks are unpacked from .deb files in
 #      $BATON_DEBS (default build-debs/, which `make gpu-debs` fills on a Debian machine; carry
 #      it to the GPU machine) with dpkg -x;
-#   2. the demo on cuda:0, shortened (BATON_GPU_STEPS, default 50 GRPO steps);
+#   2. the demo on cuda:0, shortened (BATON_GPU_STEPS, default 50 GRPO steps), then the same in
+#      bf16 (run.precision=bf16: autocast forward passes, float32 master weights), with its time
+#      and accuracy beside float32's;
 #   3. two data-parallel trainer ranks over NCCL when two GPUs exist (one GPU: a single rank);
 #   4. the logits of randomly initialised tiny LlamaForCausalLM and Qwen2ForCausalLM models built
 #      with the transformers package there against baton's on the same safetensors, on cuda:0 and
@@ -49,13 +51,38 @@ B=$ROOT/build-gpu
 ./build-gpu/baton info >"$OUT/info.txt" 2>&1
 
 # ---- 2. the demo on cuda:0 -------------------------------------------------------------------------
+# the last held-out accuracy of a run directory, or null
+accuracy() {
+  grep '"dataset":"heldout"' "$1/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '"accuracy":[0-9.]*' \
+    | cut -d: -f2 | grep . || echo null
+}
 SECONDS=0
+DEMO_S=null
 if "$B/baton" run configs/arith.json --run-dir "$OUT/demo" --set run.device=cuda:0 \
      --set grpo.steps="$STEPS" >"$OUT/demo.log" 2>&1; then
-  acc=$(grep '"dataset":"heldout"' "$OUT/demo/metrics.jsonl" | tail -1 | grep -o '"accuracy":[0-9.]*')
-  say demo true "$STEPS steps on cuda:0 in $SECONDS s, $acc"
+  DEMO_S=$SECONDS
+  say demo true "$STEPS steps on cuda:0 in $SECONDS s, accuracy $(accuracy "$OUT/demo")"
 else
   say demo false "see $OUT/demo.log"
+fi
+
+# ---- 2b. the demo on cuda:0 in bf16 ------------------------------------------------------------------
+SECONDS=0
+if "$B/baton" run configs/arith.json --run-dir "$OUT/demo-bf16" --set run.device=cuda:0 \
+     --set run.precision=bf16 --set grpo.steps="$STEPS" >"$OUT/demo-bf16.log" 2>&1; then
+  BF16_S=$SECONDS
+  # mean tokens_per_s of the train lines (sampling throughput), for float32 and bf16
+  tps() {
+    grep '"kind":"train"' "$1/metrics.jsonl" 2>/dev/null | grep -o '"tokens_per_s":[0-9.e+-]*' \
+      | cut -d: -f2 | awk '{s += $1; n++} END {if (n) printf "%.1f", s / n; else print "null"}'
+  }
+  printf '{"check":"demo_bf16","ok":true,"steps":%s,"seconds":%s,"seconds_float32":%s,' \
+    "$STEPS" "$BF16_S" "$DEMO_S"
+  printf '"accuracy":%s,"accuracy_float32":%s,"tokens_per_s":%s,"tokens_per_s_float32":%s}\n' \
+    "$(accuracy "$OUT/demo-bf16")" "$(accuracy "$OUT/demo")" "$(tps "$OUT/demo-bf16")" \
+    "$(tps "$OUT/demo")"
+else
+  say demo_bf16 false "see $OUT/demo-bf16.log"
 fi
 
 # ---- 3. NCCL trainer ranks ---------------------------------------------------------------------------

@@ -92,10 +92,14 @@ int bt_cli_worker(int argc, char **argv) {
     bt_status st = bt_worker_run(&opt);
     if (st != BT_OK)
         fprintf(stderr, "baton: worker %s: %s\n", opt.name, bt_last_error());
+    char memory[96] = ""; /* CUDA only: the CPU's figure is the process's RSS */
+    if (stats.device_peak > 0)
+        snprintf(memory, sizeof memory, ", peak %s memory %.0f MiB", stats.device,
+                 (double)stats.device_peak / (1 << 20));
     if (stats.joins)
-        printf("worker %s: %lld tasks, %lld join%s (%lld tasks since the last)\n", opt.name,
+        printf("worker %s: %lld tasks, %lld join%s (%lld tasks since the last)%s\n", opt.name,
                (long long)stats.tasks, (long long)stats.joins, stats.joins > 1 ? "s" : "",
-               (long long)stats.tasks_last_join);
+               (long long)stats.tasks_last_join, memory);
     zmq_ctx_term(ctx);
     return st == BT_OK ? 0 : 1;
 }

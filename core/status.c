@@ -8,6 +8,7 @@
 #include <time.h>
 
 static _Thread_local char s_last_error[1024];
+static _Thread_local bt_status s_last_status;
 
 const char *bt_status_str(bt_status status) {
     switch (status) {
@@ -25,9 +26,15 @@ const char *bt_status_str(bt_status status) {
 
 const char *bt_last_error(void) { return s_last_error; }
 
-void bt_clear_error(void) { s_last_error[0] = '\0'; }
+bt_status bt_last_status(void) { return s_last_status; }
+
+void bt_clear_error(void) {
+    s_last_error[0] = '\0';
+    s_last_status = BT_OK;
+}
 
 bt_status bt_fail(bt_status status, const char *fmt, ...) {
+    s_last_status = status;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(s_last_error, sizeof s_last_error, fmt, ap);

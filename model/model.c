@@ -344,6 +344,7 @@ struct bt_model {
     bt_tensor *embed;   /* (V, C) */
     bt_tensor *norm;    /* (C) */
     bt_tensor *lm_head; /* (V, C); the embedding when tied */
+    bt_dtype compute;   /* BT_F32, or BT_BF16: forward passes under autocast */
 };
 
 static void s_add_spec(bt_model *m, int ndim, int64_t d0, int64_t d1, const char *fmt, int layer) {
@@ -537,6 +538,16 @@ const bt_model_config *bt_model_get_config(const bt_model *self) {
 bt_device bt_model_device(const bt_model *self) {
     return self->device;
 }
+bt_status bt_model_set_precision(bt_model *self, bt_dtype compute) {
+    if (compute != BT_F32 && compute != BT_BF16)
+        return bt_fail(BT_EINVAL, "bt_model_set_precision: expected F32 or BF16, got %s",
+                       bt_dtype_name(compute));
+    self->compute = compute;
+    return BT_OK;
+}
+bt_dtype bt_model_precision(const bt_model *self) {
+    return self->compute;
+}
 int bt_model_num_params(const bt_model *self) {
     return self->n_params;
 }
@@ -692,15 +703,26 @@ static bt_status s_check_batch(const char *op, bt_tensor *ids, bt_tensor *mask) 
     return BT_OK;
 }
 
+/*  The full forward of bt_model_forward, under the model's autocast scope when it has one. */
+static bt_tensor *s_forward(bt_model *m, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask) {
+    s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1)};
+    bt_tensor *m64 = bt_to_dtype(ctx, mask, BT_I64); /* (B, T) */
+    if (s_rope_tables(m, ctx, s_positions(ctx, m64, NULL), &p) != BT_OK)
+        return NULL;
+    p.allowed = s_allowed(ctx, m->device, bt_gt_scalar(ctx, m64, 0), &p, p.T);
+    return bt_linear(ctx, s_hidden(m, ctx, ids, &p), m->lm_head); /* (B, T, V) */
+}
+
 bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask) {
     if (s_check_batch("bt_model_forward", ids, mask) != BT_OK)
         return NULL;
-    s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1)};
-    bt_tensor *m64 = bt_to_dtype(ctx, mask, BT_I64); /* (B, T) */
-    if (s_rope_tables(self, ctx, s_positions(ctx, m64, NULL), &p) != BT_OK)
+    bt_autocast scope;
+    if (bt_autocast_enter(self->device, self->compute, &scope) != BT_OK)
         return NULL;
-    p.allowed = s_allowed(ctx, self->device, bt_gt_scalar(ctx, m64, 0), &p, p.T);
-    return bt_linear(ctx, s_hidden(self, ctx, ids, &p), self->lm_head); /* (B, T, V) */
+    bt_tensor *logits = s_forward(self, ctx, ids, mask);
+    bt_autocast_exit(&scope);
+    /* log-probs, losses and sampling read float32 logits, as production trainers do */
+    return self->compute == BT_F32 ? logits : bt_to_dtype(ctx, logits, BT_F32);
 }
 
 bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask,
@@ -753,8 +775,8 @@ bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t batch, int64_t max_l
     const int64_t shape[] = {batch, c->num_key_value_heads, max_len, bt_model_head_dim(c)};
     bool ok = true;
     for (int l = 0; l < L; l++) {
-        kv->k[l] = bt_zeros(kv->ctx, BT_F32, model->device, 4, shape);
-        kv->v[l] = bt_zeros(kv->ctx, BT_F32, model->device, 4, shape);
+        kv->k[l] = bt_zeros(kv->ctx, model->compute, model->device, 4, shape);
+        kv->v[l] = bt_zeros(kv->ctx, model->compute, model->device, 4, shape);
         ok = ok && kv->k[l] && kv->v[l];
     }
     const int64_t real_shape[] = {batch, max_len};
@@ -811,10 +833,14 @@ bt_tensor *bt_model_forward_cached(bt_model *self, bt_kv_cache *cache, bt_ctx *c
                 (long long)cache->max_len);
         return NULL;
     }
+    bt_autocast scope;
+    if (bt_autocast_enter(self->device, self->compute, &scope) != BT_OK)
+        return NULL;
     bool grad = bt_set_grad_enabled(false);
     bt_tensor *logits = s_forward_cached(self, cache, ctx, ids, mask);
     bt_set_grad_enabled(grad);
-    return logits;
+    bt_autocast_exit(&scope);
+    return self->compute == BT_F32 ? logits : bt_to_dtype(ctx, logits, BT_F32);
 }
 
 /* ---- model directories ------------------------------------------------------------------------

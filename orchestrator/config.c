@@ -77,6 +77,7 @@ static const char *const s_async_objectives[] = {"ppo", "decoupled", NULL};
 static const char *const s_pbt_metrics[] = {"accuracy", "reward", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 static const char *const s_tuner_modes[] = {"max", "min", NULL};
+static const char *const s_precisions[] = {"float32", "bf16", NULL};
 
 #define S_FIELD(f) .offset = offsetof(bt_run_config, f), .size = sizeof(((bt_run_config *)0)->f)
 #define S_INT_KEY(p, f, d, l, h)                                                                   \
@@ -98,6 +99,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("run.seed", run.seed, 0, 0, S_INF),
     S_INT_KEY("run.threads", run.threads, 0, 0, S_INF),
     S_STR_KEY("run.device", run.device, "cpu", s_is_device, "\"cpu\", \"cuda\" or \"cuda:N\""),
+    S_ENUM_KEY("run.precision", run.precision, BT_CONFIG_PRECISION_FLOAT32, s_precisions),
     S_INT_KEY("run.log_every", run.log_every, 1, 1, S_INF),
 
     S_INT_KEY("model.vocab_size", model.vocab_size, NAN, 1, S_INF),
@@ -1221,6 +1223,10 @@ void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out) {
     out->beta1 = cfg->grpo.beta1;
     out->beta2 = cfg->grpo.beta2;
     out->weight_decay = cfg->grpo.weight_decay;
+}
+
+bt_dtype bt_config_precision_dtype(const bt_run_config *cfg) {
+    return cfg->run.precision == BT_CONFIG_PRECISION_BF16 ? BT_BF16 : BT_F32;
 }
 
 void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out) {

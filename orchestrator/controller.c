@@ -98,6 +98,10 @@ typedef struct s_evaluation {
 typedef struct s_hub {
     struct bt_controller *v[BT_CONFIG_MAX_VARIANTS];
     int n;
+    /* a failure no retry can mend (out of memory: the same task needs the same memory); every
+       turn then fails with it, until bt_controller_stop */
+    char fatal[BT_WIRE_STR_MAX / 4];
+    bool stopping;
 } s_hub;
 
 struct bt_controller {
@@ -551,9 +555,24 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
     }
     if (failed) {
         const char *err = "?";
+        int64_t code = 0; /* the worker's bt_status; absent from older workers */
         bt_msg_get_str(*m, "error", BT_WIRE_STR_MAX, &err);
+        if (bt_msg_has(*m, "status"))
+            bt_msg_get_int(*m, "status", -1000, 0, &code);
         self->stats.failed_tasks++;
         s_event(self, "task_failed", "error", err);
+        if (code == BT_ENOMEM && !self->hub->fatal[0]) {
+            /* deterministic: stop now rather than fail the same way S_MAX_ATTEMPTS times */
+            bt_registry_cancel(self->reg, task);
+            snprintf(self->hub->fatal, sizeof self->hub->fatal, "%s: %s", w->name, err);
+            bt_jsonl line;
+            s_event_line(self, &line, "run_stopped");
+            bt_jsonl_str(&line, "reason", "out of memory");
+            bt_jsonl_str(&line, "worker", w->name);
+            bt_jsonl_str(&line, "error", err);
+            bt_runlog_event(self->log, &line); /* the run's error says it to the user */
+            return;
+        }
         attempts = bt_registry_task_attempts(self->reg, task);
         if (attempts >= S_MAX_ATTEMPTS)
             bt_log(BT_LOG_ERROR, "controller: task %lld failed %d times: %s", (long long)task,
@@ -624,11 +643,19 @@ static int s_first_generate(const bt_run_config *c);
 static bt_status s_snapshot(bt_controller_t *self);
 static bt_status s_resume(bt_controller_t *self);
 
+/*  The run's fatal failure, if a worker reported one (see s_hub.fatal). */
+static bt_status s_fatal(const bt_controller_t *self) {
+    if (self->hub->fatal[0] && !self->hub->stopping)
+        return bt_fail(BT_ENOMEM, "%s", self->hub->fatal);
+    return BT_OK;
+}
+
 /*  Hands out what can be handed out, then waits (at most a heartbeat) for messages and expires
-    silent workers. */
+    silent workers; fails at once after a fatal failure. */
 static bt_status s_turn(bt_controller_t *self) {
     int64_t task;
     int32_t wid;
+    BT_TRY(s_fatal(self));
     while (bt_registry_next_assignment(self->reg, &task, &wid)) {
         s_job *job = bt_registry_task_user(self->reg, task);
         bt_controller_t *owner = job->ctl ? job->ctl : self; /* the job's variant */
@@ -669,6 +696,7 @@ static bt_status s_turn(bt_controller_t *self) {
         self->stats.lost_workers += lost;
         s_event(self, "workers_expired", NULL, NULL);
     }
+    BT_TRY(s_fatal(self));
     for (int k = 0; k < self->hub->n; k++)
         if (self->hub->v[k] != self)
             BT_TRY(s_poll_evals(self->hub->v[k]));
@@ -2061,6 +2089,7 @@ bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top,
 }
 
 bt_status bt_controller_stop(bt_controller_t *self) {
+    self->hub->stopping = true; /* a fatal failure is reported already: now the workers leave */
     bt_train_clock_stop(&self->clock, bt_now());
     double total = 0; /* with variants: each one's share of the workers' compute */
     for (int k = 0; self->hub->n > 1 && k < self->hub->n; k++)

@@ -134,13 +134,14 @@ static bt_status s_hash_dataset(s_data *d, int i) {
     snprintf(text, sizeof text,
              S_CACHE_FORMAT "|index %d|name %s|kind %d|source %s|count %zu|samples %lld|"
                             "temperature %.17g|max_new_tokens %lld|robustness %d|run.seed %lld|"
-                            "device %s|task %d %lld %lld %s %lld %.17g %s %s %d|reward %s",
+                            "device %s|precision %d|task %d %lld %lld %s %lld %.17g %s %s "
+                            "%d|reward %s",
              i, e->name, (int)e->kind, e->source, d->count[i], (long long)e->samples,
              e->temperature, (long long)e->max_new_tokens, (int)e->robustness,
-             (long long)c->run.seed, c->run.device, (int)c->task.kind, (long long)c->task.seed,
-             (long long)c->task.digits, c->task.operators, (long long)c->task.heldout_size,
-             c->task.format_reward, c->task.train, c->task.eval, (int)c->task.verifier,
-             c->reward.service);
+             (long long)c->run.seed, c->run.device, (int)c->run.precision, (int)c->task.kind,
+             (long long)c->task.seed, (long long)c->task.digits, c->task.operators,
+             (long long)c->task.heldout_size, c->task.format_reward, c->task.train, c->task.eval,
+             (int)c->task.verifier, c->reward.service);
     uint64_t h = s_hash_str(S_HASH_START, text);
     if (e->kind == BT_EVAL_PROBES)
         h = s_hash_probes(h, c);
@@ -195,8 +196,9 @@ static bt_status s_load_model(const s_data *d, const char *spec, bt_model **out)
     const char *dir = init ? d->cfg->model_path : spec;
     *out = init && !dir[0] ? bt_model_new(&d->cfg->model, d->dev, (uint64_t)d->cfg->run.seed)
                            : bt_model_load(dir, d->dev);
-    if (*out)
+    if (*out && bt_model_set_precision(*out, bt_config_precision_dtype(d->cfg)) == BT_OK)
         return BT_OK;
+    bt_model_destroy(out);
     char why[768];
     snprintf(why, sizeof why, "%s", bt_last_error());
     return bt_fail(BT_EINVAL, "%s: cannot load the model: %s", spec, why);
@@ -335,6 +337,7 @@ static bt_status s_run_model(const s_data *d, const char *spec, bt_harness_model
     for (int i = 0; i < d->cfg->eval.n_datasets && st == BT_OK; i++)
         st = s_run_dataset(d, spec, m, i, &model);
     bt_model_destroy(&model);
+    bt_device_release_cache(d->dev); /* the next model starts on an empty device */
     m->seconds = bt_now() - t0;
     return st;
 }

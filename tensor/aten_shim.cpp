@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/GradMode.h>
 #include <torch/version.h>
@@ -23,8 +24,14 @@
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+/* The caching allocator's controls exist only in a CUDA build of libtorch (CMakeLists.txt sets
+   BATON_HAVE_TORCH_CUDA from Torch's TORCH_CUDA_LIBRARIES, the test NCCL's switch also makes). */
+#ifdef BATON_HAVE_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -92,10 +99,38 @@ static bt_status s_null_input_status(const char *op) {
     return BT_EINVAL;
 }
 
+/*  An allocator's "out of memory" in words a user can act on: "OP: out of memory (tried to
+    allocate 123 bytes)", or with the allocator's own text when it names no size.  CUDA throws
+    c10::OutOfMemoryError ("CUDA out of memory. Tried to allocate 2.00 GiB ..."); the CPU allocator
+    a plain c10::Error ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123
+    bytes. Error code 12 (Cannot allocate memory)", or "not enough memory: ..."). */
+static bt_status s_fail_oom(const char *op, const char *what) {
+    const char *at = strcasestr(what, "allocate ");
+    while (at && !isdigit((unsigned char)at[9])) /* "can't allocate memory: you tried to ..." */
+        at = strcasestr(at + 9, "allocate ");
+    size_t n = at ? strspn(at + 9, "0123456789.") : 0;
+    if (n > 0) {
+        const char *unit = at + 9 + n + (at[9 + n] == ' ');
+        size_t u = strspn(unit, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ");
+        return bt_fail(BT_ENOMEM, "%s: out of memory (tried to allocate %.*s%s%.*s)", op, (int)n,
+                       at + 9, u ? " " : "", (int)u, unit);
+    }
+    return bt_fail(BT_ENOMEM, "%s: out of memory: %s", op, what);
+}
+
+static bool s_is_oom(const char *what) {
+    return strstr(what, "not enough memory") || strcasestr(what, "can't allocate memory") ||
+           strcasestr(what, "cannot allocate memory") || strstr(what, "DefaultCPUAllocator");
+}
+
 static bt_status s_fail_exception(const char *op) {
     try {
         throw;
+    } catch (const c10::OutOfMemoryError &e) {
+        return s_fail_oom(op, e.what_without_backtrace());
     } catch (const c10::Error &e) {
+        if (s_is_oom(e.what_without_backtrace()))
+            return s_fail_oom(op, e.what_without_backtrace());
         return bt_fail(BT_ETORCH, "%s: %s", op, e.what_without_backtrace());
     } catch (const std::invalid_argument &e) {
         return bt_fail(BT_EINVAL, "%s: %s", op, e.what());
@@ -295,6 +330,109 @@ extern "C" bool bt_torch_has_cuda(void) {
     } catch (...) {
         return false;
     }
+}
+
+/* ---- mixed precision ------------------------------------------------------------------------- */
+
+/*  libtorch 2.4 made autocast's controls per device type (the CPU- and CUDA-named ones before it
+    are deprecated since). */
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+static bool s_autocast_enabled(at::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
+static at::ScalarType s_autocast_dtype(at::DeviceType t) {
+    return at::autocast::get_autocast_dtype(t);
+}
+static void s_autocast_set(at::DeviceType t, bool enabled, at::ScalarType dtype) {
+    at::autocast::set_autocast_enabled(t, enabled);
+    at::autocast::set_autocast_dtype(t, dtype);
+}
+#else
+static bool s_autocast_enabled(at::DeviceType t) {
+    return t == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+static at::ScalarType s_autocast_dtype(at::DeviceType t) {
+    return t == at::kCUDA ? at::autocast::get_autocast_gpu_dtype()
+                          : at::autocast::get_autocast_cpu_dtype();
+}
+static void s_autocast_set(at::DeviceType t, bool enabled, at::ScalarType dtype) {
+    if (t == at::kCUDA) {
+        at::autocast::set_enabled(enabled);
+        at::autocast::set_autocast_gpu_dtype(dtype);
+    } else {
+        at::autocast::set_cpu_enabled(enabled);
+        at::autocast::set_autocast_cpu_dtype(dtype);
+    }
+}
+#endif
+
+extern "C" bt_status bt_autocast_enter(bt_device device, bt_dtype dtype, bt_autocast *scope) {
+    if (!scope)
+        return bt_fail(BT_EINVAL, "bt_autocast_enter: NULL scope");
+    *scope = bt_autocast{false, false, 0, device.type};
+    if (dtype == BT_F32)
+        return BT_OK;
+    if (dtype != BT_BF16 && dtype != BT_F16)
+        return bt_fail(BT_EINVAL, "bt_autocast_enter: expected F32, BF16 or F16, got %s",
+                       bt_dtype_name(dtype));
+    return s_status("bt_autocast_enter", [&] {
+        at::DeviceType t = s_device(device).type();
+        scope->prev_enabled = s_autocast_enabled(t);
+        scope->prev_dtype = (int32_t)s_autocast_dtype(t);
+        s_autocast_set(t, true, s_scalar_type(dtype));
+        at::autocast::increment_nesting();
+        scope->active = true;
+    });
+}
+
+extern "C" void bt_autocast_exit(bt_autocast *scope) {
+    if (!scope || !scope->active)
+        return;
+    try {
+        at::DeviceType t = scope->device_type == BT_DEVICE_CUDA ? at::kCUDA : at::kCPU;
+        s_autocast_set(t, scope->prev_enabled, (at::ScalarType)scope->prev_dtype);
+        /* as torch.autocast's exit: the casts of the weights cached in the scope go with the
+           outermost one, or they would outlive an optimizer step that changes the weights */
+        if (at::autocast::decrement_nesting() == 0)
+            at::autocast::clear_cache();
+    } catch (...) { /* restoring thread-local flags does not fail; nothing to report */
+    }
+    scope->active = false;
+}
+
+/* ---- device memory --------------------------------------------------------------------------- */
+
+extern "C" void bt_device_release_cache(bt_device device) {
+#ifdef BATON_HAVE_TORCH_CUDA
+    if (device.type != BT_DEVICE_CUDA || !bt_cuda_is_available())
+        return;
+    try {
+        c10::cuda::CUDACachingAllocator::emptyCache();
+    } catch (...) { /* nothing was released: the next allocation may still succeed */
+    }
+#endif
+}
+
+extern "C" bt_status bt_device_memory(bt_device device, size_t *allocated, size_t *peak,
+                                      size_t *reserved) {
+    size_t a = 0, p = 0, r = 0;
+    bt_status st = BT_OK;
+#ifdef BATON_HAVE_TORCH_CUDA
+    if (device.type == BT_DEVICE_CUDA)
+        st = s_status("bt_device_memory", [&] {
+            /* index 0 of each statistic is the aggregate over pool kinds (StatType::AGGREGATE) */
+            auto stats =
+                c10::cuda::CUDACachingAllocator::getDeviceStats((c10::DeviceIndex)device.index);
+            a = (size_t)stats.allocated_bytes[0].current;
+            p = (size_t)stats.allocated_bytes[0].peak;
+            r = (size_t)stats.reserved_bytes[0].current;
+        });
+#endif
+    if (allocated)
+        *allocated = a;
+    if (peak)
+        *peak = p;
+    if (reserved)
+        *reserved = r;
+    return st;
 }
 
 /* ---- contexts -------------------------------------------------------------------------------- */

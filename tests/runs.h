@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,13 +68,18 @@ static inline char *runs_metrics(const char *dir) {
 /*  Starts `PREFIX... $BATON_BIN ARGS...` ($BATON_BIN default ./baton): prefix (NULL-terminated,
     or NULL for none) is a command that runs the rest, such as {"ip", "netns", "exec", NS, NULL};
     args NULL-terminated, 40 words in all at most.  Its stdout and stderr go to log (appended), or
-    are discarded when log is NULL. */
-static inline pid_t runs_spawn_in(const char *const *prefix, const char *const *args,
-                                  const char *log) {
+    are discarded when log is NULL.  address_space > 0 limits the child's virtual memory to that
+    many bytes (RLIMIT_AS, set before it execs), so its allocations beyond it fail. */
+static inline pid_t runs_spawn_limited(const char *const *prefix, const char *const *args,
+                                       const char *log, size_t address_space) {
+    fflush(NULL); /* or the child's freopen writes the parent's buffered output a second time */
     pid_t pid = fork();
     if (pid == 0) {
         const char *out = log ? log : "/dev/null";
         if (!freopen(out, "a", stdout) || !freopen(out, "a", stderr))
+            _exit(126);
+        struct rlimit limit = {(rlim_t)address_space, (rlim_t)address_space};
+        if (address_space > 0 && setrlimit(RLIMIT_AS, &limit) != 0)
             _exit(126);
         setvbuf(stdout, NULL, _IONBF, 0);
         const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
@@ -89,6 +95,11 @@ static inline pid_t runs_spawn_in(const char *const *prefix, const char *const *
         _exit(127);
     }
     return pid;
+}
+
+static inline pid_t runs_spawn_in(const char *const *prefix, const char *const *args,
+                                  const char *log) {
+    return runs_spawn_limited(prefix, args, log, 0);
 }
 
 /*  Starts $BATON_BIN (default ./baton) with args (NULL-terminated, at most 30), its output

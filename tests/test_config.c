@@ -25,6 +25,8 @@ static void test_defaults(void) {
     CHECK_OK(s_parse("{}", &cfg));
     CHECK(strcmp(cfg.run.name, "arith") == 0 && cfg.run.seed == 0 && cfg.run.threads == 0);
     CHECK(strcmp(cfg.run.device, "cpu") == 0 && cfg.run.log_every == 1);
+    CHECK(cfg.run.precision == BT_CONFIG_PRECISION_FLOAT32 &&
+          bt_config_precision_dtype(&cfg) == BT_F32);
 
     bt_model_config hf;
     bt_model_config_init(&hf);
@@ -80,7 +82,7 @@ static void test_defaults(void) {
 static void test_round_trip(void) {
     const char *json =
         "{\"run\": {\"name\": \"rt-1.b\", \"seed\": 9007199254740991, \"threads\": 3,"
-        "          \"device\": \"cuda:1\", \"log_every\": 7},"
+        "          \"device\": \"cuda:1\", \"precision\": \"bf16\", \"log_every\": 7},"
         " \"model\": {\"vocab_size\": 300, \"hidden_size\": 96, \"intermediate_size\": 200,"
         "   \"num_hidden_layers\": 3, \"num_attention_heads\": 6, \"num_key_value_heads\": 2,"
         "   \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000.5, \"max_position_embeddings\": 512,"
@@ -116,6 +118,7 @@ static void test_round_trip(void) {
     bt_run_config a, b;
     CHECK_OK(s_parse(json, &a));
     CHECK(a.run.seed == 9007199254740991LL && strcmp(a.run.device, "cuda:1") == 0);
+    CHECK(a.run.precision == BT_CONFIG_PRECISION_BF16 && bt_config_precision_dtype(&a) == BT_BF16);
     CHECK(a.model.num_key_value_heads == 2 && a.model.tie_word_embeddings);
     CHECK(strcmp(a.model_path, "runs/x/ckpt/step-000010") == 0);
     CHECK(a.task.kind == BT_CONFIG_TASK_JSONL && a.task.verifier == BT_TASK_VERIFY_NUMERIC);
@@ -300,6 +303,10 @@ static void test_malformed(void) {
          "with '.', got \"../x\""},
         {"{\"run\": {\"device\": \"gpu\"}}",
          "arith.json: run.device: expected \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""},
+        {"{\"run\": {\"precision\": \"fp16\"}}",
+         "arith.json: run.precision: expected one of \"float32\", \"bf16\", got \"fp16\""},
+        {"{\"run\": {\"precision\": 16}}",
+         "arith.json: run.precision: expected one of \"float32\", \"bf16\", got 16"},
         {"{\"task\": {\"operators\": \"++\"}}",
          "arith.json: task.operators: expected one or more of the operators \"+\", \"-\", \"*\", "
          "each at most once, got \"++\""},

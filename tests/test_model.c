@@ -820,6 +820,107 @@ static void test_reference_logits(void) {
     bt_ctx_destroy(&ctx);
 }
 
+/*  ||a - b|| / ||b|| over n values. */
+static double s_rel_norm(const float *a, const float *b, size_t n) {
+    double d2 = 0, b2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        b2 += (double)b[i] * b[i];
+    }
+    return sqrt(d2 / b2);
+}
+
+/*  (j) run.precision bf16 on the demo model (bt_model_config_init's): the forward runs under
+    autocast, so its logits differ from float32's, by no more than bfloat16 rounding explains.
+
+    The bound.  bfloat16 keeps 8 significant bits: rounding to it errs by at most u = 2^-9
+    relative.  A product under autocast rounds both inputs and its output, 3u to first order
+    (float32 accumulation adds about 2^-24 per term, nothing beside that).  A logit passes through
+    13 products in sequence: per layer q/k/v, Q K^T, softmax V and o_proj in attention, gate/up and
+    down in the MLP, times 2 layers, then lm_head.  The residual stream, the norms and the
+    softmax statistics stay float32, and the branches (weights of scale 0.02) damp rather than
+    amplify what they add, so relative errors add up to at most 13 * 3u = 39 * 2^-9 = 0.076 of the
+    logits' norm.  float32 alone would differ by about 2^-24 per operation, so a difference above
+    2^-12 (2.4e-4) proves the bfloat16 path ran.  The log-probs move by at most twice the largest
+    logit change (log p = z - logsumexp(z)); the KV-cache decode keeps keys and values in bfloat16,
+    exactly as autocast casts them for the full forward, and matches it within the same bound. */
+static void test_bf16(void) {
+    enum { B = 3, T = 12, N = 4 };
+    bt_model_config cfg;
+    bt_model_config_init(&cfg);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 3);
+    bt_ctx *ctx = bt_ctx_new();
+    int32_t seq[B][T];
+    const int32_t *rows[B];
+    const int64_t lens[B] = {T, T - 3, T - 5};
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++)
+            seq[b][t] = s_token();
+        rows[b] = seq[b];
+    }
+    int64_t ids[B * T], mask[B * T];
+    s_pad(B, T, rows, lens, false, ids, mask);
+    bt_tensor *tid = s_i64(ctx, B, T, ids), *tmask = s_i64(ctx, B, T, mask);
+    CHECK(bt_model_precision(m) == BT_F32);
+    float *f32 = s_host(bt_model_forward(m, ctx, tid, tmask));
+    float *lp32 = s_host(bt_model_token_logprobs(m, ctx, tid, tmask, 1.0, NULL));
+    CHECK(bt_model_set_precision(m, BT_F16) == BT_EINVAL); /* not for training: no loss scaling */
+    CHECK_OK(bt_model_set_precision(m, BT_BF16));
+    CHECK(bt_model_precision(m) == BT_BF16);
+    bt_tensor *logits = bt_model_forward(m, ctx, tid, tmask);
+    CHECK(logits && bt_dtype_of(logits) == BT_F32);
+    float *bf = s_host(logits);
+    bt_tensor *logp = bt_model_token_logprobs(m, ctx, tid, tmask, 1.0, NULL);
+    CHECK(logp && bt_dtype_of(logp) == BT_F32);
+    float *lpbf = s_host(logp);
+    CHECK(f32 && lp32 && bf && lpbf);
+    if (f32 && lp32 && bf && lpbf) {
+        size_t n = (size_t)B * T * V;
+        double rel = s_rel_norm(bf, f32, n), worst = s_max_diff(bf, f32, n);
+        double lp_worst = s_max_diff(lpbf, lp32, (size_t)B * (T - 1));
+        printf("bf16 vs float32 logits: relative %.3g (bound %.3g), max |diff| %.3g; "
+               "log-probs max |diff| %.3g\n",
+               rel, 39 * 0x1p-9, worst, lp_worst);
+        CHECK(rel > 0x1p-12);
+        CHECK(rel <= 39 * 0x1p-9);
+        CHECK(lp_worst <= 2 * worst + 1e-6);
+    }
+    for (int i = 0; i < bt_model_num_params(m); i++)
+        CHECK(bt_dtype_of(bt_model_params(m)[i]) == BT_F32);
+
+    /* the cached decode of row 0 (prefill T - N tokens, then one at a time) against the full bf16
+       forward of that row */
+    bt_kv_cache *cache = bt_kv_cache_new(m, 1, T);
+    float *full = s_row_logits(m, ctx, seq[0], T); /* (1, T, V) */
+    double cache_rel = 0;
+    int64_t pre[T], ones[T];
+    for (int t = 0; t < T; t++) {
+        pre[t] = seq[0][t];
+        ones[t] = 1;
+    }
+    float *l = s_host(bt_model_forward_cached(m, cache, ctx, s_i64(ctx, 1, T - N, pre),
+                                              s_i64(ctx, 1, T - N, ones)));
+    for (int j = 0; l && full && j <= N; j++) {
+        cache_rel = fmax(cache_rel, s_rel_norm(l, &full[(size_t)(T - N - 1 + j) * V], V));
+        free(l);
+        l = j < N ? s_host(bt_model_forward_cached(m, cache, ctx, s_i64(ctx, 1, 1, &pre[T - N + j]),
+                                                   s_i64(ctx, 1, 1, ones)))
+                  : NULL;
+    }
+    free(l);
+    CHECK(full != NULL);
+    CHECK(cache_rel <= 39 * 0x1p-9);
+    printf("bf16 KV-cache decode vs full bf16 forward: relative %.3g\n", cache_rel);
+    free(full);
+    free(f32);
+    free(lp32);
+    free(bf);
+    free(lpbf);
+    bt_kv_cache_destroy(&cache);
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&m);
+}
+
 int main(void) {
     test_cache_matches_full();
     test_padding();
@@ -830,5 +931,6 @@ int main(void) {
     test_save_load();
     test_sharded();
     test_reference_logits();
+    test_bf16();
     return check_exit();
 }

@@ -1,7 +1,7 @@
 /*  test_run.c — whole runs through the controller and real worker threads over ZeroMQ: two runs
     with one seed write the same metrics (timing fields aside); malformed messages sent to a running
     controller are refused and counted while the run finishes; a host program's reward function
-    reaches the metrics unchanged. */
+    reaches the metrics unchanged; run.precision reaches the workers. */
 #define _DEFAULT_SOURCE
 #include "baton/baton.h"
 #include "baton/fileio.h"
@@ -243,6 +243,35 @@ static void test_worker_crash(void) {
     free(mb);
 }
 
+/*  The loss of the "sft" line of step 1 in DIR/metrics.jsonl; NAN when there is none. */
+static double s_sft1_loss(const char *dir) {
+    char *m = runs_metrics(dir);
+    const char *line = m ? strstr(m, "{\"kind\":\"sft\",\"step\":1,") : NULL;
+    const char *loss = line ? strstr(line, "\"loss\":") : NULL;
+    double v = loss ? strtod(loss + strlen("\"loss\":"), NULL) : NAN;
+    free(m);
+    return v;
+}
+
+/*  run.precision reaches the workers through the WELCOME config, as run.device does: the bf16 run
+    writes the key in its resolved config, finishes, and its first SFT loss (the same weights, the
+    same batch) differs from float32's by bf16 rounding: not at all would mean no autocast. */
+static void test_precision(void) {
+    char a[128], b[128], path[160], *cfg = NULL;
+    snprintf(a, sizeof a, "%s/a", s_tmp); /* test_determinism_and_fields' float32 run */
+    snprintf(b, sizeof b, "%s/bf16", s_tmp);
+    const char *bf16[] = {"run.precision=bf16"};
+    s_run_set(b, bf16, 1);
+    snprintf(path, sizeof path, "%s/config.json", b);
+    CHECK_OK(bt_file_read(path, 1 << 20, &cfg, NULL));
+    CHECK_STR_CONTAINS(cfg, "\"precision\":\t\"bf16\"");
+    free(cfg);
+    CHECK(runs_train_steps(b) == 4);
+    double l32 = s_sft1_loss(a), l16 = s_sft1_loss(b);
+    printf("first SFT loss: float32 %.9g, bf16 %.9g\n", l32, l16);
+    CHECK(l32 != l16 && fabs(l16 - l32) <= 0.01 * l32);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_run_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -250,6 +279,7 @@ int main(void) {
     test_malformed_messages();
     test_host_reward();
     test_worker_crash();
+    test_precision();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     CHECK(system(cmd) == 0);

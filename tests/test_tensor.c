@@ -1,6 +1,7 @@
 /*  test_tensor.c — the ATen shim: every differentiable op's gradient against central finite
     differences in float64, AdamW against a hand-computed reference, generator state restore,
-    gradient clipping, arenas, and readable errors instead of aborts. */
+    gradient clipping, arenas, readable errors instead of aborts (out of memory among them), and
+    autocast scopes against products of bfloat16-rounded inputs computed on the host. */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "baton/tensor.h"
 #include "check.h"
@@ -402,6 +403,116 @@ static void test_errors_and_arenas(void) {
     bt_ctx_destroy(&c);
 }
 
+/*  x rounded to bfloat16 (8 significant bits, round to nearest even) on the host: an independent
+    reference for what autocast computes. */
+static float s_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/*  Host copy of a (2-D) tensor as floats. */
+static void s_floats(bt_ctx *c, bt_tensor *t, float *out, size_t n) {
+    CHECK_OK(bt_to_host(bt_to_dtype(c, t, BT_F32), out, n * sizeof *out));
+}
+
+/*  An autocast scope: x W^T in bfloat16, as the product of the inputs rounded to bfloat16,
+    accumulated in (at least) float32 and rounded to bfloat16; other ops keep their dtypes; scopes
+    nest; a weight changed between two scopes is seen by the second (the casts a scope cached go
+    with it). */
+static void test_autocast(void) {
+    bt_ctx *c = bt_ctx_new();
+    enum { R = 4, K = 16, N = 3 };
+    float x[R * K], w[N * K], ref[R * N], exact[R * N], y[R * N], y2[R * N];
+    for (int i = 0; i < R * K; i++)
+        x[i] = (float)s_uniform(-2, 2);
+    for (int i = 0; i < N * K; i++)
+        w[i] = (float)s_uniform(-1, 1);
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < N; n++) {
+            double acc = 0, acc32 = 0;
+            for (int k = 0; k < K; k++) {
+                acc += (double)s_bf16(x[r * K + k]) * (double)s_bf16(w[n * K + k]);
+                acc32 += (double)x[r * K + k] * (double)w[n * K + k];
+            }
+            ref[r * N + n] = s_bf16((float)acc);
+            exact[r * N + n] = (float)acc32;
+        }
+    const int64_t sx[2] = {R, K}, sw[2] = {N, K};
+    bt_tensor *X = bt_from_host(c, BT_F32, bt_cpu(), 2, sx, x);
+    bt_tensor *W = bt_from_host(c, BT_F32, bt_cpu(), 2, sw, w);
+    CHECK_OK(bt_set_requires_grad(W, true)); /* a weight: autocast caches its cast */
+
+    bt_autocast outer, inner;
+    CHECK_OK(bt_autocast_enter(bt_cpu(), BT_BF16, &outer));
+    CHECK(outer.active);
+    bt_tensor *Y = bt_linear(c, X, W);
+    CHECK(Y && bt_dtype_of(Y) == BT_BF16);
+    CHECK(bt_dtype_of(W) == BT_F32);                          /* the weight itself is untouched */
+    CHECK(bt_dtype_of(bt_add(c, X, X)) == BT_F32);            /* not a product: its own dtype */
+    CHECK_OK(bt_autocast_enter(bt_cpu(), BT_F32, &inner));    /* an empty scope changes nothing */
+    CHECK(!inner.active && bt_dtype_of(bt_matmul(c, X, bt_transpose(c, W, 0, 1))) == BT_BF16);
+    bt_autocast_exit(&inner);
+    CHECK_OK(bt_autocast_enter(bt_cpu(), BT_BF16, &inner));
+    bt_autocast_exit(&inner);
+    CHECK(bt_dtype_of(bt_linear(c, X, W)) == BT_BF16); /* the outer scope is still on */
+    bt_autocast_exit(&outer);
+    CHECK(!outer.active);
+    CHECK(bt_dtype_of(bt_linear(c, X, W)) == BT_F32);
+
+    s_floats(c, Y, y, R * N);
+    double worst = 0, moved = 0;
+    for (int i = 0; i < R * N; i++) {
+        /* one bfloat16 step (2^-7 relative) of slack: the two accumulation orders may round the
+           last bit differently */
+        worst = fmax(worst, fabs(y[i] - ref[i]) / fmax(fabs(ref[i]), 1e-3));
+        moved = fmax(moved, fabs(y[i] - exact[i]) / fmax(fabs(exact[i]), 1e-3));
+    }
+    CHECK(worst <= 0x1p-7);
+    CHECK(moved > 1e-4); /* far above float32 rounding: the product really ran in bfloat16 */
+
+    /* the weight doubled between two scopes: the second sees it */
+    bool grad = bt_set_grad_enabled(false);
+    CHECK_OK(bt_copy_(W, bt_mul_scalar(c, W, 2.0)));
+    bt_set_grad_enabled(grad);
+    CHECK_OK(bt_autocast_enter(bt_cpu(), BT_BF16, &outer));
+    s_floats(c, bt_linear(c, X, W), y2, R * N);
+    bt_autocast_exit(&outer);
+    for (int i = 0; i < R * N; i++)
+        CHECK_NEAR(y2[i], 2 * y[i], 0x1p-7 * fabs(2 * y[i]) + 1e-6);
+
+    CHECK(bt_autocast_enter(bt_cpu(), BT_I64, &outer) == BT_EINVAL && !outer.active);
+    CHECK_STR_CONTAINS(bt_last_error(), "BF16");
+    bt_autocast_exit(&outer); /* leaving a scope never entered does nothing */
+    bt_ctx_destroy(&c);
+}
+
+/*  An allocation the machine cannot serve (2^62 bytes: beyond any address space) is BT_ENOMEM
+    with the size asked for, not a libtorch error; the device memory functions are no-ops on the
+    CPU. */
+static void test_out_of_memory(void) {
+    bt_ctx *c = bt_ctx_new();
+    const int64_t huge[2] = {1LL << 30, 1LL << 30};
+    bt_clear_error();
+    CHECK(bt_zeros(c, BT_F32, bt_cpu(), 2, huge) == NULL);
+    CHECK(bt_last_status() == BT_ENOMEM);
+    CHECK_STR_CONTAINS(bt_last_error(),
+                       "bt_zeros: out of memory (tried to allocate 4611686018427387904 bytes)");
+    /* a chain of ops on the failed result keeps that status and its message */
+    CHECK(bt_exp(c, bt_zeros(c, BT_F32, bt_cpu(), 2, huge)) == NULL);
+    CHECK(bt_last_status() == BT_ENOMEM);
+    bt_clear_error();
+    CHECK(bt_last_status() == BT_OK);
+    size_t allocated = 1, peak = 1, reserved = 1;
+    CHECK_OK(bt_device_memory(bt_cpu(), &allocated, &peak, &reserved));
+    CHECK(allocated == 0 && peak == 0 && reserved == 0);
+    bt_device_release_cache(bt_cpu());
+    bt_ctx_destroy(&c);
+}
+
 /*  bt_set_num_threads sizes OpenBLAS's pool too (a worker with run.threads 1 must not run its
     GEMMs on every core); checked through OpenBLAS's own getter where that is the BLAS. */
 static void test_threads(void) {
@@ -426,5 +537,7 @@ int main(void) {
     test_clip();
     test_generator();
     test_errors_and_arenas();
+    test_autocast();
+    test_out_of_memory();
     return check_exit();
 }

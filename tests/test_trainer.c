@@ -1,7 +1,8 @@
 /*  test_trainer.c — the rollout, trainer and evaluator cores on a tiny Llama model: the GRPO step's
     loss against bt_grpo_loss on independently built tensors and against its closed form at ratio 1,
     the completion mask against unpadded per-row log-probs, exact micro-batch accumulation, SFT
-    learning, rollout records against recomputation, evaluation shards, and weight transfer. */
+    learning, rollout records against recomputation, evaluation shards, weight transfer, and
+    bf16 autocast training (float32 master weights and AdamW state, float32-like loss curves). */
 #include "baton/evaluator.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
@@ -727,6 +728,93 @@ static void test_weights(bt_model *trained) {
     bt_weights_release(&w); /* idempotent */
 }
 
+/* ---- (h) run.precision bf16: autocast forward passes, float32 state ------------------------ */
+
+/*  Two trainers from the same weights, one with a bf16 policy: the reference inherits the
+    policy's precision; after an SFT step every parameter and AdamW moment is still float32 (the
+    master weights); a short SFT run lowers the loss as float32's does (test_sft_learns' bar) and
+    follows float32's loss curve within what bf16 rounding explains; a GRPO step on the bf16
+    policy's own rollouts (KV-cache sampling) sees ratios of 1 to bf16 rounding, so its clipping
+    stays off. */
+static void test_bf16_training(const bt_tokenizer_t *tok, bt_task_t *task) {
+    enum { STEPS = 60 };
+    bt_trainer_t *tr[2];
+    for (int k = 0; k < 2; k++) {
+        bt_model *m = s_tiny_model(41);
+        if (k == 1)
+            CHECK_OK(bt_model_set_precision(m, BT_BF16));
+        bt_trainer_config cfg;
+        bt_trainer_config_init(&cfg);
+        cfg.micro_batch = 4;
+        cfg.reference = true;
+        tr[k] = bt_trainer_new(&m, &cfg);
+        CHECK(tr[k] != NULL);
+    }
+    CHECK(bt_model_precision(bt_trainer_reference(tr[1])) == BT_BF16);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    CHECK_OK(bt_rollout_demonstrations(tok, task, s_idx, 6, &b));
+    double loss[2][STEPS], worst = 0;
+    for (int step = 0; step < STEPS; step++) {
+        for (int k = 0; k < 2; k++) {
+            bt_trainer_stats st;
+            CHECK_OK(bt_trainer_sft_step(tr[k], &b, 1e-2, &st));
+            loss[k][step] = st.loss;
+        }
+        worst = fmax(worst, fabs(loss[1][step] - loss[0][step]) / loss[0][step]);
+        if (step > 0)
+            continue;
+        bt_model *p = bt_trainer_policy(tr[1]);
+        for (int i = 0; i < bt_model_num_params(p); i++) {
+            bt_tensor *m1 = NULL, *m2 = NULL;
+            CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(tr[1]), i, &m1, &m2));
+            CHECK(bt_dtype_of(bt_model_params(p)[i]) == BT_F32);
+            CHECK(m1 && m2 && bt_dtype_of(m1) == BT_F32 && bt_dtype_of(m2) == BT_F32);
+        }
+    }
+    printf("SFT loss, float32 vs bf16: %.4f vs %.4f at step 1, %.4f vs %.4f at step %d; "
+           "largest relative gap %.3g\n",
+           loss[0][0], loss[1][0], loss[0][STEPS - 1], loss[1][STEPS - 1], STEPS, worst);
+    /* at the start the models are the same and the loss moves by the log-probs' bf16 error */
+    CHECK(fabs(loss[1][0] - loss[0][0]) <= 0.01 * loss[0][0]);
+    CHECK(loss[1][STEPS - 1] < loss[1][0] / 20);
+    /* the curves: the loss falls 7000-fold, and bf16's half-percent logit error shifts when it
+       falls by a few percent of the loss (measured: 8% at the most) */
+    CHECK(worst <= 0.2);
+    CHECK(fabs(loss[1][STEPS - 1] - loss[0][STEPS - 1]) <= 0.25 * loss[0][STEPS - 1]);
+    bt_rollout_batch_release(&b);
+
+    /* the GRPO step on a fresh bf16 policy, whose log-probs (about -ln 259) show bf16's error */
+    bt_trainer_destroy(&tr[1]);
+    bt_model *m = s_tiny_model(43);
+    CHECK_OK(bt_model_set_precision(m, BT_BF16));
+    bt_trainer_config cfg;
+    bt_trainer_config_init(&cfg);
+    cfg.reference = true;
+    tr[1] = bt_trainer_new(&m, &cfg);
+    bt_rollout_config rc;
+    bt_rollout_config_init(&rc);
+    rc.group_size = 4;
+    rc.sample.max_new_tokens = 4;
+    bt_gen *gen = bt_gen_new(5, bt_cpu());
+    CHECK_OK(bt_rollout_sample(bt_trainer_policy(tr[1]), tok, task, s_idx, 6, &rc, 0, gen, &b));
+    double adv[24];
+    for (int i = 0; i < 24; i++)
+        adv[i] = (i % 3) - 1.0;
+    bt_grpo_config gc = bt_grpo_defaults();
+    bt_trainer_stats st;
+    CHECK_OK(bt_trainer_grpo_step(tr[1], &b, adv, 1e-3, &gc, &st));
+    printf("bf16 GRPO step on its own rollouts: ratio mean %.6f, max %.6f, clipped %.3g\n",
+           st.ratio_mean, st.ratio_max, st.clip_frac);
+    CHECK(fabs(st.ratio_mean - 1) < 0.01 && st.ratio_max < 1.05 && st.clip_frac == 0);
+    for (int i = 0; i < bt_model_num_params(bt_trainer_policy(tr[1])); i++)
+        CHECK(bt_dtype_of(bt_model_params(bt_trainer_policy(tr[1]))[i]) == BT_F32);
+    bt_rollout_batch_release(&b);
+    bt_gen_destroy(&gen);
+    bt_trainer_destroy(&tr[0]);
+    bt_trainer_destroy(&tr[1]);
+}
+
 int main(void) {
     bt_set_num_threads(1);
     test_grpo_loss_matches();
@@ -743,6 +831,7 @@ int main(void) {
     test_eval_metrics(bt_trainer_policy(tr), tok, task);
     test_weights(bt_trainer_policy(tr));
     bt_trainer_destroy(&tr);
+    test_bf16_training(tok, task);
     bt_task_destroy(&task);
     bt_tokenizer_destroy(&tok);
     return check_exit();

@@ -48,7 +48,8 @@ bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) 
     bool ok = self->opt != NULL;
     if (ok && cfg->reference) { /* the frozen reference: a copy of the initial policy */
         self->reference = bt_model_new(bt_model_get_config(policy), bt_model_device(policy), 0);
-        ok = self->reference && bt_weights_copy(self->reference, policy) == BT_OK;
+        ok = self->reference && bt_weights_copy(self->reference, policy) == BT_OK &&
+             bt_model_set_precision(self->reference, bt_model_precision(policy)) == BT_OK;
         for (int i = 0; ok && i < bt_model_num_params(self->reference); i++)
             ok = bt_set_requires_grad(bt_model_params(self->reference)[i], false) == BT_OK;
     }
@@ -135,13 +136,16 @@ static void s_rows(const bt_trainer_t *self, int64_t n, int64_t *lo, int64_t *hi
 static bt_status s_reduce_stats(bt_trainer_t *self, double *values, int n_sum, int n_max) {
     if (!self->group)
         return BT_OK;
+    bool failed_here = values[0] != 1.0;
     BT_TRY(bt_group_allreduce_f64(self->group, values, n_sum, BT_REDUCE_SUM));
     if (n_max > 0)
         BT_TRY(bt_group_allreduce_f64(self->group, values + n_sum, n_max, BT_REDUCE_MAX));
-    if (values[0] != (double)bt_group_world(self->group))
-        return bt_fail(BT_EIO, "trainer: %g of %d ranks failed this step",
-                       bt_group_world(self->group) - values[0], bt_group_world(self->group));
-    return BT_OK;
+    if (values[0] == (double)bt_group_world(self->group))
+        return BT_OK;
+    if (failed_here) /* this rank's own error (out of memory, say) is the one to report */
+        return BT_EIO;
+    return bt_fail(BT_EIO, "trainer: %g of %d ranks failed this step",
+                   bt_group_world(self->group) - values[0], bt_group_world(self->group));
 }
 
 /* ---- sequences ------------------------------------------------------------------------------ */

@@ -46,6 +46,8 @@ typedef struct {
     int n_variants;
     s_variant *cur; /* the variant of the message being handled */
     bt_role role;
+    bt_device dev;     /* where the models live */
+    size_t peak_bytes; /* device memory at the most in tensors (CUDA), read as the worker leaves */
     bt_tokenizer_t *tok;
     /* rollout and eval: reward.service's client, or NULL */
     bt_reward_service_t *reward;
@@ -76,6 +78,11 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
                                   "is %lld",
                        c->cur->cfg.model_path, bt_tokenizer_vocab_size(c->tok), (long long)vocab);
     }
+    bt_status st = bt_model_set_precision(m, bt_config_precision_dtype(&c->cur->cfg));
+    if (st != BT_OK) {
+        bt_model_destroy(&m);
+        return st;
+    }
     if (c->role == BT_ROLE_EVAL) {
         c->cur->model = m;
         BT_TRY(bt_config_eval_suite(&c->cur->cfg, c->cur->task, &c->cur->suite));
@@ -102,6 +109,7 @@ static bt_status s_build(s_compute *c) {
     BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->base));
     bt_device dev;
     BT_TRY(bt_device_parse(c->opt->device ? c->opt->device : c->base.run.device, &dev));
+    c->dev = dev;
     if (c->base.run.threads > 0)
         bt_set_num_threads((int)c->base.run.threads);
     BT_TRY(bt_tokenizer_for_model(c->base.model_path, &c->tok));
@@ -121,7 +129,10 @@ static bt_status s_build(s_compute *c) {
     return BT_OK;
 }
 
+/*  The worker leaves: everything it holds is freed, and the device memory libtorch cached for it
+    goes back to the driver (docs/config.md, "Device memory"). */
 static void s_release(s_compute *c) {
+    bt_device_memory(c->dev, NULL, &c->peak_bytes, NULL);
     for (int k = 0; k < BT_CONFIG_MAX_VARIANTS; k++) {
         s_variant *v = &c->v[k];
         bt_trainer_destroy(&v->trainer);
@@ -132,6 +143,7 @@ static void s_release(s_compute *c) {
     }
     bt_reward_service_destroy(&c->reward);
     bt_tokenizer_destroy(&c->tok);
+    bt_device_release_cache(c->dev);
 }
 
 /* ---- task handlers: fill the RESULT (and maybe a WEIGHTS to publish first) ------------------ */
@@ -376,12 +388,49 @@ static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) 
         return bt_fail(BT_EINVAL, "eval: the task is for version %lld, this worker holds %lld",
                        (long long)version, (long long)c->cur->version);
     bt_evaluator_sums sums;
-    BT_TRY(bt_eval_suite_run(&c->cur->suite, (int)ds, c->cur->model, c->tok, (size_t)start,
-                             (size_t)count, robustness, (uint64_t)seed, &sums));
+    bt_status st = bt_eval_suite_run(&c->cur->suite, (int)ds, c->cur->model, c->tok, (size_t)start,
+                                     (size_t)count, robustness, (uint64_t)seed, &sums);
+    /* evaluations come now and then, their batches and KV caches are large: what they cached goes
+       back to the driver, for the trainer and rollouts that may share the GPU */
+    bt_device_release_cache(c->dev);
+    BT_TRY(st);
     return bt_sums_to_msg(&sums, res);
 }
 
-/*  Runs one TASK; sends WEIGHTS first when the task asks to publish, then RESULT or FAIL. */
+/*  A task that ran out of memory, as one line a user can act on: where, how much was asked for
+    (the shim's "tried to allocate ..."), and the keys that size that allocation.  The same task
+    needs the same memory again, so the controller stops the run on it instead of retrying. */
+static void s_oom_reason(const s_compute *c, const char *kind, char *reason, size_t cap) {
+    const bt_run_config *cfg = &c->cur->cfg;
+    char dev[32], what[160], hint[256];
+    bt_device_format(c->dev, dev, sizeof dev);
+    const char *asked = strstr(bt_last_error(), "tried to allocate");
+    if (asked)
+        snprintf(what, sizeof what, "%.*s", (int)strcspn(asked, ")"), asked);
+    else
+        snprintf(what, sizeof what, "%s", bt_last_error());
+    const char *where;
+    if (!strcmp(kind, "rollout")) {
+        where = "rollout";
+        snprintf(hint, sizeof hint,
+                 "lower grpo.prompts_per_step (now %lld), grpo.group_size (now %lld) or "
+                 "grpo.max_new_tokens (now %lld), or add rollout workers",
+                 (long long)cfg->grpo.prompts_per_step, (long long)cfg->grpo.group_size,
+                 (long long)cfg->grpo.max_new_tokens);
+    } else if (!strcmp(kind, "eval")) {
+        where = "evaluation";
+        snprintf(hint, sizeof hint,
+                 "lower eval.max_new_tokens (now %lld) or eval.samples (now %lld)",
+                 (long long)cfg->eval.max_new_tokens, (long long)cfg->eval.samples);
+    } else {
+        where = !strcmp(kind, "sft") ? "trainer's SFT step" : "trainer step";
+        snprintf(hint, sizeof hint,
+                 "lower grpo.micro_batch (now %lld) or grpo.max_new_tokens (now %lld)",
+                 (long long)cfg->grpo.micro_batch, (long long)cfg->grpo.max_new_tokens);
+    }
+    snprintf(reason, cap, "out of memory on %s in the %s (%s); %s", dev, where, what, hint);
+}
+
 /*  Makes the message's variant (field "variant", 0 when absent) the current one. */
 static bt_status s_select_variant(s_compute *c, const bt_msg_t *msg) {
     int64_t k = 0;
@@ -391,9 +440,12 @@ static bt_status s_select_variant(s_compute *c, const bt_msg_t *msg) {
     return BT_OK;
 }
 
+/*  Runs one TASK; sends WEIGHTS first when the task asks to publish, then RESULT or FAIL (with
+    its status: BT_ENOMEM tells the controller a retry would fail the same way). */
 static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     int64_t id;
-    const char *kind;
+    const char *kind = "";
+    bt_clear_error(); /* the reason of a failure is this task's */
     bt_msg_t *res = bt_msg_new(BT_MSG_RESULT);
     if (!res)
         return bt_fail(BT_ENOMEM, "worker: out of memory");
@@ -433,13 +485,20 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     if (st == BT_OK) /* model compute, for the orchestration-overhead benchmark */
         st = bt_msg_set_double(res, "compute_s", bt_now() - t0);
     if (st != BT_OK) {
+        /* a chain of tensor ops fails as a whole; its first error says what happened */
+        bt_status code = st == BT_ENOMEM || bt_last_status() == BT_ENOMEM ? BT_ENOMEM : st;
         char reason[512];
-        snprintf(reason, sizeof reason, "%s", bt_last_error());
+        if (code == BT_ENOMEM) {
+            s_oom_reason(c, kind, reason, sizeof reason);
+            bt_device_release_cache(c->dev); /* what the failed step cached */
+        } else
+            snprintf(reason, sizeof reason, "%s", bt_last_error());
         bt_msg_destroy(&res);
         res = bt_msg_new(BT_MSG_FAIL);
         if (!res)
             return BT_ENOMEM;
         bt_msg_set_str(res, "error", reason);
+        bt_msg_set_int(res, "status", code);
     }
     bt_msg_set_int(res, "task", st == BT_OK || id >= 0 ? id : 0);
     return bt_msg_send(&res, c->pipe, NULL, 0);
@@ -715,6 +774,8 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
         bt_msg_send(&stop, pipe, NULL, 0);
     }
     pthread_join(thread, NULL);
+    bt_device_format(c.dev, stats.device, sizeof stats.device);
+    stats.device_peak = c.peak_bytes;
     bt_msg_t *bye = crashed ? NULL : bt_msg_new(BT_MSG_BYE); /* a crash says nothing */
     if (bye && !ok && c.error[0]) /* the controller can stop waiting for this worker */
         bt_msg_set_str(bye, "error", c.error);

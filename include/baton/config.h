@@ -29,6 +29,12 @@ typedef enum bt_config_task_kind {
 
 typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1 } bt_config_phase;
 
+/*  run.precision.  Values appear in configs: append only. */
+typedef enum bt_config_precision {
+    BT_CONFIG_PRECISION_FLOAT32 = 0, /* "float32" */
+    BT_CONFIG_PRECISION_BF16 = 1     /* "bf16": forward passes under autocast to bfloat16 */
+} bt_config_precision;
+
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train/eval, reward.service: with the NUL */
 #define BT_CONFIG_MAX_VARIANTS 8
@@ -52,6 +58,7 @@ typedef struct bt_run_config {
         int64_t seed;
         int64_t threads; /* 0: libtorch's default */
         char device[BT_CONFIG_NAME_MAX];
+        bt_config_precision precision;
         int64_t log_every;
     } run;
     bt_model_config model; /* the model.* keys but model.path */
@@ -228,6 +235,9 @@ void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out);
 void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedule *out);
 /*  AdamW of both phases: grpo.beta1, grpo.beta2, grpo.weight_decay, eps 1e-8. */
 void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out);
+/*  The dtype of the models' forward passes (bt_model_set_precision): BT_F32, or BT_BF16 for
+    run.precision "bf16". */
+bt_dtype bt_config_precision_dtype(const bt_run_config *cfg);
 void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out);
 /*  heldout_path is NULL when task.eval is empty. */
 void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out);

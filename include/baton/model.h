@@ -75,6 +75,14 @@ void bt_model_destroy(bt_model **self_p);
 /*  Borrowed: valid while self lives. */
 const bt_model_config *bt_model_get_config(const bt_model *self);
 bt_device bt_model_device(const bt_model *self);
+/*  The precision of the forward passes (run.precision): BT_F32 (the default: everything in
+    float32) or BT_BF16, which runs every forward pass under autocast to bfloat16 on the model's
+    device type (bt_autocast_enter): matrix products in bfloat16, the parameters, the residual
+    stream, norms and the returned logits in float32.  The parameters stay float32 either way
+    (AdamW updates float32 master weights); run backward passes outside the forward, as the
+    trainer does.  BT_EINVAL for another dtype. */
+bt_status bt_model_set_precision(bt_model *self, bt_dtype compute);
+bt_dtype bt_model_precision(const bt_model *self);
 
 /*  The parameters, in a fixed order: model.embed_tokens.weight, then per layer N
     model.layers.N.{input_layernorm, self_attn.q_proj, self_attn.k_proj, self_attn.v_proj,
@@ -87,8 +95,9 @@ const char *bt_model_param_name(const bt_model *self, int i);
 /*  The parameter called name, or NULL. */
 bt_tensor *bt_model_find_param(const bt_model *self, const char *name);
 
-/*  Logits (B, T, V) F32 of ids (B, T) under mask (B, T), both on the model's device.  Recorded by
-   autograd when grad mode is on.  The result lives in ctx. */
+/*  Logits (B, T, V) F32 of ids (B, T) under mask (B, T), both on the model's device, computed at
+   the model's precision and returned as float32.  Recorded by autograd when grad mode is on.  The
+   result lives in ctx. */
 bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask);
 /*  Log-probs (B, T-1) F32 of the given next tokens: element t is log P(ids[:, t+1] | ids[:, <= t])
     under log_softmax(logits / temperature).  temperature > 0; 1 leaves the logits as they are.
@@ -97,7 +106,8 @@ bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tens
 bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask,
                                    double temperature, bt_tensor **entropy);
 
-/*  Keys and values of past tokens for incremental decoding: per layer (B, Hkv, max_len, D), plus
+/*  Keys and values of past tokens for incremental decoding: per layer (B, Hkv, max_len, D) in the
+    model's precision (F32 or BF16, as autocast would cast them for attention), plus
     which slots hold real tokens (B, max_len) and each row's next position (B).  Caller owns the
     result; destroy with bt_kv_cache_destroy().  NULL on failure. */
 typedef struct bt_kv_cache bt_kv_cache;

@@ -31,6 +31,10 @@ const char *bt_status_str(bt_status status);
 
 /*  The detail of the last error on this thread.  Borrowed: valid until the next error on this thread. */
 const char *bt_last_error(void);
+/*  The status that error was recorded with (BT_OK when there is none): a caller that got a
+    generic failure from a chain of calls (a NULL tensor) learns from it what happened first,
+    e.g. BT_ENOMEM. */
+bt_status bt_last_status(void);
 /*  Records a printf-style detail as this thread's last error and returns status, so callers can
     write `return bt_fail(BT_EINVAL, "...", ...)`. */
 bt_status bt_fail(bt_status status, const char *fmt, ...)

@@ -67,6 +67,37 @@ bt_status   bt_threads_from_env(void);
 const char *bt_torch_version(void);
 bool        bt_torch_has_cuda(void);
 
+/* ---- mixed precision (as torch.autocast) ----------------------------------------------------
+    Inside a scope, on the scope's device type and this thread only, the matrix products (linear,
+    matmul, attention) cast their inputs to the scope's dtype and return it, as torch.autocast
+    does; everything else keeps the dtypes it is given, and the tensors the products read (float32
+    master weights) are not changed.  Scopes nest; leaving the outermost drops the casts of weights
+    it cached, so an optimizer step after it is seen by the next scope.  Run the backward pass
+    outside the scope, as PyTorch advises. */
+typedef struct bt_autocast {
+    bool active;       /* the scope changed the thread's state and bt_autocast_exit restores it */
+    bool prev_enabled; /* what bt_autocast_enter found */
+    int32_t prev_dtype;
+    bt_device_type device_type;
+} bt_autocast;
+
+/*  Enters a scope on device's type with dtype BT_BF16 or BT_F16; BT_F32 enters an empty scope that
+    changes nothing.  BT_EINVAL for another dtype.  Leave it with bt_autocast_exit, on the same
+    thread, inner scopes first. */
+bt_status bt_autocast_enter(bt_device device, bt_dtype dtype, bt_autocast *scope);
+void      bt_autocast_exit(bt_autocast *scope);
+
+/* ---- device memory ------------------------------------------------------------------------- */
+/*  Gives the device memory that libtorch's caching allocator holds but no tensor uses back to the
+    driver (CUDA's emptyCache), so another process or role on the GPU can have it; call it after
+    freeing a model, a trainer or a large batch.  A no-op on the CPU and in a build without CUDA.
+    Memory still in use is untouched. */
+void      bt_device_release_cache(bt_device device);
+/*  Bytes in use by tensors now and at the most since the process started, and bytes the caching
+    allocator holds (in use or cached), on a CUDA device; any pointer may be NULL.  All 0 on the
+    CPU and in a build without CUDA (use the process's RSS there). */
+bt_status bt_device_memory(bt_device device, size_t *allocated, size_t *peak, size_t *reserved);
+
 /* ---- contexts (arenas of tensors) ----------------------------------------------------------- */
 /*  Caller owns the result; destroy with bt_ctx_destroy(). */
 bt_ctx *bt_ctx_new(void);

@@ -20,6 +20,8 @@ typedef struct bt_worker_stats {
     int64_t joins;           /* WELCOMEs: 1, plus one per rejoin after the controller forgot it */
     int64_t tasks;           /* TASKs handed to it */
     int64_t tasks_last_join; /* of them, since its last WELCOME */
+    char device[16];         /* where its models lived: "cpu", "cuda:N" */
+    size_t device_peak;      /* CUDA: the most bytes its tensors held at once; 0 on the CPU */
 } bt_worker_stats;
 
 typedef struct bt_worker_options {
