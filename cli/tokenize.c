@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include "baton/fileio.h"
 #include "baton/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -10,24 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/*  A JSON string literal of len bytes: quotes, backslashes and control characters escaped, every
-    other byte (invalid UTF-8 included) as it is. */
-static void s_put_json_string(const char *s, size_t len) {
-    putchar('"');
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", stdout);
-        else if (c < 0x20 || c == 0x7F)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
 
 static int s_encode_line(const bt_tokenizer_t *tok, const char *text, size_t len, bool bos,
                          int32_t **ids, size_t *cap, long line) {
@@ -89,7 +72,7 @@ static int s_decode_line(const bt_tokenizer_t *tok, const char *line_text, bool 
     }
     if (rc == 0) {
         if (json)
-            s_put_json_string(text ? text : "", len);
+            bt_file_put_json_string(stdout, text ? text : "", len);
         else
             fwrite(text ? text : "", 1, len, stdout);
         putchar('\n');

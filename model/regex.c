@@ -12,14 +12,25 @@
 
 /* ---- the tree ------------------------------------------------------------------------------ */
 
-typedef enum { N_EMPTY, N_CHAR, N_CLASS, N_ANY, N_CONCAT, N_ALT, N_REPEAT, N_LOOK, N_BOL, N_EOL } s_kind;
+typedef enum {
+    N_EMPTY,
+    N_CHAR,
+    N_CLASS,
+    N_ANY,
+    N_CONCAT,
+    N_ALT,
+    N_REPEAT,
+    N_LOOK,
+    N_BOL,
+    N_EOL
+} s_kind;
 
 typedef struct {
     s_kind kind;
-    uint32_t c;      /* N_CHAR: the code point; N_CLASS: the class index */
-    bool flag;       /* N_CHAR: fold ASCII case; N_REPEAT: lazy; N_LOOK: negative */
-    int a, b;        /* children: N_CONCAT/N_ALT a, b; N_REPEAT/N_LOOK a */
-    int min, max;    /* N_REPEAT; max -1 is unbounded */
+    uint32_t c;   /* N_CHAR: the code point; N_CLASS: the class index */
+    bool flag;    /* N_CHAR: fold ASCII case; N_REPEAT: lazy; N_LOOK: negative */
+    int a, b;     /* children: N_CONCAT/N_ALT a, b; N_REPEAT/N_LOOK a */
+    int min, max; /* N_REPEAT; max -1 is unbounded */
 } s_node;
 
 typedef enum { K_RANGE, K_MAJOR, K_CATEGORY, K_SPACE, K_DIGIT, K_WORD } s_item_kind;
@@ -166,21 +177,17 @@ static const struct {
     int category; /* a bt_uc_category, or -1 for a major class */
     char major;
 } s_categories[] = {
-    {"L", -1, 'L'},          {"Letter", -1, 'L'},      {"M", -1, 'M'},
-    {"Mark", -1, 'M'},       {"N", -1, 'N'},           {"Number", -1, 'N'},
-    {"P", -1, 'P'},          {"Punctuation", -1, 'P'}, {"S", -1, 'S'},
-    {"Symbol", -1, 'S'},     {"Z", -1, 'Z'},           {"Separator", -1, 'Z'},
-    {"C", -1, 'C'},          {"Other", -1, 'C'},       {"Lu", BT_UC_LU, 0},
-    {"Ll", BT_UC_LL, 0},     {"Lt", BT_UC_LT, 0},      {"Lm", BT_UC_LM, 0},
-    {"Lo", BT_UC_LO, 0},     {"Mn", BT_UC_MN, 0},      {"Mc", BT_UC_MC, 0},
-    {"Me", BT_UC_ME, 0},     {"Nd", BT_UC_ND, 0},      {"Nl", BT_UC_NL, 0},
-    {"No", BT_UC_NO, 0},     {"Pc", BT_UC_PC, 0},      {"Pd", BT_UC_PD, 0},
-    {"Ps", BT_UC_PS, 0},     {"Pe", BT_UC_PE, 0},      {"Pi", BT_UC_PI, 0},
-    {"Pf", BT_UC_PF, 0},     {"Po", BT_UC_PO, 0},      {"Sm", BT_UC_SM, 0},
-    {"Sc", BT_UC_SC, 0},     {"Sk", BT_UC_SK, 0},      {"So", BT_UC_SO, 0},
-    {"Zs", BT_UC_ZS, 0},     {"Zl", BT_UC_ZL, 0},      {"Zp", BT_UC_ZP, 0},
-    {"Cc", BT_UC_CC, 0},     {"Cf", BT_UC_CF, 0},      {"Cs", BT_UC_CS, 0},
-    {"Co", BT_UC_CO, 0},     {"Cn", BT_UC_CN, 0},
+    {"L", -1, 'L'},      {"Letter", -1, 'L'}, {"M", -1, 'M'},      {"Mark", -1, 'M'},
+    {"N", -1, 'N'},      {"Number", -1, 'N'}, {"P", -1, 'P'},      {"Punctuation", -1, 'P'},
+    {"S", -1, 'S'},      {"Symbol", -1, 'S'}, {"Z", -1, 'Z'},      {"Separator", -1, 'Z'},
+    {"C", -1, 'C'},      {"Other", -1, 'C'},  {"Lu", BT_UC_LU, 0}, {"Ll", BT_UC_LL, 0},
+    {"Lt", BT_UC_LT, 0}, {"Lm", BT_UC_LM, 0}, {"Lo", BT_UC_LO, 0}, {"Mn", BT_UC_MN, 0},
+    {"Mc", BT_UC_MC, 0}, {"Me", BT_UC_ME, 0}, {"Nd", BT_UC_ND, 0}, {"Nl", BT_UC_NL, 0},
+    {"No", BT_UC_NO, 0}, {"Pc", BT_UC_PC, 0}, {"Pd", BT_UC_PD, 0}, {"Ps", BT_UC_PS, 0},
+    {"Pe", BT_UC_PE, 0}, {"Pi", BT_UC_PI, 0}, {"Pf", BT_UC_PF, 0}, {"Po", BT_UC_PO, 0},
+    {"Sm", BT_UC_SM, 0}, {"Sc", BT_UC_SC, 0}, {"Sk", BT_UC_SK, 0}, {"So", BT_UC_SO, 0},
+    {"Zs", BT_UC_ZS, 0}, {"Zl", BT_UC_ZL, 0}, {"Zp", BT_UC_ZP, 0}, {"Cc", BT_UC_CC, 0},
+    {"Cf", BT_UC_CF, 0}, {"Cs", BT_UC_CS, 0}, {"Co", BT_UC_CO, 0}, {"Cn", BT_UC_CN, 0},
 };
 
 /*  After `\p` or `\P`: `{Name}` or a single letter. */
@@ -225,19 +232,12 @@ static bool s_parse_escape(s_parser *p, bool *is_item, s_item *item, uint32_t *c
             return s_err(p, "unknown Unicode category after \\p"), false;
         return true;
     case 's':
-    case 'S':
-        *item = (s_item){K_SPACE, e == 'S', 0, 0};
-        return true;
+    case 'S': *item = (s_item){K_SPACE, e == 'S', 0, 0}; return true;
     case 'd':
-    case 'D':
-        *item = (s_item){K_DIGIT, e == 'D', 0, 0};
-        return true;
+    case 'D': *item = (s_item){K_DIGIT, e == 'D', 0, 0}; return true;
     case 'w':
-    case 'W':
-        *item = (s_item){K_WORD, e == 'W', 0, 0};
-        return true;
-    default:
-        break;
+    case 'W': *item = (s_item){K_WORD, e == 'W', 0, 0}; return true;
+    default: break;
     }
     *is_item = false;
     switch (e) {
@@ -256,13 +256,31 @@ static bool s_parse_escape(s_parser *p, bool *is_item, s_item *item, uint32_t *c
             return true;
         return s_err(p, "bad \\u escape"), false;
     default:
-        if (e < 128 && ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))) {
+        if (e < 128 &&
+            ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))) {
             p->i--;
             return s_err(p, "unsupported escape"), false;
         }
         *c = e; /* escaped punctuation or a non-ASCII code point stands for itself */
         return true;
     }
+}
+
+/*  Registers cls and returns an N_CLASS node for it. */
+static int s_class_node(s_parser *p, s_class cls) {
+    if (p->n_classes == p->cap_classes) {
+        int cap = p->cap_classes ? 2 * p->cap_classes : 8;
+        s_class *grown = realloc(p->classes, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return p->st = bt_fail(BT_ENOMEM, "regex: out of memory"), -1;
+        p->classes = grown;
+        p->cap_classes = cap;
+    }
+    p->classes[p->n_classes] = cls;
+    int n = s_node_new(p, N_CLASS);
+    if (n >= 0)
+        p->nodes[n].c = (uint32_t)p->n_classes++;
+    return n;
 }
 
 /*  After `[`: items up to `]`. */
@@ -312,39 +330,13 @@ static int s_parse_class(s_parser *p) {
         return s_err(p, "unterminated [");
     p->i++; /* ] */
     cls.count = p->n_items - cls.first;
-    if (p->n_classes == p->cap_classes) {
-        int cap = p->cap_classes ? 2 * p->cap_classes : 8;
-        s_class *grown = realloc(p->classes, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return p->st = bt_fail(BT_ENOMEM, "regex: out of memory"), -1;
-        p->classes = grown;
-        p->cap_classes = cap;
-    }
-    p->classes[p->n_classes] = cls;
-    int n = s_node_new(p, N_CLASS);
-    if (n >= 0)
-        p->nodes[n].c = (uint32_t)p->n_classes++;
-    return n;
+    return s_class_node(p, cls);
 }
 
 /*  A single-item class for \p, \s, ... outside brackets. */
 static int s_item_class(s_parser *p, s_item it) {
     s_class cls = {p->n_items, 1, false};
-    if (!s_item_add(p, it))
-        return -1;
-    if (p->n_classes == p->cap_classes) {
-        int cap = p->cap_classes ? 2 * p->cap_classes : 8;
-        s_class *grown = realloc(p->classes, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return p->st = bt_fail(BT_ENOMEM, "regex: out of memory"), -1;
-        p->classes = grown;
-        p->cap_classes = cap;
-    }
-    p->classes[p->n_classes] = cls;
-    int n = s_node_new(p, N_CLASS);
-    if (n >= 0)
-        p->nodes[n].c = (uint32_t)p->n_classes++;
-    return n;
+    return s_item_add(p, it) ? s_class_node(p, cls) : -1;
 }
 
 static int s_parse_alt(s_parser *p);
@@ -388,14 +380,10 @@ static int s_parse_atom(s_parser *p) {
         }
         return n;
     }
-    case '[':
-        return s_parse_class(p);
-    case '.':
-        return s_node_new(p, N_ANY);
-    case '^':
-        return s_node_new(p, N_BOL);
-    case '$':
-        return s_node_new(p, N_EOL);
+    case '[': return s_parse_class(p);
+    case '.': return s_node_new(p, N_ANY);
+    case '^': return s_node_new(p, N_BOL);
+    case '$': return s_node_new(p, N_EOL);
     case '\\': {
         bool is_item;
         s_item it;
@@ -409,11 +397,8 @@ static int s_parse_atom(s_parser *p) {
     case '*':
     case '+':
     case '?':
-    case '{':
-        p->i--;
-        return s_err(p, "nothing to repeat or unbalanced )");
-    default:
-        break;
+    case '{': p->i--; return s_err(p, "nothing to repeat or unbalanced )");
+    default: break;
     }
     int n = s_node_new(p, N_CHAR);
     if (n >= 0) {
@@ -514,16 +499,11 @@ static bool s_nullable(const s_node *nodes, int n) {
     case N_EMPTY:
     case N_LOOK:
     case N_BOL:
-    case N_EOL:
-        return true;
-    case N_CONCAT:
-        return s_nullable(nodes, x->a) && s_nullable(nodes, x->b);
-    case N_ALT:
-        return s_nullable(nodes, x->a) || s_nullable(nodes, x->b);
-    case N_REPEAT:
-        return x->min == 0 || s_nullable(nodes, x->a);
-    default:
-        return false;
+    case N_EOL: return true;
+    case N_CONCAT: return s_nullable(nodes, x->a) && s_nullable(nodes, x->b);
+    case N_ALT: return s_nullable(nodes, x->a) || s_nullable(nodes, x->b);
+    case N_REPEAT: return x->min == 0 || s_nullable(nodes, x->a);
+    default: return false;
     }
 }
 
@@ -553,20 +533,13 @@ static int s_emit(s_emitter *e, s_inst in) {
 static bool s_compile(s_emitter *e, const s_node *nodes, int n) {
     const s_node *x = &nodes[n];
     switch (x->kind) {
-    case N_EMPTY:
-        return true;
-    case N_CHAR:
-        return s_emit(e, (s_inst){.op = I_CHAR, .c = x->c, .flag = x->flag}) >= 0;
-    case N_CLASS:
-        return s_emit(e, (s_inst){.op = I_CLASS, .c = x->c}) >= 0;
-    case N_ANY:
-        return s_emit(e, (s_inst){.op = I_ANY}) >= 0;
-    case N_BOL:
-        return s_emit(e, (s_inst){.op = I_BOL}) >= 0;
-    case N_EOL:
-        return s_emit(e, (s_inst){.op = I_EOL}) >= 0;
-    case N_CONCAT:
-        return s_compile(e, nodes, x->a) && s_compile(e, nodes, x->b);
+    case N_EMPTY: return true;
+    case N_CHAR: return s_emit(e, (s_inst){.op = I_CHAR, .c = x->c, .flag = x->flag}) >= 0;
+    case N_CLASS: return s_emit(e, (s_inst){.op = I_CLASS, .c = x->c}) >= 0;
+    case N_ANY: return s_emit(e, (s_inst){.op = I_ANY}) >= 0;
+    case N_BOL: return s_emit(e, (s_inst){.op = I_BOL}) >= 0;
+    case N_EOL: return s_emit(e, (s_inst){.op = I_EOL}) >= 0;
+    case N_CONCAT: return s_compile(e, nodes, x->a) && s_compile(e, nodes, x->b);
     case N_ALT: {
         int split = s_emit(e, (s_inst){.op = I_SPLIT});
         if (split < 0 || !s_compile(e, nodes, x->a))
@@ -624,14 +597,10 @@ static bool s_has_empty_loop(const s_node *nodes, int n) {
     const s_node *x = &nodes[n];
     switch (x->kind) {
     case N_CONCAT:
-    case N_ALT:
-        return s_has_empty_loop(nodes, x->a) || s_has_empty_loop(nodes, x->b);
-    case N_LOOK:
-        return s_has_empty_loop(nodes, x->a);
-    case N_REPEAT:
-        return (x->max < 0 && s_nullable(nodes, x->a)) || s_has_empty_loop(nodes, x->a);
-    default:
-        return false;
+    case N_ALT: return s_has_empty_loop(nodes, x->a) || s_has_empty_loop(nodes, x->b);
+    case N_LOOK: return s_has_empty_loop(nodes, x->a);
+    case N_REPEAT: return (x->max < 0 && s_nullable(nodes, x->a)) || s_has_empty_loop(nodes, x->a);
+    default: return false;
     }
 }
 
@@ -710,21 +679,11 @@ void bt_regex_destroy(bt_regex_t **self_p) {
 static bool s_item_matches(const s_item *it, uint32_t c) {
     bool in;
     switch (it->kind) {
-    case K_RANGE:
-        in = c >= it->lo && c <= it->hi;
-        break;
-    case K_MAJOR:
-        in = bt_uc_major(bt_uc_category_of(c)) == (char)it->lo;
-        break;
-    case K_CATEGORY:
-        in = bt_uc_category_of(c) == (bt_uc_category)it->lo;
-        break;
-    case K_SPACE:
-        in = bt_uc_is_white_space(c);
-        break;
-    case K_DIGIT:
-        in = bt_uc_category_of(c) == BT_UC_ND;
-        break;
+    case K_RANGE: in = c >= it->lo && c <= it->hi; break;
+    case K_MAJOR: in = bt_uc_major(bt_uc_category_of(c)) == (char)it->lo; break;
+    case K_CATEGORY: in = bt_uc_category_of(c) == (bt_uc_category)it->lo; break;
+    case K_SPACE: in = bt_uc_is_white_space(c); break;
+    case K_DIGIT: in = bt_uc_category_of(c) == BT_UC_ND; break;
     default: { /* K_WORD */
         bt_uc_category k = bt_uc_category_of(c);
         char m = bt_uc_major(k);
@@ -782,9 +741,7 @@ static int64_t s_run(const bt_regex_t *re, const uint32_t *cps, size_t n, size_t
             ok = pos == n;
             pc++;
             break;
-        case I_JMP:
-            pc = in->x;
-            break;
+        case I_JMP: pc = in->x; break;
         case I_SPLIT:
             if (depth == cap) {
                 s_thread *grown = malloc(2 * cap * sizeof *grown);
@@ -803,9 +760,7 @@ static int64_t s_run(const bt_regex_t *re, const uint32_t *cps, size_t n, size_t
             ok = (s_run(re, cps, n, pos, in->x) >= 0) != in->flag;
             pc = in->y;
             break;
-        case I_MATCH:
-            result = (int64_t)pos;
-            goto out;
+        case I_MATCH: result = (int64_t)pos; goto out;
         }
         if (!ok) {
             if (depth == 0)

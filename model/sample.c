@@ -7,9 +7,12 @@
 #include <string.h>
 
 void bt_sample_config_init(bt_sample_config *cfg) {
-    *cfg = (bt_sample_config){
-        .max_new_tokens = 64, .temperature = 1.0, .top_k = 0, .top_p = 1.0, .use_cache = true,
-        .eos = -1};
+    *cfg = (bt_sample_config){.max_new_tokens = 64,
+                              .temperature = 1.0,
+                              .top_k = 0,
+                              .top_p = 1.0,
+                              .use_cache = true,
+                              .eos = -1};
 }
 
 static bt_status s_check_config(const bt_sample_config *cfg, const bt_gen *gen) {

@@ -22,7 +22,8 @@
 #define S_MAX_STEPS 8 /* pre-tokenizer steps */
 
 /*  GPT-2's ByteLevel pre-tokenizer pattern, used when a ByteLevel step says use_regex. */
-#define S_GPT2_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define S_GPT2_PATTERN                                                                             \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 typedef struct {
     int32_t id;
@@ -50,16 +51,16 @@ struct bt_tokenizer {
     bt_tokenizer_kind kind;
     int32_t bos, eos, pad, vocab_size;
     /* BPE only */
-    char *arena;       /* the bytes of every token, back to back */
-    size_t *tok_off;   /* (vocab_size + 1) offsets into arena; an id with no token has length 0 */
-    bool *tok_known;   /* (vocab_size) */
-    size_t max_token;  /* longest token in bytes */
-    s_table vocab;     /* bytes -> id (model vocabulary only) */
-    s_merge *merges;   /* (n_merges) in rank order */
+    char *arena;      /* the bytes of every token, back to back */
+    size_t *tok_off;  /* (vocab_size + 1) offsets into arena; an id with no token has length 0 */
+    bool *tok_known;  /* (vocab_size) */
+    size_t max_token; /* longest token in bytes */
+    s_table vocab;    /* bytes -> id (model vocabulary only) */
+    s_merge *merges;  /* (n_merges) in rank order */
     int32_t n_merges;
-    s_table merge_of;  /* (left, right) -> rank */
+    s_table merge_of; /* (left, right) -> rank */
     int32_t byte_id[256];
-    s_added *added;    /* longest first */
+    s_added *added; /* longest first */
     int n_added;
     bool added_first[256]; /* bytes that begin some added token */
     bool nfc, ignore_merges;
@@ -250,8 +251,7 @@ static void s_vocab_insert(bt_tokenizer_t *t, int32_t id) {
 
 /*  The rank of the merge (left, right), or -1. */
 static int32_t s_merge_find(const bt_tokenizer_t *t, int32_t left, int32_t right) {
-    for (size_t h = s_pair_hash(left, right) & t->merge_of.mask;;
-         h = (h + 1) & t->merge_of.mask) {
+    for (size_t h = s_pair_hash(left, right) & t->merge_of.mask;; h = (h + 1) & t->merge_of.mask) {
         int32_t r = t->merge_of.slots[h];
         if (r < 0 || (t->merges[r].left == left && t->merges[r].right == right))
             return r;
@@ -390,8 +390,8 @@ static bt_status s_bpe(const bt_tokenizer_t *self, const char *piece, size_t len
 
 /*  Splits pieces by every match of re (matches and the text between them both become pieces,
     Hugging Face's "Isolated" behaviour). */
-static bt_status s_split(const bt_regex_t *re, const s_buf *buf, const s_pieces *in,
-                         s_pieces *out, uint32_t **cps, size_t **offs, size_t *cap) {
+static bt_status s_split(const bt_regex_t *re, const s_buf *buf, const s_pieces *in, s_pieces *out,
+                         uint32_t **cps, size_t **offs, size_t *cap) {
     for (size_t k = 0; k < in->n; k++) {
         const char *p = buf->v + in->v[k].off;
         size_t len = in->v[k].len, n = 0;
@@ -418,9 +418,10 @@ static bt_status s_split(const bt_regex_t *re, const s_buf *buf, const s_pieces 
             int64_t end = bt_regex_match_at(re, *cps, n, at);
             if (end > (int64_t)at) {
                 if (last < at)
-                    ok = s_pieces_push(out, in->v[k].off + (*offs)[last], (*offs)[at] - (*offs)[last]);
-                ok = ok && s_pieces_push(out, in->v[k].off + (*offs)[at],
-                                         (*offs)[end] - (*offs)[at]);
+                    ok = s_pieces_push(out, in->v[k].off + (*offs)[last],
+                                       (*offs)[at] - (*offs)[last]);
+                ok = ok &&
+                     s_pieces_push(out, in->v[k].off + (*offs)[at], (*offs)[end] - (*offs)[at]);
                 at = last = (size_t)end;
             } else
                 at++;
@@ -716,8 +717,9 @@ static bt_status s_pre_tokenizer(bt_tokenizer_t *t, const char *path, const cJSO
         if (cJSON_IsString(re))
             return s_add_step(t, path, re->valuestring, false);
         if (!cJSON_IsString(lit))
-            return bt_fail(BT_EFORMAT, "%s: pre_tokenizer Split: pattern needs \"Regex\" or "
-                                       "\"String\"",
+            return bt_fail(BT_EFORMAT,
+                           "%s: pre_tokenizer Split: pattern needs \"Regex\" or "
+                           "\"String\"",
                            path);
         char *p = s_literal_pattern(lit->valuestring);
         if (!p)
@@ -770,7 +772,8 @@ static int32_t s_template_bos(const cJSON *pp) {
         return -1;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(pp, "special_tokens");
-    const cJSON *entry = cJSON_IsString(name) ? cJSON_GetObjectItemCaseSensitive(tokens, name->valuestring) : NULL;
+    const cJSON *entry =
+        cJSON_IsString(name) ? cJSON_GetObjectItemCaseSensitive(tokens, name->valuestring) : NULL;
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(entry, "ids");
     const cJSON *id = cJSON_GetArrayItem(ids, 0);
     return cJSON_IsNumber(id) ? (int32_t)id->valuedouble : -1;
@@ -859,8 +862,9 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(item, "content");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > INT32_MAX - 1 ||
             !cJSON_IsString(content)) {
-            st = bt_fail(BT_EFORMAT, "%s: added_tokens[%d]: needs an \"id\" >= 0 and a string "
-                                     "\"content\"",
+            st = bt_fail(BT_EFORMAT,
+                         "%s: added_tokens[%d]: needs an \"id\" >= 0 and a string "
+                         "\"content\"",
                          path, k);
             break;
         }
@@ -935,8 +939,9 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         char c = (char)(unsigned char)b;
         t->byte_id[b] = s_vocab_find(t, &c, 1);
         if (t->byte_id[b] < 0)
-            st = bt_fail(BT_EFORMAT, "%s: model.vocab has no token for byte 0x%02X (not a "
-                                     "byte-level BPE vocabulary)",
+            st = bt_fail(BT_EFORMAT,
+                         "%s: model.vocab has no token for byte 0x%02X (not a "
+                         "byte-level BPE vocabulary)",
                          path, b);
     }
     if (st == BT_OK && t->n_added > 1)
@@ -987,9 +992,12 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         s_merge m = {s_vocab_find(t, left.v, left.n - right.n), s_vocab_find(t, right.v, right.n),
                      s_vocab_find(t, left.v, left.n)};
         if (m.left < 0 || m.right < 0 || m.merged < 0) {
-            st = bt_fail(BT_EFORMAT, "%s: model.merges[%d]: \"%s\" + \"%s\": %s is not in the "
-                                     "vocabulary",
-                         path, rank, a, b, m.merged < 0 && m.left >= 0 && m.right >= 0 ? "the merged token" : "a part");
+            st = bt_fail(BT_EFORMAT,
+                         "%s: model.merges[%d]: \"%s\" + \"%s\": %s is not in the "
+                         "vocabulary",
+                         path, rank, a, b,
+                         m.merged < 0 && m.left >= 0 && m.right >= 0 ? "the merged token"
+                                                                     : "a part");
             break;
         }
         if (s_merge_find(t, m.left, m.right) >= 0) { /* a repeated pair keeps its first rank */
@@ -1076,8 +1084,8 @@ static bt_status s_bpe_load(const char *dir, bt_tokenizer_t *t) {
         if (t->bos < 0 && !cJSON_IsFalse(add))
             t->bos = bos;
         if (t->bos >= t->vocab_size)
-            st = bt_fail(BT_EFORMAT, "%s: post_processor: BOS id %d is not in the vocabulary",
-                         path, t->bos);
+            st = bt_fail(BT_EFORMAT, "%s: post_processor: BOS id %d is not in the vocabulary", path,
+                         t->bos);
         if (t->pad < 0)
             t->pad = t->eos;
     }
@@ -1092,7 +1100,6 @@ static bt_status s_config_path(const char *dir, char *path, size_t len) {
         return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
     return BT_OK;
 }
-
 
 /*  The keys of a byte-level config and the value each must hold. */
 static const struct {
@@ -1151,7 +1158,6 @@ static bt_status s_check_config(const char *path, const cJSON *root) {
     }
     return BT_OK;
 }
-
 
 /* ---- load and save --------------------------------------------------------------------------- */
 

@@ -16,6 +16,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/*  Runs a shell command; its stdout (add 2>&1 for stderr) goes into out, NUL-terminated, cut at
+    cap - 1 bytes; returns the exit status (-1 when it did not exit normally). */
+static inline int runs_capture(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+    out[n] = '\0';
+    int st = p ? pclose(p) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static inline int runs_cmp_lines(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }

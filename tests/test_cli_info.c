@@ -3,21 +3,11 @@
 #define _DEFAULT_SOURCE
 #include "baton/tensor.h"
 #include "check.h"
+#include "runs.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/wait.h>
-
-/*  Runs a shell command; its stdout goes into out; returns the exit status. */
-static int s_run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 int main(void) {
     const char *bin = getenv("BATON_BIN");
@@ -27,7 +17,7 @@ int main(void) {
     char cmd[PATH_MAX + 64], out[4096];
 
     snprintf(cmd, sizeof cmd, "BATON_THREADS=2 %s info --json", bin);
-    CHECK(s_run(cmd, out, sizeof out) == 0);
+    CHECK(runs_capture(cmd, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, "\"threads\":2,");
     char want[128];
     snprintf(want, sizeof want, "\"torch\":\"%s\"", bt_torch_version());
@@ -43,14 +33,14 @@ int main(void) {
     }
 
     snprintf(cmd, sizeof cmd, "%s info", bin);
-    CHECK(s_run(cmd, out, sizeof out) == 0);
+    CHECK(runs_capture(cmd, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, "blas         openblas");
 
     snprintf(cmd, sizeof cmd, "BATON_THREADS=zero %s info 2>&1", bin);
-    CHECK(s_run(cmd, out, sizeof out) == 2);
+    CHECK(runs_capture(cmd, out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "BATON_THREADS: expected an integer");
     snprintf(cmd, sizeof cmd, "%s frobnicate 2>&1", bin);
-    CHECK(s_run(cmd, out, sizeof out) == 2);
+    CHECK(runs_capture(cmd, out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "unknown command \"frobnicate\"");
     return check_exit();
 }

@@ -2,6 +2,7 @@
     directory; on a good config: exit 0 with config.json, metrics.jsonl and events.jsonl. */
 #define _DEFAULT_SOURCE
 #include "check.h"
+#include "runs.h"
 
 #include <limits.h>
 #include <stdbool.h>
@@ -15,11 +16,7 @@ static char s_tmp[64];
 static int s_run(const char *args, char *out, size_t cap) {
     char cmd[PATH_MAX * 2];
     snprintf(cmd, sizeof cmd, "cd %s && %s run %s 2>&1", s_tmp, getenv("BATON_BIN"), args);
-    FILE *p = popen(cmd, "r");
-    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
-    out[n] = '\0';
-    int st = p ? pclose(p) : -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return runs_capture(cmd, out, cap);
 }
 
 static bool s_exists(const char *rel) {

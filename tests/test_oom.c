@@ -45,7 +45,7 @@ static size_t s_startup_size(const char *tmp) {
     char endpoint[128];
     snprintf(endpoint, sizeof endpoint, "ipc://%s/nobody.ipc", tmp);
     const char *args[] = {"worker", "--connect", endpoint,         "--role", "trainer",
-                          "--name", "probe",     "--join-timeout", "0.3",      NULL};
+                          "--name", "probe",     "--join-timeout", "0.3",    NULL};
     pid_t pid = runs_spawn(args);
     size_t peak = 0;
     while (waitpid(pid, NULL, WNOHANG) == 0) {

@@ -9,6 +9,7 @@
 
 #include "bpe_fixture.h"
 #include "check.h"
+#include "runs.h"
 
 #include <limits.h>
 #include <stdbool.h>
@@ -111,11 +112,7 @@ static void s_write_model(const char *rel, int64_t vocab_size) {
 static int s_run(const char *args, char *out, size_t cap) {
     char cmd[PATH_MAX * 2];
     snprintf(cmd, sizeof cmd, "cd %s && %s run %s 2>&1", s_tmp, getenv("BATON_BIN"), args);
-    FILE *p = popen(cmd, "r");
-    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
-    out[n] = '\0';
-    int st = p ? pclose(p) : -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return runs_capture(cmd, out, cap);
 }
 
 static const char s_config[] =

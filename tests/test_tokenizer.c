@@ -10,10 +10,10 @@
 #include <ftw.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static char s_dir[64];
 
@@ -161,16 +161,15 @@ static void test_load_refuses_bad_configs(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent-dir/tokenizer_config.json");
 }
 
-
 /* ---- byte-level BPE ------------------------------------------------------------------------ */
 
 /*  Tokens 256.. made by the merges, in rank order: {left, right}. */
-static const char *const s_merges[][2] = {
-    {"h", "e"}, {"l", "l"},   {"he", "ll"}, {"hell", "o"}, {"a", "b"},         {"y", "z"},
-    {"b", "c"}, {"x", "y"},   {"a", "a"},   {"3", "4"},    {"\xC3", "\xA9"}, {" ", " "}};
+static const char *const s_merges[][2] = {{"h", "e"}, {"l", "l"}, {"he", "ll"},     {"hell", "o"},
+                                          {"a", "b"}, {"y", "z"}, {"b", "c"},       {"x", "y"},
+                                          {"a", "a"}, {"3", "4"}, {"\xC3", "\xA9"}, {" ", " "}};
 #define S_N_MERGES 12
 #define S_LLAMA3_PATTERN                                                                           \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "             \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "         \
     "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
 
 typedef struct {
@@ -247,8 +246,9 @@ static void s_write_bpe(const s_bpe_spec *spec) {
     free(j);
 }
 
-static const s_bpe_spec s_good = {"{\"type\": \"NFC\"}", "", "Isolated", S_LLAMA3_PATTERN, NULL,
-                                  "{\"eos_token\": \"<|end|>\", \"bos_token\": null}"};
+static const s_bpe_spec s_good = {
+    "{\"type\": \"NFC\"}", "",   "Isolated",
+    S_LLAMA3_PATTERN,      NULL, "{\"eos_token\": \"<|end|>\", \"bos_token\": null}"};
 
 /*  Encodes text and compares with the hand-computed ids. */
 #define EXPECT_IDS(tok, text, bos, ...)                                                            \
@@ -256,7 +256,7 @@ static const s_bpe_spec s_good = {"{\"type\": \"NFC\"}", "", "Isolated", S_LLAMA
         const int32_t _want[] = {__VA_ARGS__};                                                     \
         size_t _n_want = sizeof _want / sizeof _want[0], _n = 0;                                   \
         int32_t _got[64];                                                                          \
-        CHECK_OK(bt_tokenizer_encode(tok, text, strlen(text), bos, _got, 64, &_n));                 \
+        CHECK_OK(bt_tokenizer_encode(tok, text, strlen(text), bos, _got, 64, &_n));                \
         bool _same = _n == _n_want && memcmp(_got, _want, _n * sizeof *_got) == 0;                 \
         if (!_same) {                                                                              \
             fprintf(stderr, "%s:%d: \"%s\" gave", __FILE__, __LINE__, text);                       \
@@ -301,14 +301,20 @@ static void test_bpe_merges(void) {
     EXPECT_IDS(tok, "a <sep> b", false, 'a', 301, 'b');
     EXPECT_IDS(tok, "hello<|end|>hello", true, 299, 259, 300, 259);
     /* any bytes: invalid UTF-8 goes through byte by byte */
-    EXPECT_IDS(tok, "\xFF\xFE" "ab", false, 255, 254, 260);
+    EXPECT_IDS(tok,
+               "\xFF\xFE"
+               "ab",
+               false, 255, 254, 260);
 
     const int32_t ids[] = {299, 255, 254, 260, 259, 301, 266, 300, 'x'};
     char out[64];
     size_t len = 0;
     CHECK_OK(bt_tokenizer_decode(tok, ids, 9, out, sizeof out, &len));
     /* BOS skipped, stops at EOS */
-    CHECK(len == 16 && memcmp(out, "\xFF\xFE" "abhello<sep>\xC3\xA9", 16) == 0);
+    CHECK(len == 16 && memcmp(out,
+                              "\xFF\xFE"
+                              "abhello<sep>\xC3\xA9",
+                              16) == 0);
     CHECK(bt_tokenizer_max_token_bytes(tok) == 9); /* "<|begin|>" */
     size_t tlen = 0;
     const char *t = bt_tokenizer_token(tok, 303, &tlen);
@@ -340,7 +346,7 @@ static void test_bpe_ignore_merges(void) {
     CHECK_OK(bt_tokenizer_load(s_dir, &tok));
     if (!tok)
         return;
-    EXPECT_IDS(tok, "xyz", false, 268); /* a piece that is a token is taken whole */
+    EXPECT_IDS(tok, "xyz", false, 268);            /* a piece that is a token is taken whole */
     EXPECT_IDS(tok, "xyzz", false, 'x', 261, 'z'); /* not a token: merged as before */
     bt_tokenizer_destroy(&tok);
 }

@@ -247,9 +247,8 @@ static void s_chunk_free(s_chunk *c) {
 
 static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_new,
                                const bt_tokenizer_t *tok) {
-    *c = (s_chunk){.cap = cap,
-                   .k = k,
-                   .stride = max_new * (int64_t)bt_tokenizer_max_token_bytes(tok) + 1};
+    *c = (s_chunk){
+        .cap = cap, .k = k, .stride = max_new * (int64_t)bt_tokenizer_max_token_bytes(tok) + 1};
     c->ids = calloc((size_t)cap, sizeof *c->ids);
     c->lens = calloc((size_t)cap, sizeof *c->lens);
     c->index = calloc((size_t)cap, sizeof *c->index);

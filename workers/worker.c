@@ -74,8 +74,9 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     int64_t vocab = bt_model_get_config(m)->vocab_size;
     if (bt_tokenizer_vocab_size(c->tok) > vocab) {
         bt_model_destroy(&m);
-        return bt_fail(BT_EINVAL, "model.path %s: the tokenizer has %d ids, the model's vocab_size "
-                                  "is %lld",
+        return bt_fail(BT_EINVAL,
+                       "model.path %s: the tokenizer has %d ids, the model's vocab_size "
+                       "is %lld",
                        c->cur->cfg.model_path, bt_tokenizer_vocab_size(c->tok), (long long)vocab);
     }
     bt_status st = bt_model_set_precision(m, bt_config_precision_dtype(&c->cur->cfg));
