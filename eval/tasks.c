@@ -538,6 +538,20 @@ void bt_task_train_example(bt_task_t *self, uint64_t index, bt_task_example *ex)
         s_jsonl_train_example(self, index, ex);
 }
 
+uint64_t bt_task_record(bt_task_t *self, uint64_t index) {
+    if (self->kind == S_ARITH)
+        return index;
+    uint64_t epoch = index / self->train.n;
+    pthread_mutex_lock(&self->lock);
+    if (self->order_epoch != epoch) {
+        s_shuffle(self->order, self->train.n, self->seed, epoch);
+        self->order_epoch = epoch;
+    }
+    uint64_t record = self->order[index % self->train.n];
+    pthread_mutex_unlock(&self->lock);
+    return record;
+}
+
 uint64_t bt_task_epoch_size(const bt_task_t *self) {
     return self->kind == S_ARITH ? 0 : self->train.n;
 }

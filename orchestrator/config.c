@@ -78,6 +78,7 @@ static const char *const s_pbt_metrics[] = {"accuracy", "reward", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 static const char *const s_tuner_modes[] = {"max", "min", NULL};
 static const char *const s_precisions[] = {"float32", "bf16", NULL};
+static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", NULL};
 
 #define S_FIELD(f) .offset = offsetof(bt_run_config, f), .size = sizeof(((bt_run_config *)0)->f)
 #define S_INT_KEY(p, f, d, l, h)                                                                   \
@@ -220,6 +221,13 @@ static const s_key s_keys[] = {
     S_NUM_KEY("tuner.lr_plateau.factor", tuner.lr_plateau.factor, 0.5, 0, 1, S_LO_OPEN | S_HI_OPEN),
     S_NUM_KEY("tuner.lr_plateau.min_delta", tuner.lr_plateau.min_delta, 0, 0, S_INF, 0),
     S_NUM_KEY("tuner.lr_plateau.min_lr", tuner.lr_plateau.min_lr, 1e-6, 0, S_INF, 0),
+    S_BOOL_KEY("tuner.mixture.enabled", tuner.mixture.enabled, false),
+    S_ENUM_KEY("tuner.mixture.metric", tuner.mixture.metric, BT_TUNER_MIXTURE_ACCURACY,
+               s_mixture_metrics),
+    S_INT_KEY("tuner.mixture.every_steps", tuner.mixture.every_steps, 10, 1, S_INF),
+    S_NUM_KEY("tuner.mixture.rate", tuner.mixture.rate, 1.0, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.mixture.min_weight", tuner.mixture.min_weight, 0.05, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.mixture.max_weight", tuner.mixture.max_weight, 20.0, 0, S_INF, S_LO_OPEN),
     S_BOOL_KEY("tuner.temperature.enabled", tuner.temperature.enabled, false),
     S_NUM_KEY("tuner.temperature.entropy_low", tuner.temperature.entropy_low, 0.2, 0, S_INF, 0),
     S_NUM_KEY("tuner.temperature.entropy_high", tuner.temperature.entropy_high, 2.0, 0, S_INF,
@@ -243,6 +251,11 @@ static const s_key s_keys[] = {
     S_STR_KEY("checkpoint.mirror_dir", checkpoint.mirror_dir, "", NULL, NULL),
     S_NUM_KEY("checkpoint.spike_factor", checkpoint.spike_factor, 0, 0, S_INF, 0),
 
+    S_STR_KEY("data.epoch_source", data.epoch_source, "", s_is_name_or_empty,
+              "a data.sources name, or \"\" for the first"),
+    S_INT_KEY("data.curriculum.window", data.curriculum.window, 0, 0, 1000),
+    S_BOOL_KEY("data.curriculum.skip_solved", data.curriculum.skip_solved, true),
+    S_BOOL_KEY("data.curriculum.skip_failed", data.curriculum.skip_failed, true),
     S_INT_KEY("debug.inject_nan_at_step", debug.inject_nan_at_step, 0, 0, S_INF),
     S_INT_KEY("debug.save_pause_ms", debug.save_pause_ms, 0, 0, 600000),
     S_INT_KEY("debug.kill_rollout_at_task", debug.kill_rollout_at_task, 0, 0, S_INF),
@@ -565,6 +578,8 @@ static bt_status s_apply_eval_array(const cJSON *item, const char *src, bt_run_c
                          BT_EVAL_MAX_PROBES, &cfg->eval.n_probes, cfg);
 }
 
+static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_config *cfg);
+
 /*  The members of obj, the section or subsection at prefix ("grpo", "tuner.kl"): keys, or objects
     holding the keys of a subsection. */
 static bt_status s_apply_section(const cJSON *obj, const char *prefix, const char *src,
@@ -577,6 +592,12 @@ static bt_status s_apply_section(const cJSON *obj, const char *prefix, const cha
             if (s_is_duplicate(obj, item))
                 return bt_fail(BT_EINVAL, "%s: duplicate key", where);
             BT_TRY(s_apply_eval_array(item, src, cfg));
+            continue;
+        }
+        if (!strcmp(path, "data.sources")) {
+            if (s_is_duplicate(obj, item))
+                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+            BT_TRY(s_apply_sources(item, src, cfg));
             continue;
         }
         const s_key *k = s_find(path);
@@ -599,6 +620,38 @@ static bool s_is_variant_key(const char *path) {
         if (strncmp(path, prefixes[i], strlen(prefixes[i])) == 0)
             return true;
     return strcmp(path, "run.seed") == 0;
+}
+
+/*  Checks that item suits key k as the file gives it ("50" is no integer) without changing cfg,
+    then stores "path=value" (the value as --set reads it back) in sets[*n_sets]. */
+static bt_status s_store_set(const s_key *k, const cJSON *item, const char *path, const char *where,
+                             bt_run_config *cfg, char (*sets)[BT_CONFIG_SET_MAX], int *n_sets) {
+    char saved[BT_CONFIG_PATH_MAX];
+    BT_ASSERT(k->size <= sizeof saved);
+    memcpy(saved, s_cfield(k, cfg), k->size);
+    bt_status st = s_set(k, item, where, cfg);
+    memcpy(s_field(k, cfg), saved, k->size);
+    BT_TRY(st);
+    char value[BT_CONFIG_SET_MAX];
+    if (cJSON_IsNumber(item))
+        s_format_number(item->valuedouble, value, sizeof value);
+    else if (cJSON_IsBool(item))
+        snprintf(value, sizeof value, "%s", cJSON_IsTrue(item) ? "true" : "false");
+    else if (item->valuestring[0] != '"') /* --set takes a string key's text as it is */
+        snprintf(value, sizeof value, "%s", item->valuestring);
+    else { /* ... unless it starts with a quote: then it reads JSON */
+        char *json = cJSON_PrintUnformatted(item);
+        if (!json)
+            return bt_fail(BT_ENOMEM, "%s: out of memory", where);
+        snprintf(value, sizeof value, "%s", json);
+        cJSON_free(json);
+    }
+    int n = snprintf(sets[*n_sets], BT_CONFIG_SET_MAX, "%s=%s", path, value);
+    if (n < 0 || n >= BT_CONFIG_SET_MAX || strlen(value) >= sizeof value - 1)
+        return bt_fail(BT_EINVAL, "%s: expected \"key.path=value\" of at most %d bytes", where,
+                       BT_CONFIG_SET_MAX - 1);
+    (*n_sets)++;
+    return BT_OK;
 }
 
 /*  Variant e's `set` object: each member a key a variant may set and a value the key takes,
@@ -625,33 +678,94 @@ static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
                            "%s: not a per-variant key (a variant may set grpo.*, sft.*, tuner.*, "
                            "scaling.* and run.seed)",
                            where);
-        /* the value must suit the key as the file gives it ("50" is no integer); the field is
-           put back, the variant's config is made by bt_config_variant */
-        char saved[BT_CONFIG_PATH_MAX];
-        BT_ASSERT(k->size <= sizeof saved);
-        memcpy(saved, s_cfield(k, cfg), k->size);
-        bt_status st = s_set(k, item, where, cfg);
-        memcpy(s_field(k, cfg), saved, k->size);
-        BT_TRY(st);
-        char value[BT_CONFIG_SET_MAX];
-        if (cJSON_IsNumber(item))
-            s_format_number(item->valuedouble, value, sizeof value);
-        else if (cJSON_IsBool(item))
-            snprintf(value, sizeof value, "%s", cJSON_IsTrue(item) ? "true" : "false");
-        else if (item->valuestring[0] != '"') /* --set takes a string key's text as it is */
-            snprintf(value, sizeof value, "%s", item->valuestring);
-        else { /* ... unless it starts with a quote: then it reads JSON */
-            char *json = cJSON_PrintUnformatted(item);
-            if (!json)
-                return bt_fail(BT_ENOMEM, "%s: out of memory", where);
-            snprintf(value, sizeof value, "%s", json);
-            cJSON_free(json);
+        BT_TRY(s_store_set(k, item, item->string, where, cfg, v->sets, &v->n_sets));
+    }
+    return BT_OK;
+}
+
+/*  The keys of a data.sources entry besides "name" and "weight": each stands for a task.* key. */
+static const struct {
+    const char *key, *task_key;
+} s_source_keys[] = {
+    {"kind", "task.kind"},
+    {"path", "task.train"},
+    {"heldout", "task.eval"},
+    {"verifier", "task.verifier"},
+    {"seed", "task.seed"},
+    {"digits", "task.digits"},
+    {"operators", "task.operators"},
+    {"heldout_size", "task.heldout_size"},
+    {"format_reward", "task.format_reward"},
+    {"chat_template", "task.chat_template"},
+    {"system_prompt", "task.system_prompt"},
+    {"epoch_size", "task.epoch_size"},
+};
+#define S_N_SOURCE_KEYS ((int)(sizeof s_source_keys / sizeof s_source_keys[0]))
+
+/*  data.sources: objects with a unique "name", a "weight" and task keys (s_source_keys). */
+static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_config *cfg) {
+    char where[256];
+    snprintf(where, sizeof where, "%s: data.sources", src);
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) < 1)
+        return s_expected(where, "an array of 1 or more objects", arr);
+    if (cJSON_GetArraySize(arr) > BT_CONFIG_MAX_SOURCES)
+        return bt_fail(BT_EINVAL, "%s: expected at most %d entries, got %d", where,
+                       BT_CONFIG_MAX_SOURCES, cJSON_GetArraySize(arr));
+    memset(cfg->data.sources, 0, sizeof cfg->data.sources);
+    cfg->data.n_sources = 0;
+    for (const cJSON *entry = arr->child; entry; entry = entry->next) {
+        int e = cfg->data.n_sources++;
+        bt_config_source_spec *v = &cfg->data.sources[e];
+        v->weight = 1.0;
+        snprintf(where, sizeof where, "%s: data.sources[%d]", src, e);
+        if (!cJSON_IsObject(entry))
+            return s_expected(where, "an object", entry);
+        for (const cJSON *item = entry->child; item; item = item->next) {
+            snprintf(where, sizeof where, "%s: data.sources[%d].%s", src, e, item->string);
+            if (s_is_duplicate(entry, item))
+                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+            if (strcmp(item->string, "name") == 0) {
+                s_key k = {.path = "name",
+                           .type = S_STR,
+                           .offset = (size_t)((char *)v->name - (char *)cfg),
+                           .size = sizeof v->name,
+                           .valid = s_is_name,
+                           .what = "a name of letters, digits, '.', '_' or '-', not starting "
+                                   "with '.'"};
+                BT_TRY(s_set(&k, item, where, cfg));
+                continue;
+            }
+            if (strcmp(item->string, "weight") == 0) {
+                s_key k = {.path = "weight",
+                           .type = S_NUM,
+                           .offset = (size_t)((char *)&v->weight - (char *)cfg),
+                           .size = sizeof v->weight,
+                           .lo = 0,
+                           .hi = S_INF,
+                           .open = S_LO_OPEN};
+                BT_TRY(s_set(&k, item, where, cfg));
+                continue;
+            }
+            const char *task_key = NULL;
+            for (int i = 0; i < S_N_SOURCE_KEYS && !task_key; i++)
+                task_key = strcmp(item->string, s_source_keys[i].key) == 0
+                               ? s_source_keys[i].task_key
+                               : NULL;
+            if (!task_key)
+                return bt_fail(BT_EINVAL,
+                               "%s: unknown key (a source has name, weight, kind, path, heldout, "
+                               "verifier, seed, digits, operators, heldout_size, format_reward, "
+                               "chat_template, system_prompt, epoch_size)",
+                               where);
+            BT_TRY(s_store_set(s_find(task_key), item, task_key, where, cfg, v->sets, &v->n_sets));
         }
-        int n = snprintf(v->sets[v->n_sets], BT_CONFIG_SET_MAX, "%s=%s", item->string, value);
-        if (n < 0 || n >= BT_CONFIG_SET_MAX || strlen(value) >= sizeof value - 1)
-            return bt_fail(BT_EINVAL, "%s: expected \"key.path=value\" of at most %d bytes", where,
-                           BT_CONFIG_SET_MAX - 1);
-        v->n_sets++;
+        snprintf(where, sizeof where, "%s: data.sources[%d].name", src, e);
+        if (!v->name[0])
+            return bt_fail(BT_EINVAL, "%s: expected a name, got nothing", where);
+        for (int j = 0; j < e; j++)
+            if (strcmp(cfg->data.sources[j].name, v->name) == 0)
+                return bt_fail(BT_EINVAL, "%s: \"%s\" is already the name of data.sources[%d]",
+                               where, v->name, j);
     }
     return BT_OK;
 }
@@ -737,6 +851,9 @@ static bt_status s_apply_override(const char *text, const char *where, bt_run_co
     if (strcmp(path, "variants") == 0 || strncmp(path, "variants.", 9) == 0 ||
         strncmp(path, "variants[", 9) == 0)
         return bt_fail(BT_EINVAL, "%s: variants is an array: set it in the config file", where);
+    if (strncmp(path, "data.sources", 12) == 0)
+        return bt_fail(BT_EINVAL, "%s: data.sources is an array: set it in the config file",
+                       where);
     const s_key *k = s_find(path);
     if (!k)
         return s_unknown(where, path);
@@ -766,7 +883,11 @@ static bt_status s_check_dataset(bt_run_config *cfg, int i, const char *src) {
     bt_eval_dataset *d = &cfg->eval.datasets[i];
     char where[256];
     snprintf(where, sizeof where, "%s: eval.datasets[%d]", src, i);
-    bool from_task = d->source[0] == '\0';
+    d->data_source = -1;
+    for (int k = 0; k < cfg->data.n_sources && d->source[0]; k++)
+        if (strcmp(cfg->data.sources[k].name, d->source) == 0)
+            d->data_source = k;
+    bool from_task = d->source[0] == '\0' || d->data_source >= 0;
     if (d->count < 0)
         d->count = from_task && d->kind != BT_EVAL_PROBES ? cfg->eval.heldout_count : 0;
     if (d->samples < 0)
@@ -799,13 +920,19 @@ static bt_status s_check_dataset(bt_run_config *cfg, int i, const char *src) {
         return bt_fail(BT_EINVAL, "%s.kind: \"probes\" needs eval.probes, and it is empty", where);
     if (d->kind == BT_EVAL_PROBES && !from_task)
         return bt_fail(BT_EINVAL, "%s.source: probes come from eval.probes, expected \"\"", where);
-    if (from_task && d->kind != BT_EVAL_PROBES && cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
+    if (d->kind == BT_EVAL_PERPLEXITY && d->data_source >= 0)
+        return bt_fail(BT_EINVAL, "%s.source: perplexity of a data source is not supported, "
+                                  "expected a {\"text\"} JSONL file",
+                       where);
+    if (from_task && d->data_source < 0 && d->kind != BT_EVAL_PROBES &&
+        cfg->data.n_sources == 0 && cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
         (d->count == 0 || d->count > cfg->task.heldout_size))
         return bt_fail(BT_EINVAL,
                        "%s.count: expected an integer in [1, task.heldout_size (%" PRId64
                        ")], got %" PRId64,
                        where, cfg->task.heldout_size, d->count);
-    if (d->every_epochs > 0 && cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
+    if (d->every_epochs > 0 && cfg->data.n_sources == 0 &&
+        cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
         cfg->task.epoch_size == 0)
         return bt_fail(BT_EINVAL,
                        "%s.every_epochs: the arithmetic stream has no epochs: set "
@@ -839,10 +966,25 @@ static bt_status s_check_eval(bt_run_config *cfg, const char *src) {
     for (int i = 0; i < cfg->eval.n_datasets; i++)
         probes |= cfg->eval.datasets[i].kind == BT_EVAL_PROBES;
     size_t base = offsetof(bt_run_config, eval.datasets);
-    if (cfg->eval.n_datasets == 0) { /* the flat keys describe the one dataset */
+    if (cfg->eval.n_datasets == 0 && cfg->data.n_sources == 0) { /* the flat keys: one dataset */
         s_entry_init(s_dataset_keys, S_NDATASET_KEYS, base, cfg);
         snprintf(cfg->eval.datasets[0].name, BT_EVAL_NAME_MAX, "heldout");
         cfg->eval.n_datasets = 1;
+    }
+    for (int k = 0; cfg->eval.n_datasets == 0 && k < cfg->data.n_sources; k++) {
+        /* with data.sources: one held-out dataset per source, named after it */
+        if (strlen(cfg->data.sources[k].name) >= BT_EVAL_NAME_MAX)
+            return bt_fail(BT_EINVAL,
+                           "%s: data.sources[%d].name: at most %d bytes, to name its held-out "
+                           "dataset, got \"%s\"",
+                           src, k, BT_EVAL_NAME_MAX - 1, cfg->data.sources[k].name);
+        s_entry_init(s_dataset_keys, S_NDATASET_KEYS, base + (size_t)k * sizeof(bt_eval_dataset),
+                     cfg);
+        bt_eval_dataset *d = &cfg->eval.datasets[k];
+        snprintf(d->name, BT_EVAL_NAME_MAX, "%s", cfg->data.sources[k].name);
+        snprintf(d->source, sizeof d->source, "%s", cfg->data.sources[k].name);
+        if (k == cfg->data.n_sources - 1)
+            cfg->eval.n_datasets = cfg->data.n_sources;
     }
     if (cfg->eval.n_probes > 0 && !probes) {
         int i = cfg->eval.n_datasets;
@@ -902,17 +1044,48 @@ static bt_status s_check_scaling(bt_run_config *cfg, const char *src) {
 }
 
 /*  Checks between keys, then resolves the 0 = "follow another key" values. */
+bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out);
+
+/*  Every source resolves to a valid single-task config; data.epoch_source names one. */
+static bt_status s_check_sources(const bt_run_config *cfg, const char *src) {
+    if (cfg->data.n_sources == 0) {
+        if (cfg->data.epoch_source[0])
+            return bt_fail(BT_EINVAL, "%s: data.epoch_source: \"%s\" names no source (there is no "
+                                      "data.sources)",
+                           src, cfg->data.epoch_source);
+        return BT_OK;
+    }
+    bool found = !cfg->data.epoch_source[0];
+    for (int k = 0; k < cfg->data.n_sources; k++)
+        found |= strcmp(cfg->data.sources[k].name, cfg->data.epoch_source) == 0;
+    if (!found)
+        return bt_fail(BT_EINVAL, "%s: data.epoch_source: expected the name of a data.sources entry, "
+                                  "got \"%s\"",
+                       src, cfg->data.epoch_source);
+    bt_run_config *one = malloc(sizeof *one);
+    if (!one)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", src);
+    bt_status st = BT_OK;
+    for (int k = 0; k < cfg->data.n_sources && st == BT_OK; k++) {
+        st = bt_config_source(cfg, k, one);
+        if (st != BT_OK)
+            st = s_reraise(src, "", "");
+    }
+    free(one);
+    return st;
+}
+
 static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->model.num_key_value_heads == 0) /* Hugging Face: unset means full attention */
         cfg->model.num_key_value_heads = cfg->model.num_attention_heads;
     if (bt_model_config_validate(&cfg->model) != BT_OK)
         return s_reraise(src, "model.", "config.json: ");
-    if (cfg->task.kind == BT_CONFIG_TASK_JSONL && !cfg->task.train[0])
+    if (cfg->data.n_sources == 0 && cfg->task.kind == BT_CONFIG_TASK_JSONL && !cfg->task.train[0])
         return bt_fail(BT_EINVAL,
                        "%s: task.train: expected a JSONL file path when task.kind is \"jsonl\", "
                        "got \"\"",
                        src);
-    if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
+    if (cfg->data.n_sources == 0 && cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
         cfg->eval.heldout_count > cfg->task.heldout_size)
         return bt_fail(BT_EINVAL,
                        "%s: eval.heldout_count: expected an integer <= task.heldout_size (%" PRId64
@@ -932,6 +1105,7 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->eval.max_new_tokens == 0)
         cfg->eval.max_new_tokens = cfg->grpo.max_new_tokens;
     BT_TRY(s_check_eval(cfg, src));
+    BT_TRY(s_check_sources(cfg, src));
     BT_TRY(s_check_tuner(cfg, src));
     BT_TRY(s_check_scaling(cfg, src));
     if (cfg->task.chat_template[0]) { /* a template that cannot apply fails now, by name */
@@ -1059,6 +1233,43 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
     return s_check(out, where);
 }
 
+int bt_config_n_sources(const bt_run_config *cfg) {
+    return cfg->data.n_sources > 0 ? cfg->data.n_sources : 1;
+}
+
+const char *bt_config_source_name(const bt_run_config *cfg, int k) {
+    return cfg->data.n_sources > 0 ? cfg->data.sources[k].name : "task";
+}
+
+int bt_config_epoch_source(const bt_run_config *cfg) {
+    for (int k = 0; k < cfg->data.n_sources; k++)
+        if (strcmp(cfg->data.sources[k].name, cfg->data.epoch_source) == 0)
+            return k;
+    return 0;
+}
+
+bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out) {
+    BT_ASSERT(k >= 0 && k < bt_config_n_sources(cfg));
+    *out = *cfg;
+    if (cfg->data.n_sources == 0)
+        return BT_OK;
+    out->data.n_sources = 0; /* the copy is a one-task config: its task.* keys are the source's */
+    const bt_config_source_spec *v = &cfg->data.sources[k];
+    char where[256];
+    for (int i = 0; i < v->n_sets; i++) {
+        const char *key = v->sets[i] + 5; /* past "task." */
+        const char *name = key;
+        for (int j = 0; j < S_N_SOURCE_KEYS; j++)
+            if (strncmp(s_source_keys[j].task_key + 5, key, strcspn(key, "=")) == 0 &&
+                s_source_keys[j].task_key[5 + strcspn(key, "=")] == '\0')
+                name = s_source_keys[j].key;
+        snprintf(where, sizeof where, "data.sources[%d].%.*s", k, (int)strcspn(name, "="), name);
+        BT_TRY(s_apply_override(v->sets[i], where, out));
+    }
+    snprintf(where, sizeof where, "data.sources[%d]", k);
+    return s_check(out, where);
+}
+
 bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
                          bt_run_config *out) {
     char *text = NULL;
@@ -1158,6 +1369,37 @@ static bool s_variant_to_json(cJSON *arr, const bt_config_variant_spec *v) {
     return set != NULL;
 }
 
+/*  {"name": ..., "weight": ..., "kind": ..., "path": ...}: the source's keys as the file gives
+    them. */
+static bool s_source_to_json(cJSON *arr, const bt_config_source_spec *v) {
+    cJSON *obj = cJSON_CreateObject();
+    if (!obj || !cJSON_AddItemToArray(arr, obj)) {
+        cJSON_Delete(obj);
+        return false;
+    }
+    char num[32];
+    s_format_number(v->weight, num, sizeof num);
+    bool ok = cJSON_AddStringToObject(obj, "name", v->name) &&
+              cJSON_AddItemToObject(obj, "weight", cJSON_CreateRaw(num));
+    for (int i = 0; ok && i < v->n_sets; i++) {
+        char path[128];
+        const char *text = v->sets[i];
+        snprintf(path, sizeof path, "%.*s", (int)strcspn(text, "="), text);
+        const char *value = text + strcspn(text, "=") + 1;
+        const char *name = NULL;
+        for (int j = 0; j < S_N_SOURCE_KEYS && !name; j++)
+            name = strcmp(s_source_keys[j].task_key, path) == 0 ? s_source_keys[j].key : NULL;
+        const s_key *k = s_find(path);
+        BT_ASSERT(k && name); /* parsing stored only these keys */
+        bool as_text = (k->type == S_STR || k->type == S_ENUM) && value[0] != '"';
+        cJSON *item = as_text ? cJSON_CreateString(value) : cJSON_Parse(value);
+        ok = item && cJSON_AddItemToObject(obj, name, item);
+        if (!ok)
+            cJSON_Delete(item);
+    }
+    return ok;
+}
+
 char *bt_config_to_json(const bt_run_config *cfg) {
     cJSON *root = cJSON_CreateObject();
     bool ok = root != NULL;
@@ -1177,6 +1419,11 @@ char *bt_config_to_json(const bt_run_config *cfg) {
          s_array_to_json(eval, "probes", s_probe_keys, S_NPROBE_KEYS,
                          offsetof(bt_run_config, eval.probes), sizeof(bt_eval_probe),
                          cfg->eval.n_probes, cfg);
+    cJSON *data = ok ? cJSON_GetObjectItemCaseSensitive(root, "data") : NULL;
+    cJSON *sources = data && cfg->data.n_sources ? cJSON_AddArrayToObject(data, "sources") : NULL;
+    ok = ok && data && (sources || !cfg->data.n_sources);
+    for (int e = 0; ok && e < cfg->data.n_sources; e++)
+        ok = s_source_to_json(sources, &cfg->data.sources[e]);
     cJSON *variants = ok ? cJSON_AddArrayToObject(root, "variants") : NULL;
     ok = ok && variants;
     for (int e = 0; ok && e < cfg->n_variants; e++)
@@ -1250,9 +1497,24 @@ bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out) {
 
 bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task,
                                bt_eval_suite *out) {
-    return bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
+    BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
                               cfg->eval.n_probes, task, cfg->task.verifier,
-                              (uint64_t)cfg->task.seed);
+                              (uint64_t)cfg->task.seed));
+    bt_run_config *one = NULL;
+    bt_status st = BT_OK;
+    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++) {
+        int k = cfg->eval.datasets[i].data_source;
+        if (k < 0)
+            continue;
+        one = one ? one : malloc(sizeof *one);
+        st = one ? bt_config_source(cfg, k, one) : bt_fail(BT_ENOMEM, "eval: out of memory");
+        if (st == BT_OK)
+            st = bt_config_new_task(one, &out->own_task[i]);
+    }
+    free(one);
+    if (st != BT_OK)
+        bt_eval_suite_release(out);
+    return st;
 }
 
 uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard) {
@@ -1271,6 +1533,10 @@ void bt_config_tuner(const bt_run_config *cfg, bt_tuner_config *out) {
     out->lr_kl = cfg->tuner.lr_kl;
     out->lr_plateau = cfg->tuner.lr_plateau;
     out->temperature = cfg->tuner.temperature;
+    out->mixture = cfg->tuner.mixture;
+    out->n_sources = bt_config_n_sources(cfg);
+    for (int k = 0; k < cfg->data.n_sources; k++)
+        out->start_weights[k] = cfg->data.sources[k].weight;
 }
 
 void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out) {

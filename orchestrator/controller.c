@@ -5,6 +5,7 @@
 #include "baton/checkpoint.h"
 #include "baton/fileio.h"
 #include "baton/messages.h"
+#include "baton/mixture.h"
 #include "baton/registry.h"
 #include "baton/rollout.h"
 #include "baton/runstate.h"
@@ -71,8 +72,8 @@ typedef struct s_job {
 typedef struct s_rollouts {
     bool active;
     int64_t step;   /* the 0-based step it is for */
-    uint64_t first; /* its prompts: training-stream indices [first, first + P) */
-    uint64_t *idx;
+    bt_mixture_position before; /* the data position before its prompts were drawn */
+    uint64_t *idx;              /* its prompt ids, grouped by source */
     s_job jobs[64];
     int n_jobs;
     int64_t first_task;
@@ -144,7 +145,12 @@ struct bt_controller {
     double wait_busy[S_TRACK]; /* eval worker compute inside that wait */
     int64_t step;              /* GRPO steps done */
     double tokens;             /* completion tokens sampled by those steps */
-    uint64_t cursor;           /* next training-stream index */
+    /* the training data: each source's task, the mixture's draws and curriculum (mixture.h) */
+    bt_task_t *sources[BT_CONFIG_MAX_SOURCES];
+    int n_sources;
+    bt_mixture_t *mix;
+    int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's */
+    char *saved_data;     /* data.json of the snapshot: the position and the curriculum then */
     double t0, last_accuracy, last_reward, tokens_per_s;
     const char *phase; /* of the last report */
     bt_progress_fn *progress;
@@ -170,7 +176,7 @@ struct bt_controller {
 
 static void s_weights_release(s_weights **w_p);
 static void s_rollouts_release(s_rollouts *r);
-static uint64_t s_train_cursor(const bt_controller_t *self);
+static bt_mixture_position s_train_position(const bt_controller_t *self);
 
 static int64_t s_now_ms(void) {
     return (int64_t)(bt_now() * 1000.0);
@@ -200,6 +206,8 @@ static bt_status s_tuner_events(bt_controller_t *self, const bt_tuner_decision *
         bt_jsonl_init(&line);
         bt_tuner_decision_jsonl(&d[i], bt_now() - self->t0, &line);
         bt_jsonl_str(&line, "variant", self->variant_name);
+        if (d[i].source >= 0)
+            bt_jsonl_str(&line, "source", bt_config_source_name(self->cfg, d[i].source));
         BT_TRY(bt_runlog_event(self->log, &line));
     }
     return BT_OK;
@@ -302,6 +310,10 @@ void bt_controller_destroy(bt_controller_t **self_p) {
     bt_ckpt_writer_destroy(&self->writer);
     bt_msg_destroy(&self->snap);
     bt_store_destroy(&self->store);
+    for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
+        bt_task_destroy(&self->sources[k]);
+    bt_mixture_destroy(&self->mix);
+    free(self->saved_data);
     free(self);
     *self_p = NULL;
 }
@@ -968,19 +980,41 @@ static void s_jobs_release(s_job *jobs, int n) {
 
 /* ---- evaluation ------------------------------------------------------------------------------ */
 
-/*  Epochs of the training stream completed so far. */
+/*  Epochs completed so far of the epoch source's stream (data.epoch_source). */
 static int64_t s_epoch(const bt_controller_t *self) {
-    return self->epoch_size ? (int64_t)(s_train_cursor(self) / self->epoch_size) : 0;
+    int k = bt_config_epoch_source(self->cfg);
+    return self->epoch_size ? (int64_t)(s_train_position(self).drawn[k] / self->epoch_size) : 0;
 }
 
 /*  What each dataset evaluates, and the training stream's epoch, from the task and the sources. */
 static bt_status s_eval_setup(bt_controller_t *self) {
     const bt_run_config *c = self->cfg;
-    bt_task_t *task = NULL;
     bt_eval_suite suite;
-    BT_TRY(bt_config_new_task(c, &task));
-    bt_status st = bt_config_eval_suite(c, task, &suite);
-    self->epoch_size = c->task.epoch_size ? (uint64_t)c->task.epoch_size : bt_task_epoch_size(task);
+    bt_run_config *one = malloc(sizeof *one);
+    if (!one)
+        return bt_fail(BT_ENOMEM, "controller: out of memory");
+    bt_status st = BT_OK;
+    self->n_sources = bt_config_n_sources(c);
+    int epoch_source = bt_config_epoch_source(c);
+    for (int k = 0; k < self->n_sources && st == BT_OK; k++) {
+        st = bt_config_source(c, k, one);
+        if (st == BT_OK)
+            st = bt_config_new_task(one, &self->sources[k]);
+        if (st == BT_OK && k == epoch_source)
+            self->epoch_size = one->task.epoch_size ? (uint64_t)one->task.epoch_size
+                                                    : bt_task_epoch_size(self->sources[k]);
+    }
+    free(one);
+    BT_TRY(st);
+    bt_mixture_config mc = {.n_sources = self->n_sources,
+                            .seed = (uint64_t)c->run.seed,
+                            .window = c->data.curriculum.window,
+                            .skip_solved = c->data.curriculum.skip_solved,
+                            .skip_failed = c->data.curriculum.skip_failed};
+    self->mix = bt_mixture_new(&mc);
+    if (!self->mix)
+        return BT_ENOMEM;
+    st = bt_config_eval_suite(c, self->sources[0], &suite);
     for (int i = 0; i < c->eval.n_datasets && st == BT_OK; i++) {
         self->ds_size[i] = (int64_t)bt_eval_suite_size(&suite, i);
         bt_trigger_config tc;
@@ -989,7 +1023,6 @@ static bt_status s_eval_setup(bt_controller_t *self) {
     }
     if (st == BT_OK)
         bt_eval_suite_release(&suite);
-    bt_task_destroy(&task);
     for (int w = 0; w < S_TRACK; w++)
         self->worker_version[w] = -1;
     return st;
@@ -1184,6 +1217,8 @@ static bt_status s_eval_finish(bt_controller_t *self, s_evaluation *ev) {
     bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_num(&line, "time", bt_now() - self->t0);
     bt_jsonl_str(&line, "dataset", d->name);
+    if (d->data_source >= 0)
+        bt_jsonl_str(&line, "source", bt_config_source_name(c, d->data_source));
     bt_jsonl_str(&line, "trigger", ev->trigger);
     bt_jsonl_int(&line, "version", ev->version);
     bt_eval_metric metrics[BT_EVAL_MAX_METRICS];
@@ -1312,13 +1347,16 @@ static bt_status s_sft(bt_controller_t *self) {
         bool last = s + 1 == c->sft.steps;
         bool eval = last || (c->sft.eval_every > 0 && (s + 1) % c->sft.eval_every == 0);
         double lr = bt_lr_at(&sched, s);
+        /* demonstrations: the next examples of the first source's stream */
+        bt_mixture_position pos = bt_mixture_get_position(self->mix);
         s_job job = {.kind = "sft",
                      .role = BT_ROLE_TRAINER,
-                     .start = (int64_t)self->cursor,
+                     .start = (int64_t)pos.drawn[0],
                      .count = c->sft.batch_size,
                      .lr = lr,
                      .publish = eval};
-        self->cursor += (uint64_t)c->sft.batch_size;
+        pos.drawn[0] += (uint64_t)c->sft.batch_size;
+        bt_mixture_set_position(self->mix, &pos);
         bt_status st = s_run_trainer(self, &job);
         double loss = NAN;
         if (st == BT_OK)
@@ -1392,22 +1430,52 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
     if (shards > 64)
         shards = 64;
     r->idx = malloc(sizeof *r->idx * (size_t)P);
+    uint64_t dropped[64];
+    int64_t n_dropped = 0;
     if (!r->idx)
         return bt_fail(BT_ENOMEM, "controller: out of memory");
     r->step = step;
-    r->first = self->cursor;
-    for (int64_t i = 0; i < P; i++)
-        r->idx[i] = self->cursor + (uint64_t)i;
-    self->cursor += (uint64_t)P;
+    r->before = bt_mixture_get_position(self->mix);
+    bt_status st = BT_OK;
+    for (int64_t i = 0; i < P && st == BT_OK; i++)
+        st = bt_mixture_next(self->mix, self->sources, self->tuner.weights, 1000 * P, &r->idx[i],
+                             dropped, 64, &n_dropped);
+    if (st != BT_OK) {
+        free(r->idx);
+        r->idx = NULL;
+        return st;
+    }
+    self->dropped_step = n_dropped;
+    if (n_dropped && c->debug.log_prompts) {
+        bt_jsonl line;
+        s_event_line(self, &line, "dropped");
+        bt_jsonl_int(&line, "step", step + 1);
+        bt_jsonl_uints(&line, "prompts", dropped, (size_t)(n_dropped < 64 ? n_dropped : 64));
+        BT_TRY(bt_runlog_event(self->log, &line));
+    }
+    /* a job holds one source's prompts: group them by source (stable), then shard each group */
+    for (int64_t i = 1; i < P; i++)
+        for (int64_t j = i; j > 0 && BT_PROMPT_SOURCE(r->idx[j]) < BT_PROMPT_SOURCE(r->idx[j - 1]);
+             j--) {
+            uint64_t t = r->idx[j];
+            r->idx[j] = r->idx[j - 1];
+            r->idx[j - 1] = t;
+        }
     int64_t per = (P + shards - 1) / shards;
     r->n_jobs = 0;
-    for (int64_t s = 0; s < P; s += per, r->n_jobs++)
+    for (int64_t s = 0; s < P; r->n_jobs++) {
+        int64_t e = s;
+        while (e < P && e - s < per && BT_PROMPT_SOURCE(r->idx[e]) == BT_PROMPT_SOURCE(r->idx[s]))
+            e++;
+        BT_ASSERT(r->n_jobs < 64);
         r->jobs[r->n_jobs] = (s_job){.kind = "rollout",
                                      .role = BT_ROLE_ROLLOUT,
                                      .start = s,
-                                     .count = s + per > P ? P - s : per,
+                                     .count = e - s,
                                      .prompts = r->idx + s,
                                      .seed = (c->run.seed * 1000003 + step) * 64 + r->n_jobs};
+        s = e;
+    }
     r->active = true;
     return s_jobs_add(self, r->jobs, r->n_jobs, &r->first_task);
 }
@@ -1431,11 +1499,11 @@ static void s_rollouts_cancel(bt_controller_t *self) {
     self->launched = self->step;
 }
 
-/*  The training-stream index of the first prompt not yet trained: the oldest rollouts in flight
-    hold the prompts after it. */
-static uint64_t s_train_cursor(const bt_controller_t *self) {
+/*  The data position of the first prompt not yet trained: the oldest rollouts in flight hold the
+    prompts after it. */
+static bt_mixture_position s_train_position(const bt_controller_t *self) {
     const s_rollouts *r = &self->ahead[self->step % S_AHEAD];
-    return r->active && r->step == self->step ? r->first : self->cursor;
+    return r->active && r->step == self->step ? r->before : bt_mixture_get_position(self->mix);
 }
 
 /*  The current step's groups: launches the rollouts of the steps up to grpo.max_staleness ahead
@@ -1555,7 +1623,7 @@ static double s_train_seconds(const bt_controller_t *self) {
 static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *out) {
     *out = (bt_run_state){.step = self->step,
                           .version = self->version,
-                          .cursor = s_train_cursor(self),
+                          .cursor = s_train_position(self).draws,
                           .train_seconds = s_train_seconds(self),
                           .last_reward = self->last_reward,
                           .last_accuracy = self->last_accuracy,
@@ -1583,8 +1651,11 @@ static void s_state_capture(bt_controller_t *self, double canary, bt_run_state *
     keeps it, so the batches since the snapshot, the offending one included, are skipped). */
 static void s_state_apply(bt_controller_t *self, const bt_run_state *st, bool restore_cursor) {
     self->step = st->step;
-    if (restore_cursor)
-        self->cursor = st->cursor;
+    if (restore_cursor) { /* a state.json without data.json (one source): its cursor */
+        bt_mixture_position pos = {.draws = st->cursor};
+        pos.drawn[0] = st->cursor;
+        bt_mixture_set_position(self->mix, &pos);
+    }
     self->last_reward = st->last_reward;
     self->last_accuracy = st->last_accuracy;
     self->nan_injected |= st->nan_injected;
@@ -1600,6 +1671,11 @@ static void s_state_apply(bt_controller_t *self, const bt_run_state *st, bool re
         bt_tuner_config cfg = self->tuner.cfg;
         self->tuner = st->tuner;
         self->tuner.cfg = cfg;
+        double total = 0;
+        for (int k = 0; k < cfg.n_sources; k++)
+            total += self->tuner.weights[k];
+        for (int k = 0; k < cfg.n_sources && !(total > 0); k++) /* saved before the mixture */
+            self->tuner.weights[k] = cfg.start_weights[k];
     }
 }
 
@@ -1624,8 +1700,11 @@ static bt_status s_snapshot(bt_controller_t *self) {
     self->snap = job.result;
     job.result = NULL;
     s_state_capture(self, canary, &self->saved);
+    bt_mixture_position pos = s_train_position(self);
+    free(self->saved_data);
+    self->saved_data = bt_mixture_to_json(self->mix, &pos);
     self->rollbacks = 0;
-    return BT_OK;
+    return self->saved_data ? BT_OK : bt_fail(BT_ENOMEM, "controller: out of memory");
 }
 
 /*  Loads a trainer state (the in-memory snapshot, or one read from a checkpoint) as version, and
@@ -1662,7 +1741,7 @@ static bt_status s_rollback(bt_controller_t *self, const char *reason) {
     int64_t from = self->step + 1;
     /* a fresh version number: evaluations may still hold the discarded ones */
     BT_TRY(s_restore_trainer(self, self->snap, self->version + 1, self->saved.canary_loss));
-    uint64_t skipped_from = self->saved.cursor, skipped_to = self->cursor;
+    uint64_t skipped_from = self->saved.cursor, skipped_to = bt_mixture_get_position(self->mix).draws;
     s_state_apply(self, &self->saved, false);
     s_rollouts_cancel(self); /* sampled by discarded versions: skipped too */
     bt_jsonl line;
@@ -1787,6 +1866,8 @@ static bt_status s_ckpt_full(bt_controller_t *self) {
     if (st == BT_OK)
         st = state ? bt_ckpt_snapshot_add_text(snap, "state.json", state) : BT_ENOMEM;
     free(state);
+    if (st == BT_OK) /* the data position and the curriculum at the same point */
+        st = bt_ckpt_snapshot_add_text(snap, "data.json", self->saved_data);
     if (st == BT_OK)
         st = bt_ckpt_writer_submit(self->writer, &snap);
     bt_ckpt_snapshot_destroy(&snap); /* still ours when the writer was busy */
@@ -1903,6 +1984,20 @@ static bt_status s_resume(bt_controller_t *self) {
     self->snap = state;
     self->saved = run;
     s_state_apply(self, &run, true);
+    char path[BT_CONFIG_PATH_MAX + 16], *data = NULL;
+    snprintf(path, sizeof path, "%s/data.json", folder);
+    if (access(path, F_OK) == 0) { /* absent in a checkpoint from before data.sources */
+        bt_mixture_position pos;
+        st = bt_file_read(path, SIZE_MAX, &data, NULL);
+        if (st == BT_OK)
+            st = bt_mixture_from_json(self->mix, data, path, &pos);
+        free(data);
+        if (st != BT_OK)
+            return st;
+    }
+    free(self->saved_data);
+    bt_mixture_position now = bt_mixture_get_position(self->mix);
+    self->saved_data = bt_mixture_to_json(self->mix, &now);
     bt_train_clock_init(&self->clock, run.train_seconds);
     bt_train_clock_start(&self->clock, bt_now());
     self->last_full_s = run.train_seconds;
@@ -1944,6 +2039,23 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
         length += (double)batch.lengths[i];
     }
     int64_t n = batch.n;
+    /* per source: what the tuner's mixture rule and the train line see; the curriculum's streaks */
+    bt_tuner_step_stats tss = {.kl = ts.kl, .entropy = ts.entropy, .n_samples = ts.sequences};
+    tss.n_sources = self->n_sources;
+    int64_t prompts[BT_CONFIG_MAX_SOURCES] = {0};
+    for (int64_t g = 0; g < batch.n_prompts; g++) {
+        int k = BT_PROMPT_SOURCE(batch.indices[g]), right = 0;
+        prompts[k]++;
+        for (int64_t j = 0; j < batch.group_size; j++) {
+            int64_t i = g * batch.group_size + j;
+            right += batch.correct[i];
+            tss.sources[k].n += 1;
+            tss.sources[k].correct += batch.correct[i];
+            tss.sources[k].reward += batch.rewards[i];
+            tss.sources[k].reward_sq += batch.rewards[i] * batch.rewards[i];
+        }
+        bt_mixture_observe(self->mix, self->sources, batch.indices[g], right, batch.group_size);
+    }
     bt_rollout_batch_release(&batch);
     BT_TRY(st);
     self->step++;
@@ -1969,9 +2081,27 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_int(&line, "version", self->version);
     if (c->grpo.max_staleness > 0) /* policy versions between the oldest sampler and the update */
         bt_jsonl_int(&line, "staleness", version - oldest);
+    if (self->epoch_size)
+        bt_jsonl_int(&line, "epoch", s_epoch(self));
+    if (c->data.curriculum.window > 0) {
+        bt_jsonl_int(&line, "dropped", self->dropped_step);
+        bt_jsonl_int(&line, "dropped_total", bt_mixture_dropped(self->mix));
+    }
+    for (int k = 0; k < self->n_sources && c->data.n_sources > 0; k++) {
+        char key[96];
+        const char *name = bt_config_source_name(c, k);
+        double m = tss.sources[k].n;
+        snprintf(key, sizeof key, "prompts.%s", name);
+        bt_jsonl_int(&line, key, prompts[k]);
+        snprintf(key, sizeof key, "reward_mean.%s", name);
+        bt_jsonl_num(&line, key, m > 0 ? tss.sources[k].reward / m : NAN);
+        snprintf(key, sizeof key, "accuracy.%s", name);
+        bt_jsonl_num(&line, key, m > 0 ? tss.sources[k].correct / m : NAN);
+        snprintf(key, sizeof key, "weight.%s", name);
+        bt_jsonl_num(&line, key, self->tuner.weights[k]);
+    }
     BT_TRY(bt_runlog_metric(self->log, &line));
     if (updated) { /* the tuner sees the step; its decisions apply from the next one */
-        bt_tuner_step_stats tss = {.kl = ts.kl, .entropy = ts.entropy, .n_samples = ts.sequences};
         bt_tuner_decision dec[BT_TUNER_MAX_DECISIONS];
         int nd = bt_tuner_after_step(&self->tuner, self->step, &tss, dec, BT_TUNER_MAX_DECISIONS);
         BT_TRY(s_tuner_events(self, dec, nd));

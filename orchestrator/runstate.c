@@ -77,6 +77,54 @@ static bool s_put_fields(cJSON *obj, const s_field *fields, int n, const void *b
     return ok;
 }
 
+/*  The mixture rule's weights and window: "mixture": [[weight, n, correct, reward, reward_sq],
+    ...] per source, and "mixture_steps". */
+static bool s_put_mixture(cJSON *t, const bt_tuner *tu) {
+    cJSON *rows = cJSON_AddArrayToObject(t, "mixture");
+    bool ok = rows != NULL;
+    for (int k = 0; ok && k < BT_TUNER_MAX_SOURCES; k++) {
+        const double v[5] = {tu->weights[k], tu->window[k].n, tu->window[k].correct,
+                             tu->window[k].reward, tu->window[k].reward_sq};
+        char row[256];
+        snprintf(row, sizeof row, "[%.17g,%.17g,%.17g,%.17g,%.17g]", v[0], v[1], v[2], v[3], v[4]);
+        ok = cJSON_AddItemToArray(rows, cJSON_CreateRaw(row));
+    }
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)tu->window_steps);
+    return ok && cJSON_AddItemToObject(t, "mixture_steps", cJSON_CreateRaw(num));
+}
+
+/*  Reads s_put_mixture's fields; absent (a state.json from before the mixture rule) leaves them. */
+static bt_status s_get_mixture(const cJSON *t, bt_tuner *tu, const char *where) {
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(t, "mixture");
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(t, "mixture_steps");
+    if (!rows && !steps)
+        return BT_OK;
+    if (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != BT_TUNER_MAX_SOURCES ||
+        !cJSON_IsNumber(steps))
+        return bt_fail(BT_EFORMAT, "%s.mixture: expected %d rows and mixture_steps", where,
+                       BT_TUNER_MAX_SOURCES);
+    int k = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows) {
+        double v[5];
+        for (int i = 0; i < 5; i++) {
+            const cJSON *x = cJSON_GetArrayItem(row, i);
+            if (!cJSON_IsNumber(x) || cJSON_GetArraySize(row) != 5)
+                return bt_fail(BT_EFORMAT, "%s.mixture[%d]: expected 5 numbers", where, k);
+            v[i] = x->valuedouble;
+        }
+        tu->weights[k] = v[0];
+        tu->window[k].n = v[1];
+        tu->window[k].correct = v[2];
+        tu->window[k].reward = v[3];
+        tu->window[k].reward_sq = v[4];
+        k++;
+    }
+    tu->window_steps = (int64_t)steps->valuedouble;
+    return BT_OK;
+}
+
 char *bt_run_state_to_json(const bt_run_state *s) {
     cJSON *root = cJSON_CreateObject();
     bool ok = s_put_fields(root, s_state, S_N(s_state), s) &&
@@ -98,7 +146,7 @@ char *bt_run_state_to_json(const bt_run_state *s) {
     if (ok && s->has_tuner) {
         cJSON *t = cJSON_CreateObject();
         ok = cJSON_AddItemToObject(root, "tuner", t) &&
-             s_put_fields(t, s_tuner, S_N(s_tuner), &s->tuner);
+             s_put_fields(t, s_tuner, S_N(s_tuner), &s->tuner) && s_put_mixture(t, &s->tuner);
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
@@ -162,6 +210,8 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
     if (out->has_tuner) {
         snprintf(where, sizeof where, "%s: tuner", source);
         st = s_get_fields(tuner, s_tuner, S_N(s_tuner), &out->tuner, where);
+        if (st == BT_OK)
+            st = s_get_mixture(tuner, &out->tuner, where);
     }
     cJSON_Delete(root);
     return st;

@@ -23,6 +23,13 @@ void bt_tuner_config_init(bt_tuner_config *cfg) {
     cfg->lr_plateau.min_lr = 1e-6;
     cfg->temperature = (bt_tuner_temperature_config){
         .entropy_low = 0.2, .entropy_high = 2.0, .step = 0.05, .min = 0.5, .max = 1.5};
+    cfg->mixture = (bt_tuner_mixture_config){.metric = BT_TUNER_MIXTURE_ACCURACY,
+                                             .every_steps = 10,
+                                             .rate = 1.0,
+                                             .min_weight = 0.05,
+                                             .max_weight = 20.0};
+    cfg->n_sources = 1;
+    cfg->start_weights[0] = 1.0;
 }
 
 static bool s_positive(double x) {
@@ -136,6 +143,36 @@ bt_status bt_tuner_config_validate(const bt_tuner_config *cfg) {
                            "tuner.temperature.max (%g)] when tuner.temperature.enabled, got %g",
                            tc->min, tc->max, cfg->start.temperature);
     }
+    const bt_tuner_mixture_config *mc = &cfg->mixture;
+    if (mc->enabled) {
+        if (cfg->n_sources < 2)
+            return bt_fail(BT_EINVAL, "tuner.mixture.enabled: needs data.sources with 2 or more "
+                                      "sources, got %d",
+                           cfg->n_sources);
+        if (mc->every_steps < 1)
+            return bt_fail(BT_EINVAL, "tuner.mixture.every_steps: expected an integer >= 1, got "
+                                      "%lld",
+                           (long long)mc->every_steps);
+        if (!s_positive(mc->rate))
+            return bt_fail(BT_EINVAL, "tuner.mixture.rate: expected a number > 0, got %g",
+                           mc->rate);
+        if (!s_positive(mc->min_weight))
+            return bt_fail(BT_EINVAL, "tuner.mixture.min_weight: expected a number > 0, got %g",
+                           mc->min_weight);
+        if (!(mc->max_weight >= mc->min_weight && isfinite(mc->max_weight)))
+            return bt_fail(BT_EINVAL,
+                           "tuner.mixture.max_weight: expected a number >= "
+                           "tuner.mixture.min_weight (%g), got %g",
+                           mc->min_weight, mc->max_weight);
+        for (int k = 0; k < cfg->n_sources; k++)
+            if (!(cfg->start_weights[k] >= mc->min_weight &&
+                  cfg->start_weights[k] <= mc->max_weight))
+                return bt_fail(BT_EINVAL,
+                               "data.sources[%d].weight: expected a number in "
+                               "[tuner.mixture.min_weight (%g), tuner.mixture.max_weight (%g)] "
+                               "when tuner.mixture.enabled, got %g",
+                               k, mc->min_weight, mc->max_weight, cfg->start_weights[k]);
+    }
     return BT_OK;
 }
 
@@ -145,6 +182,8 @@ void bt_tuner_init(bt_tuner *t, const bt_tuner_config *cfg) {
     t->kl_coef = cfg->start.kl_coef;
     t->lr = cfg->start.lr;
     t->temperature = cfg->start.temperature;
+    for (int k = 0; k < cfg->n_sources && k < BT_TUNER_MAX_SOURCES; k++)
+        t->weights[k] = cfg->start_weights[k];
 }
 
 double bt_tuner_lr_scale(const bt_tuner *t) {
@@ -205,6 +244,7 @@ static bt_tuner_decision s_decision(const char *rule, const char *param, int64_t
     d.step = step;
     d.before = before;
     d.after = after;
+    d.source = -1;
     return d;
 }
 
@@ -281,6 +321,63 @@ static void s_temperature(bt_tuner *t, int64_t step, const bt_tuner_step_stats *
     s_decide(t, o, &d);
 }
 
+/*  Mixture weights by multiplicative weights over the window's per-source statistics. */
+static void s_mixture(bt_tuner *t, int64_t step, const bt_tuner_step_stats *s, s_out *o) {
+    const bt_tuner_mixture_config *c = &t->cfg.mixture;
+    int n = t->cfg.n_sources;
+    if (!c->enabled || n < 2)
+        return;
+    for (int k = 0; k < n && k < s->n_sources; k++) {
+        t->window[k].n += s->sources[k].n;
+        t->window[k].correct += s->sources[k].correct;
+        t->window[k].reward += s->sources[k].reward;
+        t->window[k].reward_sq += s->sources[k].reward_sq;
+    }
+    if (++t->window_steps < c->every_steps)
+        return;
+    double value[BT_TUNER_MAX_SOURCES], mean = 0;
+    int seen = 0;
+    for (int k = 0; k < n; k++) {
+        double m = t->window[k].n;
+        if (m <= 0) {
+            value[k] = NAN;
+            continue;
+        }
+        double r = t->window[k].reward / m;
+        value[k] = c->metric == BT_TUNER_MIXTURE_ACCURACY ? t->window[k].correct / m
+                                                          : fmax(0.0, t->window[k].reward_sq / m - r * r);
+        mean += value[k];
+        seen++;
+    }
+    memset(t->window, 0, sizeof t->window);
+    t->window_steps = 0;
+    if (seen < 2)
+        return; /* nothing to compare */
+    mean /= seen;
+    for (int k = 0; k < n; k++) {
+        if (!isfinite(value[k]))
+            continue;
+        double g = c->metric == BT_TUNER_MIXTURE_ACCURACY ? mean - value[k]
+                   : mean > 0                            ? (value[k] - mean) / mean
+                                                         : 0.0;
+        double before = t->weights[k];
+        double after = s_clamp(before * exp(c->rate * g), c->min_weight, c->max_weight);
+        if (after == before)
+            continue;
+        t->weights[k] = after;
+        bt_tuner_decision d = s_decision("mixture", "weight", step, before, after);
+        d.source = k;
+        const char *name = c->metric == BT_TUNER_MIXTURE_ACCURACY ? "accuracy" : "reward_variance";
+        s_metric(&d, name, value[k]);
+        s_metric(&d, c->metric == BT_TUNER_MIXTURE_ACCURACY ? "mean_accuracy" : "mean_variance",
+                 mean);
+        s_reason(&d, "%s %.4g vs mean %.4g over the last %lld steps: weight x %.4g%s", name,
+                 value[k], mean, (long long)c->every_steps, exp(c->rate * g),
+                 after != before * exp(c->rate * g) ? ", at a bound" : "");
+        s_decide(t, o, &d);
+    }
+}
+
 int bt_tuner_after_step(bt_tuner *t, int64_t step, const bt_tuner_step_stats *stats,
                         bt_tuner_decision *out, int max_out) {
     BT_ASSERT(t && stats && max_out >= 0 && (out || max_out == 0));
@@ -288,6 +385,7 @@ int bt_tuner_after_step(bt_tuner *t, int64_t step, const bt_tuner_step_stats *st
     s_adaptive_kl(t, step, stats, &o);
     s_lr_kl(t, step, stats, &o);
     s_temperature(t, step, stats, &o);
+    s_mixture(t, step, stats, &o);
     return o.n;
 }
 

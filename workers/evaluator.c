@@ -652,8 +652,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
     bt_status st = BT_OK;
     for (int i = 0; i < n_datasets && st == BT_OK; i++) {
         const bt_eval_dataset *d = &datasets[i];
-        if (!d->source[0] || d->kind == BT_EVAL_PROBES)
-            continue;
+        if (!d->source[0] || d->kind == BT_EVAL_PROBES || d->data_source >= 0)
+            continue; /* a data source's task is the caller's to set (bt_config_eval_suite) */
         if (d->kind == BT_EVAL_PERPLEXITY) {
             st = bt_texts_load(d->source, &s->texts[i], &s->n_texts[i]);
         } else {

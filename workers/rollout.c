@@ -111,7 +111,7 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task
     p->n = n;
     for (int64_t i = 0; i < n; i++) {
         bt_task_example ex;
-        bt_task_train_example(task, indices[i], &ex);
+        bt_task_train_example(task, BT_PROMPT_INDEX(indices[i]), &ex);
         size_t len = strlen(ex.prompt), n_ids = 0;
         p->ids[i] = malloc((len + 1) * sizeof *p->ids[i]);
         p->texts[i] = s_strdup(ex.prompt);

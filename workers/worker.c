@@ -35,7 +35,10 @@ typedef struct {
     bt_model *model;       /* rollout and eval: the variant's current policy */
     bt_trainer_t *trainer; /* trainer: owns the policy */
     bt_group *group;       /* trainer: its data-parallel group, or NULL */
-    bt_task_t *task;
+    bt_task_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
+                                                  data.sources) */
+    int n_sources;
+    bt_task_t *task;     /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
     int64_t version;     /* of the weights in model (rollout and eval) */
     bt_eval_suite suite; /* eval: the datasets, their own sources loaded */
 } s_variant;
@@ -62,9 +65,21 @@ typedef struct {
 
 /*  The state of variant c->cur, whose cfg is set. */
 static bt_status s_build_variant(s_compute *c, bt_device dev) {
-    BT_TRY(bt_config_new_task(&c->cur->cfg, &c->cur->task));
-    if (c->opt->reward)
-        bt_task_set_reward_fn(c->cur->task, c->opt->reward, c->opt->reward_user);
+    bt_run_config *one = malloc(sizeof *one);
+    if (!one)
+        return bt_fail(BT_ENOMEM, "worker: out of memory");
+    bt_status built = BT_OK;
+    c->cur->n_sources = bt_config_n_sources(&c->cur->cfg);
+    for (int k = 0; k < c->cur->n_sources && built == BT_OK; k++) {
+        built = bt_config_source(&c->cur->cfg, k, one);
+        if (built == BT_OK)
+            built = bt_config_new_task(one, &c->cur->sources[k]);
+        if (built == BT_OK && c->opt->reward)
+            bt_task_set_reward_fn(c->cur->sources[k], c->opt->reward, c->opt->reward_user);
+    }
+    free(one);
+    BT_TRY(built);
+    c->cur->task = c->cur->sources[0];
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
     bt_model *m = c->cur->cfg.model_path[0]
                       ? bt_model_load(c->cur->cfg.model_path, dev)
@@ -139,7 +154,9 @@ static void s_release(s_compute *c) {
         bt_trainer_destroy(&v->trainer);
         bt_group_destroy(&v->group);
         bt_model_destroy(&v->model);
-        bt_task_destroy(&v->task);
+        for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
+            bt_task_destroy(&v->sources[k]);
+        v->task = NULL;
         bt_eval_suite_release(&v->suite);
     }
     bt_reward_service_destroy(&c->reward);
@@ -191,11 +208,20 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     rc.sample.top_k = top_k;
     rc.sample.top_p = top_p;
     rc.reward_service = c->reward;
+    int source = n > 0 ? BT_PROMPT_SOURCE(idx[0]) : 0; /* the controller sends one source */
+    for (int64_t i = 0; i < n; i++)
+        if (BT_PROMPT_SOURCE(idx[i]) != source || source >= c->cur->n_sources) {
+            free(idx);
+            return bt_fail(BT_EINVAL, "rollout: prompt %lld names data source %d, expected %d of "
+                                      "%d sources",
+                           (long long)i, BT_PROMPT_SOURCE(idx[i]), source, c->cur->n_sources);
+        }
     bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->cur->model));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
     bt_status st =
-        gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->task, idx, n, &rc, version, gen, &b)
+        gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n, &rc,
+                                version, gen, &b)
             : BT_ENOMEM;
     if (st == BT_OK)
         st = bt_batch_to_msg(&b, res);

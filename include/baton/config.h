@@ -41,6 +41,17 @@ typedef enum bt_config_precision {
 #define BT_CONFIG_MAX_VARIANT_SETS 16
 #define BT_CONFIG_SET_MAX 256 /* one "key.path=value" of a variant, with the NUL */
 
+#define BT_CONFIG_MAX_SOURCES 8 /* data.sources entries (= BT_TUNER_MAX_SOURCES) */
+
+/*  One entry of data.sources: a prompt source drawn by weight, its task the task.* keys with the
+    entry's own ("kind", "path", "heldout", "verifier", ...) stored as "task.key=value". */
+typedef struct bt_config_source_spec {
+    char name[BT_CONFIG_NAME_MAX];
+    double weight; /* > 0; draws are proportional to it */
+    int n_sets;
+    char sets[BT_CONFIG_MAX_VARIANT_SETS][BT_CONFIG_SET_MAX];
+} bt_config_source_spec;
+
 /*  One entry of the top-level `variants` array: a policy trained beside the others, its config the
     base's with its own overrides. */
 typedef struct bt_config_variant_spec {
@@ -146,7 +157,19 @@ typedef struct bt_run_config {
         bt_tuner_lr_kl_config lr_kl;
         bt_tuner_plateau_config lr_plateau;
         bt_tuner_temperature_config temperature;
+        bt_tuner_mixture_config mixture;
     } tuner;
+    struct { /* the data.* keys: prompt sources and their mixture */
+        char epoch_source[BT_CONFIG_NAME_MAX]; /* whose epochs count; "": the first source */
+        struct {
+            int64_t window;   /* skip a prompt whose last `window` groups were all solved (or
+                                 all failed); 0: off */
+            bool skip_solved; /* skip the always-solved */
+            bool skip_failed; /* skip the always-failed */
+        } curriculum;
+        int n_sources; /* 0: one source, the task.* keys */
+        bt_config_source_spec sources[BT_CONFIG_MAX_SOURCES];
+    } data;
     struct {
         int64_t rollout;
         int64_t trainer;
@@ -188,6 +211,16 @@ typedef struct bt_run_config {
     int n_variants; /* 0: no variants: one policy, named "main" */
     bt_config_variant_spec variants[BT_CONFIG_MAX_VARIANTS];
 } bt_run_config;
+
+/*  Data sources: data.n_sources, or 1 (the task.* keys) without data.sources. */
+int bt_config_n_sources(const bt_run_config *cfg);
+/*  Source k's config: cfg with the source's task keys applied (k 0 without data.sources is cfg).
+    Errors name "data.sources[k].KEY". */
+bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out);
+/*  Source k's name: data.sources[k].name, or "task" without data.sources. */
+const char *bt_config_source_name(const bt_run_config *cfg, int k);
+/*  The index of the source whose epochs count (data.epoch_source). */
+int bt_config_epoch_source(const bt_run_config *cfg);
 
 /*  Every key at its default (unresolved: grpo.max_tokens, eval.max_new_tokens and
     model.num_key_value_heads are 0). */

@@ -55,7 +55,8 @@ typedef struct bt_eval_probe {
 typedef struct bt_eval_dataset {
     char name[BT_EVAL_NAME_MAX];
     bt_eval_kind kind;
-    char source[BT_EVAL_SOURCE_MAX]; /* "": the task's held-out set; else a JSONL file */
+    char source[BT_EVAL_SOURCE_MAX]; /* "": the task's held-out set; a data.sources name: that
+                                        source's; else a JSONL file */
     int64_t count;                   /* examples, texts or probes evaluated; 0: all */
     int64_t samples;                 /* completions per example (generate) */
     double temperature;              /* 0: greedy */
@@ -63,6 +64,8 @@ typedef struct bt_eval_dataset {
     bool robustness;                   /* generate: also the task's perturbed prompts */
     int64_t every_steps, every_epochs; /* 0: off */
     double every_seconds;              /* 0: off */
+    int data_source; /* resolved, not a key: the data.sources entry `source` names (its held-out
+                        set, scored by its verifier); -1: none */
 } bt_eval_dataset;
 
 typedef struct bt_evaluator_config {

@@ -113,6 +113,11 @@ void bt_task_destroy(bt_task_t **self_p);
     config and index, never on earlier calls (a JSONL task caches the current epoch's order). */
 void bt_task_train_example(bt_task_t *self, uint64_t index, bt_task_example *ex);
 
+/*  Which training record the index-th example of the stream is: its position among the
+    training lines of a JSONL task (the same record in every epoch), the index itself for the
+    arithmetic stream. */
+uint64_t bt_task_record(bt_task_t *self, uint64_t index);
+
 /*  Lines per epoch of a JSONL task; 0 for an endless arithmetic stream. */
 uint64_t bt_task_epoch_size(const bt_task_t *self);
 

@@ -25,7 +25,8 @@ extern "C" {
 #endif
 
 #define BT_TUNER_NAME_MAX 64     /* a dataset or metric name, with the NUL */
-#define BT_TUNER_MAX_DECISIONS 3 /* at most this many decisions come out of one call */
+#define BT_TUNER_MAX_DECISIONS 11 /* at most this many decisions come out of one call:
+                                     3 rules + a mixture weight per source */
 #define BT_TUNER_MAX_METRICS 3   /* metrics named by one decision */
 
 /*  The adaptive KL coefficient's step multiplier 1 + e * n / horizon is clamped to this range,
@@ -79,6 +80,28 @@ typedef struct bt_tuner_temperature_config {
     double max;
 } bt_tuner_temperature_config;
 
+#define BT_TUNER_MAX_SOURCES 8 /* data sources whose mixture weights the mixture rule steers */
+
+/*  Values appear in configs: append only. */
+typedef enum bt_tuner_mixture_metric {
+    BT_TUNER_MIXTURE_ACCURACY = 0,       /* "accuracy": up-weight a source whose accuracy lags */
+    BT_TUNER_MIXTURE_REWARD_VARIANCE = 1 /* "reward_variance": up-weight the most informative */
+} bt_tuner_mixture_metric;
+
+/*  Data mixture weights from per-source training statistics, every every_steps steps
+    (multiplicative weights, as DoReMi and curriculum bandits do): source s's weight is multiplied
+    by exp(rate * g_s), g_s = mean accuracy - acc_s ("accuracy") or (var_s - mean var) / mean var
+    ("reward_variance"), means over the sources seen in the window; then clamped to
+    [min_weight, max_weight].  Weights are relative (draws are proportional to them). */
+typedef struct bt_tuner_mixture_config {
+    bool enabled;
+    bt_tuner_mixture_metric metric;
+    int64_t every_steps; /* >= 1 */
+    double rate;         /* > 0 */
+    double min_weight;   /* > 0 */
+    double max_weight;   /* >= min_weight */
+} bt_tuner_mixture_config;
+
 typedef struct bt_tuner_config {
     struct {
         double kl_coef;     /* beta at the start (grpo.kl_coef) */
@@ -89,12 +112,16 @@ typedef struct bt_tuner_config {
     bt_tuner_lr_kl_config lr_kl;
     bt_tuner_plateau_config lr_plateau;
     bt_tuner_temperature_config temperature;
+    bt_tuner_mixture_config mixture;
+    int n_sources;                             /* data sources (1 without data.sources) */
+    double start_weights[BT_TUNER_MAX_SOURCES]; /* their configured weights */
 } bt_tuner_config;
 
 /*  Every rule off.  start: kl_coef 0, lr 1e-4, temperature 1.  kl: target 0.01, horizon 10000,
     min 1e-4, max 1.  lr_kl: target 0.01, factor 1.5, min_lr 1e-5, max_lr 1e-2.  lr_plateau:
     dataset "", metric "accuracy", mode max, patience 3, factor 0.5, min_delta 0, min_lr 1e-6.
-    temperature: entropy_low 0.2, entropy_high 2, step 0.05, min 0.5, max 1.5. */
+    temperature: entropy_low 0.2, entropy_high 2, step 0.05, min 0.5, max 1.5.  mixture: metric
+    accuracy, every_steps 10, rate 1, min_weight 0.05, max_weight 20; one source of weight 1. */
 void bt_tuner_config_init(bt_tuner_config *cfg);
 /*  BT_EINVAL with a message naming the config key, e.g.
     "grpo.kl_coef: expected a number in [tuner.kl.min (0.0001), tuner.kl.max (1)] when
@@ -115,6 +142,11 @@ typedef struct bt_tuner {
     int64_t last_eval_step; /* lr_plateau: the step of the latest evaluation observed */
     int64_t bad_evals;      /* lr_plateau: evaluations since the best, or since the last decay */
     int64_t decisions;      /* decisions made so far */
+    double weights[BT_TUNER_MAX_SOURCES]; /* mixture: the current source weights */
+    struct {                              /* mixture: per source, since the last adjustment */
+        double n, correct, reward, reward_sq;
+    } window[BT_TUNER_MAX_SOURCES];
+    int64_t window_steps; /* mixture: steps fed since the last adjustment */
 } bt_tuner;
 
 /*  What one finished step measured. */
@@ -122,12 +154,18 @@ typedef struct bt_tuner_step_stats {
     double kl;         /* the train line's kl: token mean of the KL to the reference */
     double entropy;    /* the train line's entropy: token mean, nats */
     int64_t n_samples; /* completions trained on in the step */
+    int n_sources;     /* per-source statistics below (0: none) */
+    struct {
+        double n, correct, reward, reward_sq; /* completions; correct ones; sum r; sum r^2 */
+    } sources[BT_TUNER_MAX_SOURCES];
 } bt_tuner_step_stats;
 
 /*  One change of one hyperparameter, with what caused it. */
 typedef struct bt_tuner_decision {
     const char *rule;  /* static: "adaptive_kl", "lr_kl", "lr_plateau", "temperature" */
-    const char *param; /* static: "kl_coef", "lr" (the peak learning rate), "temperature" */
+    const char *param; /* static: "kl_coef", "lr" (the peak learning rate), "temperature",
+                          "weight" (a data source's mixture weight) */
+    int source;        /* "weight": the source's index; -1 otherwise */
     int64_t step;      /* the step or evaluation step fed in; it applies from step + 1 */
     double before, after;
     int n_metrics;
