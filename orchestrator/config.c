@@ -852,8 +852,7 @@ static bt_status s_apply_override(const char *text, const char *where, bt_run_co
         strncmp(path, "variants[", 9) == 0)
         return bt_fail(BT_EINVAL, "%s: variants is an array: set it in the config file", where);
     if (strncmp(path, "data.sources", 12) == 0)
-        return bt_fail(BT_EINVAL, "%s: data.sources is an array: set it in the config file",
-                       where);
+        return bt_fail(BT_EINVAL, "%s: data.sources is an array: set it in the config file", where);
     const s_key *k = s_find(path);
     if (!k)
         return s_unknown(where, path);
@@ -921,19 +920,19 @@ static bt_status s_check_dataset(bt_run_config *cfg, int i, const char *src) {
     if (d->kind == BT_EVAL_PROBES && !from_task)
         return bt_fail(BT_EINVAL, "%s.source: probes come from eval.probes, expected \"\"", where);
     if (d->kind == BT_EVAL_PERPLEXITY && d->data_source >= 0)
-        return bt_fail(BT_EINVAL, "%s.source: perplexity of a data source is not supported, "
-                                  "expected a {\"text\"} JSONL file",
+        return bt_fail(BT_EINVAL,
+                       "%s.source: perplexity of a data source is not supported, "
+                       "expected a {\"text\"} JSONL file",
                        where);
-    if (from_task && d->data_source < 0 && d->kind != BT_EVAL_PROBES &&
-        cfg->data.n_sources == 0 && cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
+    if (from_task && d->data_source < 0 && d->kind != BT_EVAL_PROBES && cfg->data.n_sources == 0 &&
+        cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
         (d->count == 0 || d->count > cfg->task.heldout_size))
         return bt_fail(BT_EINVAL,
                        "%s.count: expected an integer in [1, task.heldout_size (%" PRId64
                        ")], got %" PRId64,
                        where, cfg->task.heldout_size, d->count);
     if (d->every_epochs > 0 && cfg->data.n_sources == 0 &&
-        cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC &&
-        cfg->task.epoch_size == 0)
+        cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC && cfg->task.epoch_size == 0)
         return bt_fail(BT_EINVAL,
                        "%s.every_epochs: the arithmetic stream has no epochs: set "
                        "task.epoch_size too",
@@ -1050,8 +1049,9 @@ bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out);
 static bt_status s_check_sources(const bt_run_config *cfg, const char *src) {
     if (cfg->data.n_sources == 0) {
         if (cfg->data.epoch_source[0])
-            return bt_fail(BT_EINVAL, "%s: data.epoch_source: \"%s\" names no source (there is no "
-                                      "data.sources)",
+            return bt_fail(BT_EINVAL,
+                           "%s: data.epoch_source: \"%s\" names no source (there is no "
+                           "data.sources)",
                            src, cfg->data.epoch_source);
         return BT_OK;
     }
@@ -1059,8 +1059,9 @@ static bt_status s_check_sources(const bt_run_config *cfg, const char *src) {
     for (int k = 0; k < cfg->data.n_sources; k++)
         found |= strcmp(cfg->data.sources[k].name, cfg->data.epoch_source) == 0;
     if (!found)
-        return bt_fail(BT_EINVAL, "%s: data.epoch_source: expected the name of a data.sources entry, "
-                                  "got \"%s\"",
+        return bt_fail(BT_EINVAL,
+                       "%s: data.epoch_source: expected the name of a data.sources entry, "
+                       "got \"%s\"",
                        src, cfg->data.epoch_source);
     bt_run_config *one = malloc(sizeof *one);
     if (!one)
@@ -1110,7 +1111,7 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     BT_TRY(s_check_scaling(cfg, src));
     if (cfg->task.chat_template[0]) { /* a template that cannot apply fails now, by name */
         char *probe = NULL;
-        if (cfg->task.kind != BT_CONFIG_TASK_JSONL)
+        if (cfg->task.kind != BT_CONFIG_TASK_JSONL && cfg->data.n_sources == 0)
             return bt_fail(BT_EINVAL,
                            "%s: task.chat_template: applies to \"jsonl\" tasks "
                            "(prompts of a pretrained model), not to the arithmetic task",
@@ -1254,6 +1255,8 @@ bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out) 
     if (cfg->data.n_sources == 0)
         return BT_OK;
     out->data.n_sources = 0; /* the copy is a one-task config: its task.* keys are the source's */
+    out->data.epoch_source[0] = '\0';
+    out->tuner.mixture.enabled = false;
     const bt_config_source_spec *v = &cfg->data.sources[k];
     char where[256];
     for (int i = 0; i < v->n_sets; i++) {
@@ -1265,6 +1268,13 @@ bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out) 
                 name = s_source_keys[j].key;
         snprintf(where, sizeof where, "data.sources[%d].%.*s", k, (int)strcspn(name, "="), name);
         BT_TRY(s_apply_override(v->sets[i], where, out));
+    }
+    bool own_template = false;
+    for (int i = 0; i < v->n_sets; i++)
+        own_template |= strncmp(v->sets[i], "task.chat_template=", 19) == 0;
+    if (out->task.kind == BT_CONFIG_TASK_ARITHMETIC && !own_template) { /* not inherited */
+        out->task.chat_template[0] = '\0';
+        out->task.system_prompt[0] = '\0';
     }
     snprintf(where, sizeof where, "data.sources[%d]", k);
     return s_check(out, where);

@@ -71,7 +71,7 @@ typedef struct s_job {
     (synchronous) or up to grpo.max_staleness steps before it (asynchronous). */
 typedef struct s_rollouts {
     bool active;
-    int64_t step;   /* the 0-based step it is for */
+    int64_t step;               /* the 0-based step it is for */
     bt_mixture_position before; /* the data position before its prompts were drawn */
     uint64_t *idx;              /* its prompt ids, grouped by source */
     s_job jobs[64];
@@ -1741,7 +1741,8 @@ static bt_status s_rollback(bt_controller_t *self, const char *reason) {
     int64_t from = self->step + 1;
     /* a fresh version number: evaluations may still hold the discarded ones */
     BT_TRY(s_restore_trainer(self, self->snap, self->version + 1, self->saved.canary_loss));
-    uint64_t skipped_from = self->saved.cursor, skipped_to = bt_mixture_get_position(self->mix).draws;
+    uint64_t skipped_from = self->saved.cursor,
+             skipped_to = bt_mixture_get_position(self->mix).draws;
     s_state_apply(self, &self->saved, false);
     s_rollouts_cancel(self); /* sampled by discarded versions: skipped too */
     bt_jsonl line;

@@ -88,8 +88,8 @@ static int s_pick(const bt_mixture_t *self, const double *weights) {
     double total = 0;
     for (int s = 0; s < n; s++)
         total += weights[s];
-    uint64_t r = s_mix(s_mix(self->cfg.seed * 0x9E3779B97F4A7C15ull + 0x5bd1e995u) +
-                       self->pos.draws);
+    uint64_t r =
+        s_mix(s_mix(self->cfg.seed * 0x9E3779B97F4A7C15ull + 0x5bd1e995u) + self->pos.draws);
     double u = (double)(r >> 11) * 0x1.0p-53 * total;
     for (int s = 0; s < n - 1; s++) {
         if (u < weights[s])
@@ -143,8 +143,10 @@ void bt_mixture_observe(bt_mixture_t *self, bt_task_t *const *sources, uint64_t 
         slot->key = key;
         self->n++;
     }
-    slot->solved = all ? (uint16_t)(slot->solved < UINT16_MAX ? slot->solved + 1 : slot->solved) : 0;
-    slot->failed = none ? (uint16_t)(slot->failed < UINT16_MAX ? slot->failed + 1 : slot->failed) : 0;
+    slot->solved =
+        all ? (uint16_t)(slot->solved < UINT16_MAX ? slot->solved + 1 : slot->solved) : 0;
+    slot->failed =
+        none ? (uint16_t)(slot->failed < UINT16_MAX ? slot->failed + 1 : slot->failed) : 0;
 }
 
 bt_mixture_position bt_mixture_get_position(const bt_mixture_t *self) {

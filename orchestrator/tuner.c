@@ -146,12 +146,14 @@ bt_status bt_tuner_config_validate(const bt_tuner_config *cfg) {
     const bt_tuner_mixture_config *mc = &cfg->mixture;
     if (mc->enabled) {
         if (cfg->n_sources < 2)
-            return bt_fail(BT_EINVAL, "tuner.mixture.enabled: needs data.sources with 2 or more "
-                                      "sources, got %d",
+            return bt_fail(BT_EINVAL,
+                           "tuner.mixture.enabled: needs data.sources with 2 or more "
+                           "sources, got %d",
                            cfg->n_sources);
         if (mc->every_steps < 1)
-            return bt_fail(BT_EINVAL, "tuner.mixture.every_steps: expected an integer >= 1, got "
-                                      "%lld",
+            return bt_fail(BT_EINVAL,
+                           "tuner.mixture.every_steps: expected an integer >= 1, got "
+                           "%lld",
                            (long long)mc->every_steps);
         if (!s_positive(mc->rate))
             return bt_fail(BT_EINVAL, "tuner.mixture.rate: expected a number > 0, got %g",
@@ -344,8 +346,9 @@ static void s_mixture(bt_tuner *t, int64_t step, const bt_tuner_step_stats *s, s
             continue;
         }
         double r = t->window[k].reward / m;
-        value[k] = c->metric == BT_TUNER_MIXTURE_ACCURACY ? t->window[k].correct / m
-                                                          : fmax(0.0, t->window[k].reward_sq / m - r * r);
+        value[k] = c->metric == BT_TUNER_MIXTURE_ACCURACY
+                       ? t->window[k].correct / m
+                       : fmax(0.0, t->window[k].reward_sq / m - r * r);
         mean += value[k];
         seen++;
     }
@@ -358,8 +361,8 @@ static void s_mixture(bt_tuner *t, int64_t step, const bt_tuner_step_stats *s, s
         if (!isfinite(value[k]))
             continue;
         double g = c->metric == BT_TUNER_MIXTURE_ACCURACY ? mean - value[k]
-                   : mean > 0                            ? (value[k] - mean) / mean
-                                                         : 0.0;
+                   : mean > 0                             ? (value[k] - mean) / mean
+                                                          : 0.0;
         double before = t->weights[k];
         double after = s_clamp(before * exp(c->rate * g), c->min_weight, c->max_weight);
         if (after == before)

@@ -787,6 +787,82 @@ static void test_docs(void) {
     free(doc);
 }
 
+/*  data.sources: a source's keys stand for task.* keys, the rest come from task.*; the resolved
+    config writes them back; mistakes name the entry and key. */
+static void test_data_sources(void) {
+    const char *json =
+        "{\"task\": {\"verifier\": \"math\", \"chat_template\": \"chatml\"},"
+        " \"data\": {\"sources\": ["
+        "  {\"name\": \"gsm\", \"kind\": \"jsonl\", \"path\": \"g.jsonl\", \"weight\": 2},"
+        "  {\"name\": \"qa\", \"kind\": \"jsonl\", \"path\": \"q.jsonl\", \"verifier\": "
+        "\"numeric\","
+        "   \"heldout\": \"qh.jsonl\"},"
+        "  {\"name\": \"arith\", \"kind\": \"arithmetic\", \"digits\": 3, \"weight\": 0.5}],"
+        "  \"epoch_source\": \"qa\", \"curriculum\": {\"window\": 3, \"skip_solved\": false}},"
+        " \"tuner\": {\"mixture\": {\"enabled\": true, \"min_weight\": 0.1}}}";
+    bt_run_config cfg, one, back;
+    CHECK_OK(s_parse(json, &cfg));
+    CHECK(bt_config_n_sources(&cfg) == 3 && cfg.data.n_sources == 3);
+    CHECK(cfg.data.sources[0].weight == 2 && cfg.data.sources[1].weight == 1);
+    CHECK(bt_config_epoch_source(&cfg) == 1);
+    CHECK(!strcmp(bt_config_source_name(&cfg, 2), "arith"));
+    CHECK(cfg.data.curriculum.window == 3 && !cfg.data.curriculum.skip_solved &&
+          cfg.data.curriculum.skip_failed);
+    CHECK_OK(bt_config_source(&cfg, 1, &one));
+    CHECK(one.task.kind == BT_CONFIG_TASK_JSONL && !strcmp(one.task.train, "q.jsonl"));
+    CHECK(!strcmp(one.task.eval, "qh.jsonl") && one.task.verifier == BT_TASK_VERIFY_NUMERIC);
+    CHECK(!strcmp(one.task.chat_template, "chatml")); /* from task.* */
+    CHECK(one.data.n_sources == 0);
+    CHECK_OK(bt_config_source(&cfg, 0, &one));
+    CHECK(one.task.verifier == BT_TASK_VERIFY_MATH && !strcmp(one.task.train, "g.jsonl"));
+    CHECK_OK(bt_config_source(&cfg, 2, &one));
+    CHECK(one.task.kind == BT_CONFIG_TASK_ARITHMETIC && one.task.digits == 3);
+    /* one held-out dataset per source, named after it */
+    CHECK(cfg.eval.n_datasets == 3);
+    CHECK(!strcmp(cfg.eval.datasets[1].name, "qa") && cfg.eval.datasets[1].data_source == 1);
+    /* the tuner sees the sources and their weights */
+    bt_tuner_config tc;
+    bt_config_tuner(&cfg, &tc);
+    CHECK(tc.n_sources == 3 && tc.start_weights[2] == 0.5 && tc.mixture.enabled);
+    /* the resolved config reads back to the same */
+    char *text = bt_config_to_json(&cfg);
+    CHECK(text != NULL);
+    CHECK_STR_CONTAINS(text, "\"path\":\t\"q.jsonl\"");
+    CHECK_OK(bt_config_parse(text, "resolved", NULL, 0, &back));
+    CHECK(memcmp(&cfg, &back, sizeof cfg) == 0);
+    free(text);
+
+    const struct {
+        const char *json, *error;
+    } bad[] = {
+        {"{\"data\": {\"sources\": [{\"kind\": \"jsonl\", \"path\": \"a\"}]}}",
+         "arith.json: data.sources[0].name: expected a name, got nothing"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\", \"path\": \"a\"}, {\"name\": \"a\"}]}}",
+         "data.sources[1].name: \"a\" is already the name of data.sources[0]"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\", \"weight\": 0}]}}",
+         "data.sources[0].weight: expected a number > 0, got 0"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\", \"digits\": \"3\"}]}}",
+         "data.sources[0].digits: expected an integer"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\", \"train\": \"x\"}]}}",
+         "data.sources[0].train: unknown key (a source has name, weight, kind, path"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\", \"kind\": \"jsonl\"}]}}",
+         "data.sources[0]: task.train: expected a JSONL file path"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\"}], \"epoch_source\": \"b\"}}",
+         "data.epoch_source: expected the name of a data.sources entry, got \"b\""},
+        {"{\"data\": {\"sources\": []}}", "data.sources: expected an array of 1 or more objects"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\"}]}, \"tuner\": {\"mixture\": {\"enabled\": "
+         "true}}}",
+         "tuner.mixture.enabled: needs data.sources with 2 or more sources, got 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(s_parse(bad[i].json, &cfg) == BT_EINVAL);
+        CHECK_STR_CONTAINS(bt_last_error(), bad[i].error);
+    }
+    const char *set[] = {"data.sources=[]"};
+    CHECK(bt_config_parse("{}", "arith.json", set, 1, &cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "data.sources is an array: set it in the config file");
+}
+
 int main(void) {
     test_eval_datasets();
     test_defaults();
@@ -797,6 +873,7 @@ int main(void) {
     test_tuner();
     test_variants();
     test_load();
+    test_data_sources();
     test_docs();
     return check_exit();
 }

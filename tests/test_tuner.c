@@ -7,7 +7,9 @@
 #include "check.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /*  Every rule off; start values kl_coef 0.05, lr 4e-4, temperature 1. */
 static bt_tuner_config s_config(void) {
@@ -512,6 +514,79 @@ static void s_test_validate(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "tuner.temperature.step");
 }
 
+/* ---- mixture weights ------------------------------------------------------------------------ */
+
+/*  Two windows of 2 steps; weights by hand: w_s * exp(rate * g_s), clamped. */
+static void s_test_mixture(void) {
+    bt_tuner_config cfg = s_config();
+    cfg.mixture = (bt_tuner_mixture_config){.enabled = true,
+                                            .metric = BT_TUNER_MIXTURE_ACCURACY,
+                                            .every_steps = 2,
+                                            .rate = 2.0,
+                                            .min_weight = 0.5,
+                                            .max_weight = 4.0};
+    cfg.n_sources = 3;
+    cfg.start_weights[0] = 1.0;
+    cfg.start_weights[1] = 2.0;
+    cfg.start_weights[2] = 1.0;
+    CHECK_OK(bt_tuner_config_validate(&cfg));
+    bt_tuner t;
+    bt_tuner_init(&t, &cfg);
+    bt_tuner_step_stats s = {.kl = NAN, .entropy = NAN, .n_samples = 8, .n_sources = 3};
+    /* step 1: source 0 4/8 right, source 1 8/8, source 2 not sampled */
+    s.sources[0].n = 8, s.sources[0].correct = 4;
+    s.sources[1].n = 8, s.sources[1].correct = 8;
+    bt_tuner_decision d[BT_TUNER_MAX_DECISIONS];
+    CHECK(bt_tuner_after_step(&t, 1, &s, d, BT_TUNER_MAX_DECISIONS) == 0); /* window not full */
+    /* step 2: source 0 0/8 more, source 1 4/8 more: window accuracies 4/16 = 0.25, 12/16 = 0.75,
+       mean 0.5; g0 = +0.25, g1 = -0.25: w0 = 1 e^0.5, w1 = 2 e^-0.5; source 2 unseen: kept */
+    s.sources[0].correct = 0;
+    s.sources[1].correct = 4;
+    int n = bt_tuner_after_step(&t, 2, &s, d, BT_TUNER_MAX_DECISIONS);
+    CHECK(n == 2);
+    CHECK(d[0].source == 0 && !strcmp(d[0].rule, "mixture") && !strcmp(d[0].param, "weight"));
+    CHECK_NEAR(d[0].before, 1.0, 0);
+    CHECK_NEAR(d[0].after, exp(0.5), 1e-15);
+    CHECK_NEAR(d[0].metrics[0].value, 0.25, 1e-15);
+    CHECK_NEAR(d[0].metrics[1].value, 0.5, 1e-15);
+    CHECK(d[1].source == 1);
+    CHECK_NEAR(d[1].after, 2.0 * exp(-0.5), 1e-15);
+    CHECK_NEAR(t.weights[2], 1.0, 0);
+    /* next window: source 0 far behind: its weight would be e^0.5 e^(2 * 0.5) > 4: clamped */
+    s.sources[0].correct = 0;
+    s.sources[1].correct = 8;
+    CHECK(bt_tuner_after_step(&t, 3, &s, d, BT_TUNER_MAX_DECISIONS) == 0);
+    n = bt_tuner_after_step(&t, 4, &s, d, BT_TUNER_MAX_DECISIONS);
+    CHECK(n == 2 && d[0].source == 0);
+    CHECK_NEAR(d[0].after, 4.0, 0);
+    CHECK_STR_CONTAINS(d[0].reason, "at a bound");
+    CHECK_NEAR(d[1].after, fmax(0.5, 2.0 * exp(-0.5) * exp(-1.0)), 1e-15);
+
+    /* reward variance: the most varied source gains: var 0.25 vs 0 (mean 0.125): g = +1, -1 */
+    cfg.mixture.metric = BT_TUNER_MIXTURE_REWARD_VARIANCE;
+    cfg.mixture.every_steps = 1;
+    cfg.mixture.rate = 0.1;
+    bt_tuner_init(&t, &cfg);
+    bt_tuner_step_stats v = {.kl = NAN, .entropy = NAN, .n_sources = 2};
+    v.sources[0].n = 4, v.sources[0].reward = 2, v.sources[0].reward_sq = 2; /* 0,0,1,1 */
+    v.sources[1].n = 4, v.sources[1].reward = 4, v.sources[1].reward_sq = 4; /* 1,1,1,1 */
+    n = bt_tuner_after_step(&t, 1, &v, d, BT_TUNER_MAX_DECISIONS);
+    CHECK(n == 2);
+    CHECK_NEAR(d[0].after, exp(0.1), 1e-15);
+    CHECK_NEAR(d[1].after, 2.0 * exp(-0.1), 1e-15);
+
+    /* a weight outside the bounds, one source, bad bounds */
+    cfg = s_config();
+    cfg.mixture.enabled = true;
+    cfg.n_sources = 1;
+    CHECK(bt_tuner_config_validate(&cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "needs data.sources with 2 or more");
+    cfg.n_sources = 2;
+    cfg.start_weights[1] = 100;
+    CHECK(bt_tuner_config_validate(&cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "data.sources[1].weight");
+}
+
 int main(void) {
     s_test_adaptive_kl();
     s_test_lr_kl();
@@ -521,5 +596,6 @@ int main(void) {
     s_test_disabled();
     s_test_jsonl();
     s_test_validate();
+    s_test_mixture();
     return check_exit();
 }

@@ -32,9 +32,9 @@ static int64_t s_now_ms(void) {
     and eval) or trainer, its task and evaluation suite. */
 typedef struct {
     bt_run_config cfg;
-    bt_model *model;       /* rollout and eval: the variant's current policy */
-    bt_trainer_t *trainer; /* trainer: owns the policy */
-    bt_group *group;       /* trainer: its data-parallel group, or NULL */
+    bt_model *model;                           /* rollout and eval: the variant's current policy */
+    bt_trainer_t *trainer;                     /* trainer: owns the policy */
+    bt_group *group;                           /* trainer: its data-parallel group, or NULL */
     bt_task_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
                                                   data.sources) */
     int n_sources;
@@ -212,17 +212,17 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     for (int64_t i = 0; i < n; i++)
         if (BT_PROMPT_SOURCE(idx[i]) != source || source >= c->cur->n_sources) {
             free(idx);
-            return bt_fail(BT_EINVAL, "rollout: prompt %lld names data source %d, expected %d of "
-                                      "%d sources",
+            return bt_fail(BT_EINVAL,
+                           "rollout: prompt %lld names data source %d, expected %d of "
+                           "%d sources",
                            (long long)i, BT_PROMPT_SOURCE(idx[i]), source, c->cur->n_sources);
         }
     bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->cur->model));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    bt_status st =
-        gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n, &rc,
-                                version, gen, &b)
-            : BT_ENOMEM;
+    bt_status st = gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n,
+                                           &rc, version, gen, &b)
+                       : BT_ENOMEM;
     if (st == BT_OK)
         st = bt_batch_to_msg(&b, res);
     bt_rollout_batch_release(&b);

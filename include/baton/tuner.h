@@ -24,10 +24,11 @@
 extern "C" {
 #endif
 
-#define BT_TUNER_NAME_MAX 64     /* a dataset or metric name, with the NUL */
-#define BT_TUNER_MAX_DECISIONS 11 /* at most this many decisions come out of one call:
-                                     3 rules + a mixture weight per source */
-#define BT_TUNER_MAX_METRICS 3   /* metrics named by one decision */
+#define BT_TUNER_NAME_MAX 64 /* a dataset or metric name, with the NUL */
+#define BT_TUNER_MAX_DECISIONS                                                                     \
+    11                         /* at most this many decisions come out of one call:                \
+                                  3 rules + a mixture weight per source */
+#define BT_TUNER_MAX_METRICS 3 /* metrics named by one decision */
 
 /*  The adaptive KL coefficient's step multiplier 1 + e * n / horizon is clamped to this range,
     so beta never reaches 0 (e = -0.2 with n / horizon >= 5 would give 0 or less). */
@@ -113,7 +114,7 @@ typedef struct bt_tuner_config {
     bt_tuner_plateau_config lr_plateau;
     bt_tuner_temperature_config temperature;
     bt_tuner_mixture_config mixture;
-    int n_sources;                             /* data sources (1 without data.sources) */
+    int n_sources;                              /* data sources (1 without data.sources) */
     double start_weights[BT_TUNER_MAX_SOURCES]; /* their configured weights */
 } bt_tuner_config;
 

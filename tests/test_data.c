@@ -1,0 +1,253 @@
+/*  test_data.c — a run drawing from three sources (two JSONL files, one with its own verifier, and
+    the arithmetic stream) by weight: train lines report each source, each source has its own
+    held-out eval lines, and every training record of every completed epoch of a JSONL source is
+    trained exactly once (counted by record, through a task the test builds itself) — in an
+    uninterrupted run, and in one killed twice with SIGKILL and resumed, the first time with twice
+    the rollout workers, whose steps train exactly the same prompts. */
+#define _DEFAULT_SOURCE
+#include "baton/rollout.h"
+#include "baton/tasks.h"
+
+#include "check.h"
+#include "runs.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S_STEPS 24
+#define S_PER_STEP 6
+#define S_MAX_IDS (S_STEPS * S_PER_STEP)
+
+static char s_tmp[64];
+
+static const char s_json[] =
+    "{\"run\": {\"name\": \"d\", \"seed\": 5},"
+    " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
+    "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
+    " \"task\": {\"digits\": 1},"
+    " \"data\": {\"sources\": ["
+    "  {\"name\": \"a\", \"kind\": \"jsonl\", \"path\": \"%s/a.jsonl\", \"weight\": 2},"
+    "  {\"name\": \"b\", \"kind\": \"jsonl\", \"path\": \"%s/b.jsonl\", \"verifier\": \"numeric\"},"
+    "  {\"name\": \"c\", \"kind\": \"arithmetic\", \"digits\": 1, \"heldout_size\": 10}]},"
+    " \"grpo\": {\"steps\": 24, \"group_size\": 2, \"prompts_per_step\": 6, \"max_new_tokens\": 3},"
+    " \"eval\": {\"every_steps\": 8, \"heldout_count\": 4},"
+    " \"checkpoint\": {\"full_every_steps\": 4, \"keep_last\": 3},"
+    " \"workers\": {\"rollout\": 1, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50},"
+    " \"debug\": {\"log_prompts\": true}}";
+
+static void s_write_jsonl(const char *name, int n) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", s_tmp, name);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; f && i < n; i++)
+        fprintf(f, "{\"prompt\": \"%d+%d=\", \"answer\": \"%d\"}\n", i % 10, i / 10,
+                i % 10 + i / 10);
+    if (f)
+        fclose(f);
+}
+
+/*  The prompt ids each step trained: the last "trained" event of each step (a resumed run
+    repeats the steps after its checkpoint, and the repeat is what counts). */
+typedef struct {
+    uint64_t ids[S_STEPS + 1][S_PER_STEP];
+    int n[S_STEPS + 1];
+} s_trained;
+
+static void s_read_trained(const char *dir, s_trained *t) {
+    memset(t, 0, sizeof *t);
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 26, &text, NULL));
+    for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *ev = cJSON_GetObjectItem(j, "event"), *step = cJSON_GetObjectItem(j, "step");
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "trained") && cJSON_IsNumber(step) &&
+            step->valueint >= 1 && step->valueint <= S_STEPS) {
+            int s = step->valueint;
+            t->n[s] = 0;
+            const cJSON *id;
+            cJSON_ArrayForEach(id, cJSON_GetObjectItem(j, "prompts")) {
+                if (t->n[s] < S_PER_STEP)
+                    t->ids[s][t->n[s]] = (uint64_t)id->valuedouble;
+                t->n[s]++;
+            }
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+}
+
+/*  Source `source`'s trained indices are 0 .. m-1, each once, and (checked through the records a
+    task built here gives) each completed epoch trained every record once. */
+static void s_check_once(const s_trained *t, int source, const char *file, const char *what) {
+    int count[S_MAX_IDS] = {0}, m = 0;
+    for (int s = 1; s <= S_STEPS; s++) {
+        CHECK(t->n[s] == S_PER_STEP);
+        for (int i = 0; i < t->n[s] && i < S_PER_STEP; i++)
+            if (BT_PROMPT_SOURCE(t->ids[s][i]) == source) {
+                uint64_t index = BT_PROMPT_INDEX(t->ids[s][i]);
+                CHECK(index < S_MAX_IDS);
+                if (index < S_MAX_IDS)
+                    count[index]++;
+                m++;
+            }
+    }
+    bool once = true;
+    for (int i = 0; i < m; i++)
+        once &= count[i] == 1;
+    if (!once)
+        fprintf(stderr, "%s: source %d: its %d trained indices are not 0..%d once each\n", what,
+                source, m, m - 1);
+    CHECK(once && m > 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", s_tmp, file);
+    bt_task_jsonl_config jc = {.train_path = path, .verifier = BT_TASK_VERIFY_EXACT, .seed = 0};
+    bt_task_t *task = NULL;
+    CHECK_OK(bt_task_new_jsonl(&jc, &task));
+    if (!task)
+        return;
+    uint64_t n = bt_task_epoch_size(task);
+    int per_record[64] = {0};
+    for (uint64_t e = 0; (e + 1) * n <= (uint64_t)m; e++) { /* completed epochs */
+        memset(per_record, 0, sizeof per_record);
+        for (uint64_t i = e * n; i < (e + 1) * n; i++)
+            per_record[bt_task_record(task, i)]++;
+        for (uint64_t r = 0; r < n; r++)
+            CHECK(per_record[r] == 1);
+    }
+    fprintf(stderr, "%s: source %d trained %d prompts, %llu epochs of %llu records complete\n",
+            what, source, m, (unsigned long long)(m / n), (unsigned long long)n);
+    bt_task_destroy(&task);
+}
+
+/*  The highest train step in DIR/metrics.jsonl (read as text: the run may be writing a line). */
+static int s_last_step(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return 0;
+    int best = 0;
+    const char *key = "{\"kind\":\"train\",\"step\":";
+    for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        int step = atoi(p + strlen(key));
+        best = step > best ? step : best;
+    }
+    free(text);
+    return best;
+}
+
+/*  Starts `baton run CONFIG --run-dir DIR [extra ...]`. */
+static pid_t s_start(const char *config, const char *dir, const char *a, const char *b,
+                     const char *c) {
+    const char *args[10] = {"run", config, "--run-dir", dir, a, b, c, NULL};
+    char log[160];
+    snprintf(log, sizeof log, "%s.log", dir);
+    return runs_spawn_in(NULL, args, log);
+}
+
+/*  SIGKILL once the run has written train step `step` and a checkpoint after step `after` is
+    verified (saves run in the background); the last step written by then. */
+static int s_kill_at(pid_t pid, const char *dir, int step, int after) {
+    char latest[256];
+    snprintf(latest, sizeof latest, "%s/ckpt/LATEST", dir);
+    for (;;) {
+        char *text = NULL;
+        int saved = bt_file_read(latest, 256, &text, NULL) == BT_OK ? atoi(text + 5) : -1;
+        free(text);
+        if (waitpid(pid, NULL, WNOHANG) != 0 || (s_last_step(dir) >= step && saved > after))
+            break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return s_last_step(dir);
+}
+
+int main(void) {
+    snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_data_XXXXXX");
+    CHECK(mkdtemp(s_tmp) != NULL);
+    s_write_jsonl("a.jsonl", 37); /* 34 training records (10, 20, 30 held out) */
+    s_write_jsonl("b.jsonl", 23); /* 21 training records */
+    char config[128], text[4096], ref[128], killed[128];
+    snprintf(config, sizeof config, "%s/data.json", s_tmp);
+    snprintf(text, sizeof text, s_json, s_tmp, s_tmp);
+    FILE *f = fopen(config, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    snprintf(ref, sizeof ref, "%s/ref", s_tmp);
+    snprintf(killed, sizeof killed, "%s/killed", s_tmp);
+
+    /* uninterrupted */
+    CHECK(runs_wait(s_start(config, ref, NULL, NULL, NULL)) == 0);
+    s_trained a, b;
+    s_read_trained(ref, &a);
+    s_check_once(&a, 0, "a.jsonl", "uninterrupted");
+    s_check_once(&a, 1, "b.jsonl", "uninterrupted");
+    char *metrics = runs_metrics(ref);
+    CHECK(metrics != NULL);
+    if (metrics) {
+        int trains = 0, evals[3] = {0};
+        for (char *line = strtok(metrics, "\n"); line; line = strtok(NULL, "\n")) {
+            cJSON *j = cJSON_Parse(line);
+            const cJSON *kind = cJSON_GetObjectItem(j, "kind");
+            if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "train")) {
+                trains++;
+                double n = 0;
+                for (const char *s = "abc"; *s; s++) {
+                    char key[32];
+                    snprintf(key, sizeof key, "prompts.%c", *s);
+                    n += cJSON_GetNumberValue(cJSON_GetObjectItem(j, key));
+                    snprintf(key, sizeof key, "accuracy.%c", *s);
+                    CHECK(cJSON_GetObjectItem(j, key) != NULL);
+                }
+                CHECK(n == S_PER_STEP);
+            }
+            const cJSON *src = cJSON_GetObjectItem(j, "source");
+            if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "eval") && cJSON_IsString(src))
+                evals[src->valuestring[0] - 'a' < 3 ? src->valuestring[0] - 'a' : 0]++;
+            cJSON_Delete(j);
+        }
+        CHECK(trains == S_STEPS);
+        CHECK(evals[0] > 0 && evals[1] > 0 && evals[2] > 0); /* each source's held-out set */
+        free(metrics);
+    }
+
+    /* killed at step 9, resumed with 2 rollout workers, killed at 17, resumed with 1 */
+    int k1 = s_kill_at(s_start(config, killed, NULL, NULL, NULL), killed, 9, 0);
+    int k2 = s_kill_at(s_start(config, killed, "--resume", "--set", "workers.rollout=2"), killed,
+                       17, k1 - k1 % 4);
+    fprintf(stderr, "killed after step %d, then after step %d\n", k1, k2);
+    CHECK(k1 < S_STEPS && k2 < S_STEPS); /* both kills came before the end */
+    CHECK(runs_wait(s_start(config, killed, "--resume", NULL, NULL)) == 0);
+    s_read_trained(killed, &b);
+    s_check_once(&b, 0, "a.jsonl", "killed twice");
+    s_check_once(&b, 1, "b.jsonl", "killed twice");
+    bool same = true;
+    for (int s = 1; s <= S_STEPS; s++) {
+        /* the same prompts, whatever the sharding over rollout workers */
+        for (int i = 0; i < S_PER_STEP; i++) {
+            bool found = false;
+            for (int j = 0; j < S_PER_STEP; j++)
+                found |= a.ids[s][i] == b.ids[s][j];
+            same &= found && a.n[s] == b.n[s];
+        }
+    }
+    CHECK(same);
+
+    if (s_check_failures) { /* the runs' own output says why */
+        snprintf(text, sizeof text, "tail -n 5 %s/*.log >&2", s_tmp);
+        CHECK(system(text) == 0);
+    }
+    snprintf(text, sizeof text, "rm -rf %s", s_tmp);
+    CHECK(system(text) == 0);
+    return check_exit();
+}
