@@ -26,6 +26,7 @@
 
 enum {
     S_JOIN_TIMEOUT_MS = 60000,
+    S_MAX_DROPPED_LOGGED = 1024, /* prompt ids a "dropped" event lists, per step */
     S_MAX_ATTEMPTS = 4,
     S_MAX_EVALS = 16,      /* evaluations in flight at once */
     S_MAX_SHARDS = 64,     /* shards of one evaluation */
@@ -1430,7 +1431,7 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
     if (shards > 64)
         shards = 64;
     r->idx = malloc(sizeof *r->idx * (size_t)P);
-    uint64_t dropped[64];
+    uint64_t dropped[S_MAX_DROPPED_LOGGED];
     int64_t n_dropped = 0;
     if (!r->idx)
         return bt_fail(BT_ENOMEM, "controller: out of memory");
@@ -1439,7 +1440,7 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
     bt_status st = BT_OK;
     for (int64_t i = 0; i < P && st == BT_OK; i++)
         st = bt_mixture_next(self->mix, self->sources, self->tuner.weights, 1000 * P, &r->idx[i],
-                             dropped, 64, &n_dropped);
+                             dropped, S_MAX_DROPPED_LOGGED, &n_dropped);
     if (st != BT_OK) {
         free(r->idx);
         r->idx = NULL;
@@ -1450,7 +1451,7 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
         bt_jsonl line;
         s_event_line(self, &line, "dropped");
         bt_jsonl_int(&line, "step", step + 1);
-        bt_jsonl_uints(&line, "prompts", dropped, (size_t)(n_dropped < 64 ? n_dropped : 64));
+        bt_jsonl_uints(&line, "prompts", dropped, (size_t)(n_dropped < S_MAX_DROPPED_LOGGED ? n_dropped : S_MAX_DROPPED_LOGGED));
         BT_TRY(bt_runlog_event(self->log, &line));
     }
     /* a job holds one source's prompts: group them by source (stable), then shard each group */
@@ -1602,6 +1603,13 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
         bt_jsonl_str(&line, "event", "trained");
         bt_jsonl_int(&line, "step", self->step + 1);
         bt_jsonl_uints(&line, "prompts", batch.indices, (size_t)batch.n_prompts);
+        uint64_t *right = calloc((size_t)batch.n_prompts + 1, sizeof *right);
+        for (int64_t g = 0; right && g < batch.n_prompts; g++) /* correct samples per group */
+            for (int64_t j = 0; j < batch.group_size; j++)
+                right[g] += batch.correct[g * batch.group_size + j];
+        if (right)
+            bt_jsonl_uints(&line, "correct", right, (size_t)batch.n_prompts);
+        free(right);
         st = bt_runlog_event(self->log, &line);
     }
     s_jobs_release(&job, 1);

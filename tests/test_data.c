@@ -23,7 +23,7 @@
 
 #define S_STEPS 24
 #define S_PER_STEP 6
-#define S_MAX_IDS (S_STEPS * S_PER_STEP)
+#define S_MAX_IDS 2048 /* drawn indices of one source, dropped ones included */
 
 static char s_tmp[64];
 
@@ -57,7 +57,10 @@ static void s_write_jsonl(const char *name, int n) {
     repeats the steps after its checkpoint, and the repeat is what counts). */
 typedef struct {
     uint64_t ids[S_STEPS + 1][S_PER_STEP];
+    uint64_t correct[S_STEPS + 1][S_PER_STEP]; /* correct samples of each group */
     int n[S_STEPS + 1];
+    uint64_t dropped[S_STEPS + 1][256]; /* with data.curriculum: what each step's draws dropped */
+    int n_dropped[S_STEPS + 1];
 } s_trained;
 
 static void s_read_trained(const char *dir, s_trained *t) {
@@ -68,6 +71,17 @@ static void s_read_trained(const char *dir, s_trained *t) {
     for (char *line = text ? strtok(text, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(line);
         const cJSON *ev = cJSON_GetObjectItem(j, "event"), *step = cJSON_GetObjectItem(j, "step");
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "dropped") && cJSON_IsNumber(step) &&
+            step->valueint >= 1 && step->valueint <= S_STEPS) {
+            int s = step->valueint;
+            t->n_dropped[s] = 0;
+            const cJSON *id;
+            cJSON_ArrayForEach(id, cJSON_GetObjectItem(j, "prompts")) {
+                if (t->n_dropped[s] < 256)
+                    t->dropped[s][t->n_dropped[s]] = (uint64_t)id->valuedouble;
+                t->n_dropped[s]++;
+            }
+        }
         if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "trained") && cJSON_IsNumber(step) &&
             step->valueint >= 1 && step->valueint <= S_STEPS) {
             int s = step->valueint;
@@ -78,14 +92,21 @@ static void s_read_trained(const char *dir, s_trained *t) {
                     t->ids[s][t->n[s]] = (uint64_t)id->valuedouble;
                 t->n[s]++;
             }
+            int k = 0;
+            cJSON_ArrayForEach(id, cJSON_GetObjectItem(j, "correct")) {
+                if (k < S_PER_STEP)
+                    t->correct[s][k] = (uint64_t)id->valuedouble;
+                k++;
+            }
         }
         cJSON_Delete(j);
     }
     free(text);
 }
 
-/*  Source `source`'s trained indices are 0 .. m-1, each once, and (checked through the records a
-    task built here gives) each completed epoch trained every record once. */
+/*  Source `source`'s drawn indices (trained, or dropped by the curriculum) are 0 .. m-1, each
+    once, and (checked through the records a task built here gives) each completed epoch drew
+    every record once. */
 static void s_check_once(const s_trained *t, int source, const char *file, const char *what) {
     int count[S_MAX_IDS] = {0}, m = 0;
     for (int s = 1; s <= S_STEPS; s++) {
@@ -94,6 +115,13 @@ static void s_check_once(const s_trained *t, int source, const char *file, const
             if (BT_PROMPT_SOURCE(t->ids[s][i]) == source) {
                 uint64_t index = BT_PROMPT_INDEX(t->ids[s][i]);
                 CHECK(index < S_MAX_IDS);
+                if (index < S_MAX_IDS)
+                    count[index]++;
+                m++;
+            }
+        for (int i = 0; i < t->n_dropped[s] && i < 256; i++)
+            if (BT_PROMPT_SOURCE(t->dropped[s][i]) == source) {
+                uint64_t index = BT_PROMPT_INDEX(t->dropped[s][i]);
                 if (index < S_MAX_IDS)
                     count[index]++;
                 m++;
@@ -242,6 +270,42 @@ int main(void) {
         }
     }
     CHECK(same);
+
+    /* the curriculum (window 1): a JSONL record whose group failed every sample is dropped when
+       drawn in a later step (never trained again), and the epochs still move on */
+    char curr[128];
+    snprintf(curr, sizeof curr, "%s/curriculum", s_tmp);
+    CHECK(runs_wait(s_start(config, curr, "--set", "data.curriculum.window=1", NULL)) == 0);
+    s_trained c;
+    s_read_trained(curr, &c);
+    s_check_once(&c, 0, "a.jsonl", "curriculum");
+    s_check_once(&c, 1, "b.jsonl", "curriculum");
+    int n_dropped = 0, failed_at[64] = {0};
+    bt_task_jsonl_config jc = {.train_path = NULL, .seed = 0};
+    char path[128];
+    snprintf(path, sizeof path, "%s/b.jsonl", s_tmp);
+    jc.train_path = path;
+    bt_task_t *tb = NULL;
+    CHECK_OK(bt_task_new_jsonl(&jc, &tb));
+    bool kept_out = true;
+    for (int s = 1; s <= S_STEPS && tb; s++) {
+        n_dropped += c.n_dropped[s];
+        for (int i = 0; i < c.n[s] && i < S_PER_STEP; i++) {
+            if (BT_PROMPT_SOURCE(c.ids[s][i]) != 1)
+                continue;
+            uint64_t r = bt_task_record(tb, BT_PROMPT_INDEX(c.ids[s][i]));
+            if (failed_at[r] && failed_at[r] < s) {
+                fprintf(stderr, "record %llu of b failed at step %d, trained again at step %d\n",
+                        (unsigned long long)r, failed_at[r], s);
+                kept_out = false;
+            }
+            if (c.correct[s][i] == 0 && !failed_at[r])
+                failed_at[r] = s;
+        }
+    }
+    fprintf(stderr, "curriculum: %d prompts dropped\n", n_dropped);
+    CHECK(n_dropped > 0 && kept_out);
+    bt_task_destroy(&tb);
 
     if (s_check_failures) { /* the runs' own output says why */
         snprintf(text, sizeof text, "tail -n 5 %s/*.log >&2", s_tmp);
