@@ -11,6 +11,7 @@
 #include "check.h"
 #include "runs.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -218,6 +219,14 @@ int main(void) {
     CHECK(runs_wait(s_start(config, ref, NULL, NULL, NULL)) == 0);
     s_trained a, b;
     s_read_trained(ref, &a);
+    /* draws follow the weights 2:1:1 (each count within 4 binomial sigmas of 144 p) */
+    int per_source[3] = {0};
+    for (int s = 1; s <= S_STEPS; s++)
+        for (int i = 0; i < a.n[s] && i < S_PER_STEP; i++)
+            per_source[BT_PROMPT_SOURCE(a.ids[s][i]) % 3]++;
+    const double p[3] = {0.5, 0.25, 0.25}, N = S_STEPS * S_PER_STEP;
+    for (int k = 0; k < 3; k++)
+        CHECK_NEAR(per_source[k], N * p[k], 4 * sqrt(N * p[k] * (1 - p[k])));
     s_check_once(&a, 0, "a.jsonl", "uninterrupted");
     s_check_once(&a, 1, "b.jsonl", "uninterrupted");
     char *metrics = runs_metrics(ref);
