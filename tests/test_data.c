@@ -315,6 +315,25 @@ int main(void) {
     fprintf(stderr, "curriculum: %d prompts dropped\n", n_dropped);
     CHECK(n_dropped > 0 && kept_out);
     bt_task_destroy(&tb);
+    /* killed and resumed, the curriculum's streaks come back with the checkpoint: the same
+       prompts are trained and dropped at every step */
+    char curr_killed[128];
+    snprintf(curr_killed, sizeof curr_killed, "%s/curriculum_killed", s_tmp);
+    s_kill_at(s_start(config, curr_killed, "--set", "data.curriculum.window=1", NULL), curr_killed,
+              10, 4);
+    CHECK(runs_wait(
+              s_start(config, curr_killed, "--resume", "--set", "data.curriculum.window=1")) == 0);
+    s_trained ck;
+    s_read_trained(curr_killed, &ck);
+    bool same_curriculum = true;
+    for (int s = 1; s <= S_STEPS; s++) {
+        same_curriculum &= ck.n[s] == c.n[s] && ck.n_dropped[s] == c.n_dropped[s];
+        for (int i = 0; i < c.n[s] && i < S_PER_STEP; i++)
+            same_curriculum &= ck.ids[s][i] == c.ids[s][i];
+        for (int i = 0; i < c.n_dropped[s] && i < 256; i++)
+            same_curriculum &= ck.dropped[s][i] == c.dropped[s][i];
+    }
+    CHECK(same_curriculum);
 
     if (s_check_failures) { /* the runs' own output says why */
         snprintf(text, sizeof text, "tail -n 5 %s/*.log >&2", s_tmp);
