@@ -37,16 +37,16 @@ typedef enum bt_batching {
     BT_BATCHING_BUCKET = 1, /* "bucket": the same after sorting by length, longest first, so each
                                micro-batch holds sequences of about one length */
     BT_BATCHING_PACK = 2    /* "pack": sequences back to back (first-fit decreasing) in rows as
-                               wide as the longest sequence; a micro-batch holds pack_tokens /
-                               that width rows (at least 1) */
+                               wide as the longest sequence; a micro-batch holds micro_batch rows,
+                               or pack_tokens / that width (at least 1) when pack_tokens > 0 */
 } bt_batching;
 
 typedef struct bt_trainer_config {
     bt_adamw_config adamw; /* bt_adamw_defaults() */
     double max_grad_norm;  /* global-norm clip; <= 0: no clipping (1.0) */
     int64_t micro_batch;   /* sequences per forward/backward pass, >= 1 (32); "pack": rows */
-    bt_batching batching;  /* BT_BATCHING_BUCKET: padding falls to a few percent with no
-                              attention across sequences (see docs/architecture.md) */
+    bt_batching batching;  /* BT_BATCHING_BUCKET: the fastest once a batch spans several
+                              micro-batches (docs/architecture.md, bench_pack) */
     int64_t pack_tokens;   /* "pack": token slots per micro-batch; 0: micro_batch rows (0) */
     bool reference;        /* keep a frozen copy of the initial policy, needed by any step
                               with kl_coef > 0 (false) */
