@@ -62,7 +62,7 @@ static double s_train_step(bt_model *m, bt_adamw *opt, const bt_grpo_config *gc,
     double t0 = bt_now();
     bt_grpo_stats st = {0};
     bt_tensor *logp = bt_model_token_logprobs(m, c, ids, mask, 1.0, NULL);
-    bt_tensor *loss = bt_grpo_loss(c, gc, logp, old, NULL, adv, lmask, NULL, norm, &st);
+    bt_tensor *loss = bt_grpo_loss(c, gc, logp, old, NULL, adv, lmask, NULL, NULL, norm, &st);
     if (!loss || bt_backward(loss) != BT_OK)
         s_die("step");
     double gnorm = 0;

@@ -675,10 +675,11 @@ static bt_status s_rope_tables(const bt_model *m, bt_ctx *ctx, bt_tensor *positi
 }
 
 /*  Allowed (B, 1, T, Tk) for queries in slots offset..offset+T-1 over keys in slots 0..Tk-1:
-    causal AND the key is real, OR the key is the query itself (so no row is empty).
-    real: (B, Tk) BT_BOOL. */
-static bt_tensor *s_allowed(bt_ctx *ctx, bt_device dev, bt_tensor *real, const s_pass *p,
-                            int64_t Tk) {
+    causal AND the key is real (and, with seg, of the query's segment), OR the key is the query
+    itself (so no row is empty).  real: (B, Tk) BT_BOOL; seg: (B, T) BT_I64 segment ids of a full
+    forward (offset 0, Tk == T), or NULL. */
+static bt_tensor *s_allowed(bt_ctx *ctx, bt_device dev, bt_tensor *real, bt_tensor *seg,
+                            const s_pass *p, int64_t Tk) {
     const int64_t qshape[] = {p->T, 1}, kshape[] = {1, Tk}, rshape[] = {p->B, 1, 1, Tk};
     bt_tensor *qslot =
         bt_reshape(ctx, bt_add_scalar(ctx, bt_arange(ctx, BT_I64, dev, p->T), (double)p->offset), 2,
@@ -688,10 +689,12 @@ static bt_tensor *s_allowed(bt_ctx *ctx, bt_device dev, bt_tensor *real, const s
     bt_tensor *causal = bt_logical_not(ctx, bt_gt_scalar(ctx, ahead, 0));
     bt_tensor *self = bt_eq_scalar(ctx, ahead, 0);
     bt_tensor *key = bt_reshape(ctx, real, 4, rshape); /* (B, 1, 1, Tk) */
-    /* key OR self, as NOT(NOT key AND NOT self) */
-    bt_tensor *visible = bt_logical_not(
-        ctx, bt_logical_and(ctx, bt_logical_not(ctx, key), bt_logical_not(ctx, self)));
-    return bt_logical_and(ctx, causal, visible); /* (B, 1, T, Tk) */
+    if (seg) {                                         /* packed rows: block-diagonal */
+        const int64_t sq[] = {p->B, 1, p->T, 1};
+        bt_tensor *same = bt_eq(ctx, bt_reshape(ctx, seg, 4, sq), bt_reshape(ctx, seg, 4, rshape));
+        key = bt_logical_and(ctx, key, same); /* (B, 1, T, Tk) */
+    }
+    return bt_logical_and(ctx, causal, bt_logical_or(ctx, key, self)); /* (B, 1, T, Tk) */
 }
 
 static bt_status s_check_batch(const char *op, bt_tensor *ids, bt_tensor *mask) {
@@ -703,41 +706,69 @@ static bt_status s_check_batch(const char *op, bt_tensor *ids, bt_tensor *mask) 
     return BT_OK;
 }
 
-/*  The full forward of bt_model_forward, under the model's autocast scope when it has one. */
-static bt_tensor *s_forward(bt_model *m, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask) {
+/*  A full forward's rows: padded (mask) or packed (seg and pos; mask NULL). */
+typedef struct s_rows {
+    bt_tensor *mask; /* (B, T) or NULL */
+    bt_tensor *seg;  /* (B, T) segment ids, or NULL */
+    bt_tensor *pos;  /* (B, T) positions, or NULL */
+} s_rows;
+
+static bt_status s_check_rows(const char *op, bt_tensor *ids, const s_rows *r) {
+    if (r->mask)
+        return s_check_batch(op, ids, r->mask);
+    BT_TRY(s_check_batch(op, ids, r->seg));
+    return s_check_batch(op, ids, r->pos);
+}
+
+/*  The full forward of bt_model_forward(_packed), under the model's autocast scope when it has
+    one. */
+static bt_tensor *s_forward(bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_rows *r) {
     s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1)};
-    bt_tensor *m64 = bt_to_dtype(ctx, mask, BT_I64); /* (B, T) */
-    if (s_rope_tables(m, ctx, s_positions(ctx, m64, NULL), &p) != BT_OK)
+    bt_tensor *seg = r->seg ? bt_to_dtype(ctx, r->seg, BT_I64) : NULL;  /* (B, T) */
+    bt_tensor *m64 = r->mask ? bt_to_dtype(ctx, r->mask, BT_I64) : seg; /* (B, T) */
+    bt_tensor *pos = r->pos ? bt_to_dtype(ctx, r->pos, BT_I64) : s_positions(ctx, m64, NULL);
+    if (s_rope_tables(m, ctx, pos, &p) != BT_OK)
         return NULL;
-    p.allowed = s_allowed(ctx, m->device, bt_gt_scalar(ctx, m64, 0), &p, p.T);
+    p.allowed = s_allowed(ctx, m->device, bt_gt_scalar(ctx, m64, 0), seg, &p, p.T);
     return bt_linear(ctx, s_hidden(m, ctx, ids, &p), m->lm_head); /* (B, T, V) */
 }
 
-bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask) {
-    if (s_check_batch("bt_model_forward", ids, mask) != BT_OK)
-        return NULL;
+static bt_tensor *s_forward_scoped(bt_model *self, bt_ctx *ctx, bt_tensor *ids, const s_rows *r) {
     bt_autocast scope;
     if (bt_autocast_enter(self->device, self->compute, &scope) != BT_OK)
         return NULL;
-    bt_tensor *logits = s_forward(self, ctx, ids, mask);
+    bt_tensor *logits = s_forward(self, ctx, ids, r);
     bt_autocast_exit(&scope);
     /* log-probs, losses and sampling read float32 logits, as production trainers do */
     return self->compute == BT_F32 ? logits : bt_to_dtype(ctx, logits, BT_F32);
 }
 
-bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask,
-                                   double temperature, bt_tensor **entropy) {
-    if (s_check_batch("bt_model_token_logprobs", ids, mask) != BT_OK)
+bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask) {
+    const s_rows r = {.mask = mask};
+    if (s_check_rows("bt_model_forward", ids, &r) != BT_OK)
+        return NULL;
+    return s_forward_scoped(self, ctx, ids, &r);
+}
+
+bt_tensor *bt_model_forward_packed(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *segments,
+                                   bt_tensor *positions) {
+    const s_rows r = {.seg = segments, .pos = positions};
+    if (s_check_rows("bt_model_forward_packed", ids, &r) != BT_OK)
+        return NULL;
+    return s_forward_scoped(self, ctx, ids, &r);
+}
+
+static bt_tensor *s_token_logprobs(bt_model *self, bt_ctx *ctx, const char *op, bt_tensor *ids,
+                                   const s_rows *r, double temperature, bt_tensor **entropy) {
+    if (s_check_rows(op, ids, r) != BT_OK)
         return NULL;
     int64_t B = bt_dim(ids, 0), T = bt_dim(ids, 1);
     if (T < 2 || !(temperature > 0)) {
-        bt_fail(BT_EINVAL,
-                "bt_model_token_logprobs: need T >= 2 and temperature > 0, got T %lld, "
-                "temperature %g",
+        bt_fail(BT_EINVAL, "%s: need T >= 2 and temperature > 0, got T %lld, temperature %g", op,
                 (long long)T, temperature);
         return NULL;
     }
-    bt_tensor *logits = bt_slice(ctx, bt_model_forward(self, ctx, ids, mask), 1, 0, T - 1, 1);
+    bt_tensor *logits = bt_slice(ctx, s_forward_scoped(self, ctx, ids, r), 1, 0, T - 1, 1);
     bt_tensor *logp = bt_log_softmax(ctx, bt_mul_scalar(ctx, logits, 1.0 / temperature), -1);
     bt_tensor *next = bt_unsqueeze(ctx, bt_slice(ctx, ids, 1, 1, T, 1), -1); /* (B, T-1, 1) */
     const int64_t shape[] = {B, T - 1};
@@ -745,6 +776,20 @@ bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, 
     if (entropy) /* H = -sum_v p_v log p_v */
         *entropy = bt_neg(ctx, bt_sum(ctx, bt_mul(ctx, bt_exp(ctx, logp), logp), -1, false));
     return out;
+}
+
+bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask,
+                                   double temperature, bt_tensor **entropy) {
+    const s_rows r = {.mask = mask};
+    return s_token_logprobs(self, ctx, "bt_model_token_logprobs", ids, &r, temperature, entropy);
+}
+
+bt_tensor *bt_model_token_logprobs_packed(bt_model *self, bt_ctx *ctx, bt_tensor *ids,
+                                          bt_tensor *segments, bt_tensor *positions,
+                                          double temperature, bt_tensor **entropy) {
+    const s_rows r = {.seg = segments, .pos = positions};
+    return s_token_logprobs(self, ctx, "bt_model_token_logprobs_packed", ids, &r, temperature,
+                            entropy);
 }
 
 /* ---- KV cache ---------------------------------------------------------------------------------
@@ -810,7 +855,7 @@ static bt_tensor *s_forward_cached(bt_model *m, bt_kv_cache *kv, bt_ctx *ctx, bt
                  bt_gt_scalar(ctx, m64, 0)) != BT_OK)
         return NULL;
     bt_tensor *real = bt_slice(ctx, kv->real, 1, 0, p.offset + p.T, 1); /* (B, offset + T) */
-    p.allowed = s_allowed(ctx, m->device, real, &p, p.offset + p.T);
+    p.allowed = s_allowed(ctx, m->device, real, NULL, &p, p.offset + p.T);
     bt_tensor *h = bt_slice(ctx, s_hidden(m, ctx, ids, &p), 1, p.T - 1, p.T, 1); /* (B, 1, C) */
     bt_tensor *logits = bt_linear(ctx, bt_reshape(ctx, h, 2, last_shape), m->lm_head); /* (B, V) */
     if (!logits ||

@@ -74,6 +74,7 @@ static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
 static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_norm", NULL};
 static const char *const s_adv_norms[] = {"std", "none", NULL};
 static const char *const s_async_objectives[] = {"ppo", "decoupled", NULL};
+static const char *const s_batchings[] = {"pad", "bucket", "pack", NULL};
 static const char *const s_pbt_metrics[] = {"accuracy", "reward", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 static const char *const s_tuner_modes[] = {"max", "min", NULL};
@@ -169,6 +170,8 @@ static const s_key s_keys[] = {
     S_NUM_KEY("grpo.beta2", grpo.beta2, 0.999, 0, 1, S_HI_OPEN),
     S_NUM_KEY("grpo.max_grad_norm", grpo.max_grad_norm, 1.0, 0, S_INF, S_LO_OPEN),
     S_INT_KEY("grpo.micro_batch", grpo.micro_batch, 64, 1, S_INF),
+    S_ENUM_KEY("grpo.batching", grpo.batching, BT_BATCHING_BUCKET, s_batchings),
+    S_INT_KEY("grpo.pack_tokens", grpo.pack_tokens, 0, 0, S_INF),
     S_BOOL_KEY("grpo.dynamic_sampling", grpo.dynamic_sampling, false),
     S_INT_KEY("grpo.max_staleness", grpo.max_staleness, 0, 0, 16),
     S_ENUM_KEY("grpo.async_objective", grpo.async_objective, 0, s_async_objectives),

@@ -152,7 +152,7 @@ static double s_run(bt_ctx *ctx, const bt_grpo_config *cfg, s_fixture *f, bool r
     bt_tensor *leaves[2] = {f->logp, f->entropy};
     bt_zero_grad(leaves, 2);
     bt_tensor *loss = bt_grpo_loss(ctx, cfg, f->logp, f->old_logp, ref ? f->ref_logp : NULL, f->adv,
-                                   f->mask, ent ? f->entropy : NULL, normaliser, stats);
+                                   f->mask, NULL, ent ? f->entropy : NULL, normaliser, stats);
     if (!loss) {
         fprintf(stderr, "bt_grpo_loss: %s\n", bt_last_error());
         CHECK(loss != NULL);
@@ -241,17 +241,66 @@ static void test_loss_hand_computed(void) {
     CHECK(isfinite(st3.ratio_max));
 
     /* failures: NULL result and a message */
-    CHECK(bt_grpo_loss(ctx, &cfg, f.logp, f.old_logp, NULL, f.adv, f.mask, NULL, 5.0, NULL) ==
+    CHECK(bt_grpo_loss(ctx, &cfg, f.logp, f.old_logp, NULL, f.adv, f.mask, NULL, NULL, 5.0, NULL) ==
           NULL);
     CHECK_STR_CONTAINS(bt_last_error(), "ref_logp");
-    CHECK(bt_grpo_loss(ctx, &cfg, f.logp, f.old_logp, f.ref_logp, f.adv, f.mask, NULL, 0.0, NULL) ==
-          NULL);
-    CHECK_STR_CONTAINS(bt_last_error(), "normaliser");
-    CHECK(bt_grpo_loss(ctx, &cfg, f.logp, f.old_logp, f.ref_logp, f.mask, f.mask, NULL, 5.0,
+    CHECK(bt_grpo_loss(ctx, &cfg, f.logp, f.old_logp, f.ref_logp, f.adv, f.mask, NULL, NULL, 0.0,
                        NULL) == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "normaliser");
+    const int64_t three[1] = {3};
+    const float adv3[3] = {1, 2, 3};
+    CHECK(bt_grpo_loss(ctx, &cfg, f.logp, f.old_logp, f.ref_logp, s_f32(ctx, 1, three, adv3),
+                       f.mask, NULL, NULL, 5.0, NULL) == NULL);
     CHECK_STR_CONTAINS(bt_last_error(), "adv");
-    CHECK(bt_grpo_loss(ctx, &cfg, NULL, f.old_logp, f.ref_logp, f.adv, f.mask, NULL, 5.0, NULL) ==
-          NULL);
+    CHECK(bt_grpo_loss(ctx, &cfg, NULL, f.old_logp, f.ref_logp, f.adv, f.mask, NULL, NULL, 5.0,
+                       NULL) == NULL);
+    bt_ctx_destroy(&ctx);
+}
+
+/*  The fixture's two sequences back to back in one packed row (1, 5), each token carrying its
+    sequence's advantage and completion length: the hand-computed values of the padded layout. */
+static void test_packed_row(void) {
+    bt_ctx *ctx = bt_ctx_new();
+    const int64_t row[2] = {1, 5};
+    const float logp[5] = {-1.0f, -0.5f, -1.5f, -2.0f, -0.875f};
+    const float old[5] = {-1.0f, -1.0f, -1.0f, -1.5f, -1.0f};
+    const float ref[5] = {-1.25f, -0.125f, -1.5f, -2.5f, -0.75f};
+    const float adv[5] = {1, 1, 1, -2, -2}, len[5] = {3, 3, 3, 2, 2}, ones[5] = {1, 1, 1, 1, 1};
+    const float ent[5] = {1.0f, 2.0f, 0.5f, 1.5f, 0.25f};
+    bt_tensor *tl = s_f32(ctx, 2, row, logp), *te = s_f32(ctx, 2, row, ent);
+    CHECK_OK(bt_set_requires_grad(tl, true));
+    CHECK_OK(bt_set_requires_grad(te, true));
+    bt_tensor *to = s_f32(ctx, 2, row, old), *tr = s_f32(ctx, 2, row, ref);
+    bt_tensor *ta = s_f32(ctx, 2, row, adv), *tn = s_f32(ctx, 2, row, len);
+    bt_tensor *tm = s_f32(ctx, 2, row, ones);
+    const double seq0 = -1.0 - 1.28 - exp(-0.5), seq1 = 1.6 + 2.0 * exp(0.125);
+    double k3_sum = 0.0;
+    for (int i = 0; i < 5; i++)
+        k3_sum += exp(-s_x[i]) + s_x[i] - 1.0;
+
+    bt_grpo_config cfg = bt_grpo_defaults();
+    cfg.kl_coef = 0.0;
+    cfg.loss_agg = BT_LOSS_AGG_SEQ_MEAN;
+    bt_grpo_stats st = {0};
+    float g[5];
+    double loss = s_item(bt_grpo_loss(ctx, &cfg, tl, to, NULL, ta, tm, tn, NULL, 2.0, &st));
+    CHECK_NEAR(loss, (seq0 / 3.0 + seq1 / 2.0) / 2.0, 1e-6);
+    CHECK_OK(bt_backward(bt_grpo_loss(ctx, &cfg, tl, to, NULL, ta, tm, tn, NULL, 2.0, NULL)));
+    s_grad(ctx, tl, g, 5);
+    CHECK_NEAR(g[0], -1.0 / 3.0 / 2.0, 1e-6);
+    CHECK(g[1] == 0.0f && g[3] == 0.0f); /* the clipped tokens */
+    CHECK_NEAR(g[4], 2.0 * exp(0.125) / 2.0 / 2.0, 1e-6);
+    CHECK(st.tokens == 5.0 && st.clip_low_tokens == 1.0 && st.clip_high_tokens == 1.0);
+    CHECK_NEAR(st.pg_loss_sum, seq0 + seq1, 1e-6);
+    /* without seq_len the row would be one sequence of 5 tokens */
+    loss = s_item(bt_grpo_loss(ctx, &cfg, tl, to, NULL, ta, tm, NULL, NULL, 2.0, NULL));
+    CHECK_NEAR(loss, (seq0 + seq1) / 5.0 / 2.0, 1e-6);
+
+    cfg.loss_agg = BT_LOSS_AGG_TOKEN_MEAN; /* with k3 and the entropy bonus */
+    cfg.kl_coef = 0.1;
+    cfg.entropy_coef = 0.01;
+    loss = s_item(bt_grpo_loss(ctx, &cfg, tl, to, tr, ta, tm, tn, te, 5.0, NULL));
+    CHECK_NEAR(loss, (seq0 + seq1 + 0.1 * k3_sum - 0.01 * 5.25) / 5.0, 1e-6);
     bt_ctx_destroy(&ctx);
 }
 
@@ -377,7 +426,7 @@ static void test_reinforce_gradient(bt_loss_agg agg) {
     bt_tensor *logp = s_policy(ctx, tx, tw, tids, NULL);
     bt_tensor *loss =
         bt_grpo_loss(ctx, &cfg, logp, bt_detach(ctx, logp), NULL, s_f32(ctx, 1, bs, adv),
-                     s_f32(ctx, 2, bt, mask), NULL, norm, NULL);
+                     s_f32(ctx, 2, bt, mask), NULL, NULL, norm, NULL);
     CHECK_OK(bt_backward(loss));
     float g_grpo[RV * RF], g_reinforce[RV * RF];
     s_grad(ctx, tw, g_grpo, RV * RF);
@@ -435,7 +484,7 @@ static double s_step(bt_ctx *ctx, const bt_grpo_config *cfg, const s_batch *b, b
                      double norm, bt_grpo_stats *stats) {
     bt_tensor *entropy = NULL;
     bt_tensor *logp = s_policy(ctx, b->x, w, b->ids, &entropy);
-    bt_tensor *loss = bt_grpo_loss(ctx, cfg, logp, b->old_logp, b->ref_logp, b->adv, b->mask,
+    bt_tensor *loss = bt_grpo_loss(ctx, cfg, logp, b->old_logp, b->ref_logp, b->adv, b->mask, NULL,
                                    entropy, norm, stats);
     CHECK(loss != NULL);
     CHECK_OK(bt_backward(loss));
@@ -578,6 +627,7 @@ int main(void) {
     test_advantages();
     test_config();
     test_loss_hand_computed();
+    test_packed_row();
     test_decoupled();
     test_sft_loss();
     const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,

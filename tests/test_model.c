@@ -194,6 +194,84 @@ static void test_padding(void) {
     bt_model_destroy(&m);
 }
 
+/*  (b') Packed rows: sequences back to back, positions restarting at 0 and a block-diagonal mask
+    give each sequence the logits and log-probs it has alone (an unpadded row of its own), and
+    padding stays finite.  The comparison can fail: one segment for the whole row (the mask
+    dropped) or positions the rotary embedding does not see (all 0) give other logits.  Positions
+    that run on across the row give the same logits to float rounding: rotary attention depends on
+    position differences only, within a segment the same. */
+static void test_packing(void) {
+    enum { B = 2, T = 16, S = 5 };
+    const int64_t lens[S] = {5, 7, 3, 9, 4}, row_of[S] = {0, 0, 0, 1, 1}, col[S] = {0, 5, 12, 0, 9};
+    int32_t seq[S][T];
+    int64_t ids[B * T], seg[B * T] = {0}, pos[B * T] = {0}, one_seg[B * T] = {0},
+                                run_on[B * T] = {0}, zeros[B * T] = {0};
+    for (int64_t i = 0; i < B * T; i++)
+        ids[i] = PAD;
+    for (int s = 0; s < S; s++)
+        for (int64_t t = 0; t < lens[s]; t++) {
+            int64_t at = row_of[s] * T + col[s] + t;
+            seq[s][t] = s_token();
+            ids[at] = seq[s][t];
+            seg[at] = col[s] + 1;
+            pos[at] = t;
+            one_seg[at] = 1;
+            run_on[at] = col[s] + t;
+        }
+    bt_model_config cfg = s_config(2);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 5);
+    bt_ctx *ctx = bt_ctx_new();
+    CHECK(m != NULL);
+    bt_tensor *tids = s_i64(ctx, B, T, ids);
+    const int64_t *segs[4] = {seg, one_seg, seg, seg}, *poss[4] = {pos, pos, zeros, run_on};
+    double diff[4] = {0, 0, 0, 0}, lp_diff = 0;
+    for (int k = 0; k < 4 && m; k++) {
+        float *packed = s_host(bt_model_forward_packed(m, ctx, tids, s_i64(ctx, B, T, segs[k]),
+                                                       s_i64(ctx, B, T, poss[k]))); /* (B,T,V) */
+        CHECK(packed != NULL);
+        for (int64_t i = 0; k == 0 && packed && i < (int64_t)B * T * V; i++)
+            CHECK(isfinite(packed[i]));
+        for (int s = 0; s < S && packed; s++) {
+            float *alone = s_row_logits(m, ctx, seq[s], lens[s]);
+            for (int64_t t = 0; t < lens[s] && alone; t++)
+                diff[k] = fmax(diff[k], s_max_diff(&packed[(row_of[s] * T + col[s] + t) * V],
+                                                   &alone[t * V], V));
+            free(alone);
+        }
+        free(packed);
+    }
+    /* log-probs: element col+t of the packed row predicts token t+1 of the sequence */
+    float *lp = s_host(bt_model_token_logprobs_packed(m, ctx, tids, s_i64(ctx, B, T, seg),
+                                                      s_i64(ctx, B, T, pos), 0.7, NULL));
+    CHECK(lp != NULL);
+    for (int s = 0; s < S && lp; s++) {
+        int64_t row_ids[T], ones[T];
+        for (int64_t t = 0; t < lens[s]; t++) {
+            row_ids[t] = seq[s][t];
+            ones[t] = 1;
+        }
+        float *alone = s_host(bt_model_token_logprobs(m, ctx, s_i64(ctx, 1, lens[s], row_ids),
+                                                      s_i64(ctx, 1, lens[s], ones), 0.7, NULL));
+        for (int64_t t = 0; t + 1 < lens[s] && alone; t++)
+            lp_diff = fmax(lp_diff,
+                           fabs((double)lp[row_of[s] * (T - 1) + col[s] + t] - (double)alone[t]));
+        free(alone);
+    }
+    free(lp);
+    printf("packed rows vs sequences alone: max |diff| %.3g (log-probs %.3g); without the mask "
+           "%.3g, positions all 0 %.3g, positions running on %.3g\n",
+           diff[0], lp_diff, diff[1], diff[2], diff[3]);
+    CHECK(diff[0] < 1e-5 && lp_diff < 1e-5);
+    CHECK(diff[1] > 1e-4 && diff[2] > 1e-4); /* ten times the tolerance above, at least */
+    CHECK(diff[3] < 1e-5);
+    /* shapes are checked */
+    CHECK(bt_model_forward_packed(m, ctx, tids, s_i64(ctx, B, T - 1, seg), s_i64(ctx, B, T, pos)) ==
+          NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "bt_model_forward_packed");
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&m);
+}
+
 /*  Copies src's parameter into dst's (same name), repeating each block of head_rows rows n_rep
     times (kv head j serves query heads j*n_rep .. j*n_rep + n_rep - 1); n_rep 1 copies as is. */
 static void s_copy_repeated(bt_model *dst, bt_tensor *src, const char *name, int64_t n_rep,
@@ -924,6 +1002,7 @@ static void test_bf16(void) {
 int main(void) {
     test_cache_matches_full();
     test_padding();
+    test_packing();
     test_gqa();
     test_token_logprobs();
     test_filter();

@@ -354,6 +354,27 @@ static void test_generator(void) {
     bt_ctx_destroy(&c);
 }
 
+/*  Element-wise comparisons and boolean ops, broadcasting as the model's masks use them: a column
+    of segment ids against a row of them gives the block structure, checked element by element. */
+static void test_comparisons(void) {
+    bt_ctx *c = bt_ctx_new();
+    const int64_t seg[4] = {1, 1, 3, 0}, col[2] = {4, 1}, row[2] = {1, 4};
+    bt_tensor *q = bt_from_host(c, BT_I64, bt_cpu(), 2, col, seg);
+    bt_tensor *k = bt_from_host(c, BT_I64, bt_cpu(), 2, row, seg);
+    bt_tensor *same = bt_eq(c, q, k);                                  /* (4, 4) */
+    bt_tensor *either = bt_logical_or(c, same, bt_eq_scalar(c, k, 0)); /* or the key is 0 */
+    bool s[16], e[16];
+    CHECK_OK(bt_to_host(same, s, sizeof s));
+    CHECK_OK(bt_to_host(either, e, sizeof e));
+    CHECK(bt_dtype_of(same) == BT_BOOL && bt_dtype_of(either) == BT_BOOL);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            CHECK(s[i * 4 + j] == (seg[i] == seg[j]));
+            CHECK(e[i * 4 + j] == (seg[i] == seg[j] || seg[j] == 0));
+        }
+    bt_ctx_destroy(&c);
+}
+
 static void test_errors_and_arenas(void) {
     bt_ctx *c = bt_ctx_new();
     int64_t sa[2] = {2, 3}, sb[2] = {4, 5};
@@ -536,6 +557,7 @@ int main(void) {
     test_adamw();
     test_clip();
     test_generator();
+    test_comparisons();
     test_errors_and_arenas();
     test_autocast();
     test_out_of_memory();

@@ -1,8 +1,9 @@
 /*  test_trainer.c — the rollout, trainer and evaluator cores on a tiny Llama model: the GRPO step's
     loss against bt_grpo_loss on independently built tensors and against its closed form at ratio 1,
-    the completion mask against unpadded per-row log-probs, exact micro-batch accumulation, SFT
-    learning, rollout records against recomputation, evaluation shards, weight transfer, and
-    bf16 autocast training (float32 master weights and AdamW state, float32-like loss curves). */
+    the completion mask against unpadded per-row log-probs, exact micro-batch accumulation, the
+    same gradients and statistics from every batching mode (pad, bucket, pack), SFT learning,
+   rollout records against recomputation, evaluation shards, weight transfer, and bf16 autocast
+   training (float32 master weights and AdamW state, float32-like loss curves). */
 #include "baton/evaluator.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
@@ -40,16 +41,26 @@ static bt_model *s_tiny_model(uint64_t seed) {
     return m;
 }
 
-static bt_trainer_t *s_trainer(uint64_t seed, int64_t micro_batch, bool reference) {
+static bt_trainer_t *s_trainer_batching(uint64_t seed, int64_t micro_batch, bool reference,
+                                        bt_batching batching, int64_t pack_tokens) {
     bt_model *m = s_tiny_model(seed);
     bt_trainer_config cfg;
     bt_trainer_config_init(&cfg);
     cfg.micro_batch = micro_batch;
     cfg.reference = reference;
+    cfg.batching = batching;
+    cfg.pack_tokens = pack_tokens;
     bt_trainer_t *t = bt_trainer_new(&m, &cfg);
     CHECK(t != NULL);
     CHECK(m == NULL); /* ownership taken */
     return t;
+}
+
+/*  The default batching ("bucket"). */
+static bt_trainer_t *s_trainer(uint64_t seed, int64_t micro_batch, bool reference) {
+    bt_trainer_config cfg;
+    bt_trainer_config_init(&cfg);
+    return s_trainer_batching(seed, micro_batch, reference, cfg.batching, cfg.pack_tokens);
 }
 
 /*  Log-probs at temperature of row (prompt ++ completion) alone, unpadded (B = 1): out[j] is the
@@ -130,7 +141,9 @@ static double s_weights_rel_diff(bt_model *a, bt_model *b) {
 
 static void test_grpo_loss_matches(void) {
     const double temperature = 0.8;
-    bt_trainer_t *tr = s_trainer(11, 8, true);
+    /* "pad" lays the batch out as the tensors below, so the two agree to the last bit; other
+       layouts agree to float rounding (test_batching) */
+    bt_trainer_t *tr = s_trainer_batching(11, 8, true, BT_BATCHING_PAD, 0);
     bt_model *m = bt_trainer_policy(tr);
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
@@ -170,8 +183,8 @@ static void test_grpo_loss_matches(void) {
     CHECK(norm == 21.0);
     bt_grpo_stats ref_stats = {0};
     double expect = NAN;
-    CHECK_OK(bt_item(bt_grpo_loss(ctx, &gc, logp, told, logp, tadv, tc, ent, norm, &ref_stats),
-                     &expect));
+    CHECK_OK(bt_item(
+        bt_grpo_loss(ctx, &gc, logp, told, logp, tadv, tc, NULL, ent, norm, &ref_stats), &expect));
 
     bt_trainer_stats st;
     CHECK_OK(bt_trainer_grpo_step(tr, &b, s_adv, 1e-3, &gc, &st));
@@ -269,6 +282,164 @@ static void test_micro_batches(void) {
     bt_rollout_batch_release(&b);
     bt_trainer_destroy(&t2);
     bt_trainer_destroy(&t8);
+}
+
+/* ---- (c'') batching: "pad", "bucket" and "pack" make the same update --------------------------
+ */
+
+/*  24 completions in 6 groups of 4 with a long-tailed spread of lengths, as RL batches have: one
+    prompt of 2..12 tokens per group, completions of 0 (an empty one) to 40 tokens, most short.
+    Behaviour log-probs are those of m, shifted by up to +-0.3 so that rho != 1 and both clips
+    fire. */
+static const int64_t s_spread_plen[6] = {5, 12, 2, 8, 3, 10};
+static const int64_t s_spread_clen[24] = {0, 3, 40, 5,  2, 7, 1, 17, 4, 6, 29, 3,
+                                          9, 2, 5,  40, 1, 8, 3, 12, 6, 1, 22, 4};
+
+static void s_spread_batch(bt_model *m, double temperature, bt_rollout_batch *b, double *adv) {
+    CHECK_OK(bt_rollout_batch_alloc(b, 6, 4, 12, 40));
+    b->temperature = temperature;
+    for (int64_t c = 0; c < 24; c++) {
+        int32_t *p = b->prompt_tokens + c * b->max_prompt_len;
+        int32_t *t = b->tokens + c * b->max_new_tokens;
+        float *lp = b->logprobs + c * b->max_new_tokens;
+        b->prompt_lens[c] = s_spread_plen[c / 4];
+        b->lengths[c] = s_spread_clen[c];
+        p[0] = 256; /* BOS */
+        for (int64_t i = 1; i < b->prompt_lens[c]; i++)
+            p[i] = (int32_t)('0' + (c / 4 * 7 + i * 3) % 10);
+        for (int64_t j = 0; j < b->lengths[c]; j++)
+            t[j] = (int32_t)(32 + (c * 37 + j * 11) % 90);
+        s_row_logprobs(m, p, b->prompt_lens[c], t, b->lengths[c], temperature, lp);
+        for (int64_t j = 0; j < b->lengths[c]; j++)
+            lp[j] += 0.3f * (float)(((c * 5 + j * 3) % 7) - 3) / 3.0f;
+        adv[c] = (double)((c * 7) % 9) / 4.0 - 1.0;
+    }
+}
+
+/*  A trainer whose AdamW has beta1 0 and steps at lr 0: after a step its first moments are the
+    step's gradients (summed over micro-batches, unclipped) and the weights have not moved, so the
+    trainers of every mode see the same weights at every step.  The policy starts from other
+    weights than the reference (seed 52 vs 51), so the KL term and its gradient are not zero. */
+static bt_trainer_t *s_grad_trainer(bt_batching batching, int64_t micro_batch,
+                                    int64_t pack_tokens) {
+    bt_model *m = s_tiny_model(51);
+    bt_trainer_config cfg;
+    bt_trainer_config_init(&cfg);
+    cfg.adamw.beta1 = 0.0;
+    cfg.adamw.weight_decay = 0.0;
+    cfg.max_grad_norm = 0.0;
+    cfg.micro_batch = micro_batch;
+    cfg.batching = batching;
+    cfg.pack_tokens = pack_tokens;
+    cfg.reference = true;
+    bt_trainer_t *t = bt_trainer_new(&m, &cfg);
+    CHECK(t != NULL);
+    bt_model *other = s_tiny_model(52);
+    CHECK_OK(bt_weights_copy(bt_trainer_policy(t), other));
+    bt_model_destroy(&other);
+    return t;
+}
+
+/*  The largest, over parameters, of |g_a - g_b| / |g_b| (L2 norms): the gradients of a's and b's
+    last steps. */
+static double s_grad_rel_diff(bt_trainer_t *a, bt_trainer_t *b) {
+    double worst = 0;
+    for (int i = 0; i < bt_model_num_params(bt_trainer_policy(a)); i++) {
+        bt_tensor *ga = NULL, *gb = NULL, *va = NULL, *vb = NULL;
+        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(a), i, &ga, &va));
+        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(b), i, &gb, &vb));
+        size_t n = (size_t)bt_numel(ga);
+        float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
+        CHECK_OK(bt_to_host(ga, ha, n * sizeof *ha));
+        CHECK_OK(bt_to_host(gb, hb, n * sizeof *hb));
+        double diff = 0, norm = 0;
+        for (size_t k = 0; k < n; k++) {
+            diff += ((double)ha[k] - hb[k]) * ((double)ha[k] - hb[k]);
+            norm += (double)hb[k] * hb[k];
+        }
+        CHECK(norm > 0);
+        worst = fmax(worst, sqrt(diff / fmax(norm, 1e-300)));
+        free(ha);
+        free(hb);
+    }
+    return worst;
+}
+
+static void s_check_same_stats(const bt_trainer_stats *a, const bt_trainer_stats *b) {
+    CHECK_REL(a->loss, b->loss, 1e-5);
+    CHECK_REL(a->pg_loss, b->pg_loss, 1e-5);
+    CHECK_REL(a->kl, b->kl, 1e-5);
+    CHECK_REL(a->clip_frac, b->clip_frac, 1e-5);
+    CHECK_REL(a->ratio_mean, b->ratio_mean, 1e-5);
+    CHECK_REL(a->ratio_max, b->ratio_max, 1e-5);
+    CHECK_REL(a->entropy, b->entropy, 1e-5);
+    CHECK_REL(a->grad_norm, b->grad_norm, 1e-5);
+    CHECK(a->tokens == b->tokens && a->sequences == b->sequences && a->version == b->version);
+}
+
+/*  The same batch through every batching mode: the gradients of GRPO steps (each loss
+    aggregation, with KL, entropy and both clips active) and of an SFT step, and the step's
+    statistics, agree with "pad" to 1e-5 relative, while the token slots computed fall.  The
+    comparison resolves a 1% change of one completion's advantage (a control trainer), so it would
+    see a sequence attending across its neighbours or a wrong per-sequence weight. */
+static void test_batching(void) {
+    enum { MODES = 4 };
+    bt_trainer_t *tr[MODES + 1] = {
+        s_grad_trainer(BT_BATCHING_PAD, 5, 0), s_grad_trainer(BT_BATCHING_BUCKET, 5, 0),
+        s_grad_trainer(BT_BATCHING_PACK, 5, 0),   /* 5 rows of 52 tokens per micro-batch */
+        s_grad_trainer(BT_BATCHING_PACK, 5, 100), /* 1 row per micro-batch */
+        s_grad_trainer(BT_BATCHING_PAD, 5, 0)};   /* the control */
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    double adv[24], adv_off[24];
+    s_spread_batch(bt_trainer_policy(tr[0]), 0.9, &b, adv);
+    memcpy(adv_off, adv, sizeof adv);
+    adv_off[10] *= 1.01;
+    double real = 0;
+    for (int64_t c = 0; c < 24; c++)
+        real += (double)(b.prompt_lens[c] + b.lengths[c]);
+
+    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
+                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
+    double worst = 0, control = 1;
+    for (int a = 0; a < 3; a++) {
+        bt_grpo_config gc = bt_grpo_defaults();
+        gc.kl_coef = 0.05;
+        gc.entropy_coef = 0.01;
+        gc.loss_agg = aggs[a];
+        gc.max_tokens = 40;
+        bt_trainer_stats st[MODES + 1];
+        for (int k = 0; k <= MODES; k++)
+            CHECK_OK(bt_trainer_grpo_step(tr[k], &b, k == MODES ? adv_off : adv, 0.0, &gc, &st[k]));
+        CHECK(st[0].kl > 0 && st[0].clip_frac > 0 && st[0].entropy > 0);
+        for (int k = 1; k < MODES; k++) {
+            s_check_same_stats(&st[k], &st[0]);
+            worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
+        }
+        control = fmin(control, s_grad_rel_diff(tr[MODES], tr[0]));
+        if (a == 0) { /* padding: pad > bucket > pack, and every slot is a token or padding */
+            printf("token slots for %.0f tokens: pad %.0f, bucket %.0f, pack %.0f and %.0f\n", real,
+                   st[0].slots, st[1].slots, st[2].slots, st[3].slots);
+            CHECK(st[0].slots > st[1].slots && st[1].slots > st[2].slots);
+            CHECK(st[2].slots >= real && st[3].slots >= real);
+        }
+    }
+    bt_trainer_stats sft[MODES];
+    for (int k = 0; k < MODES; k++)
+        CHECK_OK(bt_trainer_sft_step(tr[k], &b, 0.0, &sft[k]));
+    for (int k = 1; k < MODES; k++) {
+        CHECK_REL(sft[k].loss, sft[0].loss, 1e-5);
+        CHECK_REL(sft[k].grad_norm, sft[0].grad_norm, 1e-5);
+        worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
+    }
+    printf("batching modes vs pad: gradients differ by %.3g at most (relative L2 per parameter); "
+           "a 1%% change of one advantage: %.3g\n",
+           worst, control);
+    CHECK(worst < 1e-5);
+    CHECK(control > 1e-4);
+    bt_rollout_batch_release(&b);
+    for (int k = 0; k <= MODES; k++)
+        bt_trainer_destroy(&tr[k]);
 }
 
 /* ---- (c') data parallelism: K Gloo ranks make one trainer's update ----------------------------
@@ -820,6 +991,7 @@ int main(void) {
     test_grpo_loss_matches();
     test_completion_mask();
     test_micro_batches();
+    test_batching();
     test_data_parallel();
 
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();

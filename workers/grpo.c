@@ -141,8 +141,9 @@ static bt_status s_check_loss_inputs(const bt_grpo_config *cfg, bt_tensor *logp,
         if (same_shape[i] && !s_has_shape(same_shape[i], b, n))
             return bt_fail(BT_EINVAL, "grpo loss: %s must have logp's shape (%lld, %lld)", names[i],
                            (long long)b, (long long)n);
-    if (bt_ndim(adv) != 1 || bt_dim(adv, 0) != b)
-        return bt_fail(BT_EINVAL, "grpo loss: adv must be (%lld)", (long long)b);
+    if (!(bt_ndim(adv) == 1 && bt_dim(adv, 0) == b) && !s_has_shape(adv, b, n))
+        return bt_fail(BT_EINVAL, "grpo loss: adv must be (%lld) or (%lld, %lld)", (long long)b,
+                       (long long)b, (long long)n);
     return BT_OK;
 }
 
@@ -163,11 +164,13 @@ static bt_tensor *s_kl(bt_ctx *ctx, bt_kl_estimator est, bt_tensor *logp, bt_ten
     return bt_add_scalar(ctx, bt_sub(ctx, bt_exp(ctx, log_r), log_r), -1.0);
 }
 
-/* (B, T): the mask, or for SEQ_MEAN the mask / len_i, so that each sequence weighs the same. */
-static bt_tensor *s_token_weights(bt_ctx *ctx, bt_loss_agg agg, bt_tensor *mask) {
+/* (B, T): the mask, or for SEQ_MEAN the mask / len_i, so that each sequence weighs the same;
+   len_i from seq_len (B, T), else the row's mask sum (B, 1). */
+static bt_tensor *s_token_weights(bt_ctx *ctx, bt_loss_agg agg, bt_tensor *mask,
+                                  bt_tensor *seq_len) {
     if (agg != BT_LOSS_AGG_SEQ_MEAN)
         return mask;
-    bt_tensor *len = bt_clamp(ctx, bt_sum(ctx, mask, 1, true), 1.0, INFINITY); /* (B, 1) */
+    bt_tensor *len = bt_clamp(ctx, seq_len ? seq_len : bt_sum(ctx, mask, 1, true), 1.0, INFINITY);
     return bt_div(ctx, mask, len);
 }
 
@@ -222,21 +225,22 @@ static bt_status s_add_stats(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *
 
 bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
                         bt_tensor *old_logp, bt_tensor *ref_logp, bt_tensor *adv, bt_tensor *mask,
-                        bt_tensor *entropy, double normaliser, bt_grpo_stats *stats) {
+                        bt_tensor *seq_len, bt_tensor *entropy, double normaliser,
+                        bt_grpo_stats *stats) {
     BT_ASSERT(cfg);
     if (!logp || !old_logp || !adv || !mask)
         return NULL;
-    bt_tensor *same[] = {old_logp, mask, ref_logp, entropy};
-    const char *names[] = {"old_logp", "mask", "ref_logp", "entropy"};
-    if (s_check_loss_inputs(cfg, logp, same, names, 4, adv, normaliser) != BT_OK)
+    bt_tensor *same[] = {old_logp, mask, ref_logp, entropy, seq_len};
+    const char *names[] = {"old_logp", "mask", "ref_logp", "entropy", "seq_len"};
+    if (s_check_loss_inputs(cfg, logp, same, names, 5, adv, normaliser) != BT_OK)
         return NULL;
     if (cfg->kl_coef != 0.0 && !ref_logp) {
         bt_fail(BT_EINVAL, "grpo loss: ref_logp is NULL but kl_coef is %g", cfg->kl_coef);
         return NULL;
     }
     /* Padding may hold any value: zero the log-ratios there so that exp() stays finite. */
-    bt_tensor *pad = bt_eq_scalar(ctx, mask, 0.0); /* (B, T) */
-    bt_tensor *a = bt_unsqueeze(ctx, adv, 1);      /* (B, 1) */
+    bt_tensor *pad = bt_eq_scalar(ctx, mask, 0.0);                      /* (B, T) */
+    bt_tensor *a = bt_ndim(adv) == 1 ? bt_unsqueeze(ctx, adv, 1) : adv; /* (B, 1) or (B, T) */
     bt_tensor *ratio = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, logp, old_logp), pad, 0.0));
     bt_tensor *clip_ratio = ratio, *pg; /* (B, T) */
     if (cfg->decoupled) { /* AReaL: clip against pi_prox, weight by pi_prox/pi_behav */
@@ -256,7 +260,8 @@ bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
         per_token = bt_add(ctx, per_token, bt_mul_scalar(ctx, kl, cfg->kl_coef));
     if (ent && cfg->entropy_coef != 0.0)
         per_token = bt_sub(ctx, per_token, bt_mul_scalar(ctx, ent, cfg->entropy_coef));
-    bt_tensor *weighted = bt_mul(ctx, per_token, s_token_weights(ctx, cfg->loss_agg, mask));
+    bt_tensor *weighted =
+        bt_mul(ctx, per_token, s_token_weights(ctx, cfg->loss_agg, mask, seq_len));
     bt_tensor *sum = bt_sum_all(ctx, bt_to_dtype(ctx, weighted, BT_F64));
     bt_tensor *loss = bt_mul_scalar(ctx, sum, 1.0 / normaliser);
     if (loss && stats &&

@@ -19,6 +19,8 @@ void bt_trainer_config_init(bt_trainer_config *cfg) {
     cfg->adamw = bt_adamw_defaults();
     cfg->max_grad_norm = 1.0;
     cfg->micro_batch = 32;
+    cfg->batching = BT_BATCHING_BUCKET;
+    cfg->pack_tokens = 0;
     cfg->reference = false;
 }
 
@@ -33,6 +35,12 @@ bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) 
     if (cfg->micro_batch < 1) {
         bt_fail(BT_EINVAL, "trainer: micro_batch must be >= 1, got %lld",
                 (long long)cfg->micro_batch);
+        bt_model_destroy(&policy);
+        return NULL;
+    }
+    if ((unsigned)cfg->batching > BT_BATCHING_PACK || cfg->pack_tokens < 0) {
+        bt_fail(BT_EINVAL, "trainer: unknown batching %d or pack_tokens %lld < 0",
+                (int)cfg->batching, (long long)cfg->pack_tokens);
         bt_model_destroy(&policy);
         return NULL;
     }
@@ -171,62 +179,191 @@ static bt_status s_check_batch(const bt_trainer_t *self, const bt_rollout_batch 
     return BT_OK;
 }
 
-/*  Rows [start, start + B) of a batch as right-padded tensors. */
+/* ---- micro-batches -------------------------------------------------------------------------- */
+
+/*  Where one sequence sits: its micro-batch's row and the column of its first token. */
+typedef struct s_slot {
+    int64_t seq, row, col;
+} s_slot;
+
+/*  A step's micro-batches: micro-batch k is rows[k] rows of width[k] tokens holding the sequences
+    slots[first[k] .. first[k+1]). */
+typedef struct s_plan {
+    int64_t n;
+    int64_t *first;        /* (n + 1) */
+    int64_t *rows, *width; /* (n) */
+    s_slot *slots;         /* one per sequence */
+} s_plan;
+
+static void s_plan_release(s_plan *p) {
+    free(p->first);
+    free(p->rows);
+    free(p->width);
+    free(p->slots);
+    *p = (s_plan){0};
+}
+
+static int64_t s_seq_len(const bt_rollout_batch *b, int64_t c) {
+    return b->prompt_lens[c] + b->lengths[c];
+}
+
+/*  Longest first, then batch order: a deterministic order whatever qsort does with ties. */
+typedef struct s_by_len {
+    int64_t len, seq;
+} s_by_len;
+
+static int s_longest_first(const void *a, const void *b) {
+    const s_by_len *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len > y->len ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/*  Rows [lo, hi) of b into micro-batches as cfg batching says.  Every micro-batch gets rows and a
+    width of at least 2 (bt_model_token_logprobs needs two tokens). */
+static bt_status s_plan_make(const bt_trainer_config *cfg, const bt_rollout_batch *b, int64_t lo,
+                             int64_t hi, s_plan *p) {
+    int64_t n = hi - lo, n_rows = 0, widest = 2;
+    *p = (s_plan){0};
+    s_by_len *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    int64_t *fill = malloc((size_t)(n > 0 ? n : 1) * sizeof *fill);    /* per row */
+    s_slot *placed = malloc((size_t)(n > 0 ? n : 1) * sizeof *placed); /* in order; row global */
+    p->slots = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->slots);
+    p->first = malloc((size_t)(n + 2) * sizeof *p->first);
+    p->rows = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->rows);
+    p->width = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->width);
+    bt_status st = order && fill && placed && p->slots && p->first && p->rows && p->width
+                       ? BT_OK
+                       : bt_fail(BT_ENOMEM, "trainer: out of memory");
+    if (st != BT_OK)
+        goto out_free;
+    for (int64_t i = 0; i < n; i++) {
+        order[i] = (s_by_len){s_seq_len(b, lo + i), lo + i};
+        widest = order[i].len > widest ? order[i].len : widest;
+    }
+    if (cfg->batching != BT_BATCHING_PAD)
+        qsort(order, (size_t)n, sizeof *order, s_longest_first);
+    /* rows: one sequence each, or first-fit decreasing into rows of the widest's width */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = n_rows;
+        if (cfg->batching == BT_BATCHING_PACK)
+            for (r = 0; r < n_rows && fill[r] + order[i].len > widest; r++)
+                ;
+        if (r == n_rows)
+            fill[n_rows++] = 0;
+        placed[i] = (s_slot){order[i].seq, r, fill[r]};
+        fill[r] += order[i].len;
+    }
+    /* micro-batches: runs of rows_per consecutive rows */
+    int64_t rows_per = cfg->micro_batch;
+    if (cfg->batching == BT_BATCHING_PACK && cfg->pack_tokens > 0)
+        rows_per = cfg->pack_tokens / widest > 1 ? cfg->pack_tokens / widest : 1;
+    p->n = (n_rows + rows_per - 1) / rows_per;
+    for (int64_t k = 0; k <= p->n; k++)
+        p->first[k] = 0;
+    for (int64_t i = 0; i < n; i++) /* counting sort of the slots by micro-batch */
+        p->first[placed[i].row / rows_per + 1]++;
+    for (int64_t k = 0; k < p->n; k++) {
+        p->first[k + 1] += p->first[k];
+        p->rows[k] = (k + 1) * rows_per < n_rows ? rows_per : n_rows - k * rows_per;
+        p->width[k] = 2;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = placed[i].row / rows_per, r = placed[i].row % rows_per;
+        s_slot *slot = &p->slots[p->first[k]++];
+        *slot = (s_slot){placed[i].seq, r, placed[i].col};
+        int64_t end = placed[i].col + s_seq_len(b, placed[i].seq);
+        p->width[k] = end > p->width[k] ? end : p->width[k];
+    }
+    for (int64_t k = p->n; k > 0; k--) /* first[k] now holds the end of k: shift back */
+        p->first[k] = p->first[k - 1];
+    p->first[0] = 0;
+out_free:
+    free(order);
+    free(fill);
+    free(placed);
+    if (st != BT_OK)
+        s_plan_release(p);
+    return st;
+}
+
+/*  Micro-batch k of a plan as tensors: R rows of width T. */
 typedef struct s_micro {
-    bt_tensor *ids;   /* (B, T) I64: prompt ++ completion, then pad */
-    bt_tensor *mask;  /* (B, T) I64: 1 on real tokens */
-    bt_tensor *cmask; /* (B, T-1) F32: 1 where element t predicts a completion token */
-    bt_tensor *old;   /* (B, T-1) F32: behaviour log-probs there, 0 elsewhere */
-    bt_tensor *adv;   /* (B) F32, or NULL */
+    bt_tensor *ids;   /* (R, T) I64: the sequences, then pad */
+    bt_tensor *seg;   /* (R, T) I64: a sequence's column + 1 on its tokens, 0 on padding */
+    bt_tensor *pos;   /* (R, T) I64: positions, 0 at each sequence's first token */
+    bt_tensor *cmask; /* (R, T-1) F32: 1 where element t predicts a completion token */
+    bt_tensor *old;   /* (R, T-1) F32: behaviour log-probs there, 0 elsewhere */
+    bt_tensor *adv;   /* (R, T-1) F32: the sequence's advantage there, or NULL */
+    bt_tensor *len;   /* (R, T-1) F32: the sequence's completion length there, or NULL */
 } s_micro;
 
 static bt_status s_micro_build(bt_ctx *ctx, const bt_model *model, const bt_rollout_batch *b,
-                               int64_t start, int64_t B, const double *advantages, s_micro *m) {
+                               const s_plan *plan, int64_t k, const double *advantages,
+                               s_micro *m) {
     const bt_model_config *mc = bt_model_get_config(model);
     const int64_t pad = mc->pad_token_id >= 0 ? mc->pad_token_id : 0;
     const bt_device dev = bt_model_device(model);
-    int64_t T = 2; /* bt_model_token_logprobs needs two tokens */
-    for (int64_t r = start; r < start + B; r++)
-        T = b->prompt_lens[r] + b->lengths[r] > T ? b->prompt_lens[r] + b->lengths[r] : T;
-    size_t cells = (size_t)(B * T);
-    int64_t *ids = malloc(cells * sizeof *ids), *mask = calloc(cells, sizeof *mask);
+    const int64_t R = plan->rows[k], T = plan->width[k];
+    size_t cells = (size_t)(R * T);
+    int64_t *ids = malloc(cells * sizeof *ids), *seg = calloc(cells, sizeof *seg);
+    int64_t *pos = calloc(cells, sizeof *pos);
     float *cmask = calloc(cells, sizeof *cmask), *old = calloc(cells, sizeof *old);
-    float *adv = malloc((size_t)B * sizeof *adv);
+    float *adv = calloc(cells, sizeof *adv), *len = calloc(cells, sizeof *len);
     bt_status st = BT_OK;
-    if (!ids || !mask || !cmask || !old || !adv)
+    if (!ids || !seg || !pos || !cmask || !old || !adv || !len)
         st = bt_fail(BT_ENOMEM, "trainer: out of memory");
-    for (int64_t i = 0; i < B && st == BT_OK; i++) {
-        int64_t r = start + i, P = b->prompt_lens[r], L = b->lengths[r];
-        const int32_t *prompt = b->prompt_tokens + r * b->max_prompt_len;
-        const int32_t *tokens = b->tokens + r * b->max_new_tokens;
-        const float *lp = b->logprobs + r * b->max_new_tokens;
-        for (int64_t t = 0; t < T; t++) {
-            bool real = t < P + L;
-            ids[i * T + t] = t < P ? prompt[t] : (real ? tokens[t - P] : pad);
-            mask[i * T + t] = real;
+    for (size_t i = 0; i < cells && st == BT_OK; i++)
+        ids[i] = pad;
+    for (int64_t i = plan->first[k]; i < plan->first[k + 1] && st == BT_OK; i++) {
+        const s_slot *s = &plan->slots[i];
+        int64_t c = s->seq, P = b->prompt_lens[c], L = b->lengths[c];
+        const int32_t *prompt = b->prompt_tokens + c * b->max_prompt_len;
+        const int32_t *tokens = b->tokens + c * b->max_new_tokens;
+        const float *lp = b->logprobs + c * b->max_new_tokens;
+        int64_t *row = ids + s->row * T + s->col;
+        for (int64_t t = 0; t < P + L; t++) {
+            row[t] = t < P ? prompt[t] : tokens[t - P];
+            seg[s->row * T + s->col + t] = s->col + 1;
+            pos[s->row * T + s->col + t] = t;
         }
-        for (int64_t j = 0; j < L; j++) { /* element P-1+j predicts completion token j */
-            cmask[i * (T - 1) + P - 1 + j] = 1.0f;
-            old[i * (T - 1) + P - 1 + j] = lp[j];
+        for (int64_t j = 0; j < L; j++) { /* element col+P-1+j predicts completion token j */
+            int64_t e = s->row * (T - 1) + s->col + P - 1 + j;
+            cmask[e] = 1.0f;
+            old[e] = lp[j];
+            adv[e] = advantages ? (float)advantages[c] : 0.0f;
+            len[e] = (float)L;
         }
-        adv[i] = advantages ? (float)advantages[r] : 0.0f;
     }
     if (st == BT_OK) {
-        const int64_t s_ids[] = {B, T}, s_lp[] = {B, T - 1};
+        const int64_t s_ids[] = {R, T}, s_lp[] = {R, T - 1};
         m->ids = bt_from_host(ctx, BT_I64, dev, 2, s_ids, ids);
-        m->mask = bt_from_host(ctx, BT_I64, dev, 2, s_ids, mask);
+        m->seg = bt_from_host(ctx, BT_I64, dev, 2, s_ids, seg);
+        m->pos = bt_from_host(ctx, BT_I64, dev, 2, s_ids, pos);
         m->cmask = bt_from_host(ctx, BT_F32, dev, 2, s_lp, cmask);
         m->old = bt_from_host(ctx, BT_F32, dev, 2, s_lp, old);
-        m->adv = advantages ? bt_from_host(ctx, BT_F32, dev, 1, &B, adv) : NULL;
-        if (!m->ids || !m->mask || !m->cmask || !m->old || (advantages && !m->adv))
+        m->adv = advantages ? bt_from_host(ctx, BT_F32, dev, 2, s_lp, adv) : NULL;
+        m->len = advantages ? bt_from_host(ctx, BT_F32, dev, 2, s_lp, len) : NULL;
+        if (!m->ids || !m->seg || !m->pos || !m->cmask || !m->old ||
+            (advantages && (!m->adv || !m->len)))
             st = BT_ETORCH;
     }
     free(ids);
-    free(mask);
+    free(seg);
+    free(pos);
     free(cmask);
     free(old);
     free(adv);
+    free(len);
     return st;
+}
+
+/*  Token slots of a plan: rows x width over its micro-batches. */
+static double s_plan_slots(const s_plan *p) {
+    double slots = 0;
+    for (int64_t k = 0; k < p->n; k++)
+        slots += (double)(p->rows[k] * p->width[k]);
+    return slots;
 }
 
 /*  Sums the gradients over the group's ranks, clips, steps, version++; drops the gradients either
@@ -248,28 +385,29 @@ static bt_status s_update(bt_trainer_t *self, double lr, double *grad_norm) {
 
 /* ---- GRPO ----------------------------------------------------------------------------------- */
 
-/*  Forward, loss and backward of one micro-batch; adds its loss and sums. */
+/*  Forward, loss and backward of micro-batch k; adds its loss and sums. */
 static bt_status s_grpo_micro(bt_trainer_t *self, bt_ctx *ctx, const bt_rollout_batch *b,
-                              int64_t start, int64_t B, const double *advantages,
+                              const s_plan *plan, int64_t k, const double *advantages,
                               const bt_grpo_config *cfg, double temperature, double normaliser,
                               double *loss_sum, bt_grpo_stats *gs) {
     s_micro m;
-    bt_status st = s_micro_build(ctx, self->policy, b, start, B, advantages, &m);
+    bt_status st = s_micro_build(ctx, self->policy, b, plan, k, advantages, &m);
     if (st != BT_OK)
         return st;
-    bt_tensor *ref_logp = NULL; /* (B, T-1) */
+    bt_tensor *ref_logp = NULL; /* (R, T-1) */
     if (cfg->kl_coef != 0.0) {
         bool grad = bt_set_grad_enabled(false);
-        ref_logp = bt_model_token_logprobs(self->reference, ctx, m.ids, m.mask, temperature, NULL);
+        ref_logp = bt_model_token_logprobs_packed(self->reference, ctx, m.ids, m.seg, m.pos,
+                                                  temperature, NULL);
         bt_set_grad_enabled(grad);
         if (!ref_logp)
             return BT_ETORCH;
     }
-    bt_tensor *entropy = NULL; /* (B, T-1) */
-    bt_tensor *logp = bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, temperature,
-                                              &entropy); /* (B, T-1) */
-    bt_tensor *loss =
-        bt_grpo_loss(ctx, cfg, logp, m.old, ref_logp, m.adv, m.cmask, entropy, normaliser, gs);
+    bt_tensor *entropy = NULL; /* (R, T-1) */
+    bt_tensor *logp = bt_model_token_logprobs_packed(self->policy, ctx, m.ids, m.seg, m.pos,
+                                                     temperature, &entropy); /* (R, T-1) */
+    bt_tensor *loss = bt_grpo_loss(ctx, cfg, logp, m.old, ref_logp, m.adv, m.cmask, m.len, entropy,
+                                   normaliser, gs);
     double value = 0.0;
     st = loss ? bt_item(loss, &value) : BT_ETORCH;
     if (st == BT_OK)
@@ -296,17 +434,20 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
     if (!(normaliser > 0))
         return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
     double temperature = batch->temperature > 0 ? batch->temperature : 1.0;
-    bt_ctx *ctx = bt_ctx_new();
-    if (!ctx)
-        return bt_fail(BT_ENOMEM, "trainer: out of memory");
-    bt_grpo_stats gs = {0};
-    double loss = 0.0, grad_norm = 0.0;
     int64_t lo, hi;
     s_rows(self, batch->n, &lo, &hi);
-    for (int64_t s = lo; s < hi && st == BT_OK; s += self->cfg.micro_batch) {
-        int64_t B = hi - s < self->cfg.micro_batch ? hi - s : self->cfg.micro_batch;
-        st = s_grpo_micro(self, ctx, batch, s, B, advantages, cfg, temperature, normaliser, &loss,
-                          &gs);
+    s_plan plan;
+    BT_TRY(s_plan_make(&self->cfg, batch, lo, hi, &plan));
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx) {
+        s_plan_release(&plan);
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    }
+    bt_grpo_stats gs = {0};
+    double loss = 0.0, grad_norm = 0.0;
+    for (int64_t k = 0; k < plan.n && st == BT_OK; k++) {
+        st = s_grpo_micro(self, ctx, batch, &plan, k, advantages, cfg, temperature, normaliser,
+                          &loss, &gs);
         bt_ctx_reset(ctx);
     }
     bt_ctx_destroy(&ctx);
@@ -318,8 +459,10 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
                   gs.ratio_sum,
                   gs.entropy_sum,
                   gs.tokens,
+                  s_plan_slots(&plan),
                   gs.ratio_max};
-    bt_status rs = s_reduce_stats(self, v, 8, 1);
+    s_plan_release(&plan);
+    bt_status rs = s_reduce_stats(self, v, 9, 1);
     st = st != BT_OK ? st : rs;
     if (st == BT_OK)
         st = s_update(self, lr, &grad_norm);
@@ -332,10 +475,11 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
                                     .kl = v[3] / tok,
                                     .clip_frac = v[4] / tok,
                                     .ratio_mean = v[5] / tok,
-                                    .ratio_max = v[8],
+                                    .ratio_max = v[9],
                                     .entropy = v[6] / tok,
                                     .grad_norm = grad_norm,
                                     .tokens = v[7],
+                                    .slots = v[8],
                                     .lr = lr,
                                     .sequences = batch->n,
                                     .version = self->version};
@@ -346,9 +490,10 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
 /* ---- SFT ------------------------------------------------------------------------------------ */
 
 /*  The supervised loss of rows [lo, hi) of batch (their share of the batch's mean NLL per
-    completion token), with its gradients when backward is set. */
+    completion token), with its gradients when backward is set; *slots gets the plan's. */
 static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, int64_t lo,
-                            int64_t hi, bool backward, double *loss, double *tokens) {
+                            int64_t hi, bool backward, double *loss, double *tokens,
+                            double *slots) {
     bt_status st = s_check_batch(self, batch);
     if (st != BT_OK)
         return st;
@@ -358,17 +503,21 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, i
         *tokens += (double)batch->lengths[c];
     if (!(*tokens > 0))
         return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
+    s_plan plan;
+    BT_TRY(s_plan_make(&self->cfg, batch, lo, hi, &plan));
+    *slots = s_plan_slots(&plan);
     bt_ctx *ctx = bt_ctx_new();
-    if (!ctx)
+    if (!ctx) {
+        s_plan_release(&plan);
         return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    }
     bool grad = bt_set_grad_enabled(backward);
-    for (int64_t s = lo; s < hi && st == BT_OK; s += self->cfg.micro_batch) {
-        int64_t B = hi - s < self->cfg.micro_batch ? hi - s : self->cfg.micro_batch;
+    for (int64_t k = 0; k < plan.n && st == BT_OK; k++) {
         s_micro m;
-        st = s_micro_build(ctx, self->policy, batch, s, B, NULL, &m);
+        st = s_micro_build(ctx, self->policy, batch, &plan, k, NULL, &m);
         if (st == BT_OK) {
-            bt_tensor *logp =
-                bt_model_token_logprobs(self->policy, ctx, m.ids, m.mask, 1.0, NULL); /* (B, T-1) */
+            bt_tensor *logp = bt_model_token_logprobs_packed(self->policy, ctx, m.ids, m.seg, m.pos,
+                                                             1.0, NULL); /* (R, T-1) */
             bt_tensor *l = bt_sft_loss(ctx, logp, m.cmask, *tokens);
             double value = 0.0;
             st = l ? bt_item(l, &value) : BT_ETORCH;
@@ -380,18 +529,19 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, i
     }
     bt_set_grad_enabled(grad);
     bt_ctx_destroy(&ctx);
+    s_plan_release(&plan);
     return st;
 }
 
 bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
                               bt_trainer_stats *stats) {
     BT_ASSERT(self && batch);
-    double loss = 0.0, tokens = 0.0, grad_norm = 0.0;
+    double loss = 0.0, tokens = 0.0, slots = 0.0, grad_norm = 0.0;
     int64_t lo, hi;
     s_rows(self, batch->n, &lo, &hi);
-    bt_status st = s_sft_pass(self, batch, lo, hi, true, &loss, &tokens);
-    double v[] = {st == BT_OK, loss};
-    bt_status rs = s_reduce_stats(self, v, 2, 0);
+    bt_status st = s_sft_pass(self, batch, lo, hi, true, &loss, &tokens, &slots);
+    double v[] = {st == BT_OK, loss, slots};
+    bt_status rs = s_reduce_stats(self, v, 3, 0);
     st = st != BT_OK ? st : rs;
     loss = v[1];
     if (st == BT_OK)
@@ -402,6 +552,7 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
         *stats = (bt_trainer_stats){.loss = loss,
                                     .grad_norm = grad_norm,
                                     .tokens = tokens,
+                                    .slots = v[2],
                                     .lr = lr,
                                     .sequences = batch->n,
                                     .version = self->version};
@@ -410,6 +561,6 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
 
 bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch, double *loss) {
     BT_ASSERT(self && batch && loss);
-    double tokens = 0.0;
-    return s_sft_pass(self, batch, 0, batch->n, false, loss, &tokens);
+    double tokens = 0.0, slots = 0.0;
+    return s_sft_pass(self, batch, 0, batch->n, false, loss, &tokens, &slots);
 }

@@ -116,6 +116,8 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     bt_config_adamw(&c->cur->cfg, &tc.adamw);
     tc.max_grad_norm = c->cur->cfg.grpo.max_grad_norm;
     tc.micro_batch = c->cur->cfg.grpo.micro_batch;
+    tc.batching = c->cur->cfg.grpo.batching;
+    tc.pack_tokens = c->cur->cfg.grpo.pack_tokens;
     tc.reference = c->cur->cfg.grpo.kl_coef > 0;
     c->cur->trainer = bt_trainer_new(&m, &tc);
     return c->cur->trainer ? BT_OK : BT_EINVAL;

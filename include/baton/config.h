@@ -11,6 +11,7 @@
 #include "baton/status.h"
 #include "baton/tasks.h"
 #include "baton/tensor.h"
+#include "baton/trainer.h"
 #include "baton/trigger.h"
 #include "baton/tuner.h"
 
@@ -127,6 +128,8 @@ typedef struct bt_run_config {
         double beta2;
         double max_grad_norm;
         int64_t micro_batch;
+        bt_batching batching; /* how sequences share micro-batches (pad, bucket, pack) */
+        int64_t pack_tokens;  /* "pack": token slots per micro-batch; 0: micro_batch rows */
         bool dynamic_sampling;
         int64_t max_staleness;   /* 0: synchronous; eta > 0: rollouts run up to eta steps ahead */
         int async_objective;     /* 0 "ppo": clip pi_theta / pi_behav; 1 "decoupled" (AReaL) */

@@ -102,18 +102,22 @@ double bt_grpo_normaliser(const bt_grpo_config *cfg, const int64_t *completion_l
     on a batch the policy itself sampled (w = 1) it is the standard loss with its gradients.
     Statistics keep their meaning: ratio_* describe pi_theta / pi_behav, clip_* the clip.
     summed over tokens where mask is 1 (SEQ_MEAN weights sequence i's tokens by 1 / len_i, len_i
-    its mask sum), divided by normaliser.
+    its completion tokens), divided by normaliser.  A row is one sequence, or several back to back
+    (packed rows): then adv and seq_len give each token its own sequence's values.
       logp     (B, T) current policy log-probs of the sampled tokens, with grad
       old_logp (B, T) behaviour log-probs (no grad)
       ref_logp (B, T) reference log-probs; may be NULL when kl_coef == 0 (then kl_sum stays 0)
-      adv      (B)    advantages
+      adv      (B) advantages per row, or (B, T) per token
       mask     (B, T) 1.0 for completion tokens, 0.0 elsewhere (there the inputs may be garbage)
+      seq_len  (B, T) len_i of each token's sequence (read by SEQ_MEAN only), or NULL: each row is
+               one sequence and len_i is its mask sum
       entropy  (B, T) per-token policy entropy, with grad, or NULL
     stats, when not NULL, receives this micro-batch's sums (bt_grpo_stats_add).  Returns NULL on
     failure (bad shapes, normaliser <= 0, a NULL input): the message is in bt_last_error(). */
 bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
                         bt_tensor *old_logp, bt_tensor *ref_logp, bt_tensor *adv, bt_tensor *mask,
-                        bt_tensor *entropy, double normaliser, bt_grpo_stats *stats);
+                        bt_tensor *seq_len, bt_tensor *entropy, double normaliser,
+                        bt_grpo_stats *stats);
 
 /*  Supervised warm start: -sum(logp * mask) / normaliser, a float64 scalar in ctx.
     logp (B, T), mask (B, T).  NULL on failure. */

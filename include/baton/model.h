@@ -106,6 +106,21 @@ bt_tensor *bt_model_forward(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tens
 bt_tensor *bt_model_token_logprobs(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *mask,
                                    double temperature, bt_tensor **entropy);
 
+/*  Packed rows, for training without padding: each row holds several sequences back to back.
+    segments (B, T) of any integer dtype: 0 marks padding, and the tokens of one sequence share a
+    positive id that no other sequence of the row has (their column + 1, say); positions (B, T)
+    of any integer dtype: each token's rotary position, 0 at the first token of its sequence.  A
+    token attends to the tokens at or before it of its own segment only (a block-diagonal causal
+    mask), so each sequence gets the logits it gets alone, whatever shares its row; a padding token
+    attends to itself only.  Otherwise as bt_model_forward and bt_model_token_logprobs (whose
+    element t predicts ids[:, t+1]: at a sequence's last token that is the next sequence's first,
+    so mask it out with the rest). */
+bt_tensor *bt_model_forward_packed(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *segments,
+                                   bt_tensor *positions);
+bt_tensor *bt_model_token_logprobs_packed(bt_model *self, bt_ctx *ctx, bt_tensor *ids,
+                                          bt_tensor *segments, bt_tensor *positions,
+                                          double temperature, bt_tensor **entropy);
+
 /*  Keys and values of past tokens for incremental decoding: per layer (B, Hkv, max_len, D) in the
     model's precision (F32 or BF16, as autocast would cast them for attention), plus
     which slots hold real tokens (B, max_len) and each row's next position (B).  Caller owns the

@@ -184,7 +184,9 @@ bt_tensor *bt_where(bt_ctx *ctx, bt_tensor *cond, bt_tensor *a, bt_tensor *b);
 bt_tensor *bt_gt_scalar(bt_ctx *ctx, bt_tensor *t, double s);
 bt_tensor *bt_lt_scalar(bt_ctx *ctx, bt_tensor *t, double s);
 bt_tensor *bt_eq_scalar(bt_ctx *ctx, bt_tensor *t, double s);
+bt_tensor *bt_eq(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
 bt_tensor *bt_logical_and(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
+bt_tensor *bt_logical_or(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
 bt_tensor *bt_logical_not(bt_ctx *ctx, bt_tensor *t);
 /*  Where mask (BT_BOOL, broadcast) is true the result holds value. */
 bt_tensor *bt_masked_fill(bt_ctx *ctx, bt_tensor *t, bt_tensor *mask, double value);

@@ -3,10 +3,16 @@
     Threading: a trainer, its models and optimizer belong to one thread at a time.
     Lifetime: from bt_trainer_new() to bt_trainer_destroy(); it owns the policy and the reference.
 
-    Sequences.  Completion c becomes the right-padded row ids = prompt ++ completion (length
-    P + L).  bt_model_token_logprobs gives (B, T-1) log-probs, element t predicting ids[t+1], so the
-    completion's tokens are predicted at t = P-1 .. P+L-2: the completion mask is 1 exactly there,
-    and old_logp[c, P-1+j] is the behaviour log-prob of completion token j. */
+    Sequences.  Completion c becomes the sequence prompt ++ completion (length P + L), placed in a
+    row at some column c0 (0 unless packed), the rest of the row padding or other sequences.
+    bt_model_token_logprobs(_packed) gives (B, T-1) log-probs, element t predicting ids[t+1], so
+    the completion's tokens are predicted at t = c0+P-1 .. c0+P+L-2: the completion mask is 1
+    exactly there, and old_logp[row, c0+P-1+j] is the behaviour log-prob of completion token j.
+
+    Batching (cfg.batching) only decides which sequences share a forward pass and where they sit;
+    every sequence is computed as if alone (packed rows get restarting positions and a
+    block-diagonal mask) and every loss divides by a constant of the whole batch, so the loss, the
+    gradients and the statistics do not depend on it (to float rounding). */
 #ifndef BATON_TRAINER_H
 #define BATON_TRAINER_H
 
@@ -23,10 +29,25 @@
 extern "C" {
 #endif
 
+/*  How a batch's sequences become micro-batches (forward/backward passes).  Values appear in
+    configs (grpo.batching): append only. */
+typedef enum bt_batching {
+    BT_BATCHING_PAD = 0,    /* "pad": micro_batch sequences in batch order, one per row, padded
+                               to the micro-batch's longest */
+    BT_BATCHING_BUCKET = 1, /* "bucket": the same after sorting by length, longest first, so each
+                               micro-batch holds sequences of about one length */
+    BT_BATCHING_PACK = 2    /* "pack": sequences back to back (first-fit decreasing) in rows as
+                               wide as the longest sequence; a micro-batch holds micro_batch rows,
+                               or pack_tokens / that width (at least 1) when pack_tokens > 0 */
+} bt_batching;
+
 typedef struct bt_trainer_config {
     bt_adamw_config adamw; /* bt_adamw_defaults() */
     double max_grad_norm;  /* global-norm clip; <= 0: no clipping (1.0) */
-    int64_t micro_batch;   /* sequences per forward/backward pass, >= 1 (32) */
+    int64_t micro_batch;   /* sequences per forward/backward pass, >= 1 (32); "pack": rows */
+    bt_batching batching;  /* BT_BATCHING_BUCKET: the fastest once a batch spans several
+                              micro-batches (docs/architecture.md, bench_pack) */
+    int64_t pack_tokens;   /* "pack": token slots per micro-batch; 0: micro_batch rows (0) */
     bool reference;        /* keep a frozen copy of the initial policy, needed by any step
                               with kl_coef > 0 (false) */
 } bt_trainer_config;
@@ -79,6 +100,9 @@ typedef struct bt_trainer_stats {
     double entropy;    /* policy entropy at the training temperature, token mean */
     double grad_norm;  /* global gradient norm before clipping */
     double tokens;     /* completion tokens */
+    double slots;      /* token slots the forward passes computed (rows x width, summed over the
+                          micro-batches and ranks): the batch's prompt and completion tokens plus
+                          padding */
     double lr;         /* the learning rate AdamW applied */
     int64_t sequences;
     int64_t version; /* after the update */
@@ -87,9 +111,9 @@ typedef struct bt_trainer_stats {
 /*  One GRPO update on batch with advantages[c] for completion c (float64, rounded to float32):
     recomputes the policy's log-probs at the batch's sampling temperature (so rho = 1 when the
     policy is the behaviour policy), the reference's under no-grad when cfg->kl_coef > 0, forms
-    bt_grpo_loss per micro-batch of cfg micro_batch consecutive sequences with the normaliser of
-    the WHOLE batch (bt_grpo_normaliser), backpropagates each, clips the global norm, steps AdamW at
-    lr and increments the version.  stats may be NULL.  On failure the weights are unchanged
+    bt_grpo_loss per micro-batch (the trainer's batching) with the normaliser of the WHOLE batch
+    (bt_grpo_normaliser), backpropagates each, clips the global norm, steps AdamW at lr and
+    increments the version.  stats may be NULL.  On failure the weights are unchanged
     (unless AdamW itself failed) and the gradients are dropped. */
 bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
                                const double *advantages, double lr, const bt_grpo_config *cfg,
