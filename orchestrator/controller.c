@@ -151,6 +151,7 @@ struct bt_controller {
     int n_sources;
     bt_mixture_t *mix;
     int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's */
+    double padding;       /* the last update's share of trainer token slots that were padding */
     char *saved_data;     /* data.json of the snapshot: the position and the curriculum then */
     double t0, last_accuracy, last_reward, tokens_per_s;
     const char *phase; /* of the last report */
@@ -1597,6 +1598,10 @@ static bt_status s_train(bt_controller_t *self, const bt_rollout_batch *sampled,
         st = s_run_trainer(self, &job);
     if (st == BT_OK)
         st = bt_trainer_stats_from_msg(job.result, out);
+    double real = 0; /* tokens of the trained rows: what the trainer's slots hold besides padding */
+    for (int64_t i = 0; i < batch.n; i++)
+        real += (double)(batch.prompt_lens[i] + batch.lengths[i]);
+    self->padding = st == BT_OK && out->slots > 0 ? 1.0 - real / out->slots : NAN;
     if (st == BT_OK && c->debug.log_prompts) {
         bt_jsonl line;
         bt_jsonl_init(&line);
@@ -2085,6 +2090,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_jsonl_num(&line, "lr", updated ? ts.lr : lr); /* the one AdamW applied */
     bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
     bt_jsonl_num(&line, "tokens_per_s", tps);
+    bt_jsonl_num(&line, "padding", updated ? self->padding : NAN);
     self->tokens += length;
     bt_jsonl_num(&line, "tokens", self->tokens);
     bt_jsonl_int(&line, "version", self->version);
