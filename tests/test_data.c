@@ -247,6 +247,8 @@ int main(void) {
                     CHECK(cJSON_GetObjectItem(j, key) != NULL);
                 }
                 CHECK(n == S_PER_STEP);
+                double pad = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "padding"));
+                CHECK(pad >= 0 && pad < 1); /* bucketed rows: some padding, never all */
             }
             const cJSON *src = cJSON_GetObjectItem(j, "source");
             if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "eval") && cJSON_IsString(src))
