@@ -5,6 +5,7 @@
     uninterrupted run, and in one killed twice with SIGKILL and resumed, the first time with twice
     the rollout workers, whose steps train exactly the same prompts. */
 #define _DEFAULT_SOURCE
+#include "baton/baton.h"
 #include "baton/rollout.h"
 #include "baton/tasks.h"
 
@@ -199,6 +200,105 @@ static int s_kill_at(pid_t pid, const char *dir, int step, int after) {
     return s_last_step(dir);
 }
 
+/*  The host's reward: prompts of source "ma" ("A<n>") are always right, of "mb" never. */
+static double s_reward(const char *prompt, const char *completion, size_t len, const char *answer,
+                       void *user) {
+    (void)completion, (void)len, (void)answer, (void)user;
+    return prompt[0] == 'A' ? 1.0 : 0.0;
+}
+
+/*  The tuner's mixture rule steers the draws: "mb" lags, so its weight grows each window by
+    exp(rate * 0.5) up to max_weight (tuner events name the source), the train lines show the
+    weights that drew each step, and the later steps draw "mb" as often as those weights say. */
+static void test_mixture_rule(void) {
+    char path[256], json[2048], dir[160];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/m%c.jsonl", s_tmp, "ab"[k]);
+        FILE *f = fopen(path, "w");
+        for (int i = 0; f && i < 40; i++)
+            fprintf(f, "{\"prompt\": \"%c%d\", \"answer\": \"x\"}\n", "AB"[k], i);
+        if (f)
+            fclose(f);
+    }
+    snprintf(
+        json, sizeof json,
+        "{\"run\": {\"name\": \"m\", \"seed\": 2},"
+        " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
+        "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": "
+        "64},"
+        " \"data\": {\"sources\": [{\"name\": \"ma\", \"kind\": \"jsonl\", \"path\": "
+        "\"%s/ma.jsonl\"},"
+        "  {\"name\": \"mb\", \"kind\": \"jsonl\", \"path\": \"%s/mb.jsonl\"}]},"
+        " \"grpo\": {\"steps\": 12, \"group_size\": 2, \"prompts_per_step\": 6, "
+        "\"max_new_tokens\": 2},"
+        " \"eval\": {\"every_steps\": 0, \"heldout_count\": 2},"
+        " \"tuner\": {\"mixture\": {\"enabled\": true, \"every_steps\": 2, \"rate\": 1,"
+        "  \"min_weight\": 0.2, \"max_weight\": 3}},"
+        " \"workers\": {\"rollout\": 1, \"trainer\": 1, \"eval\": 1},"
+        " \"debug\": {\"log_prompts\": true}}",
+        s_tmp, s_tmp);
+    snprintf(dir, sizeof dir, "%s/mixture", s_tmp);
+    bt_run_t *run = bt_run_new(json, "mixture.json", NULL, 0);
+    CHECK(run != NULL);
+    if (!run) {
+        fprintf(stderr, "%s\n", bt_last_error());
+        return;
+    }
+    bt_run_set_dir(run, dir);
+    bt_run_set_reward(run, s_reward, NULL);
+    CHECK_OK(bt_run_start(run));
+    bool done = false;
+    for (int steps = 0; !done && steps < 50; steps++)
+        CHECK_OK(bt_run_step(run, &done));
+    CHECK_OK(bt_run_finish(run));
+    bt_run_destroy(&run);
+
+    /* the weights by hand: each window "ma" has accuracy 1, "mb" 0, mean 0.5 */
+    double wa = 1, wb = 1, want_a[13], want_b[13];
+    for (int s = 1; s <= 12; s++) {
+        want_a[s] = wa, want_b[s] = wb; /* what drew step s */
+        if (s % 2 == 0) {
+            wa = fmax(0.2, wa * exp(-0.5));
+            wb = fmin(3.0, wb * exp(0.5));
+        }
+    }
+    char *metrics = runs_metrics(dir);
+    int lines = 0;
+    for (char *line = metrics ? strtok(metrics, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *kind = cJSON_GetObjectItem(j, "kind");
+        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "train")) {
+            int s = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "step"));
+            CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "weight.ma")), want_a[s], 1e-12);
+            CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "weight.mb")), want_b[s], 1e-12);
+            CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "accuracy.ma")) == 1.0 ||
+                  cJSON_GetNumberValue(cJSON_GetObjectItem(j, "prompts.ma")) == 0);
+            lines++;
+        }
+        cJSON_Delete(j);
+    }
+    CHECK(lines == 12);
+    free(metrics);
+    /* the decisions are events naming the source */
+    char *events = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    CHECK(events && strstr(events, "\"rule\":\"mixture\"") &&
+          strstr(events, "\"param\":\"weight\"") && strstr(events, "\"source\":\"mb\""));
+    free(events);
+    /* steps 7..12 were drawn at weights 0.223 : 3 (from step 7 on): mb's share is 0.93 */
+    s_trained t;
+    s_read_trained(dir, &t);
+    int b = 0, n = 0;
+    for (int s = 7; s <= 12; s++)
+        for (int i = 0; i < t.n[s] && i < S_PER_STEP; i++, n++)
+            b += BT_PROMPT_SOURCE(t.ids[s][i]) == 1;
+    double p = want_b[7] / (want_a[7] + want_b[7]);
+    CHECK(n == 36);
+    CHECK_NEAR(b, n * p, 4 * sqrt(n * p * (1 - p)));
+    fprintf(stderr, "mixture: steps 7-12 drew %d of %d from mb (expected %.1f)\n", b, n, n * p);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_data_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -336,6 +436,8 @@ int main(void) {
             same_curriculum &= ck.dropped[s][i] == c.dropped[s][i];
     }
     CHECK(same_curriculum);
+
+    test_mixture_rule();
 
     if (s_check_failures) { /* the runs' own output says why */
         snprintf(text, sizeof text, "tail -n 5 %s/*.log >&2", s_tmp);
