@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -620,6 +621,56 @@ static void test_jsonl_permutations(void) {
     }
 }
 
+/*  Several threads share one task: each fetches the first epochs in its own order and must see
+    what one thread alone sees. */
+typedef struct {
+    const bt_task_t *task;
+    const int *order; /* (total) the record of each index, fetched by one thread */
+    int total, stride, wrong;
+} s_worker;
+
+static void *s_fetch_all(void *arg) {
+    s_worker *w = arg;
+    bt_task_example ex;
+    bt_task_example_init(&ex);
+    for (int k = 0; k < w->total; k++) {
+        int i = (k * w->stride) % w->total; /* stride is coprime with total: every index once */
+        w->wrong += bt_task_train_example(w->task, (uint64_t)i, &ex) != BT_OK ||
+                    atoi(ex.prompt + 1) != w->order[i] || atoi(ex.answer) != w->order[i];
+    }
+    bt_task_example_release(&ex);
+    return NULL;
+}
+
+static void test_jsonl_threads(void) {
+    enum { N = 997, TOTAL = 3 * N, THREADS = 4 };
+    const char *train = s_write_numbered("threads.jsonl", N);
+    bt_task_t *task = NULL;
+    CHECK_OK(s_open(train, NULL, BT_TASK_VERIFY_EXACT, 8, &task));
+    if (!task)
+        return;
+    static int order[TOTAL];
+    bt_task_example ex;
+    bt_task_example_init(&ex);
+    for (int i = 0; i < TOTAL; i++) {
+        CHECK_OK(bt_task_train_example(task, (uint64_t)i, &ex));
+        order[i] = atoi(ex.prompt + 1);
+    }
+    bt_task_example_release(&ex);
+    s_worker w[THREADS];
+    pthread_t threads[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        static const int strides[THREADS] = {1, 2, 5, 7}; /* coprime with 3 * 997 */
+        w[t] = (s_worker){.task = task, .order = order, .total = TOTAL, .stride = strides[t]};
+        CHECK(pthread_create(&threads[t], NULL, s_fetch_all, &w[t]) == 0);
+    }
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        CHECK(w[t].wrong == 0);
+    }
+    bt_task_destroy(&task);
+}
+
 /*  Sets path's modification time 10 s back, so that the index built from it is saved. */
 static void s_age(const char *path) {
     struct timespec times[2];
@@ -1170,6 +1221,7 @@ int main(void) {
     test_jsonl_split();
     test_jsonl_permutations();
     test_jsonl_index();
+    test_jsonl_threads();
     test_jsonl_fast_check_agrees();
     test_jsonl_errors();
     test_jsonl_perturb();
