@@ -342,11 +342,12 @@ static double s_slow_reward(const char *prompt, const char *completion, size_t l
     (void)answer;
     s_slow *s = user;
     bool heldout = false;
-    for (size_t i = 0; i < bt_task_heldout_count(s->task) && !heldout; i++) {
-        bt_task_example ex;
-        bt_task_heldout_example(s->task, i, &ex);
-        heldout = strcmp(ex.prompt, prompt) == 0;
-    }
+    bt_task_example ex;
+    bt_task_example_init(&ex);
+    for (size_t i = 0; i < bt_task_heldout_count(s->task) && !heldout; i++)
+        heldout =
+            bt_task_heldout_example(s->task, i, &ex) == BT_OK && strcmp(ex.prompt, prompt) == 0;
+    bt_task_example_release(&ex);
     if (!heldout)
         return 0.0;
     pthread_mutex_lock(&s->lock);

@@ -1,17 +1,23 @@
 /*  test_tasks.c — the arithmetic and JSONL tasks: deterministic streams, held-out sets disjoint
    from training, answers checked by an independent computation, verifiers, dataset errors,
    perturbed prompts that keep their answers, and canonical answers for majority voting. */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* setenv */
 #include "baton/tasks.h"
 
 #include "baton/config.h"
 #include "check.h"
 
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char s_dir[64]; /* a fresh temp folder for the JSONL files */
@@ -49,6 +55,9 @@ static void test_arith_determinism(void) {
     bt_task_t *t1 = s_arith(7, 3, "+-*", 100), *t2 = s_arith(7, 3, "+-*", 100);
     bt_task_t *t3 = s_arith(8, 3, "+-*", 100);
     bt_task_example e1, e2, e3;
+    bt_task_example_init(&e1);
+    bt_task_example_init(&e2);
+    bt_task_example_init(&e3);
     int differ = 0;
     for (uint64_t i = 0; i < 1000; i++) {
         bt_task_train_example(t1, i, &e1);
@@ -64,6 +73,9 @@ static void test_arith_determinism(void) {
         CHECK(strcmp(e1.prompt, e2.prompt) == 0);
     }
     CHECK(bt_task_epoch_size(t1) == 0);
+    bt_task_example_release(&e1);
+    bt_task_example_release(&e2);
+    bt_task_example_release(&e3);
     bt_task_destroy(&t1);
     bt_task_destroy(&t2);
     bt_task_destroy(&t3);
@@ -77,6 +89,7 @@ static void test_arith_out_of_order(void) {
     enum { N = 500 };
     static char prompts[N][32];
     bt_task_example ex;
+    bt_task_example_init(&ex);
     for (uint64_t i = 0; i < N; i++) {
         bt_task_train_example(task, i, &ex);
         snprintf(prompts[i], sizeof prompts[i], "%s", ex.prompt);
@@ -86,6 +99,7 @@ static void test_arith_out_of_order(void) {
         bt_task_train_example(task, (i * 7919) % N, &ex);
         CHECK(strcmp(ex.prompt, prompts[(i * 7919) % N]) == 0);
     }
+    bt_task_example_release(&ex);
     bt_task_destroy(&task);
 }
 
@@ -95,6 +109,7 @@ static void test_arith_heldout_disjoint(void) {
     CHECK(n == 2000);
     char **held = malloc(n * sizeof *held);
     bt_task_example ex;
+    bt_task_example_init(&ex);
     for (size_t i = 0; i < n; i++) {
         bt_task_heldout_example(task, i, &ex);
         held[i] = strdup(ex.prompt);
@@ -112,6 +127,7 @@ static void test_arith_heldout_disjoint(void) {
     for (size_t i = 0; i < n; i++)
         free(held[i]);
     free(held);
+    bt_task_example_release(&ex);
     bt_task_destroy(&task);
 }
 
@@ -124,6 +140,7 @@ static void s_check_answers(int digits, const char *ops) {
     int seen[3] = {0}, wrong = 0, out_of_range = 0, bad_op = 0;
     long long max_operand = 0;
     bt_task_example ex;
+    bt_task_example_init(&ex);
     for (uint64_t i = 0; i < 3000; i++) {
         long long a, b;
         char op;
@@ -146,6 +163,7 @@ static void s_check_answers(int digits, const char *ops) {
     CHECK(max_operand >= limit / 10); /* the largest operands use all the digits */
     for (const char *p = ops; *p; p++)
         CHECK(seen[strchr("+-*", *p) - "+-*"] > 500);
+    bt_task_example_release(&ex);
     bt_task_destroy(&task);
 }
 
@@ -156,12 +174,14 @@ static void test_arith_answers(void) {
     s_check_answers(9, "*-");
     bt_task_t *task = s_arith(1, 2, "-", 10);
     bt_task_example ex;
+    bt_task_example_init(&ex);
     bool negative = false;
     for (uint64_t i = 0; i < 100 && !negative; i++) {
         bt_task_train_example(task, i, &ex);
         negative = ex.answer[0] == '-';
     }
     CHECK(negative);
+    bt_task_example_release(&ex);
     bt_task_destroy(&task);
 }
 
@@ -191,8 +211,10 @@ static void test_arith_config_errors(void) {
     s_check_config_error(2, "+", 1, -1.0, "format_reward");
     bt_task_t *small = s_arith(0, 1, "+", 5); /* a 1-digit space still has a training stream */
     bt_task_example ex;
+    bt_task_example_init(&ex);
     bt_task_train_example(small, 12345, &ex);
     CHECK(strlen(ex.prompt) == 4);
+    bt_task_example_release(&ex);
     bt_task_destroy(&small);
 }
 
@@ -253,6 +275,7 @@ static void s_check_arith_perturb(int digits, const char *ops, size_t heldout) {
     char first_sentence[64] = "";
     for (size_t i = 0; i < bt_task_heldout_count(task); i++) {
         bt_task_example ex;
+        bt_task_example_init(&ex);
         bt_task_heldout_example(task, i, &ex);
         long long a0 = 0, b0 = 0;
         char op0 = 0;
@@ -303,6 +326,7 @@ static void s_check_arith_perturb(int digits, const char *ops, size_t heldout) {
             CHECK(again[0] == 'X');
             CHECK(bt_task_perturb(task, i, (bt_task_perturbation)p, again, n + 1) == n);
         }
+        bt_task_example_release(&ex);
     }
     CHECK(wrong == 0);
     CHECK((order_minus > 0) == (strchr(ops, '-') != NULL));
@@ -407,15 +431,17 @@ static void test_jsonl_parse(void) {
     CHECK(bt_task_heldout_count(task) == 1);
     int found = 0;
     bt_task_example ex;
+    bt_task_example_init(&ex);
     for (uint64_t i = 0; i < 3; i++) {
-        bt_task_train_example(task, i, &ex);
+        CHECK_OK(bt_task_train_example(task, i, &ex));
         found += strcmp(ex.prompt, "capital of France?") == 0 && strcmp(ex.answer, "Paris") == 0;
         found += strcmp(ex.prompt, "a\nb") == 0 && strcmp(ex.answer, "1234") == 0;
         found += strcmp(ex.prompt, "half") == 0 && strcmp(ex.answer, "0.5") == 0;
     }
     CHECK(found == 3);
-    bt_task_heldout_example(task, 0, &ex);
+    CHECK_OK(bt_task_heldout_example(task, 0, &ex));
     CHECK(strcmp(ex.answer, "-0.002") == 0);
+    bt_task_example_release(&ex);
     bt_task_destroy(&task);
 }
 
@@ -463,10 +489,12 @@ static void test_jsonl_epochs(void) {
     CHECK(bt_task_epoch_size(task) == N);
     int order[3][N];
     bt_task_example ex, ex2;
+    bt_task_example_init(&ex);
+    bt_task_example_init(&ex2);
     for (int e = 0; e < 3; e++) {
         int count[N + 1] = {0};
         for (int k = 0; k < N; k++) {
-            bt_task_train_example(task, (uint64_t)(e * N + k), &ex);
+            CHECK_OK(bt_task_train_example(task, (uint64_t)(e * N + k), &ex));
             order[e][k] = atoi(ex.prompt + 1);
             CHECK(order[e][k] >= 1 && order[e][k] <= N && atoi(ex.answer) == order[e][k]);
             count[order[e][k]]++;
@@ -477,9 +505,11 @@ static void test_jsonl_epochs(void) {
     CHECK(memcmp(order[0], order[1], sizeof order[0]) != 0);
     CHECK(memcmp(order[1], order[2], sizeof order[0]) != 0);
     for (int i = 3 * N; i-- > 0;) { /* out of order, across epochs, in another task */
-        bt_task_train_example(again, (uint64_t)i, &ex2);
+        CHECK_OK(bt_task_train_example(again, (uint64_t)i, &ex2));
         CHECK(atoi(ex2.prompt + 1) == order[i / N][i % N]);
     }
+    bt_task_example_release(&ex);
+    bt_task_example_release(&ex2);
     bt_task_destroy(&task);
     bt_task_destroy(&again);
 }
@@ -494,15 +524,316 @@ static void test_jsonl_split(void) {
     CHECK(bt_task_heldout_count(task) == 2);
     CHECK(bt_task_epoch_size(task) == 23);
     bt_task_example ex;
-    bt_task_heldout_example(task, 0, &ex);
+    bt_task_example_init(&ex);
+    CHECK_OK(bt_task_heldout_example(task, 0, &ex));
     CHECK(strcmp(ex.prompt, "q10") == 0);
-    bt_task_heldout_example(task, 1, &ex);
+    CHECK_OK(bt_task_heldout_example(task, 1, &ex));
     CHECK(strcmp(ex.prompt, "q20") == 0);
     for (uint64_t i = 0; i < 23; i++) {
-        bt_task_train_example(task, i, &ex);
+        CHECK_OK(bt_task_train_example(task, i, &ex));
         CHECK(atoi(ex.prompt + 1) % 10 != 0);
     }
+    bt_task_example_release(&ex);
     bt_task_destroy(&task);
+}
+
+/*  The record numbers k of the prompts "q<k>" of epoch e of task (n training records), into
+    order[n]; checks that each of the n records in want[] (sorted) appears exactly once. */
+static void s_epoch(const bt_task_t *task, uint64_t e, uint64_t n, int *order, const int *want) {
+    bt_task_example ex;
+    bt_task_example_init(&ex);
+    char *seen = calloc((size_t)n, 1);
+    int wrong = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        CHECK_OK(bt_task_train_example(task, e * n + k, &ex));
+        order[k] = ex.prompt ? atoi(ex.prompt + 1) : -1;
+        /* want is sorted: find the slot of this record */
+        size_t lo = 0, hi = (size_t)n;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (want[mid] < order[k])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        bool known = lo < n && want[lo] == order[k] && ex.answer && atoi(ex.answer) == order[k];
+        wrong += !known || seen[lo];
+        if (known)
+            seen[lo] = 1;
+    }
+    CHECK(wrong == 0); /* every training record exactly once, with its own answer */
+    free(seen);
+    bt_task_example_release(&ex);
+}
+
+/*  Epoch e is a permutation of the training records for n in {1, 2, 3, 7, 64, 1000, 12345}, with
+    a held-out file (all n lines train) and without one (records 10, 20, ... held out); the same
+    (seed, epoch) gives the same order in another task; epochs and seeds give other orders. */
+static void test_jsonl_permutations(void) {
+    static const int sizes[] = {1, 2, 3, 7, 64, 1000, 12345};
+    const char *held = s_write("perm_held.jsonl", "{\"prompt\": \"h\", \"answer\": \"0\"}\n");
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        int n = sizes[s];
+        const char *train = s_write_numbered("perm.jsonl", n);
+        for (int split = 0; split < 2; split++) {
+            bt_task_t *task = NULL, *twin = NULL, *other = NULL;
+            CHECK_OK(s_open(train, split ? NULL : held, BT_TASK_VERIFY_EXACT, 5, &task));
+            CHECK_OK(s_open(train, split ? NULL : held, BT_TASK_VERIFY_EXACT, 5, &twin));
+            CHECK_OK(s_open(train, split ? NULL : held, BT_TASK_VERIFY_EXACT, 6, &other));
+            if (!task || !twin || !other)
+                return;
+            uint64_t m = bt_task_epoch_size(task);
+            int *want = malloc((size_t)n * sizeof *want), n_want = 0;
+            for (int k = 1; k <= n; k++)
+                if (!split || k % 10 != 0)
+                    want[n_want++] = k;
+            CHECK(m == (uint64_t)n_want);
+            CHECK(bt_task_heldout_count(task) == (size_t)(split ? n / 10 : 1));
+            int *order[3], *again = malloc((size_t)m * sizeof *again);
+            for (int e = 0; e < 3; e++) {
+                order[e] = malloc((size_t)m * sizeof *order[e]);
+                s_epoch(task, (uint64_t)e, m, order[e], want);
+            }
+            s_epoch(twin, 1, m, again, want);
+            CHECK(memcmp(again, order[1], (size_t)m * sizeof *again) == 0);
+            s_epoch(other, 1, m, again, want);
+            if (m >= 7) { /* 7! orders: a repeat would be a 1 in 5040 coincidence */
+                CHECK(memcmp(again, order[1], (size_t)m * sizeof *again) != 0);
+                CHECK(memcmp(order[0], order[1], (size_t)m * sizeof *again) != 0);
+                CHECK(memcmp(order[1], order[2], (size_t)m * sizeof *again) != 0);
+            }
+            if (m >= 1000) { /* shuffled: about one record in place, as for a random order */
+                int same_place = 0, in_file_order = 0;
+                for (uint64_t k = 0; k < m; k++) {
+                    same_place += order[0][k] == order[1][k];
+                    in_file_order += order[0][k] == want[k];
+                }
+                CHECK(same_place < 10 && in_file_order < 10);
+            }
+            for (int e = 0; e < 3; e++)
+                free(order[e]);
+            free(again);
+            free(want);
+            bt_task_destroy(&task);
+            bt_task_destroy(&twin);
+            bt_task_destroy(&other);
+        }
+    }
+}
+
+/*  Several threads share one task: each fetches the first epochs in its own order and must see
+    what one thread alone sees. */
+typedef struct {
+    const bt_task_t *task;
+    const int *order; /* (total) the record of each index, fetched by one thread */
+    int total, stride, wrong;
+} s_worker;
+
+static void *s_fetch_all(void *arg) {
+    s_worker *w = arg;
+    bt_task_example ex;
+    bt_task_example_init(&ex);
+    for (int k = 0; k < w->total; k++) {
+        int i = (k * w->stride) % w->total; /* stride is coprime with total: every index once */
+        w->wrong += bt_task_train_example(w->task, (uint64_t)i, &ex) != BT_OK ||
+                    atoi(ex.prompt + 1) != w->order[i] || atoi(ex.answer) != w->order[i];
+    }
+    bt_task_example_release(&ex);
+    return NULL;
+}
+
+static void test_jsonl_threads(void) {
+    enum { N = 997, TOTAL = 3 * N, THREADS = 4 };
+    const char *train = s_write_numbered("threads.jsonl", N);
+    bt_task_t *task = NULL;
+    CHECK_OK(s_open(train, NULL, BT_TASK_VERIFY_EXACT, 8, &task));
+    if (!task)
+        return;
+    static int order[TOTAL];
+    bt_task_example ex;
+    bt_task_example_init(&ex);
+    for (int i = 0; i < TOTAL; i++) {
+        CHECK_OK(bt_task_train_example(task, (uint64_t)i, &ex));
+        order[i] = atoi(ex.prompt + 1);
+    }
+    bt_task_example_release(&ex);
+    s_worker w[THREADS];
+    pthread_t threads[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        static const int strides[THREADS] = {1, 2, 5, 7}; /* coprime with 3 * 997 */
+        w[t] = (s_worker){.task = task, .order = order, .total = TOTAL, .stride = strides[t]};
+        CHECK(pthread_create(&threads[t], NULL, s_fetch_all, &w[t]) == 0);
+    }
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        CHECK(w[t].wrong == 0);
+    }
+    bt_task_destroy(&task);
+}
+
+/*  Sets path's modification time 10 s back, so that the index built from it is saved. */
+static void s_age(const char *path) {
+    struct timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= 10;
+    times[1] = times[0];
+    CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
+}
+
+/*  A task's dataset is indexed once: the second task maps PATH.btidx (not rewritten), appending
+    a line rebuilds it (one more record), and a corrupt index is rebuilt with the right records. */
+static void test_jsonl_index(void) {
+    enum { N = 50 };
+    const char *train = s_write_numbered("indexed.jsonl", N);
+    s_age(train);
+    char index[200];
+    snprintf(index, sizeof index, "%s.btidx", train);
+    struct stat first, again;
+    int order[N], want[N + 1];
+    for (int k = 0; k <= N; k++)
+        want[k] = k + 1;
+    for (int round = 0; round < 2; round++) {
+        bt_task_t *task = NULL;
+        CHECK_OK(s_open(train, train, BT_TASK_VERIFY_EXACT, 3, &task));
+        if (!task)
+            return;
+        CHECK(bt_task_epoch_size(task) == N && bt_task_heldout_count(task) == N);
+        s_epoch(task, 0, N, order, want);
+        bt_task_destroy(&task);
+        CHECK(stat(index, round == 0 ? &first : &again) == 0);
+    }
+    CHECK(first.st_ino == again.st_ino && first.st_mtim.tv_sec == again.st_mtim.tv_sec &&
+          first.st_mtim.tv_nsec == again.st_mtim.tv_nsec);
+
+    FILE *f = fopen(train, "a");
+    fprintf(f, "{\"prompt\": \"q%d\", \"answer\": \"%d\"}\n", N + 1, N + 1);
+    fclose(f);
+    s_age(train);
+    bt_task_t *task = NULL;
+    CHECK_OK(s_open(train, NULL, BT_TASK_VERIFY_EXACT, 3, &task));
+    CHECK(task && bt_task_epoch_size(task) == N + 1 - 5); /* 51 records, 5 held out */
+    bt_task_destroy(&task);
+
+    f = fopen(index, "r+b"); /* corrupt an offset: the record it points at would be wrong */
+    CHECK(f && fseek(f, 88 + 8 * 3, SEEK_SET) == 0 && fputc(0, f) == 0);
+    fclose(f);
+    CHECK_OK(s_open(train, train, BT_TASK_VERIFY_EXACT, 3, &task));
+    CHECK(task && bt_task_epoch_size(task) == N + 1);
+    int order51[N + 1];
+    if (task)
+        s_epoch(task, 2, N + 1, order51, want);
+    bt_task_destroy(&task);
+}
+
+/*  A JSON string literal for value: printable ASCII as it is, '"' and '\\' escaped, other bytes
+    as \n, \t... (`unicode` false) or all of them, and the first byte too, as \u00XX (`unicode`
+    true), which the record check's fast path leaves to cJSON. */
+static void s_json_string(const char *value, bool unicode, char *out, size_t cap) {
+    size_t k = 0;
+    out[k++] = '"';
+    for (const char *p = value; *p && k + 8 < cap; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (unicode && (p == value || c < 0x20 || c == '"' || c == '\\'))
+            k += (size_t)snprintf(out + k, cap - k, "\\u%04x", c);
+        else if (c == '"' || c == '\\')
+            k += (size_t)snprintf(out + k, cap - k, "\\%c", c);
+        else if (c == '\n' || c == '\t')
+            k += (size_t)snprintf(out + k, cap - k, "\\%c", c == '\n' ? 'n' : 't');
+        else
+            out[k++] = (char)c;
+    }
+    out[k++] = '"';
+    out[k] = '\0';
+}
+
+/*  Whether a one-line dataset holding line opens under verifier. */
+static bool s_accepts(const char *line, bt_task_verifier verifier) {
+    const char *path = s_write("one.jsonl", line);
+    bt_task_t *task = NULL;
+    bt_status st = s_open(path, NULL, verifier, 0, &task);
+    bt_task_destroy(&task);
+    return st == BT_OK;
+}
+
+/*  What the record rules say of line, read by cJSON here (the exact verifier's rules). */
+static bool s_cjson_accepts(const char *line) {
+    cJSON *root = cJSON_ParseWithOpts(line, NULL, true);
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(root, "answer");
+    bool ok = cJSON_IsObject(root) && cJSON_IsString(prompt) &&
+              (cJSON_IsString(answer) || (cJSON_IsNumber(answer) && isfinite(answer->valuedouble)));
+    cJSON_Delete(root);
+    return ok;
+}
+
+/*  The record check reads most lines without cJSON; its verdict must be cJSON's on every line:
+    thousands of mutations of a few lines (exact verifier), and answers under the numeric and math
+    verifiers written with simple escapes (read by the fast path) and with \u escapes (left to
+    cJSON). */
+static void test_jsonl_fast_check_agrees(void) {
+    static const char *const seeds[] = {
+        "{\"prompt\": \"What is 2+2?\", \"answer\": \"4\"}",
+        "{\"answer\": 12.5e-3, \"prompt\": \"a\\nb \\\"q\\\" \\\\ \\/\", \"x\": [1, {\"y\": "
+        "null}], "
+        "\"z\": true, \"w\": false}",
+        "{\"prompt\":\"p\",\"answer\":-0,\"prompt\":5,\"answer\":\"x\"}",
+        "  {\"prompt\" : \"\\u00e9t\\u00e9\", \"answer\" : \"1\"} \r",
+        "{\"prompt\": \"caf\xc3\xa9\", \"answer\": 1E+2, \"n\": -0.5e-7}",
+    };
+    static const char alphabet[] = "{}[]\":,\\ 0123456789eE+-.ntrufals\t\r/ub\x01\x7f\xc3";
+    uint64_t state = 12345;
+    int disagree = 0, accepted = 0;
+    char line[256];
+    for (int trial = 0; trial < 3000; trial++) {
+        snprintf(line, sizeof line, "%s", seeds[trial % 5]);
+        int edits = trial < 5 ? 0 : 1 + (int)((state >> 33) % 3);
+        for (int k = 0; k < edits; k++) {
+            state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t len = strlen(line), at = (size_t)(state >> 33) % (len + 1);
+            char c = alphabet[(state >> 20) % (sizeof alphabet - 1)];
+            int op = (int)((state >> 10) % 3);
+            if (op == 0 && at < len) /* replace */
+                line[at] = c;
+            else if (op == 1 && len + 1 < sizeof line) { /* insert */
+                memmove(line + at + 1, line + at, len - at + 1);
+                line[at] = c;
+            } else if (at < len) /* delete */
+                memmove(line + at, line + at + 1, len - at);
+        }
+        bool want = s_cjson_accepts(line);
+        accepted += want;
+        if (s_accepts(line, BT_TASK_VERIFY_EXACT) != want) {
+            disagree++;
+            fprintf(stderr, "record check disagrees with cJSON (%s): %s\n",
+                    want ? "cJSON accepts" : "cJSON refuses", line);
+        }
+    }
+    CHECK(disagree == 0);
+    CHECK(accepted > 100 && accepted < 2900); /* both verdicts were exercised */
+
+    static const char *const answers[] = {
+        "72",        "1,234.5",    "one",         "#### ",       "work\n#### 72", "work\n#### \n",
+        "\\boxed{}", "\\boxed{3}", " ",           "\t7\t",       "1e5",           "-3",
+        "50%",       "\"7\"",      "x\\y #### 2", "\\frac{1}{2}"};
+    for (size_t a = 0; a < sizeof answers / sizeof *answers; a++) {
+        for (int v = 0; v < 2; v++) {
+            bt_task_verifier verifier = v ? BT_TASK_VERIFY_MATH : BT_TASK_VERIFY_NUMERIC;
+            char plain[128], unicode[256];
+            s_json_string(answers[a], false, plain, sizeof plain);
+            s_json_string(answers[a], true, unicode, sizeof unicode);
+            char l1[300], l2[400];
+            snprintf(l1, sizeof l1, "{\"prompt\": \"q\", \"answer\": %s}", plain);
+            snprintf(l2, sizeof l2, "{\"prompt\": \"q\", \"answer\": %s}", unicode);
+            bool fast = s_accepts(l1, verifier), slow = s_accepts(l2, verifier);
+            if (fast != slow)
+                fprintf(stderr, "verifier %d: %s and %s differ\n", verifier, l1, l2);
+            CHECK(fast == slow);
+        }
+    }
+    CHECK(s_accepts("{\"prompt\": \"q\", \"answer\": \"work\\n#### 72\"}", BT_TASK_VERIFY_MATH));
+    CHECK(!s_accepts("{\"prompt\": \"q\", \"answer\": \"work\\n#### \"}", BT_TASK_VERIFY_MATH));
+    CHECK(s_accepts("{\"prompt\": \"q\", \"answer\": \"1,234.5\"}", BT_TASK_VERIFY_NUMERIC));
+    CHECK(!s_accepts("{\"prompt\": \"q\", \"answer\": \"one\"}", BT_TASK_VERIFY_NUMERIC));
 }
 
 /*  Undoes the JSONL spacing perturbation: drops the leading space and halves every run of spaces.
@@ -534,7 +865,8 @@ static void test_jsonl_perturb(void) {
     CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 4, &twin));
     for (size_t i = 0; i < bt_task_heldout_count(task); i++) {
         bt_task_example ex;
-        bt_task_heldout_example(task, i, &ex);
+        bt_task_example_init(&ex);
+        CHECK_OK(bt_task_heldout_example(task, i, &ex));
         size_t plen = strlen(ex.prompt);
         char buf[128], again[128], orig[128];
         memset(buf, 'X', sizeof buf);
@@ -555,6 +887,7 @@ static void test_jsonl_perturb(void) {
         CHECK(strcmp(buf, again) == 0);
         memset(again, 'X', sizeof again);
         CHECK(bt_task_perturb(task, i, BT_PERTURB_DISTRACTOR, again, n) == 0 && again[0] == 'X');
+        bt_task_example_release(&ex);
     }
     char buf[128];
     bt_task_perturb(task, 0, BT_PERTURB_SPACING, buf, sizeof buf);
@@ -745,16 +1078,17 @@ static void test_math_gsm8k(void) {
     bt_task_t *task = NULL;
     CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_MATH, 0, &task));
     CHECK(bt_task_epoch_size(task) == 3);
-    const char *gsm = NULL, *sum = NULL, *half = NULL;
+    char *gsm = NULL, *sum = NULL, *half = NULL; /* copies: an example's strings are its own */
     bt_task_example ex;
+    bt_task_example_init(&ex);
     for (uint64_t i = 0; i < 3; i++) {
-        bt_task_train_example(task, i, &ex);
+        CHECK_OK(bt_task_train_example(task, i, &ex));
         if (strstr(ex.prompt, "Natalia"))
-            gsm = ex.answer;
+            gsm = strdup(ex.answer);
         else if (strstr(ex.prompt, "1,000"))
-            sum = ex.answer;
+            sum = strdup(ex.answer);
         else
-            half = ex.answer;
+            half = strdup(ex.answer);
     }
     CHECK(gsm && sum && half);
     bt_reward_detail d;
@@ -784,6 +1118,10 @@ static void test_math_gsm8k(void) {
     CHECK(strcmp(s_canon(task, "\\boxed{2^{10}}"), "2^{10}") == 0);
     CHECK(strcmp(s_canon(task, "\\boxed{ x + 1 }"), s_canon(task, "#### x+1")) == 0);
     CHECK(strcmp(s_canon(task, "#### "), "") == 0);
+    bt_task_example_release(&ex);
+    free(gsm);
+    free(sum);
+    free(half);
     bt_task_destroy(&task);
 
     /* a reference that holds no answer is a malformed line */
@@ -841,11 +1179,13 @@ static void test_chat_templates(void) {
     bt_task_t *task = NULL;
     CHECK_OK(bt_task_new_jsonl(&cfg, &task));
     bt_task_example ex;
-    bt_task_train_example(task, 0, &ex);
+    bt_task_example_init(&ex);
+    CHECK_OK(bt_task_train_example(task, 0, &ex));
     CHECK(!strcmp(ex.prompt, "<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>"
                              "user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"));
-    bt_task_heldout_example(task, 0, &ex);
+    CHECK_OK(bt_task_heldout_example(task, 0, &ex));
     CHECK(strstr(ex.prompt, "<|im_start|>user\nWhat is 6*7?<|im_end|>") != NULL);
+    bt_task_example_release(&ex);
     bt_task_destroy(&task);
     bt_run_config rc;
     const char *arith[] = {"task.chat_template=chatml"};
@@ -864,6 +1204,9 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
+    char cache_home[128]; /* an index that cannot go beside its file goes here, not to ~/.cache */
+    snprintf(cache_home, sizeof cache_home, "%s/cache", s_dir);
+    setenv("XDG_CACHE_HOME", cache_home, 1);
     test_arith_determinism();
     test_arith_out_of_order();
     test_arith_heldout_disjoint();
@@ -876,6 +1219,10 @@ int main(void) {
     test_jsonl_verifiers();
     test_jsonl_epochs();
     test_jsonl_split();
+    test_jsonl_permutations();
+    test_jsonl_index();
+    test_jsonl_threads();
+    test_jsonl_fast_check_agrees();
     test_jsonl_errors();
     test_jsonl_perturb();
     test_canonical_answer_jsonl();

@@ -567,13 +567,15 @@ static void test_sft_learns(bt_trainer_t *tr, const bt_tokenizer_t *tok, bt_task
     CHECK_OK(bt_rollout_demonstrations(tok, task, s_idx, 6, &b));
     /* the demonstrations: BOS + prompt, answer + EOS */
     bt_task_example ex;
-    bt_task_train_example(task, 2, &ex);
+    bt_task_example_init(&ex);
+    CHECK_OK(bt_task_train_example(task, 2, &ex));
     CHECK(b.n == 6 && b.group_size == 1);
     CHECK(b.prompt_lens[2] == (int64_t)strlen(ex.prompt) + 1 &&
           b.prompt_tokens[2 * b.max_prompt_len] == 256);
     CHECK(b.lengths[2] == (int64_t)strlen(ex.answer) + 1);
     CHECK(b.tokens[2 * b.max_new_tokens + b.lengths[2] - 1] == 257);
     CHECK(b.tokens[2 * b.max_new_tokens] == ex.answer[0]);
+    bt_task_example_release(&ex);
 
     bt_trainer_stats st;
     double first = 0, last = 0;
@@ -603,9 +605,10 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
     CHECK(b.temperature == 0.7 && b.max_new_tokens == 4);
     int correct = 0, some_eos = 0;
     double worst = 0;
+    bt_task_example ex;
+    bt_task_example_init(&ex);
     for (int64_t c = 0; c < b.n; c++) {
-        bt_task_example ex;
-        bt_task_train_example(task, b.indices[c / 4], &ex);
+        CHECK_OK(bt_task_train_example(task, b.indices[c / 4], &ex));
         CHECK(b.indices[c / 4] == s_idx[c / 4]);
         /* group layout: row c holds the prompt of example c / 4 */
         int32_t enc[16];
@@ -633,6 +636,7 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
         for (int64_t j = 0; j < b.lengths[c]; j++)
             worst = fmax(worst, fabs((double)lp[j] - (double)b.logprobs[c * 4 + j]));
     }
+    bt_task_example_release(&ex);
     CHECK(worst < 1e-4);
     CHECK(correct > 0 && some_eos > 0);
     bt_rollout_batch_release(&b);
@@ -729,7 +733,8 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
     const char *prompts[N];
     bt_task_example ex[N];
     for (int i = 0; i < N; i++) {
-        bt_task_heldout_example(task, (size_t)i, &ex[i]);
+        bt_task_example_init(&ex[i]);
+        CHECK_OK(bt_task_heldout_example(task, (size_t)i, &ex[i]));
         prompts[i] = ex[i].prompt;
     }
     bt_evaluator_config ec;
@@ -847,6 +852,8 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
     CHECK(s.texts == 40 && s.nll_tokens == whole.nll_tokens);
     CHECK_REL(s.nll_sum, whole.nll_sum, 1e-12);
     bt_task_destroy(&big);
+    for (int i = 0; i < N; i++)
+        bt_task_example_release(&ex[i]);
 }
 
 /*  Logits (1, T, V) of a fixed sequence, on the host. */

@@ -144,9 +144,12 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     bt_status st = BT_OK;
     int64_t m = 0; /* examples in this pass */
     char buf[1024];
+    bt_task_example ex;
+    bt_task_example_init(&ex);
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
-        bt_task_example ex;
-        bt_task_heldout_example(task, first + (size_t)i, &ex);
+        st = bt_task_heldout_example(task, first + (size_t)i, &ex);
+        if (st != BT_OK)
+            break;
         const char *prompt = ex.prompt;
         if (perturb >= 0) {
             if (!bt_task_perturb(task, first + (size_t)i, (bt_task_perturbation)perturb, buf,
@@ -156,6 +159,7 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
         }
         st = s_set_example(c, tok, m++, first + (size_t)i, prompt, ex.answer);
     }
+    bt_task_example_release(&ex);
     if (m == 0 || st != BT_OK)
         return st;
     bt_sample_config sc;
@@ -416,13 +420,15 @@ bt_status bt_evaluator_perplexity_task(bt_model *model, const bt_tokenizer_t *to
     bt_nll_item *items = calloc(count + 1, sizeof *items);
     bt_task_example *ex = calloc(count + 1, sizeof *ex);
     bt_status st = items && ex ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
-    for (size_t i = 0; i < count && st == BT_OK; i++) {
-        bt_task_heldout_example(task, start + i, &ex[i]);
+    for (size_t i = 0; i < count && st == BT_OK; i++) { /* calloc: initialised examples */
+        st = bt_task_heldout_example(task, start + i, &ex[i]);
         items[i] =
             (bt_nll_item){.context = ex[i].prompt, .continuation = ex[i].answer, .eos = true};
     }
     if (st == BT_OK)
         st = s_perplexity(model, tok, items, (int64_t)count, out);
+    for (size_t i = 0; ex && i < count; i++)
+        bt_task_example_release(&ex[i]);
     free(items);
     free(ex);
     return st;

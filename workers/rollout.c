@@ -109,26 +109,28 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task
         return bt_fail(BT_ENOMEM, "rollout: out of memory");
     }
     p->n = n;
-    for (int64_t i = 0; i < n; i++) {
-        bt_task_example ex;
-        bt_task_train_example(task, BT_PROMPT_INDEX(indices[i]), &ex);
+    bt_task_example ex;
+    bt_task_example_init(&ex);
+    bt_status st = BT_OK;
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        st = bt_task_train_example(task, BT_PROMPT_INDEX(indices[i]), &ex);
+        if (st != BT_OK)
+            break;
         size_t len = strlen(ex.prompt), n_ids = 0;
         p->ids[i] = malloc((len + 1) * sizeof *p->ids[i]);
         p->texts[i] = s_strdup(ex.prompt);
         p->answers[i] = s_strdup(ex.answer);
-        if (!p->ids[i] || !p->texts[i] || !p->answers[i]) {
-            s_prompts_release(p);
-            return bt_fail(BT_ENOMEM, "rollout: out of memory");
-        }
-        bt_status st = bt_tokenizer_encode(tok, ex.prompt, len, true, p->ids[i], len + 1, &n_ids);
-        if (st != BT_OK) {
-            s_prompts_release(p);
-            return st;
-        }
+        if (!p->ids[i] || !p->texts[i] || !p->answers[i])
+            st = bt_fail(BT_ENOMEM, "rollout: out of memory");
+        else
+            st = bt_tokenizer_encode(tok, ex.prompt, len, true, p->ids[i], len + 1, &n_ids);
         p->lens[i] = (int64_t)n_ids;
         p->longest = p->lens[i] > p->longest ? p->lens[i] : p->longest;
     }
-    return BT_OK;
+    bt_task_example_release(&ex);
+    if (st != BT_OK)
+        s_prompts_release(p);
+    return st;
 }
 
 /* ---- sampling ------------------------------------------------------------------------------- */

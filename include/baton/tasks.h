@@ -1,6 +1,6 @@
 /*  tasks.h — tasks: the prompts of training and evaluation, and the verifiers that score
-   completions. Threading: a task is read-only after construction (the JSONL epoch order is cached
-   under a lock), so any thread may call any function on it.  Lifetime: one per dataset per run.
+   completions. Threading: a task is read-only after construction, so any thread may call any
+   function on it.  Lifetime: one per dataset per run.
 
     Two kinds:
     - Arithmetic (bt_task_new_arith): prompts such as "37+48=" (no spaces), answer "85"; subtraction
@@ -10,9 +10,16 @@
       distinct reserved problems of a second stream of the seed.  So no training stream of any seed
       ever shows a held-out problem.
     - JSONL dataset (bt_task_new_jsonl): one {"prompt": "...", "answer": ...} object per line; the
-      answer is a string or a number (kept as its text).  Epoch e = index / n of the training stream
-      is a permutation of the n training lines, shuffled by Fisher-Yates with a splitmix64 stream of
-      (seed, e): each epoch shows every line once.
+      answer is a string or a number (kept as its text).  The file is indexed once (mapped for
+      one pass; include/baton/dataset.h: the index is saved as PATH.btidx and rebuilt when the
+      file changes); a record is read and parsed when an example asks for it.
+      Epoch e = index / n of the training stream is a permutation of the n training records:
+      position k of the epoch shows record P(k), P a keyed bijection of [0, n) (a 4-round Feistel
+      network over the smallest power of 4 >= n, walked until it lands below n), keyed by
+      (seed, e).  Each epoch shows every record once; any example takes O(1) time and memory.
+      Changed with the indexed datasets (issue 9): before, each epoch was a Fisher-Yates shuffle
+      of all n lines, so a run started before this change sees its records in another order now
+      (the records of each epoch and the held-out set are the same).
 
     The training stream is endless and indexed, so a checkpoint saves its cursor as one integer. */
 #ifndef BATON_TASKS_H
@@ -30,15 +37,23 @@ extern "C" {
 
 typedef struct bt_task bt_task_t;
 
-/*  One example.  Fill it with bt_task_train_example() or bt_task_heldout_example().
-    Borrowed: prompt and answer point into the task or into storage[]; valid until the example is
-    refilled, copied to another variable or goes out of scope, or the task is destroyed.  Copy the
-    strings, not the struct. */
+/*  One example.  Initialise it with bt_task_example_init() (all-zero memory, as calloc gives,
+    is an initialised example), fill it with bt_task_train_example() or bt_task_heldout_example()
+    as often as needed (each fill frees what it held before), and free it with
+    bt_task_example_release().
+    prompt and answer are owned by the example: valid until it is refilled or released.  They
+    point into the example itself (storage[] or heap), so copy the strings, never the struct. */
 typedef struct bt_task_example {
-    const char *prompt; /* NUL-terminated */
-    const char *answer; /* NUL-terminated; what the verifier compares against */
+    const char *prompt; /* NUL-terminated; NULL when empty */
+    const char *answer; /* NUL-terminated; what the verifier compares against; NULL when empty */
+    char *heap;         /* private: a JSONL example's prompt and answer, or NULL */
     char storage[64];   /* private: arithmetic examples are written here */
 } bt_task_example;
+
+/*  An empty example. */
+void bt_task_example_init(bt_task_example *ex);
+/*  Frees what ex holds and leaves it empty (initialised); idempotent. */
+void bt_task_example_release(bt_task_example *ex);
 
 /*  Scoring detail of one completion. */
 typedef struct bt_reward_detail {
@@ -96,12 +111,16 @@ typedef struct bt_task_jsonl_config {
     BT_EINVAL naming the problem for a template without "{prompt}" or with it twice. */
 bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt, char **out);
 
-/*  Reads the whole dataset into memory; blank lines are skipped; a line may hold at most 1 MiB.
+/*  Opens train_path (and heldout_path) as indexed datasets: the first open of a file reads and
+    checks every line and saves its index (PATH.btidx, else in the per-user cache folder, else in
+    memory only; see include/baton/dataset.h); a later open of the unchanged file maps that index
+    and reads nothing else.  Memory: the index, 8 bytes per record; records are read from the
+    file when an example asks for them.  Blank lines are skipped; a line may hold at most 1 MiB.
     Errors: BT_EIO when a file cannot be read; BT_EFORMAT "PATH:LINE: <reason>" for a malformed line
     (not JSON, not an object, missing "prompt", "prompt" not a string, missing "answer", "answer"
     neither string nor number, not a number under the numeric verifier, holding no answer under
     the math verifier ("#### " with nothing after it, blank), or a line too long);
-    BT_EFORMAT "PATH: no examples" for an empty file.
+    BT_EFORMAT "PATH: no examples" for an empty file; BT_EINVAL for a bad chat template.
     Caller owns *task_out; destroy with bt_task_destroy().  *task_out is NULL on error. */
 bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_out);
 
@@ -109,22 +128,26 @@ bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_ou
 /*  NULL-safe and idempotent; sets *self_p to NULL. */
 void bt_task_destroy(bt_task_t **self_p);
 
-/*  The index-th example of the endless training stream.  Deterministic: depends only on the
-    config and index, never on earlier calls (a JSONL task caches the current epoch's order). */
-void bt_task_train_example(bt_task_t *self, uint64_t index, bt_task_example *ex);
+/*  Fills ex (see bt_task_example) with the index-th example of the endless training stream.
+    Deterministic: depends only on the config and index, never on earlier calls.  A JSONL record
+    is read and parsed, and its chat template applied, now.  Arithmetic tasks always return BT_OK;
+    a JSONL task returns BT_ENOMEM, or, when the file was changed in place since it was indexed,
+    BT_EFORMAT "PATH: record K: <reason>" or BT_EIO (truncated).  On error ex is empty. */
+bt_status bt_task_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex);
 
 /*  Which training record the index-th example of the stream is: its position among the
     training lines of a JSONL task (the same record in every epoch), the index itself for the
     arithmetic stream. */
-uint64_t bt_task_record(bt_task_t *self, uint64_t index);
+uint64_t bt_task_record(const bt_task_t *self, uint64_t index);
 
-/*  Lines per epoch of a JSONL task; 0 for an endless arithmetic stream. */
+/*  Training records per epoch of a JSONL task; 0 for an endless arithmetic stream. */
 uint64_t bt_task_epoch_size(const bt_task_t *self);
 
 /*  The held-out set: disjoint from the training stream, fixed order. */
 size_t bt_task_heldout_count(const bt_task_t *self);
-/*  Requires i < bt_task_heldout_count(self). */
-void bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *ex);
+/*  Fills ex with held-out example i, as bt_task_train_example does.  Requires
+    i < bt_task_heldout_count(self). */
+bt_status bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *ex);
 
 /*  Scores completion[0, len) (need not be NUL-terminated) against an example's answer:
     1.0 when correct, 0.0 otherwise, plus format_reward when well formed (arithmetic only).
@@ -201,7 +224,8 @@ const char *bt_task_perturbation_name(bt_task_perturbation p);
       splitmix64 of i, then a space and the problem: "I have 7 cats. 37+48=".
     - JSONL: spacing: one space before the prompt and every space in it doubled ("Add 2 and 3." ->
       " Add  2  and  3."); other white space is kept; order: 0 (not defined); distractor: the
-      sentence arithmetic would use for i, then a space, then the prompt. */
+      sentence arithmetic would use for i, then a space, then the prompt (the prompt as
+      bt_task_heldout_example gives it, chat template applied; 0 when that fails). */
 size_t bt_task_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
                        size_t len);
 
