@@ -249,6 +249,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("checkpoint.light_every_steps", checkpoint.light_every_steps, 0, 0, S_INF),
     S_INT_KEY("checkpoint.full_every_steps", checkpoint.full_every_steps, 0, 0, S_INF),
     S_NUM_KEY("checkpoint.full_every_secs", checkpoint.full_every_secs, 0, 0, S_INF, 0),
+    S_INT_KEY("checkpoint.full_every_epochs", checkpoint.full_every_epochs, 0, 0, S_INF),
     S_INT_KEY("checkpoint.keep_last", checkpoint.keep_last, 3, 1, S_INF),
     S_INT_KEY("checkpoint.keep_every", checkpoint.keep_every, 0, 0, S_INF),
     S_STR_KEY("checkpoint.mirror_dir", checkpoint.mirror_dir, "", NULL, NULL),
@@ -1159,6 +1160,7 @@ static bt_status s_check_variants(const bt_run_config *cfg, const char *src) {
         double value;
     } ckpt[] = {{"checkpoint.full_every_steps", (double)cfg->checkpoint.full_every_steps},
                 {"checkpoint.full_every_secs", cfg->checkpoint.full_every_secs},
+                {"checkpoint.full_every_epochs", (double)cfg->checkpoint.full_every_epochs},
                 {"checkpoint.light_every_steps", (double)cfg->checkpoint.light_every_steps}};
     for (size_t i = 0; i < sizeof ckpt / sizeof ckpt[0]; i++) {
         if (ckpt[i].value != 0) {

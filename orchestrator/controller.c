@@ -152,6 +152,7 @@ struct bt_controller {
     bt_mixture_t *mix;
     int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's */
     double padding;       /* the last update's share of trainer token slots that were padding */
+    int64_t epoch_seen;   /* the epoch source's completed epochs at the last step's end */
     char *saved_data;     /* data.json of the snapshot: the position and the curriculum then */
     double t0, last_accuracy, last_reward, tokens_per_s;
     const char *phase; /* of the last report */
@@ -1393,6 +1394,7 @@ bt_status bt_controller_start(bt_controller_t *self) {
     s_event(self, "workers_ready", NULL, NULL);
     const bt_run_config *c = self->cfg;
     if (c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
+        c->checkpoint.full_every_epochs > 0 ||
         c->checkpoint.light_every_steps > 0) {
         bt_ckpt_config cc = {.keep_last = c->checkpoint.keep_last,
                              .keep_every = c->checkpoint.keep_every,
@@ -1907,9 +1909,22 @@ static bt_status s_ckpt_light(bt_controller_t *self) {
 static bt_status s_after_step_state(bt_controller_t *self, bool last) {
     const bt_run_config *c = self->cfg;
     double secs = s_train_seconds(self);
+    /* epoch boundaries of the epoch source: an event each, and checkpoint.full_every_epochs */
+    int64_t epoch = s_epoch(self), before = self->epoch_seen, every = c->checkpoint.full_every_epochs;
+    self->epoch_seen = epoch;
+    for (int64_t e = before + 1; e <= epoch && self->epoch_size; e++) {
+        bt_jsonl line;
+        s_event_line(self, &line, "epoch_end");
+        bt_jsonl_int(&line, "epoch", e);
+        bt_jsonl_int(&line, "step", self->step);
+        bt_jsonl_str(&line, "source", bt_config_source_name(c, bt_config_epoch_source(c)));
+        BT_TRY(bt_runlog_event(self->log, &line));
+    }
+    bool epoch_due = every > 0 && epoch / every > before / every;
     bool full =
         self->writer &&
-        ((c->checkpoint.full_every_steps > 0 && self->step % c->checkpoint.full_every_steps == 0) ||
+        (epoch_due ||
+         (c->checkpoint.full_every_steps > 0 && self->step % c->checkpoint.full_every_steps == 0) ||
          (c->checkpoint.full_every_secs > 0 &&
           secs - self->last_full_s >= c->checkpoint.full_every_secs) ||
          self->full_owed);
@@ -2012,6 +2027,7 @@ static bt_status s_resume(bt_controller_t *self) {
     free(self->saved_data);
     bt_mixture_position now = bt_mixture_get_position(self->mix);
     self->saved_data = bt_mixture_to_json(self->mix, &now);
+    self->epoch_seen = s_epoch(self); /* its epoch_end events were written before */
     bt_train_clock_init(&self->clock, run.train_seconds);
     bt_train_clock_start(&self->clock, bt_now());
     self->last_full_s = run.train_seconds;

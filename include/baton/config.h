@@ -185,6 +185,7 @@ typedef struct bt_run_config {
         int64_t light_every_steps;
         int64_t full_every_steps;
         double full_every_secs;
+        int64_t full_every_epochs; /* at the end of every N-th epoch of the epoch source */
         int64_t keep_last;
         int64_t keep_every;
         char mirror_dir[BT_CONFIG_PATH_MAX];
