@@ -687,6 +687,18 @@ static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
     return BT_OK;
 }
 
+/*  A "name" member of an array entry (a variant, a data source) into field, inside cfg. */
+static bt_status s_set_name(bt_run_config *cfg, char *field, size_t size, const cJSON *item,
+                            const char *where) {
+    s_key k = {.path = "name",
+               .type = S_STR,
+               .offset = (size_t)(field - (char *)cfg),
+               .size = size,
+               .valid = s_is_name,
+               .what = "a name of letters, digits, '.', '_' or '-', not starting with '.'"};
+    return s_set(&k, item, where, cfg);
+}
+
 /*  The keys of a data.sources entry besides "name" and "weight": each stands for a task.* key. */
 static const struct {
     const char *key, *task_key;
@@ -729,14 +741,7 @@ static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_confi
             if (s_is_duplicate(entry, item))
                 return bt_fail(BT_EINVAL, "%s: duplicate key", where);
             if (strcmp(item->string, "name") == 0) {
-                s_key k = {.path = "name",
-                           .type = S_STR,
-                           .offset = (size_t)((char *)v->name - (char *)cfg),
-                           .size = sizeof v->name,
-                           .valid = s_is_name,
-                           .what = "a name of letters, digits, '.', '_' or '-', not starting "
-                                   "with '.'"};
-                BT_TRY(s_set(&k, item, where, cfg));
+                BT_TRY(s_set_name(cfg, v->name, sizeof v->name, item, where));
                 continue;
             }
             if (strcmp(item->string, "weight") == 0) {
@@ -800,14 +805,7 @@ static bt_status s_apply_variants(const cJSON *arr, const char *src, bt_run_conf
             if (s_is_duplicate(entry, item))
                 return bt_fail(BT_EINVAL, "%s: duplicate key", where);
             if (is_name) {
-                s_key k = {.path = "name",
-                           .type = S_STR,
-                           .offset = (size_t)((char *)v->name - (char *)cfg),
-                           .size = sizeof v->name,
-                           .valid = s_is_name,
-                           .what = "a name of letters, digits, '.', '_' or '-', not starting "
-                                   "with '.'"};
-                BT_TRY(s_set(&k, item, where, cfg));
+                BT_TRY(s_set_name(cfg, v->name, sizeof v->name, item, where));
             } else {
                 BT_TRY(s_apply_variant_sets(item, src, e, cfg));
             }
