@@ -1394,8 +1394,7 @@ bt_status bt_controller_start(bt_controller_t *self) {
     s_event(self, "workers_ready", NULL, NULL);
     const bt_run_config *c = self->cfg;
     if (c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
-        c->checkpoint.full_every_epochs > 0 ||
-        c->checkpoint.light_every_steps > 0) {
+        c->checkpoint.full_every_epochs > 0 || c->checkpoint.light_every_steps > 0) {
         bt_ckpt_config cc = {.keep_last = c->checkpoint.keep_last,
                              .keep_every = c->checkpoint.keep_every,
                              .pause_ms = c->debug.save_pause_ms};
@@ -1454,7 +1453,9 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
         bt_jsonl line;
         s_event_line(self, &line, "dropped");
         bt_jsonl_int(&line, "step", step + 1);
-        bt_jsonl_uints(&line, "prompts", dropped, (size_t)(n_dropped < S_MAX_DROPPED_LOGGED ? n_dropped : S_MAX_DROPPED_LOGGED));
+        bt_jsonl_uints(
+            &line, "prompts", dropped,
+            (size_t)(n_dropped < S_MAX_DROPPED_LOGGED ? n_dropped : S_MAX_DROPPED_LOGGED));
         BT_TRY(bt_runlog_event(self->log, &line));
     }
     /* a job holds one source's prompts: group them by source (stable), then shard each group */
@@ -1910,7 +1911,8 @@ static bt_status s_after_step_state(bt_controller_t *self, bool last) {
     const bt_run_config *c = self->cfg;
     double secs = s_train_seconds(self);
     /* epoch boundaries of the epoch source: an event each, and checkpoint.full_every_epochs */
-    int64_t epoch = s_epoch(self), before = self->epoch_seen, every = c->checkpoint.full_every_epochs;
+    int64_t epoch = s_epoch(self), before = self->epoch_seen,
+            every = c->checkpoint.full_every_epochs;
     self->epoch_seen = epoch;
     for (int64_t e = before + 1; e <= epoch && self->epoch_size; e++) {
         bt_jsonl line;
