@@ -27,6 +27,11 @@ deps:
 	    echo "missing Debian packages; run: sudo apt-get install$$missing"; exit 1; \
 	  fi; \
 	fi
+	@# npm is optional: test_hf_tokenizer installs the reference tokenizers with it (skipped, saying
+	@# so, without it); a failed install of it stops nothing
+	@command -v npm >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null 2>&1 || \
+	  echo "npm not installed: test_hf_tokenizer will be skipped"
 
 configure: deps
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
