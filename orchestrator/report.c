@@ -17,7 +17,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { S_ACCURACY, S_RESPONSE_LENGTH, S_REWARD, S_PERPLEXITY, S_PROBES, S_ROBUSTNESS, S_FAMILIES };
+enum {
+    S_ACCURACY,
+    S_RESPONSE_LENGTH,
+    S_REWARD,
+    S_PERPLEXITY,
+    S_PROBES,
+    S_ROBUSTNESS,
+    S_SOURCES,
+    S_WEIGHTS,
+    S_FAMILIES
+};
 
 static const struct {
     const char *name, *title, *y_title;
@@ -28,6 +38,8 @@ static const struct {
     {"perplexity", "Perplexity", "perplexity"},
     {"probes", "Probe log-probabilities", "log P(target | prompt)"},
     {"robustness", "Robustness (clean accuracy and perturbed variants)", "accuracy"},
+    {"sources", "Training accuracy by data source", "accuracy"},
+    {"weights", "Data mixture weights", "weight"},
 };
 
 enum { S_LABEL = 256, S_MAX_DATASETS = 16 };
@@ -333,6 +345,15 @@ static void s_train(s_report *r, s_run *u, const cJSON *o) {
         s_add(r, S_RESPONSE_LENGTH, label, step, s_num(o, "response_len_mean"), NULL);
     if (s_has(o, "reward_mean"))
         s_add(r, S_REWARD, label, step, s_num(o, "reward_mean"), NULL);
+    for (const cJSON *f = o->child; f; f = f->next) { /* data.sources: accuracy.NAME, weight.NAME */
+        const char *k = f->string ? f->string : "";
+        bool acc = !strncmp(k, "accuracy.", 9), weight = !strncmp(k, "weight.", 7);
+        if (!acc && !weight)
+            continue;
+        s_label(label, u, s_str(o, "variant", "main"), k + (acc ? 9 : 7), NULL);
+        s_add(r, acc ? S_SOURCES : S_WEIGHTS, label, step,
+              cJSON_IsNumber(f) ? f->valuedouble : NAN, NULL);
+    }
 }
 
 /*  probe.<name>.logp fields, and robust.* fields beside the clean accuracy. */

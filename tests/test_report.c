@@ -209,8 +209,10 @@ static void s_check_train_only(void) {
     snprintf(dir, sizeof dir, "%s/train_only", s_tmp);
     CHECK(mkdir(dir, 0755) == 0);
     s_write(dir, "metrics.jsonl",
-            "{\"kind\":\"train\",\"step\":1,\"reward_mean\":0.5}\n"
-            "{\"kind\":\"train\",\"step\":2,\"reward_mean\":0.6}\n");
+            "{\"kind\":\"train\",\"step\":1,\"reward_mean\":0.5,\"accuracy.gsm\":0.25,"
+            "\"accuracy.arith\":0.5,\"weight.gsm\":2,\"weight.arith\":1}\n"
+            "{\"kind\":\"train\",\"step\":2,\"reward_mean\":0.6,\"accuracy.gsm\":0.3,"
+            "\"accuracy.arith\":0.75,\"weight.gsm\":2.5,\"weight.arith\":0.8}\n");
     snprintf(out, sizeof out, "%s/train_only.html", s_tmp);
     const char *dirs[] = {dir};
     CHECK_OK(bt_report_write(dirs, 1, out, NAN));
@@ -218,6 +220,15 @@ static void s_check_train_only(void) {
     CHECK(html && !strstr(html, "data-family=\"accuracy\""));
     CHECK(html && s_count(html, "data-family=\"reward\"") == 1);
     CHECK_STR_CONTAINS(html, "<td>train_only</td>"); /* no config.json: the directory's name */
+    /* data sources: a chart of training accuracy and one of weights, a curve per source */
+    char chart[1 << 14];
+    CHECK(html && s_count(html, "data-family=\"sources\"") == 1);
+    s_chart(html, "sources", chart, sizeof chart);
+    CHECK(s_count(chart, "<polyline") == 2);
+    CHECK_STR_CONTAINS(chart, "gsm");
+    CHECK_STR_CONTAINS(chart, "arith");
+    s_chart(html, "weights", chart, sizeof chart);
+    CHECK(s_count(chart, "<polyline") == 2);
     free(html);
     snprintf(out, sizeof out, "%s/no/such/dir/r.html", s_tmp);
     CHECK(bt_report_write(dirs, 1, out, NAN) == BT_EIO);
