@@ -351,8 +351,8 @@ static void s_train(s_report *r, s_run *u, const cJSON *o) {
         if (!acc && !weight)
             continue;
         s_label(label, u, s_str(o, "variant", "main"), k + (acc ? 9 : 7), NULL);
-        s_add(r, acc ? S_SOURCES : S_WEIGHTS, label, step,
-              cJSON_IsNumber(f) ? f->valuedouble : NAN, NULL);
+        s_add(r, acc ? S_SOURCES : S_WEIGHTS, label, step, cJSON_IsNumber(f) ? f->valuedouble : NAN,
+              NULL);
     }
 }
 
