@@ -7,12 +7,8 @@
 #include <string.h>
 
 void bt_sample_config_init(bt_sample_config *cfg) {
-    *cfg = (bt_sample_config){.max_new_tokens = 64,
-                              .temperature = 1.0,
-                              .top_k = 0,
-                              .top_p = 1.0,
-                              .use_cache = true,
-                              .eos = -1};
+    *cfg = (bt_sample_config){
+        .max_new_tokens = 64, .temperature = 1.0, .top_k = 0, .top_p = 1.0, .use_cache = true};
 }
 
 static bt_status s_check_config(const bt_sample_config *cfg, const bt_gen *gen) {
@@ -116,8 +112,17 @@ typedef struct s_run {
     bool *done;         /* (B) the row has sampled EOS */
     int64_t *step_ids;  /* (B) host copy of the tokens sampled in a step */
     float *step_lp;     /* (B) and of their log-probs */
-    int32_t pad, eos;
+    int32_t pad;
+    int32_t stops[BT_SAMPLE_MAX_STOPS]; /* tokens that end a row */
+    int n_stops;
 } s_run;
+
+static bool s_is_stop(const s_run *r, int64_t tok) {
+    for (int i = 0; i < r->n_stops; i++)
+        if (tok == r->stops[i])
+            return true;
+    return false;
+}
 
 /*  Columns [c0, c1) of the host ids and mask as (B, c1 - c0) tensors in ctx. */
 static void s_columns(const s_run *r, bt_ctx *ctx, int64_t c0, int64_t c1, bt_tensor **ids,
@@ -162,7 +167,7 @@ static bt_status s_step(s_run *r, bt_ctx *ctx, bt_gen *gen, int64_t s, bt_genera
             out->tokens[b * out->max_new_tokens + s] = (int32_t)tok[b];
             out->logprobs[b * out->max_new_tokens + s] = lp[b];
             out->lengths[b] = s + 1;
-            r->done[b] = tok[b] == r->eos;
+            r->done[b] = s_is_stop(r, tok[b]);
             out->finish[b] = r->done[b] ? BT_FINISH_EOS : BT_FINISH_LENGTH;
         }
         *all_done = *all_done && r->done[b];
@@ -238,10 +243,11 @@ bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int6
     BT_ASSERT(model && prompts && prompt_lens && cfg && out);
     bt_generation_release(out);
     const bt_model_config *mc = bt_model_get_config(model);
-    s_run r = {.model = model,
-               .cfg = cfg,
-               .B = batch,
-               .eos = cfg->eos >= 0 ? cfg->eos : (int32_t)mc->eos_token_id};
+    s_run r = {.model = model, .cfg = cfg, .B = batch};
+    for (int i = 0; i < cfg->n_stops && i < BT_SAMPLE_MAX_STOPS; i++)
+        r.stops[r.n_stops++] = cfg->stops[i];
+    if (r.n_stops == 0 && mc->eos_token_id >= 0)
+        r.stops[r.n_stops++] = (int32_t)mc->eos_token_id;
     r.pad = (int32_t)(mc->pad_token_id >= 0 ? mc->pad_token_id
                                             : (mc->eos_token_id >= 0 ? mc->eos_token_id : 0));
     bt_status st = s_check_config(cfg, gen);

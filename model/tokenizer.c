@@ -47,9 +47,13 @@ typedef struct {
     int32_t left, right, merged;
 } s_merge;
 
+#define S_MAX_STOPS 8
+
 struct bt_tokenizer {
     bt_tokenizer_kind kind;
     int32_t bos, eos, pad, vocab_size;
+    int32_t stops[S_MAX_STOPS]; /* tokens that end a completion: eos first */
+    int n_stops;
     /* BPE only */
     char *arena;      /* the bytes of every token, back to back */
     size_t *tok_off;  /* (vocab_size + 1) offsets into arena; an id with no token has length 0 */
@@ -72,7 +76,8 @@ struct bt_tokenizer {
 
 /* ---- shared accessors ------------------------------------------------------------------------ */
 
-static const bt_tokenizer_t s_bytes = {.kind = BT_TOKENIZER_BYTES, 256, 257, 258, 259};
+static const bt_tokenizer_t s_bytes = {
+    .kind = BT_TOKENIZER_BYTES, 256, 257, 258, 259, .stops = {257}, .n_stops = 1};
 
 bt_tokenizer_t *bt_tokenizer_new_bytes(void) {
     bt_tokenizer_t *self = malloc(sizeof *self);
@@ -116,6 +121,20 @@ int32_t bt_tokenizer_pad(const bt_tokenizer_t *self) {
 }
 int32_t bt_tokenizer_vocab_size(const bt_tokenizer_t *self) {
     return self->vocab_size;
+}
+
+int bt_tokenizer_stops(const bt_tokenizer_t *self, int32_t *out, int cap) {
+    int n = 0;
+    for (; n < self->n_stops && n < cap; n++)
+        out[n] = self->stops[n];
+    return n;
+}
+
+static bool s_is_stop(const bt_tokenizer_t *self, int32_t id) {
+    for (int i = 0; i < self->n_stops; i++)
+        if (id == self->stops[i])
+            return true;
+    return false;
 }
 
 size_t bt_tokenizer_max_token_bytes(const bt_tokenizer_t *self) {
@@ -564,7 +583,7 @@ bt_status bt_tokenizer_encode(const bt_tokenizer_t *self, const char *text, size
 bt_status bt_tokenizer_decode(const bt_tokenizer_t *self, const int32_t *ids, size_t n, char *out,
                               size_t cap, size_t *len) {
     size_t used = 0;
-    for (size_t i = 0; i < n && ids[i] != self->eos; i++) {
+    for (size_t i = 0; i < n && !s_is_stop(self, ids[i]); i++) {
         int32_t id = ids[i];
         size_t tlen;
         const char *t = bt_tokenizer_token(self, id, &tlen);
@@ -1045,6 +1064,43 @@ static bt_status s_special(const bt_tokenizer_t *t, const char *path, const cJSO
     return BT_OK;
 }
 
+/*  More stops from DIR/generation_config.json's eos_token_id (an id or a list, as instruct
+    models list their end of turn and end of text), when the file is there. */
+static bt_status s_generation_stops(bt_tokenizer_t *t, const char *dir) {
+    char path[4096], *text = NULL;
+    if (snprintf(path, sizeof path, "%s/generation_config.json", dir) >= (int)sizeof path)
+        return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return BT_OK;
+    BT_TRY(bt_file_read(path, S_CONFIG_MAX, &text, NULL));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), *id;
+    bt_status st =
+        cJSON_IsObject(root) ? BT_OK : bt_fail(BT_EFORMAT, "%s: not a JSON object", path);
+    if (st == BT_OK && ids && !cJSON_IsNumber(ids) && !cJSON_IsArray(ids) && !cJSON_IsNull(ids))
+        st = bt_fail(BT_EFORMAT, "%s: eos_token_id: expected an id or a list of ids, got %s", path,
+                     s_json_type(ids));
+    /* one id, or each id of the list */
+    id = cJSON_IsArray(ids) ? ids->child : cJSON_IsNumber(ids) ? ids : NULL;
+    for (; id && st == BT_OK; id = cJSON_IsArray(ids) ? id->next : NULL) {
+        double v = cJSON_IsNumber(id) ? id->valuedouble : -1;
+        if (v < 0 || v >= t->vocab_size || v != (double)(int32_t)v) {
+            st = bt_fail(BT_EFORMAT, "%s: eos_token_id: %s is not an id of the tokenizer (0..%d)",
+                         path, cJSON_IsNumber(id) ? "a value" : "an item", t->vocab_size - 1);
+            break;
+        }
+        bool known = false;
+        for (int i = 0; i < t->n_stops; i++)
+            known |= t->stops[i] == (int32_t)v;
+        if (!known && t->n_stops < S_MAX_STOPS)
+            t->stops[t->n_stops++] = (int32_t)v;
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
 static bt_status s_bpe_load(const char *dir, bt_tokenizer_t *t) {
     char path[4096], cfg_path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, S_JSON_NAME) >= (int)sizeof path ||
@@ -1088,6 +1144,8 @@ static bt_status s_bpe_load(const char *dir, bt_tokenizer_t *t) {
                          t->bos);
         if (t->pad < 0)
             t->pad = t->eos;
+        t->stops[t->n_stops++] = t->eos;
+        st = s_generation_stops(t, dir);
     }
     cJSON_Delete(root);
     cJSON_Delete(cfg);

@@ -426,10 +426,15 @@ static const int64_t s_prompt_lens[GB] = {5, 2, 8, 3};
 static int32_t s_prompts[GB][8];
 static const int32_t *s_prompt_rows[GB] = {s_prompts[0], s_prompts[1], s_prompts[2], s_prompts[3]};
 
+static int32_t s_stops[2]; /* the stops s_run passes (s_n_stops of them; 0: the model's EOS) */
+static int s_n_stops;
+
 static bt_status s_run(bt_model *m, double temp, int64_t top_k, double top_p, bool cache,
                        uint64_t seed, bt_generation *g) {
     bt_sample_config sc;
     bt_sample_config_init(&sc);
+    sc.n_stops = s_n_stops;
+    memcpy(sc.stops, s_stops, sizeof s_stops);
     sc.max_new_tokens = GNEW;
     sc.temperature = temp;
     sc.top_k = top_k;
@@ -586,6 +591,17 @@ static void test_generate(void) {
                              GNEW * sizeof *b.tokens) == 0);
         }
     }
+    /* the caller's stop tokens instead of the model's EOS: a token no row samples and row 0's
+       token at k (an instruct model's end of turn and end of text): the same stop */
+    int32_t never = 0;
+    while (greedy.tokens && s_contains(greedy.tokens, GB * GNEW, never))
+        never++;
+    s_stops[0] = never;
+    s_stops[1] = eos;
+    s_n_stops = 2;
+    CHECK_OK(s_run(m, 0.0, 0, 1.0, true, 0, &b)); /* m: a model without eos_token_id */
+    CHECK(b.tokens && greedy.tokens && b.lengths[0] == k + 1 && b.finish[0] == BT_FINISH_EOS);
+    s_n_stops = 0;
     printf("generate: greedy rows of %d tokens, row 0 stops at EOS after %lld\n", GNEW,
            (long long)k + 1);
     bt_generation_release(&a);

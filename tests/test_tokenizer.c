@@ -338,6 +338,37 @@ static void test_bpe_merges(void) {
     bt_tokenizer_destroy(&tok);
 }
 
+/*  generation_config.json's eos_token_id adds stops: generation and decoding end at any. */
+static void test_bpe_stops(void) {
+    s_write_bpe(&s_good);
+    s_write("generation_config.json", "{\"eos_token_id\": [300, 303], \"do_sample\": true}");
+    bt_tokenizer_t *tok = NULL;
+    CHECK_OK(bt_tokenizer_load(s_dir, &tok));
+    int32_t stops[8];
+    CHECK(tok && bt_tokenizer_stops(tok, stops, 8) == 2 && stops[0] == 300 && stops[1] == 303);
+    const int32_t ids[] = {'a', 303, 'b'};
+    char out[16];
+    size_t len = 0;
+    if (tok)
+        CHECK_OK(bt_tokenizer_decode(tok, ids, 3, out, sizeof out, &len));
+    CHECK(len == 1 && out[0] == 'a');
+    bt_tokenizer_destroy(&tok);
+    s_write("generation_config.json", "{\"eos_token_id\": 301}");
+    CHECK_OK(bt_tokenizer_load(s_dir, &tok));
+    CHECK(tok && bt_tokenizer_stops(tok, stops, 8) == 2 && stops[1] == 301);
+    bt_tokenizer_destroy(&tok);
+    s_write("generation_config.json", "{\"eos_token_id\": [300, 9999]}");
+    CHECK(bt_tokenizer_load(s_dir, &tok) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(),
+                       "generation_config.json: eos_token_id: a value is not an id");
+    char path[128];
+    snprintf(path, sizeof path, "%s/generation_config.json", s_dir);
+    remove(path);
+    bt_tokenizer_t *bytes = bt_tokenizer_new_bytes();
+    CHECK(bt_tokenizer_stops(bytes, stops, 8) == 1 && stops[0] == 257);
+    bt_tokenizer_destroy(&bytes);
+}
+
 static void test_bpe_ignore_merges(void) {
     s_bpe_spec spec = s_good;
     spec.model_extra = ", \"ignore_merges\": true";
@@ -397,6 +428,7 @@ int main(void) {
     test_save_and_load();
     test_load_refuses_bad_configs();
     test_bpe_merges();
+    test_bpe_stops();
     test_bpe_ignore_merges();
     test_bpe_refuses();
     nftw(s_dir, s_remove_one, 8, FTW_DEPTH | FTW_PHYS);

@@ -168,7 +168,7 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     sc.temperature = cfg->temperature;
     sc.top_k = cfg->top_k;
     sc.top_p = cfg->top_p;
-    sc.eos = bt_tokenizer_eos(tok);
+    sc.n_stops = bt_tokenizer_stops(tok, sc.stops, BT_SAMPLE_MAX_STOPS);
     bt_generation g;
     bt_generation_init(&g);
     st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, gen, &g);

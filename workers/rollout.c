@@ -194,7 +194,8 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
         row_lens[c] = p.lens[c / G];
     }
     bt_sample_config sample = cfg->sample;
-    sample.eos = bt_tokenizer_eos(tok); /* completions end where the reward's decoding stops */
+    /* completions end where the reward's decoding stops */
+    sample.n_stops = bt_tokenizer_stops(tok, sample.stops, BT_SAMPLE_MAX_STOPS);
     if (st == BT_OK)
         st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &sample, gen, &g);
     if (st == BT_OK)

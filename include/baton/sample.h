@@ -15,16 +15,21 @@
 extern "C" {
 #endif
 
+#define BT_SAMPLE_MAX_STOPS 8
+
 typedef struct bt_sample_config {
     int64_t max_new_tokens; /* >= 1 */
     double temperature;     /* 0 = greedy (argmax); else logits are divided by it */
     int64_t top_k;          /* keep the k most likely tokens; 0 = off */
     double top_p;           /* keep the nucleus of this mass, in (0, 1); 1 = off */
     bool use_cache;         /* false: recompute the whole sequence for every token (reference) */
-    int32_t eos;            /* the token that ends a row; -1: the model config's eos_token_id */
+    int32_t stops[BT_SAMPLE_MAX_STOPS]; /* tokens that end a row (an instruct model's end of
+                                           turn and end of text); n_stops 0: the model config's
+                                           eos_token_id */
+    int n_stops;
 } bt_sample_config;
 
-/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, eos -1. */
+/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own. */
 void bt_sample_config_init(bt_sample_config *cfg);
 
 /*  Logits (B, V) with every token outside the filters set to -inf: first the top_k largest

@@ -62,6 +62,10 @@ int32_t bt_tokenizer_vocab_size(const bt_tokenizer_t *self);
     specials), *len bytes, not NUL-terminated; NULL (and *len 0) for an id with no token.
     Borrowed: valid while the tokenizer lives. */
 const char *bt_tokenizer_token(const bt_tokenizer_t *self, int32_t id, size_t *len);
+/*  The tokens that end a completion, EOS first, into out[0 .. cap): a BPE tokenizer adds the ids
+    of the model folder's generation_config.json `eos_token_id` (instruct models list their end of
+    turn and end of text there).  Returns how many (at most 8). */
+int bt_tokenizer_stops(const bt_tokenizer_t *self, int32_t *out, int cap);
 /*  The longest token in bytes: decoding n ids needs at most n times this, + 1 for the NUL. */
 size_t bt_tokenizer_max_token_bytes(const bt_tokenizer_t *self);
 
@@ -73,7 +77,8 @@ bt_status bt_tokenizer_encode(const bt_tokenizer_t *self, const char *text, size
                               bool add_bos, int32_t *out, size_t cap, size_t *n_out);
 /*  The text of ids[0 .. n) into out[0 .. *len), followed by a NUL (so cap >= *len + 1).  BOS and
     PAD are skipped; decoding stops at the first EOS.  Returns BT_ERANGE for an id outside the
-    vocabulary (before the first EOS) and when cap is too small, with *len the bytes needed. */
+    vocabulary (before the first EOS) and when cap is too small, with *len the bytes needed.
+    Decoding stops at any of bt_tokenizer_stops, EOS included. */
 bt_status bt_tokenizer_decode(const bt_tokenizer_t *self, const int32_t *ids, size_t n, char *out,
                               size_t cap, size_t *len);
 
