@@ -72,6 +72,8 @@ struct bt_tokenizer {
     int n_steps;
     char *json_text, *config_text; /* the files as read, written back by save */
     size_t json_len, config_len;
+    char *generation_text; /* generation_config.json as read, or NULL */
+    size_t generation_len;
 };
 
 /* ---- shared accessors ------------------------------------------------------------------------ */
@@ -103,6 +105,7 @@ void bt_tokenizer_destroy(bt_tokenizer_t **self_p) {
         bt_regex_destroy(&self->steps[i].regex);
     free(self->json_text);
     free(self->config_text);
+    free(self->generation_text);
     free(self);
     *self_p = NULL;
 }
@@ -1073,9 +1076,9 @@ static bt_status s_generation_stops(bt_tokenizer_t *t, const char *dir) {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return BT_OK;
-    BT_TRY(bt_file_read(path, S_CONFIG_MAX, &text, NULL));
+    BT_TRY(bt_file_read(path, S_CONFIG_MAX, &text, &t->generation_len));
+    t->generation_text = text; /* saved with the tokenizer */
     cJSON *root = cJSON_Parse(text);
-    free(text);
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), *id;
     bt_status st =
         cJSON_IsObject(root) ? BT_OK : bt_fail(BT_EFORMAT, "%s: not a JSON object", path);
@@ -1283,6 +1286,13 @@ bt_status bt_tokenizer_save(const bt_tokenizer_t *self, const char *dir) {
             (int)sizeof json_path)
             return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
         BT_TRY(bt_file_write(json_path, self->json_text, self->json_len));
+        if (self->generation_text) {
+            char gen_path[4096];
+            if (snprintf(gen_path, sizeof gen_path, "%s/generation_config.json", dir) >=
+                (int)sizeof gen_path)
+                return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
+            BT_TRY(bt_file_write(gen_path, self->generation_text, self->generation_len));
+        }
         return bt_file_write(path, self->config_text, self->config_len);
     }
     char text[256];

@@ -352,6 +352,16 @@ static void test_bpe_stops(void) {
     if (tok)
         CHECK_OK(bt_tokenizer_decode(tok, ids, 3, out, sizeof out, &len));
     CHECK(len == 1 && out[0] == 'a');
+    /* saved with the tokenizer, so the stops travel with the policy */
+    char saved[160];
+    snprintf(saved, sizeof saved, "%s/with_stops", s_dir);
+    CHECK(mkdir(saved, 0700) == 0);
+    if (tok)
+        CHECK_OK(bt_tokenizer_save(tok, saved));
+    bt_tokenizer_t *again = NULL;
+    CHECK_OK(bt_tokenizer_load(saved, &again));
+    CHECK(again && bt_tokenizer_stops(again, stops, 8) == 2 && stops[1] == 303);
+    bt_tokenizer_destroy(&again);
     bt_tokenizer_destroy(&tok);
     s_write("generation_config.json", "{\"eos_token_id\": 301}");
     CHECK_OK(bt_tokenizer_load(s_dir, &tok));
