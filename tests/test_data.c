@@ -215,10 +215,11 @@ static int s_last_step(const char *dir) {
     return best;
 }
 
-/*  Starts `baton run CONFIG --run-dir DIR [extra ...]`. */
-static pid_t s_start(const char *config, const char *dir, const char *a, const char *b,
-                     const char *c) {
-    const char *args[10] = {"run", config, "--run-dir", dir, a, b, c, NULL};
+/*  Starts `baton run CONFIG --run-dir DIR [extra ...]` (extra NULL-terminated, at most 8). */
+static pid_t s_start(const char *config, const char *dir, const char *const *extra) {
+    const char *args[14] = {"run", config, "--run-dir", dir};
+    for (int i = 0, n = 4; extra && extra[i] && n < 13; i++)
+        args[n++] = extra[i];
     char log[160];
     snprintf(log, sizeof log, "%s.log", dir);
     return runs_spawn_in(NULL, args, log);
@@ -358,7 +359,7 @@ int main(void) {
     snprintf(killed, sizeof killed, "%s/killed", s_tmp);
 
     /* uninterrupted */
-    CHECK(runs_wait(s_start(config, ref, NULL, NULL, NULL)) == 0);
+    CHECK(runs_wait(s_start(config, ref, NULL)) == 0);
     s_trained a, b;
     s_read_trained(ref, &a);
     /* draws follow the weights 2:1:1 (each count within 4 binomial sigmas of 144 p) */
@@ -405,18 +406,25 @@ int main(void) {
     /* epochs: events and checkpoints at their ends */
     char epochs[128];
     snprintf(epochs, sizeof epochs, "%s/epochs", s_tmp);
-    CHECK(runs_wait(s_start(config, epochs, "--set", "checkpoint.full_every_steps=0", NULL)) == 0);
+    CHECK(runs_wait(s_start(config, epochs,
+                            (const char *[]){"--set", "checkpoint.full_every_steps=0", NULL})) ==
+          0);
     s_trained e;
     s_read_trained(epochs, &e);
     s_check_epochs(epochs, &e);
 
-    /* killed at step 9, resumed with 2 rollout workers, killed at 17, resumed with 1 */
-    int k1 = s_kill_at(s_start(config, killed, NULL, NULL, NULL), killed, 9, 0);
-    int k2 = s_kill_at(s_start(config, killed, "--resume", "--set", "workers.rollout=2"), killed,
-                       17, k1 - k1 % 5);
+    /* killed at step 9, resumed with 2 rollout workers, killed at 17, resumed with 1; the killed
+       runs go on to step 60 (the learning rate is constant, so their first 24 steps are the
+       reference's), so the kills come before their end however slow this machine is */
+    const char *const longer[] = {"--set", "grpo.steps=60", NULL};
+    const char *const more_workers[] = {"--resume", "--set",         "workers.rollout=2",
+                                        "--set",    "grpo.steps=60", NULL};
+    const char *const resume[] = {"--resume", "--set", "grpo.steps=60", NULL};
+    int k1 = s_kill_at(s_start(config, killed, longer), killed, 9, 0);
+    int k2 = s_kill_at(s_start(config, killed, more_workers), killed, 17, k1 - k1 % 5);
     fprintf(stderr, "killed after step %d, then after step %d\n", k1, k2);
-    CHECK(k1 < S_STEPS && k2 < S_STEPS); /* both kills came before the end */
-    CHECK(runs_wait(s_start(config, killed, "--resume", NULL, NULL)) == 0);
+    CHECK(k1 < 60 && k2 < 60); /* both kills came before the end */
+    CHECK(runs_wait(s_start(config, killed, resume)) == 0);
     s_read_trained(killed, &b);
     s_check_once(&b, 0, "a.jsonl", "killed twice");
     s_check_once(&b, 1, "b.jsonl", "killed twice");
@@ -436,7 +444,8 @@ int main(void) {
        drawn in a later step (never trained again), and the epochs still move on */
     char curr[128];
     snprintf(curr, sizeof curr, "%s/curriculum", s_tmp);
-    CHECK(runs_wait(s_start(config, curr, "--set", "data.curriculum.window=1", NULL)) == 0);
+    CHECK(runs_wait(s_start(config, curr,
+                            (const char *[]){"--set", "data.curriculum.window=1", NULL})) == 0);
     s_trained c;
     s_read_trained(curr, &c);
     s_check_once(&c, 0, "a.jsonl", "curriculum");
@@ -471,10 +480,12 @@ int main(void) {
        prompts are trained and dropped at every step */
     char curr_killed[128];
     snprintf(curr_killed, sizeof curr_killed, "%s/curriculum_killed", s_tmp);
-    s_kill_at(s_start(config, curr_killed, "--set", "data.curriculum.window=1", NULL), curr_killed,
-              10, 4);
-    CHECK(runs_wait(
-              s_start(config, curr_killed, "--resume", "--set", "data.curriculum.window=1")) == 0);
+    const char *const curr_longer[] = {"--set", "data.curriculum.window=1", "--set",
+                                       "grpo.steps=60", NULL};
+    const char *const curr_resume[] = {"--resume", "--set",         "data.curriculum.window=1",
+                                       "--set",    "grpo.steps=60", NULL};
+    CHECK(s_kill_at(s_start(config, curr_killed, curr_longer), curr_killed, 10, 4) < 60);
+    CHECK(runs_wait(s_start(config, curr_killed, curr_resume)) == 0);
     s_trained ck;
     s_read_trained(curr_killed, &ck);
     bool same_curriculum = true;
