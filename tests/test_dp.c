@@ -77,7 +77,9 @@ static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
 static pid_t s_start(const char *dir, const char *trainers, bool procs) {
     const char *args[] = {
         "run", s_config, "--run-dir", dir, "--set", trainers, procs ? "--procs" : NULL, NULL};
-    return runs_spawn(args);
+    char log[160]; /* the run's and its worker processes' output, shown when a check fails */
+    snprintf(log, sizeof log, "%s.log", dir);
+    return runs_spawn_in(NULL, args, log);
 }
 
 int main(void) {
@@ -109,8 +111,13 @@ int main(void) {
     bool reformed = events && strstr(events, "\"event\":\"trainer_group_broken\"") &&
                     strstr(events, "\"generation\":1,\"world\":3") &&
                     strstr(events, "\"generation\":2,\"world\":2");
-    if (!reformed) /* what happened instead */
+    if (!reformed) { /* what happened instead */
         fprintf(stderr, "events.jsonl of the elastic run:\n%s\n", events ? events : "(none)");
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "grep -v '^rl \\|^sft \\|^join ' %s.log >&2", elastic);
+        if (system(cmd) != 0)
+            fprintf(stderr, "(no log of the elastic run)\n");
+    }
     CHECK(reformed);
     free(events);
     CHECK(runs_worker_pid(run, "trainer-0") == 0 && runs_worker_pid(run, "trainer-2") == 0);
