@@ -2033,7 +2033,11 @@ static bt_status s_resume(bt_controller_t *self) {
     bt_train_clock_init(&self->clock, run.train_seconds);
     bt_train_clock_start(&self->clock, bt_now());
     self->last_full_s = run.train_seconds;
-    s_event(self, "resumed", "folder", folder);
+    bt_jsonl resumed; /* events of later steps, written before the kill, are superseded */
+    s_event_line(self, &resumed, "resumed");
+    bt_jsonl_str(&resumed, "folder", folder);
+    bt_jsonl_int(&resumed, "step", run.step);
+    bt_runlog_event(self->log, &resumed);
     for (int i = 0; i < run.n_pending && st == BT_OK; i++)
         if (run.pending[i].dataset >= 0 && run.pending[i].dataset < self->cfg->eval.n_datasets)
             st = s_eval_start(self, run.pending[i].dataset, "rl", run.pending[i].trigger,
