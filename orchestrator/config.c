@@ -718,6 +718,15 @@ static const struct {
 };
 #define S_N_SOURCE_KEYS ((int)(sizeof s_source_keys / sizeof s_source_keys[0]))
 
+/*  The source key ("path") of a stored set ("task.train=..."), or NULL. */
+static const char *s_source_key(const char *set) {
+    size_t n = strcspn(set, "=");
+    for (int j = 0; j < S_N_SOURCE_KEYS; j++)
+        if (strncmp(s_source_keys[j].task_key, set, n) == 0 && s_source_keys[j].task_key[n] == '\0')
+            return s_source_keys[j].key;
+    return NULL;
+}
+
 /*  data.sources: objects with a unique "name", a "weight" and task keys (s_source_keys). */
 static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_config *cfg) {
     char where[256];
@@ -1263,13 +1272,9 @@ bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out) 
     const bt_config_source_spec *v = &cfg->data.sources[k];
     char where[256];
     for (int i = 0; i < v->n_sets; i++) {
-        const char *key = v->sets[i] + 5; /* past "task." */
-        const char *name = key;
-        for (int j = 0; j < S_N_SOURCE_KEYS; j++)
-            if (strncmp(s_source_keys[j].task_key + 5, key, strcspn(key, "=")) == 0 &&
-                s_source_keys[j].task_key[5 + strcspn(key, "=")] == '\0')
-                name = s_source_keys[j].key;
-        snprintf(where, sizeof where, "data.sources[%d].%.*s", k, (int)strcspn(name, "="), name);
+        const char *name = s_source_key(v->sets[i]);
+        BT_ASSERT(name); /* parsing stored only these keys */
+        snprintf(where, sizeof where, "data.sources[%d].%s", k, name);
         BT_TRY(s_apply_override(v->sets[i], where, out));
     }
     bool own_template = false;
@@ -1399,9 +1404,7 @@ static bool s_source_to_json(cJSON *arr, const bt_config_source_spec *v) {
         const char *text = v->sets[i];
         snprintf(path, sizeof path, "%.*s", (int)strcspn(text, "="), text);
         const char *value = text + strcspn(text, "=") + 1;
-        const char *name = NULL;
-        for (int j = 0; j < S_N_SOURCE_KEYS && !name; j++)
-            name = strcmp(s_source_keys[j].task_key, path) == 0 ? s_source_keys[j].key : NULL;
+        const char *name = s_source_key(text);
         const s_key *k = s_find(path);
         BT_ASSERT(k && name); /* parsing stored only these keys */
         bool as_text = (k->type == S_STR || k->type == S_ENUM) && value[0] != '"';
@@ -1508,23 +1511,32 @@ bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out) {
     return bt_task_new_jsonl(&j, out);
 }
 
+bt_status bt_config_new_source_task(const bt_run_config *cfg, int k, bt_task_t **out,
+                                    uint64_t *epoch_size) {
+    *out = NULL;
+    bt_run_config *one = malloc(sizeof *one); /* a config is large: not on a worker's stack */
+    if (!one)
+        return bt_fail(BT_ENOMEM, "data.sources[%d]: out of memory", k);
+    bt_status st = bt_config_source(cfg, k, one);
+    if (st == BT_OK)
+        st = bt_config_new_task(one, out);
+    if (st == BT_OK && epoch_size)
+        *epoch_size =
+            one->task.epoch_size ? (uint64_t)one->task.epoch_size : bt_task_epoch_size(*out);
+    free(one);
+    return st;
+}
+
 bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task,
                                bt_eval_suite *out) {
     BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
                               cfg->eval.n_probes, task, cfg->task.verifier,
                               (uint64_t)cfg->task.seed));
-    bt_run_config *one = NULL;
     bt_status st = BT_OK;
-    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++) {
-        int k = cfg->eval.datasets[i].data_source;
-        if (k < 0)
-            continue;
-        one = one ? one : malloc(sizeof *one);
-        st = one ? bt_config_source(cfg, k, one) : bt_fail(BT_ENOMEM, "eval: out of memory");
-        if (st == BT_OK)
-            st = bt_config_new_task(one, &out->own_task[i]);
-    }
-    free(one);
+    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
+        if (cfg->eval.datasets[i].data_source >= 0)
+            st = bt_config_new_source_task(cfg, cfg->eval.datasets[i].data_source,
+                                           &out->own_task[i], NULL);
     if (st != BT_OK)
         bt_eval_suite_release(out);
     return st;

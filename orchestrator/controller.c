@@ -993,21 +993,12 @@ static int64_t s_epoch(const bt_controller_t *self) {
 static bt_status s_eval_setup(bt_controller_t *self) {
     const bt_run_config *c = self->cfg;
     bt_eval_suite suite;
-    bt_run_config *one = malloc(sizeof *one);
-    if (!one)
-        return bt_fail(BT_ENOMEM, "controller: out of memory");
     bt_status st = BT_OK;
     self->n_sources = bt_config_n_sources(c);
     int epoch_source = bt_config_epoch_source(c);
-    for (int k = 0; k < self->n_sources && st == BT_OK; k++) {
-        st = bt_config_source(c, k, one);
-        if (st == BT_OK)
-            st = bt_config_new_task(one, &self->sources[k]);
-        if (st == BT_OK && k == epoch_source)
-            self->epoch_size = one->task.epoch_size ? (uint64_t)one->task.epoch_size
-                                                    : bt_task_epoch_size(self->sources[k]);
-    }
-    free(one);
+    for (int k = 0; k < self->n_sources && st == BT_OK; k++)
+        st = bt_config_new_source_task(c, k, &self->sources[k],
+                                       k == epoch_source ? &self->epoch_size : NULL);
     BT_TRY(st);
     bt_mixture_config mc = {.n_sources = self->n_sources,
                             .seed = (uint64_t)c->run.seed,

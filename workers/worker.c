@@ -65,20 +65,12 @@ typedef struct {
 
 /*  The state of variant c->cur, whose cfg is set. */
 static bt_status s_build_variant(s_compute *c, bt_device dev) {
-    bt_run_config *one = malloc(sizeof *one);
-    if (!one)
-        return bt_fail(BT_ENOMEM, "worker: out of memory");
-    bt_status built = BT_OK;
     c->cur->n_sources = bt_config_n_sources(&c->cur->cfg);
-    for (int k = 0; k < c->cur->n_sources && built == BT_OK; k++) {
-        built = bt_config_source(&c->cur->cfg, k, one);
-        if (built == BT_OK)
-            built = bt_config_new_task(one, &c->cur->sources[k]);
-        if (built == BT_OK && c->opt->reward)
+    for (int k = 0; k < c->cur->n_sources; k++) {
+        BT_TRY(bt_config_new_source_task(&c->cur->cfg, k, &c->cur->sources[k], NULL));
+        if (c->opt->reward)
             bt_task_set_reward_fn(c->cur->sources[k], c->opt->reward, c->opt->reward_user);
     }
-    free(one);
-    BT_TRY(built);
     c->cur->task = c->cur->sources[0];
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
     bt_model *m = c->cur->cfg.model_path[0]

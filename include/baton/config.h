@@ -280,6 +280,11 @@ void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out);
 void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out);
 /*  The run's task (arithmetic or JSONL) as the config describes it.  Caller owns *out. */
 bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out);
+/*  Data source k's task (bt_config_source, then bt_config_new_task); *epoch_size (may be NULL)
+    gets its records per epoch: the source's task.epoch_size, else the task's own (0: none).
+    Caller owns *out. */
+bt_status bt_config_new_source_task(const bt_run_config *cfg, int k, bt_task_t **out,
+                                    uint64_t *epoch_size);
 /*  The evaluation suite of the config: its eval.datasets and eval.probes over task (borrowed),
     with each dataset's own source loaded (scored with task.verifier).  Release with
     bt_eval_suite_release. */
