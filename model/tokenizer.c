@@ -15,6 +15,7 @@
 
 #define S_CONFIG_NAME "tokenizer_config.json"
 #define S_JSON_NAME "tokenizer.json"
+#define S_GENERATION_NAME "generation_config.json"
 #define S_CONFIG_MAX (64 << 10)    /* bytes of a byte-level tokenizer_config.json */
 #define S_HF_CONFIG_MAX (16 << 20) /* bytes of a Hugging Face tokenizer_config.json */
 #define S_JSON_MAX (256 << 20)     /* bytes of tokenizer.json */
@@ -54,6 +55,7 @@ struct bt_tokenizer {
     int32_t bos, eos, pad, vocab_size;
     int32_t stops[S_MAX_STOPS]; /* tokens that end a completion: eos first */
     int n_stops;
+    char bytes[256]; /* byte-level: the text of ids 0..255 */
     /* BPE only */
     char *arena;      /* the bytes of every token, back to back */
     size_t *tok_off;  /* (vocab_size + 1) offsets into arena; an id with no token has length 0 */
@@ -76,6 +78,13 @@ struct bt_tokenizer {
     size_t generation_len;
 };
 
+/*  DIR/NAME into path[0 .. len). */
+static bt_status s_path(const char *dir, const char *name, char *path, size_t len) {
+    if (snprintf(path, len, "%s/%s", dir, name) >= (int)len)
+        return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
+    return BT_OK;
+}
+
 /* ---- shared accessors ------------------------------------------------------------------------ */
 
 static const bt_tokenizer_t s_bytes = {
@@ -83,8 +92,11 @@ static const bt_tokenizer_t s_bytes = {
 
 bt_tokenizer_t *bt_tokenizer_new_bytes(void) {
     bt_tokenizer_t *self = malloc(sizeof *self);
-    if (self)
-        *self = s_bytes;
+    if (!self)
+        return NULL;
+    *self = s_bytes;
+    for (int b = 0; b < 256; b++)
+        self->bytes[b] = (char)(unsigned char)b;
     return self;
 }
 
@@ -150,16 +162,12 @@ const char *bt_tokenizer_token(const bt_tokenizer_t *self, int32_t id, size_t *l
         return NULL;
     if (self->kind == BT_TOKENIZER_BYTES) {
         static const char s_names[3][8] = {"<bos>", "<eos>", "<pad>"};
-        static char s_all[256];
         if (id >= 256) {
             *len = strlen(s_names[id - 256]);
             return s_names[id - 256];
         }
-        if (!s_all[1])
-            for (int b = 0; b < 256; b++)
-                s_all[b] = (char)(unsigned char)b;
         *len = 1;
-        return &s_all[id];
+        return &self->bytes[id];
     }
     if (!self->tok_known[id])
         return NULL;
@@ -1023,8 +1031,7 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
             break;
         }
         if (s_merge_find(t, m.left, m.right) >= 0) { /* a repeated pair keeps its first rank */
-            rank++;
-            t->merges[rank - 1] = (s_merge){-1, -1, -1};
+            t->merges[rank++] = (s_merge){-1, -1, -1};
             continue;
         }
         t->merges[rank] = m;
@@ -1071,8 +1078,7 @@ static bt_status s_special(const bt_tokenizer_t *t, const char *path, const cJSO
     models list their end of turn and end of text), when the file is there. */
 static bt_status s_generation_stops(bt_tokenizer_t *t, const char *dir) {
     char path[4096], *text = NULL;
-    if (snprintf(path, sizeof path, "%s/generation_config.json", dir) >= (int)sizeof path)
-        return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
+    BT_TRY(s_path(dir, S_GENERATION_NAME, path, sizeof path));
     struct stat sb;
     if (stat(path, &sb) != 0)
         return BT_OK;
@@ -1106,9 +1112,8 @@ static bt_status s_generation_stops(bt_tokenizer_t *t, const char *dir) {
 
 static bt_status s_bpe_load(const char *dir, bt_tokenizer_t *t) {
     char path[4096], cfg_path[4096];
-    if (snprintf(path, sizeof path, "%s/%s", dir, S_JSON_NAME) >= (int)sizeof path ||
-        snprintf(cfg_path, sizeof cfg_path, "%s/%s", dir, S_CONFIG_NAME) >= (int)sizeof cfg_path)
-        return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
+    BT_TRY(s_path(dir, S_JSON_NAME, path, sizeof path));
+    BT_TRY(s_path(dir, S_CONFIG_NAME, cfg_path, sizeof cfg_path));
     BT_TRY(bt_file_read(path, S_JSON_MAX, &t->json_text, &t->json_len));
     BT_TRY(bt_file_read(cfg_path, S_HF_CONFIG_MAX, &t->config_text, &t->config_len));
     cJSON *root = cJSON_ParseWithLength(t->json_text, t->json_len);
@@ -1155,12 +1160,6 @@ static bt_status s_bpe_load(const char *dir, bt_tokenizer_t *t) {
     return st;
 }
 /* ---- tokenizer_config.json ------------------------------------------------------------------ */
-
-static bt_status s_config_path(const char *dir, char *path, size_t len) {
-    if (snprintf(path, len, "%s/%s", dir, S_CONFIG_NAME) >= (int)len)
-        return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
-    return BT_OK;
-}
 
 /*  The keys of a byte-level config and the value each must hold. */
 static const struct {
@@ -1225,14 +1224,13 @@ static bt_status s_check_config(const char *path, const cJSON *root) {
 static bool s_exists(const char *dir, const char *name) {
     char path[4096];
     struct stat sb;
-    return snprintf(path, sizeof path, "%s/%s", dir, name) < (int)sizeof path &&
-           stat(path, &sb) == 0;
+    return s_path(dir, name, path, sizeof path) == BT_OK && stat(path, &sb) == 0;
 }
 
 static bt_status s_bytes_load(const char *dir, bt_tokenizer_t **out) {
     char path[4096];
     char *text = NULL;
-    bt_status rc = s_config_path(dir, path, sizeof path);
+    bt_status rc = s_path(dir, S_CONFIG_NAME, path, sizeof path);
     if (rc == BT_OK)
         rc = bt_file_read(path, S_CONFIG_MAX, &text, NULL);
     if (rc != BT_OK)
@@ -1277,21 +1275,14 @@ bt_status bt_tokenizer_for_model(const char *dir, bt_tokenizer_t **out) {
 
 bt_status bt_tokenizer_save(const bt_tokenizer_t *self, const char *dir) {
     char path[4096];
-    bt_status rc = s_config_path(dir, path, sizeof path);
-    if (rc != BT_OK)
-        return rc;
+    BT_TRY(s_path(dir, S_CONFIG_NAME, path, sizeof path));
     if (self->kind == BT_TOKENIZER_BPE) {
-        char json_path[4096];
-        if (snprintf(json_path, sizeof json_path, "%s/%s", dir, S_JSON_NAME) >=
-            (int)sizeof json_path)
-            return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
-        BT_TRY(bt_file_write(json_path, self->json_text, self->json_len));
+        char other[4096];
+        BT_TRY(s_path(dir, S_JSON_NAME, other, sizeof other));
+        BT_TRY(bt_file_write(other, self->json_text, self->json_len));
         if (self->generation_text) {
-            char gen_path[4096];
-            if (snprintf(gen_path, sizeof gen_path, "%s/generation_config.json", dir) >=
-                (int)sizeof gen_path)
-                return bt_fail(BT_EINVAL, "%s: directory path too long", dir);
-            BT_TRY(bt_file_write(gen_path, self->generation_text, self->generation_len));
+            BT_TRY(s_path(dir, S_GENERATION_NAME, other, sizeof other));
+            BT_TRY(bt_file_write(other, self->generation_text, self->generation_len));
         }
         return bt_file_write(path, self->config_text, self->config_len);
     }
