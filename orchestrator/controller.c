@@ -74,6 +74,7 @@ typedef struct s_rollouts {
     bool active;
     int64_t step;               /* the 0-based step it is for */
     bt_mixture_position before; /* the data position before its prompts were drawn */
+    int64_t dropped;            /* prompts the curriculum dropped while drawing them */
     uint64_t *idx;              /* its prompt ids, grouped by source */
     s_job jobs[64];
     int n_jobs;
@@ -150,7 +151,8 @@ struct bt_controller {
     bt_task_t *sources[BT_CONFIG_MAX_SOURCES];
     int n_sources;
     bt_mixture_t *mix;
-    int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's */
+    int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's
+                             (its rollouts slot's, kept when the slot is released) */
     double padding;       /* the last update's share of trainer token slots that were padding */
     int64_t epoch_seen;   /* the epoch source's completed epochs at the last step's end */
     char *saved_data;     /* data.json of the snapshot: the position and the curriculum then */
@@ -1439,7 +1441,7 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
         r->idx = NULL;
         return st;
     }
-    self->dropped_step = n_dropped;
+    r->dropped = n_dropped;
     if (n_dropped && c->debug.log_prompts) {
         bt_jsonl line;
         s_event_line(self, &line, "dropped");
@@ -1526,6 +1528,7 @@ static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch, int64
         st = bt_batch_concat(parts, r->n_jobs, batch);
     for (int i = 0; i < r->n_jobs; i++)
         bt_rollout_batch_release(&parts[i]);
+    self->dropped_step = r->dropped; /* with grpo.max_staleness, later steps were drawn since */
     s_rollouts_release(r);
     return st;
 }
