@@ -72,10 +72,11 @@ typedef struct s_job {
     (synchronous) or up to grpo.max_staleness steps before it (asynchronous). */
 typedef struct s_rollouts {
     bool active;
-    int64_t step;               /* the 0-based step it is for */
-    bt_mixture_position before; /* the data position before its prompts were drawn */
-    int64_t dropped;            /* prompts the curriculum dropped while drawing them */
-    uint64_t *idx;              /* its prompt ids, grouped by source */
+    int64_t step;                         /* the 0-based step it is for */
+    bt_mixture_position before;           /* the data position before its prompts were drawn */
+    int64_t dropped;                      /* prompts the curriculum dropped while drawing them */
+    double weights[BT_TUNER_MAX_SOURCES]; /* the mixture weights they were drawn with */
+    uint64_t *idx;                        /* its prompt ids, grouped by source */
     s_job jobs[64];
     int n_jobs;
     int64_t first_task;
@@ -153,9 +154,10 @@ struct bt_controller {
     bt_mixture_t *mix;
     int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's
                              (its rollouts slot's, kept when the slot is released) */
-    double padding;       /* the last update's share of trainer token slots that were padding */
-    int64_t epoch_seen;   /* the epoch source's completed epochs at the last step's end */
-    char *saved_data;     /* data.json of the snapshot: the position and the curriculum then */
+    double step_weights[BT_TUNER_MAX_SOURCES]; /* the mixture weights that drew them */
+    double padding;     /* the last update's share of trainer token slots that were padding */
+    int64_t epoch_seen; /* the epoch source's completed epochs at the last step's end */
+    char *saved_data;   /* data.json of the snapshot: the position and the curriculum then */
     double t0, last_accuracy, last_reward, tokens_per_s;
     const char *phase; /* of the last report */
     bt_progress_fn *progress;
@@ -1432,6 +1434,7 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
         return bt_fail(BT_ENOMEM, "controller: out of memory");
     r->step = step;
     r->before = bt_mixture_get_position(self->mix);
+    memcpy(r->weights, self->tuner.weights, sizeof r->weights);
     bt_status st = BT_OK;
     for (int64_t i = 0; i < P && st == BT_OK; i++)
         st = bt_mixture_next(self->mix, self->sources, self->tuner.weights, 1000 * P, &r->idx[i],
@@ -1529,6 +1532,7 @@ static bt_status s_rollout(bt_controller_t *self, bt_rollout_batch *batch, int64
     for (int i = 0; i < r->n_jobs; i++)
         bt_rollout_batch_release(&parts[i]);
     self->dropped_step = r->dropped; /* with grpo.max_staleness, later steps were drawn since */
+    memcpy(self->step_weights, r->weights, sizeof self->step_weights);
     s_rollouts_release(r);
     return st;
 }
@@ -2129,7 +2133,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
         snprintf(key, sizeof key, "accuracy.%s", name);
         bt_jsonl_num(&line, key, m > 0 ? tss.sources[k].correct / m : NAN);
         snprintf(key, sizeof key, "weight.%s", name);
-        bt_jsonl_num(&line, key, self->tuner.weights[k]);
+        bt_jsonl_num(&line, key, self->step_weights[k]);
     }
     BT_TRY(bt_runlog_metric(self->log, &line));
     if (updated) { /* the tuner sees the step; its decisions apply from the next one */
