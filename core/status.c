@@ -20,6 +20,7 @@ const char *bt_status_str(bt_status status) {
     case BT_ETORCH: return "libtorch error";
     case BT_ERANGE: return "out of range";
     case BT_EUNSUPPORTED: return "unsupported";
+    case BT_ESTATE: return "unexpected worker state";
     default: return "unknown status";
     }
 }

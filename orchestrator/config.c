@@ -245,6 +245,10 @@ static const s_key s_keys[] = {
     S_INT_KEY("workers.heartbeat_ms", workers.heartbeat_ms, 500, 1, S_INF),
     S_INT_KEY("workers.expiry_ms", workers.expiry_ms, 5000, 1, S_INF),
     S_INT_KEY("workers.collective_timeout_ms", workers.collective_timeout_ms, 60000, 100, S_INF),
+    S_INT_KEY("workers.standby_trainers", workers.standby_trainers, 0, 0, 64),
+    S_INT_KEY("workers.controller_timeout_ms", workers.controller_timeout_ms, 60000, 100, S_INF),
+    S_INT_KEY("workers.deadline_floor_ms", workers.deadline_floor_ms, 30000, 1, S_INF),
+    S_INT_KEY("workers.deadline_factor", workers.deadline_factor, 10, 1, 1000),
 
     S_INT_KEY("checkpoint.light_every_steps", checkpoint.light_every_steps, 0, 0, S_INF),
     S_INT_KEY("checkpoint.full_every_steps", checkpoint.full_every_steps, 0, 0, S_INF),

@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,7 +36,9 @@ enum {
     S_MAX_ROLLBACKS = 3,   /* rollbacks to one snapshot before the run gives up */
     S_MAX_RANKS = 64,      /* data-parallel trainer ranks */
     S_AHEAD = 17,          /* steps whose rollouts may be in flight: the current + max_staleness */
-    S_MAX_POINTS = 4096    /* held-out losses a scaling-law fit sees */
+    S_MAX_POINTS = 4096,   /* held-out losses a scaling-law fit sees */
+    S_MAX_RECOVERIES = 8,  /* trainer state restores in one run before it gives up */
+    S_MAX_REJECTED_LOGGED = 100 /* result_rejected events written, per run */
 };
 
 /*  A WEIGHTS message shared by the controller (the latest) and the evaluations pinned to it. */
@@ -63,9 +66,11 @@ typedef struct s_job {
     const bt_msg_t *state;         /* restore: the trainer state to load */
     int64_t restore_version;       /* restore: the version the loaded weights get */
     struct s_evaluation *ev;       /* eval: the evaluation the shard belongs to */
+    int64_t expect_version;        /* train, sft, snapshot: the trainer version it applies to */
     bt_msg_t *result;              /* owned once the task is done */
     double compute_s;              /* the worker's compute time for it */
     int32_t worker;                /* who completed it */
+    bt_status status;              /* a failure no retry mends (BT_ESTATE: restore the trainer) */
 } s_job;
 
 /*  The rollouts of one GRPO step, in flight on the rollout workers: launched when the step comes
@@ -105,7 +110,18 @@ typedef struct s_hub {
     /* a failure no retry can mend (out of memory: the same task needs the same memory); every
        turn then fails with it, until bt_controller_stop */
     char fatal[BT_WIRE_STR_MAX / 4];
+    bt_status fatal_status;
     bool stopping;
+    int32_t trainer;       /* without a trainer group: the worker holding the training state; -1
+                              until the first trainer job is handed out */
+    int64_t last_turn_ms;  /* when s_turn last looked at the socket */
+    int64_t last_ping_ms;  /* when the workers were last sent PING */
+    char last_fail[512];   /* the last FAIL's text, sanitised: a give-up names it */
+    int64_t kind_ms[8];    /* the longest measured duration of each job kind (s_kind_index) */
+    int64_t rejected;      /* result_rejected events written */
+    char run_id[96];       /* this invocation: messages stamped with another run's are refused */
+    bt_controller_gone_fn *gone; /* the launcher: may a worker of a role still come? */
+    void *gone_user;
 } s_hub;
 
 struct bt_controller {
@@ -132,6 +148,8 @@ struct bt_controller {
     double speed[S_TRACK][BT_EVAL_MAX_DATASETS]; /* eval workers: items per second (EMA) */
     /* checkpoints and faults */
     bt_msg_t *snap;           /* the trainer's state at saved.step (a snapshot or restore TASK) */
+    int64_t trainer_version;  /* the version the trainer holds after its last job */
+    int recoveries;           /* trainer state restores (a trainer lost with its state) */
     bt_run_state saved;       /* the controller's state at the same point */
     int64_t snap_adam_steps;  /* its AdamW step count, which a full checkpoint borrows */
     int rollbacks;            /* rollbacks to the current snapshot */
@@ -183,6 +201,9 @@ struct bt_controller {
 
 static void s_weights_release(s_weights **w_p);
 static void s_rollouts_release(s_rollouts *r);
+static void s_evals_cancel(bt_controller_t *self);
+static bt_status s_restore_trainer(bt_controller_t *self, const bt_msg_t *state, int64_t version,
+                                   double canary);
 static bt_mixture_position s_train_position(const bt_controller_t *self);
 
 static int64_t s_now_ms(void) {
@@ -243,6 +264,40 @@ static bt_controller_t *s_alloc(const bt_run_config *cfg, int k, const char *con
     return self;
 }
 
+/*  run.name and 64 random bits: two invocations of one config never share an id. */
+static void s_make_run_id(const char *name, char *out, size_t cap) {
+    uint64_t r = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&r, sizeof r, 1, f) != 1)
+        r = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(bt_now() * 1e9);
+    if (f)
+        fclose(f);
+    snprintf(out, cap, "%.63s-%016llx", name, (unsigned long long)r);
+}
+
+/*  What a peer can cost before it authenticates: no message beyond the largest one a run sends
+    (a WEIGHTS tensor or a rollout batch of this model), and a half-open connection dropped after
+    a few seconds; the process may hold as many descriptors as the system lets it. */
+static void s_limit_socket(void *sock, const bt_run_config *cfg) {
+    int linger = 0, handshake_ms = 5000;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
+    const bt_model_config *m = &cfg->model;
+    double tensor = 4.0 * (double)m->hidden_size *
+                    (double)(m->vocab_size > m->intermediate_size ? m->vocab_size
+                                                                   : m->intermediate_size);
+    double batch = 8.0 * (double)cfg->grpo.prompts_per_step * (double)cfg->grpo.group_size *
+                   (double)m->max_position_embeddings;
+    double limit = 2.0 * fmax(tensor, batch) + (64 << 20);
+    int64_t max = limit > 9e18 || cfg->model_path[0] ? -1 : (int64_t)limit; /* a folder: unknown */
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    struct rlimit fds;
+    if (getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur < fds.rlim_max) {
+        fds.rlim_cur = fds.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &fds);
+    }
+}
+
 bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
                                    const char *config_json, bt_runlog_t *log) {
     bt_controller_t *self = s_alloc(cfg, 0, config_json, log, bt_now());
@@ -255,11 +310,12 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
         return NULL;
     }
     self->hub->v[self->hub->n++] = self;
+    self->hub->trainer = -1;
+    s_make_run_id(cfg->run.name, self->hub->run_id, sizeof self->hub->run_id);
     self->reg = bt_registry_new(cfg->workers.expiry_ms);
     self->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
-    int linger = 0;
     if (self->sock)
-        zmq_setsockopt(self->sock, ZMQ_LINGER, &linger, sizeof linger);
+        s_limit_socket(self->sock, cfg);
     if (self->sock && bt_curve_serve(zmq_ctx, self->sock) != BT_OK) { /* CURVE when keys are set */
         bt_controller_destroy(&self);
         return NULL;
@@ -325,6 +381,15 @@ void bt_controller_destroy(bt_controller_t **self_p) {
     *self_p = NULL;
 }
 
+void bt_controller_set_gone(bt_controller_t *self, bt_controller_gone_fn *fn, void *user) {
+    self->hub->gone = fn;
+    self->hub->gone_user = user;
+}
+
+const char *bt_controller_run_id(const bt_controller_t *self) {
+    return self->hub->run_id;
+}
+
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user) {
     self->progress = fn;
     self->progress_user = user;
@@ -382,7 +447,7 @@ static void s_weights_release(s_weights **w_p) {
 }
 
 static bt_status s_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_info *w) {
-    bt_msg_set_run(*msg, self->cfg->run.name);
+    bt_msg_set_run(*msg, self->hub->run_id);
     return bt_msg_send(msg, self->sock, w->peer, w->peer_len);
 }
 
@@ -438,13 +503,16 @@ static bt_status s_pin_weights(bt_controller_t *self, const s_evaluation *ev,
     return BT_OK;
 }
 
+/*  INVALID {reason, leave}: leave tells the worker that joining again cannot help (it belongs to
+    another run or speaks another protocol), so it exits with the reason. */
 static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t len,
-                           const char *reason) {
+                           const char *reason, bool leave) {
     bt_msg_t *m = bt_msg_new(BT_MSG_INVALID);
     if (!m)
         return;
     bt_msg_set_str(m, "reason", reason);
-    bt_msg_set_run(m, self->cfg->run.name);
+    bt_msg_set_bool(m, "leave", leave);
+    bt_msg_set_run(m, self->hub->run_id);
     bt_msg_send(&m, self->sock, peer, len);
 }
 
@@ -458,6 +526,8 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
     BT_TRY(bt_msg_set_int(m, "count", j->count));
     BT_TRY(bt_msg_set_double(m, "lr", j->lr));
     BT_TRY(bt_msg_set_bool(m, "publish", j->publish));
+    if (j->role == BT_ROLE_TRAINER && j->expect_version >= 0) /* applied to it only, once */
+        BT_TRY(bt_msg_set_int(m, "expect_version", j->expect_version));
     const bt_run_config *c = self->cfg;
     if (!strcmp(j->kind, "rollout")) {
         int64_t shape[1] = {j->count};
@@ -474,6 +544,8 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
         BT_TRY(bt_msg_set_double(m, "kl_coef", self->tuner.kl_coef));
         BT_TRY(bt_msg_set_bool(m, "freeze_reference", self->step == 0)); /* RL starts here */
         BT_TRY(bt_msg_set_bool(m, "inject_nan", j->inject_nan));
+    } else if (!strcmp(j->kind, "restore") && !j->state) {
+        BT_TRY(bt_msg_set_bool(m, "initial", true)); /* the state every trainer starts from */
     } else if (!strcmp(j->kind, "restore")) {
         int64_t steps;
         BT_TRY(bt_msg_get_int(j->state, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
@@ -501,28 +573,53 @@ static bt_status s_build_task(bt_controller_t *self, const s_job *j, int64_t id,
 
 /* ---- receiving ------------------------------------------------------------------------------- */
 
+/*  A worker's text made safe for a terminal and a log line: control bytes become '?', and an
+    empty text says so. */
+static void s_sanitise(const char *in, char *out, size_t cap) {
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)(in ? in : ""); *p && n + 1 < cap; p++)
+        out[n++] = (*p < 0x20 || *p == 0x7f) ? '?' : (char)*p;
+    out[n] = '\0';
+    if (n == 0)
+        snprintf(out, cap, "(the worker gave no reason)");
+}
+
 static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, size_t len) {
     const char *role_name = NULL, *name = NULL;
     bt_role role;
+    int64_t proto = 0;
     self->start_error[0] = '\0'; /* a newcomer may well start */
     if (bt_msg_get_str(m, "role", 16, &role_name) != BT_OK ||
         bt_role_parse(role_name, &role) != BT_OK || bt_msg_get_str(m, "name", 63, &name) != BT_OK) {
         self->stats.malformed++;
-        s_send_invalid(self, peer, len, bt_last_error());
+        s_send_invalid(self, peer, len, bt_last_error(), false);
+        return;
+    }
+    char why[256];
+    if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK ||
+        proto != BT_WIRE_PROTO) {
+        snprintf(why, sizeof why, "this controller speaks protocol %d, the worker %lld",
+                 BT_WIRE_PROTO, (long long)proto);
+        self->stats.wrong_run++;
+        s_send_invalid(self, peer, len, why, true);
         return;
     }
     int32_t id = bt_registry_join(self->reg, role, name, peer, len, s_now_ms());
     if (id < 0) {
-        s_send_invalid(self, peer, len, bt_last_error());
+        s_send_invalid(self, peer, len, bt_last_error(), false);
         return;
     }
     bt_worker_info *w = bt_registry_worker(self->reg, id);
-    for (int k = 0; id < S_TRACK && k < self->hub->n; k++) /* it may hold anything */
+    for (int k = 0; id < S_TRACK && k < self->hub->n; k++) { /* it may hold anything */
         self->hub->v[k]->worker_version[id] = -1;
+        memset(self->hub->v[k]->speed[id], 0, sizeof self->hub->v[k]->speed[id]);
+    }
     bt_msg_t *welcome = bt_msg_new(BT_MSG_WELCOME);
     int64_t shape[1] = {(int64_t)strlen(self->config_json)};
     if (!welcome || bt_msg_set_int(welcome, "worker", id) != BT_OK ||
         bt_msg_set_int(welcome, "heartbeat_ms", self->cfg->workers.heartbeat_ms) != BT_OK ||
+        bt_msg_set_int(welcome, "controller_timeout_ms",
+                       self->cfg->workers.controller_timeout_ms) != BT_OK ||
         bt_msg_add_tensor(welcome, "config", BT_U8, 1, shape, self->config_json) != BT_OK ||
         s_send(self, &welcome, w) != BT_OK) {
         bt_msg_destroy(&welcome);
@@ -534,14 +631,31 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
     s_event(self, "worker_joined", "worker", name);
 }
 
+/*  The trainer job `from` holds now, when it is one that publishes weights (train, sft, restore
+    on rank 0) and is still in flight; NULL otherwise. */
+static const s_job *s_publishing_job(bt_controller_t *self, const bt_worker_info *from) {
+    if (from->role != BT_ROLE_TRAINER || from->task < 0 ||
+        bt_registry_task_state(self->reg, from->task) != BT_TASK_ASSIGNED)
+        return NULL;
+    const s_job *j = bt_registry_task_user(self->reg, from->task);
+    return j && j->publish ? j : NULL;
+}
+
 static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_info *from) {
     int64_t version, variant = 0;
     int n_variants = self->hub->n;
-    if (from->role != BT_ROLE_TRAINER ||
-        bt_msg_get_int(*m, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK ||
+    const s_job *job = s_publishing_job(self, from);
+    if (!job || bt_msg_get_int(*m, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK ||
         (bt_msg_has(*m, "variant") &&
-         bt_msg_get_int(*m, "variant", 0, n_variants - 1, &variant) != BT_OK)) {
+         bt_msg_get_int(*m, "variant", 0, n_variants - 1, &variant) != BT_OK) ||
+        (job->ctl && job->ctl->variant != variant)) {
+        /* only the trainer holding the variant's publishing job in flight may publish */
         self->stats.malformed++;
+        bt_jsonl line;
+        s_event_line(self, &line, "weights_refused");
+        bt_jsonl_str(&line, "worker", from->name);
+        bt_jsonl_str(&line, "role", bt_role_name(from->role));
+        bt_runlog_event(self->log, &line);
         return;
     }
     self = self->hub->v[variant]; /* the variant's controller keeps them */
@@ -559,6 +673,93 @@ static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_in
         s_send_weights(self, bt_registry_worker(self->reg, i));
 }
 
+/*  The job's RESULT parses as its kind's (every field the schedule reads later, in range), so a
+    malformed one is refused at the door instead of ending the run where it is read. */
+static bt_status s_check_result(const s_job *job, const bt_msg_t *m) {
+    double x;
+    int64_t v;
+    if (!strcmp(job->kind, "rollout")) {
+        bt_rollout_batch b;
+        bt_rollout_batch_init(&b);
+        bt_status st = bt_batch_from_msg(m, &b);
+        if (st == BT_OK && b.n_prompts != job->count)
+            st = bt_fail(BT_EFORMAT, "RESULT: %lld prompts for a rollout job of %lld",
+                         (long long)b.n_prompts, (long long)job->count);
+        bt_rollout_batch_release(&b);
+        return st;
+    }
+    if (!strcmp(job->kind, "eval")) {
+        bt_evaluator_sums sums;
+        return bt_sums_from_msg(m, &sums);
+    }
+    if (job->role != BT_ROLE_TRAINER)
+        return BT_OK;
+    BT_TRY(bt_msg_get_int(m, "trainer_version", 0, BT_WIRE_INT_MAX, &v));
+    if (!strcmp(job->kind, "train")) {
+        bt_trainer_stats ts;
+        return bt_trainer_stats_from_msg(m, &ts);
+    }
+    if (!strcmp(job->kind, "sft"))
+        return bt_msg_get_double(m, "stats.loss", -1e300, 1e300, &x);
+    if (!strcmp(job->kind, "snapshot") || !strcmp(job->kind, "restore"))
+        return bt_msg_get_double(m, "canary_loss", 0, 1e300, &x);
+    return BT_OK;
+}
+
+/*  A FAIL, or a RESULT refused by s_check_result: I/O failures are re-queued (up to
+    S_MAX_ATTEMPTS hand-outs); BT_ESTATE ends the job for a restore; anything else fails the same
+    way again (a shape, a range, the memory it needs), so the run stops with it at once. */
+static void s_on_failure(bt_controller_t *self, int64_t task, s_job *job, bt_worker_info *w,
+                         bt_status code, const char *text) {
+    char err[512];
+    s_sanitise(text, err, sizeof err);
+    snprintf(self->hub->last_fail, sizeof self->hub->last_fail, "%s: %s", w->name, err);
+    self->stats.failed_tasks++;
+    bt_jsonl line;
+    s_event_line(self, &line, "task_failed");
+    bt_jsonl_str(&line, "kind", job ? job->kind : "?");
+    bt_jsonl_str(&line, "worker", w->name);
+    bt_jsonl_str(&line, "error", err);
+    bt_jsonl_int(&line, "status", code);
+    bt_runlog_event(self->log, &line);
+    bool trainer = job && job->role == BT_ROLE_TRAINER;
+    if (code == BT_ESTATE && !trainer) /* an eval worker without the pinned weights: send them */
+        for (int k = 0; w->id < S_TRACK && k < self->hub->n; k++)
+            self->hub->v[k]->worker_version[w->id] = -1;
+    if (code == BT_EIO || code == BT_EFORMAT || (code == BT_ESTATE && !trainer)) {
+        /* a retry may succeed: a link, a bad message, weights sent again */
+        int32_t attempts = bt_registry_task_attempts(self->reg, task);
+        if (attempts >= S_MAX_ATTEMPTS)
+            bt_log(BT_LOG_ERROR, "controller: a %s job failed %d times: %s",
+                   job ? job->kind : "?", attempts, self->hub->last_fail);
+        return;
+    }
+    bt_registry_cancel(self->reg, task);
+    if (job)
+        job->status = code;
+    if (code == BT_ESTATE)
+        return; /* the schedule restores the trainer (s_recover) */
+    if (self->hub->fatal[0])
+        return;
+    snprintf(self->hub->fatal, sizeof self->hub->fatal, "%s", self->hub->last_fail);
+    self->hub->fatal_status = code;
+    s_event_line(self, &line, "run_stopped");
+    bt_jsonl_str(&line, "reason", code == BT_ENOMEM ? "out of memory" : "a job no retry can mend");
+    bt_jsonl_str(&line, "worker", w->name);
+    bt_jsonl_str(&line, "error", err);
+    bt_runlog_event(self->log, &line); /* the run's error says it to the user */
+}
+
+/*  The longest measured duration of a kind is kept for deadlines (s_kind_index). */
+static int s_kind_index(const char *kind) {
+    static const char *const kinds[] = {"rollout", "train",    "sft",   "eval",
+                                        "restore", "snapshot", "group", NULL};
+    for (int i = 0; kinds[i]; i++)
+        if (!strcmp(kinds[i], kind))
+            return i;
+    return 7;
+}
+
 static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) {
     int64_t task;
     if (bt_msg_get_int(*m, "task", 0, BT_WIRE_INT_MAX, &task) != BT_OK) {
@@ -566,46 +767,68 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
         return;
     }
     bool failed = bt_msg_type_of(*m) == BT_MSG_FAIL;
-    int32_t attempts = 0;
+    s_job *job = w->task == task ? bt_registry_task_user(self->reg, task) : NULL;
+    int64_t assigned = w->task == task ? bt_registry_task_assigned_ms(self->reg, task) : 0;
+    bt_status code = BT_EIO;
+    const char *err = NULL;
+    if (failed) {
+        int64_t status = 0; /* the worker's bt_status; absent from older workers */
+        bt_msg_get_str(*m, "error", BT_WIRE_STR_MAX, &err);
+        if (bt_msg_has(*m, "status"))
+            bt_msg_get_int(*m, "status", -1000, 0, &status);
+        code = status < 0 ? (bt_status)status : BT_EIO;
+    } else if (job && s_check_result(job, *m) != BT_OK) {
+        failed = true; /* a RESULT that is not its job's: that job's FAIL, naming the sender */
+        code = BT_EFORMAT;
+        err = bt_last_error();
+        self->stats.rejected_results++;
+        if (self->hub->rejected++ < S_MAX_REJECTED_LOGGED) {
+            bt_jsonl line;
+            s_event_line(self, &line, "result_rejected");
+            bt_jsonl_str(&line, "worker", w->name);
+            bt_jsonl_str(&line, "kind", job->kind);
+            bt_jsonl_int(&line, "task", task);
+            bt_jsonl_str(&line, "error", err);
+            bt_runlog_event(self->log, &line);
+        }
+    }
     if (failed ? !bt_registry_fail(self->reg, task, w->id)
                : !bt_registry_complete(self->reg, task, w->id)) {
         self->stats.late_results++;
         return;
     }
     if (failed) {
-        const char *err = "?";
-        int64_t code = 0; /* the worker's bt_status; absent from older workers */
-        bt_msg_get_str(*m, "error", BT_WIRE_STR_MAX, &err);
-        if (bt_msg_has(*m, "status"))
-            bt_msg_get_int(*m, "status", -1000, 0, &code);
-        self->stats.failed_tasks++;
-        s_event(self, "task_failed", "error", err);
-        if (code == BT_ENOMEM && !self->hub->fatal[0]) {
-            /* deterministic: stop now rather than fail the same way S_MAX_ATTEMPTS times */
-            bt_registry_cancel(self->reg, task);
-            snprintf(self->hub->fatal, sizeof self->hub->fatal, "%s: %s", w->name, err);
-            bt_jsonl line;
-            s_event_line(self, &line, "run_stopped");
-            bt_jsonl_str(&line, "reason", "out of memory");
-            bt_jsonl_str(&line, "worker", w->name);
-            bt_jsonl_str(&line, "error", err);
-            bt_runlog_event(self->log, &line); /* the run's error says it to the user */
-            return;
-        }
-        attempts = bt_registry_task_attempts(self->reg, task);
-        if (attempts >= S_MAX_ATTEMPTS)
-            bt_log(BT_LOG_ERROR, "controller: task %lld failed %d times: %s", (long long)task,
-                   attempts, err);
+        s_on_failure(self, task, job, w, code, err);
         return;
     }
-    s_job *job = bt_registry_task_user(self->reg, task);
+    int64_t ms = s_now_ms() - assigned, *longest = &self->hub->kind_ms[s_kind_index(job->kind)];
+    *longest = ms > *longest ? ms : *longest;
     job->compute_s = 0;
     job->worker = w->id;
     bt_msg_get_double(*m, "compute_s", 0, 1e9, &job->compute_s);
     if (job->ctl) /* each variant's share of the pool */
         job->ctl->worker_s += job->compute_s;
+    if (job->role == BT_ROLE_TRAINER && job->ctl)
+        bt_msg_get_int(*m, "trainer_version", 0, BT_WIRE_INT_MAX, &job->ctl->trainer_version);
     job->result = *m;
     *m = NULL;
+}
+
+static void s_on_bye(bt_controller_t *self, const bt_msg_t *m, bt_worker_info *w) {
+    const char *error = NULL;
+    bt_msg_get_str(m, "error", 4096, &error);
+    bt_registry_remove(self->reg, w->id);
+    bt_jsonl line;
+    s_event_line(self, &line, "worker_left");
+    bt_jsonl_str(&line, "worker", w->name);
+    if (error) {
+        char err[512];
+        s_sanitise(error, err, sizeof err);
+        bt_jsonl_str(&line, "error", err);
+        snprintf(self->start_error, sizeof self->start_error, "worker %s cannot start: %s",
+                 w->name, err);
+    }
+    bt_runlog_event(self->log, &line);
 }
 
 /*  Receives and handles one message, if any is waiting. */
@@ -620,37 +843,35 @@ static bt_status s_receive(bt_controller_t *self) {
     if (st == BT_EFORMAT) {
         self->stats.malformed++;
         if (w)
-            s_send_invalid(self, peer, len, bt_last_error());
+            s_send_invalid(self, peer, len, bt_last_error(), false);
         return BT_OK;
     }
     if (!m)
         return BT_OK;
     bt_msg_type type = bt_msg_type_of(m);
-    if (type == BT_MSG_HELLO) {
-        s_on_hello(self, m, peer, len);
-    } else if (!w) {
+    const char *run = bt_msg_run(m);
+    bool other_run = run[0] && strcmp(run, self->hub->run_id) != 0;
+    if (!w && type != BT_MSG_HELLO) {
         self->stats.unknown_peer++;
-        s_send_invalid(self, peer, len, "unknown peer: send HELLO first");
+        s_send_invalid(self, peer, len, "unknown peer: send HELLO first", false);
+    } else if (other_run) { /* a worker of another run (an orphan of an earlier one) */
+        char why[256];
+        snprintf(why, sizeof why, "this worker belongs to run %.96s; this is run %s", run,
+                 self->hub->run_id);
+        self->stats.wrong_run++;
+        s_send_invalid(self, peer, len, why, true);
+        if (w)
+            bt_registry_remove(self->reg, w->id);
+    } else if (type == BT_MSG_HELLO) {
+        s_on_hello(self, m, peer, len);
     } else {
         bt_registry_touch(self->reg, w->id, s_now_ms());
         if (type == BT_MSG_RESULT || type == BT_MSG_FAIL)
             s_on_result(self, &m, w);
         else if (type == BT_MSG_WEIGHTS)
             s_on_weights(self, &m, w);
-        else if (type == BT_MSG_BYE) {
-            const char *error = NULL;
-            bt_msg_get_str(m, "error", 4096, &error);
-            bt_registry_remove(self->reg, w->id);
-            bt_jsonl line;
-            s_event_line(self, &line, "worker_left");
-            bt_jsonl_str(&line, "worker", w->name);
-            if (error) {
-                bt_jsonl_str(&line, "error", error);
-                snprintf(self->start_error, sizeof self->start_error, "worker %s cannot start: %s",
-                         w->name, error);
-            }
-            bt_runlog_event(self->log, &line);
-        }
+        else if (type == BT_MSG_BYE)
+            s_on_bye(self, m, w);
     }
     bt_msg_destroy(&m);
     return BT_OK;
@@ -665,22 +886,21 @@ static bt_status s_resume(bt_controller_t *self);
 /*  The run's fatal failure, if a worker reported one (see s_hub.fatal). */
 static bt_status s_fatal(const bt_controller_t *self) {
     if (self->hub->fatal[0] && !self->hub->stopping)
-        return bt_fail(BT_ENOMEM, "%s", self->hub->fatal);
+        return bt_fail(self->hub->fatal_status, "%s", self->hub->fatal);
     return BT_OK;
 }
 
-/*  Hands out what can be handed out, then waits (at most a heartbeat) for messages and expires
-    silent workers; fails at once after a fatal failure. */
-static bt_status s_turn(bt_controller_t *self) {
+/*  Hands out the queued tasks that have a worker free. */
+static bt_status s_hand_out(bt_controller_t *self) {
     int64_t task;
     int32_t wid;
-    BT_TRY(s_fatal(self));
-    while (bt_registry_next_assignment(self->reg, &task, &wid)) {
+    while (bt_registry_next_assignment(self->reg, s_now_ms(), &task, &wid)) {
         s_job *job = bt_registry_task_user(self->reg, task);
         bt_controller_t *owner = job->ctl ? job->ctl : self; /* the job's variant */
         bt_worker_info *w = bt_registry_worker(self->reg, wid);
-        if (bt_registry_task_attempts(self->reg, task) >
-            1) { /* its last holder failed or was lost */
+        if (job->role == BT_ROLE_TRAINER && !owner->store && self->hub->trainer < 0)
+            self->hub->trainer = wid; /* the first trainer job's taker holds the state */
+        if (bt_registry_task_attempts(self->reg, task) > 1) { /* its last holder failed or was lost */
             self->stats.requeued++;
             bt_jsonl line;
             s_event_line(self, &line, "task_requeued");
@@ -699,22 +919,102 @@ static bt_status s_turn(bt_controller_t *self) {
         if (st != BT_OK)
             return st;
     }
-    zmq_pollitem_t item = {self->sock, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&item, 1, (long)self->cfg->workers.heartbeat_ms) < 0)
-        return bt_fail(BT_EIO, "controller: poll failed: %s", zmq_strerror(zmq_errno()));
-    for (int i = 0; i < 256 && (item.revents & ZMQ_POLLIN); i++) {
-        BT_TRY(s_receive(self));
+    return BT_OK;
+}
+
+/*  A job's deadline: workers.deadline_factor times the longest measured duration of its kind,
+    never below workers.deadline_floor_ms (docs/config.md).  A worker past it is quarantined and
+    the job re-queued for another. */
+static void s_deadlines(bt_controller_t *self, int64_t now) {
+    const bt_run_config *c = self->cfg;
+    for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
+        bt_worker_info *w = bt_registry_worker(self->reg, i);
+        if (w->state != BT_WORKER_BUSY || w->task < 0 ||
+            bt_registry_task_state(self->reg, w->task) != BT_TASK_ASSIGNED)
+            continue;
+        const s_job *job = bt_registry_task_user(self->reg, w->task);
+        int64_t seen = self->hub->kind_ms[s_kind_index(job->kind)];
+        int64_t limit = (int64_t)c->workers.deadline_factor *
+                        (seen > c->workers.deadline_floor_ms ? seen : c->workers.deadline_floor_ms);
+        int64_t held = now - bt_registry_task_assigned_ms(self->reg, w->task);
+        if (held <= limit)
+            continue;
+        bt_log(BT_LOG_WARN,
+               "controller: %s held a %s job for %lld ms (deadline %lld ms): quarantined, the "
+               "job goes to another worker",
+               w->name, job->kind, (long long)held, (long long)limit);
+        bt_jsonl line;
+        s_event_line(self, &line, "worker_quarantined");
+        bt_jsonl_str(&line, "worker", w->name);
+        bt_jsonl_str(&line, "kind", job->kind);
+        bt_jsonl_int(&line, "held_ms", held);
+        bt_jsonl_int(&line, "deadline_ms", limit);
+        bt_runlog_event(self->log, &line);
+        bt_registry_quarantine(self->reg, w->id);
+        self->stats.quarantined++;
+    }
+}
+
+/*  Reads what the socket holds (at most 256 messages a turn).  Returns true when the socket was
+    drained, so silence seen now is real. */
+static bt_status s_drain(bt_controller_t *self, bool *drained) {
+    *drained = false;
+    for (int i = 0; i < 256; i++) {
         int more = 0;
         size_t sz = sizeof more;
         zmq_getsockopt(self->sock, ZMQ_EVENTS, &more, &sz);
-        if (!(more & ZMQ_POLLIN))
-            break;
+        if (!(more & ZMQ_POLLIN)) {
+            *drained = true;
+            return BT_OK;
+        }
+        BT_TRY(s_receive(self));
     }
-    int lost = bt_registry_expire(self->reg, s_now_ms());
+    return BT_OK;
+}
+
+/*  The bookkeeping of a turn: a PING to every worker each heartbeat (a worker leaves when its
+    controller goes silent), expiry of silent workers (only after the socket was drained, and not
+    after the controller itself stood still: stopped, or saving), job deadlines. */
+static void s_timers(bt_controller_t *self, bool drained) {
+    s_hub *hub = self->hub;
+    int64_t now = s_now_ms(), hb = self->cfg->workers.heartbeat_ms;
+    if (hub->last_turn_ms && now - hub->last_turn_ms > self->cfg->workers.expiry_ms / 2) {
+        bt_registry_touch_all(self->reg, now);
+        bt_jsonl line;
+        s_event_line(self, &line, "controller_stalled");
+        bt_jsonl_int(&line, "ms", now - hub->last_turn_ms);
+        bt_runlog_event(self->log, &line);
+    }
+    hub->last_turn_ms = now;
+    if (now - hub->last_ping_ms >= hb) {
+        hub->last_ping_ms = now;
+        for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
+            const bt_worker_info *w = bt_registry_worker(self->reg, i);
+            bt_msg_t *ping = w->state != BT_WORKER_LOST ? bt_msg_new(BT_MSG_PING) : NULL;
+            if (ping)
+                s_send(self, &ping, w);
+        }
+    }
+    int lost = drained ? bt_registry_expire(self->reg, now) : 0;
     if (lost) {
         self->stats.lost_workers += lost;
         s_event(self, "workers_expired", NULL, NULL);
     }
+    s_deadlines(self, now);
+}
+
+/*  Hands out what can be handed out, then waits (at most a heartbeat) for messages, expires
+    silent workers and checks deadlines; fails at once after a fatal failure. */
+static bt_status s_turn(bt_controller_t *self) {
+    BT_TRY(s_fatal(self));
+    BT_TRY(s_hand_out(self));
+    zmq_pollitem_t item = {self->sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&item, 1, (long)self->cfg->workers.heartbeat_ms) < 0)
+        return bt_fail(BT_EIO, "controller: poll failed: %s", zmq_strerror(zmq_errno()));
+    bool drained = true;
+    if (item.revents & ZMQ_POLLIN)
+        BT_TRY(s_drain(self, &drained));
+    s_timers(self, drained);
     BT_TRY(s_fatal(self));
     for (int k = 0; k < self->hub->n; k++)
         if (self->hub->v[k] != self)
@@ -723,12 +1023,17 @@ static bt_status s_turn(bt_controller_t *self) {
 }
 
 /*  Queues jobs for the workers of their roles; *first is the first one's task id (ids are
-    dense).  The jobs must stay where they are until done or cancelled. */
+    dense).  The jobs must stay where they are until done or cancelled.  A trainer job without a
+    trainer group goes to the worker holding the training state alone (s_hub.trainer). */
 static bt_status s_jobs_add(bt_controller_t *self, s_job *jobs, int n, int64_t *first) {
     *first = -1;
     for (int i = 0; i < n; i++) {
         jobs[i].ctl = self;
-        int64_t id = bt_registry_add_task(self->reg, jobs[i].role, &jobs[i]);
+        jobs[i].status = BT_OK;
+        int32_t holder = jobs[i].role == BT_ROLE_TRAINER ? self->hub->trainer : -1;
+        int64_t id = holder >= 0
+                         ? bt_registry_add_task_only(self->reg, jobs[i].role, holder, &jobs[i])
+                         : bt_registry_add_task(self->reg, jobs[i].role, &jobs[i]);
         if (id < 0)
             return BT_ENOMEM;
         *first = *first < 0 ? id : *first;
@@ -736,10 +1041,66 @@ static bt_status s_jobs_add(bt_controller_t *self, s_job *jobs, int n, int64_t *
     return BT_OK;
 }
 
-/*  Serves workers until the n jobs queued from task id first are done. */
+static void s_jobs_cancel(bt_controller_t *self, int n, int64_t first) {
+    for (int i = 0; i < n; i++)
+        bt_registry_cancel(self->reg, first + i);
+}
+
+/*  Why no worker of role can take the pending jobs, or NULL while one may still come: the
+    launcher knows its processes of that role are gone, or none came for S_JOIN_TIMEOUT_MS. */
+static bt_status s_unstaffed(bt_controller_t *self, bt_role role, int64_t since) {
+    char why[256] = "";
+    const char *name = bt_role_name(role);
+    if (self->start_error[0]) /* the last of a role could not start: none will */
+        return bt_fail(BT_EINVAL, "%s", self->start_error);
+    if (self->hub->gone && !self->hub->gone(role, why, sizeof why, self->hub->gone_user))
+        return bt_fail(BT_EIO,
+                       "controller: no %s worker is left (%s)%s; resume with `baton run CONFIG "
+                       "--resume`",
+                       name, why,
+                       role == BT_ROLE_TRAINER ? " and no standby trainer "
+                                                 "(workers.standby_trainers) to take over"
+                                               : "");
+    if (s_now_ms() - since > S_JOIN_TIMEOUT_MS)
+        return bt_fail(BT_EIO,
+                       "controller: no live %s worker for %d s; start one (`baton worker "
+                       "--connect ENDPOINT --role %s`), or stop and resume later with --resume",
+                       name, S_JOIN_TIMEOUT_MS / 1000, name);
+    return BT_OK;
+}
+
+/*  Without a trainer group: the worker holding the training state was lost.  When another
+    trainer is live it takes over (s_hub.trainer) and BT_ESTATE says the state must be restored;
+    while none is, BT_OK (the job waits for the lost one to come back). */
+static bt_status s_trainer_lost(bt_controller_t *self) {
+    const bt_worker_info *t = bt_registry_worker(self->reg, self->hub->trainer);
+    if (self->store || !t || (t->state != BT_WORKER_LOST && !t->quarantined))
+        return BT_OK;
+    for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
+        const bt_worker_info *w = bt_registry_worker(self->reg, i);
+        if (w->role == BT_ROLE_TRAINER && w->state == BT_WORKER_IDLE && !w->quarantined) {
+            char from[64];
+            snprintf(from, sizeof from, "%s", t->name);
+            self->hub->trainer = i;
+            bt_jsonl line;
+            s_event_line(self, &line, "trainer_replaced");
+            bt_jsonl_str(&line, "lost", from);
+            bt_jsonl_str(&line, "by", w->name);
+            bt_runlog_event(self->log, &line);
+            return bt_fail(BT_ESTATE, "controller: trainer %s was lost; %s takes over", from,
+                           w->name);
+        }
+    }
+    return BT_OK;
+}
+
+/*  Serves workers until the n jobs queued from task id first are done.  On any way out but
+    success the jobs that are not done are cancelled: nothing hands them out after their owner
+    returned. */
 static bt_status s_jobs_wait(bt_controller_t *self, s_job *jobs, int n, int64_t first) {
     int64_t stalled_since = s_now_ms();
     double t0 = bt_now();
+    bt_status st = BT_OK;
     for (;;) {
         int done = 0;
         double longest = 0;
@@ -752,21 +1113,31 @@ static bt_status s_jobs_wait(bt_controller_t *self, s_job *jobs, int n, int64_t 
             self->stats.tasks_s += bt_now() - t0;
             return BT_OK;
         }
-        for (int i = 0; i < n; i++)
-            if (bt_registry_task_attempts(self->reg, first + i) > S_MAX_ATTEMPTS)
-                return bt_fail(BT_EIO, "controller: a %s task failed %d times", jobs[i].kind,
-                               S_MAX_ATTEMPTS);
+        for (int i = 0; i < n && st == BT_OK; i++) {
+            if (jobs[i].status != BT_OK)
+                st = bt_fail(jobs[i].status, "%s", self->hub->last_fail);
+            else if (bt_registry_task_attempts(self->reg, first + i) > S_MAX_ATTEMPTS)
+                st = bt_fail(BT_EIO, "controller: a %s job failed %d times; the last time: %s",
+                             jobs[i].kind, S_MAX_ATTEMPTS, self->hub->last_fail);
+        }
         bool staffed = true;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n && st == BT_OK; i++) {
             staffed &= bt_registry_live(self->reg, jobs[i].role) > 0;
+            if (jobs[i].role == BT_ROLE_TRAINER)
+                st = s_trainer_lost(self);
+        }
+        for (int r = 0; r < BT_ROLE_COUNT && st == BT_OK && !staffed; r++)
+            for (int i = 0; i < n && st == BT_OK; i++)
+                if ((int)jobs[i].role == r && bt_registry_live(self->reg, (bt_role)r) == 0)
+                    st = s_unstaffed(self, (bt_role)r, stalled_since);
         if (staffed)
             stalled_since = s_now_ms();
-        else if (self->start_error[0]) /* the last of a role could not start: none will */
-            return bt_fail(BT_EINVAL, "%s", self->start_error);
-        else if (s_now_ms() - stalled_since > S_JOIN_TIMEOUT_MS)
-            return bt_fail(BT_EIO, "controller: no live worker for pending tasks for %d s",
-                           S_JOIN_TIMEOUT_MS / 1000);
-        BT_TRY(s_turn(self));
+        if (st == BT_OK)
+            st = s_turn(self);
+        if (st != BT_OK) {
+            s_jobs_cancel(self, n, first);
+            return st;
+        }
     }
 }
 
@@ -790,6 +1161,7 @@ static bt_status s_run_ranks(bt_controller_t *self, s_job *jobs, int n, bool *br
     int64_t first = -1;
     for (int k = 0; k < n; k++) {
         jobs[k].ctl = self;
+        jobs[k].status = BT_OK;
         int64_t id =
             bt_registry_add_task_only(self->reg, BT_ROLE_TRAINER, self->ranks[k], &jobs[k]);
         if (id < 0)
@@ -813,6 +1185,13 @@ static bt_status s_run_ranks(bt_controller_t *self, s_job *jobs, int n, bool *br
             self->stats.tasks_s += bt_now() - t0;
             return BT_OK;
         }
+        bt_status failed = BT_OK;
+        for (int k = 0; k < n && failed == BT_OK; k++)
+            failed = jobs[k].status;
+        if (failed != BT_OK) { /* a rank's failure that no re-formation mends */
+            s_jobs_cancel(self, n, first);
+            return bt_fail(failed, "%s", self->hub->last_fail);
+        }
         if (*broken) {
             /* rank 0 done: the collectives had finished on every rank, so the update happened
                (running it again would train the batch twice); the group is re-formed next time */
@@ -828,7 +1207,11 @@ static bt_status s_run_ranks(bt_controller_t *self, s_job *jobs, int n, bool *br
             *broken = !applied;
             return BT_OK;
         }
-        BT_TRY(s_turn(self));
+        bt_status st = s_turn(self);
+        if (st != BT_OK) {
+            s_jobs_cancel(self, n, first);
+            return st;
+        }
     }
 }
 
@@ -866,22 +1249,24 @@ static bt_status s_group_form(bt_controller_t *self) {
             if (bt_registry_worker(self->reg, self->ranks[k])->state != BT_WORKER_LOST)
                 order[n++] = self->ranks[k];
         old = n;
-        for (int32_t i = 0; i < bt_registry_worker_count(self->reg) && n < S_MAX_RANKS; i++) {
+        /* standby trainers beyond workers.trainer wait outside the group */
+        int64_t cap = c->workers.trainer < S_MAX_RANKS ? c->workers.trainer : S_MAX_RANKS;
+        for (int32_t i = 0; i < bt_registry_worker_count(self->reg) && n < cap; i++) {
             const bt_worker_info *w = bt_registry_worker(self->reg, i);
             bool listed = false;
             for (int k = 0; k < n; k++)
                 listed |= order[k] == i;
-            if (w->role == BT_ROLE_TRAINER && w->state != BT_WORKER_LOST && !listed)
+            if (w->role == BT_ROLE_TRAINER && w->state != BT_WORKER_LOST && !w->quarantined &&
+                !listed)
                 order[n++] = i;
         }
-        if (self->generation > 0 && old == 0)
-            return bt_fail(BT_EIO,
-                           "controller: every trainer rank was lost with the training state; "
-                           "resume from the last full checkpoint (baton run --resume)");
+        /* every rank of the last formation lost: the state went with them; a new group is
+           formed from the trainers there are and restored from the snapshot (BT_ESTATE) */
+        bool fresh = self->generation > 0 && old == 0;
         if (n == 0) {
-            if (s_now_ms() > deadline)
-                return bt_fail(BT_EIO, "controller: no trainer worker for %d s",
-                               S_JOIN_TIMEOUT_MS / 1000);
+            bt_status st = s_unstaffed(self, BT_ROLE_TRAINER, deadline - S_JOIN_TIMEOUT_MS);
+            if (st != BT_OK)
+                return st;
             BT_TRY(s_turn(self));
             attempt--;
             continue;
@@ -893,6 +1278,7 @@ static bt_status s_group_form(bt_controller_t *self) {
         for (int k = 0; k < n; k++)
             jobs[k] = (s_job){.kind = "group", .role = BT_ROLE_TRAINER, .rank = k};
         bool broken;
+        int64_t expected = self->trainer_version;
         BT_TRY(s_run_ranks(self, jobs, n, &broken));
         if (broken || self->world == 0) { /* a formation is whole or not at all */
             s_jobs_release(jobs, n);
@@ -911,18 +1297,23 @@ static bt_status s_group_form(bt_controller_t *self) {
         }
         s_jobs_release(jobs, n);
         BT_TRY(st);
-        if (self->generation > 1 && version != self->version)
-            return bt_fail(BT_EIO,
-                           "controller: the re-formed trainer group holds version %lld, the "
-                           "controller %lld (a rank was lost inside an update); resume from the "
-                           "last full checkpoint (baton run --resume)",
-                           (long long)version, (long long)self->version);
         bt_jsonl line;
         s_event_line(self, &line, "trainer_group_formed");
         bt_jsonl_int(&line, "generation", self->generation);
         bt_jsonl_int(&line, "world", n);
         bt_jsonl_int(&line, "version", version);
-        return bt_runlog_event(self->log, &line);
+        BT_TRY(bt_runlog_event(self->log, &line));
+        if (fresh)
+            return bt_fail(BT_ESTATE,
+                           "controller: every trainer rank was lost with the training state; "
+                           "the new group of %d is restored from the snapshot",
+                           n);
+        if (self->generation > 1 && version != expected) /* a rank lost inside an update */
+            return bt_fail(BT_ESTATE,
+                           "controller: the re-formed trainer group holds version %lld, the "
+                           "controller expected %lld",
+                           (long long)version, (long long)expected);
+        return BT_OK;
     }
 }
 
@@ -930,6 +1321,8 @@ static bt_status s_group_form(bt_controller_t *self) {
     snapshot on rank 0 alone), re-forming the group and running the job again when a rank fails or
     is lost.  Rank 0's result becomes job's. */
 static bt_status s_run_trainer(bt_controller_t *self, s_job *job) {
+    bool applies = strcmp(job->kind, "restore") != 0 && strcmp(job->kind, "group") != 0;
+    job->expect_version = applies ? self->trainer_version : -1;
     if (!self->store)
         return s_run_jobs(self, job, 1);
     for (int attempt = 0;; attempt++) {
@@ -1383,6 +1776,46 @@ static bt_status s_sft(bt_controller_t *self) {
     return BT_OK;
 }
 
+/*  The SFT warm start, the step-0 evaluations and the first snapshot (the first point a rollback
+    or a restore returns to).  A trainer that loses its state before that snapshot exists is
+    reset to the state every trainer starts from, and the warm start runs again from its first
+    step (metrics.jsonl cut back), so the run writes what it would have written. */
+static bt_status s_warm_start(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    bt_mixture_position pos0 = bt_mixture_get_position(self->mix);
+    int64_t metrics0 = bt_runlog_metrics_size(self->log);
+    for (;;) {
+        bt_status st = s_sft(self);
+        for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0 && st == BT_OK; i++) {
+            bt_trigger_mark(&self->triggers[i], 0, s_epoch(self), 0);
+            st = s_eval_start(self, i, "rl", "start", 0, NULL);
+        }
+        if (st == BT_OK)
+            st = s_snapshot(self);
+        if (st != BT_ESTATE)
+            return st;
+        char reason[512];
+        snprintf(reason, sizeof reason, "%s", bt_last_error());
+        if (++self->recoveries > S_MAX_RECOVERIES)
+            return bt_fail(BT_ESTATE, "%s, after %d restores of the trainer in this run", reason,
+                           S_MAX_RECOVERIES);
+        s_evals_cancel(self);
+        BT_TRY(s_restore_trainer(self, NULL, 0, NAN));
+        bt_mixture_set_position(self->mix, &pos0);
+        BT_TRY(bt_runlog_truncate_metrics(self->log, metrics0));
+        self->last_accuracy = NAN;
+        self->stats.restores++;
+        bt_jsonl line;
+        s_event_line(self, &line, "trainer_restored");
+        bt_jsonl_str(&line, "from", "initial");
+        bt_jsonl_int(&line, "step", 0);
+        bt_jsonl_str(&line, "reason", reason);
+        BT_TRY(bt_runlog_event(self->log, &line));
+        bt_log(BT_LOG_WARN, "controller: %s: the warm start runs again from its first step",
+               reason);
+    }
+}
+
 bt_status bt_controller_start(bt_controller_t *self) {
     s_report(self, "join", 0, 0, NAN);
     BT_TRY(s_await_workers(self));
@@ -1405,12 +1838,7 @@ bt_status bt_controller_start(bt_controller_t *self) {
         return BT_OK;
     }
     bt_train_clock_start(&self->clock, bt_now());
-    BT_TRY(s_sft(self));
-    for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++) {
-        bt_trigger_mark(&self->triggers[i], 0, s_epoch(self), 0);
-        BT_TRY(s_eval_start(self, i, "rl", "start", 0, NULL));
-    }
-    BT_TRY(s_snapshot(self)); /* the first point a rollback can return to */
+    BT_TRY(s_warm_start(self));
     s_report(self, "rl", 0, c->grpo.steps, NAN);
     return BT_OK;
 }
@@ -1736,7 +2164,7 @@ static bt_status s_restore_trainer(bt_controller_t *self, const bt_msg_t *state,
         st = bt_msg_get_double(job.result, "canary_loss", 0, 1e300, &got);
     s_jobs_release(&job, 1);
     BT_TRY(st);
-    if (!(fabs(got - canary) <= 1e-9 * fmax(1.0, fabs(canary))))
+    if (state && !(fabs(got - canary) <= 1e-9 * fmax(1.0, fabs(canary))))
         return bt_fail(BT_EINVAL,
                        "controller: the restored trainer's canary loss is %.17g, the checkpoint "
                        "recorded %.17g",
@@ -1767,6 +2195,73 @@ static bt_status s_rollback(bt_controller_t *self, const char *reason) {
     bt_jsonl_int(&line, "skipped_from", (int64_t)skipped_from);
     bt_jsonl_int(&line, "skipped_to", (int64_t)skipped_to);
     return bt_runlog_event(self->log, &line);
+}
+
+/*  Drops every evaluation in flight: their tasks are cancelled, their pinned weights released,
+    and every eval worker is sent weights again before its next shard. */
+static void s_evals_cancel(bt_controller_t *self) {
+    for (int i = 0; i < S_MAX_EVALS; i++) {
+        s_evaluation *ev = &self->evals[i];
+        if (!ev->active)
+            continue;
+        s_jobs_cancel(self, ev->n_jobs, ev->first_task);
+        s_jobs_release(ev->jobs, ev->n_jobs);
+        s_weights_release(&ev->weights);
+        ev->active = false;
+    }
+    for (int i = 0; i < S_TRACK; i++)
+        self->worker_version[i] = -1;
+}
+
+/*  The trainer lost the training state (its process died, or a trainer that never held it took
+    over): the trainer is restored from the in-memory snapshot (at most S_ROLLBACK_EVERY steps
+    back) and the steps since are run again from there, with the same prompts and seeds, so the
+    run writes exactly the metrics it would have written (metrics.jsonl is cut back to the
+    snapshot, as on resume).  A `trainer_restored` event says from where and why. */
+static bt_status s_recover(bt_controller_t *self, const char *why) {
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", why);
+    if (!self->snap)
+        return bt_fail(BT_ESTATE, "%s, and there is no snapshot to restore it from", reason);
+    if (++self->recoveries > S_MAX_RECOVERIES)
+        return bt_fail(BT_ESTATE, "%s, after %d restores of the trainer in this run", reason,
+                       S_MAX_RECOVERIES);
+    int64_t from = self->step;
+    s_rollouts_cancel(self);
+    s_evals_cancel(self);
+    BT_TRY(s_restore_trainer(self, self->snap, self->saved.version, self->saved.canary_loss));
+    s_state_apply(self, &self->saved, true);
+    bt_mixture_position pos;
+    BT_TRY(bt_mixture_from_json(self->mix, self->saved_data, "the snapshot", &pos));
+    BT_TRY(bt_runlog_truncate_metrics(self->log, self->saved.metrics_size));
+    self->launched = self->step;
+    self->epoch_seen = s_epoch(self);
+    self->full_owed = false;
+    while (self->sc_n > 0 && self->sc_steps[self->sc_n - 1] > self->step)
+        self->sc_n--;
+    while (self->sc_record.n > 0 &&
+           self->sc_record.entries[self->sc_record.n - 1].made_at > self->step)
+        self->sc_record.n--;
+    self->stats.restores++;
+    bt_jsonl line;
+    s_event_line(self, &line, "trainer_restored");
+    bt_jsonl_str(&line, "from", "snapshot");
+    bt_jsonl_int(&line, "step", self->step);
+    bt_jsonl_int(&line, "lost_steps", from - self->step);
+    bt_jsonl_str(&line, "reason", reason);
+    const bt_worker_info *t = bt_registry_worker(self->reg, self->hub->trainer);
+    if (t && !self->store)
+        bt_jsonl_str(&line, "trainer", t->name);
+    BT_TRY(bt_runlog_event(self->log, &line));
+    bt_log(BT_LOG_WARN, "controller: %s: the trainer was restored from the snapshot of step %lld",
+           reason, (long long)self->step);
+    bt_status st = BT_OK;
+    for (int i = 0; i < self->saved.n_pending && st == BT_OK; i++)
+        if (self->saved.pending[i].dataset >= 0 &&
+            self->saved.pending[i].dataset < self->cfg->eval.n_datasets)
+            st = s_eval_start(self, self->saved.pending[i].dataset, "rl",
+                              self->saved.pending[i].trigger, self->saved.pending[i].step, NULL);
+    return st;
 }
 
 /*  Why the step's statistics call for a rollback, or NULL. */
@@ -2060,6 +2555,12 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     bt_status st = s_rollout(self, &batch, &oldest);
     if (st == BT_OK)
         st = s_train(self, &batch, lr, &ts, &updated);
+    if (st == BT_ESTATE) { /* the trainer lost its state: restore it and run the steps again */
+        bt_rollout_batch_release(&batch);
+        BT_TRY(s_recover(self, bt_last_error()));
+        s_report(self, "rl", self->step, c->grpo.steps, NAN);
+        return BT_OK;
+    }
     char why[160];
     if (st == BT_OK && updated && s_diverged(self, &ts, why, sizeof why)) {
         bt_rollout_batch_release(&batch);
@@ -2149,7 +2650,13 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
         if (self->evals[i].active && self->evals[i].step == self->step &&
             !strcmp(c->eval.datasets[self->evals[i].ds].name, self->tuner.cfg.lr_plateau.dataset))
             BT_TRY(s_eval_wait(self, &self->evals[i]));
-    BT_TRY(s_after_step_state(self, last));
+    st = s_after_step_state(self, last);
+    if (st == BT_ESTATE) { /* lost while snapshotting: as above */
+        BT_TRY(s_recover(self, bt_last_error()));
+        s_report(self, "rl", self->step, c->grpo.steps, NAN);
+        return BT_OK;
+    }
+    BT_TRY(st);
     if (last) { /* the run's results are complete when the last step returns */
         BT_TRY(s_eval_wait(self, NULL));
         if (self->writer)
@@ -2255,6 +2762,21 @@ bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top,
 
 bt_status bt_controller_stop(bt_controller_t *self) {
     self->hub->stopping = true; /* a fatal failure is reported already: now the workers leave */
+    bt_registry_cancel_pending(self->reg); /* nothing is handed out after the run */
+    const bt_controller_stats *s = &self->stats;
+    bt_jsonl counters; /* what the controller refused or recovered from (docs/protocol.md) */
+    s_event_line(self, &counters, "counters");
+    bt_jsonl_int(&counters, "malformed", s->malformed);
+    bt_jsonl_int(&counters, "unknown_peer", s->unknown_peer);
+    bt_jsonl_int(&counters, "late_results", s->late_results);
+    bt_jsonl_int(&counters, "rejected_results", s->rejected_results);
+    bt_jsonl_int(&counters, "wrong_run", s->wrong_run);
+    bt_jsonl_int(&counters, "failed_tasks", s->failed_tasks);
+    bt_jsonl_int(&counters, "lost_workers", s->lost_workers);
+    bt_jsonl_int(&counters, "requeued", s->requeued);
+    bt_jsonl_int(&counters, "quarantined", s->quarantined);
+    bt_jsonl_int(&counters, "restores", s->restores);
+    bt_runlog_event(self->log, &counters);
     bt_train_clock_stop(&self->clock, bt_now());
     double total = 0; /* with variants: each one's share of the workers' compute */
     for (int k = 0; self->hub->n > 1 && k < self->hub->n; k++)

@@ -15,6 +15,7 @@ typedef struct {
     void *user;
     int32_t prefer; /* the worker it waits for while that worker lives; -1: any */
     bool only;      /* prefer is the only worker that may take it */
+    int64_t assigned_ms;
 } s_task;
 
 struct bt_registry {
@@ -76,6 +77,19 @@ static bool s_reserve(void **array, int64_t *cap, int64_t need, size_t size) {
     return true;
 }
 
+/*  A lost entry holding no task, the one silent longest: reused when the table is full (one
+    flaky worker reconnecting through a long run must not lock every worker out). */
+static bt_worker_info *s_reclaim(bt_registry_t *self) {
+    bt_worker_info *best = NULL;
+    for (int32_t i = 0; i < self->n_workers; i++) {
+        bt_worker_info *w = &self->workers[i];
+        if (w->state == BT_WORKER_LOST && w->task < 0 &&
+            (!best || w->last_seen_ms < best->last_seen_ms))
+            best = w;
+    }
+    return best;
+}
+
 int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, const uint8_t *peer,
                          size_t peer_len, int64_t now_ms) {
     if (peer_len > BT_PEER_MAX) {
@@ -83,28 +97,46 @@ int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, co
         return -1;
     }
     bt_worker_info *w = NULL;
-    for (int32_t i = 0; i < self->n_workers && !w; i++)
-        if (self->workers[i].peer_len == peer_len && !memcmp(self->workers[i].peer, peer, peer_len))
-            w = &self->workers[i];
+    for (int32_t i = 0; i < self->n_workers; i++) {
+        bt_worker_info *o = &self->workers[i];
+        bool same_peer = o->peer_len == peer_len && !memcmp(o->peer, peer, peer_len);
+        if (same_peer && !w)
+            w = o;
+        else if (!same_peer && o->state != BT_WORKER_LOST && name && !strcmp(o->name, name)) {
+            bt_fail(BT_EINVAL,
+                    "a worker named \"%s\" is already in the run: give each worker its own "
+                    "--name",
+                    name);
+            return -1;
+        }
+    }
     if (w) {
         bt_registry_remove(self, w->id); /* a second HELLO: whatever it held is re-queued */
     } else {
         int64_t cap = self->cap_workers;
-        if (self->n_workers >= S_MAX_WORKERS ||
-            !s_reserve((void **)&self->workers, &cap, self->n_workers + 1, sizeof *w)) {
-            bt_fail(BT_ERANGE, "registry: no room for another worker");
+        if (self->n_workers < S_MAX_WORKERS &&
+            s_reserve((void **)&self->workers, &cap, self->n_workers + 1, sizeof *w)) {
+            self->cap_workers = (int32_t)cap;
+            w = &self->workers[self->n_workers];
+            memset(w, 0, sizeof *w);
+            w->id = self->n_workers++;
+        } else if ((w = s_reclaim(self)) != NULL) {
+            int32_t id = w->id;
+            int64_t incarnation = w->incarnation + 1;
+            memset(w, 0, sizeof *w);
+            w->id = id;
+            w->incarnation = incarnation;
+        } else {
+            bt_fail(BT_ERANGE, "registry: no room for another worker (%d live)", S_MAX_WORKERS);
             return -1;
         }
-        self->cap_workers = (int32_t)cap;
-        w = &self->workers[self->n_workers];
-        memset(w, 0, sizeof *w);
-        w->id = self->n_workers++;
         memcpy(w->peer, peer, peer_len);
         w->peer_len = peer_len;
     }
     w->role = role;
     snprintf(w->name, sizeof w->name, "%s", name ? name : "");
     w->state = BT_WORKER_IDLE;
+    w->quarantined = false;
     w->last_seen_ms = now_ms;
     w->task = -1;
     return w->id;
@@ -131,7 +163,8 @@ int32_t bt_registry_worker_count(const bt_registry_t *self) {
 int32_t bt_registry_live(const bt_registry_t *self, bt_role role) {
     int32_t n = 0;
     for (int32_t i = 0; i < self->n_workers; i++)
-        n += self->workers[i].role == role && self->workers[i].state != BT_WORKER_LOST;
+        n += self->workers[i].role == role && self->workers[i].state != BT_WORKER_LOST &&
+             !self->workers[i].quarantined;
     return n;
 }
 
@@ -139,6 +172,12 @@ void bt_registry_touch(bt_registry_t *self, int32_t worker, int64_t now_ms) {
     bt_worker_info *w = bt_registry_worker(self, worker);
     if (w)
         w->last_seen_ms = now_ms;
+}
+
+void bt_registry_touch_all(bt_registry_t *self, int64_t now_ms) {
+    for (int32_t i = 0; i < self->n_workers; i++)
+        if (self->workers[i].state != BT_WORKER_LOST)
+            self->workers[i].last_seen_ms = now_ms;
 }
 
 static void s_requeue(bt_registry_t *self, int64_t task) {
@@ -163,6 +202,17 @@ void bt_registry_remove(bt_registry_t *self, int32_t worker) {
     w->state = BT_WORKER_LOST;
 }
 
+void bt_registry_quarantine(bt_registry_t *self, int32_t worker) {
+    bt_worker_info *w = bt_registry_worker(self, worker);
+    if (!w || w->state == BT_WORKER_LOST)
+        return;
+    if (w->task >= 0)
+        s_requeue(self, w->task);
+    w->task = -1;
+    w->state = BT_WORKER_IDLE;
+    w->quarantined = true;
+}
+
 int bt_registry_expire(bt_registry_t *self, int64_t now_ms) {
     int lost = 0;
     for (int32_t i = 0; i < self->n_workers; i++) {
@@ -180,7 +230,7 @@ static int64_t s_add(bt_registry_t *self, bt_role role, int32_t worker, bool onl
         bt_fail(BT_ENOMEM, "registry: out of memory for tasks");
         return -1;
     }
-    self->tasks[self->n_tasks] = (s_task){role, BT_TASK_QUEUED, -1, 0, user, worker, only};
+    self->tasks[self->n_tasks] = (s_task){role, BT_TASK_QUEUED, -1, 0, user, worker, only, 0};
     return self->n_tasks++;
 }
 
@@ -199,6 +249,11 @@ int64_t bt_registry_add_task_only(bt_registry_t *self, bt_role role, int32_t wor
 void bt_registry_cancel(bt_registry_t *self, int64_t task) {
     if (task >= 0 && task < self->n_tasks && self->tasks[task].state != BT_TASK_DONE)
         self->tasks[task].state = BT_TASK_CANCELLED;
+}
+
+void bt_registry_cancel_pending(bt_registry_t *self) {
+    for (int64_t t = 0; t < self->n_tasks; t++)
+        bt_registry_cancel(self, t);
 }
 
 int64_t bt_registry_queued(const bt_registry_t *self, bt_role role) {
@@ -225,7 +280,16 @@ int32_t bt_registry_task_attempts(const bt_registry_t *self, int64_t task) {
     return s_task_at(self, task)->attempts;
 }
 
-bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *worker) {
+int64_t bt_registry_task_assigned_ms(const bt_registry_t *self, int64_t task) {
+    return s_task_at(self, task)->assigned_ms;
+}
+
+int32_t bt_registry_task_worker(const bt_registry_t *self, int64_t task) {
+    return s_task_at(self, task)->worker;
+}
+
+bool bt_registry_next_assignment(bt_registry_t *self, int64_t now_ms, int64_t *task,
+                                 int32_t *worker) {
     while (self->queue_head < self->n_tasks &&
            self->tasks[self->queue_head].state != BT_TASK_QUEUED)
         self->queue_head++;
@@ -237,10 +301,12 @@ bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *wo
         bool waits = p && (q->only || (p->state != BT_WORKER_LOST && p->role == q->role));
         for (int32_t i = 0; i < self->n_workers; i++) {
             bt_worker_info *w = &self->workers[i];
-            if (w->state != BT_WORKER_IDLE || w->role != q->role || (waits && w->id != p->id))
+            if (w->state != BT_WORKER_IDLE || w->quarantined || w->role != q->role ||
+                (waits && w->id != p->id))
                 continue;
             q->state = BT_TASK_ASSIGNED;
             q->worker = w->id;
+            q->assigned_ms = now_ms;
             q->attempts++;
             w->state = BT_WORKER_BUSY;
             w->task = t;

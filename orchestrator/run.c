@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -27,6 +28,9 @@ typedef struct {
     char name[64];
     pthread_t thread;
     pid_t pid; /* with procs: the worker process; else 0 */
+    bt_role role;
+    bool exited;     /* with procs: the process was reaped (wait_status says how it ended) */
+    int wait_status;
     bt_status status;
 } s_thread;
 
@@ -148,10 +152,14 @@ static bt_status s_fork_worker(bt_run_t *self, s_thread *t, bt_role role) {
     if (n <= 0)
         return bt_fail(BT_EIO, "run: --procs: cannot find this executable: %s", strerror(errno));
     exe[n] = '\0';
+    pid_t parent = getpid();
     t->pid = fork();
     if (t->pid < 0)
         return bt_fail(BT_EIO, "run: cannot fork a worker: %s", strerror(errno));
     if (t->pid == 0) {
+        /* the worker dies with this process, however it ends (kill -9 included) */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+            _exit(126);
         execl(exe, exe, "worker", "--connect", self->endpoint, "--role", bt_role_name(role),
               "--name", t->name, (char *)NULL);
         _exit(127);
@@ -164,6 +172,7 @@ static bt_status s_spawn(bt_run_t *self, bt_role role, int64_t count) {
         if (self->n_threads == S_MAX_THREADS)
             return bt_fail(BT_ERANGE, "run: more than %d workers", S_MAX_THREADS);
         s_thread *t = &self->threads[self->n_threads];
+        t->role = role;
         snprintf(t->name, sizeof t->name, "%s-%lld", bt_role_name(role), (long long)i);
         if (self->procs) {
             BT_TRY(s_fork_worker(self, t, role));
@@ -181,6 +190,33 @@ static bt_status s_spawn(bt_run_t *self, bt_role role, int64_t count) {
         self->n_threads++;
     }
     return BT_OK;
+}
+
+/*  bt_controller_gone_fn under --procs: false once every worker process of the role has exited
+    (reaped here), with how the last one ended.  Threads never end before STOP. */
+static bool s_may_come(bt_role role, char *why, size_t cap, void *user) {
+    bt_run_t *self = user;
+    bool any = false;
+    for (int i = 0; i < self->n_threads; i++) {
+        s_thread *t = &self->threads[i];
+        if (t->role != role)
+            continue;
+        if (!t->pid)
+            return true;
+        if (!t->exited && waitpid(t->pid, &t->wait_status, WNOHANG) == t->pid)
+            t->exited = true;
+        if (!t->exited) {
+            any = true;
+            continue;
+        }
+        if (WIFSIGNALED(t->wait_status))
+            snprintf(why, cap, "%s (pid %d) was killed by signal %d", t->name, (int)t->pid,
+                     WTERMSIG(t->wait_status));
+        else
+            snprintf(why, cap, "%s (pid %d) exited with status %d", t->name, (int)t->pid,
+                     WEXITSTATUS(t->wait_status));
+    }
+    return any;
 }
 
 /*  On the ZAP thread: events.jsonl takes lines from any thread. */
@@ -256,8 +292,11 @@ bt_status bt_run_start(bt_run_t *self) {
     if (self->resume)
         bt_controller_set_resume(self->ctl, self->resume_from);
     bt_status st = BT_OK;
+    if (self->procs)
+        bt_controller_set_gone(self->ctl, s_may_come, self);
     if (!self->external) {
-        st = s_spawn(self, BT_ROLE_TRAINER, self->cfg.workers.trainer);
+        st = s_spawn(self, BT_ROLE_TRAINER,
+                     self->cfg.workers.trainer + self->cfg.workers.standby_trainers);
         if (st == BT_OK)
             st = s_spawn(self, BT_ROLE_ROLLOUT, self->cfg.workers.rollout);
         if (st == BT_OK)
@@ -392,7 +431,7 @@ bt_status bt_run_finish(bt_run_t *self) {
             continue;
         }
         /* a process that missed STOP (it was lost) is ended; none is left behind */
-        if (waitpid(self->threads[i].pid, NULL, WNOHANG) == 0) {
+        if (!self->threads[i].exited && waitpid(self->threads[i].pid, NULL, WNOHANG) == 0) {
             kill(self->threads[i].pid, SIGTERM);
             waitpid(self->threads[i].pid, NULL, 0);
         }

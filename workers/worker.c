@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +42,10 @@ typedef struct {
     bt_task_t *task;     /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
     int64_t version;     /* of the weights in model (rollout and eval) */
     bt_eval_suite suite; /* eval: the datasets, their own sources loaded */
+    /* trainer: the last train or sft job applied, so the same job handed out again (its result
+       was lost with an expiry) is answered from here instead of being applied twice */
+    int64_t applied_task; /* -1: none */
+    bt_trainer_stats applied_stats;
 } s_variant;
 
 typedef struct {
@@ -61,10 +66,12 @@ typedef struct {
     const bt_worker_options *opt;
     bt_status status; /* of building the state */
     char error[512];  /* why it could not be built (sent with BYE) */
+    int64_t task_id;  /* of the TASK being run */
 } s_compute;
 
 /*  The state of variant c->cur, whose cfg is set. */
 static bt_status s_build_variant(s_compute *c, bt_device dev) {
+    c->cur->applied_task = -1;
     c->cur->n_sources = bt_config_n_sources(&c->cur->cfg);
     for (int k = 0; k < c->cur->n_sources; k++) {
         BT_TRY(bt_config_new_source_task(&c->cur->cfg, k, &c->cur->sources[k], NULL));
@@ -139,20 +146,22 @@ static bt_status s_build(s_compute *c) {
     return BT_OK;
 }
 
+static void s_variant_release(s_variant *v) {
+    bt_trainer_destroy(&v->trainer);
+    bt_group_destroy(&v->group);
+    bt_model_destroy(&v->model);
+    for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
+        bt_task_destroy(&v->sources[k]);
+    v->task = NULL;
+    bt_eval_suite_release(&v->suite);
+}
+
 /*  The worker leaves: everything it holds is freed, and the device memory libtorch cached for it
     goes back to the driver (docs/config.md, "Device memory"). */
 static void s_release(s_compute *c) {
     bt_device_memory(c->dev, NULL, &c->peak_bytes, NULL);
-    for (int k = 0; k < BT_CONFIG_MAX_VARIANTS; k++) {
-        s_variant *v = &c->v[k];
-        bt_trainer_destroy(&v->trainer);
-        bt_group_destroy(&v->group);
-        bt_model_destroy(&v->model);
-        for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
-            bt_task_destroy(&v->sources[k]);
-        v->task = NULL;
-        bt_eval_suite_release(&v->suite);
-    }
+    for (int k = 0; k < BT_CONFIG_MAX_VARIANTS; k++)
+        s_variant_release(&c->v[k]);
     bt_reward_service_destroy(&c->reward);
     bt_tokenizer_destroy(&c->tok);
     bt_device_release_cache(c->dev);
@@ -238,9 +247,17 @@ static bt_status s_canary(s_compute *c, double *loss) {
     return st;
 }
 
+static bt_status s_expect(s_compute *c, const bt_msg_t *task, bool *replayed);
+
 /*  The trainer's whole state and its canary loss, into res. */
-static bt_status s_snapshot(s_compute *c, bt_msg_t *res) {
+static bt_status s_snapshot(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
     double canary = 0;
+    bool replayed;
+    BT_TRY(s_expect(c, task, &replayed));
+    if (replayed) /* a snapshot of a state it has moved past */
+        return bt_fail(BT_ESTATE, "trainer: asked for a snapshot of version %lld, holds %lld",
+                       (long long)bt_trainer_version(c->cur->trainer) - 1,
+                       (long long)bt_trainer_version(c->cur->trainer));
     BT_TRY(s_canary(c, &canary));
     BT_TRY(bt_msg_set_double(res, "canary_loss", canary));
     return bt_trainer_state_to_msg(c->cur->trainer, res);
@@ -250,23 +267,62 @@ static bt_status s_snapshot(s_compute *c, bt_msg_t *res) {
     the canary loss. */
 static bt_status s_task_restore(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     int64_t version;
-    BT_TRY(bt_msg_get_int(task, "restore_version", 0, BT_WIRE_INT_MAX, &version));
-    BT_TRY(bt_trainer_state_from_msg(task, version, c->cur->trainer));
+    bool initial = false;
+    if (bt_msg_has(task, "initial"))
+        BT_TRY(bt_msg_get_bool(task, "initial", &initial));
+    c->cur->applied_task = -1;
+    if (initial) { /* the state every trainer starts from: built again */
+        s_variant_release(c->cur);
+        BT_TRY(s_build_variant(c, c->dev));
+    } else {
+        BT_TRY(bt_msg_get_int(task, "restore_version", 0, BT_WIRE_INT_MAX, &version));
+        BT_TRY(bt_trainer_state_from_msg(task, version, c->cur->trainer));
+    }
     double canary = 0;
     BT_TRY(s_canary(c, &canary));
     *publish = true;
     return bt_msg_set_double(res, "canary_loss", canary);
 }
 
+/*  A job that applies an update (train, sft) or reads the state (snapshot) names the version it
+    expects the trainer to hold.  The job this trainer applied last, handed out again, is
+    answered with its recorded statistics (*replayed); any other mismatch is BT_ESTATE: the
+    controller restores the trainer instead of training on the wrong state. */
+static bt_status s_expect(s_compute *c, const bt_msg_t *task, bool *replayed) {
+    *replayed = false;
+    if (!bt_msg_has(task, "expect_version"))
+        return BT_OK;
+    int64_t expect, held = bt_trainer_version(c->cur->trainer);
+    BT_TRY(bt_msg_get_int(task, "expect_version", 0, BT_WIRE_INT_MAX, &expect));
+    if (held == expect)
+        return BT_OK;
+    if (held == expect + 1 && c->cur->applied_task == c->task_id) {
+        *replayed = true;
+        return BT_OK;
+    }
+    return bt_fail(BT_ESTATE, "trainer: holds version %lld, the job expects %lld",
+                   (long long)held, (long long)expect);
+}
+
+/*  After an update: the job and its statistics, for a replay. */
+static bt_status s_applied(s_compute *c, const bt_trainer_stats *stats, bt_msg_t *res) {
+    c->cur->applied_task = c->task_id;
+    c->cur->applied_stats = *stats;
+    return bt_trainer_stats_to_msg(stats, res);
+}
+
 static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     double lr;
-    bool inject_nan, freeze;
+    bool inject_nan, freeze, replayed;
     bt_msg_tensor adv;
+    BT_TRY(s_expect(c, task, &replayed));
+    BT_TRY(bt_msg_get_bool(task, "publish", publish));
+    if (replayed)
+        return bt_trainer_stats_to_msg(&c->cur->applied_stats, res);
     BT_TRY(bt_msg_get_bool(task, "freeze_reference", &freeze));
     if (freeze) /* RL's first step: the KL anchor is the policy as RL starts */
         BT_TRY(bt_trainer_freeze_reference(c->cur->trainer));
     BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
-    BT_TRY(bt_msg_get_bool(task, "publish", publish));
     BT_TRY(bt_msg_get_bool(task, "inject_nan", &inject_nan));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
@@ -290,7 +346,7 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
         st = bt_trainer_grpo_step(c->cur->trainer, &b, a, lr, &gc, &stats);
     }
     if (st == BT_OK)
-        st = bt_trainer_stats_to_msg(&stats, res);
+        st = s_applied(c, &stats, res);
     free(a);
     bt_rollout_batch_release(&b);
     return st;
@@ -299,10 +355,14 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
 static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
     double lr;
     int64_t start, count;
+    bool replayed;
+    BT_TRY(s_expect(c, task, &replayed));
+    BT_TRY(bt_msg_get_bool(task, "publish", publish));
+    if (replayed)
+        return bt_trainer_stats_to_msg(&c->cur->applied_stats, res);
     BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
     BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
     BT_TRY(bt_msg_get_int(task, "count", 1, 1 << 20, &count));
-    BT_TRY(bt_msg_get_bool(task, "publish", publish));
     uint64_t *idx = malloc(sizeof *idx * (size_t)count);
     if (!idx)
         return bt_fail(BT_ENOMEM, "sft: out of memory");
@@ -315,7 +375,7 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
     if (st == BT_OK)
         st = bt_trainer_sft_step(c->cur->trainer, &b, lr, &stats);
     if (st == BT_OK)
-        st = bt_trainer_stats_to_msg(&stats, res);
+        st = s_applied(c, &stats, res);
     bt_rollout_batch_release(&b);
     free(idx);
     return st;
@@ -406,7 +466,7 @@ static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) 
     BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
     BT_TRY(bt_msg_get_bool(task, "robustness", &robustness));
     if (version != c->cur->version) /* evaluation runs against a pinned policy version */
-        return bt_fail(BT_EINVAL, "eval: the task is for version %lld, this worker holds %lld",
+        return bt_fail(BT_ESTATE, "eval: the task is for version %lld, this worker holds %lld",
                        (long long)version, (long long)c->cur->version);
     bt_evaluator_sums sums;
     bt_status st = bt_eval_suite_run(&c->cur->suite, (int)ds, c->cur->model, c->tok, (size_t)start,
@@ -473,6 +533,7 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     bool publish = false;
     double t0 = bt_now();
     bt_status st = bt_msg_get_int(task, "task", 0, BT_WIRE_INT_MAX, &id);
+    c->task_id = st == BT_OK ? id : -1;
     if (st == BT_OK)
         st = bt_msg_get_str(task, "kind", 16, &kind);
     if (st == BT_OK)
@@ -488,7 +549,7 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
         else if (!strcmp(kind, "restore") && trainer)
             st = s_task_restore(c, task, res, &publish);
         else if (!strcmp(kind, "snapshot") && trainer)
-            st = s_snapshot(c, res);
+            st = s_snapshot(c, task, res);
         else if (!strcmp(kind, "group") && trainer)
             st = s_task_group(c, task, res);
         else if (!strcmp(kind, "eval") && c->role == BT_ROLE_EVAL)
@@ -497,17 +558,22 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
             st = bt_fail(BT_EINVAL, "a %s worker cannot run a '%s' task", bt_role_name(c->role),
                          kind);
     }
-    if (c->cur->group && bt_group_broken(c->cur->group)) { /* let the other ranks know at once */
+    bool collective = c->cur->group && bt_group_broken(c->cur->group);
+    if (collective) { /* let the other ranks know at once */
         bt_trainer_set_group(c->cur->trainer, NULL);
         bt_group_destroy(&c->cur->group);
     }
     if (st == BT_OK && publish)
         st = s_publish(c);
+    if (st == BT_OK && trainer && c->cur->trainer) /* what the controller expects next time */
+        st = bt_msg_set_int(res, "trainer_version", bt_trainer_version(c->cur->trainer));
     if (st == BT_OK) /* model compute, for the orchestration-overhead benchmark */
         st = bt_msg_set_double(res, "compute_s", bt_now() - t0);
     if (st != BT_OK) {
         /* a chain of tensor ops fails as a whole; its first error says what happened */
         bt_status code = st == BT_ENOMEM || bt_last_status() == BT_ENOMEM ? BT_ENOMEM : st;
+        if (collective) /* a peer rank died or went silent: the group is re-formed, then retried */
+            code = BT_EIO;
         char reason[512];
         if (code == BT_ENOMEM) {
             s_oom_reason(c, kind, reason, sizeof reason);
@@ -542,6 +608,7 @@ static bt_status s_load_weights(s_compute *c, const bt_msg_t *msg) {
 
 static void *s_compute_main(void *arg) {
     s_compute *c = arg;
+    prctl(PR_SET_NAME, "bt-compute", 0, 0, 0); /* for `top -H`, gdb, and the deadline test */
     c->pipe = zmq_socket(c->zmq_ctx, ZMQ_PAIR);
     zmq_connect(c->pipe, c->pipe_name);
     c->status = s_build(c);
@@ -575,10 +642,12 @@ static void *s_compute_main(void *arg) {
 
 /* ---- relay thread ---------------------------------------------------------------------------- */
 
-static bt_status s_send_hello(void *dealer, const bt_worker_options *opt) {
+/*  run: the run id WELCOME gave, on a HELLO that joins again ("" the first time). */
+static bt_status s_send_hello(void *dealer, const bt_worker_options *opt, const char *run) {
     bt_msg_t *m = bt_msg_new(BT_MSG_HELLO);
     if (!m)
         return BT_ENOMEM;
+    bt_msg_set_run(m, run);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     bt_msg_set_str(m, "role", bt_role_name(opt->role));
@@ -611,12 +680,34 @@ static void s_no_welcome(const bt_worker_options *opt, int64_t limit, int auth_s
                 opt->endpoint, (long long)limit);
 }
 
+/*  An INVALID from the controller: its reason is logged (once per reason); true when it says
+    joining again cannot help (another run, another protocol), with the reason as the error. */
+static bool s_on_invalid(const bt_msg_t *m, const bt_worker_options *opt, char *last,
+                         size_t cap) {
+    const char *reason = "(no reason given)";
+    bool leave = false;
+    bt_msg_get_str(m, "reason", 1024, &reason);
+    if (bt_msg_has(m, "leave"))
+        bt_msg_get_bool(m, "leave", &leave);
+    if (strcmp(last, reason) != 0)
+        bt_log(BT_LOG_WARN, "%s: the controller refused a message: %s", opt->name, reason);
+    snprintf(last, cap, "%s", reason);
+    if (leave)
+        bt_fail(BT_EINVAL, "the controller at %s refused this worker: %s", opt->endpoint, reason);
+    return leave;
+}
+
 /*  Waits for WELCOME; returns it (caller owns) or NULL on timeout / I/O failure.  monitor (or
     NULL) reports a CURVE handshake the controller refused: no WELCOME can come then. */
 static bt_msg_t *s_await_welcome(void *dealer, void *monitor, const bt_worker_options *opt) {
     int64_t limit = opt->join_timeout_ms > 0 ? opt->join_timeout_ms : 30000;
-    int64_t deadline = s_now_ms() + limit;
+    int64_t deadline = s_now_ms() + limit, hello_at = -1;
+    char refused[256] = "";
     while (s_now_ms() < deadline) {
+        if (hello_at >= 0 && s_now_ms() >= hello_at) { /* refused for now (a name in use): again */
+            s_send_hello(dealer, opt, "");
+            hello_at = -1;
+        }
         zmq_pollitem_t items[2] = {{dealer, 0, ZMQ_POLLIN, 0}, {monitor, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, monitor ? 2 : 1, 100) <= 0)
             continue;
@@ -643,38 +734,69 @@ static bt_msg_t *s_await_welcome(void *dealer, void *monitor, const bt_worker_op
             return NULL;
         if (m && bt_msg_type_of(m) == BT_MSG_WELCOME)
             return m;
-        if (m && bt_msg_type_of(m) == BT_MSG_INVALID)
-            s_send_hello(dealer, opt);
+        if (m && bt_msg_type_of(m) == BT_MSG_INVALID) {
+            if (s_on_invalid(m, opt, refused, sizeof refused)) {
+                bt_msg_destroy(&m);
+                return NULL;
+            }
+            hello_at = s_now_ms() + 500;
+        }
         bt_msg_destroy(&m);
     }
-    s_no_welcome(opt, limit, 0);
+    if (refused[0])
+        bt_fail(BT_EIO, "no WELCOME from %s within %lld ms; it last said: %s", opt->endpoint,
+                (long long)limit, refused);
+    else
+        s_no_welcome(opt, limit, 0);
     return NULL;
 }
 
 /*  Forwards one message from one socket to another; returns its type, or -1 when none came.
- *tasks counts the TASKs seen; the one numbered die_at is dropped and returned as -2. */
-static int s_relay(void *from, void *to, int64_t *tasks, int64_t die_at) {
+ *tasks counts the TASKs seen; the one numbered die_at is dropped and returned as -2.  run (when
+    not NULL) stamps the message with the run id.  PING (the controller's heartbeat) and INVALID
+    stay here; *kept gets an INVALID (caller destroys), else NULL. */
+static int s_relay(void *from, void *to, int64_t *tasks, int64_t die_at, const char *run,
+                   bt_msg_t **kept) {
     bt_msg_t *m = NULL;
+    if (kept)
+        *kept = NULL;
     if (bt_msg_recv(from, &m, NULL, NULL, ZMQ_DONTWAIT) != BT_OK || !m)
         return -1;
     int type = (int)bt_msg_type_of(m);
-    if (type == BT_MSG_TASK && ++*tasks == die_at) {
+    if ((type == BT_MSG_TASK && ++*tasks == die_at) || type == BT_MSG_PING) {
         bt_msg_destroy(&m);
-        return -2;
+        return type == BT_MSG_PING ? type : -2;
     }
+    if (type == BT_MSG_INVALID && kept) {
+        *kept = m;
+        return type;
+    }
+    if (run)
+        bt_msg_set_run(m, run);
     if (bt_msg_send(&m, to, NULL, 0) != BT_OK)
         bt_log(BT_LOG_WARN, "worker: relay of %s failed: %s", bt_msg_type_name((bt_msg_type)type),
                bt_last_error());
     return type;
 }
 
+/*  What the relay thread knows of the run it joined. */
+typedef struct {
+    int64_t hb_ms;         /* its PING interval */
+    int64_t silence_ms;    /* a controller silent this long is gone: the worker leaves */
+    char run[BT_WIRE_STR_MAX / 16]; /* the run id, stamped on every message sent */
+} s_joined;
+
 /*  Relays until STOP.  die_at_task > 0 (debug.kill_rollout_at_task): on receiving that TASK the
     worker dies as a crashed process would, silently; *crashed is then set.  A controller that
     forgot this worker (it was expired) answers each of its messages with INVALID: one HELLO
-    answers them all, sent again only when no WELCOME followed within ten heartbeats. */
-static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt, int64_t hb_ms,
-                         int64_t die_at_task, bool *crashed, bt_worker_stats *stats) {
+    answers them all, sent again only when no WELCOME followed within ten heartbeats.  An INVALID
+    that says leave (another run), or a controller silent for j->silence_ms, ends it. */
+static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
+                         const s_joined *j, int64_t die_at_task, bool *crashed,
+                         bt_worker_stats *stats) {
+    int64_t hb_ms = j->hb_ms, heard = s_now_ms();
     int64_t last_sent = s_now_ms(), hello_at = -1; /* the rejoin's HELLO; -1: none pending */
+    char refused[256] = "";
     for (;;) {
         zmq_pollitem_t items[2] = {{dealer, 0, ZMQ_POLLIN, 0}, {pipe, 0, ZMQ_POLLIN, 0}};
         int64_t wait = hb_ms - (s_now_ms() - last_sent);
@@ -682,7 +804,14 @@ static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
             return bt_fail(BT_EIO, "worker: poll failed: %s", zmq_strerror(zmq_errno()));
         if (items[0].revents & ZMQ_POLLIN) {
             int64_t before = stats->tasks;
-            int type = s_relay(dealer, pipe, &stats->tasks, die_at_task);
+            bt_msg_t *invalid = NULL;
+            int type = s_relay(dealer, pipe, &stats->tasks, die_at_task, NULL, &invalid);
+            bool leave = invalid && s_on_invalid(invalid, opt, refused, sizeof refused);
+            bt_msg_destroy(&invalid);
+            if (leave)
+                return BT_EINVAL;
+            if (type >= 0)
+                heard = s_now_ms();
             stats->tasks_last_join += stats->tasks - before;
             if (type == -2) {
                 *crashed = true;
@@ -694,7 +823,7 @@ static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
             if (type == BT_MSG_INVALID && (hello_at < 0 || s_now_ms() - hello_at > 10 * hb_ms)) {
                 bt_log(BT_LOG_WARN, "%s: the controller forgot this worker: joining again",
                        opt->name); /* the controller re-queued what it held */
-                s_send_hello(dealer, opt);
+                s_send_hello(dealer, opt, j->run);
                 hello_at = last_sent = s_now_ms();
             }
             if (type == BT_MSG_WELCOME) { /* joined again: the compute thread ignores it */
@@ -704,10 +833,16 @@ static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
             }
         }
         int64_t none = 0;
-        if ((items[1].revents & ZMQ_POLLIN) && s_relay(pipe, dealer, &none, 0) >= 0)
+        if ((items[1].revents & ZMQ_POLLIN) && s_relay(pipe, dealer, &none, 0, j->run, NULL) >= 0)
             last_sent = s_now_ms();
+        if (s_now_ms() - heard > j->silence_ms)
+            return bt_fail(BT_EIO,
+                           "%s: no word from the controller at %s for %lld ms: it is gone, "
+                           "this worker leaves",
+                           opt->name, opt->endpoint, (long long)(s_now_ms() - heard));
         if (s_now_ms() - last_sent >= hb_ms) {
             bt_msg_t *ping = bt_msg_new(BT_MSG_PING);
+            bt_msg_set_run(ping, j->run);
             bt_msg_send(&ping, dealer, NULL, 0);
             last_sent = s_now_ms();
         }
@@ -749,21 +884,25 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
         return st;
     }
     s_compute c = {.role = opt->role, .zmq_ctx = opt->zmq_ctx, .opt = opt};
-    bt_status st = s_send_hello(dealer, opt);
+    bt_status st = s_send_hello(dealer, opt, "");
     bt_msg_t *welcome = st == BT_OK ? s_await_welcome(dealer, monitor, opt) : NULL;
     if (monitor) {
         zmq_socket_monitor(dealer, NULL, 0);
         zmq_close(monitor);
     }
     stats.joins = welcome ? 1 : 0;
-    int64_t hb_ms = 500;
+    s_joined joined = {.hb_ms = 500, .silence_ms = 60000};
     bt_msg_tensor cfg_text;
-    if (!welcome || bt_msg_get_int(welcome, "heartbeat_ms", 1, 3600000, &hb_ms) != BT_OK ||
+    if (!welcome || bt_msg_get_int(welcome, "heartbeat_ms", 1, 3600000, &joined.hb_ms) != BT_OK ||
+        (bt_msg_has(welcome, "controller_timeout_ms") &&
+         bt_msg_get_int(welcome, "controller_timeout_ms", 1, BT_WIRE_INT_MAX,
+                        &joined.silence_ms) != BT_OK) ||
         bt_msg_get_tensor(welcome, "config", BT_U8, 1, &cfg_text) != BT_OK) {
         bt_msg_destroy(&welcome);
         zmq_close(dealer);
-        return BT_EIO;
+        return bt_last_status() != BT_OK ? bt_last_status() : BT_EIO;
     }
+    snprintf(joined.run, sizeof joined.run, "%s", bt_msg_run(welcome));
     c.config_json = malloc(cfg_text.nbytes + 1);
     memcpy(c.config_json, cfg_text.data, cfg_text.nbytes);
     c.config_json[cfg_text.nbytes] = '\0';
@@ -786,7 +925,7 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
                          ? c.base.debug.kill_rollout_at_task
                          : 0;
     bool crashed = false;
-    st = ok ? s_serve(dealer, pipe, opt, hb_ms, die_at, &crashed, &stats) : c.status;
+    st = ok ? s_serve(dealer, pipe, opt, &joined, die_at, &crashed, &stats) : c.status;
     int timeout_ms = 2000; /* never block for good on a peer that is gone */
     zmq_setsockopt(pipe, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     zmq_setsockopt(dealer, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);

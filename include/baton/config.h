@@ -180,6 +180,11 @@ typedef struct bt_run_config {
         int64_t heartbeat_ms;
         int64_t expiry_ms;
         int64_t collective_timeout_ms;
+        int64_t standby_trainers;      /* trainers started beyond workers.trainer, idle until one
+                                          is lost; then one takes over from the snapshot */
+        int64_t controller_timeout_ms; /* a worker leaves when its controller is silent this long */
+        int64_t deadline_floor_ms;     /* a job's deadline: deadline_factor x the longest */
+        int64_t deadline_factor;       /* measured job of its kind, that at least floor_ms */
     } workers;
     struct {
         int64_t light_every_steps;

@@ -6,6 +6,7 @@
 #define BATON_CONTROLLER_H
 
 #include "baton/config.h"
+#include "baton/registry.h"
 #include "baton/runlog.h"
 #include "baton/status.h"
 
@@ -36,12 +37,21 @@ typedef struct bt_controller_stats {
     int64_t failed_tasks; /* FAIL messages (the task was re-queued) */
     int64_t lost_workers; /* expired or left */
     int64_t requeued;     /* task hand-outs beyond the first */
+    int64_t rejected_results; /* RESULTs that did not parse as their job's (the job re-queued) */
+    int64_t wrong_run;    /* messages stamped with another run's id or protocol (refused) */
+    int64_t quarantined;  /* workers that held a job past its deadline */
+    int64_t restores;     /* trainers restored from a snapshot after the state was lost */
     double compute_s;     /* worker compute on the critical path: per batch of parallel tasks,
                              the longest one's compute_s */
     double tasks_s;       /* wall time spent waiting for those batches of tasks */
 } bt_controller_stats;
 
 typedef struct bt_controller bt_controller_t;
+
+/*  The launcher's answer to "can a worker of this role still join?": false when every worker
+    process of the role it started has exited (under --procs), so waiting for one is pointless;
+    why then says what happened ("trainer-0 (pid 123) was killed by signal 9"). */
+typedef bool(bt_controller_gone_fn)(bt_role role, char *why, size_t cap, void *user);
 
 /*  Binds a ROUTER socket at endpoint in zmq_ctx.  cfg, config_json and log are borrowed and must
     outlive the controller.  Caller owns the result; destroy with bt_controller_destroy(). */
@@ -72,6 +82,12 @@ bt_status bt_controller_wait_evals(bt_controller_t *self);
 bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top, double lr,
                                     const char *how);
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user);
+/*  The launcher's check whether workers of a role can still come (NULL: they always can, as under
+    `baton controller`, where a worker may be restarted by hand). */
+void bt_controller_set_gone(bt_controller_t *self, bt_controller_gone_fn *fn, void *user);
+/*  This invocation's run id (run.name and a random suffix): WELCOME gives it to each worker,
+    which stamps its messages with it; messages of another run are refused. */
+const char *bt_controller_run_id(const bt_controller_t *self);
 
 /*  Before bt_controller_start: continue from a checkpoint instead of starting afresh.  folder ""
     or NULL: the newest verified one under the run directory (corrupt ones are skipped, each an

@@ -50,6 +50,8 @@ typedef struct bt_worker_info {
     int64_t last_seen_ms;
     int64_t task; /* the task it holds, -1 when none */
     int64_t done; /* tasks it completed */
+    bool quarantined; /* it held a task past its deadline: it gets no more tasks this run */
+    int64_t incarnation; /* bumped when the entry is reclaimed for another worker */
 } bt_worker_info;
 
 typedef struct bt_registry bt_registry_t;
@@ -59,16 +61,24 @@ bt_registry_t *bt_registry_new(int64_t expiry_ms);
 void bt_registry_destroy(bt_registry_t **self_p);
 
 /*  Adds a worker (or revives the one with the same peer id, keeping its id) as IDLE, seen at
-    now_ms; returns its id, or -1 when the table is full (BT_ERANGE in bt_last_error()). */
+    now_ms; returns its id, or -1: BT_EINVAL when another live worker has that name, BT_ERANGE
+    when the table is full of workers that are not lost (a lost entry that holds no task is
+    reclaimed for a newcomer when the table is full; its incarnation is bumped). */
 int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, const uint8_t *peer,
                          size_t peer_len, int64_t now_ms);
 /*  The live worker with this peer id, or NULL.  Borrowed: valid until the next join. */
 bt_worker_info *bt_registry_find_peer(bt_registry_t *self, const uint8_t *peer, size_t peer_len);
 bt_worker_info *bt_registry_worker(bt_registry_t *self, int32_t id);
 int32_t bt_registry_worker_count(const bt_registry_t *self);
-/*  Live (not LOST) workers of a role. */
+/*  Live (not LOST) workers of a role that may take tasks (not quarantined). */
 int32_t bt_registry_live(const bt_registry_t *self, bt_role role);
 void bt_registry_touch(bt_registry_t *self, int32_t worker, int64_t now_ms);
+/*  Every live worker seen at now_ms: the controller itself was not running (stopped, or a long
+    save), so its workers' silence is no evidence against them. */
+void bt_registry_touch_all(bt_registry_t *self, int64_t now_ms);
+/*  Takes a task back from a worker that held it past its deadline: the task is re-queued and the
+    worker gets no further task; a result it sends later is refused. */
+void bt_registry_quarantine(bt_registry_t *self, int32_t worker);
 /*  Marks a worker LOST (BYE, or expiry) and re-queues its task. */
 void bt_registry_remove(bt_registry_t *self, int32_t worker);
 /*  Marks workers silent for longer than expiry_ms as LOST and re-queues their tasks; returns how
@@ -86,15 +96,23 @@ int64_t bt_registry_add_task_only(bt_registry_t *self, bt_role role, int32_t wor
 /*  Cancels a task that is not DONE: it is never handed out again; a worker holding it stays busy
     until it reports, and that report is refused (bt_registry_complete and _fail return false). */
 void bt_registry_cancel(bt_registry_t *self, int64_t task);
+/*  Cancels every task that is not DONE (the run is over: nothing is handed out again). */
+void bt_registry_cancel_pending(bt_registry_t *self);
 /*  Tasks of a role waiting to be handed out. */
 int64_t bt_registry_queued(const bt_registry_t *self, bt_role role);
 bt_task_state bt_registry_task_state(const bt_registry_t *self, int64_t task);
 void *bt_registry_task_user(const bt_registry_t *self, int64_t task);
 /*  Times a task was handed out (a re-queued task is handed out again). */
 int32_t bt_registry_task_attempts(const bt_registry_t *self, int64_t task);
+/*  When the task was last handed out (now_ms of bt_registry_next_assignment). */
+int64_t bt_registry_task_assigned_ms(const bt_registry_t *self, int64_t task);
+/*  The worker holding the task while it is ASSIGNED (or CANCELLED and not yet reported); -1 when
+    none. */
+int32_t bt_registry_task_worker(const bt_registry_t *self, int64_t task);
 /*  Pairs the oldest queued task of some role with an idle live worker of that role, marks both
-    busy and returns true; false when no pair exists. */
-bool bt_registry_next_assignment(bt_registry_t *self, int64_t *task, int32_t *worker);
+    busy at now_ms and returns true; false when no pair exists. */
+bool bt_registry_next_assignment(bt_registry_t *self, int64_t now_ms, int64_t *task,
+                                 int32_t *worker);
 /*  The worker reports the task done: true when it held it (the task becomes DONE, the worker
     IDLE); false for a late or duplicate result, which the caller drops and counts. */
 bool bt_registry_complete(bt_registry_t *self, int64_t task, int32_t worker);

@@ -23,7 +23,9 @@ enum {
     BT_EFORMAT = -4,     /* malformed file or message */
     BT_ETORCH = -5,      /* libtorch raised an error */
     BT_ERANGE = -6,      /* a size or index out of bounds */
-    BT_EUNSUPPORTED = -7 /* feature not compiled in or not available */
+    BT_EUNSUPPORTED = -7, /* feature not compiled in or not available */
+    BT_ESTATE = -8        /* a worker's state is not the one the job expects (a trainer that
+                             holds another version): the job needs a restore, not a retry */
 };
 
 /*  Short name of a status code ("ok", "invalid argument", ...).  Static string. */
