@@ -650,7 +650,7 @@ static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_in
          bt_msg_get_int(*m, "variant", 0, n_variants - 1, &variant) != BT_OK) ||
         (job->ctl && job->ctl->variant != variant)) {
         /* only the trainer holding the variant's publishing job in flight may publish */
-        self->stats.malformed++;
+        self->stats.refused_weights++;
         bt_jsonl line;
         s_event_line(self, &line, "weights_refused");
         bt_jsonl_str(&line, "worker", from->name);
@@ -729,9 +729,14 @@ static void s_on_failure(bt_controller_t *self, int64_t task, s_job *job, bt_wor
     if (code == BT_EIO || code == BT_EFORMAT || (code == BT_ESTATE && !trainer)) {
         /* a retry may succeed: a link, a bad message, weights sent again */
         int32_t attempts = bt_registry_task_attempts(self->reg, task);
-        if (attempts >= S_MAX_ATTEMPTS)
-            bt_log(BT_LOG_ERROR, "controller: a %s job failed %d times: %s",
-                   job ? job->kind : "?", attempts, self->hub->last_fail);
+        if (attempts < S_MAX_ATTEMPTS || !job)
+            return;
+        bt_registry_cancel(self->reg, task); /* handed out S_MAX_ATTEMPTS times: enough */
+        snprintf(err, sizeof err, "%s", self->hub->last_fail);
+        snprintf(self->hub->last_fail, sizeof self->hub->last_fail,
+                 "controller: a %s job failed %d times; the last time: %.400s", job->kind,
+                 attempts, err);
+        job->status = BT_EIO;
         return;
     }
     bt_registry_cancel(self->reg, task);
@@ -771,6 +776,7 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
     int64_t assigned = w->task == task ? bt_registry_task_assigned_ms(self->reg, task) : 0;
     bt_status code = BT_EIO;
     const char *err = NULL;
+    bool quarantine = false;
     if (failed) {
         int64_t status = 0; /* the worker's bt_status; absent from older workers */
         bt_msg_get_str(*m, "error", BT_WIRE_STR_MAX, &err);
@@ -782,6 +788,7 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
         code = BT_EFORMAT;
         err = bt_last_error();
         self->stats.rejected_results++;
+        quarantine = true; /* broken or hostile: it gets no more jobs */
         if (self->hub->rejected++ < S_MAX_REJECTED_LOGGED) {
             bt_jsonl line;
             s_event_line(self, &line, "result_rejected");
@@ -799,6 +806,11 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
     }
     if (failed) {
         s_on_failure(self, task, job, w, code, err);
+        if (quarantine) {
+            bt_registry_quarantine(self->reg, w->id);
+            self->stats.quarantined++;
+            s_event(self, "worker_quarantined", "worker", w->name);
+        }
         return;
     }
     int64_t ms = s_now_ms() - assigned, *longest = &self->hub->kind_ms[s_kind_index(job->kind)];
@@ -898,8 +910,10 @@ static bt_status s_hand_out(bt_controller_t *self) {
         s_job *job = bt_registry_task_user(self->reg, task);
         bt_controller_t *owner = job->ctl ? job->ctl : self; /* the job's variant */
         bt_worker_info *w = bt_registry_worker(self->reg, wid);
-        if (job->role == BT_ROLE_TRAINER && !owner->store && self->hub->trainer < 0)
+        if (job->role == BT_ROLE_TRAINER && !owner->store && self->hub->trainer < 0) {
             self->hub->trainer = wid; /* the first trainer job's taker holds the state */
+            s_event(self, "trainer_active", "worker", w->name);
+        }
         if (bt_registry_task_attempts(self->reg, task) > 1) { /* its last holder failed or was lost */
             self->stats.requeued++;
             bt_jsonl line;
@@ -1116,9 +1130,6 @@ static bt_status s_jobs_wait(bt_controller_t *self, s_job *jobs, int n, int64_t 
         for (int i = 0; i < n && st == BT_OK; i++) {
             if (jobs[i].status != BT_OK)
                 st = bt_fail(jobs[i].status, "%s", self->hub->last_fail);
-            else if (bt_registry_task_attempts(self->reg, first + i) > S_MAX_ATTEMPTS)
-                st = bt_fail(BT_EIO, "controller: a %s job failed %d times; the last time: %s",
-                             jobs[i].kind, S_MAX_ATTEMPTS, self->hub->last_fail);
         }
         bool staffed = true;
         for (int i = 0; i < n && st == BT_OK; i++) {
@@ -1450,7 +1461,7 @@ static bt_status s_eval_start(bt_controller_t *self, int ds, const char *phase, 
     int n = 0;
     for (int32_t i = 0; i < bt_registry_worker_count(self->reg) && n < S_MAX_SHARDS; i++) {
         const bt_worker_info *w = bt_registry_worker(self->reg, i);
-        if (w->role == BT_ROLE_EVAL && w->state != BT_WORKER_LOST) {
+        if (w->role == BT_ROLE_EVAL && w->state != BT_WORKER_LOST && !w->quarantined) {
             ids[n] = w->id;
             speeds[n++] = w->id < S_TRACK ? self->speed[w->id][ds] : 0;
         }
@@ -1658,9 +1669,9 @@ static bt_status s_poll_evals(bt_controller_t *self) {
         for (int j = 0; j < ev->n_jobs; j++) {
             int64_t t = ev->first_task + j;
             done += bt_registry_task_state(self->reg, t) == BT_TASK_DONE;
-            if (bt_registry_task_attempts(self->reg, t) > S_MAX_ATTEMPTS)
-                return bt_fail(BT_EIO, "controller: an eval task of %s failed %d times",
-                               self->cfg->eval.datasets[ev->ds].name, S_MAX_ATTEMPTS);
+            if (ev->jobs[j].status != BT_OK)
+                return bt_fail(ev->jobs[j].status, "%s (evaluating %s)", self->hub->last_fail,
+                               self->cfg->eval.datasets[ev->ds].name);
         }
         if (done == ev->n_jobs)
             BT_TRY(s_eval_finish(self, ev));
@@ -2771,6 +2782,7 @@ bt_status bt_controller_stop(bt_controller_t *self) {
     bt_jsonl_int(&counters, "late_results", s->late_results);
     bt_jsonl_int(&counters, "rejected_results", s->rejected_results);
     bt_jsonl_int(&counters, "wrong_run", s->wrong_run);
+    bt_jsonl_int(&counters, "refused_weights", s->refused_weights);
     bt_jsonl_int(&counters, "failed_tasks", s->failed_tasks);
     bt_jsonl_int(&counters, "lost_workers", s->lost_workers);
     bt_jsonl_int(&counters, "requeued", s->requeued);

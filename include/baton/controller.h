@@ -39,6 +39,7 @@ typedef struct bt_controller_stats {
     int64_t requeued;     /* task hand-outs beyond the first */
     int64_t rejected_results; /* RESULTs that did not parse as their job's (the job re-queued) */
     int64_t wrong_run;    /* messages stamped with another run's id or protocol (refused) */
+    int64_t refused_weights; /* WEIGHTS from a worker holding no publishing job (dropped) */
     int64_t quarantined;  /* workers that held a job past its deadline */
     int64_t restores;     /* trainers restored from a snapshot after the state was lost */
     double compute_s;     /* worker compute on the critical path: per batch of parallel tasks,
