@@ -90,8 +90,9 @@ int bt_cli_worker(int argc, char **argv) {
                              .curve = key ? &keys : NULL,
                              .stats = &stats};
     bt_status st = bt_worker_run(&opt);
-    if (st != BT_OK)
-        fprintf(stderr, "baton: worker %s: %s\n", opt.name, bt_last_error());
+    if (st != BT_OK) /* never an empty error line */
+        fprintf(stderr, "baton: worker %s: %s\n", opt.name,
+                bt_last_error()[0] ? bt_last_error() : bt_status_str(st));
     char memory[96] = ""; /* CUDA only: the CPU's figure is the process's RSS */
     if (stats.device_peak > 0)
         snprintf(memory, sizeof memory, ", peak %s memory %.0f MiB", stats.device,

@@ -218,7 +218,28 @@ static bt_status s_allow_file(bt_zap_t *self, const char *path, const char *name
     return n < 0 ? BT_EFORMAT : BT_OK;
 }
 
-/*  A file of keys, or a directory of NAME.pub files. */
+/*  The NAME.pub files of dir; role "" lets them join as any role, else their user id is
+    "ROLE/NAME" and the controller admits them as ROLE only. */
+static bt_status s_allow_dir(bt_zap_t *self, const char *dir, const char *role) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return bt_fail(BT_EIO, "%s: cannot list: %s", dir, strerror(errno));
+    bt_status rc = BT_OK;
+    for (struct dirent *e = readdir(d); e && rc == BT_OK; e = readdir(d)) {
+        size_t len = strlen(e->d_name);
+        if (len <= 4 || strcmp(e->d_name + len - 4, ".pub") != 0 || e->d_name[0] == '.')
+            continue;
+        char path[4096], name[64];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(name, sizeof name, "%s%s%.*s", role, role[0] ? "/" : "", (int)(len - 4),
+                 e->d_name);
+        rc = s_allow_file(self, path, name);
+    }
+    closedir(d);
+    return rc;
+}
+
+/*  A file of keys, or a directory of NAME.pub files (and ROLE/NAME.pub files). */
 static bt_status s_read_allow(bt_zap_t *self, const char *allow) {
     self->allowed = calloc(S_MAX_ALLOWED, sizeof *self->allowed);
     if (!self->allowed)
@@ -232,21 +253,14 @@ static bt_status s_read_allow(bt_zap_t *self, const char *allow) {
         snprintf(name, sizeof name, "%.*s", (int)strcspn(base, "."), base);
         BT_TRY(s_allow_file(self, allow, name));
     } else {
-        DIR *d = opendir(allow);
-        if (!d)
-            return bt_fail(BT_EIO, "%s: cannot list: %s", allow, strerror(errno));
-        bt_status rc = BT_OK;
-        for (struct dirent *e = readdir(d); e && rc == BT_OK; e = readdir(d)) {
-            size_t len = strlen(e->d_name);
-            if (len <= 4 || strcmp(e->d_name + len - 4, ".pub") != 0 || e->d_name[0] == '.')
-                continue;
-            char path[4096], name[64];
-            snprintf(path, sizeof path, "%s/%s", allow, e->d_name);
-            snprintf(name, sizeof name, "%.*s", (int)(len - 4), e->d_name);
-            rc = s_allow_file(self, path, name);
+        BT_TRY(s_allow_dir(self, allow, ""));
+        static const char *const roles[] = {"rollout", "trainer", "eval"};
+        for (int r = 0; r < 3; r++) { /* DIR/ROLE/NAME.pub: keys that may join as ROLE only */
+            char sub[4096];
+            snprintf(sub, sizeof sub, "%s/%s", allow, roles[r]);
+            if (stat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+                BT_TRY(s_allow_dir(self, sub, roles[r]));
         }
-        closedir(d);
-        BT_TRY(rc);
     }
     if (self->n_allowed == 0)
         return bt_fail(BT_EINVAL, "%s: no public key in it (NAME.pub files of `baton keygen`)",

@@ -40,6 +40,7 @@ struct bt_msg {
     bt_msg_type type;
     int64_t id;
     char *run;
+    char *user; /* the transport's authenticated identity of the sender (ZAP's user id), or NULL */
     s_field *fields; /* (n_fields), capacity cap_fields */
     int n_fields, cap_fields;
     s_tensor *tensors[BT_WIRE_TENSORS_MAX];
@@ -152,6 +153,7 @@ void bt_msg_destroy(bt_msg_t **self_p) {
         free(self->tensors[i]);
     }
     free(self->fields);
+    free(self->user);
     free(self->run);
     free(self);
     *self_p = NULL;
@@ -1004,8 +1006,17 @@ bt_status bt_msg_recv(void *socket, bt_msg_t **out, uint8_t *peer_id, size_t *pe
         memcpy(peer_id, zmq_msg_data(&frames[0]), *peer_len);
     }
     rc = s_decode(&frames[first], n - first, out);
+    const char *user = rc == BT_OK ? zmq_msg_gets(&frames[first], "User-Id") : NULL;
+    if (user && user[0] && !((*out)->user = s_strdup(user))) {
+        bt_msg_destroy(out);
+        rc = bt_fail(BT_ENOMEM, "wire: out of memory");
+    }
     s_close_frames(frames, kept);
     return rc;
+}
+
+const char *bt_msg_user(const bt_msg_t *self) {
+    return self->user ? self->user : "";
 }
 
 bt_status bt_msg_decode(const void *const *frames, const size_t *sizes, size_t n, bt_msg_t **out) {

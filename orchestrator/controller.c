@@ -596,6 +596,22 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         return;
     }
     char why[256];
+    const char *user = bt_msg_user(m), *slash = strchr(user, '/');
+    if (slash && ((size_t)(slash - user) != strlen(role_name) ||
+                  strncmp(user, role_name, strlen(role_name)) != 0)) {
+        /* a key listed under --allow DIR/ROLE/ joins as that role only */
+        snprintf(why, sizeof why, "the key %s may join as %.*s only, not as %s", slash + 1,
+                 (int)(slash - user), user, role_name);
+        self->stats.wrong_run++;
+        bt_jsonl line;
+        s_event_line(self, &line, "worker_refused");
+        bt_jsonl_str(&line, "key", user);
+        bt_jsonl_str(&line, "worker", name);
+        bt_jsonl_str(&line, "reason", why);
+        bt_runlog_event(self->log, &line);
+        s_send_invalid(self, peer, len, why, true);
+        return;
+    }
     if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK ||
         proto != BT_WIRE_PROTO) {
         snprintf(why, sizeof why, "this controller speaks protocol %d, the worker %lld",

@@ -140,8 +140,9 @@ void bt_run_set_reward(bt_run_t *self, bt_reward_fn *fn, void *user) {
 static void *s_worker_main(void *arg) {
     s_thread *t = arg;
     t->status = bt_worker_run(&t->opt);
-    if (t->status != BT_OK)
-        bt_log(BT_LOG_ERROR, "%s: %s", t->name, bt_last_error());
+    if (t->status != BT_OK) /* never an empty error line */
+        bt_log(BT_LOG_ERROR, "%s: %s", t->name,
+               bt_last_error()[0] ? bt_last_error() : bt_status_str(t->status));
     return NULL;
 }
 

@@ -264,6 +264,13 @@ int main(void) {
     const char *gen_good[] = {"keygen", workers, "--name", "good", NULL};
     const char *gen_bad[] = {"keygen", other, "--name", "bad", NULL};
     CHECK(runs_wait(runs_spawn(gen_good)) == 0 && runs_wait(runs_spawn(gen_bad)) == 0);
+    /* a key under workers/rollout/ is let in as a rollout worker only */
+    char rollout_keys[200], roller_key[240], roller_log[192];
+    snprintf(rollout_keys, sizeof rollout_keys, "%s/rollout", workers);
+    snprintf(roller_key, sizeof roller_key, "%s/roller.key", rollout_keys);
+    snprintf(roller_log, sizeof roller_log, "%s/roller.log", s_tmp);
+    const char *gen_roller[] = {"keygen", rollout_keys, "--name", "roller", NULL};
+    CHECK(runs_wait(runs_spawn(gen_roller)) == 0);
     s_check_usage(config, keys);
 
     /* the run: a proxy in front of the controller records what one worker's link carries */
@@ -304,6 +311,14 @@ int main(void) {
                               ctl_pub,  "--join-timeout", "20",     NULL};
     double t_intruder = bt_now();
     pid_t intruder = runs_spawn_in(NULL, bad_args, bad_log);
+    const char *roller_args[] = {"worker", "--connect",      endpoint, "--role", "trainer",
+                                 "--name", "impostor",       "--key",  roller_key,
+                                 "--server-key", ctl_pub, "--join-timeout", "20", NULL};
+    pid_t impostor = runs_spawn_in(NULL, roller_args, roller_log);
+    CHECK(runs_wait(impostor) == 1); /* told to leave: its key is a rollout worker's */
+    char *roller_said = s_read(s_tmp, "roller.log");
+    CHECK_STR_CONTAINS(roller_said, "the key roller may join as rollout only, not as trainer");
+    free(roller_said);
     CHECK(runs_wait(ctl) == 0);
     for (int i = 0; i < 3; i++)
         CHECK(runs_wait(good[i]) == 0);
@@ -324,6 +339,7 @@ int main(void) {
     CHECK_STR_CONTAINS(events, "its key is not in the controller's allowed keys");
     CHECK_STR_CONTAINS(events, "\"worker\":\"rollout-1\""); /* joined through the proxy */
     CHECK(events && !strstr(events, "\"worker\":\"intruder\""));
+    CHECK_STR_CONTAINS(events, "\"key\":\"rollout/roller\",\"worker\":\"impostor\"");
     CHECK_STR_CONTAINS(said, "refused this worker's key");
     CHECK_STR_CONTAINS(said, bad_pub);
     free(events);

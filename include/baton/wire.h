@@ -70,6 +70,10 @@ bt_msg_type bt_msg_type_of(const bt_msg_t *self);
 int64_t bt_msg_id(const bt_msg_t *self);
 /*  Borrowed: valid until the message is sent, destroyed or given another run. */
 const char *bt_msg_run(const bt_msg_t *self);
+/*  Who sent a received message, as the transport authenticated it: the user id the controller's
+    ZAP handler gave the sender's CURVE key (security.h), or "" (plain sockets, built messages).
+    Borrowed: valid while the message lives. */
+const char *bt_msg_user(const bt_msg_t *self);
 /*  id in [0, BT_WIRE_INT_MAX] (asserted). */
 void bt_msg_set_id(bt_msg_t *self, int64_t id);
 /*  BT_EINVAL when run is longer than BT_WIRE_STR_MAX bytes or not UTF-8. */
