@@ -89,6 +89,41 @@ static void *s_flood(void *arg) {
     return NULL;
 }
 
+/*  The process's peak resident memory so far (VmHWM), KiB. */
+static long s_peak_kb(void) {
+    char line[256];
+    long kb = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/*  In a child process (its memory apart from ours): one 512 MiB frame at the controller, from a
+    peer that never authenticates, as a plain --insecure peer could. */
+static pid_t s_send_huge(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 2000;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_connect(sock, s_endpoint);
+    size_t n = (size_t)512 << 20;
+    char *big = malloc(n);
+    if (big) {
+        memset(big, 'x', n);
+        zmq_send(sock, big, n, 0);
+    }
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    _exit(0);
+}
+
 static long s_rss_kb(void) {
     long pages = 0, rss = 0;
     FILE *f = fopen("/proc/self/statm", "r");
@@ -99,8 +134,10 @@ static long s_rss_kb(void) {
     return rss * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-/*  Runs the config in dir; with flood, the flood runs while the run trains. */
-static bt_controller_stats s_run(const char *dir, bool flood, long *rss_growth_kb) {
+/*  Runs the config in dir; with flood, the flood runs while the run trains; with huge, a child
+    sends one 512 MiB message meanwhile and *peak_growth_kb gets how much our peak RSS grew. */
+static bt_controller_stats s_run(const char *dir, bool flood, long *rss_growth_kb, bool huge,
+                                 long *peak_growth_kb) {
     bt_controller_stats none = {0};
     bt_run_t *run = bt_run_new(s_config, "hostile", NULL, 0);
     CHECK(run != NULL);
@@ -110,9 +147,10 @@ static bt_controller_stats s_run(const char *dir, bool flood, long *rss_growth_k
     bt_run_set_endpoint(run, s_endpoint);
     CHECK_OK(bt_run_start(run));
     pthread_t t;
-    long before = s_rss_kb();
+    long before = s_rss_kb(), peak_before = s_peak_kb();
     if (flood)
         pthread_create(&t, NULL, s_flood, NULL);
+    pid_t sender = huge ? s_send_huge() : 0;
     bool done = false;
     while (!done)
         if (bt_run_step(run, &done) != BT_OK) {
@@ -121,8 +159,12 @@ static bt_controller_stats s_run(const char *dir, bool flood, long *rss_growth_k
         }
     if (flood)
         pthread_join(t, NULL);
+    if (sender > 0)
+        waitpid(sender, NULL, 0);
     if (rss_growth_kb)
         *rss_growth_kb = s_rss_kb() - before;
+    if (peak_growth_kb)
+        *peak_growth_kb = s_peak_kb() - peak_before;
     CHECK_OK(bt_run_finish(run));
     bt_controller_stats st = bt_run_stats(run);
     bt_run_destroy(&run);
@@ -136,9 +178,9 @@ int main(void) {
     char calm[128], flooded[128];
     snprintf(calm, sizeof calm, "%s/calm", s_tmp);
     snprintf(flooded, sizeof flooded, "%s/flooded", s_tmp);
-    s_run(calm, false, NULL);
+    s_run(calm, false, NULL, false, NULL);
     long growth = 0;
-    bt_controller_stats st = s_run(flooded, true, &growth);
+    bt_controller_stats st = s_run(flooded, true, &growth, false, NULL);
     CHECK(s_sent == S_MESSAGES);
     fprintf(stderr, "refused: %lld malformed, %lld from unknown peers; RSS grew %ld KiB\n",
             (long long)st.malformed, (long long)st.unknown_peer, growth);
@@ -147,6 +189,18 @@ int main(void) {
     CHECK(growth < 64 * 1024); /* no per-message leak (100k messages) */
     char *a = runs_metrics(calm), *b = runs_metrics(flooded);
     CHECK(a && b && strcmp(a, b) == 0); /* the run's results are untouched */
+    free(a);
+    free(b);
+    /* a message far beyond any this run sends is dropped as it arrives, never held whole */
+    char huge[128];
+    snprintf(huge, sizeof huge, "%s/huge", s_tmp);
+    long peak = 0;
+    s_run(huge, false, NULL, true, &peak);
+    fprintf(stderr, "a 512 MiB message: peak RSS grew %ld KiB\n", peak);
+    CHECK(peak < 128 * 1024);
+    a = runs_metrics(calm);
+    b = runs_metrics(huge);
+    CHECK(a && b && strcmp(a, b) == 0);
     free(a);
     free(b);
     char cmd[128];
