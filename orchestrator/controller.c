@@ -155,6 +155,7 @@ struct bt_controller {
     int rollbacks;            /* rollbacks to the current snapshot */
     bt_ckpt_writer_t *writer; /* when checkpoints are configured */
     bool full_owed;           /* a full checkpoint is due but the writer was busy */
+    bool light_owed;          /* a light one, likewise: taken once the writer is free */
     double last_full_s;       /* training seconds at the last full checkpoint */
     bool nan_injected;
     char start_error[700]; /* a worker that could not build its state said why (BYE {error}) */
@@ -2300,7 +2301,8 @@ static const char *s_diverged(bt_controller_t *self, const bt_trainer_stats *ts,
         return buf;
     }
     double f = self->cfg->checkpoint.spike_factor, a = fabs(ts->loss);
-    if (f > 0 && self->loss_n >= 5 && a > f * self->loss_ema) {
+    if (f > 0 && self->loss_n >= 5 && self->loss_ema > 0 && a > f * self->loss_ema) {
+        /* a mean of 0 (every group's rewards equal so far) gives no scale to judge a spike by */
         snprintf(buf, len, "loss %.4g at step %lld is %.1f times its running mean", ts->loss,
                  (long long)self->step + 1, a / self->loss_ema);
         return buf;
@@ -2450,9 +2452,10 @@ static bt_status s_after_step_state(bt_controller_t *self, bool last) {
          (c->checkpoint.full_every_secs > 0 &&
           secs - self->last_full_s >= c->checkpoint.full_every_secs) ||
          self->full_owed);
-    bool light = self->writer && c->checkpoint.light_every_steps > 0 &&
-                 self->step % c->checkpoint.light_every_steps == 0;
-    if (full && last)
+    bool light = self->writer && ((c->checkpoint.light_every_steps > 0 &&
+                                   self->step % c->checkpoint.light_every_steps == 0) ||
+                                  self->light_owed);
+    if ((full || light) && last)
         bt_ckpt_writer_wait(self->writer);
     if (full && bt_ckpt_writer_is_busy(self->writer)) { /* at most one save in flight */
         self->full_owed = true;
@@ -2464,8 +2467,17 @@ static bt_status s_after_step_state(bt_controller_t *self, bool last) {
         BT_TRY(s_ckpt_full(self));
         self->full_owed = false;
         self->last_full_s = secs;
+        self->light_owed = false; /* a full checkpoint holds the policy too */
     } else if (light && !bt_ckpt_writer_is_busy(self->writer)) {
         BT_TRY(s_ckpt_light(self));
+        self->light_owed = false;
+    } else if (light && !self->light_owed) { /* due during a save: taken after it */
+        self->light_owed = true;
+        bt_jsonl line;
+        s_event_line(self, &line, "checkpoint_deferred");
+        bt_jsonl_str(&line, "kind", "light");
+        bt_jsonl_int(&line, "step", self->step);
+        BT_TRY(bt_runlog_event(self->log, &line));
     }
     s_ckpt_poll(self);
     return BT_OK;
