@@ -2149,6 +2149,14 @@ static void s_state_apply(bt_controller_t *self, const bt_run_state *st, bool re
     }
 }
 
+/*  Serves the workers until the checkpoint writer has no save in flight (a save of a large model
+    can take longer than the workers wait for a word from the controller). */
+static bt_status s_writer_wait(bt_controller_t *self) {
+    while (bt_ckpt_writer_is_busy(self->writer))
+        BT_TRY(s_turn(self));
+    return BT_OK;
+}
+
 /*  Asks the trainer for its whole state (weights, AdamW moments, canary loss) and keeps it, with
     the controller's state, as the point a rollback returns to and a checkpoint writes. */
 static bt_status s_snapshot(bt_controller_t *self) {
@@ -2165,7 +2173,7 @@ static bt_status s_snapshot(bt_controller_t *self) {
         return st;
     }
     if (self->writer) /* a save in flight may still read the old snapshot's tensors */
-        bt_ckpt_writer_wait(self->writer);
+        BT_TRY(s_writer_wait(self));
     bt_msg_destroy(&self->snap);
     self->snap = job.result;
     job.result = NULL;
@@ -2456,7 +2464,7 @@ static bt_status s_after_step_state(bt_controller_t *self, bool last) {
                                    self->step % c->checkpoint.light_every_steps == 0) ||
                                   self->light_owed);
     if ((full || light) && last)
-        bt_ckpt_writer_wait(self->writer);
+        BT_TRY(s_writer_wait(self));
     if (full && bt_ckpt_writer_is_busy(self->writer)) { /* at most one save in flight */
         self->full_owed = true;
         full = false;
@@ -2699,7 +2707,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
     if (last) { /* the run's results are complete when the last step returns */
         BT_TRY(s_eval_wait(self, NULL));
         if (self->writer)
-            bt_ckpt_writer_wait(self->writer);
+            BT_TRY(s_writer_wait(self));
         s_ckpt_poll(self);
         char dir[BT_CONFIG_PATH_MAX + 16];
         if (self->hub->n > 1) { /* each variant's policy in a folder of its own */

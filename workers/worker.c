@@ -271,9 +271,14 @@ static bt_status s_task_restore(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     if (bt_msg_has(task, "initial"))
         BT_TRY(bt_msg_get_bool(task, "initial", &initial));
     c->cur->applied_task = -1;
-    if (initial) { /* the state every trainer starts from: built again */
+    if (initial) { /* the state every trainer starts from: built again; its group stays */
+        bt_group *group = c->cur->group;
+        c->cur->group = NULL;
+        bt_trainer_set_group(c->cur->trainer, NULL);
         s_variant_release(c->cur);
         BT_TRY(s_build_variant(c, c->dev));
+        c->cur->group = group;
+        bt_trainer_set_group(c->cur->trainer, group);
     } else {
         BT_TRY(bt_msg_get_int(task, "restore_version", 0, BT_WIRE_INT_MAX, &version));
         BT_TRY(bt_trainer_state_from_msg(task, version, c->cur->trainer));
