@@ -1189,9 +1189,16 @@ extern "C" bt_group *bt_group_new(const bt_group_config *cfg) {
 extern "C" void bt_group_destroy(bt_group **self_p) {
     if (!self_p || !*self_p)
         return;
+    /* A group whose collective failed is left standing, never destroyed: its process group's
+       destructor waits for and closes pairs whose peer is gone, and an exception thrown there
+       cannot be caught (destructors are noexcept: std::terminate would end this rank without a
+       word, as a killed peer's survivors were seen to vanish).  It costs its idle threads and
+       sockets, once per broken formation. */
+    if ((*self_p)->broken)
+        (void)(*self_p)->pg.release();
     try {
         delete *self_p;
-    } catch (...) { /* a group whose peers are gone may throw while closing: nothing to do */
+    } catch (...) { /* nothing escapes a healthy group's close; kept for safety */
     }
     *self_p = nullptr;
 }
