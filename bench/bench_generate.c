@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "baton/model.h"
+#include "baton/rng.h"
 #include "baton/sample.h"
 
 #include <stdio.h>
@@ -37,13 +38,14 @@ static double s_time_sampled(bt_model *m, const int32_t *const *prompts, const i
     bt_sample_config sc;
     bt_sample_config_init(&sc);
     sc.max_new_tokens = NEW_TOKENS;
+    uint64_t keys[BATCH];
+    for (int b = 0; b < BATCH; b++)
+        keys[b] = bt_rng_key(7, (uint64_t)b);
     double best = -1;
     for (int rep = 0; rep < 3; rep++) {
-        bt_gen *gen = bt_gen_new(7, bt_model_device(m));
         double t0 = bt_now();
-        bt_status st = gen ? bt_generate(m, prompts, lens, BATCH, &sc, gen, out) : BT_ENOMEM;
+        bt_status st = bt_generate(m, prompts, lens, BATCH, &sc, keys, out);
         double t = bt_now() - t0;
-        bt_gen_destroy(&gen);
         if (st != BT_OK) {
             fprintf(stderr, "bench_generate: %s\n", bt_last_error());
             return -1;
@@ -65,10 +67,13 @@ static double s_time_sampler(bt_device device) {
     bt_sample_config_init(&sc);
     double best = logits ? 1e30 : -1;
     int64_t tok[BATCH];
+    double u[BATCH];
     for (int rep = 0; rep < 10 && best > 0; rep++) {
         bt_tensor *tokens = NULL, *logprobs = NULL;
+        for (int b = 0; b < BATCH; b++)
+            u[b] = bt_rng_uniform(bt_rng_key((uint64_t)rep, (uint64_t)b));
         double t0 = bt_now();
-        bt_status st = bt_sample_next(step, gen, logits, &sc, &tokens, &logprobs);
+        bt_status st = bt_sample_next(step, logits, &sc, u, &tokens, &logprobs);
         if (st == BT_OK) /* the host copy waits for the device */
             st = bt_to_host(tokens, tok, sizeof tok);
         double t = bt_now() - t0;

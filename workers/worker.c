@@ -211,16 +211,13 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
                            "%d sources",
                            (long long)i, BT_PROMPT_SOURCE(idx[i]), source, c->cur->n_sources);
         }
-    bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->cur->model));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    bt_status st = gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n,
-                                           &rc, version, gen, &b)
-                       : BT_ENOMEM;
+    bt_status st = bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n, &rc,
+                                     version, (uint64_t)seed, &b);
     if (st == BT_OK)
         st = bt_batch_to_msg(&b, res);
     bt_rollout_batch_release(&b);
-    bt_gen_destroy(&gen);
     free(idx);
     return st;
 }
