@@ -23,6 +23,9 @@ static bt_status s_check_config(const bt_sample_config *cfg, bool have_draws) {
     if (!(cfg->top_p > 0 && cfg->top_p <= 1))
         return bt_fail(BT_EINVAL, "sampling: top_p: expected a number in (0, 1], got %g",
                        cfg->top_p);
+    if (cfg->vocab_limit < 0)
+        return bt_fail(BT_EINVAL, "sampling: vocab_limit: expected an integer >= 0, got %lld",
+                       (long long)cfg->vocab_limit);
     if (cfg->temperature > 0 && !have_draws)
         return bt_fail(BT_EINVAL, "sampling: temperature %g needs a key or uniform per row",
                        cfg->temperature);
@@ -104,15 +107,18 @@ bt_status bt_sample_next(bt_ctx *ctx, bt_tensor *logits, const bt_sample_config 
         return st;
     if (!logits || bt_ndim(logits) != 2)
         return logits ? bt_fail(BT_EINVAL, "bt_sample_next: logits must be (B, V)") : BT_EINVAL;
-    const int64_t shape[] = {bt_dim(logits, 0)};
+    const int64_t shape[] = {bt_dim(logits, 0)}, V = bt_dim(logits, 1);
     bool greedy = cfg->temperature == 0;
     bt_tensor *z = bt_mul_scalar(ctx, logits, greedy ? 1.0 : 1.0 / cfg->temperature); /* (B, V) */
-    bt_tensor *next;                                                                  /* (B, 1) */
+    bt_tensor *usable = cfg->vocab_limit > 0 && cfg->vocab_limit < V
+                            ? bt_slice(ctx, z, 1, 0, cfg->vocab_limit, 1) /* (B, vocab_limit) */
+                            : z;
+    bt_tensor *next; /* (B, 1) */
     if (greedy)
-        next = bt_argmax(ctx, z, 1, true);
+        next = bt_argmax(ctx, usable, 1, true);
     else
-        next = s_draw(ctx, bt_softmax(ctx, bt_sample_filter(ctx, z, cfg->top_k, cfg->top_p), 1), u,
-                      &st);
+        next = s_draw(
+            ctx, bt_softmax(ctx, bt_sample_filter(ctx, usable, cfg->top_k, cfg->top_p), 1), u, &st);
     if (st != BT_OK)
         return st;
     bt_tensor *logp = bt_gather(ctx, bt_log_softmax(ctx, z, 1), 1, next); /* (B, 1) */

@@ -617,7 +617,9 @@ static void test_generate(void) {
 /*  (e) Inverse-CDF draws against a float64 host computation of softmax(z / T): at chosen uniforms
     the token is the first id whose cumulative probability reaches u, with the log-prob of the
     unfiltered distribution; over 20,000 keyed uniforms the frequencies under top-k 4 are those of
-    the renormalised top 4 (within 5 sigma) and the others never appear; NaN logits are refused. */
+    the renormalised top 4 (within 5 sigma) and the others never appear; with vocab_limit 4 the
+    ids beyond it are never drawn nor chosen greedily although their logits are the largest; NaN
+    logits are refused. */
 static void test_sample_draws(void) {
     enum { W = 6, N = 20000 };
     const float z[W] = {0.3f, -1.0f, 2.0f, 1.1f, 0.0f, -0.4f};
@@ -674,6 +676,27 @@ static void test_sample_draws(void) {
         CHECK(fabs((double)counts[j] - N * q) <= 5 * sqrt(N * q * (1 - q)) + (q == 0 ? 0 : 1));
     }
     CHECK(counts[0] + counts[2] + counts[3] + counts[4] == N);
+    /* a padded vocabulary: ids 4 and 5 have the largest logits, but vocab_limit is 4 */
+    for (int r = 0; r < N; r++)
+        rows[r * W + 4] = rows[r * W + 5] = 40.0f;
+    sc.top_k = 0;
+    sc.vocab_limit = 4;
+    CHECK_OK(bt_sample_next(ctx, bt_from_host(ctx, BT_F32, bt_cpu(), 2, many, rows), &sc, uu,
+                            &tokens, &logprobs));
+    CHECK_OK(bt_to_host(tokens, drawn, sizeof *drawn * N));
+    int64_t padded = 0;
+    for (int i = 0; i < N; i++)
+        padded += drawn[i] >= 4;
+    CHECK(padded == 0);
+    for (int k = 0; k <= 3; k += 3) { /* greedy, and top-k 3 at temperature 1 */
+        sc.temperature = k ? 1.0 : 0.0;
+        sc.top_k = k;
+        CHECK_OK(bt_sample_next(ctx, bt_from_host(ctx, BT_F32, bt_cpu(), 2, few, rows), &sc, u,
+                                &tokens, &logprobs));
+        CHECK_OK(bt_to_host(tokens, got, sizeof got));
+        for (int r = 0; r < 3 * W; r++)
+            CHECK(k ? got[r] != 1 && got[r] < 4 : got[r] == 2);
+    }
     /* NaN logits: refused, not drawn from */
     rows[0] = NAN;
     sc.temperature = 1.0;

@@ -180,6 +180,7 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     sc.top_k = cfg->top_k;
     sc.top_p = cfg->top_p;
     sc.n_stops = bt_tokenizer_stops(tok, sc.stops, BT_SAMPLE_MAX_STOPS);
+    sc.vocab_limit = bt_tokenizer_vocab_size(tok); /* only ids the decoding below knows */
     bt_generation g;
     bt_generation_init(&g);
     st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, c->keys, &g);

@@ -205,8 +205,9 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
         keys[c] = bt_rollout_key(seed, indices[c / G], c % G);
     }
     bt_sample_config sample = cfg->sample;
-    /* completions end where the reward's decoding stops */
+    /* completions end where the reward's decoding stops, and hold only ids it can decode */
     sample.n_stops = bt_tokenizer_stops(tok, sample.stops, BT_SAMPLE_MAX_STOPS);
+    sample.vocab_limit = bt_tokenizer_vocab_size(tok);
     if (st == BT_OK)
         st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &sample, keys, &g);
     if (st == BT_OK)

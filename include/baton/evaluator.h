@@ -127,7 +127,8 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
     (their first completion counts).  maj@k groups answers with bt_task_canonical_answer.  Sampled
     completion j of held-out example i draws its tokens from bt_evaluator_key(key, perturbation,
     i, j) alone (bt_generate), so an example gets the same completions in any shard and batch;
-    greedy ignores key.  Fills *out (compute_s and peak_rss_mb included). */
+    greedy ignores key.  Only ids the tokenizer has are generated
+    (bt_sample_config.vocab_limit).  Fills *out (compute_s and peak_rss_mb included). */
 bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
                            const bt_evaluator_config *cfg, uint64_t key, bt_evaluator_sums *out);
 

@@ -85,7 +85,8 @@ uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample);
     and all are scored against their examples' answers with one bt_reward_score call (one request
     to cfg->reward_service when set).  Completion j of prompt id p draws its tokens from
     bt_rollout_key(seed, p, j) alone (bt_generate), so it is the same whichever job, batch or
-    worker holds p.  version is recorded in the result.  Fills *out, releasing what it held; on failure (a reward
+    worker holds p.  Only ids the tokenizer has are sampled (bt_sample_config.vocab_limit).
+    version is recorded in the result.  Fills *out, releasing what it held; on failure (a reward
     service's error included) *out is empty. */
 bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
                             const uint64_t *indices, int64_t n_prompts,

@@ -27,9 +27,14 @@ typedef struct bt_sample_config {
                                            turn and end of text); n_stops 0: the model config's
                                            eos_token_id */
     int n_stops;
+    int64_t vocab_limit; /* ids >= vocab_limit are never drawn, nor chosen by greedy or top-k: a
+                            checkpoint may pad vocab_size past its tokenizer (Qwen: 151,936
+                            logits, 151,669 ids), and a padded id cannot be decoded; 0 = every
+                            logit */
 } bt_sample_config;
 
-/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own. */
+/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own, no
+    vocab_limit. */
 void bt_sample_config_init(bt_sample_config *cfg);
 
 /*  Logits (B, V) with every token outside the filters set to -inf: first the top_k largest
@@ -38,15 +43,16 @@ void bt_sample_config_init(bt_sample_config *cfg);
     The result lives in ctx. */
 bt_tensor *bt_sample_filter(bt_ctx *ctx, bt_tensor *logits, int64_t top_k, double top_p);
 
-/*  Draws one token per row of logits (B, V): *tokens (B) BT_I64 and *logprobs (B) F32.  Greedy
-    (the argmax) when cfg->temperature is 0, and u may be NULL; else u (B) holds one uniform in
-    (0, 1) per row (bt_rng_uniform) and row b's token is the first id whose cumulative
-    probability, summed in float64 in id order over the filtered distribution, reaches u[b] times
-    the row's total: inverse-CDF sampling, so a row's draw depends on its logits and u[b] alone,
-    never on the other rows of the batch.  The log-prob is that of the token under
-    log_softmax(logits / temperature) BEFORE top-k/top-p filtering — what the trainer recomputes
-    with bt_model_token_logprobs at the same temperature; greedy records it at temperature 1.
-    BT_EINVAL when a sampled row's probabilities are not finite (logits holding NaN or inf). */
+/*  Draws one token per row of logits (B, V): *tokens (B) BT_I64 and *logprobs (B) F32, among the
+    ids below cfg->vocab_limit.  Greedy (the argmax) when cfg->temperature is 0, and u may be NULL;
+    else u (B) holds one uniform in (0, 1) per row (bt_rng_uniform) and row b's token is the first
+    id whose cumulative probability, summed in float64 in id order over the filtered distribution,
+    reaches u[b] times the row's total: inverse-CDF sampling, so a row's draw depends on its
+    logits and u[b] alone, never on the other rows of the batch.  The log-prob is that of the token
+    under log_softmax(logits / temperature) over every logit, BEFORE top-k/top-p filtering and the
+    vocab_limit — what the trainer recomputes with bt_model_token_logprobs at the same
+    temperature; greedy records it at temperature 1.  BT_EINVAL when a sampled row's
+    probabilities are not finite (logits holding NaN or inf). */
 bt_status bt_sample_next(bt_ctx *ctx, bt_tensor *logits, const bt_sample_config *cfg,
                          const double *u, bt_tensor **tokens, bt_tensor **logprobs);
 
