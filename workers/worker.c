@@ -123,9 +123,11 @@ static bt_status s_build(s_compute *c) {
     if (c->base.run.threads > 0)
         bt_set_num_threads((int)c->base.run.threads);
     BT_TRY(bt_tokenizer_for_model(c->base.model_path, &c->tok));
-    if (c->role != BT_ROLE_TRAINER && c->base.reward.service[0])
+    if (c->role != BT_ROLE_TRAINER && c->base.reward.service[0]) {
         BT_TRY(bt_reward_service_new(c->base.reward.service, c->base.reward.timeout_ms,
                                      c->base.reward.retries, &c->reward));
+        BT_TRY(bt_reward_service_ping(c->reward)); /* no service there: the run stops now */
+    }
     c->n_variants = c->base.n_variants > 0 ? c->base.n_variants : 1;
     for (int k = 0; k < c->n_variants; k++) {
         c->cur = &c->v[k];
