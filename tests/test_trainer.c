@@ -648,8 +648,8 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
     CHECK_OK(bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, 9, &b));
     for (int job = 0; job < 2; job++) {
         int64_t first = job ? 2 : 0, n = job ? 4 : 2;
-        CHECK_OK(bt_rollout_sample(m, tok, task, s_idx + first, n, &rc, 42,
-                                   9 + (uint64_t)(job + 1), &part));
+        CHECK_OK(bt_rollout_sample(m, tok, task, s_idx + first, n, &rc, 42, 9 + (uint64_t)(job + 1),
+                                   &part));
         for (int64_t c = 0; c < part.n; c++) {
             int64_t w = first * 4 + c; /* the row of the whole batch */
             CHECK(part.lengths[c] == b.lengths[w]);

@@ -149,8 +149,8 @@ static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, uint64_t k
 /*  Generates and scores examples [first, first + n) of the held-out set, clean (perturb < 0) or
     perturbed, into out.  Examples a perturbation does not apply to are skipped. */
 static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
-                             const bt_evaluator_config *cfg, uint64_t key, size_t first,
-                             int64_t n, int perturb, s_chunk *c, bt_evaluator_sums *out) {
+                             const bt_evaluator_config *cfg, uint64_t key, size_t first, int64_t n,
+                             int perturb, s_chunk *c, bt_evaluator_sums *out) {
     const int64_t k = c->k, M = cfg->max_new_tokens;
     bt_status st = BT_OK;
     int64_t m = 0; /* examples in this pass */
