@@ -125,7 +125,7 @@ typedef struct s_demo {
     bt_tokenizer_t *tok;
     bt_task_t *task;
     bt_trainer_t *trainer;
-    bt_gen *gen;
+    uint64_t seed;   /* rollout step r's TASK seed: (seed + r) << BT_TASK_SEED_JOB_BITS */
     uint64_t cursor; /* next training-stream index */
 } s_demo;
 
@@ -137,7 +137,7 @@ static double s_eval(s_demo *d, const char *phase, int step, double *reward_mean
     ec.max_new_tokens = (int64_t)s_set.max_new_tokens;
     bt_evaluator_sums sums;
     double t = bt_now();
-    if (bt_evaluator_run(bt_trainer_policy(d->trainer), d->tok, d->task, &ec, NULL, &sums) != BT_OK)
+    if (bt_evaluator_run(bt_trainer_policy(d->trainer), d->tok, d->task, &ec, 0, &sums) != BT_OK)
         s_die("eval");
     s_compute += bt_now() - t;
     double acc = (double)sums.correct / (double)sums.examples;
@@ -251,8 +251,8 @@ int main(void) {
     trc.reference = s_set.kl_coef > 0;
     d.trainer = bt_trainer_new(&model, &trc);
     d.cursor = (uint64_t)s_set.sft_steps * (uint64_t)s_set.sft_batch * (load ? 1 : 0);
-    d.gen = bt_gen_new(seed * 7919 + 1, bt_cpu());
-    if (!d.trainer || !d.gen)
+    d.seed = seed * 7919 + 1;
+    if (!d.trainer)
         s_die("trainer");
 
     /* ---- supervised warm start ---- */
@@ -294,7 +294,8 @@ int main(void) {
         double t = bt_now();
         bt_model *policy = bt_trainer_policy(d.trainer);
         if (bt_rollout_sample(policy, d.tok, d.task, idx, P, &rc,
-                              bt_trainer_version(d.trainer), d.gen, &b) != BT_OK)
+                              bt_trainer_version(d.trainer),
+                              (d.seed + (uint64_t)step) << BT_TASK_SEED_JOB_BITS, &b) != BT_OK)
             s_die("rollout");
         double t_roll = bt_now() - t, rmean = 0;
         for (int64_t c = 0; c < b.n; c++)
@@ -325,7 +326,6 @@ int main(void) {
     bt_rollout_batch_release(&b);
     free(idx);
     free(adv);
-    bt_gen_destroy(&d.gen);
     bt_trainer_destroy(&d.trainer);
     bt_task_destroy(&d.task);
     bt_tokenizer_destroy(&d.tok);

@@ -4,6 +4,7 @@
 #include "baton/tasks.h"
 
 #include "baton/dataset.h"
+#include "baton/rng.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -52,24 +53,11 @@ struct bt_task {
     void *reward_user;
 };
 
-/* ---- splitmix64 --------------------------------------------------------------------------- */
-/*  splitmix64 (Steele, Lea, Flood 2014): the output for state z. */
-static uint64_t s_mix(uint64_t z) {
-    z += S_GOLDEN;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
+/* ---- splitmix64 (core/rng.c) --------------------------------------------------------------- */
 static uint64_t s_next(uint64_t *state) {
-    uint64_t out = s_mix(*state);
+    uint64_t out = bt_rng_mix(*state);
     *state += S_GOLDEN;
     return out;
-}
-
-/*  A stream state for the pair (a, b). */
-static uint64_t s_key(uint64_t a, uint64_t b) {
-    return s_mix(s_mix(a) ^ b);
 }
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
@@ -85,13 +73,13 @@ static uint64_t s_code(int op, uint64_t a, uint64_t b) {
 
 /*  Held-out membership depends on the problem alone, never on the seed or the digits. */
 static bool s_is_reserved(uint64_t code) {
-    return s_mix(code ^ S_TAG_RESERVE) % S_RESERVE_ONE_IN == 0;
+    return bt_rng_mix(code ^ S_TAG_RESERVE) % S_RESERVE_ONE_IN == 0;
 }
 
 /*  Try `attempt` at problem `index` of the stream `key`. */
 static uint64_t s_arith_draw(const bt_task_t *self, uint64_t key, uint64_t index,
                              uint64_t attempt) {
-    uint64_t state = s_key(s_key(key, index), attempt);
+    uint64_t state = bt_rng_key(bt_rng_key(key, index), attempt);
     uint64_t a = s_next(&state) % self->modulus;
     uint64_t b = s_next(&state) % self->modulus;
     int op = self->ops[s_next(&state) % (uint64_t)self->n_ops];
@@ -155,7 +143,7 @@ static uint64_t s_arith_count_reserved(const bt_task_t *self) {
 /*  Adds code to an open-addressing set of cap slots (a power of two) that hold code + 1;
     returns false when it was already there. */
 static bool s_set_insert(uint64_t *slots, size_t cap, uint64_t code) {
-    for (size_t i = s_mix(code) & (cap - 1);; i = (i + 1) & (cap - 1)) {
+    for (size_t i = bt_rng_mix(code) & (cap - 1);; i = (i + 1) & (cap - 1)) {
         if (slots[i] == code + 1)
             return false;
         if (slots[i] == 0) {
@@ -185,7 +173,7 @@ static bt_status s_arith_build_heldout(bt_task_t *self, const bt_task_arith_conf
         free(slots);
         return bt_fail(BT_ENOMEM, "arithmetic task: out of memory for %zu held-out problems", size);
     }
-    uint64_t key = s_key(self->seed, S_TAG_HELDOUT);
+    uint64_t key = bt_rng_key(self->seed, S_TAG_HELDOUT);
     for (uint64_t j = 0; self->n_heldout_codes < size; j++) {
         uint64_t code = s_arith_draw(self, key, j, 0);
         if (s_is_reserved(code) && s_set_insert(slots, cap, code))
@@ -221,7 +209,7 @@ bt_status bt_task_new_arith(const bt_task_arith_config *cfg, bt_task_t **task_ou
 }
 
 static void s_arith_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex) {
-    uint64_t key = s_key(self->seed, S_TAG_TRAIN), code;
+    uint64_t key = bt_rng_key(self->seed, S_TAG_TRAIN), code;
     /* Nine problems in ten are not reserved, so this ends after about 1.1 tries. */
     for (uint64_t attempt = 0;; attempt++) {
         code = s_arith_draw(self, key, index, attempt);
@@ -492,11 +480,11 @@ static uint64_t s_permute(uint64_t x, uint64_t n, uint64_t key) {
         h++;
     uint64_t mask = (1ULL << h) - 1, round_key[4];
     for (uint64_t r = 0; r < 4; r++)
-        round_key[r] = s_key(key, r);
+        round_key[r] = bt_rng_key(key, r);
     do {
         uint64_t left = x >> h, right = x & mask;
         for (int r = 0; r < 4; r++) {
-            uint64_t next = left ^ (s_mix(round_key[r] ^ right) & mask);
+            uint64_t next = left ^ (bt_rng_mix(round_key[r] ^ right) & mask);
             left = right;
             right = next;
         }
@@ -661,7 +649,7 @@ static bt_status s_jsonl_example(const bt_task_t *self, const bt_dataset_t *ds, 
 static uint64_t s_train_record(const bt_task_t *self, uint64_t index) {
     uint64_t epoch = index / self->n_train;
     return s_permute(index % self->n_train, self->n_train,
-                     s_key(s_key(self->seed, S_TAG_EPOCH), epoch));
+                     bt_rng_key(bt_rng_key(self->seed, S_TAG_EPOCH), epoch));
 }
 
 static bt_status s_jsonl_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex) {
@@ -1163,7 +1151,7 @@ static size_t s_put(char *buf, size_t len, const char *text, size_t n) {
 
 /*  The distractor sentence of held-out example i; returns its length. */
 static size_t s_distractor(size_t i, char out[64]) {
-    uint64_t state = s_key(S_TAG_ASIDE, i);
+    uint64_t state = bt_rng_key(S_TAG_ASIDE, i);
     size_t pick = (size_t)(s_next(&state) % (sizeof s_distractors / sizeof *s_distractors));
     int number = 2 + (int)(s_next(&state) % 19); /* 2..20 */
     return (size_t)snprintf(out, 64, s_distractors[pick], number);

@@ -2,6 +2,8 @@
     by recomputing the whole sequence for every token. */
 #include "baton/sample.h"
 
+#include "baton/rng.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +13,7 @@ void bt_sample_config_init(bt_sample_config *cfg) {
         .max_new_tokens = 64, .temperature = 1.0, .top_k = 0, .top_p = 1.0, .use_cache = true};
 }
 
-static bt_status s_check_config(const bt_sample_config *cfg, const bt_gen *gen) {
+static bt_status s_check_config(const bt_sample_config *cfg, bool have_draws) {
     if (!(cfg->temperature >= 0) || !isfinite(cfg->temperature))
         return bt_fail(BT_EINVAL, "sampling: temperature: expected a number >= 0, got %g",
                        cfg->temperature);
@@ -21,8 +23,12 @@ static bt_status s_check_config(const bt_sample_config *cfg, const bt_gen *gen) 
     if (!(cfg->top_p > 0 && cfg->top_p <= 1))
         return bt_fail(BT_EINVAL, "sampling: top_p: expected a number in (0, 1], got %g",
                        cfg->top_p);
-    if (cfg->temperature > 0 && !gen)
-        return bt_fail(BT_EINVAL, "sampling: temperature %g needs a generator", cfg->temperature);
+    if (cfg->vocab_limit < 0)
+        return bt_fail(BT_EINVAL, "sampling: vocab_limit: expected an integer >= 0, got %lld",
+                       (long long)cfg->vocab_limit);
+    if (cfg->temperature > 0 && !have_draws)
+        return bt_fail(BT_EINVAL, "sampling: temperature %g needs a key or uniform per row",
+                       cfg->temperature);
     return BT_OK;
 }
 
@@ -65,23 +71,56 @@ bt_tensor *bt_sample_filter(bt_ctx *ctx, bt_tensor *logits, int64_t top_k, doubl
     return z;
 }
 
-bt_status bt_sample_next(bt_ctx *ctx, bt_gen *gen, bt_tensor *logits, const bt_sample_config *cfg,
-                         bt_tensor **tokens, bt_tensor **logprobs) {
+/*  Inverse-CDF draws: for each row of probs (B, n) the first id whose cumulative probability
+    (float64, id order) reaches u[b] times the row's total, (B, 1) BT_I64.  A zero-probability id
+    is never drawn: u > 0 and the comparison is strict, so its cumulative sum equals its
+    predecessor's and lies below the threshold. */
+static bt_tensor *s_draw(bt_ctx *ctx, bt_tensor *probs, const double *u, bt_status *st) {
+    if (!probs) {
+        *st = BT_ETORCH;
+        return NULL;
+    }
+    const int64_t B = bt_dim(probs, 0), n = bt_dim(probs, 1), ushape[] = {B, 1};
+    bt_tensor *cdf = bt_cumsum(ctx, bt_to_dtype(ctx, probs, BT_F64), 1);       /* (B, n) */
+    bt_tensor *total = bt_contiguous(ctx, bt_slice(ctx, cdf, 1, n - 1, n, 1)); /* (B, 1) */
+    double *host = malloc((size_t)B * sizeof *host);
+    *st = !host   ? bt_fail(BT_ENOMEM, "sampling: out of memory")
+          : total ? bt_to_host(total, host, (size_t)B * sizeof *host)
+                  : BT_ETORCH;
+    for (int64_t b = 0; b < B && *st == BT_OK; b++)
+        if (!(host[b] > 0) || !isfinite(host[b]))
+            *st = bt_fail(BT_EINVAL, "sampling: row %lld's logits hold NaN or inf", (long long)b);
+    free(host);
+    if (*st != BT_OK)
+        return NULL;
+    bt_tensor *threshold =
+        bt_mul(ctx, bt_from_host(ctx, BT_F64, bt_device_of(probs), 2, ushape, u), total);
+    bt_tensor *below = bt_lt_scalar(ctx, bt_sub(ctx, cdf, threshold), 0); /* (B, n) */
+    return bt_to_dtype(ctx, bt_sum(ctx, below, 1, true), BT_I64);
+}
+
+bt_status bt_sample_next(bt_ctx *ctx, bt_tensor *logits, const bt_sample_config *cfg,
+                         const double *u, bt_tensor **tokens, bt_tensor **logprobs) {
     *tokens = *logprobs = NULL;
-    bt_status st = s_check_config(cfg, gen);
+    bt_status st = s_check_config(cfg, u != NULL);
     if (st != BT_OK)
         return st;
     if (!logits || bt_ndim(logits) != 2)
         return logits ? bt_fail(BT_EINVAL, "bt_sample_next: logits must be (B, V)") : BT_EINVAL;
-    const int64_t shape[] = {bt_dim(logits, 0)};
+    const int64_t shape[] = {bt_dim(logits, 0)}, V = bt_dim(logits, 1);
     bool greedy = cfg->temperature == 0;
     bt_tensor *z = bt_mul_scalar(ctx, logits, greedy ? 1.0 : 1.0 / cfg->temperature); /* (B, V) */
-    bt_tensor *next;                                                                  /* (B, 1) */
+    bt_tensor *usable = cfg->vocab_limit > 0 && cfg->vocab_limit < V
+                            ? bt_slice(ctx, z, 1, 0, cfg->vocab_limit, 1) /* (B, vocab_limit) */
+                            : z;
+    bt_tensor *next; /* (B, 1) */
     if (greedy)
-        next = bt_argmax(ctx, z, 1, true);
+        next = bt_argmax(ctx, usable, 1, true);
     else
-        next = bt_multinomial(ctx, gen,
-                              bt_softmax(ctx, bt_sample_filter(ctx, z, cfg->top_k, cfg->top_p), 1));
+        next = s_draw(
+            ctx, bt_softmax(ctx, bt_sample_filter(ctx, usable, cfg->top_k, cfg->top_p), 1), u, &st);
+    if (st != BT_OK)
+        return st;
     bt_tensor *logp = bt_gather(ctx, bt_log_softmax(ctx, z, 1), 1, next); /* (B, 1) */
     *tokens = bt_reshape(ctx, next, 1, shape);
     *logprobs = bt_reshape(ctx, logp, 1, shape);
@@ -104,14 +143,16 @@ void bt_generation_release(bt_generation *g) {
 typedef struct s_run {
     bt_model *model;
     const bt_sample_config *cfg;
-    bt_kv_cache *cache; /* NULL without the cache */
-    int64_t B, Tp;      /* rows, longest prompt */
-    int64_t width;      /* Tp + max_new_tokens */
-    int64_t *ids;       /* (B, width) host: left-padded prompts, then the tokens fed back */
-    int64_t *mask;      /* (B, width) host: 1 = real token */
-    bool *done;         /* (B) the row has sampled EOS */
-    int64_t *step_ids;  /* (B) host copy of the tokens sampled in a step */
-    float *step_lp;     /* (B) and of their log-probs */
+    bt_kv_cache *cache;   /* NULL without the cache */
+    int64_t B, Tp;        /* rows, longest prompt */
+    int64_t width;        /* Tp + max_new_tokens */
+    int64_t *ids;         /* (B, width) host: left-padded prompts, then the tokens fed back */
+    int64_t *mask;        /* (B, width) host: 1 = real token */
+    bool *done;           /* (B) the row has sampled EOS */
+    int64_t *step_ids;    /* (B) host copy of the tokens sampled in a step */
+    float *step_lp;       /* (B) and of their log-probs */
+    const uint64_t *keys; /* (B) each row's key; NULL when greedy */
+    double *step_u;       /* (B) the uniforms of a step, from the keys */
     int32_t pad;
     int32_t stops[BT_SAMPLE_MAX_STOPS]; /* tokens that end a row */
     int n_stops;
@@ -148,10 +189,12 @@ static bt_tensor *s_next_logits(s_run *r, bt_ctx *ctx, int64_t s) {
 
 /*  Samples step s for every row, records it in out, and appends it to the host sequences (the pad,
     masked out, for rows already done).  *all_done tells whether every row has finished. */
-static bt_status s_step(s_run *r, bt_ctx *ctx, bt_gen *gen, int64_t s, bt_generation *out,
-                        bool *all_done) {
+static bt_status s_step(s_run *r, bt_ctx *ctx, int64_t s, bt_generation *out, bool *all_done) {
     bt_tensor *tokens = NULL, *logprobs = NULL;
-    bt_status st = bt_sample_next(ctx, gen, s_next_logits(r, ctx, s), r->cfg, &tokens, &logprobs);
+    for (int64_t b = 0; r->keys && b < r->B; b++) /* row b's draw at step s: its key's alone */
+        r->step_u[b] = bt_rng_uniform(bt_rng_key(r->keys[b], (uint64_t)s));
+    bt_status st = bt_sample_next(ctx, s_next_logits(r, ctx, s), r->cfg, r->keys ? r->step_u : NULL,
+                                  &tokens, &logprobs);
     const int64_t *tok = r->step_ids;
     const float *lp = r->step_lp;
     if (st == BT_OK)
@@ -222,8 +265,9 @@ static bt_status s_setup(s_run *r, const int32_t *const *prompts, const int64_t 
     r->done = calloc((size_t)r->B, sizeof *r->done);
     r->step_ids = malloc((size_t)r->B * sizeof *r->step_ids);
     r->step_lp = malloc((size_t)r->B * sizeof *r->step_lp);
+    r->step_u = malloc((size_t)r->B * sizeof *r->step_u);
     if (!out->tokens || !out->logprobs || !out->lengths || !out->finish || !r->ids || !r->mask ||
-        !r->done || !r->step_ids || !r->step_lp)
+        !r->done || !r->step_ids || !r->step_lp || !r->step_u)
         return bt_fail(BT_ENOMEM, "bt_generate: out of memory");
     for (size_t i = 0; i < n; i++)
         out->tokens[i] = r->pad;
@@ -239,18 +283,19 @@ static bt_status s_setup(s_run *r, const int32_t *const *prompts, const int64_t 
 }
 
 bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int64_t *prompt_lens,
-                      int64_t batch, const bt_sample_config *cfg, bt_gen *gen, bt_generation *out) {
+                      int64_t batch, const bt_sample_config *cfg, const uint64_t *keys,
+                      bt_generation *out) {
     BT_ASSERT(model && prompts && prompt_lens && cfg && out);
     bt_generation_release(out);
     const bt_model_config *mc = bt_model_get_config(model);
-    s_run r = {.model = model, .cfg = cfg, .B = batch};
+    s_run r = {.model = model, .cfg = cfg, .B = batch, .keys = keys};
     for (int i = 0; i < cfg->n_stops && i < BT_SAMPLE_MAX_STOPS; i++)
         r.stops[r.n_stops++] = cfg->stops[i];
     if (r.n_stops == 0 && mc->eos_token_id >= 0)
         r.stops[r.n_stops++] = (int32_t)mc->eos_token_id;
     r.pad = (int32_t)(mc->pad_token_id >= 0 ? mc->pad_token_id
                                             : (mc->eos_token_id >= 0 ? mc->eos_token_id : 0));
-    bt_status st = s_check_config(cfg, gen);
+    bt_status st = s_check_config(cfg, keys != NULL);
     if (st == BT_OK)
         st = s_check_prompts(model, prompts, prompt_lens, batch, cfg, &r.Tp);
     r.width = r.Tp + cfg->max_new_tokens;
@@ -266,7 +311,7 @@ bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int6
     bool grad = bt_set_grad_enabled(false);
     bool all_done = false;
     for (int64_t s = 0; s < cfg->max_new_tokens && !all_done && st == BT_OK; s++) {
-        st = s_step(&r, ctx, gen, s, out, &all_done);
+        st = s_step(&r, ctx, s, out, &all_done);
         bt_ctx_reset(ctx);
     }
     bt_set_grad_enabled(grad);
@@ -277,6 +322,7 @@ bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int6
     free(r.done);
     free(r.step_ids);
     free(r.step_lp);
+    free(r.step_u);
     if (st != BT_OK)
         bt_generation_release(out);
     return st;

@@ -8,6 +8,7 @@
 #include "baton/unicode.h"
 
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -659,6 +660,121 @@ static bool s_token_bytes(const char *key, s_buf *out) {
     return true;
 }
 
+/* ---- JSON documents ------------------------------------------------------------------------ */
+
+/*  Appends to buf[*w .. cap) what snprintf would, never past cap. */
+static void s_append(char *buf, size_t cap, size_t *w, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static void s_append(char *buf, size_t cap, size_t *w, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (*w < cap) {
+        int n = vsnprintf(buf + *w, cap - *w, fmt, ap);
+        *w += n > 0 ? (size_t)n : 0;
+    }
+    va_end(ap);
+}
+
+#define S_JSON_LEVELS 64 /* levels of nesting named in a "truncated" message */
+
+/*  One open object or array of a JSON text, as s_json_error scans it. */
+typedef struct s_json_level {
+    char open;         /* '{' or '[' */
+    size_t key, n_key; /* object: the text of the member's key being read (n_key 0: none) */
+    size_t index;      /* array: the element being read */
+} s_json_level;
+
+/*  Why text[0, len) did not parse (cJSON gave up at byte err), into msg: "truncated (...)" when the
+    text ends with objects, arrays or a string still open and cJSON failed in its last value, naming
+    where it ends (inside "model" > "merges" > [117]); else where it stops being JSON, with line
+    and column. */
+static void s_json_error(const char *text, size_t len, size_t err, char *msg, size_t cap) {
+    s_json_level level[S_JSON_LEVELS];
+    size_t depth = 0, last = 0, string = 0, line = 1, col = 1;
+    bool in_string = false, escaped = false, in_word = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        bool word = !strchr("{}[]:,\" \t\r\n", c);
+        if (word && !in_word)
+            last = i; /* a number or literal starts */
+        in_word = word;
+        if (c == '"') {
+            in_string = true;
+            last = string = i;
+        } else if (c == '{' || c == '[') {
+            if (depth < S_JSON_LEVELS)
+                level[depth] = (s_json_level){.open = c};
+            depth++;
+            last = i;
+        } else if ((c == '}' || c == ']') && depth > 0) {
+            depth--;
+        } else if (c == ':' && depth > 0 && depth <= S_JSON_LEVELS &&
+                   level[depth - 1].open == '{') {
+            size_t end = string + 1; /* the key: the last string */
+            while (end < i && text[end] != '"')
+                end += text[end] == '\\' ? 2 : 1;
+            level[depth - 1].key = string + 1;
+            level[depth - 1].n_key = end - string - 1;
+        } else if (c == ',' && depth > 0 && depth <= S_JSON_LEVELS) {
+            level[depth - 1].n_key = 0;
+            level[depth - 1].index++;
+        }
+    }
+    for (size_t i = 0; i < err && i < len; i++) {
+        line += text[i] == '\n';
+        col = text[i] == '\n' ? 1 : col + 1;
+    }
+    size_t w = 0;
+    if (len == strspn(text, " \t\r\n")) {
+        s_append(msg, cap, &w, "empty (%zu bytes)", len);
+    } else if ((depth > 0 || in_string) && err >= last) {
+        s_append(msg, cap, &w, "truncated (ends at byte %zu, inside ", len);
+        size_t named = 0;
+        for (size_t d = 0; d < depth && d < S_JSON_LEVELS; d++) {
+            const char *sep = named ? " > " : "";
+            if (level[d].open == '[')
+                s_append(msg, cap, &w, "%s[%zu]", sep, level[d].index);
+            else if (level[d].n_key)
+                s_append(msg, cap, &w, "%s\"%.*s%s\"", sep,
+                         (int)(level[d].n_key < 40 ? level[d].n_key : 40), text + level[d].key,
+                         level[d].n_key > 40 ? "..." : "");
+            named += level[d].open == '[' || level[d].n_key;
+        }
+        if (!named)
+            s_append(msg, cap, &w, "the top-level %s", depth ? "value" : "string");
+        s_append(msg, cap, &w, ", %s, %zu bracket%s left open): the file was cut short",
+                 in_string ? "in a string" : "between values", depth, depth == 1 ? "" : "s");
+    } else {
+        s_append(msg, cap, &w, "not valid JSON at byte %zu (line %zu, column %zu)", err, line, col);
+    }
+}
+
+/*  text[0, len) parsed into *root: BT_EFORMAT naming path and saying why when it is not JSON
+    (s_json_error).  The caller deletes *root. */
+static bt_status s_parse(const char *path, const char *text, size_t len, cJSON **root) {
+    const char *end = NULL;
+    *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (*root)
+        return BT_OK;
+    char why[1024];
+    size_t err = end && end >= text && end <= text + len ? (size_t)(end - text) : len;
+    s_json_error(text, len, err, why, sizeof why);
+    return bt_fail(BT_EFORMAT, "%s: %s", path, why);
+}
+
 static const char *s_json_type(const cJSON *v) {
     if (cJSON_IsString(v))
         return "a string";
@@ -1084,10 +1200,11 @@ static bt_status s_generation_stops(bt_tokenizer_t *t, const char *dir) {
         return BT_OK;
     BT_TRY(bt_file_read(path, S_CONFIG_MAX, &text, &t->generation_len));
     t->generation_text = text; /* saved with the tokenizer */
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = NULL;
+    bt_status st = s_parse(path, text, t->generation_len, &root);
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), *id;
-    bt_status st =
-        cJSON_IsObject(root) ? BT_OK : bt_fail(BT_EFORMAT, "%s: not a JSON object", path);
+    if (st == BT_OK && !cJSON_IsObject(root))
+        st = bt_fail(BT_EFORMAT, "%s: not a JSON object", path);
     if (st == BT_OK && ids && !cJSON_IsNumber(ids) && !cJSON_IsArray(ids) && !cJSON_IsNull(ids))
         st = bt_fail(BT_EFORMAT, "%s: eos_token_id: expected an id or a list of ids, got %s", path,
                      s_json_type(ids));
@@ -1116,12 +1233,13 @@ static bt_status s_bpe_load(const char *dir, bt_tokenizer_t *t) {
     BT_TRY(s_path(dir, S_CONFIG_NAME, cfg_path, sizeof cfg_path));
     BT_TRY(bt_file_read(path, S_JSON_MAX, &t->json_text, &t->json_len));
     BT_TRY(bt_file_read(cfg_path, S_HF_CONFIG_MAX, &t->config_text, &t->config_len));
-    cJSON *root = cJSON_ParseWithLength(t->json_text, t->json_len);
-    cJSON *cfg = cJSON_ParseWithLength(t->config_text, t->config_len);
-    bt_status st = BT_OK;
-    if (!cJSON_IsObject(root))
+    cJSON *root = NULL, *cfg = NULL;
+    bt_status st = s_parse(path, t->json_text, t->json_len, &root);
+    if (st == BT_OK)
+        st = s_parse(cfg_path, t->config_text, t->config_len, &cfg);
+    if (st == BT_OK && !cJSON_IsObject(root))
         st = bt_fail(BT_EFORMAT, "%s: not a JSON object", path);
-    else if (!cJSON_IsObject(cfg))
+    else if (st == BT_OK && !cJSON_IsObject(cfg))
         st = bt_fail(BT_EFORMAT, "%s: not a JSON object", cfg_path);
     if (st == BT_OK)
         st = s_model(t, path, root);
@@ -1230,16 +1348,18 @@ static bool s_exists(const char *dir, const char *name) {
 static bt_status s_bytes_load(const char *dir, bt_tokenizer_t **out) {
     char path[4096];
     char *text = NULL;
+    size_t len = 0;
     bt_status rc = s_path(dir, S_CONFIG_NAME, path, sizeof path);
     if (rc == BT_OK)
-        rc = bt_file_read(path, S_CONFIG_MAX, &text, NULL);
+        rc = bt_file_read(path, S_CONFIG_MAX, &text, &len);
     if (rc != BT_OK)
         return rc;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = NULL;
+    rc = s_parse(path, text, len, &root);
     free(text);
-    if (!cJSON_IsObject(root))
+    if (rc == BT_OK && !cJSON_IsObject(root))
         rc = bt_fail(BT_EFORMAT, "%s: not a JSON object", path);
-    else
+    else if (rc == BT_OK)
         rc = s_check_config(path, root);
     cJSON_Delete(root);
     if (rc != BT_OK)

@@ -5,6 +5,7 @@
 
 #include "baton/fileio.h"
 #include "baton/model.h"
+#include "baton/rng.h"
 #include "baton/safetensors.h"
 #include "baton/sample.h"
 #include "check.h"
@@ -440,9 +441,10 @@ static bt_status s_run(bt_model *m, double temp, int64_t top_k, double top_p, bo
     sc.top_k = top_k;
     sc.top_p = top_p;
     sc.use_cache = cache;
-    bt_gen *gen = bt_gen_new(seed, bt_cpu());
-    bt_status st = bt_generate(m, s_prompt_rows, s_prompt_lens, GB, &sc, gen, g);
-    bt_gen_destroy(&gen);
+    uint64_t keys[GB];
+    for (int r = 0; r < GB; r++)
+        keys[r] = bt_rng_key(seed, (uint64_t)r);
+    bt_status st = bt_generate(m, s_prompt_rows, s_prompt_lens, GB, &sc, keys, g);
     if (st != BT_OK)
         fprintf(stderr, "bt_generate: %s\n", bt_last_error());
     return st;
@@ -609,6 +611,149 @@ static void test_generate(void) {
     bt_generation_release(&greedy);
     bt_generation_release(&nocache);
     bt_model_destroy(&me);
+    bt_model_destroy(&m);
+}
+
+/*  (e) Inverse-CDF draws against a float64 host computation of softmax(z / T): at chosen uniforms
+    the token is the first id whose cumulative probability reaches u, with the log-prob of the
+    unfiltered distribution; over 20,000 keyed uniforms the frequencies under top-k 4 are those of
+    the renormalised top 4 (within 5 sigma) and the others never appear; with vocab_limit 4 the
+    ids beyond it are never drawn nor chosen greedily although their logits are the largest; NaN
+    logits are refused. */
+static void test_sample_draws(void) {
+    enum { W = 6, N = 20000 };
+    const float z[W] = {0.3f, -1.0f, 2.0f, 1.1f, 0.0f, -0.4f};
+    const double T = 0.7;
+    double p[W], cdf[W], total = 0;
+    for (int j = 0; j < W; j++)
+        total += p[j] = exp(z[j] / T);
+    for (int j = 0; j < W; j++) {
+        p[j] /= total;
+        cdf[j] = (j ? cdf[j - 1] : 0) + p[j];
+    }
+    bt_ctx *ctx = bt_ctx_new();
+    bt_sample_config sc;
+    bt_sample_config_init(&sc);
+    sc.temperature = T;
+    /* chosen uniforms: just below, inside and just above each id's interval */
+    double u[3 * W];
+    int64_t want[3 * W], got[3 * W];
+    float *rows = malloc(sizeof *rows * N * W), lp[3 * W];
+    for (int r = 0; r < N; r++)
+        memcpy(rows + r * W, z, sizeof z);
+    for (int j = 0; j < W; j++) {
+        double lo = j ? cdf[j - 1] : 0;
+        u[3 * j] = fmax(lo - 1e-4, 1e-9); /* the id before (or id 0) */
+        u[3 * j + 1] = (lo + cdf[j]) / 2;
+        u[3 * j + 2] = fmin(cdf[j] + 1e-4, 1 - 1e-9); /* the id after (or the last) */
+        want[3 * j] = j ? j - 1 : 0;
+        want[3 * j + 1] = j;
+        want[3 * j + 2] = j + 1 < W ? j + 1 : W - 1;
+    }
+    const int64_t few[] = {3 * W, W}, many[] = {N, W};
+    bt_tensor *tokens = NULL, *logprobs = NULL;
+    CHECK_OK(bt_sample_next(ctx, bt_from_host(ctx, BT_F32, bt_cpu(), 2, few, rows), &sc, u, &tokens,
+                            &logprobs));
+    CHECK_OK(bt_to_host(tokens, got, sizeof got));
+    CHECK_OK(bt_to_host(logprobs, lp, sizeof lp));
+    for (int r = 0; r < 3 * W; r++) {
+        CHECK(got[r] == want[r]);
+        CHECK_NEAR(lp[r], log(p[want[r]]), 1e-5);
+    }
+    /* frequencies under top-k 4: ids 2, 3, 0, 4 renormalised */
+    double *uu = malloc(sizeof *uu * N), top = p[0] + p[2] + p[3] + p[4];
+    int64_t *drawn = malloc(sizeof *drawn * N), counts[W] = {0};
+    for (int i = 0; i < N; i++)
+        uu[i] = bt_rng_uniform(bt_rng_key(99, (uint64_t)i));
+    sc.top_k = 4;
+    CHECK_OK(bt_sample_next(ctx, bt_from_host(ctx, BT_F32, bt_cpu(), 2, many, rows), &sc, uu,
+                            &tokens, &logprobs));
+    CHECK_OK(bt_to_host(tokens, drawn, sizeof *drawn * N));
+    for (int i = 0; i < N; i++)
+        counts[drawn[i] >= 0 && drawn[i] < W ? drawn[i] : 0] += drawn[i] >= 0 && drawn[i] < W;
+    for (int j = 0; j < W; j++) {
+        double q = j == 1 || j == 5 ? 0 : p[j] / top;
+        CHECK(fabs((double)counts[j] - N * q) <= 5 * sqrt(N * q * (1 - q)) + (q == 0 ? 0 : 1));
+    }
+    CHECK(counts[0] + counts[2] + counts[3] + counts[4] == N);
+    /* a padded vocabulary: ids 4 and 5 have the largest logits, but vocab_limit is 4 */
+    for (int r = 0; r < N; r++)
+        rows[r * W + 4] = rows[r * W + 5] = 40.0f;
+    sc.top_k = 0;
+    sc.vocab_limit = 4;
+    CHECK_OK(bt_sample_next(ctx, bt_from_host(ctx, BT_F32, bt_cpu(), 2, many, rows), &sc, uu,
+                            &tokens, &logprobs));
+    CHECK_OK(bt_to_host(tokens, drawn, sizeof *drawn * N));
+    int64_t padded = 0;
+    for (int i = 0; i < N; i++)
+        padded += drawn[i] >= 4;
+    CHECK(padded == 0);
+    for (int k = 0; k <= 3; k += 3) { /* greedy, and top-k 3 at temperature 1 */
+        sc.temperature = k ? 1.0 : 0.0;
+        sc.top_k = k;
+        CHECK_OK(bt_sample_next(ctx, bt_from_host(ctx, BT_F32, bt_cpu(), 2, few, rows), &sc, u,
+                                &tokens, &logprobs));
+        CHECK_OK(bt_to_host(tokens, got, sizeof got));
+        for (int r = 0; r < 3 * W; r++)
+            CHECK(k ? got[r] != 1 && got[r] < 4 : got[r] == 2);
+    }
+    /* NaN logits: refused, not drawn from */
+    rows[0] = NAN;
+    sc.temperature = 1.0;
+    CHECK(bt_sample_next(ctx, bt_from_host(ctx, BT_F32, bt_cpu(), 2, few, rows), &sc, u, &tokens,
+                         &logprobs) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "row 0's logits hold NaN or inf");
+    printf("inverse-CDF draws: %d chosen uniforms exact, %d keyed draws within 5 sigma\n", 3 * W,
+           N);
+    free(rows);
+    free(uu);
+    free(drawn);
+    bt_ctx_destroy(&ctx);
+}
+
+/*  (e) A row's tokens depend on its prompt and its key alone: rows generated again in another
+    batch (other companions, another order, another padding width) come out the same. */
+static void test_generate_keyed(void) {
+    for (int b = 0; b < GB; b++)
+        for (int i = 0; i < 8; i++)
+            s_prompts[b][i] = s_token();
+    bt_model_config cfg = s_config(2);
+    cfg.eos_token_id = -1;
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 8);
+    CHECK(m != NULL);
+    bt_sample_config sc;
+    bt_sample_config_init(&sc);
+    sc.max_new_tokens = GNEW;
+    sc.temperature = 1.0;
+    uint64_t keys[GB];
+    for (int r = 0; r < GB; r++)
+        keys[r] = bt_rng_key(31, (uint64_t)r);
+    bt_generation all, some;
+    bt_generation_init(&all);
+    bt_generation_init(&some);
+    CHECK_OK(bt_generate(m, s_prompt_rows, s_prompt_lens, GB, &sc, keys, &all));
+    /* rows 2 and 0, in that order, beside a longer prompt of another key */
+    int32_t longer[12];
+    for (int i = 0; i < 12; i++)
+        longer[i] = s_token();
+    const int32_t *rows[3] = {s_prompts[2], longer, s_prompts[0]};
+    const int64_t lens[3] = {s_prompt_lens[2], 12, s_prompt_lens[0]};
+    const uint64_t other[3] = {keys[2], 7, keys[0]};
+    CHECK_OK(bt_generate(m, rows, lens, 3, &sc, other, &some));
+    if (all.tokens && some.tokens) {
+        CHECK(memcmp(&all.tokens[2 * GNEW], &some.tokens[0], GNEW * sizeof *all.tokens) == 0);
+        CHECK(memcmp(&all.tokens[0], &some.tokens[2 * GNEW], GNEW * sizeof *all.tokens) == 0);
+        CHECK(s_max_diff(&all.logprobs[2 * GNEW], &some.logprobs[0], GNEW) < 1e-5);
+        CHECK(memcmp(&all.tokens[0], &all.tokens[2 * GNEW], GNEW * sizeof *all.tokens) != 0);
+    }
+    /* the same prompt under two keys: two completions */
+    const int32_t *twice[2] = {s_prompts[1], s_prompts[1]};
+    const int64_t twice_lens[2] = {s_prompt_lens[1], s_prompt_lens[1]};
+    CHECK_OK(bt_generate(m, twice, twice_lens, 2, &sc, keys, &some));
+    CHECK(some.tokens && memcmp(&some.tokens[0], &some.tokens[GNEW], GNEW * sizeof *some.tokens));
+    CHECK(bt_generate(m, twice, twice_lens, 2, &sc, NULL, &some) == BT_EINVAL); /* no keys */
+    bt_generation_release(&all);
+    bt_generation_release(&some);
     bt_model_destroy(&m);
 }
 
@@ -1023,6 +1168,8 @@ int main(void) {
     test_token_logprobs();
     test_filter();
     test_generate();
+    test_sample_draws();
+    test_generate_keyed();
     test_save_load();
     test_sharded();
     test_reference_logits();

@@ -340,6 +340,78 @@ static void test_misbehaving(void) {
     pthread_mutex_destroy(&server.lock);
 }
 
+/*  The ping a worker sends as it starts: an empty request of kind "ping", answered as any request
+    ({"rewards": []}); silence fails it within the timeout, saying no service answers at the
+    endpoint; a wrong reply fails it as a request's would.  Replies holding NaN or Infinity (what
+    Python's json.dumps writes for float("nan") and float("inf")) say so and where, not "not valid
+    JSON"; a reward beyond BT_REWARD_MAX (1e6) is refused with its value; 1e6 itself passes. */
+static void test_ping_and_values(void) {
+    char endpoint[128], prefix[192];
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/ping.ipc", s_tmp);
+    snprintf(prefix, sizeof prefix, "reward service %s: ", endpoint);
+    const s_step steps[] = {
+        {.reply = "{\"rewards\": []}"},
+        {.reply = NULL},
+        {.reply = "{\"rewards\": [1]}"},
+        {.reply = "{\"rewards\": [1, NaN]}"},
+        {.reply = "{\"rewards\": [Infinity, 0]}"},
+        {.reply = "{\"rewards\": [1, -Infinity], \"correct\": [true, false]}"},
+        {.reply = "{\"rewards\": [1, 1e300]}"},
+        {.reply = "{\"rewards\": [-1000000.5, 0]}"},
+        {.reply = "{\"rewards\": [1000000, -1000000]}"},
+    };
+    s_server server = {.steps = steps, .n_steps = (int)(sizeof steps / sizeof *steps)};
+    pthread_mutex_init(&server.lock, NULL);
+    void *ctx = zmq_ctx_new();
+    server.router = zmq_socket(ctx, ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt(server.router, ZMQ_LINGER, &linger, sizeof linger);
+    CHECK(zmq_bind(server.router, endpoint) == 0);
+    pthread_t thread;
+    pthread_create(&thread, NULL, s_server_main, &server);
+
+    bt_reward_service_t *client = NULL;
+    CHECK_OK(bt_reward_service_new(endpoint, 300, 0, &client));
+    CHECK_OK(bt_reward_service_ping(client));
+    pthread_mutex_lock(&server.lock);
+    CHECK(strcmp(server.first_request, "{\"version\":1,\"kind\":\"ping\",\"items\":[]}") == 0);
+    pthread_mutex_unlock(&server.lock);
+    char want[512];
+    double t0 = bt_now();
+    CHECK(bt_reward_service_ping(client) == BT_EIO);
+    double waited = bt_now() - t0;
+    CHECK(waited >= 0.29 && waited < 2.0);
+    snprintf(want, sizeof want,
+             "%sno reply within 300 ms (1 attempt) to the ping a worker sends as it starts: no "
+             "service answers there",
+             prefix);
+    CHECK_STR_CONTAINS(bt_last_error(), want);
+    CHECK(bt_reward_service_ping(client) == BT_EFORMAT);
+    snprintf(want, sizeof want, "%sreply: \"rewards\" has 1 entries for 0 completions", prefix);
+    CHECK_STR_CONTAINS(bt_last_error(), want);
+    double r[3] = {0};
+    bool c[3] = {0};
+    const char *faults[] = {
+        "reply: NaN at byte 16 is not a JSON number: every reward must be a finite number",
+        "reply: Infinity at byte 13 is not a JSON number",
+        "reply: -Infinity at byte 16 is not a JSON number",
+        "reply: rewards[1] is 1e+300, beyond the magnitude of 1e+06 a reward may have "
+        "(BT_REWARD_MAX)",
+        "reply: rewards[0] is -1000000.5, beyond the magnitude of 1e+06",
+    };
+    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) {
+        snprintf(want, sizeof want, "%s%s", prefix, faults[i]);
+        s_expect(client, 2, BT_EFORMAT, want, r, c);
+    }
+    s_expect(client, 2, BT_OK, NULL, r, c);
+    CHECK(r[0] == 1e6 && r[1] == -1e6 && c[0] && !c[1]);
+    pthread_join(thread, NULL);
+    bt_reward_service_destroy(&client);
+    zmq_close(server.router);
+    zmq_ctx_term(ctx);
+    pthread_mutex_destroy(&server.lock);
+}
+
 /*  The escaping of a request, checked on what a service receives: a REP socket in this thread. */
 static void test_request_bytes(void) {
     char endpoint[128];
@@ -443,6 +515,34 @@ static void test_runs(const char *python) {
     CHECK_STR_CONTAINS(events, want);
     free(events);
 
+    /* the workers ping the service as they start: with nobody there the run stops within about
+       one timeout, before its first RL step or evaluation (the trainer's SFT needs no reward),
+       and says why on stderr (the tasks' timeouts and re-queues took 4 timeouts and more) */
+    char early[128], early_err[128], *stderr_text = NULL;
+    snprintf(early, sizeof early, "%s/early", s_tmp);
+    snprintf(early_err, sizeof early_err, "%s/early.err", s_tmp);
+    const char *early_args[] = {
+        "run", config, "--run-dir", early, "--set", set, "--set", "reward.timeout_ms=1000", NULL};
+    double t0 = bt_now();
+    CHECK(s_run_stderr(early_args, early_err) == 1);
+    double took = bt_now() - t0;
+    CHECK(took < 3.9);
+    CHECK_OK(bt_file_read(early_err, 1 << 20, &stderr_text, NULL));
+    snprintf(want, sizeof want,
+             "cannot start: reward service ipc://%s/nobody.ipc: no reply within 1000 ms (1 "
+             "attempt) to the ping a worker sends as it starts",
+             s_tmp);
+    CHECK_STR_CONTAINS(stderr_text, want);
+    free(stderr_text);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", early);
+    char *early_metrics = NULL;
+    if (bt_file_read(path, 1 << 20, &early_metrics, NULL) == BT_OK)
+        CHECK(!strstr(early_metrics, "\"kind\":\"train\"") &&
+              !strstr(early_metrics, "\"kind\":\"eval\""));
+    free(early_metrics);
+    snprintf(want, sizeof want, "reward service ipc://%s/nobody.ipc: no reply within 100 ms",
+             s_tmp);
+
     /* `baton eval` scores generate datasets as an eval worker does: through the service */
     char err_path[128], *err = NULL;
     snprintf(err_path, sizeof err_path, "%s/eval.err", s_tmp);
@@ -458,6 +558,7 @@ int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_reward_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     test_misbehaving();
+    test_ping_and_values();
     test_request_bytes();
     const char *python = s_python();
     if (python) {

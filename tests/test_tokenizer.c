@@ -2,6 +2,7 @@
     tokenizer_config.json) and byte-level BPE from a tokenizer.json written here, every encoding
     worked out by hand from the merges (tests/test_hf_tokenizer.c checks real tokenizers). */
 #define _XOPEN_SOURCE 700
+#include "baton/fileio.h"
 #include "baton/tokenizer.h"
 
 #include "bpe_fixture.h"
@@ -425,6 +426,74 @@ static void test_bpe_refuses(void) {
     s_expect_bad(&spec, BT_EFORMAT, "eos_token \"<|nope|>\" is not a token");
 }
 
+/*  s_dir/name holds text[0, len) and the load fails with BT_EFORMAT saying needle. */
+static void s_expect_cut(const char *name, const char *text, size_t len, const char *needle) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", s_dir, name);
+    CHECK_OK(bt_file_write(path, text, len));
+    bt_tokenizer_t *tok = NULL;
+    CHECK(bt_tokenizer_load(s_dir, &tok) == BT_EFORMAT);
+    CHECK(tok == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), needle);
+}
+
+/*  A tokenizer.json cut short (an interrupted download or copy) says it is truncated, at which
+    byte and inside what; one broken in the middle says where it stops being JSON, line and
+    column; tokenizer_config.json likewise. */
+static void test_truncated(void) {
+    s_write_bpe(&s_good);
+    char path[256], want[512], *full = NULL, *config = NULL;
+    size_t len = 0, config_len = 0;
+    snprintf(path, sizeof path, "%s/tokenizer.json", s_dir);
+    CHECK_OK(bt_file_read(path, 1 << 20, &full, &len));
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", s_dir);
+    CHECK_OK(bt_file_read(path, 1 << 20, &config, &config_len));
+    if (!full || !config)
+        return;
+    /* cut inside the vocab (after its 3rd entry), inside merge 3's first string (merges 1 and 3
+       are ["a", "b"] arrays), and after the first byte */
+    size_t cut = (size_t)(strstr(full, "\"vocab\": {") - full);
+    for (int commas = 0; commas < 3; cut++)
+        commas += full[cut] == ',';
+    snprintf(want, sizeof want,
+             "tokenizer.json: truncated (ends at byte %zu, inside \"model\" > \"vocab\", between "
+             "values, 3 brackets left open): the file was cut short",
+             cut);
+    s_expect_cut("tokenizer.json", full, cut, want);
+    const char *merge1 = strstr(strstr(full, "\"merges\": ["), ", [");
+    cut = (size_t)(strstr(merge1 + 1, ", [") - full) + 5; /* past `, ["` and one byte */
+    snprintf(want, sizeof want,
+             "tokenizer.json: truncated (ends at byte %zu, inside \"model\" > \"merges\" > [3] > "
+             "[0], in a string, 4 brackets left open)",
+             cut);
+    s_expect_cut("tokenizer.json", full, cut, want);
+    s_expect_cut("tokenizer.json", full, 1,
+                 "tokenizer.json: truncated (ends at byte 1, inside the top-level value, between "
+                 "values, 1 bracket left open)");
+    s_expect_cut("tokenizer.json", full, 0, "tokenizer.json: empty (0 bytes)");
+    /* not cut: broken at byte 11 ("version" followed by '#') */
+    char *broken = malloc(len + 1);
+    memcpy(broken, full, len + 1);
+    broken[11] = '#';
+    CHECK(!strncmp(full, "{\"version\": ", 12));
+    s_expect_cut("tokenizer.json", broken, len,
+                 "tokenizer.json: not valid JSON at byte 11 (line 1, "
+                 "column 12)");
+    free(broken);
+    CHECK_OK(bt_file_write(path, config, config_len)); /* path: tokenizer_config.json */
+    snprintf(path, sizeof path, "%s/tokenizer.json", s_dir);
+    CHECK_OK(bt_file_write(path, full, len));
+    s_expect_cut("tokenizer_config.json", config, config_len - 3,
+                 "tokenizer_config.json: truncated (ends at byte");
+    bt_tokenizer_t *tok = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", s_dir);
+    CHECK_OK(bt_file_write(path, config, config_len)); /* whole again: it loads */
+    CHECK_OK(bt_tokenizer_load(s_dir, &tok));
+    bt_tokenizer_destroy(&tok);
+    free(full);
+    free(config);
+}
+
 int main(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/bt_tokenizer_XXXXXX");
     if (!mkdtemp(s_dir)) {
@@ -441,6 +510,7 @@ int main(void) {
     test_bpe_stops();
     test_bpe_ignore_merges();
     test_bpe_refuses();
+    test_truncated();
     nftw(s_dir, s_remove_one, 8, FTW_DEPTH | FTW_PHYS);
     return check_exit();
 }

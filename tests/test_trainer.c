@@ -597,10 +597,9 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
     rc.group_size = 4;
     rc.sample.temperature = 0.7;
     rc.sample.max_new_tokens = 4;
-    bt_gen *gen = bt_gen_new(9, bt_cpu());
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    CHECK_OK(bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, gen, &b));
+    CHECK_OK(bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, 9, &b));
     CHECK(b.n == 24 && b.n_prompts == 6 && b.group_size == 4 && b.version == 42);
     CHECK(b.temperature == 0.7 && b.max_new_tokens == 4);
     int correct = 0, some_eos = 0;
@@ -639,8 +638,31 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
     bt_task_example_release(&ex);
     CHECK(worst < 1e-4);
     CHECK(correct > 0 && some_eos > 0);
+
+    /* completion j of a prompt id draws from (step, id, j) alone: the same prompts split into
+       two jobs of the step (other job numbers in the seed's low bits, other batches) give the
+       same completions; another step gives others.  At temperature 3, so that they vary. */
+    bt_rollout_batch part;
+    bt_rollout_batch_init(&part);
+    rc.sample.temperature = 3.0;
+    CHECK_OK(bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, 9, &b));
+    for (int job = 0; job < 2; job++) {
+        int64_t first = job ? 2 : 0, n = job ? 4 : 2;
+        CHECK_OK(bt_rollout_sample(m, tok, task, s_idx + first, n, &rc, 42, 9 + (uint64_t)(job + 1),
+                                   &part));
+        for (int64_t c = 0; c < part.n; c++) {
+            int64_t w = first * 4 + c; /* the row of the whole batch */
+            CHECK(part.lengths[c] == b.lengths[w]);
+            CHECK(memcmp(part.tokens + c * 4, b.tokens + w * 4, 4 * sizeof *b.tokens) == 0);
+            for (int64_t j = 0; j < part.lengths[c]; j++)
+                CHECK_NEAR(part.logprobs[c * 4 + j], b.logprobs[w * 4 + j], 1e-5);
+        }
+    }
+    CHECK_OK(bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, 9 + (1 << BT_TASK_SEED_JOB_BITS),
+                               &part));
+    CHECK(memcmp(part.tokens, b.tokens, (size_t)b.n * 4 * sizeof *b.tokens) != 0);
+    bt_rollout_batch_release(&part);
     bt_rollout_batch_release(&b);
-    bt_gen_destroy(&gen);
 }
 
 static void s_check_sums_equal(const bt_evaluator_sums *a, const bt_evaluator_sums *b) {
@@ -657,15 +679,15 @@ static void test_eval_shards(bt_model *m, const bt_tokenizer_t *tok, const bt_ta
     ec.batch = 3; /* several generate calls per shard */
     ec.max_new_tokens = 4;
     bt_evaluator_sums whole, a, b;
-    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &whole));
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 0, &whole));
     CHECK(whole.examples == 10 && whole.completions == 10 && whole.samples == 1);
     CHECK(whole.correct_hist[0] + whole.correct_hist[1] == 10);
     CHECK(whole.correct_hist[1] == whole.correct);
     ec.count = 4;
-    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &a));
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 0, &a));
     ec.start = 4;
     ec.count = 6;
-    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &b));
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 0, &b));
     CHECK_OK(bt_evaluator_sums_add(&a, &b));
     s_check_sums_equal(&a, &whole);
 
@@ -675,55 +697,75 @@ static void test_eval_shards(bt_model *m, const bt_tokenizer_t *tok, const bt_ta
     ec.samples = 5;
     ec.temperature = 1.0;
     ec.batch = 12;
-    bt_gen *gen = bt_gen_new(4, bt_cpu());
     bt_evaluator_sums k;
-    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, gen, &k));
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 4, &k));
     int64_t ex = 0;
     for (int c = 0; c <= 5; c++)
         ex += k.correct_hist[c];
     CHECK(ex == 10 && k.completions == 50);
     CHECK(bt_evaluator_sums_add(&k, &whole) == BT_EINVAL); /* different k */
 
+    /* sampled: each example draws from its own key, so shards [0, 3) + [3, 10), batched
+       differently, add up to the whole to the bit; another key gives other samples */
+    bt_evaluator_sums split, rest, other;
+    ec.count = 3;
+    ec.batch = 5; /* one example per generate call */
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 4, &split));
+    ec.start = 3;
+    ec.count = 7;
+    ec.batch = 35; /* all seven in one call */
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 4, &rest));
+    CHECK_OK(bt_evaluator_sums_add(&split, &rest));
+    s_check_sums_equal(&split, &k);
+    CHECK(split.maj_correct == k.maj_correct && split.reward_sumsq == k.reward_sumsq);
+    CHECK(memcmp(split.length_hist, k.length_hist, sizeof k.length_hist) == 0);
+    ec.start = 0;
+    ec.count = 10;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 5, &other));
+    CHECK(other.length_sum != k.length_sum ||
+          memcmp(other.correct_hist, k.correct_hist, sizeof k.correct_hist) != 0);
+    ec.batch = 12;
+
     /* bad shards and greedy k > 1 are refused */
     ec.count = 11;
-    CHECK(bt_evaluator_run(m, tok, task, &ec, gen, &k) == BT_EINVAL);
+    CHECK(bt_evaluator_run(m, tok, task, &ec, 4, &k) == BT_EINVAL);
     ec.count = 10;
     ec.temperature = 0;
-    CHECK(bt_evaluator_run(m, tok, task, &ec, gen, &k) == BT_EINVAL);
-    bt_gen_destroy(&gen);
+    CHECK(bt_evaluator_run(m, tok, task, &ec, 4, &k) == BT_EINVAL);
 }
 
 static void s_logits(bt_model *m, float *out, size_t n);
 
 /*  Generates n_rows completions of the given prompts in one call (as the evaluator does when the
-    shard fits its batch), decoded into texts[r] (cap 16 bytes). */
+    shard fits its batch: held-out examples 0 .. n_prompts, keyed by bt_evaluator_key(key, -1, i,
+    j)), decoded into texts[r] (cap 16 bytes). */
 static void s_generate(bt_model *m, const bt_tokenizer_t *tok, const char *const *prompts,
-                       int n_prompts, int k, double temperature, uint64_t seed, int64_t max_new,
+                       int n_prompts, int k, double temperature, uint64_t key, int64_t max_new,
                        bt_generation *g, char texts[][16]) {
     int32_t ids[64][64];
     const int32_t *rows[64];
     int64_t lens[64];
+    uint64_t keys[64];
     for (int i = 0; i < n_prompts; i++) {
         size_t n = 0;
         CHECK_OK(bt_tokenizer_encode(tok, prompts[i], strlen(prompts[i]), true, ids[i], 64, &n));
         for (int j = 0; j < k; j++) {
             rows[i * k + j] = ids[i];
             lens[i * k + j] = (int64_t)n;
+            keys[i * k + j] = bt_evaluator_key(key, -1, (uint64_t)i, j);
         }
     }
     bt_sample_config sc;
     bt_sample_config_init(&sc);
     sc.max_new_tokens = max_new;
     sc.temperature = temperature;
-    bt_gen *gen = temperature > 0 ? bt_gen_new(seed, bt_cpu()) : NULL;
     bt_generation_init(g);
-    CHECK_OK(bt_generate(m, rows, lens, n_prompts * k, &sc, gen, g));
+    CHECK_OK(bt_generate(m, rows, lens, n_prompts * k, &sc, temperature > 0 ? keys : NULL, g));
     for (int r = 0; r < n_prompts * k; r++) {
         size_t len = 0;
         CHECK_OK(bt_tokenizer_decode(tok, g->tokens + r * max_new, (size_t)g->lengths[r], texts[r],
                                      16, &len));
     }
-    bt_gen_destroy(&gen);
 }
 
 /*  The evaluator's bookkeeping (maj@k, reward square sums, length histogram, robustness) against
@@ -744,10 +786,8 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
     ec.temperature = 1.0;
     ec.max_new_tokens = M;
     ec.batch = N * K; /* one generate call */
-    bt_gen *gen = bt_gen_new(4, bt_cpu());
     bt_evaluator_sums s;
-    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, gen, &s));
-    bt_gen_destroy(&gen);
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 4, &s));
     bt_generation g;
     char texts[N * K][16];
     s_generate(m, tok, prompts, N, K, 1.0, 4, M, &g, texts);
@@ -787,7 +827,7 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
     ec.samples = 1;
     ec.temperature = 0;
     ec.robustness = true;
-    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, NULL, &s));
+    CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 0, &s));
     for (int p = 0; p < BT_PERTURB_COUNT; p++) {
         char bufs[N][64];
         const char *pp[N];
@@ -974,8 +1014,7 @@ static void test_bf16_training(const bt_tokenizer_t *tok, bt_task_t *task) {
     bt_rollout_config_init(&rc);
     rc.group_size = 4;
     rc.sample.max_new_tokens = 4;
-    bt_gen *gen = bt_gen_new(5, bt_cpu());
-    CHECK_OK(bt_rollout_sample(bt_trainer_policy(tr[1]), tok, task, s_idx, 6, &rc, 0, gen, &b));
+    CHECK_OK(bt_rollout_sample(bt_trainer_policy(tr[1]), tok, task, s_idx, 6, &rc, 0, 5, &b));
     double adv[24];
     for (int i = 0; i < 24; i++)
         adv[i] = (i % 3) - 1.0;
@@ -988,7 +1027,6 @@ static void test_bf16_training(const bt_tokenizer_t *tok, bt_task_t *task) {
     for (int i = 0; i < bt_model_num_params(bt_trainer_policy(tr[1])); i++)
         CHECK(bt_dtype_of(bt_model_params(bt_trainer_policy(tr[1]))[i]) == BT_F32);
     bt_rollout_batch_release(&b);
-    bt_gen_destroy(&gen);
     bt_trainer_destroy(&tr[0]);
     bt_trainer_destroy(&tr[1]);
 }

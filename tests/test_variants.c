@@ -36,7 +36,10 @@ static pid_t s_start(const char *config, const char *dir, const char *set) {
     every 4 steps: each copy is a `pbt` event in which the bottom variant copies one that did
     better (the restore checks the copied state by its canary loss, or the run fails), and then
     trains at the explored rate: the top one's x0.8 or x1.2 within [lr_min, lr_max], or a draw in
-    that range; its next train line applies exactly that rate.  The report draws the lineage. */
+    that range; its next train line applies exactly that rate.  The report draws the lineage.
+    20 SFT steps, so that completions earn rewards from the first ranking on and the variants'
+    rewards differ (after 2, whether any of a near-uniform policy's completions earns a reward in
+    12 steps is a matter of the draws). */
 static void test_pbt(void) {
     char config[128], dir[128], text[4096];
     snprintf(config, sizeof config, "%s/pbt.json", s_tmp);
@@ -49,7 +52,7 @@ static void test_pbt(void) {
         s_base);
     CHECK_OK(bt_file_write(config, text, strlen(text)));
     snprintf(dir, sizeof dir, "%s/pbt", s_tmp);
-    CHECK(runs_wait(s_start(config, dir, NULL)) == 0);
+    CHECK(runs_wait(s_start(config, dir, "sft.steps=20")) == 0);
     CHECK(runs_train_steps(dir) == 48);
     char path[256], *events = NULL, *metrics = NULL;
     snprintf(path, sizeof path, "%s/events.jsonl", dir);

@@ -3,6 +3,8 @@
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
 #include "baton/metrics.h"
+#include "baton/rng.h"
+#include "baton/rollout.h"
 #include "baton/sample.h"
 
 #include <cjson/cJSON.h>
@@ -92,6 +94,13 @@ static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_task_t 
     return BT_OK;
 }
 
+#define S_PURPOSE 0x6576616cULL /* "eval": the first field of every evaluation draw's key */
+
+uint64_t bt_evaluator_key(uint64_t key, int perturb, uint64_t index, int64_t sample) {
+    uint64_t pass = bt_rng_key(bt_rng_key(key, S_PURPOSE), (uint64_t)(perturb + 1));
+    return bt_rng_key(bt_rng_key(pass, index), (uint64_t)sample);
+}
+
 /*  Scratch for one chunk of examples. */
 typedef struct s_chunk {
     int64_t cap;           /* examples */
@@ -105,6 +114,7 @@ typedef struct s_chunk {
     char **prompts;        /* (cap) prompt texts, for the scorer */
     const int32_t **rows;  /* (cap * k) prompt of each sequence */
     int64_t *row_lens;     /* (cap * k) */
+    uint64_t *keys;        /* (cap * k) each sequence's draws (bt_evaluator_key) */
     char *texts;           /* (cap * k, stride) decoded completions */
     bt_reward_item *items; /* (cap * k) what is scored */
     double *rewards;       /* (cap * k) */
@@ -112,8 +122,8 @@ typedef struct s_chunk {
     char **votes;          /* (k) canonical answers of one example's completions */
 } s_chunk;
 
-static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, int64_t i, uint64_t index,
-                               const char *prompt, const char *answer) {
+static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, uint64_t key, int perturb,
+                               int64_t i, uint64_t index, const char *prompt, const char *answer) {
     size_t len = strlen(prompt), n_ids = 0;
     free(c->ids[i]);
     free(c->answers[i]);
@@ -131,6 +141,7 @@ static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, int64_t i,
     for (int64_t j = 0; j < c->k; j++) {
         c->rows[i * c->k + j] = c->ids[i];
         c->row_lens[i * c->k + j] = c->lens[i];
+        c->keys[i * c->k + j] = bt_evaluator_key(key, perturb, index, j);
     }
     return BT_OK;
 }
@@ -138,7 +149,7 @@ static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, int64_t i,
 /*  Generates and scores examples [first, first + n) of the held-out set, clean (perturb < 0) or
     perturbed, into out.  Examples a perturbation does not apply to are skipped. */
 static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
-                             const bt_evaluator_config *cfg, bt_gen *gen, size_t first, int64_t n,
+                             const bt_evaluator_config *cfg, uint64_t key, size_t first, int64_t n,
                              int perturb, s_chunk *c, bt_evaluator_sums *out) {
     const int64_t k = c->k, M = cfg->max_new_tokens;
     bt_status st = BT_OK;
@@ -157,7 +168,7 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
                 continue;
             prompt = buf;
         }
-        st = s_set_example(c, tok, m++, first + (size_t)i, prompt, ex.answer);
+        st = s_set_example(c, tok, key, perturb, m++, first + (size_t)i, prompt, ex.answer);
     }
     bt_task_example_release(&ex);
     if (m == 0 || st != BT_OK)
@@ -169,9 +180,10 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     sc.top_k = cfg->top_k;
     sc.top_p = cfg->top_p;
     sc.n_stops = bt_tokenizer_stops(tok, sc.stops, BT_SAMPLE_MAX_STOPS);
+    sc.vocab_limit = bt_tokenizer_vocab_size(tok); /* only ids the decoding below knows */
     bt_generation g;
     bt_generation_init(&g);
-    st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, gen, &g);
+    st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, c->keys, &g);
     for (int64_t r = 0; r < m * k && st == BT_OK; r++) { /* decode all, then score all at once */
         size_t len = 0;
         st = bt_tokenizer_decode(tok, g.tokens + r * M, (size_t)g.lengths[r],
@@ -242,6 +254,7 @@ static void s_chunk_free(s_chunk *c) {
     free(c->prompts);
     free(c->rows);
     free(c->row_lens);
+    free(c->keys);
     free(c->texts);
     free(c->items);
     free(c->rewards);
@@ -260,13 +273,14 @@ static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_n
     c->prompts = calloc((size_t)cap, sizeof *c->prompts);
     c->rows = calloc((size_t)(cap * k), sizeof *c->rows);
     c->row_lens = calloc((size_t)(cap * k), sizeof *c->row_lens);
+    c->keys = calloc((size_t)(cap * k), sizeof *c->keys);
     c->texts = malloc((size_t)(cap * k * c->stride));
     c->items = calloc((size_t)(cap * k), sizeof *c->items);
     c->rewards = calloc((size_t)(cap * k), sizeof *c->rewards);
     c->right = calloc((size_t)(cap * k), sizeof *c->right);
     c->votes = calloc(BT_EVALUATOR_MAX_SAMPLES, sizeof *c->votes);
     bool ok = c->ids && c->lens && c->index && c->answers && c->prompts && c->rows && c->row_lens &&
-              c->texts && c->items && c->rewards && c->right && c->votes;
+              c->keys && c->texts && c->items && c->rewards && c->right && c->votes;
     for (int64_t j = 0; ok && j < k; j++)
         ok = (c->votes[j] = malloc((size_t)max_new + 64)) != NULL;
     return ok ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
@@ -274,7 +288,7 @@ static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_n
 
 /*  One pass over the shard: clean with cfg->samples completions, or one perturbation with one. */
 static bt_status s_run_pass(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
-                            const bt_evaluator_config *cfg, bt_gen *gen, int perturb,
+                            const bt_evaluator_config *cfg, uint64_t key, int perturb,
                             bt_evaluator_sums *out) {
     const int64_t k = perturb < 0 ? cfg->samples : 1;
     int64_t per_chunk = cfg->batch / k; /* examples per bt_generate call */
@@ -286,23 +300,23 @@ static bt_status s_run_pass(bt_model *model, const bt_tokenizer_t *tok, const bt
          first += (size_t)per_chunk) {
         size_t left = cfg->start + cfg->count - first;
         int64_t n = left < (size_t)per_chunk ? (int64_t)left : per_chunk;
-        st = s_run_chunk(model, tok, task, cfg, gen, first, n, perturb, &c, out);
+        st = s_run_chunk(model, tok, task, cfg, key, first, n, perturb, &c, out);
     }
     s_chunk_free(&c);
     return st;
 }
 
 bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
-                           const bt_evaluator_config *cfg, bt_gen *gen, bt_evaluator_sums *out) {
+                           const bt_evaluator_config *cfg, uint64_t key, bt_evaluator_sums *out) {
     BT_ASSERT(model && tok && task && cfg && out);
     bt_evaluator_sums_init(out, cfg->samples);
     bt_status st = s_check_config(cfg, task);
     if (st != BT_OK || cfg->count == 0)
         return st;
     double t0 = bt_now();
-    st = s_run_pass(model, tok, task, cfg, gen, -1, out);
+    st = s_run_pass(model, tok, task, cfg, key, -1, out);
     for (int p = 0; cfg->robustness && p < BT_PERTURB_COUNT && st == BT_OK; p++)
-        st = s_run_pass(model, tok, task, cfg, gen, p, out);
+        st = s_run_pass(model, tok, task, cfg, key, p, out);
     if (st != BT_OK) {
         bt_evaluator_sums_init(out, cfg->samples);
         return st;
@@ -727,11 +741,6 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     ec.reward_service = s->reward_service;
     if (ec.batch < d->samples)
         ec.batch = d->samples;
-    bt_gen *gen = bt_gen_new(seed, bt_model_device(model));
-    if (!gen)
-        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
-    bt_status st =
-        bt_evaluator_run(model, tok, s->own_task[i] ? s->own_task[i] : s->task, &ec, gen, out);
-    bt_gen_destroy(&gen);
-    return st;
+    return bt_evaluator_run(model, tok, s->own_task[i] ? s->own_task[i] : s->task, &ec,
+                            seed >> BT_TASK_SEED_JOB_BITS, out);
 }

@@ -6,6 +6,7 @@
 #include "baton/dtype.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -267,6 +268,22 @@ static const cJSON *s_array(const bt_reward_service_t *self, const cJSON *root, 
     return arr;
 }
 
+/*  "NaN", "Infinity" or "-Infinity" (any case, or "nan", "inf") when the n bytes at p start one,
+    else NULL: where cJSON gave up on a reply, the non-JSON numbers a service may well send. */
+static const char *s_non_finite(const char *p, size_t n) {
+    const char *names[] = {"NaN", "-NaN", "Infinity", "-Infinity", "inf", "-inf"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        size_t len = strlen(names[k]);
+        bool same = n >= len;
+        for (size_t i = 0; same && i < len; i++)
+            same = tolower((unsigned char)p[i]) == tolower((unsigned char)names[k][i]);
+        if (same)
+            return names[k][0] == '-' ? (names[k][1] == 'N' ? "-NaN" : "-Infinity")
+                                      : (names[k][0] == 'N' ? "NaN" : "Infinity");
+    }
+    return NULL;
+}
+
 /*  Checks the reply text and copies its rewards (and correct flags) out. */
 static bt_status s_parse_reply(const bt_reward_service_t *self, const char *text, size_t len,
                                int64_t n, double *rewards, bool *correct) {
@@ -276,6 +293,12 @@ static bt_status s_parse_reply(const bt_reward_service_t *self, const char *text
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
     while (root && end < text + len && strchr(" \t\r\n", *end))
         end++;
+    const char *odd = !root && end ? s_non_finite(end, (size_t)(text + len - end)) : NULL;
+    if (odd) /* what Python's json.dumps writes for float("nan") and float("inf") */
+        return s_bad_reply(self,
+                           "%s at byte %zu is not a JSON number: every reward must be a finite "
+                           "number",
+                           odd, (size_t)(end - text));
     if (!root || end != text + len) {
         cJSON_Delete(root);
         return s_bad_reply(self, "not valid JSON");
@@ -295,8 +318,20 @@ static bt_status s_parse_reply(const bt_reward_service_t *self, const char *text
                cJSON_HasObjectItem(root, "correct")) {
         flags = s_array(self, root, "correct", n, cJSON_IsBool, "true or false", "booleans", &st);
     }
+    int64_t i = 0;
+    for (const cJSON *v = st == BT_OK ? arr->child : NULL; v && st == BT_OK; v = v->next, i++)
+        if (fabs(v->valuedouble) > BT_REWARD_MAX) {
+            char value[32]; /* the shortest text that reads back as the value */
+            snprintf(value, sizeof value, "%.15g", v->valuedouble);
+            if (strtod(value, NULL) != v->valuedouble)
+                snprintf(value, sizeof value, "%.17g", v->valuedouble);
+            st = s_bad_reply(self,
+                             "rewards[%lld] is %s, beyond the magnitude of %g a reward may have "
+                             "(BT_REWARD_MAX): scale the service's rewards",
+                             (long long)i, value, BT_REWARD_MAX);
+        }
     if (st == BT_OK) {
-        int64_t i = 0;
+        i = 0;
         for (const cJSON *v = arr->child; v; v = v->next, i++) {
             rewards[i] = v->valuedouble;
             correct[i] = rewards[i] >= 1.0;
@@ -309,12 +344,11 @@ static bt_status s_parse_reply(const bt_reward_service_t *self, const char *text
     return st;
 }
 
-bt_status bt_reward_service_score(bt_reward_service_t *self, const char *kind,
-                                  const bt_reward_item *items, int64_t n, double *rewards,
-                                  bool *correct) {
-    BT_ASSERT(self && kind && (items || n == 0) && n >= 0);
-    if (n == 0)
-        return BT_OK;
+/*  Sends one request of kind for items[0..n) (n may be 0) and checks the reply into rewards and
+    correct. */
+static bt_status s_exchange(bt_reward_service_t *self, const char *kind,
+                            const bt_reward_item *items, int64_t n, double *rewards,
+                            bool *correct) {
     s_buf request = {0};
     bt_status st = s_request(kind, items, n, &request);
     zmq_msg_t reply;
@@ -339,6 +373,31 @@ bt_status bt_reward_service_score(bt_reward_service_t *self, const char *kind,
         st = s_parse_reply(self, zmq_msg_data(&reply), zmq_msg_size(&reply), n, rewards, correct);
     zmq_msg_close(&reply);
     free(request.data);
+    return st;
+}
+
+bt_status bt_reward_service_score(bt_reward_service_t *self, const char *kind,
+                                  const bt_reward_item *items, int64_t n, double *rewards,
+                                  bool *correct) {
+    BT_ASSERT(self && kind && (items || n == 0) && n >= 0);
+    if (n == 0)
+        return BT_OK;
+    return s_exchange(self, kind, items, n, rewards, correct);
+}
+
+bt_status bt_reward_service_ping(bt_reward_service_t *self) {
+    BT_ASSERT(self);
+    double none = 0;
+    bool no = false;
+    bt_status st = s_exchange(self, "ping", NULL, 0, &none, &no);
+    if (st == BT_EIO && strstr(bt_last_error(), ": no reply within ")) {
+        char why[768];
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        st = bt_fail(BT_EIO,
+                     "%s to the ping a worker sends as it starts: no service answers there "
+                     "(start it before the run, or fix reward.service)",
+                     why);
+    }
     return st;
 }
 

@@ -2,6 +2,8 @@
     host arrays. */
 #include "baton/rollout.h"
 
+#include "baton/rng.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,9 +170,16 @@ static bt_status s_score(bt_rollout_batch *out, const s_prompts *p, const bt_tok
     return st;
 }
 
+#define S_PURPOSE 0x726f6c6c6f7574ULL /* "rollout": the first field of every rollout draw's key */
+
+uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample) {
+    uint64_t step = bt_rng_key(seed >> BT_TASK_SEED_JOB_BITS, S_PURPOSE); /* any job of the step */
+    return bt_rng_key(bt_rng_key(step, prompt_id), (uint64_t)sample);
+}
+
 bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
                             const uint64_t *indices, int64_t n_prompts,
-                            const bt_rollout_config *cfg, int64_t version, bt_gen *gen,
+                            const bt_rollout_config *cfg, int64_t version, uint64_t seed,
                             bt_rollout_batch *out) {
     BT_ASSERT(model && tok && task && cfg && out && (indices || n_prompts == 0));
     bt_rollout_batch_release(out);
@@ -185,19 +194,22 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
         return st;
     const int32_t **rows = calloc((size_t)n, sizeof *rows); /* (n) prompt of each completion */
     int64_t *row_lens = calloc((size_t)n, sizeof *row_lens);
+    uint64_t *keys = calloc((size_t)n, sizeof *keys); /* (n) completion c's draws */
     bt_generation g;
     bt_generation_init(&g);
-    if (!rows || !row_lens)
+    if (!rows || !row_lens || !keys)
         st = bt_fail(BT_ENOMEM, "rollout: out of memory");
     for (int64_t c = 0; c < n && st == BT_OK; c++) {
         rows[c] = p.ids[c / G];
         row_lens[c] = p.lens[c / G];
+        keys[c] = bt_rollout_key(seed, indices[c / G], c % G);
     }
     bt_sample_config sample = cfg->sample;
-    /* completions end where the reward's decoding stops */
+    /* completions end where the reward's decoding stops, and hold only ids it can decode */
     sample.n_stops = bt_tokenizer_stops(tok, sample.stops, BT_SAMPLE_MAX_STOPS);
+    sample.vocab_limit = bt_tokenizer_vocab_size(tok);
     if (st == BT_OK)
-        st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &sample, gen, &g);
+        st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &sample, keys, &g);
     if (st == BT_OK)
         st = bt_rollout_batch_alloc(out, n_prompts, G, p.longest, M);
     if (st == BT_OK) {
@@ -221,6 +233,7 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
     if (st != BT_OK)
         bt_rollout_batch_release(out);
     bt_generation_release(&g);
+    free(keys);
     free(row_lens);
     free(rows);
     s_prompts_release(&p);

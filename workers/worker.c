@@ -130,9 +130,11 @@ static bt_status s_build(s_compute *c) {
     if (c->base.run.threads > 0)
         bt_set_num_threads((int)c->base.run.threads);
     BT_TRY(bt_tokenizer_for_model(c->base.model_path, &c->tok));
-    if (c->role != BT_ROLE_TRAINER && c->base.reward.service[0])
+    if (c->role != BT_ROLE_TRAINER && c->base.reward.service[0]) {
         BT_TRY(bt_reward_service_new(c->base.reward.service, c->base.reward.timeout_ms,
                                      c->base.reward.retries, &c->reward));
+        BT_TRY(bt_reward_service_ping(c->reward)); /* no service there: the run stops now */
+    }
     c->n_variants = c->base.n_variants > 0 ? c->base.n_variants : 1;
     for (int k = 0; k < c->n_variants; k++) {
         c->cur = &c->v[k];
@@ -220,16 +222,13 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
                            "%d sources",
                            (long long)i, BT_PROMPT_SOURCE(idx[i]), source, c->cur->n_sources);
         }
-    bt_gen *gen = bt_gen_new((uint64_t)seed, bt_model_device(c->cur->model));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    bt_status st = gen ? bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n,
-                                           &rc, version, gen, &b)
-                       : BT_ENOMEM;
+    bt_status st = bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n, &rc,
+                                     version, (uint64_t)seed, &b);
     if (st == BT_OK)
         st = bt_batch_to_msg(&b, res);
     bt_rollout_batch_release(&b);
-    bt_gen_destroy(&gen);
     free(idx);
     return st;
 }

@@ -1,7 +1,7 @@
 /*  evaluator.h — the evaluation core: held-out accuracy, reward, response length and the counts
     behind unbiased pass@k of a model on a task, as SUMS so that shards add up exactly.  No sockets
     of its own (completions may be scored by a reward service, reward_service.h).
-    Threading: a call uses the model, task, generator and result on the calling thread only.
+    Threading: a call uses the model, task and result on the calling thread only.
     Lifetime: plain values; nothing to create or destroy.  Load published weights into the model
     with bt_weights_load (rollout.h). */
 #ifndef BATON_EVALUATOR_H
@@ -124,10 +124,18 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
     cfg->samples completions each, generated in batches of up to cfg->batch sequences with the KV
     cache, decoded, and each batch scored with one bt_reward_score call (the task's verifier, or one
     request to cfg->reward_service); with cfg->robustness the perturbed prompts of each example too
-    (their first completion counts).  maj@k groups answers with bt_task_canonical_answer.  gen may
-    be NULL when greedy.  Fills *out (compute_s and peak_rss_mb included). */
+    (their first completion counts).  maj@k groups answers with bt_task_canonical_answer.  Sampled
+    completion j of held-out example i draws its tokens from bt_evaluator_key(key, perturbation,
+    i, j) alone (bt_generate), so an example gets the same completions in any shard and batch;
+    greedy ignores key.  Only ids the tokenizer has are generated
+    (bt_sample_config.vocab_limit).  Fills *out (compute_s and peak_rss_mb included). */
 bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
-                           const bt_evaluator_config *cfg, bt_gen *gen, bt_evaluator_sums *out);
+                           const bt_evaluator_config *cfg, uint64_t key, bt_evaluator_sums *out);
+
+/*  The key of completion `sample` of held-out example index in an evaluation keyed by key, clean
+    (perturb -1) or of perturbation perturb: (key, "eval", perturb + 1, index, sample) chained with
+    bt_rng_key. */
+uint64_t bt_evaluator_key(uint64_t key, int perturb, uint64_t index, int64_t sample);
 
 /*  A text to score: the NLL of continuation's tokens given BOS + context.  eos: also score the
     EOS token after the continuation. */
@@ -213,7 +221,10 @@ void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user)
 /*  Items dataset i evaluates: its count capped by what its data holds (0 count: all of it). */
 size_t bt_eval_suite_size(const bt_eval_suite *s, int i);
 /*  Evaluates items [start, start + count) of dataset i into *out: generate (with robustness as
-    given, generator seeded by seed), perplexity, or every probe. */
+    given), perplexity, or every probe.  seed is the eval TASK's (bt_config_eval_seed): generate
+    keys its draws by seed >> BT_TASK_SEED_JOB_BITS (rollout.h), the evaluation's (run.seed,
+    dataset, step) without the shard, so every shard of one evaluation draws an item's samples
+    alike. */
 bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
                             const bt_tokenizer_t *tok, size_t start, size_t count, bool robustness,
                             uint64_t seed, bt_evaluator_sums *out);

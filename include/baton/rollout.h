@@ -1,7 +1,7 @@
 /*  rollout.h — the rollout core: sample group_size completions per training prompt with the KV
     cache, score them with the task's verifier or a reward service, and return plain arrays; plus
     the versioned weights that move a policy between workers.  No sockets of its own.
-    Threading: a call uses the model, task, generator and result on the calling thread only.
+    Threading: a call uses the model, task and result on the calling thread only.
     Lifetime: a bt_rollout_batch or bt_weights holds heap arrays until its release function. */
 #ifndef BATON_ROLLOUT_H
 #define BATON_ROLLOUT_H
@@ -70,14 +70,27 @@ typedef struct bt_rollout_config {
 /*  group_size 8; sampling as bt_sample_config_init but max_new_tokens 8; no reward service. */
 void bt_rollout_config_init(bt_rollout_config *cfg);
 
+/*  A rollout or eval TASK's "seed" numbers the job within its step or evaluation in its low
+    BT_TASK_SEED_JOB_BITS bits (the controller's rollout jobs, bt_config_eval_seed's shards); the
+    bits above name the work alone (run.seed, step, dataset).  Draws are keyed by those, seed >>
+    BT_TASK_SEED_JOB_BITS, so a completion does not depend on which job or shard carried it. */
+#define BT_TASK_SEED_JOB_BITS 6
+
+/*  The key of completion `sample` of prompt id under a rollout TASK's seed: (seed >>
+    BT_TASK_SEED_JOB_BITS, "rollout", prompt_id, sample) chained with bt_rng_key. */
+uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample);
+
 /*  Samples cfg->group_size completions of each training example indices[0 .. n_prompts) in ONE
     bt_generate call: prompt = BOS + the prompt's bytes; each completion is decoded (up to its EOS)
     and all are scored against their examples' answers with one bt_reward_score call (one request
-    to cfg->reward_service when set).  version is recorded in the result.  Fills *out, releasing
-    what it held; on failure (a reward service's error included) *out is empty. */
+    to cfg->reward_service when set).  Completion j of prompt id p draws its tokens from
+    bt_rollout_key(seed, p, j) alone (bt_generate), so it is the same whichever job, batch or
+    worker holds p.  Only ids the tokenizer has are sampled (bt_sample_config.vocab_limit).
+    version is recorded in the result.  Fills *out, releasing what it held; on failure (a reward
+    service's error included) *out is empty. */
 bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
                             const uint64_t *indices, int64_t n_prompts,
-                            const bt_rollout_config *cfg, int64_t version, bt_gen *gen,
+                            const bt_rollout_config *cfg, int64_t version, uint64_t seed,
                             bt_rollout_batch *out);
 
 /*  Supervised demonstrations in the same layout: one row per training example (group_size 1)

@@ -1,5 +1,5 @@
 /*  sample.h — token sampling (greedy, temperature, top-k, top-p) and batched generation.
-    Threading: a call uses the model, the generator and the result on the calling thread only.
+    Threading: a call uses the model and the result on the calling thread only.
     Lifetime: a bt_generation holds heap arrays from bt_generate until bt_generation_release(). */
 #ifndef BATON_SAMPLE_H
 #define BATON_SAMPLE_H
@@ -27,9 +27,14 @@ typedef struct bt_sample_config {
                                            turn and end of text); n_stops 0: the model config's
                                            eos_token_id */
     int n_stops;
+    int64_t vocab_limit; /* ids >= vocab_limit are never drawn, nor chosen by greedy or top-k: a
+                            checkpoint may pad vocab_size past its tokenizer (Qwen: 151,936
+                            logits, 151,669 ids), and a padded id cannot be decoded; 0 = every
+                            logit */
 } bt_sample_config;
 
-/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own. */
+/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own, no
+    vocab_limit. */
 void bt_sample_config_init(bt_sample_config *cfg);
 
 /*  Logits (B, V) with every token outside the filters set to -inf: first the top_k largest
@@ -38,12 +43,18 @@ void bt_sample_config_init(bt_sample_config *cfg);
     The result lives in ctx. */
 bt_tensor *bt_sample_filter(bt_ctx *ctx, bt_tensor *logits, int64_t top_k, double top_p);
 
-/*  Draws one token per row of logits (B, V): *tokens (B) BT_I64 and *logprobs (B) F32.  Greedy
-    when cfg->temperature is 0 (gen may then be NULL).  The log-prob is that of the token under
-    log_softmax(logits / temperature) BEFORE top-k/top-p filtering — what the trainer recomputes
-    with bt_model_token_logprobs at the same temperature; greedy records it at temperature 1. */
-bt_status bt_sample_next(bt_ctx *ctx, bt_gen *gen, bt_tensor *logits, const bt_sample_config *cfg,
-                         bt_tensor **tokens, bt_tensor **logprobs);
+/*  Draws one token per row of logits (B, V): *tokens (B) BT_I64 and *logprobs (B) F32, among the
+    ids below cfg->vocab_limit.  Greedy (the argmax) when cfg->temperature is 0, and u may be NULL;
+    else u (B) holds one uniform in (0, 1) per row (bt_rng_uniform) and row b's token is the first
+    id whose cumulative probability, summed in float64 in id order over the filtered distribution,
+    reaches u[b] times the row's total: inverse-CDF sampling, so a row's draw depends on its
+    logits and u[b] alone, never on the other rows of the batch.  The log-prob is that of the token
+    under log_softmax(logits / temperature) over every logit, BEFORE top-k/top-p filtering and the
+    vocab_limit — what the trainer recomputes with bt_model_token_logprobs at the same
+    temperature; greedy records it at temperature 1.  BT_EINVAL when a sampled row's
+    probabilities are not finite (logits holding NaN or inf). */
+bt_status bt_sample_next(bt_ctx *ctx, bt_tensor *logits, const bt_sample_config *cfg,
+                         const double *u, bt_tensor **tokens, bt_tensor **logprobs);
 
 /*  Values appear in messages: append only. */
 typedef enum bt_finish_reason {
@@ -67,11 +78,14 @@ void bt_generation_release(bt_generation *g);
 
 /*  Samples up to cfg->max_new_tokens tokens after each of batch prompts (prompts[b] holds
     prompt_lens[b] >= 1 ids, as bt_tokenizer_encode writes them) under no-grad.  A row stops when it
-   samples the model's eos_token_id; it then emits the pad id (pad_token_id, else eos_token_id, else
-   0) and is masked out.  The same gen state and inputs give the same tokens.  Fills *out, releasing
-   what it held; on failure *out is empty. */
+    samples a stop token; it then emits the pad id (pad_token_id, else eos_token_id, else 0) and is
+    masked out.  keys (batch) name each row's draws: the token of row b at step s is drawn with
+    bt_rng_uniform(bt_rng_key(keys[b], s)) (bt_sample_next), so a row's tokens depend on its prompt
+    and its key alone, whatever else shares the batch; keys may be NULL when greedy.  Fills *out,
+    releasing what it held; on failure *out is empty. */
 bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int64_t *prompt_lens,
-                      int64_t batch, const bt_sample_config *cfg, bt_gen *gen, bt_generation *out);
+                      int64_t batch, const bt_sample_config *cfg, const uint64_t *keys,
+                      bt_generation *out);
 
 #ifdef __cplusplus
 }
