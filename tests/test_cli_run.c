@@ -50,10 +50,16 @@ int main(void) {
         const char *args, *message;
     } bad[] = {
         {"small.json --set grpo.group_size=1",
-         "--set grpo.group_size=1: expected an integer >= 2, got 1"},
+         "--set grpo.group_size=1: expected an integer in [2, 4096], got 1"},
         {"small.json --set grpo.gropu_size=4", "unknown key (did you mean grpo.group_size?)"},
         {"small.json --set task.kind=math", "task.kind=math: expected one of"},
         {"small.json --set grpo.lr=fast", "grpo.lr=fast: expected a number"},
+        /* what a worker would refuse mid-run is refused before anything starts */
+        {"small.json --set grpo.lr=1e308",
+         "--set grpo.lr=1e308: expected a number in [0, 1000], got 1e+308"},
+        {"small.json --set grpo.max_new_tokens=2000",
+         "small.json: grpo.max_new_tokens: expected an integer in [1, 1019] "
+         "(model.max_position_embeddings 1024 less the longest prompt, 5 tokens), got 2000"},
         {"small.json --set model.num_key_value_heads=3", "model.num_key_value_heads"},
         {"small.json --set workers.expiry_ms=10", "workers.expiry_ms"},
         {"missing.json", "missing.json: cannot open"},
