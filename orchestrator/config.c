@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef enum { S_INT, S_NUM, S_BOOL, S_STR, S_ENUM } s_type;
 enum { S_LO_OPEN = 1, S_HI_OPEN = 2 };
@@ -1335,6 +1337,91 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
     }
     snprintf(where, sizeof where, "variants[%d]", k);
     return s_check(out, where);
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+/*  path (named by key) is a readable regular file, or with dir a folder. */
+static bt_status s_check_path(const char *src, const char *key, const char *path, bool dir) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return bt_fail(BT_EINVAL, "%s: %s: \"%s\": no such %s", src, key, path,
+                       dir ? "folder" : "file");
+    if (dir ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode))
+        return bt_fail(BT_EINVAL, "%s: %s: \"%s\": not a %s", src, key, path,
+                       dir ? "folder" : "regular file");
+    if (access(path, dir ? R_OK | X_OK : R_OK) != 0)
+        return bt_fail(BT_EINVAL, "%s: %s: \"%s\": cannot be read", src, key, path);
+    return BT_OK;
+}
+
+/*  The key data source k's path (task.train) or heldout (task.eval) came from: its own entry's,
+    or the task.* key it inherits. */
+static void s_source_path_key(const bt_run_config *cfg, int k, const char *task_key, char *buf,
+                              size_t len) {
+    snprintf(buf, len, "%s", task_key);
+    if (cfg->data.n_sources == 0)
+        return;
+    const bt_config_source_spec *v = &cfg->data.sources[k];
+    size_t n = strlen(task_key);
+    for (int i = 0; i < v->n_sets; i++)
+        if (strncmp(v->sets[i], task_key, n) == 0 && v->sets[i][n] == '=')
+            snprintf(buf, len, "data.sources[%d].%s", k, s_source_key(v->sets[i]));
+}
+
+bt_status bt_config_check_files(const bt_run_config *cfg, const char *source) {
+    char key[96], path[BT_CONFIG_PATH_MAX + 64];
+    if (cfg->model_path[0]) {
+        BT_TRY(s_check_path(source, "model.path", cfg->model_path, true));
+        snprintf(path, sizeof path, "%s/config.json", cfg->model_path);
+        BT_TRY(s_check_path(source, "model.path", path, false));
+        snprintf(path, sizeof path, "%s/model.safetensors", cfg->model_path);
+        if (access(path, F_OK) != 0)
+            snprintf(path, sizeof path, "%s/model.safetensors.index.json", cfg->model_path);
+        if (access(path, F_OK) != 0)
+            return bt_fail(BT_EINVAL,
+                           "%s: model.path: \"%s\": no model.safetensors or "
+                           "model.safetensors.index.json in it",
+                           source, cfg->model_path);
+    }
+    bt_run_config *one = malloc(sizeof *one);
+    if (!one)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", source);
+    bt_status st = BT_OK;
+    for (int k = 0; k < bt_config_n_sources(cfg) && st == BT_OK; k++) {
+        st = bt_config_source(cfg, k, one);
+        if (st == BT_OK && one->task.kind == BT_CONFIG_TASK_JSONL) {
+            s_source_path_key(cfg, k, "task.train", key, sizeof key);
+            st = s_check_path(source, key, one->task.train, false);
+            s_source_path_key(cfg, k, "task.eval", key, sizeof key);
+            if (st == BT_OK && one->task.eval[0])
+                st = s_check_path(source, key, one->task.eval, false);
+        }
+    }
+    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++) {
+        const bt_eval_dataset *d = &cfg->eval.datasets[i];
+        snprintf(key, sizeof key, "eval.datasets[%d].source", i);
+        if (d->source[0] && d->data_source < 0)
+            st = s_check_path(source, key, d->source, false);
+    }
+    if (st == BT_OK && cfg->model_path[0]) { /* the model's own context */
+        bt_model_config mc;
+        snprintf(path, sizeof path, "%s/config.json", cfg->model_path);
+        st = bt_model_config_load(path, &mc);
+        char what[BT_CONFIG_PATH_MAX + 96];
+        snprintf(what, sizeof what, "max_position_embeddings of %s", path);
+        if (st != BT_OK)
+            st = s_reraise(source, "model.path: ", "");
+        if (st == BT_OK)
+            st = s_check_context(cfg, mc.max_position_embeddings, what, source);
+        for (int k = 0; k < cfg->n_variants && st == BT_OK; k++) {
+            st = bt_config_variant(cfg, k, one);
+            if (st == BT_OK)
+                st = s_check_context(one, mc.max_position_embeddings, what, source);
+        }
+    }
+    free(one);
+    return st;
 }
 
 int bt_config_n_sources(const bt_run_config *cfg) {

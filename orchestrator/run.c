@@ -69,6 +69,7 @@ bt_run_t *bt_run_new(const char *config_json, const char *source, const char *co
         return NULL;
     }
     if (bt_config_parse(config_json, source, overrides, n_overrides, &self->cfg) != BT_OK ||
+        bt_config_check_files(&self->cfg, source) != BT_OK ||
         !(self->config_json = bt_config_to_json(&self->cfg))) {
         free(self);
         return NULL;

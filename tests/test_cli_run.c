@@ -45,6 +45,13 @@ int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_cli_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     s_write("small.json", s_small);
+    s_write("a.jsonl", "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n");
+    s_write(
+        "sources.json",
+        "{\"data\": {\"sources\": [{\"name\": \"a\", \"kind\": \"jsonl\", \"path\": \"a.jsonl\"},"
+        " {\"name\": \"b\", \"kind\": \"jsonl\", \"path\": \"b.jsonl\"}]}}");
+    s_write("evalfile.json", "{\"eval\": {\"datasets\": [{\"name\": \"heldout\"},"
+                             " {\"name\": \"extra\", \"source\": \"missing_eval.jsonl\"}]}}");
     char out[8192];
     const struct {
         const char *args, *message;
@@ -63,6 +70,17 @@ int main(void) {
         {"small.json --set model.num_key_value_heads=3", "model.num_key_value_heads"},
         {"small.json --set workers.expiry_ms=10", "workers.expiry_ms"},
         {"missing.json", "missing.json: cannot open"},
+        /* a file the config names that does not exist: refused, naming the key and the path */
+        {"small.json --set task.kind=jsonl --set task.train=nope.jsonl",
+         "small.json: task.train: \"nope.jsonl\": no such file"},
+        {"small.json --set task.kind=jsonl --set task.train=small.json --set task.eval=gone.jsonl",
+         "small.json: task.eval: \"gone.jsonl\": no such file"},
+        {"small.json --set model.path=no/model",
+         "small.json: model.path: \"no/model\": no such folder"},
+        {"small.json --set model.path=.", "model.path: \"./config.json\": no such file"},
+        {"sources.json", "sources.json: data.sources[1].path: \"b.jsonl\": no such file"},
+        {"evalfile.json",
+         "evalfile.json: eval.datasets[1].source: \"missing_eval.jsonl\": no such file"},
         {"small.json --frobnicate", "unexpected argument \"--frobnicate\""},
         {"", "missing CONFIG"},
     };

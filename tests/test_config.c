@@ -1,5 +1,6 @@
 /*  test_config.c — the run config: defaults, overrides, the resolved-config round trip, one exact
     message per kind of mistake, the typed sub-configs, configs/arith.json and docs/config.md. */
+#define _DEFAULT_SOURCE /* mkdtemp */
 #include "baton/config.h"
 
 #include "baton/fileio.h"
@@ -461,6 +462,65 @@ static void test_ranges(void) {
             free(text);
         }
     }
+}
+
+/*  bt_config_check_files: a config naming a file that does not exist is refused, naming the key
+    and the path; with model.path, prompt and completion must fit its config.json's context. */
+static void test_files(void) {
+    char dir[] = "/tmp/bt_config_files_XXXXXX", path[256], set[3][300];
+    CHECK(mkdtemp(dir) != NULL);
+    bt_run_config cfg;
+    snprintf(set[0], sizeof set[0], "model.path=%s", dir);
+    const char *sets[] = {set[0]};
+    CHECK_OK(bt_config_parse("{}", "arith.json", sets, 1, &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    snprintf(path, sizeof path, "arith.json: model.path: \"%s/config.json\": no such file", dir);
+    CHECK(strcmp(bt_last_error(), path) == 0);
+    const char *model = "{\"model_type\": \"llama\", \"vocab_size\": 259, \"hidden_size\": 8,"
+                        " \"intermediate_size\": 16, \"num_hidden_layers\": 1,"
+                        " \"num_attention_heads\": 2, \"max_position_embeddings\": 16}";
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_OK(bt_file_write(path, model, strlen(model)));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "no model.safetensors or model.safetensors.index.json");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_OK(bt_file_write(path, "", 0));
+    CHECK_OK(bt_config_check_files(&cfg, "arith.json")); /* 7 + 8 tokens fit 16 */
+    snprintf(set[1], sizeof set[1], "grpo.max_new_tokens=10");
+    const char *longer[] = {set[0], set[1]};
+    CHECK_OK(bt_config_parse("{}", "arith.json", longer, 2, &cfg)); /* model.* keys do not apply */
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    snprintf(path, sizeof path,
+             "arith.json: grpo.max_new_tokens: expected an integer in [1, 9] "
+             "(max_position_embeddings of %s/config.json 16 less the longest prompt, 7 tokens), "
+             "got 10",
+             dir);
+    CHECK(strcmp(bt_last_error(), path) == 0);
+    /* JSONL files: the task's, a data source's (by its own key), an eval dataset's */
+    snprintf(path, sizeof path, "%s/train.jsonl", dir);
+    CHECK_OK(bt_file_write(path, "{}\n", 3));
+    snprintf(set[1], sizeof set[1], "task.train=%s", path);
+    const char *jsonl[] = {"task.kind=jsonl", set[1], "task.eval=/nonexistent/e.jsonl"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", jsonl, 2, &cfg));
+    CHECK_OK(bt_config_check_files(&cfg, "arith.json"));
+    CHECK_OK(bt_config_parse("{}", "arith.json", jsonl, 3, &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "arith.json: task.eval: \"/nonexistent/e.jsonl\": no such file") == 0);
+    CHECK_OK(s_parse("{\"data\": {\"sources\": [{\"name\": \"a\"},"
+                     " {\"name\": \"b\", \"kind\": \"jsonl\", \"path\": \"/nonexistent/b\"}]}}",
+                     &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "arith.json: data.sources[1].path: \"/nonexistent/b\": no such file") == 0);
+    CHECK_OK(
+        s_parse("{\"eval\": {\"datasets\": [{\"name\": \"x\", \"source\": \"/tmp\"}]}}", &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "arith.json: eval.datasets[0].source: \"/tmp\": not a regular file") == 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
 }
 
 static void test_sub_configs(void) {
@@ -964,6 +1024,7 @@ int main(void) {
     test_overrides();
     test_malformed();
     test_ranges();
+    test_files();
     test_sub_configs();
     test_tuner();
     test_variants();

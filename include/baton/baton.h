@@ -20,8 +20,8 @@ extern "C" {
 
 typedef struct bt_run bt_run_t;
 
-/*  Parses and checks config_json (source names it in messages) with `--set` style overrides.
-    Nothing is created on disk yet.  Caller owns the result; destroy with bt_run_destroy().  NULL
+/*  Parses and checks config_json (source names it in messages) with `--set` style overrides, and
+    checks that the files it names exist (bt_config_check_files).  Nothing is created on disk yet.  Caller owns the result; destroy with bt_run_destroy().  NULL
     on bad input, the one-line reason in bt_last_error(). */
 bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
                      int n_overrides);

@@ -247,6 +247,15 @@ bt_status bt_config_parse(const char *json_text, const char *source, const char 
 bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
                          bt_run_config *out);
 
+/*  The files a parsed config names exist, checked before anything is created: model.path is a
+    folder with config.json and model.safetensors (or its index), the JSONL files of a "jsonl" task
+    or data source (task.train, task.eval, data.sources[k].path and .heldout) and each eval
+    dataset's source file are readable regular files; with model.path, prompt and completion fit
+    its config.json's max_position_embeddings (as bt_config_parse checks model.* without it).  No
+    dataset is read.  BT_EINVAL naming the key and the path, source first:
+      "arith.json: task.train: "data/train.jsonl": no such file" */
+bt_status bt_config_check_files(const bt_run_config *cfg, const char *source);
+
 /*  Variant k's config (0 <= k < base->n_variants): base with variant k's sets applied in order (as
     --set overrides, over the base's own) and the checks between keys run again; n_variants and
     variants are copied unchanged.  Values the base already resolved stay resolved (grpo.max_tokens,
