@@ -1,4 +1,5 @@
-/*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT]] [--set key.path=value ...]`
+/*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT] | --overwrite]
+    [--set key.path=value ...]`
     and `baton controller CONFIG --bind ENDPOINT [--key FILE --allow DIR_OR_FILE | --insecure]`.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -62,7 +63,7 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
     const char *path = NULL, *dir = NULL, *resume = NULL, *bind = NULL;
     const char *key = controller ? getenv("BATON_KEY") : NULL;
     const char *allow = controller ? getenv("BATON_ALLOW") : NULL;
-    bool procs = false, insecure = false, key_flag = false;
+    bool procs = false, insecure = false, key_flag = false, overwrite = false;
     const char *sets[S_MAX_SETS];
     int n_sets = 0;
     for (int i = 0; i < argc; i++) {
@@ -82,6 +83,8 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
             insecure = true;
         else if (!strcmp(argv[i], "--resume")) /* an optional folder: the next non-option */
             resume = i + 1 < argc && argv[i + 1][0] != '-' && path ? argv[++i] : "";
+        else if (!strcmp(argv[i], "--overwrite"))
+            overwrite = true;
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
             sets[n_sets++] = argv[++i];
         else if (argv[i][0] == '-' || path)
@@ -92,6 +95,10 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
     }
     if (!path)
         return bt_cli_usage_error("%s: missing CONFIG", controller ? "controller" : "run");
+    if (resume && overwrite)
+        return bt_cli_usage_error("%s: --resume continues a run and --overwrite replaces it: give "
+                                  "one of them",
+                                  controller ? "controller" : "run");
     if (controller) {
         if (!bind)
             return bt_cli_usage_error("controller: missing --bind ENDPOINT");
@@ -126,6 +133,8 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
         bt_run_set_dir(run, dir);
     if (resume)
         bt_run_set_resume(run, resume);
+    if (overwrite)
+        bt_run_set_overwrite(run);
     if (procs)
         bt_run_set_procs(run);
     if (controller) {
@@ -135,6 +144,11 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
             bt_run_set_curve(run, key, allow);
         if (insecure)
             bt_run_set_insecure(run);
+    }
+    if (bt_run_check(run) != BT_OK) { /* the run directory and --resume, before anything starts */
+        fprintf(stderr, "baton: %s\n", bt_last_error());
+        bt_run_destroy(&run);
+        return 2;
     }
     s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
     bt_run_set_progress(run, s_progress, &d);

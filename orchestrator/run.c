@@ -5,6 +5,7 @@
 #include "baton/baton.h"
 #include "baton/scaling.h"
 
+#include "baton/fileio.h"
 #include "baton/security.h"
 #include "baton/worker.h"
 
@@ -40,6 +41,8 @@ struct bt_run {
     bt_reward_fn *reward;
     void *reward_user;
     bool resume;
+    bool overwrite; /* bt_run_set_overwrite: the directory's run files are removed first */
+    bool checked;   /* bt_run_check has passed */
     char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
@@ -93,6 +96,10 @@ const bt_run_config *bt_run_config_of(const bt_run_t *self) {
 void bt_run_set_resume(bt_run_t *self, const char *folder) {
     self->resume = true;
     snprintf(self->resume_from, sizeof self->resume_from, "%s", folder ? folder : "");
+}
+
+void bt_run_set_overwrite(bt_run_t *self) {
+    self->overwrite = true;
 }
 
 void bt_run_set_procs(bt_run_t *self) {
@@ -213,7 +220,61 @@ static bt_status s_secure(bt_run_t *self) {
     return BT_OK;
 }
 
+/*  What a run writes into its directory: what bt_run_set_overwrite removes.  The first three mark
+    a directory that holds a run. */
+static const char *const s_run_files[] = {"config.json", "metrics.jsonl", "events.jsonl",
+                                          "ckpt",        "model",         "variants",
+                                          "report.html", "controller.ipc"};
+enum { S_N_RUN_FILES = sizeof s_run_files / sizeof s_run_files[0], S_N_MARKS = 3 };
+
+/*  Whether dir holds a run; found gets the names of its marks, comma-separated. */
+static bool s_holds_run(const char *dir, char *found, size_t len) {
+    found[0] = '\0';
+    for (int i = 0; i < S_N_MARKS; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, s_run_files[i]);
+        if (access(path, F_OK) == 0)
+            snprintf(found + strlen(found), len - strlen(found), "%s%s", found[0] ? ", " : "",
+                     s_run_files[i]);
+    }
+    return found[0] != '\0';
+}
+
+bt_status bt_run_check(bt_run_t *self) {
+    if (self->checked)
+        return BT_OK;
+    if (self->resume && self->overwrite)
+        return bt_fail(BT_EINVAL, "run: --resume continues a run and --overwrite replaces it: give "
+                                  "one of them");
+    char found[128];
+    bool holds = s_holds_run(self->dir, found, sizeof found);
+    if (holds && !self->resume && !self->overwrite)
+        return bt_fail(BT_EINVAL,
+                       "%s holds a run already (%s): --resume continues it, --overwrite replaces "
+                       "it",
+                       self->dir, found);
+    if (self->resume && !holds)
+        return bt_fail(BT_EINVAL,
+                       "%s: no run to resume (no config.json, metrics.jsonl or events.jsonl)",
+                       self->dir);
+    self->checked = true;
+    return BT_OK;
+}
+
+/*  --overwrite: the run files of the directory go; anything else in it stays. */
+static bt_status s_remove_run(const bt_run_t *self) {
+    for (int i = 0; i < S_N_RUN_FILES; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", self->dir, s_run_files[i]);
+        BT_TRY(bt_rmtree(path));
+    }
+    return BT_OK;
+}
+
 bt_status bt_run_start(bt_run_t *self) {
+    BT_TRY(bt_run_check(self));
+    if (self->overwrite)
+        BT_TRY(s_remove_run(self));
     if (self->cfg.run.threads > 0)
         bt_set_num_threads((int)self->cfg.run.threads);
     self->log = bt_runlog_open(self->dir, self->config_json);

@@ -26,6 +26,13 @@ static bool s_exists(const char *rel) {
     return stat(path, &sb) == 0;
 }
 
+/*  rel inside the test's folder.  Borrowed: valid until the next call. */
+static const char *s_path_of(const char *rel) {
+    static char path[192];
+    snprintf(path, sizeof path, "%s/%s", s_tmp, rel);
+    return path;
+}
+
 static void s_write(const char *name, const char *text) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", s_tmp, name);
@@ -109,6 +116,27 @@ int main(void) {
     CHECK(s_exists("out/ok/config.json") && s_exists("out/ok/metrics.jsonl") &&
           s_exists("out/ok/events.jsonl"));
     CHECK_STR_CONTAINS(out, "done step 2/2");
+    /* a directory that holds a run is never appended to by accident: the same run again is
+       refused, naming the directory and both flags, and leaves its files as they were */
+    char metrics[PATH_MAX], *before = NULL, *after = NULL;
+    snprintf(metrics, sizeof metrics, "%s/out/ok/metrics.jsonl", s_tmp);
+    CHECK_OK(bt_file_read(metrics, 1 << 20, &before, NULL));
+    CHECK(s_run("small.json --set run.name=ok --run-dir out/ok", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "out/ok holds a run already");
+    CHECK_STR_CONTAINS(out, "--resume continues it, --overwrite replaces it");
+    CHECK_OK(bt_file_read(metrics, 1 << 20, &after, NULL));
+    CHECK(before && after && strcmp(before, after) == 0);
+    free(after);
+    /* --overwrite replaces the run: two train lines, not four */
+    CHECK(s_run("small.json --set run.name=ok --run-dir out/ok --overwrite", out, sizeof out) == 0);
+    CHECK(runs_train_steps(s_path_of("out/ok")) == 2);
+    /* --resume needs a run, and excludes --overwrite */
+    CHECK(s_run("small.json --run-dir out/none --resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "out/none: no run to resume");
+    CHECK(!s_exists("out/none"));
+    CHECK(s_run("small.json --run-dir out/ok --resume --overwrite", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "--resume continues a run and --overwrite replaces it");
+    free(before);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     CHECK(system(cmd) == 0);
