@@ -522,6 +522,31 @@ bt_status bt_ckpt_verify(const char *folder) {
     return s_verify(folder, NULL, &m);
 }
 
+bt_status bt_ckpt_read_file(const char *folder, const char *name, size_t max, char **out) {
+    s_manifest m;
+    BT_TRY(s_manifest_read(folder, &m));
+    for (int i = 0; i < m.n; i++) {
+        if (strcmp(m.e[i].name, name) != 0)
+            continue;
+        char path[S_PATH];
+        BT_TRY(s_check_file(folder, &m.e[i], NULL));
+        BT_TRY(s_join(path, folder, name));
+        return bt_file_read(path, max, out, NULL);
+    }
+    return bt_fail(BT_EFORMAT, "%s/MANIFEST: does not list %s", folder, name);
+}
+
+bt_status bt_ckpt_latest_named(const char *dir, char *path, size_t len) {
+    char ckpt[S_PATH], latest[32];
+    BT_TRY(s_join(ckpt, dir, "ckpt"));
+    BT_TRY(s_read_latest(ckpt, latest));
+    int n = latest[0] ? snprintf(path, len, "%s/%s", ckpt, latest) : snprintf(path, len, "%s", "");
+    if (n < 0 || (size_t)n >= len)
+        return bt_fail(BT_ERANGE, "%s/%s: longer than the %zu bytes given for it", ckpt, latest,
+                       len);
+    return BT_OK;
+}
+
 /* ---- saving --------------------------------------------------------------------------------- */
 
 static bt_status s_config_check(const bt_ckpt_config *cfg) {

@@ -349,6 +349,8 @@ const char *bt_config_key(int i) {
     return i >= 0 && i < S_NKEYS ? s_keys[i].path : NULL;
 }
 
+static cJSON *s_to_item(const s_key *k, const bt_run_config *cfg);
+
 static const s_key *s_find(const char *path) {
     for (int i = 0; i < S_NKEYS; i++)
         if (strcmp(s_keys[i].path, path) == 0)
@@ -1337,6 +1339,53 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
     }
     snprintf(where, sizeof where, "variants[%d]", k);
     return s_check(out, where);
+}
+
+/* ---- comparing ------------------------------------------------------------------------------ */
+
+int bt_config_diff(const bt_run_config *a, const bt_run_config *b, const char **keys, int max) {
+    int n = 0;
+    for (int i = 0; i < S_NKEYS; i++)
+        if (memcmp(s_cfield(&s_keys[i], a), s_cfield(&s_keys[i], b), s_keys[i].size) != 0) {
+            if (n < max)
+                keys[n] = s_keys[i].path;
+            n++;
+        }
+    const struct {
+        const char *path;
+        bool differ;
+    } arrays[] = {
+        {"eval.datasets", a->eval.n_datasets != b->eval.n_datasets ||
+                              memcmp(a->eval.datasets, b->eval.datasets,
+                                     (size_t)a->eval.n_datasets * sizeof a->eval.datasets[0])},
+        {"eval.probes", a->eval.n_probes != b->eval.n_probes ||
+                            memcmp(a->eval.probes, b->eval.probes,
+                                   (size_t)a->eval.n_probes * sizeof a->eval.probes[0])},
+        {"data.sources", a->data.n_sources != b->data.n_sources ||
+                             memcmp(a->data.sources, b->data.sources,
+                                    (size_t)a->data.n_sources * sizeof a->data.sources[0])},
+        {"variants",
+         a->n_variants != b->n_variants ||
+             memcmp(a->variants, b->variants, (size_t)a->n_variants * sizeof a->variants[0])},
+    };
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        if (arrays[i].differ) {
+            if (n < max)
+                keys[n] = arrays[i].path;
+            n++;
+        }
+    return n;
+}
+
+bool bt_config_value_text(const bt_run_config *cfg, const char *path, char *buf, size_t len) {
+    const s_key *k = s_find(path);
+    cJSON *item = k ? s_to_item(k, cfg) : NULL;
+    char *text = item ? cJSON_PrintUnformatted(item) : NULL;
+    if (text)
+        snprintf(buf, len, "%s", text);
+    cJSON_free(text);
+    cJSON_Delete(item);
+    return text != NULL;
 }
 
 /* ---- files ---------------------------------------------------------------------------------- */

@@ -5,7 +5,9 @@
 #include "baton/baton.h"
 #include "baton/scaling.h"
 
+#include "baton/checkpoint.h"
 #include "baton/fileio.h"
+#include "baton/runstate.h"
 #include "baton/security.h"
 #include "baton/worker.h"
 
@@ -17,11 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
-enum { S_MAX_THREADS = 256 };
+enum { S_MAX_THREADS = 256, S_MAX_CHANGED = 32 };
 
 typedef struct {
     bt_worker_options opt;
@@ -43,6 +46,11 @@ struct bt_run {
     bool resume;
     bool overwrite; /* bt_run_set_overwrite: the directory's run files are removed first */
     bool checked;   /* bt_run_check has passed */
+    /* a resume: the keys whose values differ from the run directory's config.json (those that may
+       change on resume), with their old and new values, for the config_changed event */
+    int n_changed;
+    const char *changed[S_MAX_CHANGED];
+    char changed_from[S_MAX_CHANGED][64], changed_to[S_MAX_CHANGED][64];
     char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
@@ -240,6 +248,130 @@ static bool s_holds_run(const char *dir, char *found, size_t len) {
     return found[0] != '\0';
 }
 
+/*  The keys that may change when a run resumes (docs/architecture.md, "Resume"): how long it goes
+    on, how it is shown, where its work runs and how faults are detected, where checkpoints go;
+    none of them changes what a step computes.  "x." stands for every key of section x. */
+static const char *const s_resume_may_change[] = {
+    "grpo.steps",       "run.log_every",       "run.threads",
+    "workers.",         "checkpoint.",         "reward.timeout_ms",
+    "reward.retries",   "debug.save_pause_ms", "debug.kill_rollout_at_task",
+    "debug.log_prompts"};
+enum { S_N_MAY_CHANGE = sizeof s_resume_may_change / sizeof s_resume_may_change[0] };
+
+static bool s_may_change(const char *key) {
+    for (int i = 0; i < S_N_MAY_CHANGE; i++) {
+        const char *k = s_resume_may_change[i];
+        size_t n = strlen(k);
+        if (k[n - 1] == '.' ? strncmp(key, k, n) == 0 : strcmp(key, k) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*  --resume with the run directory's config.json: the keys that differ must be ones that may
+    change on resume; they are kept for the config_changed event. */
+static bt_status s_check_config_changes(bt_run_t *self) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", self->dir);
+    bt_run_config *old = malloc(sizeof *old);
+    if (!old)
+        return bt_fail(BT_ENOMEM, "run: out of memory");
+    if (bt_config_load(path, NULL, 0, old) != BT_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        free(old);
+        return bt_fail(BT_EINVAL,
+                       "%s: --resume: its config.json cannot be read back to compare it with the "
+                       "config given: %s",
+                       self->dir, why);
+    }
+    const char *keys[S_MAX_CHANGED];
+    int n = bt_config_diff(old, &self->cfg, keys, S_MAX_CHANGED);
+    char refused[1024] = "";
+    for (int i = 0; i < n && i < S_MAX_CHANGED; i++) {
+        char from[64] = "(changed)", to[64] = "(changed)";
+        bt_config_value_text(old, keys[i], from, sizeof from);
+        bt_config_value_text(&self->cfg, keys[i], to, sizeof to);
+        if (!s_may_change(keys[i])) {
+            size_t used = strlen(refused);
+            snprintf(refused + used, sizeof refused - used, "%s%s (%s -> %s)", used ? ", " : "",
+                     keys[i], from, to);
+            continue;
+        }
+        self->changed[self->n_changed] = keys[i];
+        snprintf(self->changed_from[self->n_changed], 64, "%s", from);
+        snprintf(self->changed_to[self->n_changed], 64, "%s", to);
+        self->n_changed++;
+    }
+    free(old);
+    if (refused[0] || n > S_MAX_CHANGED)
+        return bt_fail(BT_EINVAL,
+                       "%s: --resume: the config differs from %s in %s%s; only grpo.steps, "
+                       "run.log_every, run.threads, workers.*, checkpoint.*, reward.timeout_ms, "
+                       "reward.retries and the debug hooks save_pause_ms, kill_rollout_at_task and "
+                       "log_prompts may change on resume: give the run's config, or start a new "
+                       "run (--overwrite, or another --run-dir)",
+                       self->dir, path, refused[0] ? refused : "more keys than listed",
+                       n > S_MAX_CHANGED ? " and more" : "");
+    return BT_OK;
+}
+
+/*  Whether folder lies in dir (both resolved): a checkpoint folder given to --resume must be one of
+    the run directory's, or of its checkpoint mirror's. */
+static bool s_is_inside(const char *folder, const char *dir) {
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!realpath(folder, a) || !realpath(dir, b))
+        return false;
+    size_t n = strlen(b);
+    return strncmp(a, b, n) == 0 && a[n] == '/';
+}
+
+/*  --resume: the checkpoint it will start from (the folder named, else the one LATEST names) holds
+    a state.json this run can continue from.  A LATEST whose state.json does not verify is left to
+    the resume, which falls back to an older checkpoint. */
+static bt_status s_check_checkpoint(bt_run_t *self) {
+    char folder[PATH_MAX], ckpt[PATH_MAX], mirror[PATH_MAX];
+    bool named = self->resume_from[0] != '\0';
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", self->dir);
+    snprintf(mirror, sizeof mirror, "%s/ckpt", self->cfg.checkpoint.mirror_dir);
+    if (named) {
+        snprintf(folder, sizeof folder, "%s", self->resume_from);
+        struct stat sb;
+        if (stat(folder, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return bt_fail(BT_EINVAL, "--resume %s: no such checkpoint folder", folder);
+        if (!s_is_inside(folder, ckpt) &&
+            !(self->cfg.checkpoint.mirror_dir[0] && s_is_inside(folder, mirror)))
+            return bt_fail(BT_EINVAL,
+                           "--resume %s: not a checkpoint of %s (a folder in %s or in "
+                           "checkpoint.mirror_dir's ckpt/): resume the run it belongs to "
+                           "(--run-dir), whose metrics.jsonl it matches",
+                           folder, self->dir, ckpt);
+    } else if (bt_ckpt_latest_named(self->dir, folder, sizeof folder) != BT_OK || !folder[0]) {
+        return BT_OK; /* the resume looks further, or says there is none */
+    }
+    char *text = NULL, source[PATH_MAX + 16], why[1024];
+    if (bt_ckpt_read_file(folder, "state.json", (size_t)1 << 24, &text) != BT_OK) {
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        return named ? bt_fail(BT_EINVAL, "--resume %s: %s", folder, why) : BT_OK;
+    }
+    snprintf(source, sizeof source, "%s/state.json", folder);
+    bt_run_state *st = malloc(sizeof *st);
+    bt_status rc = st ? bt_run_state_from_json(text, source, st) : BT_ENOMEM;
+    free(text);
+    char metrics[PATH_MAX];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", self->dir);
+    struct stat sb;
+    int64_t bytes = stat(metrics, &sb) == 0 ? (int64_t)sb.st_size : 0;
+    if (rc == BT_OK)
+        rc = bt_run_state_check(st, &self->cfg, bytes, source);
+    free(st);
+    if (rc != BT_OK) {
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        return bt_fail(BT_EINVAL, "--resume: %s", why);
+    }
+    return BT_OK;
+}
+
 bt_status bt_run_check(bt_run_t *self) {
     if (self->checked)
         return BT_OK;
@@ -257,6 +389,11 @@ bt_status bt_run_check(bt_run_t *self) {
         return bt_fail(BT_EINVAL,
                        "%s: no run to resume (no config.json, metrics.jsonl or events.jsonl)",
                        self->dir);
+    self->n_changed = 0;
+    if (self->resume && self->cfg.n_variants == 0) { /* with variants: refused at the start */
+        BT_TRY(s_check_config_changes(self));
+        BT_TRY(s_check_checkpoint(self));
+    }
     self->checked = true;
     return BT_OK;
 }
@@ -280,6 +417,21 @@ bt_status bt_run_start(bt_run_t *self) {
     self->log = bt_runlog_open(self->dir, self->config_json);
     if (!self->log)
         return BT_EIO;
+    if (self->n_changed > 0) { /* a resume with keys that may change: which, from what to what */
+        const char *from[S_MAX_CHANGED], *to[S_MAX_CHANGED];
+        for (int i = 0; i < self->n_changed; i++) {
+            from[i] = self->changed_from[i];
+            to[i] = self->changed_to[i];
+        }
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", "config_changed");
+        bt_jsonl_num(&line, "time", 0);
+        bt_jsonl_strs(&line, "keys", self->changed, (size_t)self->n_changed);
+        bt_jsonl_strs(&line, "from", from, (size_t)self->n_changed);
+        bt_jsonl_strs(&line, "to", to, (size_t)self->n_changed);
+        BT_TRY(bt_runlog_event(self->log, &line));
+    }
     if (self->procs && self->reward)
         return bt_fail(BT_EINVAL, "run: a host reward function cannot reach worker processes");
     if (self->procs && !strncmp(self->endpoint, "inproc://", 9)) { /* a socket in the run dir */

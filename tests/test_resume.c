@@ -17,6 +17,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -336,6 +337,114 @@ static void test_nan_rollback(void) {
     free(m);
 }
 
+/*  `baton run CONFIG --run-dir DIR ARGS 2>&1` into out; its exit status. */
+static int s_cli(const char *dir, const char *args, char *out, size_t cap) {
+    char cmd[1024];
+    const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+    snprintf(cmd, sizeof cmd, "%s run %s --run-dir %s %s 2>&1", bin, s_config, dir, args);
+    return runs_capture(cmd, out, cap);
+}
+
+/*  A copy of run directory from at to (cp -a). */
+static void s_copy(const char *from, const char *to) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -a %s %s", to, from, to);
+    CHECK(system(cmd) == 0);
+}
+
+static int64_t s_size(const char *dir, const char *name) {
+    char path[256];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+}
+
+/*  Replaces the first `from` in folder/state.json with `to` and lists the new file in MANIFEST
+    with its own hash, as a writer that got the value wrong would have: the checkpoint verifies. */
+static void s_edit_state(const char *folder, const char *from, const char *to) {
+    char path[256], *text = NULL, *manifest = NULL, edited[1 << 16], line[256];
+    snprintf(path, sizeof path, "%s/state.json", folder);
+    CHECK_OK(bt_file_read(path, 1 << 16, &text, NULL));
+    char *at = text ? strstr(text, from) : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(text);
+        return;
+    }
+    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    CHECK_OK(bt_file_write(path, edited, strlen(edited)));
+    snprintf(path, sizeof path, "%s/MANIFEST", folder);
+    CHECK_OK(bt_file_read(path, 1 << 16, &manifest, NULL));
+    char *entry = manifest ? strstr(manifest, " state.json\n") : NULL;
+    CHECK(entry != NULL);
+    while (entry && entry > manifest && entry[-1] != '\n')
+        entry--;
+    if (entry) {
+        snprintf(line, sizeof line, "%016llx %zu state.json\n",
+                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited));
+        char *end = strchr(entry, '\n') + 1, out[1 << 16];
+        snprintf(out, sizeof out, "%.*s%s%s", (int)(entry - manifest), manifest, line, end);
+        CHECK_OK(bt_file_write(path, out, strlen(out)));
+    }
+    free(manifest);
+    free(text);
+}
+
+/*  --resume trusts nothing it reads: a state.json whose metrics_size is beyond the metrics.jsonl
+    there (2^40 made a 1 TiB sparse file), a metrics.jsonl whose tail was lost, a checkpoint of
+    another run directory, a config that changed where it may not: each is refused before anything
+    starts (exit 2), saying what is wrong and what to do, and no file grows.  A config that changed
+    only where it may (grpo.steps, workers.*) resumes, with a config_changed event. */
+static void test_resume_checks(const char *ref) {
+    char dir[128], other[128], out[8192], folder[256];
+    snprintf(dir, sizeof dir, "%s/checked", s_tmp);
+    snprintf(other, sizeof other, "%s/other", s_tmp);
+    s_copy(ref, dir);
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, s_latest(dir));
+    int64_t metrics = s_size(dir, "metrics.jsonl");
+
+    s_edit_state(folder, "\"metrics_size\":\t", "\"metrics_size\":\t1099511627776,\"was\":\t");
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "metrics_size: the checkpoint was taken when metrics.jsonl held "
+                            "1099511627776 bytes");
+    CHECK_STR_CONTAINS(out, "--overwrite");
+    CHECK(s_size(dir, "metrics.jsonl") == metrics); /* not grown, no sparse file */
+    s_edit_state(folder, "\"metrics_size\":\t1099511627776,\"was\":\t", "\"metrics_size\":\t");
+    s_edit_state(folder, "\"version\":\t", "\"version\":\t-1,\"was\":\t");
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "state.json.version: expected an integer in [0, 9007199254740992], "
+                            "got -1");
+    s_edit_state(folder, "\"version\":\t-1,\"was\":\t", "\"version\":\t");
+
+    /* the tail of metrics.jsonl lost in a crash: the checkpoint's lines are not all there */
+    CHECK(truncate(strcat(strcpy(out, dir), "/metrics.jsonl"), 100) == 0);
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "and it holds 100: its tail was lost");
+    CHECK(s_size(dir, "metrics.jsonl") == 100);
+
+    /* another run directory's checkpoint */
+    s_copy(ref, other);
+    char args[512];
+    snprintf(args, sizeof args, "--resume %s", folder);
+    CHECK(s_cli(other, args, out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "not a checkpoint of");
+    /* a key that may not change on resume, named with its two values */
+    CHECK(s_cli(other, "--resume --set grpo.lr=0.002 --set workers.eval=2", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "the config differs from");
+    CHECK_STR_CONTAINS(out, "grpo.lr (0.001 -> 0.002)");
+    CHECK(strstr(out, "workers.eval (") == NULL); /* that one may change */
+    char *events = s_events(other);
+    CHECK(events && !strstr(events, "config_changed"));
+    free(events);
+    /* keys that may change: the run goes on to the new grpo.steps, and says what changed */
+    CHECK(s_cli(other, "--resume --set grpo.steps=18 --set workers.eval=2", out, sizeof out) == 0);
+    CHECK(s_last_step(other) == 18);
+    events = s_events(other);
+    CHECK_STR_CONTAINS(events, "{\"event\":\"config_changed\",\"time\":0,\"keys\":[\"grpo.steps\","
+                               "\"workers.eval\"],\"from\":[\"16\",\"1\"],\"to\":[\"18\",\"2\"]}");
+    free(events);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_resume_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -347,6 +456,7 @@ int main(void) {
     char *reference = runs_metrics(ref);
     CHECK(reference && s_last_step(ref) == 16);
     test_tuner_decisions(ref);
+    test_resume_checks(ref);
     test_kill_and_resume(reference);
     test_corrupt_fallback(reference);
     test_nan_rollback();

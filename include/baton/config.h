@@ -270,6 +270,14 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
     struct.  Caller owns the result; free() it.  NULL when out of memory. */
 char *bt_config_to_json(const bt_run_config *cfg);
 
+/*  The keys whose values differ between a and b, in the table's order: their paths (static strings)
+    into keys[0 .. max), each array as a whole ("eval.datasets", "eval.probes", "data.sources",
+    "variants").  Returns how many differ, which may exceed max. */
+int bt_config_diff(const bt_run_config *a, const bt_run_config *b, const char **keys, int max);
+/*  The value of key path as the resolved config writes it ("16", "\"cosine\"", "true") into buf;
+    false for a path that is not one key (an array) or out of memory. */
+bool bt_config_value_text(const bt_run_config *cfg, const char *path, char *buf, size_t len);
+
 /*  The schema's key paths in order ("run.name", "run.seed", ...); NULL when i is out of range.
     Static strings. */
 const char *bt_config_key(int i);
