@@ -150,6 +150,16 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
         bt_run_destroy(&run);
         return 2;
     }
+    if (bt_run_is_complete(run)) {
+        fprintf(stderr,
+                "baton: %s: the run finished already (step %lld of %lld, its policy in %s/model): "
+                "nothing to resume\n",
+                bt_run_dir(run), (long long)bt_run_config_of(run)->grpo.steps,
+                (long long)bt_run_config_of(run)->grpo.steps, bt_run_dir(run));
+        printf("run directory: %s\n", bt_run_dir(run));
+        bt_run_destroy(&run);
+        return 0;
+    }
     s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
     bt_run_set_progress(run, s_progress, &d);
     bt_status st = bt_run_start(run);

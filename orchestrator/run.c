@@ -46,6 +46,7 @@ struct bt_run {
     bool resume;
     bool overwrite; /* bt_run_set_overwrite: the directory's run files are removed first */
     bool checked;   /* bt_run_check has passed */
+    bool complete;  /* a resume of a run that finished: start, step and finish do nothing */
     /* a resume: the keys whose values differ from the run directory's config.json (those that may
        change on resume), with their old and new values, for the config_changed event */
     int n_changed;
@@ -372,6 +373,68 @@ static bt_status s_check_checkpoint(bt_run_t *self) {
     return BT_OK;
 }
 
+static bool s_starts(const char *line, const char *prefix) {
+    return strncmp(line, prefix, strlen(prefix)) == 0;
+}
+
+/*  The number after `"key":` in line, or -1. */
+static int64_t s_field_int(const char *line, const char *key) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *at = strstr(line, pattern);
+    return at ? strtoll(at + strlen(pattern), NULL, 10) : -1;
+}
+
+/*  Whether the run in the directory finished with this config's grpo.steps: its policy is saved
+    (model/, and a policy_saved event after the last resumed one), its last train line is step
+    grpo.steps and each eval dataset has its evaluation of that step.  A run killed before any of
+    these, or resumed with more grpo.steps, has not. */
+static bool s_is_complete(const bt_run_t *self) {
+    const bt_run_config *c = &self->cfg;
+    char path[PATH_MAX], *line = NULL;
+    size_t cap = 0;
+    snprintf(path, sizeof path, "%s/model/model.safetensors", self->dir);
+    if (access(path, F_OK) != 0)
+        return false;
+    snprintf(path, sizeof path, "%s/events.jsonl", self->dir);
+    FILE *f = fopen(path, "r");
+    bool saved = false;
+    while (f && getline(&line, &cap, f) > 0)
+        if (s_starts(line, "{\"event\":\"policy_saved\","))
+            saved = true;
+        else if (s_starts(line, "{\"event\":\"resumed\","))
+            saved = false;
+    if (f)
+        fclose(f);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", self->dir);
+    f = saved ? fopen(path, "r") : NULL;
+    int64_t last_train = 0;
+    bool evaluated[BT_EVAL_MAX_DATASETS] = {false};
+    while (f && getline(&line, &cap, f) > 0) {
+        int64_t step = s_field_int(line, "step");
+        if (s_starts(line, "{\"kind\":\"train\",") && step > last_train)
+            last_train = step;
+        if (!s_starts(line, "{\"kind\":\"eval\",\"phase\":\"rl\",") || step != c->grpo.steps)
+            continue;
+        for (int i = 0; i < c->eval.n_datasets; i++) {
+            char name[BT_EVAL_NAME_MAX + 16];
+            snprintf(name, sizeof name, "\"dataset\":\"%s\"", c->eval.datasets[i].name);
+            evaluated[i] |= strstr(line, name) != NULL;
+        }
+    }
+    if (f)
+        fclose(f);
+    free(line);
+    bool complete = saved && last_train == c->grpo.steps;
+    for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++)
+        complete &= evaluated[i];
+    return complete;
+}
+
+bool bt_run_is_complete(const bt_run_t *self) {
+    return self->complete;
+}
+
 bt_status bt_run_check(bt_run_t *self) {
     if (self->checked)
         return BT_OK;
@@ -392,7 +455,9 @@ bt_status bt_run_check(bt_run_t *self) {
     self->n_changed = 0;
     if (self->resume && self->cfg.n_variants == 0) { /* with variants: refused at the start */
         BT_TRY(s_check_config_changes(self));
-        BT_TRY(s_check_checkpoint(self));
+        self->complete = s_is_complete(self);
+        if (!self->complete || self->resume_from[0]) /* a folder named is checked anyway */
+            BT_TRY(s_check_checkpoint(self));
     }
     self->checked = true;
     return BT_OK;
@@ -410,6 +475,8 @@ static bt_status s_remove_run(const bt_run_t *self) {
 
 bt_status bt_run_start(bt_run_t *self) {
     BT_TRY(bt_run_check(self));
+    if (self->complete) /* nothing to resume: no file is touched */
+        return BT_OK;
     if (self->overwrite)
         BT_TRY(s_remove_run(self));
     if (self->cfg.run.threads > 0)
@@ -572,6 +639,9 @@ static bt_status s_early_stop(bt_run_t *self) {
 /*  One step of the variant that has made the fewest (the first of those): variants advance in
     turn, so each gets the same number of steps and its fair share of the workers. */
 bt_status bt_run_step(bt_run_t *self, bool *done) {
+    *done = self->complete;
+    if (self->complete)
+        return BT_OK;
     if (!self->ctl)
         return bt_fail(BT_EINVAL, "run: not started");
     int pick = -1;

@@ -192,10 +192,19 @@ static const char *s_last_event(const char *events, const char *needle) {
     return last;
 }
 
+/*  Removes DIR/model: the run is then as one killed between its final evaluations and saving its
+    policy, which a resume finishes (a run with its policy saved has nothing to resume). */
+static void s_unfinish(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/model", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /*  Corrupt the newest checkpoint, then the next: each resume falls back one, saying why. */
 static void test_corrupt_fallback(const char *reference) {
     char dir[128], path[256], name[32], prev[32];
     snprintf(dir, sizeof dir, "%s/ref", s_tmp);
+    s_unfinish(dir);
     /* (a full checkpoint due while the writer is busy is taken a step later: ask, not assume) */
     int newest = s_latest(dir), before = s_step_below(dir, newest);
     CHECK(newest > 0 && before > 0);
@@ -226,6 +235,7 @@ static void test_corrupt_fallback(const char *reference) {
     snprintf(name, sizeof name, "step-%08d", newest);
     snprintf(path, sizeof path, "%s/ckpt/%s/optimizer.safetensors", dir, name);
     CHECK(remove(path) == 0);
+    s_unfinish(dir);
     CHECK(runs_wait(s_start(dir, s_resume)) == 0);
     events = s_events(dir);
     bool named = false; /* the newest is passed over, saying which file is missing */
@@ -400,6 +410,7 @@ static void test_resume_checks(const char *ref) {
     snprintf(dir, sizeof dir, "%s/checked", s_tmp);
     snprintf(other, sizeof other, "%s/other", s_tmp);
     s_copy(ref, dir);
+    s_unfinish(dir); /* a finished run has nothing to resume */
     snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, s_latest(dir));
     int64_t metrics = s_size(dir, "metrics.jsonl");
 
@@ -424,6 +435,7 @@ static void test_resume_checks(const char *ref) {
 
     /* another run directory's checkpoint */
     s_copy(ref, other);
+    s_unfinish(other);
     char args[512];
     snprintf(args, sizeof args, "--resume %s", folder);
     CHECK(s_cli(other, args, out, sizeof out) == 2);
@@ -445,6 +457,41 @@ static void test_resume_checks(const char *ref) {
     free(events);
 }
 
+/*  --resume of a run that finished (its final evaluations and model/ written) is a no-op that says
+    so: exit 0, and every file of the run directory is as it was, byte for byte (it used to cut
+    metrics.jsonl back to the last checkpoint, deleting the final evaluation lines, and train the
+    last steps again). */
+static void test_finished_resume(const char *dir) {
+    const char *files[] = {
+        "metrics.jsonl",           "events.jsonl",     "config.json", "ckpt/LATEST",
+        "model/model.safetensors", "model/config.json"};
+    enum { N = sizeof files / sizeof files[0] };
+    char *before[N], path[256], out[4096];
+    size_t len[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        before[i] = NULL;
+        CHECK_OK(bt_file_read(path, 1 << 26, &before[i], &len[i]));
+    }
+    CHECK(before[0] && strstr(before[0], "\"step\":16,\"variant\":\"main\"") != NULL);
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "the run finished already (step 16 of 16");
+    CHECK_STR_CONTAINS(out, "nothing to resume");
+    CHECK(s_cli(dir, "--resume --procs", out, sizeof out) == 0);
+    for (int i = 0; i < N; i++) {
+        char *after = NULL;
+        size_t n = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        CHECK_OK(bt_file_read(path, 1 << 26, &after, &n));
+        bool same = before[i] && after && n == len[i] && memcmp(before[i], after, n) == 0;
+        if (!same)
+            fprintf(stderr, "%s changed on the resume of a finished run\n", files[i]);
+        CHECK(same);
+        free(after);
+        free(before[i]);
+    }
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_resume_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -457,6 +504,7 @@ int main(void) {
     CHECK(reference && s_last_step(ref) == 16);
     test_tuner_decisions(ref);
     test_resume_checks(ref);
+    test_finished_resume(ref);
     test_kill_and_resume(reference);
     test_corrupt_fallback(reference);
     test_nan_rollback();

@@ -70,6 +70,10 @@ void bt_run_set_reward(bt_run_t *self, bt_reward_fn *fn, void *user);
     bt_run_set_overwrite, and a resume needs a run.  BT_EINVAL with the reason, which names the
     directory (a mistake of the caller's: `baton run` exits 2).  bt_run_start calls it. */
 bt_status bt_run_check(bt_run_t *self);
+/*  After bt_run_check: a resume of a run that finished already (its policy saved in RUN_DIR/model,
+    its last step grpo.steps, every dataset's evaluation of that step written).  There is nothing
+    to resume: bt_run_start and bt_run_step do nothing (*done at once) and no file is touched. */
+bool bt_run_is_complete(const bt_run_t *self);
 /*  bt_run_check, then creates the run directory, starts the workers, waits for them, runs the SFT
     warm start and the step-0 evaluation. */
 bt_status bt_run_start(bt_run_t *self);
