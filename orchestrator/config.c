@@ -1183,6 +1183,8 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
         return s_reraise(src, "", "");
     const char *phases[] = {"sft: ", "grpo: "};
     for (int phase = BT_CONFIG_PHASE_SFT; phase <= BT_CONFIG_PHASE_GRPO; phase++) {
+        if (phase == BT_CONFIG_PHASE_GRPO && cfg->grpo.steps == 0)
+            continue; /* no GRPO step: its schedule is never used (an SFT-only run) */
         bt_lr_schedule lr;
         bt_config_lr(cfg, (bt_config_phase)phase, &lr);
         if (bt_lr_schedule_validate(&lr) != BT_OK)

@@ -636,6 +636,30 @@ static bt_status s_early_stop(bt_run_t *self) {
     return BT_OK;
 }
 
+/*  A variant with no GRPO step (an SFT-only run, grpo.steps 0) ends where it starts: its
+    evaluations of step 0 are awaited and the policy SFT made is saved, as the controller does
+    after the last GRPO step of any other run (RUN_DIR/model, or variants/NAME/model). */
+static bt_status s_save_sft_policy(bt_run_t *self, int k) {
+    char dir[PATH_MAX + 64];
+    BT_TRY(bt_controller_wait_evals(self->vctl[k]));
+    if (self->n_vctl > 1) {
+        snprintf(dir, sizeof dir, "%s/variants/%s", self->dir,
+                 bt_controller_variant_name(self->vctl[k]));
+        BT_TRY(bt_mkdirs(dir));
+        snprintf(dir, sizeof dir, "%s/variants/%s/model", self->dir,
+                 bt_controller_variant_name(self->vctl[k]));
+    } else {
+        snprintf(dir, sizeof dir, "%s/model", self->dir);
+    }
+    BT_TRY(bt_controller_save_policy(self->vctl[k], dir));
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "policy_saved");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_str(&line, "dir", dir);
+    return bt_runlog_event(self->log, &line);
+}
+
 /*  One step of the variant that has made the fewest (the first of those): variants advance in
     turn, so each gets the same number of steps and its fair share of the workers. */
 bt_status bt_run_step(bt_run_t *self, bool *done) {
@@ -657,6 +681,8 @@ bt_status bt_run_step(bt_run_t *self, bool *done) {
     if (pick < 0)
         return BT_OK;
     BT_TRY(bt_controller_step(self->vctl[pick], &self->vdone[pick]));
+    if (self->vdone[pick] && self->vcfg[pick].grpo.steps == 0)
+        BT_TRY(s_save_sft_policy(self, pick));
     BT_TRY(s_pbt(self));
     BT_TRY(s_early_stop(self));
     *done = true;

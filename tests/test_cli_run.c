@@ -137,6 +137,26 @@ int main(void) {
     CHECK(s_run("small.json --run-dir out/ok --resume --overwrite", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "--resume continues a run and --overwrite replaces it");
     free(before);
+    /* an SFT-only run (grpo.steps 0) takes any learning-rate schedule (cosine was refused: it
+       needs grpo.steps > warmup_steps, and no GRPO step uses it) and saves the policy SFT made
+       (nothing was saved): not the untrained one a run without SFT saves */
+    CHECK(s_run("small.json --set grpo.steps=0 --set sft.steps=3 --set grpo.lr_schedule=cosine "
+                "--run-dir out/sft",
+                out, sizeof out) == 0);
+    CHECK(s_run("small.json --set grpo.steps=0 --set sft.steps=0 --run-dir out/untrained", out,
+                sizeof out) == 0);
+    char *sft = NULL, *untrained = NULL, *events = NULL;
+    size_t n_sft = 0, n_untrained = 0;
+    CHECK_OK(bt_file_read(s_path_of("out/sft/model/model.safetensors"), 1 << 24, &sft, &n_sft));
+    CHECK_OK(bt_file_read(s_path_of("out/untrained/model/model.safetensors"), 1 << 24, &untrained,
+                          &n_untrained));
+    CHECK(sft && untrained && n_sft == n_untrained && memcmp(sft, untrained, n_sft) != 0);
+    CHECK(s_exists("out/sft/model/config.json"));
+    CHECK_OK(bt_file_read(s_path_of("out/sft/events.jsonl"), 1 << 20, &events, NULL));
+    CHECK_STR_CONTAINS(events, "\"event\":\"policy_saved\"");
+    free(sft);
+    free(untrained);
+    free(events);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     CHECK(system(cmd) == 0);

@@ -211,6 +211,12 @@ static void test_overrides(void) {
         CHECK(strcmp(bt_lr_kind_name(cfg.grpo.lr_schedule), names[i]) == 0);
     }
 
+    /* an SFT-only run (no GRPO step) takes any schedule: none of its steps uses it */
+    const char *sft_only[] = {"grpo.steps=0", "sft.steps=5", "grpo.lr_schedule=cosine"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", sft_only, 3, &cfg));
+    sft_only[2] = "grpo.lr_schedule=wsd";
+    CHECK_OK(bt_config_parse("{}", "arith.json", sft_only, 3, &cfg));
+
     const struct {
         const char *set, *error;
     } bad[] = {
