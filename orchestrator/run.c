@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -165,10 +166,22 @@ static bt_status s_fork_worker(bt_run_t *self, s_thread *t, bt_role role) {
     if (n <= 0)
         return bt_fail(BT_EIO, "run: --procs: cannot find this executable: %s", strerror(errno));
     exe[n] = '\0';
+    pid_t parent = getpid();
     t->pid = fork();
     if (t->pid < 0)
         return bt_fail(BT_EIO, "run: cannot fork a worker: %s", strerror(errno));
     if (t->pid == 0) {
+        /* (async-signal-safe calls only, in the child of a threaded process) A Ctrl-C reaches the
+           whole process group and a SIGTERM may too: the controller handles them and stops the
+           workers with STOP, so a worker ignores them, with none blocked (a blocked mask would
+           be inherited from the caller).  It dies with the controller, never an orphan. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127); /* the controller is gone already */
         execl(exe, exe, "worker", "--connect", self->endpoint, "--role", bt_role_name(role),
               "--name", t->name, (char *)NULL);
         _exit(127);
@@ -701,9 +714,10 @@ bt_status bt_run_finish(bt_run_t *self) {
             pthread_join(self->threads[i].thread, NULL);
             continue;
         }
-        /* a process that missed STOP (it was lost) is ended; none is left behind */
+        /* a process that missed STOP (it was lost) is ended (it ignores SIGTERM); none is left
+           behind */
         if (waitpid(self->threads[i].pid, NULL, WNOHANG) == 0) {
-            kill(self->threads[i].pid, SIGTERM);
+            kill(self->threads[i].pid, SIGKILL);
             waitpid(self->threads[i].pid, NULL, 0);
         }
     }

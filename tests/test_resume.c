@@ -5,7 +5,9 @@
     reason; a NaN injected into an update rolls back at most 10 steps and the run finishes.  The
     runs have the tuner's plateau rule on: its learning-rate decisions reach AdamW at the next step
     and its state survives the kills; and a KL penalty whose reference (the policy after SFT) a
-    checkpoint must carry. */
+    checkpoint must carry.  A resume refuses what it cannot continue (a state.json no run writes, a
+    metrics.jsonl that lost its tail, another run's checkpoint, a changed config), is a no-op on a
+    finished run, and a run stopped by SIGINT resumes to the same metrics. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "baton/model.h"
@@ -492,6 +494,94 @@ static void test_finished_resume(const char *dir) {
     }
 }
 
+/*  `baton worker` processes, whatever their parent now, that connect to DIR's controller. */
+static int s_workers_of(const char *dir) {
+    char real[256], endpoint[300];
+    if (!realpath(dir, real))
+        return 0;
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/controller.ipc", real);
+    DIR *d = opendir("/proc");
+    int n = 0;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        char path[300], buf[4096];
+        if (atoi(e->d_name) <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        bool worker = false, ours = false;
+        for (size_t i = 0; i < len; i += strlen(buf + i) + 1) { /* NUL-separated arguments */
+            buf[len] = '\0';
+            worker |= !strcmp(buf + i, "worker");
+            ours |= !strcmp(buf + i, endpoint);
+        }
+        n += worker && ours;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/*  SIGINT to a real `baton run --procs`: it stops after the step in progress, stops its worker
+    processes (none is left), says how to continue and exits 130; `--resume` from there writes the
+    metrics of the uninterrupted run.  A second SIGINT kills it at once, and its workers with it. */
+static void test_signal(const char *reference) {
+    char dir[128], log[160], *text = NULL;
+    snprintf(dir, sizeof dir, "%s/signalled", s_tmp);
+    snprintf(log, sizeof log, "%s/signalled.log", s_tmp);
+    const char *args[] = {"run", s_config, "--run-dir", dir, "--procs", NULL};
+    pid_t pid = runs_spawn_in(NULL, args, log);
+    CHECK(s_wait_step(pid, dir, 5)); /* of 16: after the step-3 checkpoint */
+    while (s_alive(pid) && s_latest(dir) < 3)
+        s_nap();
+    CHECK(s_workers_of(dir) == 3);
+    kill(pid, SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 130);
+    CHECK(s_workers_of(dir) == 0);
+    CHECK_OK(bt_file_read(log, 1 << 20, &text, NULL));
+    CHECK_STR_CONTAINS(text, "baton: stopped by SIGINT after step ");
+    CHECK_STR_CONTAINS(text, "continue it from its last checkpoint with: baton run ");
+    CHECK_STR_CONTAINS(text, " --procs --resume\n");
+    free(text);
+    text = NULL;
+    int stopped = s_last_step(dir);
+    CHECK(stopped >= 5 && stopped < 16);
+    const char *again[] = {"run", s_config, "--run-dir", dir, "--procs", "--resume", NULL};
+    CHECK(runs_wait(runs_spawn(again)) == 0);
+    char *got = runs_metrics(dir);
+    s_check_same(reference, got, "stopped by SIGINT and resumed");
+    free(got);
+
+    /* twice: killed at once by the second, and no worker outlives it.  The first lands while the
+       workers join (seconds, with processes), so the second comes before a clean stop; it is sent
+       once the first was seen (two pending SIGINTs would be one) */
+    snprintf(dir, sizeof dir, "%s/signalled_twice", s_tmp);
+    snprintf(log, sizeof log, "%s/signalled_twice.log", s_tmp);
+    pid = runs_spawn_in(NULL, args, log);
+    for (bool joining = false; !joining && s_alive(pid); s_nap()) {
+        joining = bt_file_read(log, 1 << 20, &text, NULL) == BT_OK && strstr(text, "join step");
+        free(text);
+        text = NULL;
+    }
+    kill(pid, SIGINT);
+    for (bool seen = false; !seen && s_alive(pid); s_nap()) {
+        seen = bt_file_read(log, 1 << 20, &text, NULL) == BT_OK &&
+               strstr(text, "stopping after the current step");
+        free(text);
+        text = NULL;
+    }
+    kill(pid, SIGINT);
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+    for (int i = 0; i < 1000 && s_workers_of(dir) > 0; i++)
+        s_nap(); /* each dies of its parent's death (PR_SET_PDEATHSIG), a moment later */
+    CHECK(s_workers_of(dir) == 0);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_resume_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -505,6 +595,7 @@ int main(void) {
     test_tuner_decisions(ref);
     test_resume_checks(ref);
     test_finished_resume(ref);
+    test_signal(reference);
     test_kill_and_resume(reference);
     test_corrupt_fallback(reference);
     test_nan_rollback();
