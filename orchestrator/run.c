@@ -465,8 +465,10 @@ bt_status bt_run_check(bt_run_t *self) {
         return bt_fail(BT_EINVAL,
                        "%s: no run to resume (no config.json, metrics.jsonl or events.jsonl)",
                        self->dir);
+    if (self->resume && self->cfg.n_variants > 0)
+        return bt_fail(BT_EINVAL, "run: --resume: runs with variants keep no checkpoints yet");
     self->n_changed = 0;
-    if (self->resume && self->cfg.n_variants == 0) { /* with variants: refused at the start */
+    if (self->resume) {
         BT_TRY(s_check_config_changes(self));
         self->complete = s_is_complete(self);
         if (!self->complete || self->resume_from[0]) /* a folder named is checked anyway */
@@ -528,8 +530,6 @@ bt_status bt_run_start(bt_run_t *self) {
         return bt_fail(BT_EIO, "run: cannot create a ZeroMQ context");
     BT_TRY(s_secure(self));
     int n = self->cfg.n_variants > 0 ? self->cfg.n_variants : 1;
-    if (self->cfg.n_variants > 0 && self->resume)
-        return bt_fail(BT_EINVAL, "run: --resume: runs with variants keep no checkpoints yet");
     for (int k = 0; k < self->cfg.n_variants; k++)
         BT_TRY(bt_config_variant(&self->cfg, k, &self->vcfg[k]));
     if (self->cfg.n_variants == 0)

@@ -52,6 +52,7 @@ int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_cli_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     s_write("small.json", s_small);
+    s_write("variants.json", "{\"variants\": [{\"name\": \"a\"}, {\"name\": \"b\"}]}");
     s_write("a.jsonl", "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n");
     s_write(
         "sources.json",
@@ -136,6 +137,9 @@ int main(void) {
     CHECK(!s_exists("out/none"));
     CHECK(s_run("small.json --run-dir out/ok --resume --overwrite", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "--resume continues a run and --overwrite replaces it");
+    CHECK(s_run("variants.json --run-dir out/ok --resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "runs with variants keep no checkpoints yet");
+    CHECK(runs_train_steps(s_path_of("out/ok")) == 2); /* untouched */
     free(before);
     /* an SFT-only run (grpo.steps 0) takes any learning-rate schedule (cosine was refused: it
        needs grpo.steps > warmup_steps, and no GRPO step uses it) and saves the policy SFT made
