@@ -96,15 +96,14 @@ static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", N
     { .path = p, .type = S_ENUM, S_FIELD(f), .def = d, .names = n }
 #define S_INF INFINITY
 
-/*  Upper bounds where the workers set one (workers/worker.c reads lr in [0, 1e3], kl_coef in
-    [0, 1e6], temperature in [0, 1e3], max_new_tokens and batch counts up to 2^20), and a finite
-    bound for every other number, large enough for any real use, so that no product of two keys
-    overflows.  docs/config.md lists the range of every key. */
-#define S_LR_MAX 1e3
-#define S_KL_MAX 1e6
-#define S_TEMP_MIN 1e-3 /* below it logits / T leave float32's range of useful differences */
-#define S_TEMP_MAX 1e3
-#define S_TOKENS_MAX 1048576 /* 2^20 */
+/*  A finite bound for every number: the workers' where they check one (config.h's
+    BT_CONFIG_*_MAX), and elsewhere one large enough for any real use, so that no product of two
+    keys overflows.  docs/config.md lists the range of every key. */
+#define S_LR_MAX BT_CONFIG_LR_MAX
+#define S_KL_MAX BT_CONFIG_KL_MAX
+#define S_TEMP_MIN BT_CONFIG_TEMPERATURE_MIN
+#define S_TEMP_MAX BT_CONFIG_TEMPERATURE_MAX
+#define S_TOKENS_MAX BT_CONFIG_TOKENS_MAX
 #define S_COEF_MAX 1e3
 #define S_WEIGHT_MAX 1e6
 #define S_SECONDS_MAX 1e9 /* about 31 years */

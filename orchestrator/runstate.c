@@ -57,9 +57,9 @@ static const s_field s_trigger[] = {
     S_F(bt_trigger, deferred, S_I64, 0, S_WIRE, false),
 };
 static const s_field s_tuner[] = {
-    S_F(bt_tuner, kl_coef, S_F64, 0, 1e6, false),
-    S_F(bt_tuner, lr, S_F64, 0, 1e3, false),
-    S_F(bt_tuner, temperature, S_F64, 1e-3, 1e3, false),
+    S_F(bt_tuner, kl_coef, S_F64, 0, BT_CONFIG_KL_MAX, false),
+    S_F(bt_tuner, lr, S_F64, 0, BT_CONFIG_LR_MAX, false),
+    S_F(bt_tuner, temperature, S_F64, BT_CONFIG_TEMPERATURE_MIN, BT_CONFIG_TEMPERATURE_MAX, false),
     S_F(bt_tuner, has_best, S_BOOL, 0, 0, false),
     S_F(bt_tuner, best, S_F64, -S_ANY, S_ANY, true),
     S_F(bt_tuner, best_step, S_I64, 0, S_WIRE, false),

@@ -44,6 +44,17 @@ typedef enum bt_config_precision {
 
 #define BT_CONFIG_MAX_SOURCES 8 /* data.sources entries (= BT_TUNER_MAX_SOURCES) */
 
+/*  The ranges of the values that travel in a TASK, as the config checks them and a worker reading
+    the TASK may: learning rates (grpo.lr, sft.lr, the tuner's) in [0, BT_CONFIG_LR_MAX], the KL
+    coefficient in [0, BT_CONFIG_KL_MAX], sampling temperatures in [BT_CONFIG_TEMPERATURE_MIN,
+    BT_CONFIG_TEMPERATURE_MAX] (evaluation: also 0, greedy), max_new_tokens and batch sizes up to
+    BT_CONFIG_TOKENS_MAX.  Below the minimum temperature, logits / T leave float32 little room. */
+#define BT_CONFIG_LR_MAX 1e3
+#define BT_CONFIG_KL_MAX 1e6
+#define BT_CONFIG_TEMPERATURE_MIN 1e-3
+#define BT_CONFIG_TEMPERATURE_MAX 1e3
+#define BT_CONFIG_TOKENS_MAX 1048576 /* 2^20 */
+
 /*  One entry of data.sources: a prompt source drawn by weight, its task the task.* keys with the
     entry's own ("kind", "path", "heldout", "verifier", ...) stored as "task.key=value". */
 typedef struct bt_config_source_spec {
