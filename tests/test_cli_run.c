@@ -1,5 +1,7 @@
-/*  test_cli_run.c — `baton run` on bad input: one line naming the key, exit code 2, and no run
-    directory; on a good config: exit 0 with config.json, metrics.jsonl and events.jsonl. */
+/*  test_cli_run.c — `baton run` on bad input (a key out of the range the workers accept, a file
+    that does not exist): one line naming the key, exit code 2, and no run directory; on a good
+    config: exit 0 with config.json, metrics.jsonl and events.jsonl; a directory that holds a run
+    is refused without --resume or --overwrite; an SFT-only run saves the policy SFT made. */
 #define _DEFAULT_SOURCE
 #include "check.h"
 #include "runs.h"
