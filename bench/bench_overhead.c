@@ -29,6 +29,7 @@ int main(void) {
         return 1;
     }
     bt_run_set_dir(run, "/tmp/baton-bench-overhead");
+    bt_run_set_overwrite(run); /* the previous measurement's run */
     double t0 = bt_now();
     bt_status st = bt_run_start(run);
     for (bool done = false; st == BT_OK && !done;)

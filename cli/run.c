@@ -1,4 +1,5 @@
-/*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT]] [--set key.path=value ...]`
+/*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT] | --overwrite]
+    [--set key.path=value ...]`
     and `baton controller CONFIG --bind ENDPOINT [--key FILE --allow DIR_OR_FILE | --insecure]`.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -9,12 +10,66 @@
 #include "baton/security.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 enum { S_MAX_SETS = 256 };
+
+/*  The first SIGINT or SIGTERM received, 0 before: the run stops after the step in progress.  Set
+    by s_on_signal on whatever thread the signal lands on and read by the step loop, so a lock-free
+    atomic (which a handler may store to, C11 7.14.1.1). */
+static _Atomic sig_atomic_t s_signal;
+
+static void s_on_signal(int signo) {
+    if (atomic_load(&s_signal)) { /* the second: the signal's default action, at once */
+        signal(signo, SIG_DFL);
+        raise(signo); /* blocked while this handler runs: delivered as it returns */
+        return;
+    }
+    atomic_store(&s_signal, signo);
+    static const char msg[] = "\nbaton: stopping after the current step (send it again to kill "
+                              "at once)\n";
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1); /* async-signal-safe, unlike stdio */
+    (void)n;
+}
+
+/*  Sleeps with SIGINT and SIGTERM unblocked: the one thread of the run they can land on. */
+static void *s_signal_thread(void *arg) {
+    pthread_sigmask(SIG_UNBLOCK, arg, NULL);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+/*  SIGINT and SIGTERM set s_signal.  Every thread started from now on (the controller's is this
+    one; ZeroMQ's, the worker threads, the checkpoint writer) blocks them, and one thread of its
+    own waits for them: a signal that interrupted the controller's zmq_poll would fail the step
+    with EINTR.  Forked worker processes ignore them (orchestrator/run.c): the controller stops
+    them with STOP. */
+static void s_catch_signals(void) {
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, s_signal_thread, &set) == 0)
+        pthread_detach(t);
+    else /* no thread to take them: this one does, as before */
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
 
 typedef struct {
     bool tty;
@@ -62,7 +117,7 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
     const char *path = NULL, *dir = NULL, *resume = NULL, *bind = NULL;
     const char *key = controller ? getenv("BATON_KEY") : NULL;
     const char *allow = controller ? getenv("BATON_ALLOW") : NULL;
-    bool procs = false, insecure = false, key_flag = false;
+    bool procs = false, insecure = false, key_flag = false, overwrite = false;
     const char *sets[S_MAX_SETS];
     int n_sets = 0;
     for (int i = 0; i < argc; i++) {
@@ -82,6 +137,8 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
             insecure = true;
         else if (!strcmp(argv[i], "--resume")) /* an optional folder: the next non-option */
             resume = i + 1 < argc && argv[i + 1][0] != '-' && path ? argv[++i] : "";
+        else if (!strcmp(argv[i], "--overwrite"))
+            overwrite = true;
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
             sets[n_sets++] = argv[++i];
         else if (argv[i][0] == '-' || path)
@@ -92,6 +149,17 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
     }
     if (!path)
         return bt_cli_usage_error("%s: missing CONFIG", controller ? "controller" : "run");
+    char again[4096]; /* the command that resumes this run: argv without --resume [FOLDER] and
+                         --overwrite */
+    size_t used =
+        (size_t)snprintf(again, sizeof again, "baton %s", controller ? "controller" : "run");
+    for (int i = 0; i < argc && used < sizeof again; i++)
+        if (strcmp(argv[i], "--resume") && strcmp(argv[i], "--overwrite") && argv[i] != resume)
+            used += (size_t)snprintf(again + used, sizeof again - used, " %s", argv[i]);
+    if (resume && overwrite)
+        return bt_cli_usage_error("%s: --resume continues a run and --overwrite replaces it: give "
+                                  "one of them",
+                                  controller ? "controller" : "run");
     if (controller) {
         if (!bind)
             return bt_cli_usage_error("controller: missing --bind ENDPOINT");
@@ -126,6 +194,8 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
         bt_run_set_dir(run, dir);
     if (resume)
         bt_run_set_resume(run, resume);
+    if (overwrite)
+        bt_run_set_overwrite(run);
     if (procs)
         bt_run_set_procs(run);
     if (controller) {
@@ -136,18 +206,51 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
         if (insecure)
             bt_run_set_insecure(run);
     }
+    if (bt_run_check(run) != BT_OK) { /* the run directory and --resume, before anything starts */
+        fprintf(stderr, "baton: %s\n", bt_last_error());
+        bt_run_destroy(&run);
+        return 2;
+    }
+    if (bt_run_is_complete(run)) {
+        fprintf(stderr,
+                "baton: %s: the run finished already (step %lld of %lld, its policy in %s/model): "
+                "nothing to resume\n",
+                bt_run_dir(run), (long long)bt_run_config_of(run)->grpo.steps,
+                (long long)bt_run_config_of(run)->grpo.steps, bt_run_dir(run));
+        printf("run directory: %s\n", bt_run_dir(run));
+        bt_run_destroy(&run);
+        return 0;
+    }
     s_display d = {isatty(STDERR_FILENO) != 0, bt_run_config_of(run)->run.log_every, -1};
     bt_run_set_progress(run, s_progress, &d);
+    s_catch_signals();
     bt_status st = bt_run_start(run);
-    for (bool done = false; st == BT_OK && !done;)
+    bool done = false;
+    while (st == BT_OK && !done && !atomic_load(&s_signal)) /* a signal: stop between steps */
         st = bt_run_step(run, &done);
+    int signo = done ? 0 : atomic_load(&s_signal);
     char err[1024];
     snprintf(err, sizeof err, "%s", bt_last_error());
-    bt_status fin = bt_run_finish(run);
+    bt_status fin = bt_run_finish(run); /* the workers stop (STOP; a process that missed it is
+                                           killed) */
     if (st == BT_OK)
         st = fin;
     else
         fprintf(stderr, "\nbaton: run failed: %s\n", err);
+    if (st == BT_OK && signo) {
+        char latest[2048];
+        snprintf(latest, sizeof latest, "%s/ckpt/LATEST", bt_run_dir(run));
+        bt_progress p = bt_run_progress(run);
+        fprintf(stderr, "baton: stopped by %s after step %lld of %lld, the workers stopped; ",
+                signo == SIGINT ? "SIGINT" : "SIGTERM", (long long)p.step, (long long)p.total);
+        if (access(latest, F_OK) == 0)
+            fprintf(stderr, "continue it from its last checkpoint with: %s --resume\n", again);
+        else
+            fprintf(stderr,
+                    "it has no checkpoint to continue from yet (checkpoint.full_every_steps): "
+                    "%s --overwrite starts it again\n",
+                    again);
+    }
     bt_controller_stats s = bt_run_stats(run);
     if (s.malformed || s.late_results || s.lost_workers || s.failed_tasks)
         fprintf(stderr,
@@ -162,7 +265,7 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
                 (long long)bt_run_refused(run));
     printf("run directory: %s\n", bt_run_dir(run));
     bt_run_destroy(&run);
-    return st == BT_OK ? 0 : 1;
+    return st != BT_OK ? 1 : signo ? 128 + signo : 0; /* 130 SIGINT, 143 SIGTERM: as shells */
 }
 
 int bt_cli_run(int argc, char **argv) {

@@ -2,9 +2,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -137,4 +140,33 @@ bt_status bt_dir_sync(const char *path) {
     int rc = fsync(fd);
     close(fd);
     return rc == 0 ? BT_OK : bt_fail(BT_EIO, "%s: cannot fsync: %s", path, strerror(errno));
+}
+
+bt_status bt_rmtree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? BT_OK
+                               : bt_fail(BT_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) {
+        if (unlink(path) != 0)
+            return bt_fail(BT_EIO, "%s: cannot remove: %s", path, strerror(errno));
+        return BT_OK;
+    }
+    DIR *d = opendir(path);
+    if (!d)
+        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    bt_status rc = BT_OK;
+    char child[PATH_MAX];
+    for (struct dirent *e; rc == BT_OK && (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        int n = snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+        rc = n < 0 || n >= (int)sizeof child
+                 ? bt_fail(BT_ERANGE, "%s/%s: path too long", path, e->d_name)
+                 : bt_rmtree(child);
+    }
+    closedir(d);
+    if (rc == BT_OK && rmdir(path) != 0)
+        rc = bt_fail(BT_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    return rc;
 }

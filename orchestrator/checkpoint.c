@@ -250,36 +250,6 @@ static bool s_parse_step(const char *name, int64_t *step) {
     return true;
 }
 
-/*  rm -r path, not following symbolic links; nothing to do when it does not exist.  BT_EIO naming
-    the first path that resists. */
-static bt_status s_rmtree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return errno == ENOENT ? BT_OK
-                               : bt_fail(BT_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) {
-        if (unlink(path) != 0)
-            return bt_fail(BT_EIO, "%s: cannot remove: %s", path, strerror(errno));
-        return BT_OK;
-    }
-    DIR *d = opendir(path);
-    if (!d)
-        return bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    bt_status rc = BT_OK;
-    char child[S_PATH];
-    for (struct dirent *e; rc == BT_OK && (e = readdir(d));) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        rc = s_join(child, path, e->d_name);
-        if (rc == BT_OK)
-            rc = s_rmtree(child);
-    }
-    closedir(d);
-    if (rc == BT_OK && rmdir(path) != 0)
-        rc = bt_fail(BT_EIO, "%s: cannot remove: %s", path, strerror(errno));
-    return rc;
-}
-
 /*  A step-* folder of a ckpt directory. */
 typedef struct {
     int64_t step;
@@ -307,7 +277,7 @@ static bt_status s_list_folders(const char *ckpt, bool leftovers, bt_ckpt_reject
         if (leftovers && strncmp(e->d_name, S_TMP_PREFIX, strlen(S_TMP_PREFIX)) == 0 &&
             s_join(path, ckpt, e->d_name) == BT_OK) {
             char reason[1100] = "leftover of an interrupted save: removed";
-            if (s_rmtree(path) != BT_OK)
+            if (bt_rmtree(path) != BT_OK)
                 snprintf(reason, sizeof reason,
                          "leftover of an interrupted save: cannot remove: %s", bt_last_error());
             if (reject)
@@ -552,6 +522,31 @@ bt_status bt_ckpt_verify(const char *folder) {
     return s_verify(folder, NULL, &m);
 }
 
+bt_status bt_ckpt_read_file(const char *folder, const char *name, size_t max, char **out) {
+    s_manifest m;
+    BT_TRY(s_manifest_read(folder, &m));
+    for (int i = 0; i < m.n; i++) {
+        if (strcmp(m.e[i].name, name) != 0)
+            continue;
+        char path[S_PATH];
+        BT_TRY(s_check_file(folder, &m.e[i], NULL));
+        BT_TRY(s_join(path, folder, name));
+        return bt_file_read(path, max, out, NULL);
+    }
+    return bt_fail(BT_EFORMAT, "%s/MANIFEST: does not list %s", folder, name);
+}
+
+bt_status bt_ckpt_latest_named(const char *dir, char *path, size_t len) {
+    char ckpt[S_PATH], latest[32];
+    BT_TRY(s_join(ckpt, dir, "ckpt"));
+    BT_TRY(s_read_latest(ckpt, latest));
+    int n = latest[0] ? snprintf(path, len, "%s/%s", ckpt, latest) : snprintf(path, len, "%s", "");
+    if (n < 0 || (size_t)n >= len)
+        return bt_fail(BT_ERANGE, "%s/%s: longer than the %zu bytes given for it", ckpt, latest,
+                       len);
+    return BT_OK;
+}
+
 /* ---- saving --------------------------------------------------------------------------------- */
 
 static bt_status s_config_check(const bt_ckpt_config *cfg) {
@@ -597,7 +592,7 @@ static bt_status s_install(const char *tmp, const char *final, const char *aside
     struct stat st;
     bool replace = lstat(final, &st) == 0;
     if (replace) {
-        BT_TRY(s_rmtree(aside));
+        BT_TRY(bt_rmtree(aside));
         if (rename(final, aside) != 0)
             return bt_fail(BT_EIO, "%s: cannot move aside to %s: %s", final, aside,
                            strerror(errno));
@@ -608,7 +603,7 @@ static bt_status s_install(const char *tmp, const char *final, const char *aside
             rename(aside, final);
         return bt_fail(BT_EIO, "%s: cannot rename to %s: %s", tmp, final, strerror(err));
     }
-    if (replace && s_rmtree(aside) != BT_OK)
+    if (replace && bt_rmtree(aside) != BT_OK)
         bt_log(BT_LOG_WARN, "%s", bt_last_error());
     return BT_OK;
 }
@@ -646,7 +641,7 @@ static void s_retain(const char *ckpt, const bt_ckpt_config *cfg, int64_t saved)
                     (m.full && cfg->keep_every > 0 && list[i].step % cfg->keep_every == 0);
         if (keep)
             continue;
-        if (s_rmtree(folder) != BT_OK) {
+        if (bt_rmtree(folder) != BT_OK) {
             bt_log(BT_LOG_WARN, "retention: %s", bt_last_error());
             continue;
         }
@@ -662,7 +657,7 @@ static void s_retain(const char *ckpt, const bt_ckpt_config *cfg, int64_t saved)
 static bt_status s_abandon(bt_status rc, const char *tmp) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", bt_last_error());
-    if (s_rmtree(tmp) != BT_OK)
+    if (bt_rmtree(tmp) != BT_OK)
         bt_log(BT_LOG_WARN, "%s", bt_last_error());
     return bt_fail(rc, "%s", msg);
 }
@@ -679,7 +674,7 @@ static bt_status s_save_into(const char *root, const bt_ckpt_config *cfg,
     BT_TRY(s_join(tmp, ckpt, tmp_name));
     BT_TRY(s_join(aside, ckpt, aside_name));
     BT_TRY(bt_mkdirs(ckpt));
-    BT_TRY(s_rmtree(tmp));
+    BT_TRY(bt_rmtree(tmp));
     if (mkdir(tmp, 0755) != 0)
         return bt_fail(BT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     s_manifest m;

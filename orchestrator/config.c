@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef enum { S_INT, S_NUM, S_BOOL, S_STR, S_ENUM } s_type;
 enum { S_LO_OPEN = 1, S_HI_OPEN = 2 };
@@ -94,29 +96,41 @@ static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", N
     { .path = p, .type = S_ENUM, S_FIELD(f), .def = d, .names = n }
 #define S_INF INFINITY
 
+/*  A finite bound for every number: the workers' where they check one (config.h's
+    BT_CONFIG_*_MAX), and elsewhere one large enough for any real use, so that no product of two
+    keys overflows.  docs/config.md lists the range of every key. */
+#define S_LR_MAX BT_CONFIG_LR_MAX
+#define S_KL_MAX BT_CONFIG_KL_MAX
+#define S_TEMP_MIN BT_CONFIG_TEMPERATURE_MIN
+#define S_TEMP_MAX BT_CONFIG_TEMPERATURE_MAX
+#define S_TOKENS_MAX BT_CONFIG_TOKENS_MAX
+#define S_COEF_MAX 1e3
+#define S_WEIGHT_MAX 1e6
+#define S_SECONDS_MAX 1e9 /* about 31 years */
+
 /*  Sections are contiguous and in the order the writer prints them. */
 static const s_key s_keys[] = {
     S_STR_KEY("run.name", run.name, "arith", s_is_name,
               "a name of letters, digits, '.', '_' or '-', not starting with '.'"),
     S_INT_KEY("run.seed", run.seed, 0, 0, S_INF),
-    S_INT_KEY("run.threads", run.threads, 0, 0, S_INF),
+    S_INT_KEY("run.threads", run.threads, 0, 0, 4096),
     S_STR_KEY("run.device", run.device, "cpu", s_is_device, "\"cpu\", \"cuda\" or \"cuda:N\""),
     S_ENUM_KEY("run.precision", run.precision, BT_CONFIG_PRECISION_FLOAT32, s_precisions),
     S_INT_KEY("run.log_every", run.log_every, 1, 1, S_INF),
 
-    S_INT_KEY("model.vocab_size", model.vocab_size, NAN, 1, S_INF),
-    S_INT_KEY("model.hidden_size", model.hidden_size, NAN, 1, S_INF),
-    S_INT_KEY("model.intermediate_size", model.intermediate_size, NAN, 1, S_INF),
-    S_INT_KEY("model.num_hidden_layers", model.num_hidden_layers, NAN, 1, S_INF),
-    S_INT_KEY("model.num_attention_heads", model.num_attention_heads, NAN, 1, S_INF),
-    S_INT_KEY("model.num_key_value_heads", model.num_key_value_heads, 0, 1, S_INF),
-    S_NUM_KEY("model.rms_norm_eps", model.rms_norm_eps, NAN, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("model.rope_theta", model.rope_theta, NAN, 0, S_INF, S_LO_OPEN),
-    S_INT_KEY("model.max_position_embeddings", model.max_position_embeddings, NAN, 1, S_INF),
+    S_INT_KEY("model.vocab_size", model.vocab_size, NAN, 1, 16777216),
+    S_INT_KEY("model.hidden_size", model.hidden_size, NAN, 1, 65536),
+    S_INT_KEY("model.intermediate_size", model.intermediate_size, NAN, 1, 262144),
+    S_INT_KEY("model.num_hidden_layers", model.num_hidden_layers, NAN, 1, 1024),
+    S_INT_KEY("model.num_attention_heads", model.num_attention_heads, NAN, 1, 1024),
+    S_INT_KEY("model.num_key_value_heads", model.num_key_value_heads, 0, 1, 1024),
+    S_NUM_KEY("model.rms_norm_eps", model.rms_norm_eps, NAN, 0, 1, S_LO_OPEN),
+    S_NUM_KEY("model.rope_theta", model.rope_theta, NAN, 0, 1e12, S_LO_OPEN),
+    S_INT_KEY("model.max_position_embeddings", model.max_position_embeddings, NAN, 1, S_TOKENS_MAX),
     S_BOOL_KEY("model.tie_word_embeddings", model.tie_word_embeddings, NAN),
-    S_INT_KEY("model.bos_token_id", model.bos_token_id, NAN, -1, S_INF),
-    S_INT_KEY("model.eos_token_id", model.eos_token_id, NAN, -1, S_INF),
-    S_INT_KEY("model.pad_token_id", model.pad_token_id, NAN, -1, S_INF),
+    S_INT_KEY("model.bos_token_id", model.bos_token_id, NAN, -1, 16777215),
+    S_INT_KEY("model.eos_token_id", model.eos_token_id, NAN, -1, 16777215),
+    S_INT_KEY("model.pad_token_id", model.pad_token_id, NAN, -1, 16777215),
     S_STR_KEY("model.path", model_path, "", NULL, NULL),
 
     S_ENUM_KEY("task.kind", task.kind, BT_CONFIG_TASK_ARITHMETIC, s_task_kinds),
@@ -125,7 +139,7 @@ static const s_key s_keys[] = {
     S_STR_KEY("task.operators", task.operators, "+", s_is_operators,
               "one or more of the operators \"+\", \"-\", \"*\", each at most once"),
     S_INT_KEY("task.heldout_size", task.heldout_size, 200, 0, 1000000),
-    S_NUM_KEY("task.format_reward", task.format_reward, 0, 0, S_INF, 0),
+    S_NUM_KEY("task.format_reward", task.format_reward, 0, 0, S_COEF_MAX, 0),
     S_STR_KEY("task.train", task.train, "", NULL, NULL),
     S_STR_KEY("task.chat_template", task.chat_template, "", NULL, NULL),
     S_STR_KEY("task.system_prompt", task.system_prompt, "", NULL, NULL),
@@ -139,81 +153,81 @@ static const s_key s_keys[] = {
     S_INT_KEY("reward.retries", reward.retries, 0, 0, 100),
 
     S_INT_KEY("sft.steps", sft.steps, 0, 0, S_INF),
-    S_INT_KEY("sft.batch_size", sft.batch_size, 64, 1, S_INF),
-    S_NUM_KEY("sft.lr", sft.lr, 1e-3, 0, S_INF, 0),
+    S_INT_KEY("sft.batch_size", sft.batch_size, 64, 1, S_TOKENS_MAX),
+    S_NUM_KEY("sft.lr", sft.lr, 1e-3, 0, S_LR_MAX, 0),
     S_INT_KEY("sft.warmup_steps", sft.warmup_steps, 0, 0, S_INF),
     S_INT_KEY("sft.eval_every", sft.eval_every, 0, 0, S_INF),
     S_NUM_KEY("sft.stop_accuracy", sft.stop_accuracy, 1.0, 0, 1, 0),
 
     S_INT_KEY("grpo.steps", grpo.steps, 100, 0, S_INF),
-    S_INT_KEY("grpo.group_size", grpo.group_size, 8, 2, S_INF),
-    S_INT_KEY("grpo.prompts_per_step", grpo.prompts_per_step, 16, 1, S_INF),
-    S_NUM_KEY("grpo.temperature", grpo.temperature, 1.0, 0, S_INF, S_LO_OPEN),
-    S_INT_KEY("grpo.top_k", grpo.top_k, 0, 0, S_INF),
+    S_INT_KEY("grpo.group_size", grpo.group_size, 8, 2, 4096),
+    S_INT_KEY("grpo.prompts_per_step", grpo.prompts_per_step, 16, 1, 65536),
+    S_NUM_KEY("grpo.temperature", grpo.temperature, 1.0, S_TEMP_MIN, S_TEMP_MAX, 0),
+    S_INT_KEY("grpo.top_k", grpo.top_k, 0, 0, 1073741824),
     S_NUM_KEY("grpo.top_p", grpo.top_p, 1.0, 0, 1, S_LO_OPEN),
-    S_INT_KEY("grpo.max_new_tokens", grpo.max_new_tokens, 8, 1, S_INF),
+    S_INT_KEY("grpo.max_new_tokens", grpo.max_new_tokens, 8, 1, S_TOKENS_MAX),
     S_NUM_KEY("grpo.clip_low", grpo.clip_low, 0.2, 0, 1, S_HI_OPEN),
-    S_NUM_KEY("grpo.clip_high", grpo.clip_high, 0.28, 0, S_INF, 0),
-    S_NUM_KEY("grpo.kl_coef", grpo.kl_coef, 0.0, 0, S_INF, 0),
+    S_NUM_KEY("grpo.clip_high", grpo.clip_high, 0.28, 0, S_COEF_MAX, 0),
+    S_NUM_KEY("grpo.kl_coef", grpo.kl_coef, 0.0, 0, S_KL_MAX, 0),
     S_ENUM_KEY("grpo.kl_estimator", grpo.kl_estimator, BT_KL_K3, s_kl_estimators),
-    S_NUM_KEY("grpo.entropy_coef", grpo.entropy_coef, 0.0, -S_INF, S_INF, 0),
+    S_NUM_KEY("grpo.entropy_coef", grpo.entropy_coef, 0.0, -S_COEF_MAX, S_COEF_MAX, 0),
     S_ENUM_KEY("grpo.loss_agg", grpo.loss_agg, BT_LOSS_AGG_TOKEN_MEAN, s_loss_aggs),
     S_ENUM_KEY("grpo.adv_norm", grpo.adv_norm, BT_ADV_NORM_STD, s_adv_norms),
-    S_INT_KEY("grpo.max_tokens", grpo.max_tokens, 0, 0, S_INF),
-    S_NUM_KEY("grpo.lr", grpo.lr, 1e-4, 0, S_INF, 0),
+    S_INT_KEY("grpo.max_tokens", grpo.max_tokens, 0, 0, S_TOKENS_MAX),
+    S_NUM_KEY("grpo.lr", grpo.lr, 1e-4, 0, S_LR_MAX, 0),
     S_ENUM_KEY("grpo.lr_schedule", grpo.lr_schedule, BT_LR_CONSTANT, s_lr_kinds),
     S_INT_KEY("grpo.warmup_steps", grpo.warmup_steps, 0, 0, S_INF),
-    S_NUM_KEY("grpo.min_lr", grpo.min_lr, 0.0, 0, S_INF, 0),
+    S_NUM_KEY("grpo.min_lr", grpo.min_lr, 0.0, 0, S_LR_MAX, 0),
     S_INT_KEY("grpo.decay_steps", grpo.decay_steps, 0, 0, S_INF),
-    S_NUM_KEY("grpo.weight_decay", grpo.weight_decay, 0.0, 0, S_INF, 0),
+    S_NUM_KEY("grpo.weight_decay", grpo.weight_decay, 0.0, 0, S_COEF_MAX, 0),
     S_NUM_KEY("grpo.beta1", grpo.beta1, 0.9, 0, 1, S_HI_OPEN),
     S_NUM_KEY("grpo.beta2", grpo.beta2, 0.999, 0, 1, S_HI_OPEN),
-    S_NUM_KEY("grpo.max_grad_norm", grpo.max_grad_norm, 1.0, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("grpo.max_grad_norm", grpo.max_grad_norm, 1.0, 0, 1e6, S_LO_OPEN),
     S_INT_KEY("grpo.micro_batch", grpo.micro_batch, 64, 1, S_INF),
     S_ENUM_KEY("grpo.batching", grpo.batching, BT_BATCHING_BUCKET, s_batchings),
     S_INT_KEY("grpo.pack_tokens", grpo.pack_tokens, 0, 0, S_INF),
     S_BOOL_KEY("grpo.dynamic_sampling", grpo.dynamic_sampling, false),
     S_INT_KEY("grpo.max_staleness", grpo.max_staleness, 0, 0, 16),
     S_ENUM_KEY("grpo.async_objective", grpo.async_objective, 0, s_async_objectives),
-    S_NUM_KEY("grpo.behav_weight_cap", grpo.behav_weight_cap, 5.0, 0, S_INF, 0),
+    S_NUM_KEY("grpo.behav_weight_cap", grpo.behav_weight_cap, 5.0, 0, S_COEF_MAX, 0),
 
     S_INT_KEY("eval.every_steps", eval.every_steps, 10, 0, S_INF),
     S_INT_KEY("eval.every_epochs", eval.every_epochs, 0, 0, S_INF),
-    S_NUM_KEY("eval.every_seconds", eval.every_seconds, 0, 0, S_INF, 0),
+    S_NUM_KEY("eval.every_seconds", eval.every_seconds, 0, 0, S_SECONDS_MAX, 0),
     S_INT_KEY("eval.heldout_count", eval.heldout_count, 200, 1, S_INF),
     S_INT_KEY("eval.samples", eval.samples, 1, 1, BT_EVALUATOR_MAX_SAMPLES),
-    S_NUM_KEY("eval.temperature", eval.temperature, 0.0, 0, S_INF, 0),
-    S_INT_KEY("eval.max_new_tokens", eval.max_new_tokens, 0, 0, S_INF),
+    S_NUM_KEY("eval.temperature", eval.temperature, 0.0, 0, S_TEMP_MAX, 0),
+    S_INT_KEY("eval.max_new_tokens", eval.max_new_tokens, 0, 0, S_TOKENS_MAX),
     S_BOOL_KEY("eval.adaptive", eval.adaptive, false),
     S_INT_KEY("eval.adaptive_floor", eval.adaptive_floor, 1, 1, S_INF),
     S_INT_KEY("eval.adaptive_ceiling", eval.adaptive_ceiling, 0, 0, S_INF),
-    S_NUM_KEY("eval.adaptive_fast", eval.adaptive_fast, 0.01, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("eval.adaptive_plateau", eval.adaptive_plateau, 0.001, 0, S_INF, 0),
-    S_NUM_KEY("eval.adaptive_drop", eval.adaptive_drop, 0.05, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("eval.adaptive_fast", eval.adaptive_fast, 0.01, 0, S_COEF_MAX, S_LO_OPEN),
+    S_NUM_KEY("eval.adaptive_plateau", eval.adaptive_plateau, 0.001, 0, S_COEF_MAX, 0),
+    S_NUM_KEY("eval.adaptive_drop", eval.adaptive_drop, 0.05, 0, S_COEF_MAX, S_LO_OPEN),
     S_NUM_KEY("eval.adaptive_ema", eval.adaptive_ema, 0.5, 0, 1, S_LO_OPEN),
 
     S_BOOL_KEY("tuner.kl.enabled", tuner.kl.enabled, false),
-    S_NUM_KEY("tuner.kl.target", tuner.kl.target, 0.01, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.kl.horizon", tuner.kl.horizon, 10000, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.kl.min", tuner.kl.min, 1e-4, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.kl.max", tuner.kl.max, 1.0, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.kl.target", tuner.kl.target, 0.01, 0, S_COEF_MAX, S_LO_OPEN),
+    S_NUM_KEY("tuner.kl.horizon", tuner.kl.horizon, 10000, 0, 1e12, S_LO_OPEN),
+    S_NUM_KEY("tuner.kl.min", tuner.kl.min, 1e-4, 0, S_KL_MAX, S_LO_OPEN),
+    S_NUM_KEY("tuner.kl.max", tuner.kl.max, 1.0, 0, S_KL_MAX, S_LO_OPEN),
     S_BOOL_KEY("tuner.lr_kl.enabled", tuner.lr_kl.enabled, false),
-    S_NUM_KEY("tuner.lr_kl.target", tuner.lr_kl.target, 0.01, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.lr_kl.factor", tuner.lr_kl.factor, 1.5, 1, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.lr_kl.min_lr", tuner.lr_kl.min_lr, 1e-5, 0, S_INF, 0),
-    S_NUM_KEY("tuner.lr_kl.max_lr", tuner.lr_kl.max_lr, 1e-2, 0, S_INF, 0),
+    S_NUM_KEY("tuner.lr_kl.target", tuner.lr_kl.target, 0.01, 0, S_COEF_MAX, S_LO_OPEN),
+    S_NUM_KEY("tuner.lr_kl.factor", tuner.lr_kl.factor, 1.5, 1, S_COEF_MAX, S_LO_OPEN),
+    S_NUM_KEY("tuner.lr_kl.min_lr", tuner.lr_kl.min_lr, 1e-5, 0, S_LR_MAX, 0),
+    S_NUM_KEY("tuner.lr_kl.max_lr", tuner.lr_kl.max_lr, 1e-2, 0, S_LR_MAX, 0),
     S_BOOL_KEY("scaling.enabled", scaling.enabled, false),
     S_STR_KEY("scaling.dataset", scaling.dataset, "", s_is_name_or_empty,
               "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
     S_INT_KEY("scaling.min_points", scaling.min_points, 4, 4, 4096),
-    S_NUM_KEY("scaling.stop_margin", scaling.stop_margin, 0, 0, S_INF, 0),
+    S_NUM_KEY("scaling.stop_margin", scaling.stop_margin, 0, 0, S_COEF_MAX, 0),
     S_BOOL_KEY("pbt.enabled", pbt.enabled, false),
     S_INT_KEY("pbt.ready_steps", pbt.ready_steps, 10, 1, S_INF),
     S_ENUM_KEY("pbt.metric", pbt.metric, 0, s_pbt_metrics),
     S_NUM_KEY("pbt.quantile", pbt.quantile, 0.25, 0, 0.5, S_LO_OPEN),
     S_NUM_KEY("pbt.resample_probability", pbt.resample_probability, 0.25, 0, 1, 0),
-    S_NUM_KEY("pbt.lr_min", pbt.lr_min, 1e-6, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("pbt.lr_max", pbt.lr_max, 1e-2, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("pbt.lr_min", pbt.lr_min, 1e-6, 0, S_LR_MAX, S_LO_OPEN),
+    S_NUM_KEY("pbt.lr_max", pbt.lr_max, 1e-2, 0, S_LR_MAX, S_LO_OPEN),
     S_BOOL_KEY("tuner.lr_plateau.enabled", tuner.lr_plateau.enabled, false),
     S_STR_KEY("tuner.lr_plateau.dataset", tuner.lr_plateau.dataset, "", s_is_name_or_empty,
               "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
@@ -222,27 +236,30 @@ static const s_key s_keys[] = {
     S_ENUM_KEY("tuner.lr_plateau.mode", tuner.lr_plateau.mode, BT_TUNER_MAX, s_tuner_modes),
     S_INT_KEY("tuner.lr_plateau.patience", tuner.lr_plateau.patience, 3, 1, S_INF),
     S_NUM_KEY("tuner.lr_plateau.factor", tuner.lr_plateau.factor, 0.5, 0, 1, S_LO_OPEN | S_HI_OPEN),
-    S_NUM_KEY("tuner.lr_plateau.min_delta", tuner.lr_plateau.min_delta, 0, 0, S_INF, 0),
-    S_NUM_KEY("tuner.lr_plateau.min_lr", tuner.lr_plateau.min_lr, 1e-6, 0, S_INF, 0),
+    S_NUM_KEY("tuner.lr_plateau.min_delta", tuner.lr_plateau.min_delta, 0, 0, 1e6, 0),
+    S_NUM_KEY("tuner.lr_plateau.min_lr", tuner.lr_plateau.min_lr, 1e-6, 0, S_LR_MAX, 0),
     S_BOOL_KEY("tuner.mixture.enabled", tuner.mixture.enabled, false),
     S_ENUM_KEY("tuner.mixture.metric", tuner.mixture.metric, BT_TUNER_MIXTURE_ACCURACY,
                s_mixture_metrics),
     S_INT_KEY("tuner.mixture.every_steps", tuner.mixture.every_steps, 10, 1, S_INF),
-    S_NUM_KEY("tuner.mixture.rate", tuner.mixture.rate, 1.0, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.mixture.min_weight", tuner.mixture.min_weight, 0.05, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.mixture.max_weight", tuner.mixture.max_weight, 20.0, 0, S_INF, S_LO_OPEN),
-    S_BOOL_KEY("tuner.temperature.enabled", tuner.temperature.enabled, false),
-    S_NUM_KEY("tuner.temperature.entropy_low", tuner.temperature.entropy_low, 0.2, 0, S_INF, 0),
-    S_NUM_KEY("tuner.temperature.entropy_high", tuner.temperature.entropy_high, 2.0, 0, S_INF,
+    S_NUM_KEY("tuner.mixture.rate", tuner.mixture.rate, 1.0, 0, S_COEF_MAX, S_LO_OPEN),
+    S_NUM_KEY("tuner.mixture.min_weight", tuner.mixture.min_weight, 0.05, 0, S_WEIGHT_MAX,
               S_LO_OPEN),
-    S_NUM_KEY("tuner.temperature.step", tuner.temperature.step, 0.05, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.temperature.min", tuner.temperature.min, 0.5, 0, S_INF, S_LO_OPEN),
-    S_NUM_KEY("tuner.temperature.max", tuner.temperature.max, 1.5, 0, S_INF, S_LO_OPEN),
+    S_NUM_KEY("tuner.mixture.max_weight", tuner.mixture.max_weight, 20.0, 0, S_WEIGHT_MAX,
+              S_LO_OPEN),
+    S_BOOL_KEY("tuner.temperature.enabled", tuner.temperature.enabled, false),
+    S_NUM_KEY("tuner.temperature.entropy_low", tuner.temperature.entropy_low, 0.2, 0, S_COEF_MAX,
+              0),
+    S_NUM_KEY("tuner.temperature.entropy_high", tuner.temperature.entropy_high, 2.0, 0, S_COEF_MAX,
+              S_LO_OPEN),
+    S_NUM_KEY("tuner.temperature.step", tuner.temperature.step, 0.05, 0, S_TEMP_MAX, S_LO_OPEN),
+    S_NUM_KEY("tuner.temperature.min", tuner.temperature.min, 0.5, S_TEMP_MIN, S_TEMP_MAX, 0),
+    S_NUM_KEY("tuner.temperature.max", tuner.temperature.max, 1.5, S_TEMP_MIN, S_TEMP_MAX, 0),
 
     S_INT_KEY("workers.rollout", workers.rollout, 1, 1, S_INF),
-    S_INT_KEY("workers.trainer", workers.trainer, 1, 1, S_INF),
+    S_INT_KEY("workers.trainer", workers.trainer, 1, 1, 65536),
     S_INT_KEY("workers.eval", workers.eval, 1, 0, S_INF),
-    S_INT_KEY("workers.heartbeat_ms", workers.heartbeat_ms, 500, 1, S_INF),
+    S_INT_KEY("workers.heartbeat_ms", workers.heartbeat_ms, 500, 1, 3600000),
     S_INT_KEY("workers.expiry_ms", workers.expiry_ms, 5000, 1, S_INF),
     S_INT_KEY("workers.collective_timeout_ms", workers.collective_timeout_ms, 60000, 100, S_INF),
     S_INT_KEY("workers.standby_trainers", workers.standby_trainers, 0, 0, 64),
@@ -252,12 +269,12 @@ static const s_key s_keys[] = {
 
     S_INT_KEY("checkpoint.light_every_steps", checkpoint.light_every_steps, 0, 0, S_INF),
     S_INT_KEY("checkpoint.full_every_steps", checkpoint.full_every_steps, 0, 0, S_INF),
-    S_NUM_KEY("checkpoint.full_every_secs", checkpoint.full_every_secs, 0, 0, S_INF, 0),
+    S_NUM_KEY("checkpoint.full_every_secs", checkpoint.full_every_secs, 0, 0, S_SECONDS_MAX, 0),
     S_INT_KEY("checkpoint.full_every_epochs", checkpoint.full_every_epochs, 0, 0, S_INF),
     S_INT_KEY("checkpoint.keep_last", checkpoint.keep_last, 3, 1, S_INF),
     S_INT_KEY("checkpoint.keep_every", checkpoint.keep_every, 0, 0, S_INF),
     S_STR_KEY("checkpoint.mirror_dir", checkpoint.mirror_dir, "", NULL, NULL),
-    S_NUM_KEY("checkpoint.spike_factor", checkpoint.spike_factor, 0, 0, S_INF, 0),
+    S_NUM_KEY("checkpoint.spike_factor", checkpoint.spike_factor, 0, 0, S_COEF_MAX, 0),
 
     S_STR_KEY("data.epoch_source", data.epoch_source, "", s_is_name_or_empty,
               "a data.sources name, or \"\" for the first"),
@@ -292,17 +309,27 @@ static const s_key s_dataset_keys[] = {
      .def = -1,
      .lo = 1,
      .hi = BT_EVALUATOR_MAX_SAMPLES},
-    {.path = "temperature", .type = S_NUM, S_DS(temperature), .def = NAN, .lo = 0, .hi = S_INF},
+    {.path = "temperature",
+     .type = S_NUM,
+     S_DS(temperature),
+     .def = NAN,
+     .lo = 0,
+     .hi = S_TEMP_MAX},
     {.path = "max_new_tokens",
      .type = S_INT,
      S_DS(max_new_tokens),
      .def = -1,
      .lo = 0,
-     .hi = S_INF},
+     .hi = S_TOKENS_MAX},
     {.path = "robustness", .type = S_BOOL, S_DS(robustness), .def = 0},
     {.path = "every_steps", .type = S_INT, S_DS(every_steps), .def = -1, .lo = 0, .hi = S_INF},
     {.path = "every_epochs", .type = S_INT, S_DS(every_epochs), .def = -1, .lo = 0, .hi = S_INF},
-    {.path = "every_seconds", .type = S_NUM, S_DS(every_seconds), .def = NAN, .lo = 0, .hi = S_INF},
+    {.path = "every_seconds",
+     .type = S_NUM,
+     S_DS(every_seconds),
+     .def = NAN,
+     .lo = 0,
+     .hi = S_SECONDS_MAX},
 };
 static const s_key s_probe_keys[] = {
     {.path = "name",
@@ -324,6 +351,8 @@ enum {
 const char *bt_config_key(int i) {
     return i >= 0 && i < S_NKEYS ? s_keys[i].path : NULL;
 }
+
+static cJSON *s_to_item(const s_key *k, const bt_run_config *cfg);
 
 static const s_key *s_find(const char *path) {
     for (int i = 0; i < S_NKEYS; i++)
@@ -763,7 +792,7 @@ static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_confi
                            .offset = (size_t)((char *)&v->weight - (char *)cfg),
                            .size = sizeof v->weight,
                            .lo = 0,
-                           .hi = S_INF,
+                           .hi = S_WEIGHT_MAX,
                            .open = S_LO_OPEN};
                 BT_TRY(s_set(&k, item, where, cfg));
                 continue;
@@ -924,6 +953,10 @@ static bt_status s_check_dataset(bt_run_config *cfg, int i, const char *src) {
         if (strcmp(cfg->eval.datasets[j].name, d->name) == 0)
             return bt_fail(BT_EINVAL, "%s.name: \"%s\" is already the name of eval.datasets[%d]",
                            where, d->name, j);
+    if (d->temperature != 0 && d->temperature < S_TEMP_MIN)
+        return bt_fail(BT_EINVAL,
+                       "%s.temperature: expected 0 (greedy) or a number in [%g, %g], got %g", where,
+                       S_TEMP_MIN, S_TEMP_MAX, d->temperature);
     if (d->kind == BT_EVAL_GENERATE && d->samples > 1 && d->temperature == 0)
         return bt_fail(BT_EINVAL, "%s.temperature: expected a number > 0 when samples > 1, got 0",
                        where);
@@ -1112,6 +1145,10 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
                        "%s: workers.expiry_ms: expected an integer > workers.heartbeat_ms (%" PRId64
                        "), got %" PRId64,
                        src, cfg->workers.heartbeat_ms, cfg->workers.expiry_ms);
+    if (cfg->eval.temperature != 0 && cfg->eval.temperature < S_TEMP_MIN)
+        return bt_fail(BT_EINVAL,
+                       "%s: eval.temperature: expected 0 (greedy) or a number in [%g, %g], got %g",
+                       src, S_TEMP_MIN, S_TEMP_MAX, cfg->eval.temperature);
     if (cfg->eval.samples > 1 && cfg->eval.temperature == 0)
         return bt_fail(BT_EINVAL,
                        "%s: eval.temperature: expected a number > 0 when eval.samples > 1, got 0",
@@ -1149,10 +1186,62 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
         return s_reraise(src, "", "");
     const char *phases[] = {"sft: ", "grpo: "};
     for (int phase = BT_CONFIG_PHASE_SFT; phase <= BT_CONFIG_PHASE_GRPO; phase++) {
+        if (phase == BT_CONFIG_PHASE_GRPO && cfg->grpo.steps == 0)
+            continue; /* no GRPO step: its schedule is never used (an SFT-only run) */
         bt_lr_schedule lr;
         bt_config_lr(cfg, (bt_config_phase)phase, &lr);
         if (bt_lr_schedule_validate(&lr) != BT_OK)
             return s_reraise(src, phases[phase], "");
+    }
+    return BT_OK;
+}
+
+/*  The longest prompt, in tokens, that a one-task config's task makes, where that is known without
+    reading a file: an arithmetic problem "A+B=" of two `digits`-digit operands after the BOS
+    (tokens are bytes or longer); any other prompt holds at least one token. */
+static int64_t s_longest_prompt(const bt_run_config *one) {
+    return one->task.kind == BT_CONFIG_TASK_ARITHMETIC ? 2 * one->task.digits + 3 : 1;
+}
+
+/*  A prompt of `prompt` tokens and max_new more fit a context of ctx tokens. */
+static bt_status s_check_room(const char *src, const char *key, int64_t max_new, int64_t prompt,
+                              int64_t ctx, const char *ctx_what) {
+    if (prompt + max_new <= ctx)
+        return BT_OK;
+    return bt_fail(BT_EINVAL,
+                   "%s: %s: expected an integer in [1, %" PRId64 "] (%s %" PRId64
+                   " less the longest prompt, %" PRId64 " tokens), got %" PRId64,
+                   src, key, ctx - prompt, ctx_what, ctx, prompt, max_new);
+}
+
+/*  Prompt and completion fit the model's context (ctx tokens, named ctx_what): the longest
+    training prompt with grpo.max_new_tokens, each generate dataset's longest prompt with its
+    max_new_tokens.  The workers refuse a longer sequence (bt_generate, the trainer). */
+static bt_status s_check_context(const bt_run_config *cfg, int64_t ctx, const char *ctx_what,
+                                 const char *src) {
+    bt_run_config *one = malloc(sizeof *one);
+    if (!one)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", src);
+    int64_t prompt[BT_CONFIG_MAX_SOURCES], longest = 1;
+    bt_status st = BT_OK;
+    for (int k = 0; k < bt_config_n_sources(cfg) && st == BT_OK; k++) {
+        st = bt_config_source(cfg, k, one);
+        prompt[k] = st == BT_OK ? s_longest_prompt(one) : 1;
+        longest = prompt[k] > longest ? prompt[k] : longest;
+    }
+    free(one);
+    if (st != BT_OK)
+        return s_reraise(src, "", "");
+    BT_TRY(
+        s_check_room(src, "grpo.max_new_tokens", cfg->grpo.max_new_tokens, longest, ctx, ctx_what));
+    for (int i = 0; i < cfg->eval.n_datasets; i++) {
+        const bt_eval_dataset *d = &cfg->eval.datasets[i];
+        if (d->kind != BT_EVAL_GENERATE)
+            continue;
+        int64_t p = d->data_source >= 0 ? prompt[d->data_source] : d->source[0] ? 1 : longest;
+        char key[64];
+        snprintf(key, sizeof key, "eval.datasets[%d].max_new_tokens", i);
+        BT_TRY(s_check_room(src, key, d->max_new_tokens, p, ctx, ctx_what));
     }
     return BT_OK;
 }
@@ -1191,6 +1280,9 @@ static bt_status s_check_variants(const bt_run_config *cfg, const char *src) {
         st = bt_config_variant(cfg, k, variant);
         if (st != BT_OK)
             st = s_reraise(src, "", "");
+        else if (!variant->model_path[0])
+            st = s_check_context(variant, variant->model.max_position_embeddings,
+                                 "model.max_position_embeddings", src);
     }
     free(variant);
     return st;
@@ -1233,6 +1325,10 @@ bt_status bt_config_parse(const char *json_text, const char *source, const char 
     }
     if (st == BT_OK)
         st = s_check(out, source);
+    if (st == BT_OK &&
+        !out->model_path[0]) /* else model.path's config.json: bt_config_check_files */
+        st = s_check_context(out, out->model.max_position_embeddings,
+                             "model.max_position_embeddings", source);
     return st == BT_OK ? s_check_variants(out, source) : st;
 }
 
@@ -1248,6 +1344,138 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
     }
     snprintf(where, sizeof where, "variants[%d]", k);
     return s_check(out, where);
+}
+
+/* ---- comparing ------------------------------------------------------------------------------ */
+
+int bt_config_diff(const bt_run_config *a, const bt_run_config *b, const char **keys, int max) {
+    int n = 0;
+    for (int i = 0; i < S_NKEYS; i++)
+        if (memcmp(s_cfield(&s_keys[i], a), s_cfield(&s_keys[i], b), s_keys[i].size) != 0) {
+            if (n < max)
+                keys[n] = s_keys[i].path;
+            n++;
+        }
+    const struct {
+        const char *path;
+        bool differ;
+    } arrays[] = {
+        {"eval.datasets", a->eval.n_datasets != b->eval.n_datasets ||
+                              memcmp(a->eval.datasets, b->eval.datasets,
+                                     (size_t)a->eval.n_datasets * sizeof a->eval.datasets[0])},
+        {"eval.probes", a->eval.n_probes != b->eval.n_probes ||
+                            memcmp(a->eval.probes, b->eval.probes,
+                                   (size_t)a->eval.n_probes * sizeof a->eval.probes[0])},
+        {"data.sources", a->data.n_sources != b->data.n_sources ||
+                             memcmp(a->data.sources, b->data.sources,
+                                    (size_t)a->data.n_sources * sizeof a->data.sources[0])},
+        {"variants",
+         a->n_variants != b->n_variants ||
+             memcmp(a->variants, b->variants, (size_t)a->n_variants * sizeof a->variants[0])},
+    };
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        if (arrays[i].differ) {
+            if (n < max)
+                keys[n] = arrays[i].path;
+            n++;
+        }
+    return n;
+}
+
+bool bt_config_value_text(const bt_run_config *cfg, const char *path, char *buf, size_t len) {
+    const s_key *k = s_find(path);
+    cJSON *item = k ? s_to_item(k, cfg) : NULL;
+    char *text = item ? cJSON_PrintUnformatted(item) : NULL;
+    if (text)
+        snprintf(buf, len, "%s", text);
+    cJSON_free(text);
+    cJSON_Delete(item);
+    return text != NULL;
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+/*  path (named by key) is a readable regular file, or with dir a folder. */
+static bt_status s_check_path(const char *src, const char *key, const char *path, bool dir) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return bt_fail(BT_EINVAL, "%s: %s: \"%s\": no such %s", src, key, path,
+                       dir ? "folder" : "file");
+    if (dir ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode))
+        return bt_fail(BT_EINVAL, "%s: %s: \"%s\": not a %s", src, key, path,
+                       dir ? "folder" : "regular file");
+    if (access(path, dir ? R_OK | X_OK : R_OK) != 0)
+        return bt_fail(BT_EINVAL, "%s: %s: \"%s\": cannot be read", src, key, path);
+    return BT_OK;
+}
+
+/*  The key data source k's path (task.train) or heldout (task.eval) came from: its own entry's,
+    or the task.* key it inherits. */
+static void s_source_path_key(const bt_run_config *cfg, int k, const char *task_key, char *buf,
+                              size_t len) {
+    snprintf(buf, len, "%s", task_key);
+    if (cfg->data.n_sources == 0)
+        return;
+    const bt_config_source_spec *v = &cfg->data.sources[k];
+    size_t n = strlen(task_key);
+    for (int i = 0; i < v->n_sets; i++)
+        if (strncmp(v->sets[i], task_key, n) == 0 && v->sets[i][n] == '=')
+            snprintf(buf, len, "data.sources[%d].%s", k, s_source_key(v->sets[i]));
+}
+
+bt_status bt_config_check_files(const bt_run_config *cfg, const char *source) {
+    char key[96], path[BT_CONFIG_PATH_MAX + 64];
+    if (cfg->model_path[0]) {
+        BT_TRY(s_check_path(source, "model.path", cfg->model_path, true));
+        snprintf(path, sizeof path, "%s/config.json", cfg->model_path);
+        BT_TRY(s_check_path(source, "model.path", path, false));
+        snprintf(path, sizeof path, "%s/model.safetensors", cfg->model_path);
+        if (access(path, F_OK) != 0)
+            snprintf(path, sizeof path, "%s/model.safetensors.index.json", cfg->model_path);
+        if (access(path, F_OK) != 0)
+            return bt_fail(BT_EINVAL,
+                           "%s: model.path: \"%s\": no model.safetensors or "
+                           "model.safetensors.index.json in it",
+                           source, cfg->model_path);
+    }
+    bt_run_config *one = malloc(sizeof *one);
+    if (!one)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", source);
+    bt_status st = BT_OK;
+    for (int k = 0; k < bt_config_n_sources(cfg) && st == BT_OK; k++) {
+        st = bt_config_source(cfg, k, one);
+        if (st == BT_OK && one->task.kind == BT_CONFIG_TASK_JSONL) {
+            s_source_path_key(cfg, k, "task.train", key, sizeof key);
+            st = s_check_path(source, key, one->task.train, false);
+            s_source_path_key(cfg, k, "task.eval", key, sizeof key);
+            if (st == BT_OK && one->task.eval[0])
+                st = s_check_path(source, key, one->task.eval, false);
+        }
+    }
+    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++) {
+        const bt_eval_dataset *d = &cfg->eval.datasets[i];
+        snprintf(key, sizeof key, "eval.datasets[%d].source", i);
+        if (d->source[0] && d->data_source < 0)
+            st = s_check_path(source, key, d->source, false);
+    }
+    if (st == BT_OK && cfg->model_path[0]) { /* the model's own context */
+        bt_model_config mc;
+        snprintf(path, sizeof path, "%s/config.json", cfg->model_path);
+        st = bt_model_config_load(path, &mc);
+        char what[BT_CONFIG_PATH_MAX + 96];
+        snprintf(what, sizeof what, "max_position_embeddings of %s", path);
+        if (st != BT_OK)
+            st = s_reraise(source, "model.path: ", "");
+        if (st == BT_OK)
+            st = s_check_context(cfg, mc.max_position_embeddings, what, source);
+        for (int k = 0; k < cfg->n_variants && st == BT_OK; k++) {
+            st = bt_config_variant(cfg, k, one);
+            if (st == BT_OK)
+                st = s_check_context(one, mc.max_position_embeddings, what, source);
+        }
+    }
+    free(one);
+    return st;
 }
 
 int bt_config_n_sources(const bt_run_config *cfg) {

@@ -5,6 +5,9 @@
 #include "baton/baton.h"
 #include "baton/scaling.h"
 
+#include "baton/checkpoint.h"
+#include "baton/fileio.h"
+#include "baton/runstate.h"
 #include "baton/security.h"
 #include "baton/worker.h"
 
@@ -17,11 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
-enum { S_MAX_THREADS = 256 };
+enum { S_MAX_THREADS = 256, S_MAX_CHANGED = 32 };
 
 typedef struct {
     bt_worker_options opt;
@@ -44,6 +48,14 @@ struct bt_run {
     bt_reward_fn *reward;
     void *reward_user;
     bool resume;
+    bool overwrite; /* bt_run_set_overwrite: the directory's run files are removed first */
+    bool checked;   /* bt_run_check has passed */
+    bool complete;  /* a resume of a run that finished: start, step and finish do nothing */
+    /* a resume: the keys whose values differ from the run directory's config.json (those that may
+       change on resume), with their old and new values, for the config_changed event */
+    int n_changed;
+    const char *changed[S_MAX_CHANGED];
+    char changed_from[S_MAX_CHANGED][64], changed_to[S_MAX_CHANGED][64];
     char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
@@ -73,6 +85,7 @@ bt_run_t *bt_run_new(const char *config_json, const char *source, const char *co
         return NULL;
     }
     if (bt_config_parse(config_json, source, overrides, n_overrides, &self->cfg) != BT_OK ||
+        bt_config_check_files(&self->cfg, source) != BT_OK ||
         !(self->config_json = bt_config_to_json(&self->cfg))) {
         free(self);
         return NULL;
@@ -96,6 +109,10 @@ const bt_run_config *bt_run_config_of(const bt_run_t *self) {
 void bt_run_set_resume(bt_run_t *self, const char *folder) {
     self->resume = true;
     snprintf(self->resume_from, sizeof self->resume_from, "%s", folder ? folder : "");
+}
+
+void bt_run_set_overwrite(bt_run_t *self) {
+    self->overwrite = true;
 }
 
 void bt_run_set_procs(bt_run_t *self) {
@@ -158,9 +175,17 @@ static bt_status s_fork_worker(bt_run_t *self, s_thread *t, bt_role role) {
     if (t->pid < 0)
         return bt_fail(BT_EIO, "run: cannot fork a worker: %s", strerror(errno));
     if (t->pid == 0) {
-        /* the worker dies with this process, however it ends (kill -9 included) */
-        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
-            _exit(126);
+        /* (async-signal-safe calls only, in the child of a threaded process) A Ctrl-C reaches the
+           whole process group and a SIGTERM may too: the controller handles them and stops the
+           workers with STOP, so a worker ignores them, with none blocked (a blocked mask would
+           be inherited from the caller).  It dies with the controller, never an orphan. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127); /* the controller is gone already */
         execl(exe, exe, "worker", "--connect", self->endpoint, "--role", bt_role_name(role),
               "--name", t->name, (char *)NULL);
         _exit(127);
@@ -249,12 +274,278 @@ static bt_status s_secure(bt_run_t *self) {
     return BT_OK;
 }
 
+/*  What a run writes into its directory: what bt_run_set_overwrite removes.  The first three mark
+    a directory that holds a run. */
+static const char *const s_run_files[] = {"config.json", "metrics.jsonl", "events.jsonl",
+                                          "ckpt",        "model",         "variants",
+                                          "report.html", "controller.ipc"};
+enum { S_N_RUN_FILES = sizeof s_run_files / sizeof s_run_files[0], S_N_MARKS = 3 };
+
+/*  Whether dir holds a run; found gets the names of its marks, comma-separated. */
+static bool s_holds_run(const char *dir, char *found, size_t len) {
+    found[0] = '\0';
+    for (int i = 0; i < S_N_MARKS; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, s_run_files[i]);
+        if (access(path, F_OK) == 0)
+            snprintf(found + strlen(found), len - strlen(found), "%s%s", found[0] ? ", " : "",
+                     s_run_files[i]);
+    }
+    return found[0] != '\0';
+}
+
+/*  The keys that may change when a run resumes (docs/architecture.md, "Resume"): how long it goes
+    on, how it is shown, where its work runs and how faults are detected, where checkpoints go;
+    none of them changes what a step computes.  "x." stands for every key of section x. */
+static const char *const s_resume_may_change[] = {
+    "grpo.steps",       "run.log_every",       "run.threads",
+    "workers.",         "checkpoint.",         "reward.timeout_ms",
+    "reward.retries",   "debug.save_pause_ms", "debug.kill_rollout_at_task",
+    "debug.log_prompts"};
+enum { S_N_MAY_CHANGE = sizeof s_resume_may_change / sizeof s_resume_may_change[0] };
+
+static bool s_may_change(const char *key) {
+    for (int i = 0; i < S_N_MAY_CHANGE; i++) {
+        const char *k = s_resume_may_change[i];
+        size_t n = strlen(k);
+        if (k[n - 1] == '.' ? strncmp(key, k, n) == 0 : strcmp(key, k) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*  --resume with the run directory's config.json: the keys that differ must be ones that may
+    change on resume; they are kept for the config_changed event. */
+static bt_status s_check_config_changes(bt_run_t *self) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", self->dir);
+    bt_run_config *old = malloc(sizeof *old);
+    if (!old)
+        return bt_fail(BT_ENOMEM, "run: out of memory");
+    if (bt_config_load(path, NULL, 0, old) != BT_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        free(old);
+        return bt_fail(BT_EINVAL,
+                       "%s: --resume: its config.json cannot be read back to compare it with the "
+                       "config given: %s",
+                       self->dir, why);
+    }
+    const char *keys[S_MAX_CHANGED];
+    int n = bt_config_diff(old, &self->cfg, keys, S_MAX_CHANGED);
+    char refused[1024] = "";
+    for (int i = 0; i < n && i < S_MAX_CHANGED; i++) {
+        char from[64] = "(changed)", to[64] = "(changed)";
+        bt_config_value_text(old, keys[i], from, sizeof from);
+        bt_config_value_text(&self->cfg, keys[i], to, sizeof to);
+        if (!s_may_change(keys[i])) {
+            size_t used = strlen(refused);
+            snprintf(refused + used, sizeof refused - used, "%s%s (%s -> %s)", used ? ", " : "",
+                     keys[i], from, to);
+            continue;
+        }
+        self->changed[self->n_changed] = keys[i];
+        snprintf(self->changed_from[self->n_changed], 64, "%s", from);
+        snprintf(self->changed_to[self->n_changed], 64, "%s", to);
+        self->n_changed++;
+    }
+    free(old);
+    if (refused[0] || n > S_MAX_CHANGED)
+        return bt_fail(BT_EINVAL,
+                       "%s: --resume: the config differs from %s in %s%s; only grpo.steps, "
+                       "run.log_every, run.threads, workers.*, checkpoint.*, reward.timeout_ms, "
+                       "reward.retries and the debug hooks save_pause_ms, kill_rollout_at_task and "
+                       "log_prompts may change on resume: give the run's config, or start a new "
+                       "run (--overwrite, or another --run-dir)",
+                       self->dir, path, refused[0] ? refused : "more keys than listed",
+                       n > S_MAX_CHANGED ? " and more" : "");
+    return BT_OK;
+}
+
+/*  Whether folder lies in dir (both resolved): a checkpoint folder given to --resume must be one of
+    the run directory's, or of its checkpoint mirror's. */
+static bool s_is_inside(const char *folder, const char *dir) {
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!realpath(folder, a) || !realpath(dir, b))
+        return false;
+    size_t n = strlen(b);
+    return strncmp(a, b, n) == 0 && a[n] == '/';
+}
+
+/*  --resume: the checkpoint it will start from (the folder named, else the one LATEST names) holds
+    a state.json this run can continue from.  A LATEST whose state.json does not verify is left to
+    the resume, which falls back to an older checkpoint. */
+static bt_status s_check_checkpoint(bt_run_t *self) {
+    char folder[PATH_MAX], ckpt[PATH_MAX], mirror[PATH_MAX];
+    bool named = self->resume_from[0] != '\0';
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", self->dir);
+    snprintf(mirror, sizeof mirror, "%s/ckpt", self->cfg.checkpoint.mirror_dir);
+    if (named) {
+        snprintf(folder, sizeof folder, "%s", self->resume_from);
+        struct stat sb;
+        if (stat(folder, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return bt_fail(BT_EINVAL, "--resume %s: no such checkpoint folder", folder);
+        if (!s_is_inside(folder, ckpt) &&
+            !(self->cfg.checkpoint.mirror_dir[0] && s_is_inside(folder, mirror)))
+            return bt_fail(BT_EINVAL,
+                           "--resume %s: not a checkpoint of %s (a folder in %s or in "
+                           "checkpoint.mirror_dir's ckpt/): resume the run it belongs to "
+                           "(--run-dir), whose metrics.jsonl it matches",
+                           folder, self->dir, ckpt);
+    } else if (bt_ckpt_latest_named(self->dir, folder, sizeof folder) != BT_OK || !folder[0]) {
+        return BT_OK; /* the resume looks further, or says there is none */
+    }
+    char *text = NULL, source[PATH_MAX + 16], why[1024];
+    if (bt_ckpt_read_file(folder, "state.json", (size_t)1 << 24, &text) != BT_OK) {
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        return named ? bt_fail(BT_EINVAL, "--resume %s: %s", folder, why) : BT_OK;
+    }
+    snprintf(source, sizeof source, "%s/state.json", folder);
+    bt_run_state *st = malloc(sizeof *st);
+    bt_status rc = st ? bt_run_state_from_json(text, source, st) : BT_ENOMEM;
+    free(text);
+    char metrics[PATH_MAX];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", self->dir);
+    struct stat sb;
+    int64_t bytes = stat(metrics, &sb) == 0 ? (int64_t)sb.st_size : 0;
+    if (rc == BT_OK)
+        rc = bt_run_state_check(st, &self->cfg, bytes, source);
+    free(st);
+    if (rc != BT_OK) {
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        return bt_fail(BT_EINVAL, "--resume: %s", why);
+    }
+    return BT_OK;
+}
+
+static bool s_starts(const char *line, const char *prefix) {
+    return strncmp(line, prefix, strlen(prefix)) == 0;
+}
+
+/*  The number after `"key":` in line, or -1. */
+static int64_t s_field_int(const char *line, const char *key) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char *at = strstr(line, pattern);
+    return at ? strtoll(at + strlen(pattern), NULL, 10) : -1;
+}
+
+/*  Whether the run in the directory finished with this config's grpo.steps: its policy is saved
+    (model/, and a policy_saved event after the last resumed one), its last train line is step
+    grpo.steps and each eval dataset has its evaluation of that step.  A run killed before any of
+    these, or resumed with more grpo.steps, has not. */
+static bool s_is_complete(const bt_run_t *self) {
+    const bt_run_config *c = &self->cfg;
+    char path[PATH_MAX], *line = NULL;
+    size_t cap = 0;
+    snprintf(path, sizeof path, "%s/model/model.safetensors", self->dir);
+    if (access(path, F_OK) != 0)
+        return false;
+    snprintf(path, sizeof path, "%s/events.jsonl", self->dir);
+    FILE *f = fopen(path, "r");
+    bool saved = false;
+    while (f && getline(&line, &cap, f) > 0)
+        if (s_starts(line, "{\"event\":\"policy_saved\","))
+            saved = true;
+        else if (s_starts(line, "{\"event\":\"resumed\","))
+            saved = false;
+    if (f)
+        fclose(f);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", self->dir);
+    f = saved ? fopen(path, "r") : NULL;
+    int64_t last_train = 0;
+    bool evaluated[BT_EVAL_MAX_DATASETS] = {false};
+    while (f && getline(&line, &cap, f) > 0) {
+        int64_t step = s_field_int(line, "step");
+        if (s_starts(line, "{\"kind\":\"train\",") && step > last_train)
+            last_train = step;
+        if (!s_starts(line, "{\"kind\":\"eval\",\"phase\":\"rl\",") || step != c->grpo.steps)
+            continue;
+        for (int i = 0; i < c->eval.n_datasets; i++) {
+            char name[BT_EVAL_NAME_MAX + 16];
+            snprintf(name, sizeof name, "\"dataset\":\"%s\"", c->eval.datasets[i].name);
+            evaluated[i] |= strstr(line, name) != NULL;
+        }
+    }
+    if (f)
+        fclose(f);
+    free(line);
+    bool complete = saved && last_train == c->grpo.steps;
+    for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++)
+        complete &= evaluated[i];
+    return complete;
+}
+
+bool bt_run_is_complete(const bt_run_t *self) {
+    return self->complete;
+}
+
+bt_status bt_run_check(bt_run_t *self) {
+    if (self->checked)
+        return BT_OK;
+    if (self->resume && self->overwrite)
+        return bt_fail(BT_EINVAL, "run: --resume continues a run and --overwrite replaces it: give "
+                                  "one of them");
+    char found[128];
+    bool holds = s_holds_run(self->dir, found, sizeof found);
+    if (holds && !self->resume && !self->overwrite)
+        return bt_fail(BT_EINVAL,
+                       "%s holds a run already (%s): --resume continues it, --overwrite replaces "
+                       "it",
+                       self->dir, found);
+    if (self->resume && !holds)
+        return bt_fail(BT_EINVAL,
+                       "%s: no run to resume (no config.json, metrics.jsonl or events.jsonl)",
+                       self->dir);
+    if (self->resume && self->cfg.n_variants > 0)
+        return bt_fail(BT_EINVAL, "run: --resume: runs with variants keep no checkpoints yet");
+    self->n_changed = 0;
+    if (self->resume) {
+        BT_TRY(s_check_config_changes(self));
+        self->complete = s_is_complete(self);
+        if (!self->complete || self->resume_from[0]) /* a folder named is checked anyway */
+            BT_TRY(s_check_checkpoint(self));
+    }
+    self->checked = true;
+    return BT_OK;
+}
+
+/*  --overwrite: the run files of the directory go; anything else in it stays. */
+static bt_status s_remove_run(const bt_run_t *self) {
+    for (int i = 0; i < S_N_RUN_FILES; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", self->dir, s_run_files[i]);
+        BT_TRY(bt_rmtree(path));
+    }
+    return BT_OK;
+}
+
 bt_status bt_run_start(bt_run_t *self) {
+    BT_TRY(bt_run_check(self));
+    if (self->complete) /* nothing to resume: no file is touched */
+        return BT_OK;
+    if (self->overwrite)
+        BT_TRY(s_remove_run(self));
     if (self->cfg.run.threads > 0)
         bt_set_num_threads((int)self->cfg.run.threads);
     self->log = bt_runlog_open(self->dir, self->config_json);
     if (!self->log)
         return BT_EIO;
+    if (self->n_changed > 0) { /* a resume with keys that may change: which, from what to what */
+        const char *from[S_MAX_CHANGED], *to[S_MAX_CHANGED];
+        for (int i = 0; i < self->n_changed; i++) {
+            from[i] = self->changed_from[i];
+            to[i] = self->changed_to[i];
+        }
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", "config_changed");
+        bt_jsonl_num(&line, "time", 0);
+        bt_jsonl_strs(&line, "keys", self->changed, (size_t)self->n_changed);
+        bt_jsonl_strs(&line, "from", from, (size_t)self->n_changed);
+        bt_jsonl_strs(&line, "to", to, (size_t)self->n_changed);
+        BT_TRY(bt_runlog_event(self->log, &line));
+    }
     if (self->procs && self->reward)
         return bt_fail(BT_EINVAL, "run: a host reward function cannot reach worker processes");
     if (self->procs && !strncmp(self->endpoint, "inproc://", 9)) { /* a socket in the run dir */
@@ -271,8 +562,6 @@ bt_status bt_run_start(bt_run_t *self) {
         return bt_fail(BT_EIO, "run: cannot create a ZeroMQ context");
     BT_TRY(s_secure(self));
     int n = self->cfg.n_variants > 0 ? self->cfg.n_variants : 1;
-    if (self->cfg.n_variants > 0 && self->resume)
-        return bt_fail(BT_EINVAL, "run: --resume: runs with variants keep no checkpoints yet");
     for (int k = 0; k < self->cfg.n_variants; k++)
         BT_TRY(bt_config_variant(&self->cfg, k, &self->vcfg[k]));
     if (self->cfg.n_variants == 0)
@@ -395,9 +684,36 @@ static bt_status s_early_stop(bt_run_t *self) {
     return BT_OK;
 }
 
+/*  A variant with no GRPO step (an SFT-only run, grpo.steps 0) ends where it starts: its
+    evaluations of step 0 are awaited and the policy SFT made is saved, as the controller does
+    after the last GRPO step of any other run (RUN_DIR/model, or variants/NAME/model). */
+static bt_status s_save_sft_policy(bt_run_t *self, int k) {
+    char dir[PATH_MAX + 64];
+    BT_TRY(bt_controller_wait_evals(self->vctl[k]));
+    if (self->n_vctl > 1) {
+        snprintf(dir, sizeof dir, "%s/variants/%s", self->dir,
+                 bt_controller_variant_name(self->vctl[k]));
+        BT_TRY(bt_mkdirs(dir));
+        snprintf(dir, sizeof dir, "%s/variants/%s/model", self->dir,
+                 bt_controller_variant_name(self->vctl[k]));
+    } else {
+        snprintf(dir, sizeof dir, "%s/model", self->dir);
+    }
+    BT_TRY(bt_controller_save_policy(self->vctl[k], dir));
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "policy_saved");
+    bt_jsonl_num(&line, "time", bt_now() - self->t0);
+    bt_jsonl_str(&line, "dir", dir);
+    return bt_runlog_event(self->log, &line);
+}
+
 /*  One step of the variant that has made the fewest (the first of those): variants advance in
     turn, so each gets the same number of steps and its fair share of the workers. */
 bt_status bt_run_step(bt_run_t *self, bool *done) {
+    *done = self->complete;
+    if (self->complete)
+        return BT_OK;
     if (!self->ctl)
         return bt_fail(BT_EINVAL, "run: not started");
     int pick = -1;
@@ -413,6 +729,8 @@ bt_status bt_run_step(bt_run_t *self, bool *done) {
     if (pick < 0)
         return BT_OK;
     BT_TRY(bt_controller_step(self->vctl[pick], &self->vdone[pick]));
+    if (self->vdone[pick] && self->vcfg[pick].grpo.steps == 0)
+        BT_TRY(s_save_sft_policy(self, pick));
     BT_TRY(s_pbt(self));
     BT_TRY(s_early_stop(self));
     *done = true;
@@ -431,9 +749,10 @@ bt_status bt_run_finish(bt_run_t *self) {
             pthread_join(self->threads[i].thread, NULL);
             continue;
         }
-        /* a process that missed STOP (it was lost) is ended; none is left behind */
+        /* a process that missed STOP (it was lost) is ended (it ignores SIGTERM); none is left
+           behind */
         if (!self->threads[i].exited && waitpid(self->threads[i].pid, NULL, WNOHANG) == 0) {
-            kill(self->threads[i].pid, SIGTERM);
+            kill(self->threads[i].pid, SIGKILL);
             waitpid(self->threads[i].pid, NULL, 0);
         }
     }

@@ -77,6 +77,16 @@ void bt_jsonl_uints(bt_jsonl *line, const char *key, const uint64_t *values, siz
     s_append(line, "]");
 }
 
+void bt_jsonl_strs(bt_jsonl *line, const char *key, const char *const *values, size_t n) {
+    s_key(line, key);
+    s_append(line, "[");
+    for (size_t i = 0; i < n; i++) {
+        s_append(line, i ? "," : "");
+        s_quoted(line, values[i]);
+    }
+    s_append(line, "]");
+}
+
 void bt_jsonl_num(bt_jsonl *line, const char *key, double value) {
     s_key(line, key);
     char num[32] = "null";
@@ -113,7 +123,7 @@ bt_status bt_mkdirs(const char *path) {
 static FILE *s_open_log(const char *dir, const char *name) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "a");
+    FILE *f = fopen(path, "a+"); /* "+": a resume reads back where it cuts metrics.jsonl */
     if (!f)
         bt_fail(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
     return f;
@@ -177,8 +187,24 @@ int64_t bt_runlog_metrics_size(bt_runlog_t *self) {
 }
 
 bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size) {
-    fflush(self->metrics);
-    if (size < 0 || ftruncate(fileno(self->metrics), (off_t)size) != 0)
+    int64_t now = bt_runlog_metrics_size(self);
+    char last = '\n';
+    if (size > 0 && size <= now && pread(fileno(self->metrics), &last, 1, (off_t)(size - 1)) != 1)
+        return bt_fail(BT_EIO, "%s/metrics.jsonl: cannot read: %s", self->dir, strerror(errno));
+    if (size < 0 || size > now) /* ftruncate would pad it with NUL bytes */
+        return bt_fail(BT_EINVAL,
+                       "%s/metrics.jsonl: holds %lld bytes, fewer than the %lld to cut it back "
+                       "to: a cut never grows the file (its tail was lost, or the checkpoint is "
+                       "another run's); resume from an older checkpoint or start again with "
+                       "--overwrite",
+                       self->dir, (long long)now, (long long)size);
+    if (last != '\n')
+        return bt_fail(BT_EINVAL,
+                       "%s/metrics.jsonl: %lld bytes is not the end of a line: the file is not "
+                       "the one the checkpoint was taken with; resume from an older checkpoint "
+                       "or start again with --overwrite",
+                       self->dir, (long long)size);
+    if (ftruncate(fileno(self->metrics), (off_t)size) != 0)
         return bt_fail(BT_EIO, "%s/metrics.jsonl: cannot truncate to %lld bytes: %s", self->dir,
                        (long long)size, strerror(errno));
     return BT_OK; /* opened for appending: the next line goes at the new end */

@@ -10,41 +10,66 @@
 
 typedef enum { S_I64, S_U64, S_F64, S_BOOL, S_I32 } s_kind;
 
+/*  What a field can hold: integers and doubles within [lo, hi]; a double may be null (NaN: nothing
+    known yet) only when nullable. */
 typedef struct s_field {
     const char *name;
     s_kind kind;
     size_t offset;
+    double lo, hi;
+    bool nullable;
 } s_field;
 
-#define S_F(type, f, k)                                                                            \
-    { #f, k, offsetof(type, f) }
+#define S_WIRE 9007199254740992.0 /* 2^53: integers a double holds exactly */
+#define S_ANY INFINITY            /* any finite double */
+#define S_F(type, f, k, l, h, n)                                                                   \
+    { #f, k, offsetof(type, f), l, h, n }
+/*  Counts and steps are >= 0; the tuner's values lie where the workers accept them (kl_coef in
+    [0, 1e6], lr in [0, 1e3], temperature in [1e-3, 1e3]: the config's ranges). */
 static const s_field s_state[] = {
-    S_F(bt_run_state, step, S_I64),          S_F(bt_run_state, version, S_I64),
-    S_F(bt_run_state, cursor, S_U64),        S_F(bt_run_state, train_seconds, S_F64),
-    S_F(bt_run_state, last_reward, S_F64),   S_F(bt_run_state, last_accuracy, S_F64),
-    S_F(bt_run_state, metrics_size, S_I64),  S_F(bt_run_state, canary_loss, S_F64),
-    S_F(bt_run_state, nan_injected, S_BOOL), S_F(bt_run_state, loss_ema, S_F64),
-    S_F(bt_run_state, loss_n, S_I64),        S_F(bt_run_state, tokens, S_F64),
+    S_F(bt_run_state, step, S_I64, 0, S_WIRE, false),
+    S_F(bt_run_state, version, S_I64, 0, S_WIRE, false),
+    S_F(bt_run_state, cursor, S_U64, 0, S_WIRE, false),
+    S_F(bt_run_state, train_seconds, S_F64, 0, S_ANY, false),
+    S_F(bt_run_state, last_reward, S_F64, -S_ANY, S_ANY, true),
+    S_F(bt_run_state, last_accuracy, S_F64, -S_ANY, S_ANY, true),
+    S_F(bt_run_state, metrics_size, S_I64, 0, S_WIRE, false),
+    S_F(bt_run_state, canary_loss, S_F64, 0, S_ANY, false),
+    S_F(bt_run_state, nan_injected, S_BOOL, 0, 0, false),
+    S_F(bt_run_state, loss_ema, S_F64, 0, S_ANY, true),
+    S_F(bt_run_state, loss_n, S_I64, 0, S_WIRE, false),
+    S_F(bt_run_state, tokens, S_F64, 0, S_ANY, false),
 };
 static const s_field s_trigger[] = {
-    S_F(bt_trigger, interval, S_I64),   S_F(bt_trigger, last_step, S_I64),
-    S_F(bt_trigger, last_epoch, S_I64), S_F(bt_trigger, last_seconds, S_F64),
-    S_F(bt_trigger, pending, S_BOOL),   S_F(bt_trigger, pending_reasons, S_I32),
-    S_F(bt_trigger, has_value, S_BOOL), S_F(bt_trigger, has_rate, S_BOOL),
-    S_F(bt_trigger, last_value, S_F64), S_F(bt_trigger, last_value_step, S_I64),
-    S_F(bt_trigger, rate_ema, S_F64),   S_F(bt_trigger, fired, S_I64),
-    S_F(bt_trigger, deferred, S_I64),
+    S_F(bt_trigger, interval, S_I64, 0, S_WIRE, false),
+    S_F(bt_trigger, last_step, S_I64, 0, S_WIRE, false),
+    S_F(bt_trigger, last_epoch, S_I64, 0, S_WIRE, false),
+    S_F(bt_trigger, last_seconds, S_F64, 0, S_ANY, false),
+    S_F(bt_trigger, pending, S_BOOL, 0, 0, false),
+    S_F(bt_trigger, pending_reasons, S_I32, 0,
+        BT_TRIGGER_STEPS | BT_TRIGGER_EPOCHS | BT_TRIGGER_SECONDS, false),
+    S_F(bt_trigger, has_value, S_BOOL, 0, 0, false),
+    S_F(bt_trigger, has_rate, S_BOOL, 0, 0, false),
+    S_F(bt_trigger, last_value, S_F64, -S_ANY, S_ANY, true),
+    S_F(bt_trigger, last_value_step, S_I64, 0, S_WIRE, false),
+    S_F(bt_trigger, rate_ema, S_F64, -S_ANY, S_ANY, true),
+    S_F(bt_trigger, fired, S_I64, 0, S_WIRE, false),
+    S_F(bt_trigger, deferred, S_I64, 0, S_WIRE, false),
 };
 static const s_field s_tuner[] = {
-    S_F(bt_tuner, kl_coef, S_F64),        S_F(bt_tuner, lr, S_F64),
-    S_F(bt_tuner, temperature, S_F64),    S_F(bt_tuner, has_best, S_BOOL),
-    S_F(bt_tuner, best, S_F64),           S_F(bt_tuner, best_step, S_I64),
-    S_F(bt_tuner, last_eval_step, S_I64), S_F(bt_tuner, bad_evals, S_I64),
-    S_F(bt_tuner, decisions, S_I64),
+    S_F(bt_tuner, kl_coef, S_F64, 0, BT_CONFIG_KL_MAX, false),
+    S_F(bt_tuner, lr, S_F64, 0, BT_CONFIG_LR_MAX, false),
+    S_F(bt_tuner, temperature, S_F64, BT_CONFIG_TEMPERATURE_MIN, BT_CONFIG_TEMPERATURE_MAX, false),
+    S_F(bt_tuner, has_best, S_BOOL, 0, 0, false),
+    S_F(bt_tuner, best, S_F64, -S_ANY, S_ANY, true),
+    S_F(bt_tuner, best_step, S_I64, 0, S_WIRE, false),
+    S_F(bt_tuner, last_eval_step, S_I64, 0, S_WIRE, false),
+    S_F(bt_tuner, bad_evals, S_I64, 0, S_WIRE, false),
+    S_F(bt_tuner, decisions, S_I64, 0, S_WIRE, false),
 };
 static const s_field s_pending[] = {
-    S_F(bt_runstate_eval, dataset, S_I32),
-    S_F(bt_runstate_eval, step, S_I64),
+    S_F(bt_runstate_eval, dataset, S_I32, 0, BT_EVAL_MAX_DATASETS - 1, false),
+    S_F(bt_runstate_eval, step, S_I64, 0, S_WIRE, false),
 };
 #define S_N(a) (int)(sizeof a / sizeof a[0])
 
@@ -113,6 +138,15 @@ static bt_status s_get_mixture(const cJSON *t, bt_tuner *tu, const char *where) 
             if (!cJSON_IsNumber(x) || cJSON_GetArraySize(row) != 5)
                 return bt_fail(BT_EFORMAT, "%s.mixture[%d]: expected 5 numbers", where, k);
             v[i] = x->valuedouble;
+            /* a weight (0: saved before the mixture rule), counts and sums of squares are >= 0 */
+            if (!isfinite(v[i]) || (i != 3 && v[i] < 0) || (i == 0 && v[i] > 1e6))
+                return bt_fail(BT_EFORMAT,
+                               "%s.mixture[%d][%d]: expected a finite number%s, got %.17g", where,
+                               k, i,
+                               i == 0   ? " in [0, 1e6]"
+                               : i != 3 ? " >= 0"
+                                        : "",
+                               v[i]);
         }
         tu->weights[k] = v[0];
         tu->window[k].n = v[1];
@@ -121,6 +155,10 @@ static bt_status s_get_mixture(const cJSON *t, bt_tuner *tu, const char *where) 
         tu->window[k].reward_sq = v[4];
         k++;
     }
+    if (!(steps->valuedouble >= 0 && steps->valuedouble <= S_WIRE) ||
+        steps->valuedouble != floor(steps->valuedouble))
+        return bt_fail(BT_EFORMAT, "%s.mixture_steps: expected an integer >= 0, got %.17g", where,
+                       steps->valuedouble);
     tu->window_steps = (int64_t)steps->valuedouble;
     return BT_OK;
 }
@@ -153,19 +191,42 @@ char *bt_run_state_to_json(const bt_run_state *s) {
     return text;
 }
 
+/*  "an integer in [0, 9007199254740992]", "a finite number >= 0 or null", ... */
+static void s_expected(const s_field *f, char *buf, size_t len) {
+    const char *noun = f->kind == S_F64 ? "a number" : "an integer";
+    const char *null = f->nullable ? " or null" : "";
+    if (isfinite(f->lo) && isfinite(f->hi))
+        snprintf(buf, len, "%s in [%.17g, %.17g]%s", noun, f->lo, f->hi, null);
+    else if (isfinite(f->lo))
+        snprintf(buf, len, "a finite %s >= %.17g%s", noun + 2, f->lo, null);
+    else
+        snprintf(buf, len, "a finite %s%s", noun + 2, null);
+}
+
+/*  Reads fields into base, each checked against what it can hold; errors name where.field, what
+    was expected and what was found. */
 static bt_status s_get_fields(const cJSON *obj, const s_field *fields, int n, void *base,
                               const char *where) {
     for (int i = 0; i < n; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, fields[i].name);
-        char *p = (char *)base + fields[i].offset;
-        bool ok = fields[i].kind == S_BOOL ? cJSON_IsBool(v)
-                  : fields[i].kind == S_F64
-                      ? cJSON_IsNumber(v) || cJSON_IsNull(v)
-                      : cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
+        const s_field *f = &fields[i];
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, f->name);
+        char *p = (char *)base + f->offset;
+        bool ok = f->kind == S_BOOL  ? cJSON_IsBool(v)
+                  : f->kind == S_F64 ? cJSON_IsNumber(v) || cJSON_IsNull(v)
+                                     : cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);
         if (!ok)
-            return bt_fail(BT_EFORMAT, "%s.%s: missing or of the wrong type", where,
-                           fields[i].name);
-        switch (fields[i].kind) {
+            return bt_fail(BT_EFORMAT, "%s.%s: missing or of the wrong type", where, f->name);
+        if (f->kind != S_BOOL && !(cJSON_IsNull(v) && f->nullable)) {
+            double x = cJSON_IsNull(v) ? NAN : v->valuedouble;
+            if (!(x >= f->lo && x <= f->hi && isfinite(x))) {
+                char what[96], got[40] = "null";
+                s_expected(f, what, sizeof what);
+                if (!cJSON_IsNull(v))
+                    snprintf(got, sizeof got, "%.17g", x);
+                return bt_fail(BT_EFORMAT, "%s.%s: expected %s, got %s", where, f->name, what, got);
+            }
+        }
+        switch (f->kind) {
         case S_BOOL: *(bool *)p = cJSON_IsTrue(v); break;
         case S_I32: *(int32_t *)p = (int32_t)v->valuedouble; break;
         case S_I64: *(int64_t *)p = (int64_t)v->valuedouble; break;
@@ -205,6 +266,11 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
         if (st == BT_OK)
             snprintf(p->trigger, sizeof p->trigger, "%s", trigger);
     }
+    for (int i = 0; i < out->n_pending && st == BT_OK; i++)
+        if (out->pending[i].step > out->step)
+            st = bt_fail(BT_EFORMAT,
+                         "%s: pending_evals[%d].step: expected an integer <= step (%lld), got %lld",
+                         source, i, (long long)out->step, (long long)out->pending[i].step);
     const cJSON *tuner = cJSON_GetObjectItemCaseSensitive(root, "tuner"); /* absent before it */
     out->has_tuner = st == BT_OK && tuner != NULL;
     if (out->has_tuner) {
@@ -215,4 +281,32 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
     }
     cJSON_Delete(root);
     return st;
+}
+
+bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg, int64_t metrics_bytes,
+                             const char *source) {
+    if (s->step > cfg->grpo.steps)
+        return bt_fail(BT_EINVAL,
+                       "%s: step: the checkpoint is at step %lld, beyond grpo.steps (%lld): resume "
+                       "with --set grpo.steps=%lld or more",
+                       source, (long long)s->step, (long long)cfg->grpo.steps, (long long)s->step);
+    if (s->n_triggers != cfg->eval.n_datasets)
+        return bt_fail(BT_EINVAL,
+                       "%s: triggers: %d, one per evaluation dataset, but the config has %d "
+                       "eval.datasets: the checkpoint is not of this config's run",
+                       source, s->n_triggers, cfg->eval.n_datasets);
+    for (int i = 0; i < s->n_pending; i++)
+        if (s->pending[i].dataset >= cfg->eval.n_datasets)
+            return bt_fail(BT_EINVAL,
+                           "%s: pending_evals[%d].dataset: %d, but the config has %d "
+                           "eval.datasets: the checkpoint is not of this config's run",
+                           source, i, s->pending[i].dataset, cfg->eval.n_datasets);
+    if (s->metrics_size > metrics_bytes)
+        return bt_fail(BT_EINVAL,
+                       "%s: metrics_size: the checkpoint was taken when metrics.jsonl held %lld "
+                       "bytes, and it holds %lld: its tail was lost, or the checkpoint is another "
+                       "run's; resume from an older checkpoint (--resume RUN_DIR/ckpt/step-N) or "
+                       "start again with --overwrite",
+                       source, (long long)s->metrics_size, (long long)metrics_bytes);
+    return BT_OK;
 }

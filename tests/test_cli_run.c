@@ -1,5 +1,7 @@
-/*  test_cli_run.c — `baton run` on bad input: one line naming the key, exit code 2, and no run
-    directory; on a good config: exit 0 with config.json, metrics.jsonl and events.jsonl. */
+/*  test_cli_run.c — `baton run` on bad input (a key out of the range the workers accept, a file
+    that does not exist): one line naming the key, exit code 2, and no run directory; on a good
+    config: exit 0 with config.json, metrics.jsonl and events.jsonl; a directory that holds a run
+    is refused without --resume or --overwrite; an SFT-only run saves the policy SFT made. */
 #define _DEFAULT_SOURCE
 #include "check.h"
 #include "runs.h"
@@ -26,6 +28,13 @@ static bool s_exists(const char *rel) {
     return stat(path, &sb) == 0;
 }
 
+/*  rel inside the test's folder.  Borrowed: valid until the next call. */
+static const char *s_path_of(const char *rel) {
+    static char path[192];
+    snprintf(path, sizeof path, "%s/%s", s_tmp, rel);
+    return path;
+}
+
 static void s_write(const char *name, const char *text) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", s_tmp, name);
@@ -45,18 +54,43 @@ int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_cli_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     s_write("small.json", s_small);
+    s_write("variants.json", "{\"variants\": [{\"name\": \"a\"}, {\"name\": \"b\"}]}");
+    s_write("a.jsonl", "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n");
+    s_write(
+        "sources.json",
+        "{\"data\": {\"sources\": [{\"name\": \"a\", \"kind\": \"jsonl\", \"path\": \"a.jsonl\"},"
+        " {\"name\": \"b\", \"kind\": \"jsonl\", \"path\": \"b.jsonl\"}]}}");
+    s_write("evalfile.json", "{\"eval\": {\"datasets\": [{\"name\": \"heldout\"},"
+                             " {\"name\": \"extra\", \"source\": \"missing_eval.jsonl\"}]}}");
     char out[8192];
     const struct {
         const char *args, *message;
     } bad[] = {
         {"small.json --set grpo.group_size=1",
-         "--set grpo.group_size=1: expected an integer >= 2, got 1"},
+         "--set grpo.group_size=1: expected an integer in [2, 4096], got 1"},
         {"small.json --set grpo.gropu_size=4", "unknown key (did you mean grpo.group_size?)"},
         {"small.json --set task.kind=math", "task.kind=math: expected one of"},
         {"small.json --set grpo.lr=fast", "grpo.lr=fast: expected a number"},
+        /* what a worker would refuse mid-run is refused before anything starts */
+        {"small.json --set grpo.lr=1e308",
+         "--set grpo.lr=1e308: expected a number in [0, 1000], got 1e+308"},
+        {"small.json --set grpo.max_new_tokens=2000",
+         "small.json: grpo.max_new_tokens: expected an integer in [1, 1019] "
+         "(model.max_position_embeddings 1024 less the longest prompt, 5 tokens), got 2000"},
         {"small.json --set model.num_key_value_heads=3", "model.num_key_value_heads"},
         {"small.json --set workers.expiry_ms=10", "workers.expiry_ms"},
         {"missing.json", "missing.json: cannot open"},
+        /* a file the config names that does not exist: refused, naming the key and the path */
+        {"small.json --set task.kind=jsonl --set task.train=nope.jsonl",
+         "small.json: task.train: \"nope.jsonl\": no such file"},
+        {"small.json --set task.kind=jsonl --set task.train=small.json --set task.eval=gone.jsonl",
+         "small.json: task.eval: \"gone.jsonl\": no such file"},
+        {"small.json --set model.path=no/model",
+         "small.json: model.path: \"no/model\": no such folder"},
+        {"small.json --set model.path=.", "model.path: \"./config.json\": no such file"},
+        {"sources.json", "sources.json: data.sources[1].path: \"b.jsonl\": no such file"},
+        {"evalfile.json",
+         "evalfile.json: eval.datasets[1].source: \"missing_eval.jsonl\": no such file"},
         {"small.json --frobnicate", "unexpected argument \"--frobnicate\""},
         {"", "missing CONFIG"},
     };
@@ -85,6 +119,50 @@ int main(void) {
     CHECK(s_exists("out/ok/config.json") && s_exists("out/ok/metrics.jsonl") &&
           s_exists("out/ok/events.jsonl"));
     CHECK_STR_CONTAINS(out, "done step 2/2");
+    /* a directory that holds a run is never appended to by accident: the same run again is
+       refused, naming the directory and both flags, and leaves its files as they were */
+    char metrics[PATH_MAX], *before = NULL, *after = NULL;
+    snprintf(metrics, sizeof metrics, "%s/out/ok/metrics.jsonl", s_tmp);
+    CHECK_OK(bt_file_read(metrics, 1 << 20, &before, NULL));
+    CHECK(s_run("small.json --set run.name=ok --run-dir out/ok", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "out/ok holds a run already");
+    CHECK_STR_CONTAINS(out, "--resume continues it, --overwrite replaces it");
+    CHECK_OK(bt_file_read(metrics, 1 << 20, &after, NULL));
+    CHECK(before && after && strcmp(before, after) == 0);
+    free(after);
+    /* --overwrite replaces the run: two train lines, not four */
+    CHECK(s_run("small.json --set run.name=ok --run-dir out/ok --overwrite", out, sizeof out) == 0);
+    CHECK(runs_train_steps(s_path_of("out/ok")) == 2);
+    /* --resume needs a run, and excludes --overwrite */
+    CHECK(s_run("small.json --run-dir out/none --resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "out/none: no run to resume");
+    CHECK(!s_exists("out/none"));
+    CHECK(s_run("small.json --run-dir out/ok --resume --overwrite", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "--resume continues a run and --overwrite replaces it");
+    CHECK(s_run("variants.json --run-dir out/ok --resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "runs with variants keep no checkpoints yet");
+    CHECK(runs_train_steps(s_path_of("out/ok")) == 2); /* untouched */
+    free(before);
+    /* an SFT-only run (grpo.steps 0) takes any learning-rate schedule (cosine was refused: it
+       needs grpo.steps > warmup_steps, and no GRPO step uses it) and saves the policy SFT made
+       (nothing was saved): not the untrained one a run without SFT saves */
+    CHECK(s_run("small.json --set grpo.steps=0 --set sft.steps=3 --set grpo.lr_schedule=cosine "
+                "--run-dir out/sft",
+                out, sizeof out) == 0);
+    CHECK(s_run("small.json --set grpo.steps=0 --set sft.steps=0 --run-dir out/untrained", out,
+                sizeof out) == 0);
+    char *sft = NULL, *untrained = NULL, *events = NULL;
+    size_t n_sft = 0, n_untrained = 0;
+    CHECK_OK(bt_file_read(s_path_of("out/sft/model/model.safetensors"), 1 << 24, &sft, &n_sft));
+    CHECK_OK(bt_file_read(s_path_of("out/untrained/model/model.safetensors"), 1 << 24, &untrained,
+                          &n_untrained));
+    CHECK(sft && untrained && n_sft == n_untrained && memcmp(sft, untrained, n_sft) != 0);
+    CHECK(s_exists("out/sft/model/config.json"));
+    CHECK_OK(bt_file_read(s_path_of("out/sft/events.jsonl"), 1 << 20, &events, NULL));
+    CHECK_STR_CONTAINS(events, "\"event\":\"policy_saved\"");
+    free(sft);
+    free(untrained);
+    free(events);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     CHECK(system(cmd) == 0);

@@ -1,5 +1,6 @@
 /*  test_config.c — the run config: defaults, overrides, the resolved-config round trip, one exact
     message per kind of mistake, the typed sub-configs, configs/arith.json and docs/config.md. */
+#define _DEFAULT_SOURCE /* mkdtemp */
 #include "baton/config.h"
 
 #include "baton/fileio.h"
@@ -210,13 +211,19 @@ static void test_overrides(void) {
         CHECK(strcmp(bt_lr_kind_name(cfg.grpo.lr_schedule), names[i]) == 0);
     }
 
+    /* an SFT-only run (no GRPO step) takes any schedule: none of its steps uses it */
+    const char *sft_only[] = {"grpo.steps=0", "sft.steps=5", "grpo.lr_schedule=cosine"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", sft_only, 3, &cfg));
+    sft_only[2] = "grpo.lr_schedule=wsd";
+    CHECK_OK(bt_config_parse("{}", "arith.json", sft_only, 3, &cfg));
+
     const struct {
         const char *set, *error;
     } bad[] = {
         {"grpo.stepz=50", "--set grpo.stepz=50: unknown key (did you mean grpo.steps?)"},
         {"grpo.steps=abc", "--set grpo.steps=abc: expected an integer, got \"abc\""},
         {"grpo.steps=50abc", "--set grpo.steps=50abc: expected an integer, got \"50abc\""},
-        {"grpo.group_size=1", "--set grpo.group_size=1: expected an integer >= 2, got 1"},
+        {"grpo.group_size=1", "--set grpo.group_size=1: expected an integer in [2, 4096], got 1"},
         {"grpo.steps", "--set grpo.steps: expected key.path=value"},
         {"grpo=5", "--set grpo=5: unknown key"},
         {"task.kind=math",
@@ -271,18 +278,18 @@ static void test_malformed(void) {
          "arith.json: run.seed: expected an integer in (-2^53, 2^53), got 9007199254740992"},
         /* out of range */
         {"{\"grpo\": {\"group_size\": 1}}",
-         "arith.json: grpo.group_size: expected an integer >= 2, got 1"},
+         "arith.json: grpo.group_size: expected an integer in [2, 4096], got 1"},
         {"{\"grpo\": {\"steps\": -5}}", "arith.json: grpo.steps: expected an integer >= 0, got -5"},
         {"{\"grpo\": {\"top_p\": 0}}",
          "arith.json: grpo.top_p: expected a number in (0, 1], got 0"},
         {"{\"grpo\": {\"top_p\": 1.5}}",
          "arith.json: grpo.top_p: expected a number in (0, 1], got 1.5"},
         {"{\"grpo\": {\"temperature\": 0}}",
-         "arith.json: grpo.temperature: expected a number > 0, got 0"},
+         "arith.json: grpo.temperature: expected a number in [0.001, 1000], got 0"},
         {"{\"grpo\": {\"clip_low\": 1}}",
          "arith.json: grpo.clip_low: expected a number in [0, 1), got 1"},
         {"{\"grpo\": {\"max_new_tokens\": 0}}",
-         "arith.json: grpo.max_new_tokens: expected an integer >= 1, got 0"},
+         "arith.json: grpo.max_new_tokens: expected an integer in [1, 1048576], got 0"},
         {"{\"task\": {\"digits\": 10}}",
          "arith.json: task.digits: expected an integer in [1, 9], got 10"},
         {"{\"sft\": {\"stop_accuracy\": 1.5}}",
@@ -290,7 +297,7 @@ static void test_malformed(void) {
         {"{\"workers\": {\"rollout\": 0}}",
          "arith.json: workers.rollout: expected an integer >= 1, got 0"},
         {"{\"model\": {\"rms_norm_eps\": 0}}",
-         "arith.json: model.rms_norm_eps: expected a number > 0, got 0"},
+         "arith.json: model.rms_norm_eps: expected a number in (0, 1], got 0"},
         /* strings and names */
         {"{\"task\": {\"kind\": \"math\"}}",
          "arith.json: task.kind: expected one of \"arithmetic\", \"jsonl\", got \"math\""},
@@ -375,6 +382,151 @@ static void test_malformed(void) {
             s_check_failures++;
         }
     }
+}
+
+/*  Every range is the one the workers accept, checked before anything starts: a value a worker
+    would refuse (workers/worker.c: lr in [0, 1e3], kl_coef in [0, 1e6], temperature in
+    [0, 1e3], ...) or that cannot fit the model's context is refused here, naming the key, the
+    range and the value. */
+static void test_ranges(void) {
+    const struct {
+        const char *set, *error;
+    } bad[] = {
+        {"grpo.lr=1e308", "--set grpo.lr=1e308: expected a number in [0, 1000], got 1e+308"},
+        {"sft.lr=1001", "--set sft.lr=1001: expected a number in [0, 1000], got 1001"},
+        {"grpo.kl_coef=2e6",
+         "--set grpo.kl_coef=2e6: expected a number in [0, 1000000], got 2000000"},
+        {"grpo.temperature=1001",
+         "--set grpo.temperature=1001: expected a number in [0.001, 1000], got 1001"},
+        {"grpo.temperature=1e-308",
+         "--set grpo.temperature=1e-308: expected a number in [0.001, 1000], got 1e-308"},
+        {"eval.temperature=1e-308",
+         "arith.json: eval.temperature: expected 0 (greedy) or a number in [0.001, 1000], got "
+         "1e-308"},
+        {"grpo.group_size=5000",
+         "--set grpo.group_size=5000: expected an integer in [2, 4096], got 5000"},
+        {"sft.batch_size=2000000",
+         "--set sft.batch_size=2000000: expected an integer in [1, 1048576], got 2000000"},
+        {"grpo.top_k=2000000000",
+         "--set grpo.top_k=2000000000: expected an integer in [0, 1073741824], got 2000000000"},
+        {"workers.trainer=70000",
+         "--set workers.trainer=70000: expected an integer in [1, 65536], got 70000"},
+        {"workers.heartbeat_ms=3600001",
+         "--set workers.heartbeat_ms=3600001: expected an integer in [1, 3600000], got 3600001"},
+        {"tuner.temperature.max=2000",
+         "--set tuner.temperature.max=2000: expected a number in [0.001, 1000], got 2000"},
+        {"tuner.kl.max=1e7",
+         "--set tuner.kl.max=1e7: expected a number in (0, 1000000], got 10000000"},
+        {"tuner.lr_kl.max_lr=1e4",
+         "--set tuner.lr_kl.max_lr=1e4: expected a number in [0, 1000], got 10000"},
+        /* prompt and completion must fit the context: the longest arithmetic prompt of 2-digit
+           operands is "99+99=" after the BOS, 7 tokens */
+        {"grpo.max_new_tokens=2000",
+         "arith.json: grpo.max_new_tokens: expected an integer in [1, 1017] "
+         "(model.max_position_embeddings 1024 less the longest prompt, 7 tokens), got 2000"},
+        {"model.max_position_embeddings=12",
+         "arith.json: grpo.max_new_tokens: expected an integer in [1, 5] "
+         "(model.max_position_embeddings 12 less the longest prompt, 7 tokens), got 8"},
+        {"eval.max_new_tokens=1018",
+         "arith.json: eval.datasets[0].max_new_tokens: expected an integer in [1, 1017] "
+         "(model.max_position_embeddings 1024 less the longest prompt, 7 tokens), got 1018"},
+    };
+    bt_run_config cfg;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(bt_config_parse("{}", "arith.json", &bad[i].set, 1, &cfg) == BT_EINVAL);
+        if (strcmp(bt_last_error(), bad[i].error) != 0) {
+            fprintf(stderr, "--set %s\n  got:      %s\n  expected: %s\n", bad[i].set,
+                    bt_last_error(), bad[i].error);
+            s_check_failures++;
+        }
+    }
+    /* the bounds themselves are accepted, and a prompt that exactly fills the context */
+    const char *edges[] = {"grpo.lr=1000",           "grpo.temperature=0.001",
+                           "grpo.temperature=1000",  "grpo.kl_coef=1e6",
+                           "eval.temperature=0.001", "grpo.max_new_tokens=1017"};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        CHECK_OK(bt_config_parse("{}", "arith.json", &edges[i], 1, &cfg));
+    /* a variant's overrides are held to the context too */
+    CHECK(
+        s_parse("{\"variants\": [{\"name\": \"long\", \"set\": {\"grpo.max_new_tokens\": 1018}}]}",
+                &cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "grpo.max_new_tokens: expected an integer in [1, 1017]");
+    /* no key takes a number as large as 1e300 (or as small as -1e300): every numeric range is
+       finite */
+    for (int i = 0; bt_config_key(i); i++) {
+        for (int sign = 0; sign < 2; sign++) {
+            char set[128];
+            snprintf(set, sizeof set, "%s=%s1e300", bt_config_key(i), sign ? "-" : "");
+            const char *one = set;
+            if (bt_config_parse("{}", "arith.json", &one, 1, &cfg) != BT_OK)
+                continue;
+            char *text = bt_config_to_json(&cfg); /* then the key took it as text */
+            if (!text || strstr(text, "1e+300")) {
+                fprintf(stderr, "--set %s was accepted as a number\n", set);
+                s_check_failures++;
+            }
+            free(text);
+        }
+    }
+}
+
+/*  bt_config_check_files: a config naming a file that does not exist is refused, naming the key
+    and the path; with model.path, prompt and completion must fit its config.json's context. */
+static void test_files(void) {
+    char dir[] = "/tmp/bt_config_files_XXXXXX", path[256], set[3][300];
+    CHECK(mkdtemp(dir) != NULL);
+    bt_run_config cfg;
+    snprintf(set[0], sizeof set[0], "model.path=%s", dir);
+    const char *sets[] = {set[0]};
+    CHECK_OK(bt_config_parse("{}", "arith.json", sets, 1, &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    snprintf(path, sizeof path, "arith.json: model.path: \"%s/config.json\": no such file", dir);
+    CHECK(strcmp(bt_last_error(), path) == 0);
+    const char *model = "{\"model_type\": \"llama\", \"vocab_size\": 259, \"hidden_size\": 8,"
+                        " \"intermediate_size\": 16, \"num_hidden_layers\": 1,"
+                        " \"num_attention_heads\": 2, \"max_position_embeddings\": 16}";
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_OK(bt_file_write(path, model, strlen(model)));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "no model.safetensors or model.safetensors.index.json");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK_OK(bt_file_write(path, "", 0));
+    CHECK_OK(bt_config_check_files(&cfg, "arith.json")); /* 7 + 8 tokens fit 16 */
+    snprintf(set[1], sizeof set[1], "grpo.max_new_tokens=10");
+    const char *longer[] = {set[0], set[1]};
+    CHECK_OK(bt_config_parse("{}", "arith.json", longer, 2, &cfg)); /* model.* keys do not apply */
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    snprintf(path, sizeof path,
+             "arith.json: grpo.max_new_tokens: expected an integer in [1, 9] "
+             "(max_position_embeddings of %s/config.json 16 less the longest prompt, 7 tokens), "
+             "got 10",
+             dir);
+    CHECK(strcmp(bt_last_error(), path) == 0);
+    /* JSONL files: the task's, a data source's (by its own key), an eval dataset's */
+    snprintf(path, sizeof path, "%s/train.jsonl", dir);
+    CHECK_OK(bt_file_write(path, "{}\n", 3));
+    snprintf(set[1], sizeof set[1], "task.train=%s", path);
+    const char *jsonl[] = {"task.kind=jsonl", set[1], "task.eval=/nonexistent/e.jsonl"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", jsonl, 2, &cfg));
+    CHECK_OK(bt_config_check_files(&cfg, "arith.json"));
+    CHECK_OK(bt_config_parse("{}", "arith.json", jsonl, 3, &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "arith.json: task.eval: \"/nonexistent/e.jsonl\": no such file") == 0);
+    CHECK_OK(s_parse("{\"data\": {\"sources\": [{\"name\": \"a\"},"
+                     " {\"name\": \"b\", \"kind\": \"jsonl\", \"path\": \"/nonexistent/b\"}]}}",
+                     &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "arith.json: data.sources[1].path: \"/nonexistent/b\": no such file") == 0);
+    CHECK_OK(
+        s_parse("{\"eval\": {\"datasets\": [{\"name\": \"x\", \"source\": \"/tmp\"}]}}", &cfg));
+    CHECK(bt_config_check_files(&cfg, "arith.json") == BT_EINVAL);
+    CHECK(strcmp(bt_last_error(),
+                 "arith.json: eval.datasets[0].source: \"/tmp\": not a regular file") == 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
 }
 
 static void test_sub_configs(void) {
@@ -578,7 +730,7 @@ static void test_tuner(void) {
         const char *json, *error;
     } bad[] = {
         {"{\"tuner\": {\"kl\": {\"target\": 0}}}",
-         "arith.json: tuner.kl.target: expected a number > 0, got 0"},
+         "arith.json: tuner.kl.target: expected a number in (0, 1000], got 0"},
         {"{\"tuner\": {\"kl\": {\"horizon\": \"long\"}}}",
          "arith.json: tuner.kl.horizon: expected a number, got \"long\""},
         {"{\"tuner\": {\"kl\": 5}}", "arith.json: tuner.kl: expected an object, got 5"},
@@ -600,7 +752,7 @@ static void test_tuner(void) {
          "arith.json: tuner.lr_plateau.metric: expected a metric name of letters, digits, '.', "
          "'_', '@' or '-', got \"\""},
         {"{\"tuner\": {\"lr_kl\": {\"factor\": 1}}}",
-         "arith.json: tuner.lr_kl.factor: expected a number > 1, got 1"},
+         "arith.json: tuner.lr_kl.factor: expected a number in (1, 1000], got 1"},
         /* checks between keys, for the enabled rules only */
         {"{\"tuner\": {\"kl\": {\"enabled\": true}}}",
          "arith.json: grpo.kl_coef: expected a number in [tuner.kl.min (0.0001), tuner.kl.max "
@@ -701,7 +853,7 @@ static void test_variants(void) {
     } cases[] = {
         {"{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr\": -1}}, "
          "{\"name\": \"b\", \"set\": {\"grpo.lr\": -1}}]}",
-         "arith.json: variants[0].set.grpo.lr: expected a number >= 0, got -1"},
+         "arith.json: variants[0].set.grpo.lr: expected a number in [0, 1000], got -1"},
         {"{\"variants\": [{\"name\": \"a\"}, {\"name\": \"b\", \"set\": {\"grpo.lrr\": 1}}]}",
          "arith.json: variants[1].set.grpo.lrr: unknown key (did you mean grpo.lr?)"},
         {"{\"variants\": [{\"name\": \"a\", \"set\": {\"workers.rollout\": 2}}]}",
@@ -761,7 +913,8 @@ static void test_variants(void) {
     CHECK_OK(s_parse("{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr\": 1}}]}", &base));
     snprintf(base.variants[0].sets[0], BT_CONFIG_SET_MAX, "grpo.lr=-1");
     CHECK(bt_config_variant(&base, 0, &v) == BT_EINVAL);
-    CHECK(strcmp(bt_last_error(), "variants[0].set.grpo.lr: expected a number >= 0, got -1") == 0);
+    CHECK(strcmp(bt_last_error(),
+                 "variants[0].set.grpo.lr: expected a number in [0, 1000], got -1") == 0);
 }
 
 /*  docs/config.md names every key as `section.key`, and every table row that starts with a
@@ -847,7 +1000,7 @@ static void test_data_sources(void) {
         {"{\"data\": {\"sources\": [{\"name\": \"a\", \"path\": \"a\"}, {\"name\": \"a\"}]}}",
          "data.sources[1].name: \"a\" is already the name of data.sources[0]"},
         {"{\"data\": {\"sources\": [{\"name\": \"a\", \"weight\": 0}]}}",
-         "data.sources[0].weight: expected a number > 0, got 0"},
+         "data.sources[0].weight: expected a number in (0, 1000000], got 0"},
         {"{\"data\": {\"sources\": [{\"name\": \"a\", \"digits\": \"3\"}]}}",
          "data.sources[0].digits: expected an integer"},
         {"{\"data\": {\"sources\": [{\"name\": \"a\", \"train\": \"x\"}]}}",
@@ -876,6 +1029,8 @@ int main(void) {
     test_round_trip();
     test_overrides();
     test_malformed();
+    test_ranges();
+    test_files();
     test_sub_configs();
     test_tuner();
     test_variants();

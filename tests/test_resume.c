@@ -5,7 +5,9 @@
     reason; a NaN injected into an update rolls back at most 10 steps and the run finishes.  The
     runs have the tuner's plateau rule on: its learning-rate decisions reach AdamW at the next step
     and its state survives the kills; and a KL penalty whose reference (the policy after SFT) a
-    checkpoint must carry. */
+    checkpoint must carry.  A resume refuses what it cannot continue (a state.json no run writes, a
+    metrics.jsonl that lost its tail, another run's checkpoint, a changed config), is a no-op on a
+    finished run, and a run stopped by SIGINT resumes to the same metrics. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "baton/model.h"
@@ -17,6 +19,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,10 +194,19 @@ static const char *s_last_event(const char *events, const char *needle) {
     return last;
 }
 
+/*  Removes DIR/model: the run is then as one killed between its final evaluations and saving its
+    policy, which a resume finishes (a run with its policy saved has nothing to resume). */
+static void s_unfinish(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s/model", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /*  Corrupt the newest checkpoint, then the next: each resume falls back one, saying why. */
 static void test_corrupt_fallback(const char *reference) {
     char dir[128], path[256], name[32], prev[32];
     snprintf(dir, sizeof dir, "%s/ref", s_tmp);
+    s_unfinish(dir);
     /* (a full checkpoint due while the writer is busy is taken a step later: ask, not assume) */
     int newest = s_latest(dir), before = s_step_below(dir, newest);
     CHECK(newest > 0 && before > 0);
@@ -225,6 +237,7 @@ static void test_corrupt_fallback(const char *reference) {
     snprintf(name, sizeof name, "step-%08d", newest);
     snprintf(path, sizeof path, "%s/ckpt/%s/optimizer.safetensors", dir, name);
     CHECK(remove(path) == 0);
+    s_unfinish(dir);
     CHECK(runs_wait(s_start(dir, s_resume)) == 0);
     events = s_events(dir);
     bool named = false; /* the newest is passed over, saying which file is missing */
@@ -336,6 +349,239 @@ static void test_nan_rollback(void) {
     free(m);
 }
 
+/*  `baton run CONFIG --run-dir DIR ARGS 2>&1` into out; its exit status. */
+static int s_cli(const char *dir, const char *args, char *out, size_t cap) {
+    char cmd[1024];
+    const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+    snprintf(cmd, sizeof cmd, "%s run %s --run-dir %s %s 2>&1", bin, s_config, dir, args);
+    return runs_capture(cmd, out, cap);
+}
+
+/*  A copy of run directory from at to (cp -a). */
+static void s_copy(const char *from, const char *to) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -a %s %s", to, from, to);
+    CHECK(system(cmd) == 0);
+}
+
+static int64_t s_size(const char *dir, const char *name) {
+    char path[256];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+}
+
+/*  Replaces the first `from` in folder/state.json with `to` and lists the new file in MANIFEST
+    with its own hash, as a writer that got the value wrong would have: the checkpoint verifies. */
+static void s_edit_state(const char *folder, const char *from, const char *to) {
+    char path[256], *text = NULL, *manifest = NULL, edited[1 << 16], line[256];
+    snprintf(path, sizeof path, "%s/state.json", folder);
+    CHECK_OK(bt_file_read(path, 1 << 16, &text, NULL));
+    char *at = text ? strstr(text, from) : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(text);
+        return;
+    }
+    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    CHECK_OK(bt_file_write(path, edited, strlen(edited)));
+    snprintf(path, sizeof path, "%s/MANIFEST", folder);
+    CHECK_OK(bt_file_read(path, 1 << 16, &manifest, NULL));
+    char *entry = manifest ? strstr(manifest, " state.json\n") : NULL;
+    CHECK(entry != NULL);
+    while (entry && entry > manifest && entry[-1] != '\n')
+        entry--;
+    if (entry) {
+        snprintf(line, sizeof line, "%016llx %zu state.json\n",
+                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited));
+        char *end = strchr(entry, '\n') + 1, out[1 << 16];
+        snprintf(out, sizeof out, "%.*s%s%s", (int)(entry - manifest), manifest, line, end);
+        CHECK_OK(bt_file_write(path, out, strlen(out)));
+    }
+    free(manifest);
+    free(text);
+}
+
+/*  --resume trusts nothing it reads: a state.json whose metrics_size is beyond the metrics.jsonl
+    there (2^40 made a 1 TiB sparse file), a metrics.jsonl whose tail was lost, a checkpoint of
+    another run directory, a config that changed where it may not: each is refused before anything
+    starts (exit 2), saying what is wrong and what to do, and no file grows.  A config that changed
+    only where it may (grpo.steps, workers.*) resumes, with a config_changed event. */
+static void test_resume_checks(const char *ref) {
+    char dir[128], other[128], out[8192], folder[256];
+    snprintf(dir, sizeof dir, "%s/checked", s_tmp);
+    snprintf(other, sizeof other, "%s/other", s_tmp);
+    s_copy(ref, dir);
+    s_unfinish(dir); /* a finished run has nothing to resume */
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, s_latest(dir));
+    int64_t metrics = s_size(dir, "metrics.jsonl");
+
+    s_edit_state(folder, "\"metrics_size\":\t", "\"metrics_size\":\t1099511627776,\"was\":\t");
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "metrics_size: the checkpoint was taken when metrics.jsonl held "
+                            "1099511627776 bytes");
+    CHECK_STR_CONTAINS(out, "--overwrite");
+    CHECK(s_size(dir, "metrics.jsonl") == metrics); /* not grown, no sparse file */
+    s_edit_state(folder, "\"metrics_size\":\t1099511627776,\"was\":\t", "\"metrics_size\":\t");
+    s_edit_state(folder, "\"version\":\t", "\"version\":\t-1,\"was\":\t");
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "state.json.version: expected an integer in [0, 9007199254740992], "
+                            "got -1");
+    s_edit_state(folder, "\"version\":\t-1,\"was\":\t", "\"version\":\t");
+
+    /* the tail of metrics.jsonl lost in a crash: the checkpoint's lines are not all there */
+    CHECK(truncate(strcat(strcpy(out, dir), "/metrics.jsonl"), 100) == 0);
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "and it holds 100: its tail was lost");
+    CHECK(s_size(dir, "metrics.jsonl") == 100);
+
+    /* another run directory's checkpoint */
+    s_copy(ref, other);
+    s_unfinish(other);
+    char args[512];
+    snprintf(args, sizeof args, "--resume %s", folder);
+    CHECK(s_cli(other, args, out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "not a checkpoint of");
+    /* a key that may not change on resume, named with its two values */
+    CHECK(s_cli(other, "--resume --set grpo.lr=0.002 --set workers.eval=2", out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "the config differs from");
+    CHECK_STR_CONTAINS(out, "grpo.lr (0.001 -> 0.002)");
+    CHECK(strstr(out, "workers.eval (") == NULL); /* that one may change */
+    char *events = s_events(other);
+    CHECK(events && !strstr(events, "config_changed"));
+    free(events);
+    /* keys that may change: the run goes on to the new grpo.steps, and says what changed */
+    CHECK(s_cli(other, "--resume --set grpo.steps=18 --set workers.eval=2", out, sizeof out) == 0);
+    CHECK(s_last_step(other) == 18);
+    events = s_events(other);
+    CHECK_STR_CONTAINS(events, "{\"event\":\"config_changed\",\"time\":0,\"keys\":[\"grpo.steps\","
+                               "\"workers.eval\"],\"from\":[\"16\",\"1\"],\"to\":[\"18\",\"2\"]}");
+    free(events);
+}
+
+/*  --resume of a run that finished (its final evaluations and model/ written) is a no-op that says
+    so: exit 0, and every file of the run directory is as it was, byte for byte (it used to cut
+    metrics.jsonl back to the last checkpoint, deleting the final evaluation lines, and train the
+    last steps again). */
+static void test_finished_resume(const char *dir) {
+    const char *files[] = {
+        "metrics.jsonl",           "events.jsonl",     "config.json", "ckpt/LATEST",
+        "model/model.safetensors", "model/config.json"};
+    enum { N = sizeof files / sizeof files[0] };
+    char *before[N], path[256], out[4096];
+    size_t len[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        before[i] = NULL;
+        CHECK_OK(bt_file_read(path, 1 << 26, &before[i], &len[i]));
+    }
+    CHECK(before[0] && strstr(before[0], "\"step\":16,\"variant\":\"main\"") != NULL);
+    CHECK(s_cli(dir, "--resume", out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "the run finished already (step 16 of 16");
+    CHECK_STR_CONTAINS(out, "nothing to resume");
+    CHECK(s_cli(dir, "--resume --procs", out, sizeof out) == 0);
+    for (int i = 0; i < N; i++) {
+        char *after = NULL;
+        size_t n = 0;
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        CHECK_OK(bt_file_read(path, 1 << 26, &after, &n));
+        bool same = before[i] && after && n == len[i] && memcmp(before[i], after, n) == 0;
+        if (!same)
+            fprintf(stderr, "%s changed on the resume of a finished run\n", files[i]);
+        CHECK(same);
+        free(after);
+        free(before[i]);
+    }
+}
+
+/*  `baton worker` processes, whatever their parent now, that connect to DIR's controller. */
+static int s_workers_of(const char *dir) {
+    char real[256], endpoint[300];
+    if (!realpath(dir, real))
+        return 0;
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/controller.ipc", real);
+    DIR *d = opendir("/proc");
+    int n = 0;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        char path[300], buf[4096];
+        if (atoi(e->d_name) <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        bool worker = false, ours = false;
+        for (size_t i = 0; i < len; i += strlen(buf + i) + 1) { /* NUL-separated arguments */
+            buf[len] = '\0';
+            worker |= !strcmp(buf + i, "worker");
+            ours |= !strcmp(buf + i, endpoint);
+        }
+        n += worker && ours;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/*  SIGINT to a real `baton run --procs`: it stops after the step in progress, stops its worker
+    processes (none is left), says how to continue and exits 130; `--resume` from there writes the
+    metrics of the uninterrupted run.  A second SIGINT kills it at once, and its workers with it. */
+static void test_signal(const char *reference) {
+    char dir[128], log[160], *text = NULL;
+    snprintf(dir, sizeof dir, "%s/signalled", s_tmp);
+    snprintf(log, sizeof log, "%s/signalled.log", s_tmp);
+    const char *args[] = {"run", s_config, "--run-dir", dir, "--procs", NULL};
+    pid_t pid = runs_spawn_in(NULL, args, log);
+    CHECK(s_wait_step(pid, dir, 5)); /* of 16: after the step-3 checkpoint */
+    while (s_alive(pid) && s_latest(dir) < 3)
+        s_nap();
+    CHECK(s_workers_of(dir) == 3);
+    kill(pid, SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 130);
+    CHECK(s_workers_of(dir) == 0);
+    CHECK_OK(bt_file_read(log, 1 << 20, &text, NULL));
+    CHECK_STR_CONTAINS(text, "baton: stopped by SIGINT after step ");
+    CHECK_STR_CONTAINS(text, "continue it from its last checkpoint with: baton run ");
+    CHECK_STR_CONTAINS(text, " --procs --resume\n");
+    free(text);
+    text = NULL;
+    int stopped = s_last_step(dir);
+    CHECK(stopped >= 5 && stopped < 16);
+    const char *again[] = {"run", s_config, "--run-dir", dir, "--procs", "--resume", NULL};
+    CHECK(runs_wait(runs_spawn(again)) == 0);
+    char *got = runs_metrics(dir);
+    s_check_same(reference, got, "stopped by SIGINT and resumed");
+    free(got);
+
+    /* twice: killed at once by the second, and no worker outlives it.  The first lands while the
+       workers join (seconds, with processes), so the second comes before a clean stop; it is sent
+       once the first was seen (two pending SIGINTs would be one) */
+    snprintf(dir, sizeof dir, "%s/signalled_twice", s_tmp);
+    snprintf(log, sizeof log, "%s/signalled_twice.log", s_tmp);
+    pid = runs_spawn_in(NULL, args, log);
+    for (bool joining = false; !joining && s_alive(pid); s_nap()) {
+        joining = bt_file_read(log, 1 << 20, &text, NULL) == BT_OK && strstr(text, "join step");
+        free(text);
+        text = NULL;
+    }
+    kill(pid, SIGINT);
+    for (bool seen = false; !seen && s_alive(pid); s_nap()) {
+        seen = bt_file_read(log, 1 << 20, &text, NULL) == BT_OK &&
+               strstr(text, "stopping after the current step");
+        free(text);
+        text = NULL;
+    }
+    kill(pid, SIGINT);
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+    for (int i = 0; i < 1000 && s_workers_of(dir) > 0; i++)
+        s_nap(); /* each dies of its parent's death (PR_SET_PDEATHSIG), a moment later */
+    CHECK(s_workers_of(dir) == 0);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_resume_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -347,6 +593,9 @@ int main(void) {
     char *reference = runs_metrics(ref);
     CHECK(reference && s_last_step(ref) == 16);
     test_tuner_decisions(ref);
+    test_resume_checks(ref);
+    test_finished_resume(ref);
+    test_signal(reference);
     test_kill_and_resume(reference);
     test_corrupt_fallback(reference);
     test_nan_rollback();

@@ -53,6 +53,36 @@ int main(void) {
     CHECK_OK(bt_file_read(path, 1 << 20, &text, NULL));
     CHECK(text && strstr(text, "\"seed\": 3"));
     free(text);
+
+    /* a resume cuts metrics.jsonl back to a checkpoint's size: at a line's end, and never beyond
+       the end (ftruncate would pad the file with NUL bytes: 2^40 made a 1 TiB sparse file) */
+    log = bt_runlog_open(dir, "{}\n");
+    CHECK(log != NULL);
+    int64_t one = bt_runlog_metrics_size(log);
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "kind", "eval");
+    CHECK_OK(bt_runlog_metric(log, &line));
+    int64_t two = bt_runlog_metrics_size(log);
+    CHECK(one > 0 && two > one);
+    CHECK(bt_runlog_truncate_metrics(log, (int64_t)1 << 40) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "fewer than the 1099511627776 to cut it back to");
+    CHECK(bt_runlog_truncate_metrics(log, two + 1) == BT_EINVAL);
+    CHECK(bt_runlog_truncate_metrics(log, one - 1) == BT_EINVAL); /* inside the first line */
+    CHECK_STR_CONTAINS(bt_last_error(), "is not the end of a line");
+    CHECK(bt_runlog_truncate_metrics(log, -1) == BT_EINVAL);
+    CHECK(bt_runlog_metrics_size(log) == two); /* refused cuts leave the file as it was */
+    CHECK_OK(bt_runlog_truncate_metrics(log, two));
+    CHECK_OK(bt_runlog_truncate_metrics(log, one));
+    CHECK(bt_runlog_metrics_size(log) == one);
+    CHECK_OK(bt_runlog_truncate_metrics(log, 0));
+    CHECK(bt_runlog_metrics_size(log) == 0);
+    /* an array of strings, as the config_changed event lists its keys */
+    const char *keys[] = {"grpo.steps", "workers.\"eval\""};
+    bt_jsonl_init(&line);
+    bt_jsonl_strs(&line, "keys", keys, 2);
+    CHECK(strcmp(line.buf, "{\"keys\":[\"grpo.steps\",\"workers.\\\"eval\\\"\"]") == 0);
+    bt_runlog_destroy(&log);
+
     snprintf(path, sizeof path, "rm -rf %s", tmp);
     CHECK(system(path) == 0);
     return check_exit();

@@ -88,5 +88,73 @@ int main(void) {
     CHECK(bt_run_state_from_json(text, "s.json", &b) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "triggers[0].rate_ema");
     free(text);
+
+    /* every field is checked against what a run can have written: each edit below makes one
+       value impossible, and the error names the field, the range and the value */
+    a.has_tuner = true;
+    const struct {
+        const char *from, *to, *error;
+    } bad[] = {
+        {"\"version\":\t987", "\"version\":\t-1",
+         "s.json.version: expected an integer in [0, 9007199254740992], got -1"},
+        {"\"metrics_size\":\t4096", "\"metrics_size\":\t-5",
+         "s.json.metrics_size: expected an integer in [0, 9007199254740992], got -5"},
+        {"\"step\":\t123", "\"step\":\t1e300",
+         "s.json.step: expected an integer in [0, 9007199254740992], got 1.0000000000000001e+300"},
+        {"\"cursor\":\t4503599627370497", "\"cursor\":\t-1", "s.json.cursor: expected an integer"},
+        {"\"train_seconds\":\t0.30000000000000004", "\"train_seconds\":\tnull",
+         "s.json.train_seconds: expected a finite number >= 0, got null"},
+        {"\"canary_loss\":\t2.7182818284590451", "\"canary_loss\":\t-1",
+         "s.json.canary_loss: expected a finite number >= 0, got -1"},
+        {"\"loss_n\":\t7", "\"loss_n\":\t-7", "s.json.loss_n: expected an integer"},
+        {"\"interval\":\t5", "\"interval\":\t-5", "triggers[1].interval: expected an integer"},
+        {"\"pending_reasons\":\t5", "\"pending_reasons\":\t64",
+         "triggers[1].pending_reasons: expected an integer in [0, 7], got 64"},
+        {"\"dataset\":\t1", "\"dataset\":\t99",
+         "pending_evals[0].dataset: expected an integer in [0, 7], got 99"},
+        {"\"step\":\t120", "\"step\":\t124",
+         "pending_evals[0].step: expected an integer <= step (123), got 124"},
+        {"\"temperature\":\t1.05", "\"temperature\":\t0",
+         "tuner.temperature: expected a number in [0.001, 1000], got 0"},
+        {"\"lr\":\t0.00050000000000000001", "\"lr\":\t1e308",
+         "tuner.lr: expected a number in [0, 1000], got 1e+308"},
+        {"\"mixture_steps\":\t0", "\"mixture_steps\":\t-3",
+         "tuner.mixture_steps: expected an integer >= 0, got -3"},
+    };
+    text = bt_run_state_to_json(&a);
+    CHECK_OK(bt_run_state_from_json(text, "s.json", &b)); /* as written, it reads back */
+    for (size_t i = 0; text && i < sizeof bad / sizeof bad[0]; i++) {
+        char *at = strstr(text, bad[i].from), edited[1 << 14];
+        CHECK(at != NULL);
+        if (!at)
+            continue;
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, bad[i].to,
+                 at + strlen(bad[i].from));
+        CHECK(bt_run_state_from_json(edited, "s.json", &b) == BT_EFORMAT);
+        CHECK_STR_CONTAINS(bt_last_error(), bad[i].error);
+    }
+    free(text);
+
+    /* against the run it resumes: the config's steps and datasets, the metrics.jsonl there */
+    text = bt_run_state_to_json(&a);
+    CHECK_OK(bt_run_state_from_json(text, "s.json", &b));
+    free(text);
+    bt_run_config cfg;
+    CHECK_OK(bt_config_parse("{\"grpo\": {\"steps\": 200}, \"eval\": {\"datasets\": "
+                             "[{\"name\": \"a\"}, {\"name\": \"b\"}]}}",
+                             "c.json", NULL, 0, &cfg));
+    CHECK_OK(bt_run_state_check(&b, &cfg, 4096, "s.json"));
+    CHECK(bt_run_state_check(&b, &cfg, 4095, "s.json") == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "s.json: metrics_size: the checkpoint was taken when "
+                                        "metrics.jsonl held 4096 bytes, and it holds 4095");
+    CHECK_STR_CONTAINS(bt_last_error(), "--overwrite");
+    cfg.grpo.steps = 100;
+    CHECK(bt_run_state_check(&b, &cfg, 4096, "s.json") == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "s.json: step: the checkpoint is at step 123, beyond "
+                                        "grpo.steps (100): resume with --set grpo.steps=123");
+    cfg.grpo.steps = 200;
+    cfg.eval.n_datasets = 1;
+    CHECK(bt_run_state_check(&b, &cfg, 4096, "s.json") == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "triggers: 2, one per evaluation dataset");
     return check_exit();
 }

@@ -20,8 +20,8 @@ extern "C" {
 
 typedef struct bt_run bt_run_t;
 
-/*  Parses and checks config_json (source names it in messages) with `--set` style overrides.
-    Nothing is created on disk yet.  Caller owns the result; destroy with bt_run_destroy().  NULL
+/*  Parses and checks config_json (source names it in messages) with `--set` style overrides, and
+    checks that the files it names exist (bt_config_check_files).  Nothing is created on disk yet.  Caller owns the result; destroy with bt_run_destroy().  NULL
     on bad input, the one-line reason in bt_last_error(). */
 bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
                      int n_overrides);
@@ -41,6 +41,10 @@ void bt_run_set_external_workers(bt_run_t *self);
 /*  Continue from a checkpoint of the run directory: folder "" or NULL is the newest verified one
     (corrupt ones skipped, each an event), else that folder.  Before bt_run_start. */
 void bt_run_set_resume(bt_run_t *self, const char *folder);
+/*  Replace what the run directory holds: its run files (config.json, metrics.jsonl,
+    events.jsonl, ckpt/, model/, variants/, report.html) are removed when the run starts; other
+    files stay.  Before bt_run_start. */
+void bt_run_set_overwrite(bt_run_t *self);
 const char *bt_run_dir(const bt_run_t *self);
 /*  The controller's endpoint; default a private inproc:// one.  An ipc:// or tcp:// endpoint lets
     other processes reach the controller too.  Before bt_run_start. */
@@ -61,8 +65,17 @@ void bt_run_set_progress(bt_run_t *self, bt_progress_fn *fn, void *user);
     Before bt_run_start. */
 void bt_run_set_reward(bt_run_t *self, bt_reward_fn *fn, void *user);
 
-/*  Creates the run directory, starts the workers, waits for them, runs the SFT warm start and the
-    step-0 evaluation. */
+/*  Checks, before anything is created or started, that the run directory may be written as asked:
+    one that holds a run (config.json, metrics.jsonl or events.jsonl) needs bt_run_set_resume or
+    bt_run_set_overwrite, and a resume needs a run.  BT_EINVAL with the reason, which names the
+    directory (a mistake of the caller's: `baton run` exits 2).  bt_run_start calls it. */
+bt_status bt_run_check(bt_run_t *self);
+/*  After bt_run_check: a resume of a run that finished already (its policy saved in RUN_DIR/model,
+    its last step grpo.steps, every dataset's evaluation of that step written).  There is nothing
+    to resume: bt_run_start and bt_run_step do nothing (*done at once) and no file is touched. */
+bool bt_run_is_complete(const bt_run_t *self);
+/*  bt_run_check, then creates the run directory, starts the workers, waits for them, runs the SFT
+    warm start and the step-0 evaluation. */
 bt_status bt_run_start(bt_run_t *self);
 /*  One GRPO step; *done after the last. */
 bt_status bt_run_step(bt_run_t *self, bool *done);

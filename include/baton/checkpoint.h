@@ -107,6 +107,17 @@ bt_status bt_ckpt_save(const bt_ckpt_config *cfg, const bt_ckpt_snapshot_t *s, c
     "F/optimizer.safetensors: missing", "F/MANIFEST: missing". */
 bt_status bt_ckpt_verify(const char *folder);
 
+/*  Reads folder/name into *out (NUL-terminated, of at most max bytes; caller frees) once its size
+    and hash match its MANIFEST entry: one file of a checkpoint, without verifying the others.
+    Errors as bt_ckpt_verify's, and BT_EFORMAT "F/MANIFEST: does not list NAME". */
+bt_status bt_ckpt_read_file(const char *folder, const char *name, size_t max, char **out);
+
+/*  The folder dir/ckpt/LATEST names ("dir/ckpt/step-N") into path, unverified and without removing
+    anything: a look before a resume, which bt_ckpt_find_latest then makes for real.  "" when there
+    is no LATEST; BT_EIO or BT_EFORMAT when it cannot be read or is malformed; BT_ERANGE when path
+    is too short. */
+bt_status bt_ckpt_latest_named(const char *dir, char *path, size_t len);
+
 /*  Told of each folder skipped or removed while looking for a checkpoint, with the reason. */
 typedef void(bt_ckpt_reject_fn)(const char *folder, const char *reason, void *user);
 

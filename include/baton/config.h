@@ -44,6 +44,17 @@ typedef enum bt_config_precision {
 
 #define BT_CONFIG_MAX_SOURCES 8 /* data.sources entries (= BT_TUNER_MAX_SOURCES) */
 
+/*  The ranges of the values that travel in a TASK, as the config checks them and a worker reading
+    the TASK may: learning rates (grpo.lr, sft.lr, the tuner's) in [0, BT_CONFIG_LR_MAX], the KL
+    coefficient in [0, BT_CONFIG_KL_MAX], sampling temperatures in [BT_CONFIG_TEMPERATURE_MIN,
+    BT_CONFIG_TEMPERATURE_MAX] (evaluation: also 0, greedy), max_new_tokens and batch sizes up to
+    BT_CONFIG_TOKENS_MAX.  Below the minimum temperature, logits / T leave float32 little room. */
+#define BT_CONFIG_LR_MAX 1e3
+#define BT_CONFIG_KL_MAX 1e6
+#define BT_CONFIG_TEMPERATURE_MIN 1e-3
+#define BT_CONFIG_TEMPERATURE_MAX 1e3
+#define BT_CONFIG_TOKENS_MAX 1048576 /* 2^20 */
+
 /*  One entry of data.sources: a prompt source drawn by weight, its task the task.* keys with the
     entry's own ("kind", "path", "heldout", "verifier", ...) stored as "task.key=value". */
 typedef struct bt_config_source_spec {
@@ -252,6 +263,15 @@ bt_status bt_config_parse(const char *json_text, const char *source, const char 
 bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
                          bt_run_config *out);
 
+/*  The files a parsed config names exist, checked before anything is created: model.path is a
+    folder with config.json and model.safetensors (or its index), the JSONL files of a "jsonl" task
+    or data source (task.train, task.eval, data.sources[k].path and .heldout) and each eval
+    dataset's source file are readable regular files; with model.path, prompt and completion fit
+    its config.json's max_position_embeddings (as bt_config_parse checks model.* without it).  No
+    dataset is read.  BT_EINVAL naming the key and the path, source first:
+      "arith.json: task.train: "data/train.jsonl": no such file" */
+bt_status bt_config_check_files(const bt_run_config *cfg, const char *source);
+
 /*  Variant k's config (0 <= k < base->n_variants): base with variant k's sets applied in order (as
     --set overrides, over the base's own) and the checks between keys run again; n_variants and
     variants are copied unchanged.  Values the base already resolved stay resolved (grpo.max_tokens,
@@ -265,6 +285,14 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
 /*  The resolved config: every key with its value, pretty-printed JSON that parses back to the same
     struct.  Caller owns the result; free() it.  NULL when out of memory. */
 char *bt_config_to_json(const bt_run_config *cfg);
+
+/*  The keys whose values differ between a and b, in the table's order: their paths (static strings)
+    into keys[0 .. max), each array as a whole ("eval.datasets", "eval.probes", "data.sources",
+    "variants").  Returns how many differ, which may exceed max. */
+int bt_config_diff(const bt_run_config *a, const bt_run_config *b, const char **keys, int max);
+/*  The value of key path as the resolved config writes it ("16", "\"cosine\"", "true") into buf;
+    false for a path that is not one key (an array) or out of memory. */
+bool bt_config_value_text(const bt_run_config *cfg, const char *path, char *buf, size_t len);
 
 /*  The schema's key paths in order ("run.name", "run.seed", ...); NULL when i is out of range.
     Static strings. */

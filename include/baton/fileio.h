@@ -46,6 +46,10 @@ bt_status bt_file_hash(const char *path, uint64_t *hash, uint64_t *size);
 /*  fsyncs the directory at path, so entries created or renamed in it are durable. */
 bt_status bt_dir_sync(const char *path);
 
+/*  rm -r path, not following symbolic links; nothing to do when it does not exist.  BT_EIO naming
+    the first path that resists. */
+bt_status bt_rmtree(const char *path);
+
 /*  Writes len bytes of data to path durably: bt_file_create, fwrite, bt_file_finish. */
 bt_status bt_file_write(const char *path, const void *data, size_t len);
 

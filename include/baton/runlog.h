@@ -28,6 +28,8 @@ void bt_jsonl_str(bt_jsonl *line, const char *key, const char *value);
 void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value);
 /*  An array of n unsigned integers. */
 void bt_jsonl_uints(bt_jsonl *line, const char *key, const uint64_t *values, size_t n);
+/*  An array of n strings. */
+void bt_jsonl_strs(bt_jsonl *line, const char *key, const char *const *values, size_t n);
 /*  The shortest text (9 to 17 significant digits) that reads back as exactly value; non-finite
     values are written as null. */
 void bt_jsonl_num(bt_jsonl *line, const char *key, double value);
@@ -47,7 +49,9 @@ const char *bt_runlog_dir(const bt_runlog_t *self);
 /*  Bytes of metrics.jsonl written so far (a checkpoint records it); -1 on error. */
 int64_t bt_runlog_metrics_size(bt_runlog_t *self);
 /*  Cuts metrics.jsonl back to size bytes: a resume drops the lines written after its checkpoint,
-    which the resumed run writes again. */
+    which the resumed run writes again.  Never grows the file (BT_EINVAL when it holds fewer than
+    size bytes, which ftruncate would pad with NUL bytes) and never cuts a line in two (BT_EINVAL
+    when byte size - 1 is not a newline); the message says what to do. */
 bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size);
 
 /*  mkdir -p. */

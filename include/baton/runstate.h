@@ -51,8 +51,16 @@ typedef struct bt_run_state {
     free() it.  NULL when out of memory. */
 char *bt_run_state_to_json(const bt_run_state *s);
 /*  Parses state.json text; source names it in errors ("PATH: triggers[1].interval: ...").
-    BT_EFORMAT for malformed JSON or a missing or mistyped field. */
+    BT_EFORMAT for malformed JSON, a missing or mistyped field, or a value no run can have: a
+    negative count, step, version or byte size, a non-finite number where one must be known, a
+    pending evaluation after the checkpoint's step, tuner values outside what the workers accept:
+      "PATH.metrics_size: expected an integer in [0, 9007199254740992], got -1" */
 bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_state *out);
+/*  s against the run it would resume: its step within cfg's grpo.steps, one trigger per eval
+    dataset and pending evaluations of existing ones, and metrics_size no larger than the
+    metrics_bytes metrics.jsonl holds now.  BT_EINVAL saying what is wrong and what to do. */
+bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg,
+                             int64_t metrics_bytes, const char *source);
 
 #ifdef __cplusplus
 }
