@@ -1873,6 +1873,13 @@ bt_status bt_controller_start(bt_controller_t *self) {
 
 /*  Queues the rollouts of step `step` (its prompts are the next P of the training stream),
     sharded over the configured rollout workers; they run while the controller does other work. */
+/*  A rollout job's seed: (run.seed, step) above the low BT_TASK_SEED_JOB_BITS, which number the
+    job; computed unsigned and kept within a wire integer's 53 bits (a large run.seed overflowed). */
+static int64_t s_rollout_seed(const bt_run_config *c, int64_t step, int job) {
+    uint64_t x = ((uint64_t)c->run.seed * 1000003u + (uint64_t)step) * 64u + (uint64_t)job;
+    return (int64_t)(x & ((UINT64_C(1) << 53) - 1));
+}
+
 static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
     const bt_run_config *c = self->cfg;
     s_rollouts *r = &self->ahead[step % S_AHEAD];
@@ -1930,7 +1937,7 @@ static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
                                      .start = s,
                                      .count = e - s,
                                      .prompts = r->idx + s,
-                                     .seed = (c->run.seed * 1000003 + step) * 64 + r->n_jobs};
+                                     .seed = s_rollout_seed(c, step, r->n_jobs)};
         s = e;
     }
     r->active = true;

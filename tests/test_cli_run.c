@@ -118,6 +118,9 @@ int main(void) {
     CHECK(s_run("small.json --set run.name=ok --run-dir out/ok", out, sizeof out) == 0);
     CHECK(s_exists("out/ok/config.json") && s_exists("out/ok/metrics.jsonl") &&
           s_exists("out/ok/events.jsonl"));
+    /* a large run.seed (beyond 1.4e8 the rollout jobs' seeds overflowed 2^53 mid-run) */
+    CHECK(s_run("small.json --set run.seed=1099511627776 --run-dir out/seed", out, sizeof out) ==
+          0);
     CHECK_STR_CONTAINS(out, "done step 2/2");
     /* a directory that holds a run is never appended to by accident: the same run again is
        refused, naming the directory and both flags, and leaves its files as they were */
