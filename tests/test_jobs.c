@@ -48,7 +48,7 @@ static void s_sleep_ms(long ms) {
 
 /* ---- a scripted peer ------------------------------------------------------------------------ */
 
-typedef enum { S_FAIL_ALL, S_MALFORMED_ONCE, S_UNASKED_WEIGHTS } s_mode;
+typedef enum { S_FAIL_ALL, S_MALFORMED_ONCE, S_UNASKED_WEIGHTS, S_OTHER_PROTO } s_mode;
 
 typedef struct {
     char endpoint[160];
@@ -57,6 +57,7 @@ typedef struct {
     volatile bool stop;
     int tasks;   /* TASKs it received */
     bool joined; /* it got WELCOME */
+    char refused[256]; /* the reason of an INVALID {leave: true}, which ends it */
     pthread_t thread;
 } s_peer;
 
@@ -97,7 +98,7 @@ static void *s_peer_main(void *arg) {
             bt_msg_set_int(hello, "pid", getpid());
             bt_msg_set_str(hello, "device", "cpu");
             bt_msg_set_int(hello, "threads", 1);
-            bt_msg_set_int(hello, "proto", BT_WIRE_PROTO);
+            bt_msg_set_int(hello, "proto", p->mode == S_OTHER_PROTO ? BT_WIRE_PROTO + 98 : BT_WIRE_PROTO);
             if (bt_msg_send(&hello, sock, NULL, 0) != BT_OK)
                 fprintf(stderr, "%s: HELLO not sent: %s\n", p->name, bt_last_error());
         }
@@ -124,6 +125,15 @@ static void *s_peer_main(void *arg) {
             p->joined = true;
         } else if (type == BT_MSG_STOP) {
             p->stop = true;
+        } else if (type == BT_MSG_INVALID) {
+            bool leave = false;
+            const char *reason = "";
+            bt_msg_get_bool(m, "leave", &leave);
+            bt_msg_get_str(m, "reason", 200, &reason);
+            if (leave) {
+                snprintf(p->refused, sizeof p->refused, "%s", reason);
+                p->stop = true;
+            }
         } else if (type == BT_MSG_TASK) {
             int64_t task = 0;
             bt_msg_get_int(m, "task", 0, BT_WIRE_INT_MAX, &task);
@@ -252,6 +262,7 @@ static void test_malformed_result(const char *ref) {
     CHECK(s_contains(events, "\"event\":\"result_rejected\""));
     CHECK(s_contains(events, "\"worker\":\"fake-rollout\",\"kind\":\"rollout\""));
     CHECK(s_contains(events, "\"event\":\"worker_quarantined\",\"time\""));
+    CHECK(s_contains(events, "\"rejected_results\":1,")); /* the counters, as the run stops */
 }
 
 static void test_unasked_weights(const char *ref) {
@@ -332,6 +343,58 @@ static void test_wedged_worker(const char *ref) {
     CHECK(s_contains(events, "\"worker\":\"eval-1\",\"kind\":\"eval\""));
 }
 
+/*  A failure no retry mends (a JSONL prompt longer than the context, which the config cannot
+    measure): the run stops at the first FAIL with the worker's words, and a HELLO of another
+    protocol is told to leave. */
+static void test_deterministic_failure(void) {
+    char dir[128], data[160], log[160], endpoint[192];
+    snprintf(dir, sizeof dir, "%s/long", s_tmp);
+    snprintf(data, sizeof data, "%s/long.jsonl", s_tmp);
+    snprintf(log, sizeof log, "%s/long.log", s_tmp);
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/long.ipc", s_tmp);
+    char line[1024], text[1024 * 20] = "";
+    for (int i = 0; i < 20; i++) {
+        snprintf(line, sizeof line, "{\"prompt\": \"what is %s1?\", \"answer\": \"201\"}\n",
+                 "1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+");
+        strcat(text, line);
+    }
+    CHECK_OK(bt_file_write(data, text, strlen(text)));
+    char train[200], eval[200];
+    snprintf(train, sizeof train, "task.train=%s", data);
+    snprintf(eval, sizeof eval, "task.eval=%s", data);
+    const char *args[] = {"controller", s_config, "--bind", endpoint, "--run-dir", dir,
+                          "--set", "task.kind=jsonl", "--set", train, "--set", eval,
+                          "--set", "workers.eval=1", "--set", "workers.rollout=1", NULL};
+    pid_t ctl = runs_spawn_in(NULL, args, log);
+    const char *roles[3][2] = {{"trainer", "trainer-0"}, {"rollout", "rollout-0"},
+                               {"eval", "eval-0"}};
+    pid_t workers[3];
+    for (int i = 0; i < 3; i++) {
+        const char *w[] = {"worker", "--connect", endpoint, "--role", roles[i][0],
+                           "--name", roles[i][1], NULL};
+        workers[i] = runs_spawn_in(NULL, w, log);
+    }
+    s_peer alien;
+    s_peer_start(&alien, endpoint, "rollout", "alien", S_OTHER_PROTO);
+    int rc = runs_wait(ctl);
+    s_peer_join(&alien);
+    for (int i = 0; i < 3; i++)
+        runs_wait(workers[i]);
+    CHECK(rc == 1);
+    CHECK(s_contains(log, "exceed max_position_embeddings 64") || s_contains(log, "exceeds max_position_embeddings 64"));
+    char events[192];
+    snprintf(events, sizeof events, "%s/events.jsonl", dir);
+    char *ev = s_file(events);
+    int failed = 0;
+    for (const char *e = ev ? strstr(ev, "\"event\":\"task_failed\"") : NULL; e;
+         e = strstr(e + 1, "\"event\":\"task_failed\""))
+        failed++;
+    CHECK(failed == 1); /* not retried */
+    free(ev);
+    CHECK_STR_CONTAINS(alien.refused, "this controller speaks protocol 1, the worker 99");
+    CHECK(!alien.joined);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_jobs_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -346,6 +409,7 @@ int main(void) {
     test_malformed_result(ref);
     test_unasked_weights(ref);
     test_wedged_worker(ref);
+    test_deterministic_failure();
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
