@@ -18,9 +18,9 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -112,14 +112,14 @@ typedef struct s_hub {
     char fatal[BT_WIRE_STR_MAX / 4];
     bt_status fatal_status;
     bool stopping;
-    int32_t trainer;       /* without a trainer group: the worker holding the training state; -1
-                              until the first trainer job is handed out */
-    int64_t last_turn_ms;  /* when s_turn last looked at the socket */
-    int64_t last_ping_ms;  /* when the workers were last sent PING */
-    char last_fail[512];   /* the last FAIL's text, sanitised: a give-up names it */
-    int64_t kind_ms[8];    /* the longest measured duration of each job kind (s_kind_index) */
-    int64_t rejected;      /* result_rejected events written */
-    char run_id[96];       /* this invocation: messages stamped with another run's are refused */
+    int32_t trainer;      /* without a trainer group: the worker holding the training state; -1
+                             until the first trainer job is handed out */
+    int64_t last_turn_ms; /* when s_turn last looked at the socket */
+    int64_t last_ping_ms; /* when the workers were last sent PING */
+    char last_fail[512];  /* the last FAIL's text, sanitised: a give-up names it */
+    int64_t kind_ms[8];   /* the longest measured duration of each job kind (s_kind_index) */
+    int64_t rejected;     /* result_rejected events written */
+    char run_id[96];      /* this invocation: messages stamped with another run's are refused */
     bt_controller_gone_fn *gone; /* the launcher: may a worker of a role still come? */
     void *gone_user;
 } s_hub;
@@ -284,9 +284,9 @@ static void s_limit_socket(void *sock, const bt_run_config *cfg) {
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
     const bt_model_config *m = &cfg->model;
-    double tensor = 4.0 * (double)m->hidden_size *
-                    (double)(m->vocab_size > m->intermediate_size ? m->vocab_size
-                                                                   : m->intermediate_size);
+    double tensor =
+        4.0 * (double)m->hidden_size *
+        (double)(m->vocab_size > m->intermediate_size ? m->vocab_size : m->intermediate_size);
     double batch = 8.0 * (double)cfg->grpo.prompts_per_step * (double)cfg->grpo.group_size *
                    (double)m->max_position_embeddings;
     double limit = 2.0 * fmax(tensor, batch) + (64 << 20);
@@ -613,8 +613,7 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         s_send_invalid(self, peer, len, why, true);
         return;
     }
-    if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK ||
-        proto != BT_WIRE_PROTO) {
+    if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK || proto != BT_WIRE_PROTO) {
         snprintf(why, sizeof why, "this controller speaks protocol %d, the worker %lld",
                  BT_WIRE_PROTO, (long long)proto);
         self->stats.wrong_run++;
@@ -751,8 +750,8 @@ static void s_on_failure(bt_controller_t *self, int64_t task, s_job *job, bt_wor
         bt_registry_cancel(self->reg, task); /* handed out S_MAX_ATTEMPTS times: enough */
         snprintf(err, sizeof err, "%s", self->hub->last_fail);
         snprintf(self->hub->last_fail, sizeof self->hub->last_fail,
-                 "controller: a %s job failed %d times; the last time: %.400s", job->kind,
-                 attempts, err);
+                 "controller: a %s job failed %d times; the last time: %.400s", job->kind, attempts,
+                 err);
         job->status = BT_EIO;
         return;
     }
@@ -854,8 +853,8 @@ static void s_on_bye(bt_controller_t *self, const bt_msg_t *m, bt_worker_info *w
         char err[512];
         s_sanitise(error, err, sizeof err);
         bt_jsonl_str(&line, "error", err);
-        snprintf(self->start_error, sizeof self->start_error, "worker %s cannot start: %s",
-                 w->name, err);
+        snprintf(self->start_error, sizeof self->start_error, "worker %s cannot start: %s", w->name,
+                 err);
     }
     bt_runlog_event(self->log, &line);
 }
@@ -931,7 +930,8 @@ static bt_status s_hand_out(bt_controller_t *self) {
             self->hub->trainer = wid; /* the first trainer job's taker holds the state */
             s_event(self, "trainer_active", "worker", w->name);
         }
-        if (bt_registry_task_attempts(self->reg, task) > 1) { /* its last holder failed or was lost */
+        if (bt_registry_task_attempts(self->reg, task) >
+            1) { /* its last holder failed or was lost */
             self->stats.requeued++;
             bt_jsonl line;
             s_event_line(self, &line, "task_requeued");
@@ -1874,7 +1874,8 @@ bt_status bt_controller_start(bt_controller_t *self) {
 /*  Queues the rollouts of step `step` (its prompts are the next P of the training stream),
     sharded over the configured rollout workers; they run while the controller does other work. */
 /*  A rollout job's seed: (run.seed, step) above the low BT_TASK_SEED_JOB_BITS, which number the
-    job; computed unsigned and kept within a wire integer's 53 bits (a large run.seed overflowed). */
+    job; computed unsigned and kept within a wire integer's 53 bits (a large run.seed overflowed).
+ */
 static int64_t s_rollout_seed(const bt_run_config *c, int64_t step, int job) {
     uint64_t x = ((uint64_t)c->run.seed * 1000003u + (uint64_t)step) * 64u + (uint64_t)job;
     return (int64_t)(x & ((UINT64_C(1) << 53) - 1));

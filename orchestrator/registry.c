@@ -298,8 +298,8 @@ bool bt_registry_next_assignment(bt_registry_t *self, int64_t now_ms, int64_t *t
         if (q->state != BT_TASK_QUEUED)
             continue;
         const bt_worker_info *p = bt_registry_worker(self, q->prefer);
-        bool waits = p && (q->only || (p->state != BT_WORKER_LOST && !p->quarantined &&
-                                       p->role == q->role));
+        bool waits =
+            p && (q->only || (p->state != BT_WORKER_LOST && !p->quarantined && p->role == q->role));
         for (int32_t i = 0; i < self->n_workers; i++) {
             bt_worker_info *w = &self->workers[i];
             if (w->state != BT_WORKER_IDLE || w->quarantined || w->role != q->role ||

@@ -33,7 +33,7 @@ typedef struct {
     pthread_t thread;
     pid_t pid; /* with procs: the worker process; else 0 */
     bt_role role;
-    bool exited;     /* with procs: the process was reaped (wait_status says how it ended) */
+    bool exited; /* with procs: the process was reaped (wait_status says how it ended) */
     int wait_status;
     bt_status status;
 } s_thread;

@@ -55,8 +55,8 @@ typedef struct {
     const char *role, *name;
     s_mode mode;
     volatile bool stop;
-    int tasks;   /* TASKs it received */
-    bool joined; /* it got WELCOME */
+    int tasks;         /* TASKs it received */
+    bool joined;       /* it got WELCOME */
     char refused[256]; /* the reason of an INVALID {leave: true}, which ends it */
     pthread_t thread;
 } s_peer;
@@ -98,7 +98,8 @@ static void *s_peer_main(void *arg) {
             bt_msg_set_int(hello, "pid", getpid());
             bt_msg_set_str(hello, "device", "cpu");
             bt_msg_set_int(hello, "threads", 1);
-            bt_msg_set_int(hello, "proto", p->mode == S_OTHER_PROTO ? BT_WIRE_PROTO + 98 : BT_WIRE_PROTO);
+            bt_msg_set_int(hello, "proto",
+                           p->mode == S_OTHER_PROTO ? BT_WIRE_PROTO + 98 : BT_WIRE_PROTO);
             if (bt_msg_send(&hello, sock, NULL, 0) != BT_OK)
                 fprintf(stderr, "%s: HELLO not sent: %s\n", p->name, bt_last_error());
         }
@@ -116,8 +117,8 @@ static void *s_peer_main(void *arg) {
             }
         }
         bt_msg_t *m = NULL;
-        if (!(item.revents & ZMQ_POLLIN) || bt_msg_recv(sock, &m, NULL, NULL, ZMQ_DONTWAIT) != BT_OK ||
-            !m)
+        if (!(item.revents & ZMQ_POLLIN) ||
+            bt_msg_recv(sock, &m, NULL, NULL, ZMQ_DONTWAIT) != BT_OK || !m)
             continue;
         bt_msg_type type = bt_msg_type_of(m);
         if (type == BT_MSG_WELCOME) {
@@ -177,17 +178,19 @@ static void s_peer_join(s_peer *p) {
 /* ---- runs ----------------------------------------------------------------------------------- */
 
 /*  `baton controller` on its own ipc endpoint, and real workers: n_roles of {role, name}. */
-static pid_t s_controller(const char *dir, char *endpoint, size_t cap, const char *const (*roles)[2],
-                          int n_roles, pid_t *workers, const char *set) {
+static pid_t s_controller(const char *dir, char *endpoint, size_t cap,
+                          const char *const (*roles)[2], int n_roles, pid_t *workers,
+                          const char *set) {
     char log[160];
     snprintf(endpoint, cap, "ipc://%s.ipc", dir);
     snprintf(log, sizeof log, "%s.log", dir);
-    const char *args[] = {"controller", s_config, "--bind", endpoint, "--run-dir", dir,
-                          "--set",      set ? set : "run.log_every=1", NULL};
+    const char *args[] = {"controller", s_config, "--bind", endpoint,
+                          "--run-dir",  dir,      "--set",  set ? set : "run.log_every=1",
+                          NULL};
     pid_t ctl = runs_spawn_in(NULL, args, log);
     for (int i = 0; i < n_roles; i++) {
-        const char *w[] = {"worker", "--connect", endpoint, "--role", roles[i][0],
-                           "--name", roles[i][1], NULL};
+        const char *w[] = {"worker",    "--connect", endpoint,    "--role",
+                           roles[i][0], "--name",    roles[i][1], NULL};
         workers[i] = runs_spawn_in(NULL, w, log);
     }
     return ctl;
@@ -269,8 +272,10 @@ static void test_unasked_weights(const char *ref) {
     char dir[128], endpoint[192], events[160];
     snprintf(dir, sizeof dir, "%s/weights", s_tmp);
     snprintf(events, sizeof events, "%s/events.jsonl", dir);
-    const char *const roles[5][2] = {{"trainer", "trainer-0"}, {"rollout", "rollout-0"},
-                                     {"rollout", "rollout-1"}, {"eval", "eval-0"},
+    const char *const roles[5][2] = {{"trainer", "trainer-0"},
+                                     {"rollout", "rollout-0"},
+                                     {"rollout", "rollout-1"},
+                                     {"eval", "eval-0"},
                                      {"eval", "eval-1"}};
     pid_t workers[5];
     pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, roles, 5, workers, NULL);
@@ -312,8 +317,10 @@ static void test_wedged_worker(const char *ref) {
     char dir[128], endpoint[192], events[160];
     snprintf(dir, sizeof dir, "%s/wedged", s_tmp);
     snprintf(events, sizeof events, "%s/events.jsonl", dir);
-    const char *const roles[5][2] = {{"trainer", "trainer-0"}, {"rollout", "rollout-0"},
-                                     {"rollout", "rollout-1"}, {"eval", "eval-0"},
+    const char *const roles[5][2] = {{"trainer", "trainer-0"},
+                                     {"rollout", "rollout-0"},
+                                     {"rollout", "rollout-1"},
+                                     {"eval", "eval-0"},
                                      {"eval", "eval-1"}};
     pid_t workers[5];
     pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, roles, 5, workers, NULL);
@@ -362,16 +369,22 @@ static void test_deterministic_failure(void) {
     char train[200], eval[200];
     snprintf(train, sizeof train, "task.train=%s", data);
     snprintf(eval, sizeof eval, "task.eval=%s", data);
-    const char *args[] = {"controller", s_config, "--bind", endpoint, "--run-dir", dir,
-                          "--set", "task.kind=jsonl", "--set", train, "--set", eval,
-                          "--set", "workers.eval=1", "--set", "workers.rollout=1", NULL};
+    const char *args[] = {"controller", s_config,
+                          "--bind",     endpoint,
+                          "--run-dir",  dir,
+                          "--set",      "task.kind=jsonl",
+                          "--set",      train,
+                          "--set",      eval,
+                          "--set",      "workers.eval=1",
+                          "--set",      "workers.rollout=1",
+                          NULL};
     pid_t ctl = runs_spawn_in(NULL, args, log);
-    const char *roles[3][2] = {{"trainer", "trainer-0"}, {"rollout", "rollout-0"},
-                               {"eval", "eval-0"}};
+    const char *roles[3][2] = {
+        {"trainer", "trainer-0"}, {"rollout", "rollout-0"}, {"eval", "eval-0"}};
     pid_t workers[3];
     for (int i = 0; i < 3; i++) {
-        const char *w[] = {"worker", "--connect", endpoint, "--role", roles[i][0],
-                           "--name", roles[i][1], NULL};
+        const char *w[] = {"worker",    "--connect", endpoint,    "--role",
+                           roles[i][0], "--name",    roles[i][1], NULL};
         workers[i] = runs_spawn_in(NULL, w, log);
     }
     s_peer alien;
@@ -381,7 +394,8 @@ static void test_deterministic_failure(void) {
     for (int i = 0; i < 3; i++)
         runs_wait(workers[i]);
     CHECK(rc == 1);
-    CHECK(s_contains(log, "exceed max_position_embeddings 64") || s_contains(log, "exceeds max_position_embeddings 64"));
+    CHECK(s_contains(log, "exceed max_position_embeddings 64") ||
+          s_contains(log, "exceeds max_position_embeddings 64"));
     char events[192];
     snprintf(events, sizeof events, "%s/events.jsonl", dir);
     char *ev = s_file(events);

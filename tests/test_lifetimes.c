@@ -84,14 +84,14 @@ static void test_orphans(void) {
 
 /*  set: a --set override (NULL: none). */
 static pid_t s_controller(const char *dir, const char *endpoint, const char *log, const char *set) {
-    const char *args[] = {"controller", s_config, "--bind", endpoint, "--run-dir", dir,
-                          set ? "--set" : NULL, set, NULL};
+    const char *args[] = {"controller",         s_config, "--bind", endpoint, "--run-dir", dir,
+                          set ? "--set" : NULL, set,      NULL};
     return runs_spawn_in(NULL, args, log);
 }
 
 static pid_t s_worker(const char *endpoint, const char *role, const char *name, const char *log) {
-    const char *args[] = {"worker", "--connect", endpoint, "--role", role, "--name", name,
-                          "--join-timeout", "3", NULL};
+    const char *args[] = {"worker", "--connect", endpoint,         "--role", role,
+                          "--name", name,        "--join-timeout", "3",      NULL};
     return runs_spawn_in(NULL, args, log);
 }
 

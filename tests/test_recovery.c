@@ -88,8 +88,8 @@ static void test_spike(const char *ref) {
         factor = f;
     }
     CHECK(spike > 0);
-    fprintf(stderr, "spike_factor %.3f: the first spike is step %d (%.2f times the mean)\n",
-            factor, spike, ratio);
+    fprintf(stderr, "spike_factor %.3f: the first spike is step %d (%.2f times the mean)\n", factor,
+            spike, ratio);
     char dir[128], set[64];
     snprintf(dir, sizeof dir, "%s/spike", s_tmp);
     snprintf(set, sizeof set, "checkpoint.spike_factor=%.6f", factor);

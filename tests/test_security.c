@@ -311,9 +311,9 @@ int main(void) {
                               ctl_pub,  "--join-timeout", "20",     NULL};
     double t_intruder = bt_now();
     pid_t intruder = runs_spawn_in(NULL, bad_args, bad_log);
-    const char *roller_args[] = {"worker", "--connect",      endpoint, "--role", "trainer",
-                                 "--name", "impostor",       "--key",  roller_key,
-                                 "--server-key", ctl_pub, "--join-timeout", "20", NULL};
+    const char *roller_args[] = {"worker", "--connect",      endpoint, "--role",   "trainer",
+                                 "--name", "impostor",       "--key",  roller_key, "--server-key",
+                                 ctl_pub,  "--join-timeout", "20",     NULL};
     pid_t impostor = runs_spawn_in(NULL, roller_args, roller_log);
     CHECK(runs_wait(impostor) == 1); /* told to leave: its key is a rollout worker's */
     char *roller_said = s_read(s_tmp, "roller.log");

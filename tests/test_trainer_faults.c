@@ -51,8 +51,8 @@ static bool s_reach(pid_t run, const char *dir, int steps) {
 }
 
 static pid_t s_start(const char *dir, const char *set, bool procs) {
-    const char *args[] = {"run", s_config, "--run-dir", dir, "--set", set,
-                          procs ? "--procs" : NULL, NULL};
+    const char *args[] = {"run", s_config, "--run-dir", dir, "--set", set, procs ? "--procs" : NULL,
+                          NULL};
     char log[160];
     snprintf(log, sizeof log, "%s.log", dir);
     return runs_spawn_in(NULL, args, log);
@@ -145,20 +145,22 @@ static void test_restarted_trainer(const char *ref) {
     snprintf(log, sizeof log, "%s.log", dir);
     const char *ctl_args[] = {"controller", s_config, "--bind", endpoint, "--run-dir", dir, NULL};
     pid_t ctl = runs_spawn_in(NULL, ctl_args, log);
-    const char *names[4][2] = {
-        {"trainer", "trainer-0"}, {"rollout", "rollout-0"}, {"rollout", "rollout-1"}, {"eval", "eval-0"}};
+    const char *names[4][2] = {{"trainer", "trainer-0"},
+                               {"rollout", "rollout-0"},
+                               {"rollout", "rollout-1"},
+                               {"eval", "eval-0"}};
     pid_t workers[5];
     for (int i = 0; i < 4; i++) {
-        const char *args[] = {"worker", "--connect", endpoint, "--role", names[i][0],
-                              "--name", names[i][1], NULL};
+        const char *args[] = {"worker",    "--connect", endpoint,    "--role",
+                              names[i][0], "--name",    names[i][1], NULL};
         workers[i] = runs_spawn_in(NULL, args, log);
     }
     CHECK(s_reach(ctl, dir, 29));
     kill(workers[0], SIGKILL);
     runs_wait(workers[0]);
     /* a new trainer process under the same name: it knows nothing of the run */
-    const char *args[] = {"worker", "--connect", endpoint, "--role", "trainer",
-                          "--name", "trainer-0", NULL};
+    const char *args[] = {"worker",  "--connect", endpoint,    "--role",
+                          "trainer", "--name",    "trainer-0", NULL};
     workers[4] = runs_spawn_in(NULL, args, log);
     CHECK(runs_wait(ctl) == 0);
     for (int i = 1; i < 5; i++)

@@ -304,8 +304,8 @@ static bt_status s_expect(s_compute *c, const bt_msg_t *task, bool *replayed) {
         *replayed = true;
         return BT_OK;
     }
-    return bt_fail(BT_ESTATE, "trainer: holds version %lld, the job expects %lld",
-                   (long long)held, (long long)expect);
+    return bt_fail(BT_ESTATE, "trainer: holds version %lld, the job expects %lld", (long long)held,
+                   (long long)expect);
 }
 
 /*  After an update: the job and its statistics, for a replay. */
@@ -686,8 +686,7 @@ static void s_no_welcome(const bt_worker_options *opt, int64_t limit, int auth_s
 
 /*  An INVALID from the controller: its reason is logged (once per reason); true when it says
     joining again cannot help (another run, another protocol), with the reason as the error. */
-static bool s_on_invalid(const bt_msg_t *m, const bt_worker_options *opt, char *last,
-                         size_t cap) {
+static bool s_on_invalid(const bt_msg_t *m, const bt_worker_options *opt, char *last, size_t cap) {
     const char *reason = "(no reason given)";
     bool leave = false;
     bt_msg_get_str(m, "reason", 1024, &reason);
@@ -785,8 +784,8 @@ static int s_relay(void *from, void *to, int64_t *tasks, int64_t die_at, const c
 
 /*  What the relay thread knows of the run it joined. */
 typedef struct {
-    int64_t hb_ms;         /* its PING interval */
-    int64_t silence_ms;    /* a controller silent this long is gone: the worker leaves */
+    int64_t hb_ms;                  /* its PING interval */
+    int64_t silence_ms;             /* a controller silent this long is gone: the worker leaves */
     char run[BT_WIRE_STR_MAX / 16]; /* the run id, stamped on every message sent */
 } s_joined;
 
@@ -795,9 +794,8 @@ typedef struct {
     forgot this worker (it was expired) answers each of its messages with INVALID: one HELLO
     answers them all, sent again only when no WELCOME followed within ten heartbeats.  An INVALID
     that says leave (another run), or a controller silent for j->silence_ms, ends it. */
-static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
-                         const s_joined *j, int64_t die_at_task, bool *crashed,
-                         bt_worker_stats *stats) {
+static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt, const s_joined *j,
+                         int64_t die_at_task, bool *crashed, bt_worker_stats *stats) {
     int64_t hb_ms = j->hb_ms, heard = s_now_ms();
     int64_t last_sent = s_now_ms(), hello_at = -1; /* the rejoin's HELLO; -1: none pending */
     char refused[256] = "";
@@ -899,8 +897,8 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     bt_msg_tensor cfg_text;
     if (!welcome || bt_msg_get_int(welcome, "heartbeat_ms", 1, 3600000, &joined.hb_ms) != BT_OK ||
         (bt_msg_has(welcome, "controller_timeout_ms") &&
-         bt_msg_get_int(welcome, "controller_timeout_ms", 1, BT_WIRE_INT_MAX,
-                        &joined.silence_ms) != BT_OK) ||
+         bt_msg_get_int(welcome, "controller_timeout_ms", 1, BT_WIRE_INT_MAX, &joined.silence_ms) !=
+             BT_OK) ||
         bt_msg_get_tensor(welcome, "config", BT_U8, 1, &cfg_text) != BT_OK) {
         bt_msg_destroy(&welcome);
         zmq_close(dealer);

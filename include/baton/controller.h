@@ -31,20 +31,20 @@ typedef void(bt_progress_fn)(const bt_progress *p, void *user);
 
 /*  Counters of what the controller refused or recovered from. */
 typedef struct bt_controller_stats {
-    int64_t malformed;    /* messages rejected by the decoder */
-    int64_t unknown_peer; /* messages from peers that had not said HELLO */
-    int64_t late_results; /* results for tasks the sender no longer held (dropped) */
-    int64_t failed_tasks; /* FAIL messages (the task was re-queued) */
-    int64_t lost_workers; /* expired or left */
-    int64_t requeued;     /* task hand-outs beyond the first */
+    int64_t malformed;        /* messages rejected by the decoder */
+    int64_t unknown_peer;     /* messages from peers that had not said HELLO */
+    int64_t late_results;     /* results for tasks the sender no longer held (dropped) */
+    int64_t failed_tasks;     /* FAIL messages (the task was re-queued) */
+    int64_t lost_workers;     /* expired or left */
+    int64_t requeued;         /* task hand-outs beyond the first */
     int64_t rejected_results; /* RESULTs that did not parse as their job's (the job re-queued) */
-    int64_t wrong_run;    /* messages stamped with another run's id or protocol (refused) */
-    int64_t refused_weights; /* WEIGHTS from a worker holding no publishing job (dropped) */
-    int64_t quarantined;  /* workers that held a job past its deadline */
-    int64_t restores;     /* trainers restored from a snapshot after the state was lost */
-    double compute_s;     /* worker compute on the critical path: per batch of parallel tasks,
-                             the longest one's compute_s */
-    double tasks_s;       /* wall time spent waiting for those batches of tasks */
+    int64_t wrong_run;        /* messages stamped with another run's id or protocol (refused) */
+    int64_t refused_weights;  /* WEIGHTS from a worker holding no publishing job (dropped) */
+    int64_t quarantined;      /* workers that held a job past its deadline */
+    int64_t restores;         /* trainers restored from a snapshot after the state was lost */
+    double compute_s;         /* worker compute on the critical path: per batch of parallel tasks,
+                                 the longest one's compute_s */
+    double tasks_s;           /* wall time spent waiting for those batches of tasks */
 } bt_controller_stats;
 
 typedef struct bt_controller bt_controller_t;

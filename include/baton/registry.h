@@ -48,9 +48,9 @@ typedef struct bt_worker_info {
     size_t peer_len;
     bt_worker_state state;
     int64_t last_seen_ms;
-    int64_t task; /* the task it holds, -1 when none */
-    int64_t done; /* tasks it completed */
-    bool quarantined; /* it held a task past its deadline: it gets no more tasks this run */
+    int64_t task;        /* the task it holds, -1 when none */
+    int64_t done;        /* tasks it completed */
+    bool quarantined;    /* it held a task past its deadline: it gets no more tasks this run */
     int64_t incarnation; /* bumped when the entry is reclaimed for another worker */
 } bt_worker_info;
 
