@@ -799,7 +799,8 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
         if (bt_msg_has(*m, "status"))
             bt_msg_get_int(*m, "status", -1000, 0, &status);
         code = status < 0 ? (bt_status)status : BT_EIO;
-    } else if (job && s_check_result(job, *m) != BT_OK) {
+    } else if (job && bt_registry_task_state(self->reg, task) == BT_TASK_ASSIGNED &&
+               s_check_result(job, *m) != BT_OK) { /* (a cancelled job's result is dropped) */
         failed = true; /* a RESULT that is not its job's: that job's FAIL, naming the sender */
         code = BT_EFORMAT;
         err = bt_last_error();

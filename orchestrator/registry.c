@@ -192,25 +192,26 @@ static void s_requeue(bt_registry_t *self, int64_t task) {
         self->queue_head = task;
 }
 
-void bt_registry_remove(bt_registry_t *self, int32_t worker) {
+/*  Takes back what a live worker holds (re-queued) and puts it in state; *out the worker. */
+static bt_worker_info *s_take_back(bt_registry_t *self, int32_t worker, bt_worker_state state) {
     bt_worker_info *w = bt_registry_worker(self, worker);
     if (!w || w->state == BT_WORKER_LOST)
-        return;
+        return NULL;
     if (w->task >= 0)
         s_requeue(self, w->task);
     w->task = -1;
-    w->state = BT_WORKER_LOST;
+    w->state = state;
+    return w;
+}
+
+void bt_registry_remove(bt_registry_t *self, int32_t worker) {
+    s_take_back(self, worker, BT_WORKER_LOST);
 }
 
 void bt_registry_quarantine(bt_registry_t *self, int32_t worker) {
-    bt_worker_info *w = bt_registry_worker(self, worker);
-    if (!w || w->state == BT_WORKER_LOST)
-        return;
-    if (w->task >= 0)
-        s_requeue(self, w->task);
-    w->task = -1;
-    w->state = BT_WORKER_IDLE;
-    w->quarantined = true;
+    bt_worker_info *w = s_take_back(self, worker, BT_WORKER_IDLE);
+    if (w)
+        w->quarantined = true;
 }
 
 int bt_registry_expire(bt_registry_t *self, int64_t now_ms) {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /*  Runs a shell command; its stdout (add 2>&1 for stderr) goes into out, NUL-terminated, cut at
@@ -207,6 +208,35 @@ static inline bool runs_trained_once(const char *dir, uint64_t first, uint64_t c
     free(seen);
     free(text);
     return ok;
+}
+
+static inline void runs_sleep_ms(long ms) {
+    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+}
+
+/*  True when the file at path holds what; when not, says so on stderr with the file's text. */
+static inline bool runs_file_has(const char *path, const char *what) {
+    char *text = NULL;
+    bool yes = bt_file_read(path, 1 << 26, &text, NULL) == BT_OK && strstr(text, what);
+    if (!yes)
+        fprintf(stderr, "%s lacks %s:\n%s\n", path, what, text ? text : "(none)");
+    free(text);
+    return yes;
+}
+
+/*  The run in dir wrote what the reference run in ref wrote: the same metrics (runs_metrics) and
+    the same saved policy, byte for byte.  Checks both; a difference is printed. */
+static inline void runs_check_same(const char *ref, const char *dir) {
+    char *a = runs_metrics(ref), *b = runs_metrics(dir);
+    CHECK(a && b && strcmp(a, b) == 0);
+    if (a && b && strcmp(a, b) != 0)
+        fprintf(stderr, "--- %s\n%s--- %s\n%s", ref, a, dir, b);
+    free(a);
+    free(b);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/model/model.safetensors %s/model/model.safetensors", ref,
+             dir);
+    CHECK(system(cmd) == 0);
 }
 
 /*  The learning rate the train line of variant's step printed in metrics (the text of a

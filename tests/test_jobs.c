@@ -42,10 +42,6 @@ static const char s_json[] =
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 2, \"heartbeat_ms\": 50,"
     "  \"expiry_ms\": 1000, \"deadline_floor_ms\": 2000, \"deadline_factor\": 5}}";
 
-static void s_sleep_ms(long ms) {
-    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
-}
-
 /* ---- a scripted peer ------------------------------------------------------------------------ */
 
 typedef enum { S_FAIL_ALL, S_MALFORMED_ONCE, S_UNASKED_WEIGHTS, S_OTHER_PROTO } s_mode;
@@ -201,28 +197,6 @@ static char *s_file(const char *path) {
     return bt_file_read(path, 1 << 26, &text, NULL) == BT_OK ? text : NULL;
 }
 
-static bool s_contains(const char *path, const char *what) {
-    char *text = s_file(path);
-    bool yes = text && strstr(text, what);
-    if (!yes)
-        fprintf(stderr, "%s lacks %s:\n%s\n", path, what, text ? text : "(none)");
-    free(text);
-    return yes;
-}
-
-static void s_check_same(const char *ref, const char *dir) {
-    char *a = runs_metrics(ref), *b = runs_metrics(dir);
-    CHECK(a && b && strcmp(a, b) == 0);
-    if (a && b && strcmp(a, b) != 0)
-        fprintf(stderr, "--- %s\n%s--- %s\n%s", ref, a, dir, b);
-    free(a);
-    free(b);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "cmp -s %s/model/model.safetensors %s/model/model.safetensors", ref,
-             dir);
-    CHECK(system(cmd) == 0);
-}
-
 static void test_failing_trainer(void) {
     char dir[128], endpoint[192], log[160];
     snprintf(dir, sizeof dir, "%s/failing", s_tmp);
@@ -239,7 +213,7 @@ static void test_failing_trainer(void) {
         runs_wait(workers[i]);
     CHECK(rc == 1); /* its own exit, with the reason: not a signal (-1) */
     CHECK(fake.tasks == 4);
-    CHECK(s_contains(log, "a sft job failed 4 times; the last time: fake-trainer: disk on fire"));
+    CHECK(runs_file_has(log, "a sft job failed 4 times; the last time: fake-trainer: disk on fire"));
     char *text = s_file(log);
     CHECK(text && !strstr(text, "\x1b[31m") && !strstr(text, "\nbaton: all good"));
     CHECK(text && !strstr(text, ": \n")); /* no error line that ends empty */
@@ -261,11 +235,11 @@ static void test_malformed_result(const char *ref) {
     for (int i = 0; i < 4; i++)
         runs_wait(workers[i]);
     CHECK(fake.tasks == 1); /* quarantined after its one reply */
-    s_check_same(ref, dir);
-    CHECK(s_contains(events, "\"event\":\"result_rejected\""));
-    CHECK(s_contains(events, "\"worker\":\"fake-rollout\",\"kind\":\"rollout\""));
-    CHECK(s_contains(events, "\"event\":\"worker_quarantined\",\"time\""));
-    CHECK(s_contains(events, "\"rejected_results\":1,")); /* the counters, as the run stops */
+    runs_check_same(ref, dir);
+    CHECK(runs_file_has(events, "\"event\":\"result_rejected\""));
+    CHECK(runs_file_has(events, "\"worker\":\"fake-rollout\",\"kind\":\"rollout\""));
+    CHECK(runs_file_has(events, "\"event\":\"worker_quarantined\",\"time\""));
+    CHECK(runs_file_has(events, "\"rejected_results\":1,")); /* the counters, as the run stops */
 }
 
 static void test_unasked_weights(const char *ref) {
@@ -280,7 +254,7 @@ static void test_unasked_weights(const char *ref) {
     pid_t workers[5];
     pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, roles, 5, workers, NULL);
     while (runs_train_steps(dir) < 2 && waitpid(ctl, NULL, WNOHANG) == 0)
-        s_sleep_ms(5);
+        runs_sleep_ms(5);
     s_peer fake; /* joins once trainer-0 holds the state: a standby that publishes anyway */
     s_peer_start(&fake, endpoint, "trainer", "fake-trainer", S_UNASKED_WEIGHTS);
     CHECK(runs_wait(ctl) == 0);
@@ -288,9 +262,9 @@ static void test_unasked_weights(const char *ref) {
     for (int i = 0; i < 5; i++)
         runs_wait(workers[i]);
     CHECK(fake.joined && fake.tasks == 0);
-    s_check_same(ref, dir);
-    CHECK(s_contains(events, "\"event\":\"weights_refused\",\"time\""));
-    CHECK(s_contains(events, "\"worker\":\"fake-trainer\",\"role\":\"trainer\""));
+    runs_check_same(ref, dir);
+    CHECK(runs_file_has(events, "\"event\":\"weights_refused\",\"time\""));
+    CHECK(runs_file_has(events, "\"worker\":\"fake-trainer\",\"role\":\"trainer\""));
 }
 
 /*  The thread of process pid named name (prctl PR_SET_NAME), or 0. */
@@ -325,7 +299,7 @@ static void test_wedged_worker(const char *ref) {
     pid_t workers[5];
     pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, roles, 5, workers, NULL);
     while (runs_train_steps(dir) < 6 && waitpid(ctl, NULL, WNOHANG) == 0)
-        s_sleep_ms(5);
+        runs_sleep_ms(5);
     /* eval-1's compute thread stops (as a deadlock would stop it); its relay thread PINGs on */
     pid_t compute = s_thread_of(workers[4], "bt-compute");
     CHECK(compute > 0);
@@ -338,16 +312,16 @@ static void test_wedged_worker(const char *ref) {
         free(text);
         if (quarantined)
             break;
-        s_sleep_ms(20);
+        runs_sleep_ms(20);
     }
     if (stopped) /* it may go on now: its late result is refused */
         ptrace(PTRACE_DETACH, compute, NULL, NULL);
     CHECK(runs_wait(ctl) == 0);
     for (int i = 0; i < 5; i++)
         runs_wait(workers[i]);
-    s_check_same(ref, dir);
-    CHECK(s_contains(events, "\"event\":\"worker_quarantined\",\"time\""));
-    CHECK(s_contains(events, "\"worker\":\"eval-1\",\"kind\":\"eval\""));
+    runs_check_same(ref, dir);
+    CHECK(runs_file_has(events, "\"event\":\"worker_quarantined\",\"time\""));
+    CHECK(runs_file_has(events, "\"worker\":\"eval-1\",\"kind\":\"eval\""));
 }
 
 /*  A failure no retry mends (a JSONL prompt longer than the context, which the config cannot
@@ -394,8 +368,8 @@ static void test_deterministic_failure(void) {
     for (int i = 0; i < 3; i++)
         runs_wait(workers[i]);
     CHECK(rc == 1);
-    CHECK(s_contains(log, "exceed max_position_embeddings 64") ||
-          s_contains(log, "exceeds max_position_embeddings 64"));
+    CHECK(runs_file_has(log, "exceed max_position_embeddings 64") ||
+          runs_file_has(log, "exceeds max_position_embeddings 64"));
     char events[192];
     snprintf(events, sizeof events, "%s/events.jsonl", dir);
     char *ev = s_file(events);

@@ -31,10 +31,6 @@ static const char s_json[] =
     " \"workers\": {\"rollout\": 1, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
     "  \"expiry_ms\": 1000, \"controller_timeout_ms\": 1500}}";
 
-static void s_sleep_ms(long ms) {
-    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
-}
-
 /*  True when pid is gone or a zombie (dead, not yet reaped by its new parent). */
 static bool s_dead(pid_t pid) {
     char path[64], state = 0;
@@ -50,17 +46,8 @@ static bool s_dead(pid_t pid) {
 /*  Waits (at most 20 s) until pid is dead; true when it is. */
 static bool s_dies(pid_t pid) {
     for (int i = 0; i < 2000 && !s_dead(pid); i++)
-        s_sleep_ms(10);
+        runs_sleep_ms(10);
     return s_dead(pid);
-}
-
-static bool s_contains(const char *path, const char *what) {
-    char *text = NULL;
-    bool yes = bt_file_read(path, 1 << 24, &text, NULL) == BT_OK && strstr(text, what);
-    if (!yes)
-        fprintf(stderr, "%s lacks %s:\n%s\n", path, what, text ? text : "(none)");
-    free(text);
-    return yes;
 }
 
 static void test_orphans(void) {
@@ -69,7 +56,7 @@ static void test_orphans(void) {
     const char *args[] = {"run", s_config, "--run-dir", dir, "--procs", NULL};
     pid_t run = runs_spawn(args);
     while (runs_train_steps(dir) < 3 && waitpid(run, NULL, WNOHANG) == 0)
-        s_sleep_ms(5);
+        runs_sleep_ms(5);
     const char *names[] = {"trainer-0", "rollout-0", "eval-0"};
     pid_t workers[3];
     for (int i = 0; i < 3; i++) {
@@ -110,7 +97,7 @@ static void test_stale_worker(void) {
     pid_t r = s_worker(endpoint, "rollout", "rollout-0", log_a);
     pid_t stale = s_worker(endpoint, "eval", "eval-0", log_w);
     while (runs_train_steps(a) < 3 && waitpid(ctl, NULL, WNOHANG) == 0)
-        s_sleep_ms(5);
+        runs_sleep_ms(5);
     kill(ctl, SIGKILL);
     runs_wait(ctl);
     /* a new run on the same endpoint, with workers of its own */
@@ -119,7 +106,7 @@ static void test_stale_worker(void) {
                       s_worker(endpoint, "rollout", "rollout-0", log_b),
                       s_worker(endpoint, "eval", "eval-0", log_b)};
     CHECK(runs_wait(stale) != 0); /* refused: it exits by itself, non-zero */
-    CHECK(s_contains(log_w, "refused this worker: this worker belongs to run life-"));
+    CHECK(runs_file_has(log_w, "refused this worker: this worker belongs to run life-"));
     /* the first run's other workers are refused the same way */
     CHECK(runs_wait(t) != 0 && runs_wait(r) != 0);
     kill(ctl, SIGKILL); /* the second run has shown what it had to */
@@ -141,11 +128,11 @@ static void test_silent_controller(void) {
     pid_t r = s_worker(endpoint, "rollout", "rollout-0", log);
     pid_t e = s_worker(endpoint, "eval", "eval-0", log_w);
     while (runs_train_steps(dir) < 3 && waitpid(ctl, NULL, WNOHANG) == 0)
-        s_sleep_ms(5);
+        runs_sleep_ms(5);
     kill(ctl, SIGKILL);
     runs_wait(ctl);
     CHECK(runs_wait(e) != 0);
-    CHECK(s_contains(log_w, "no word from the controller"));
+    CHECK(runs_file_has(log_w, "no word from the controller"));
     runs_wait(t);
     runs_wait(r);
 }
@@ -161,10 +148,10 @@ static void test_duplicate_name(void) {
                   s_worker(endpoint, "rollout", "rollout-0", log),
                   s_worker(endpoint, "eval", "eval-0", log)};
     while (runs_train_steps(dir) < 3 && waitpid(ctl, NULL, WNOHANG) == 0)
-        s_sleep_ms(5);
+        runs_sleep_ms(5);
     pid_t twin = s_worker(endpoint, "rollout", "rollout-0", log_w);
     CHECK(runs_wait(twin) != 0);
-    CHECK(s_contains(log_w, "a worker named \"rollout-0\" is already in the run"));
+    CHECK(runs_file_has(log_w, "a worker named \"rollout-0\" is already in the run"));
     kill(ctl, SIGKILL);
     runs_wait(ctl);
     for (int i = 0; i < 3; i++)

@@ -36,16 +36,12 @@ static const char s_json[] =
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
     "  \"expiry_ms\": 1000}}";
 
-static void s_sleep_ms(long ms) {
-    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
-}
-
 /*  Waits while run lives until dir has at least steps train lines; false when it ended first. */
 static bool s_reach(pid_t run, const char *dir, int steps) {
     while (runs_train_steps(dir) < steps) {
         if (waitpid(run, NULL, WNOHANG) != 0)
             return false;
-        s_sleep_ms(5);
+        runs_sleep_ms(5);
     }
     return true;
 }
@@ -65,28 +61,10 @@ static char *s_file(const char *dir, const char *name) {
     return bt_file_read(path, 1 << 26, &text, &n) == BT_OK ? text : NULL;
 }
 
-/*  The run in dir wrote what the reference wrote: the same metrics and the same policy. */
-static void s_check_same(const char *ref, const char *dir) {
-    char *a = runs_metrics(ref), *b = runs_metrics(dir);
-    CHECK(a && b && strcmp(a, b) == 0);
-    if (a && b && strcmp(a, b) != 0)
-        fprintf(stderr, "--- %s\n%s--- %s\n%s", ref, a, dir, b);
-    free(a);
-    free(b);
-    char pa[256], pb[256], cmd[600];
-    snprintf(pa, sizeof pa, "%s/model/model.safetensors", ref);
-    snprintf(pb, sizeof pb, "%s/model/model.safetensors", dir);
-    snprintf(cmd, sizeof cmd, "cmp -s %s %s", pa, pb);
-    CHECK(system(cmd) == 0);
-}
-
 static bool s_has(const char *dir, const char *file, const char *what) {
-    char *text = s_file(dir, file);
-    bool yes = text && strstr(text, what);
-    if (!yes)
-        fprintf(stderr, "%s/%s lacks %s:\n%s\n", dir, file, what, text ? text : "(none)");
-    free(text);
-    return yes;
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return runs_file_has(path, what);
 }
 
 /*  The name in the first `trainer_active` event of dir's events.jsonl (into out). */
@@ -110,13 +88,13 @@ static void test_paused_trainer(const char *ref) {
         pid_t trainer = runs_worker_pid(run, "trainer-0");
         CHECK(trainer > 0);
         kill(trainer, SIGSTOP);
-        s_sleep_ms(2500); /* 2.5 x workers.expiry_ms: expired while it holds the train job */
+        runs_sleep_ms(2500); /* 2.5 x workers.expiry_ms: expired while it holds the train job */
         kill(trainer, SIGCONT);
         pauses += waitpid(run, NULL, WNOHANG) == 0;
     }
     CHECK(pauses == 4);
     CHECK(runs_wait(run) == 0);
-    s_check_same(ref, dir);
+    runs_check_same(ref, dir);
     /* it was expired and handed its job again, and never restored: it answered from memory */
     CHECK(s_has(dir, "events.jsonl", "\"event\":\"workers_expired\""));
     CHECK(s_has(dir, "events.jsonl", "\"event\":\"task_requeued\",\"time\""));
@@ -128,10 +106,10 @@ static void test_paused_controller(const char *ref) {
     pid_t run = s_start(dir, "run.log_every=1", true);
     CHECK(s_reach(run, dir, 10));
     kill(run, SIGSTOP); /* Ctrl-Z, or a stalled VM: the workers PING on into the socket */
-    s_sleep_ms(8000);
+    runs_sleep_ms(8000);
     kill(run, SIGCONT);
     CHECK(runs_wait(run) == 0);
-    s_check_same(ref, dir);
+    runs_check_same(ref, dir);
     CHECK(s_has(dir, "events.jsonl", "\"event\":\"controller_stalled\""));
     char *events = s_file(dir, "events.jsonl");
     CHECK(events && !strstr(events, "workers_expired"));
@@ -165,7 +143,7 @@ static void test_restarted_trainer(const char *ref) {
     CHECK(runs_wait(ctl) == 0);
     for (int i = 1; i < 5; i++)
         CHECK(runs_wait(workers[i]) == 0);
-    s_check_same(ref, dir);
+    runs_check_same(ref, dir);
     CHECK(s_has(dir, "events.jsonl", "\"event\":\"trainer_restored\",\"time\""));
     CHECK(s_has(dir, "events.jsonl", "\"from\":\"snapshot\""));
 }
@@ -181,7 +159,7 @@ static void test_standby(const char *ref) {
     if (victim > 0)
         kill(victim, SIGKILL);
     CHECK(runs_wait(run) == 0);
-    s_check_same(ref, dir);
+    runs_check_same(ref, dir);
     CHECK(s_has(dir, "events.jsonl", "\"event\":\"trainer_replaced\""));
     CHECK(s_has(dir, "events.jsonl", "\"event\":\"trainer_restored\""));
 }
