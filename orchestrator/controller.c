@@ -155,7 +155,9 @@ struct bt_controller {
     int rollbacks;            /* rollbacks to the current snapshot */
     bt_ckpt_writer_t *writer; /* when checkpoints are configured */
     bool full_owed;           /* a full checkpoint is due but the writer was busy */
-    bool light_owed;          /* a light one, likewise: taken once the writer is free */
+    bt_ckpt_snapshot_t *light_pending; /* a light checkpoint that fell due during a save: its
+                                          step's policy, copied then, submitted once the writer
+                                          is free */
     double last_full_s;       /* training seconds at the last full checkpoint */
     bool nan_injected;
     char start_error[700]; /* a worker that could not build its state said why (BYE {error}) */
@@ -372,6 +374,7 @@ void bt_controller_destroy(bt_controller_t **self_p) {
         if (self->ahead[i].active)
             s_rollouts_release(&self->ahead[i]);
     bt_ckpt_writer_destroy(&self->writer);
+    bt_ckpt_snapshot_destroy(&self->light_pending);
     bt_msg_destroy(&self->snap);
     bt_store_destroy(&self->store);
     for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
@@ -2431,15 +2434,36 @@ static bt_status s_ckpt_full(bt_controller_t *self) {
 }
 
 /*  Light checkpoint: the latest published weights as a model folder. */
+/*  A light checkpoint of this step's policy (a model folder; the tensors copied now).  When the
+    writer is busy it is kept and submitted once the writer is free (a `checkpoint_deferred`
+    event); one kept already is replaced by the newer (a `checkpoint_skipped` event). */
 static bt_status s_ckpt_light(bt_controller_t *self) {
     if (!self->weights)
         return BT_OK;
     bt_ckpt_snapshot_t *snap = bt_ckpt_snapshot_new(self->step, false);
     bt_status st =
         snap ? s_ckpt_add_model(snap, self->cfg, self->weights->msg, "", false) : BT_ENOMEM;
-    if (st == BT_OK)
+    if (st == BT_OK && !bt_ckpt_writer_is_busy(self->writer)) {
         st = bt_ckpt_writer_submit(self->writer, &snap);
-    bt_ckpt_snapshot_destroy(&snap);
+        bt_ckpt_snapshot_destroy(&snap);
+        return st;
+    }
+    bt_jsonl line;
+    if (st == BT_OK && self->light_pending) {
+        s_event_line(self, &line, "checkpoint_skipped");
+        bt_jsonl_str(&line, "kind", "light");
+        bt_jsonl_int(&line, "step", bt_ckpt_snapshot_step(self->light_pending));
+        bt_jsonl_int(&line, "superseded_by", self->step);
+        st = bt_runlog_event(self->log, &line);
+    }
+    if (st == BT_OK) {
+        s_event_line(self, &line, "checkpoint_deferred");
+        bt_jsonl_str(&line, "kind", "light");
+        bt_jsonl_int(&line, "step", self->step);
+        st = bt_runlog_event(self->log, &line);
+    }
+    bt_ckpt_snapshot_destroy(&self->light_pending);
+    self->light_pending = snap;
     return st;
 }
 
@@ -2469,10 +2493,9 @@ static bt_status s_after_step_state(bt_controller_t *self, bool last) {
          (c->checkpoint.full_every_secs > 0 &&
           secs - self->last_full_s >= c->checkpoint.full_every_secs) ||
          self->full_owed);
-    bool light = self->writer && ((c->checkpoint.light_every_steps > 0 &&
-                                   self->step % c->checkpoint.light_every_steps == 0) ||
-                                  self->light_owed);
-    if ((full || light) && last)
+    bool light = self->writer && c->checkpoint.light_every_steps > 0 &&
+                 self->step % c->checkpoint.light_every_steps == 0;
+    if (full && last)
         BT_TRY(s_writer_wait(self));
     if (full && bt_ckpt_writer_is_busy(self->writer)) { /* at most one save in flight */
         self->full_owed = true;
@@ -2484,18 +2507,13 @@ static bt_status s_after_step_state(bt_controller_t *self, bool last) {
         BT_TRY(s_ckpt_full(self));
         self->full_owed = false;
         self->last_full_s = secs;
-        self->light_owed = false; /* a full checkpoint holds the policy too */
-    } else if (light && !bt_ckpt_writer_is_busy(self->writer)) {
+    } else if (light) { /* a full checkpoint holds the policy too */
         BT_TRY(s_ckpt_light(self));
-        self->light_owed = false;
-    } else if (light && !self->light_owed) { /* due during a save: taken after it */
-        self->light_owed = true;
-        bt_jsonl line;
-        s_event_line(self, &line, "checkpoint_deferred");
-        bt_jsonl_str(&line, "kind", "light");
-        bt_jsonl_int(&line, "step", self->step);
-        BT_TRY(bt_runlog_event(self->log, &line));
     }
+    if (self->light_pending && last)
+        BT_TRY(s_writer_wait(self));
+    if (self->light_pending && !bt_ckpt_writer_is_busy(self->writer))
+        BT_TRY(bt_ckpt_writer_submit(self->writer, &self->light_pending));
     s_ckpt_poll(self);
     return BT_OK;
 }

@@ -173,6 +173,13 @@ static void s_peer_join(s_peer *p) {
 
 /* ---- runs ----------------------------------------------------------------------------------- */
 
+/*  The workers of the config: the ones a run of it needs. */
+static const char *const s_all_roles[5][2] = {{"trainer", "trainer-0"},
+                                              {"rollout", "rollout-0"},
+                                              {"rollout", "rollout-1"},
+                                              {"eval", "eval-0"},
+                                              {"eval", "eval-1"}};
+
 /*  `baton controller` on its own ipc endpoint, and real workers: n_roles of {role, name}. */
 static pid_t s_controller(const char *dir, char *endpoint, size_t cap,
                           const char *const (*roles)[2], int n_roles, pid_t *workers,
@@ -213,7 +220,8 @@ static void test_failing_trainer(void) {
         runs_wait(workers[i]);
     CHECK(rc == 1); /* its own exit, with the reason: not a signal (-1) */
     CHECK(fake.tasks == 4);
-    CHECK(runs_file_has(log, "a sft job failed 4 times; the last time: fake-trainer: disk on fire"));
+    CHECK(
+        runs_file_has(log, "a sft job failed 4 times; the last time: fake-trainer: disk on fire"));
     char *text = s_file(log);
     CHECK(text && !strstr(text, "\x1b[31m") && !strstr(text, "\nbaton: all good"));
     CHECK(text && !strstr(text, ": \n")); /* no error line that ends empty */
@@ -246,13 +254,8 @@ static void test_unasked_weights(const char *ref) {
     char dir[128], endpoint[192], events[160];
     snprintf(dir, sizeof dir, "%s/weights", s_tmp);
     snprintf(events, sizeof events, "%s/events.jsonl", dir);
-    const char *const roles[5][2] = {{"trainer", "trainer-0"},
-                                     {"rollout", "rollout-0"},
-                                     {"rollout", "rollout-1"},
-                                     {"eval", "eval-0"},
-                                     {"eval", "eval-1"}};
     pid_t workers[5];
-    pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, roles, 5, workers, NULL);
+    pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, s_all_roles, 5, workers, NULL);
     while (runs_train_steps(dir) < 2 && waitpid(ctl, NULL, WNOHANG) == 0)
         runs_sleep_ms(5);
     s_peer fake; /* joins once trainer-0 holds the state: a standby that publishes anyway */
@@ -291,13 +294,8 @@ static void test_wedged_worker(const char *ref) {
     char dir[128], endpoint[192], events[160];
     snprintf(dir, sizeof dir, "%s/wedged", s_tmp);
     snprintf(events, sizeof events, "%s/events.jsonl", dir);
-    const char *const roles[5][2] = {{"trainer", "trainer-0"},
-                                     {"rollout", "rollout-0"},
-                                     {"rollout", "rollout-1"},
-                                     {"eval", "eval-0"},
-                                     {"eval", "eval-1"}};
     pid_t workers[5];
-    pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, roles, 5, workers, NULL);
+    pid_t ctl = s_controller(dir, endpoint, sizeof endpoint, s_all_roles, 5, workers, NULL);
     while (runs_train_steps(dir) < 6 && waitpid(ctl, NULL, WNOHANG) == 0)
         runs_sleep_ms(5);
     /* eval-1's compute thread stops (as a deadlock would stop it); its relay thread PINGs on */
