@@ -819,6 +819,17 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
             bt_runlog_event(self->log, &line);
         }
     }
+    int64_t published = -1;
+    if (!failed && job && job->publish && job->role == BT_ROLE_TRAINER && job->ctl &&
+        bt_registry_task_state(self->reg, task) == BT_TASK_ASSIGNED &&
+        bt_msg_get_int(*m, "trainer_version", 0, BT_WIRE_INT_MAX, &published) == BT_OK &&
+        published != job->ctl->version) {
+        /* its WEIGHTS went missing (sent while the worker was expired, so refused): the job is
+           handed out again, and the trainer, which applied it, answers it once more with them */
+        failed = true;
+        code = BT_EIO;
+        err = "the WEIGHTS of this job's update never arrived: the job is asked for again";
+    }
     if (failed ? !bt_registry_fail(self->reg, task, w->id)
                : !bt_registry_complete(self->reg, task, w->id)) {
         self->stats.late_results++;
