@@ -351,6 +351,12 @@ static void test_deterministic_failure(void) {
                           "--set",      "workers.rollout=1",
                           NULL};
     pid_t ctl = runs_spawn_in(NULL, args, log);
+    /* first, while the controller waits for its workers: a HELLO of another protocol */
+    s_peer alien;
+    s_peer_start(&alien, endpoint, "rollout", "alien", S_OTHER_PROTO);
+    for (int i = 0; i < 2000 && !alien.stop && waitpid(ctl, NULL, WNOHANG) == 0; i++)
+        runs_sleep_ms(10);
+    s_peer_join(&alien);
     const char *roles[3][2] = {
         {"trainer", "trainer-0"}, {"rollout", "rollout-0"}, {"eval", "eval-0"}};
     pid_t workers[3];
@@ -359,10 +365,7 @@ static void test_deterministic_failure(void) {
                            roles[i][0], "--name",    roles[i][1], NULL};
         workers[i] = runs_spawn_in(NULL, w, log);
     }
-    s_peer alien;
-    s_peer_start(&alien, endpoint, "rollout", "alien", S_OTHER_PROTO);
     int rc = runs_wait(ctl);
-    s_peer_join(&alien);
     for (int i = 0; i < 3; i++)
         runs_wait(workers[i]);
     CHECK(rc == 1);
