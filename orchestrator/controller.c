@@ -158,7 +158,7 @@ struct bt_controller {
     bt_ckpt_snapshot_t *light_pending; /* a light checkpoint that fell due during a save: its
                                           step's policy, copied then, submitted once the writer
                                           is free */
-    double last_full_s;       /* training seconds at the last full checkpoint */
+    double last_full_s;                /* training seconds at the last full checkpoint */
     bool nan_injected;
     char start_error[700]; /* a worker that could not build its state said why (BYE {error}) */
     double loss_ema;       /* |loss|, for spike detection */
@@ -606,7 +606,6 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         /* a key listed under --allow DIR/ROLE/ joins as that role only */
         snprintf(why, sizeof why, "the key %s may join as %.*s only, not as %s", slash + 1,
                  (int)(slash - user), user, role_name);
-        self->stats.wrong_run++;
         bt_jsonl line;
         s_event_line(self, &line, "worker_refused");
         bt_jsonl_str(&line, "key", user);
@@ -1092,8 +1091,9 @@ static void s_jobs_cancel(bt_controller_t *self, int n, int64_t first) {
         bt_registry_cancel(self->reg, first + i);
 }
 
-/*  Why no worker of role can take the pending jobs, or NULL while one may still come: the
-    launcher knows its processes of that role are gone, or none came for S_JOIN_TIMEOUT_MS. */
+/*  While no worker of role is live: BT_OK as long as one may still come, else the error saying
+    why none will (it could not start, the launcher knows its processes of that role are gone, or
+    none came for S_JOIN_TIMEOUT_MS since `since`). */
 static bt_status s_unstaffed(bt_controller_t *self, bt_role role, int64_t since) {
     char why[256] = "";
     const char *name = bt_role_name(role);
@@ -1165,14 +1165,13 @@ static bt_status s_jobs_wait(bt_controller_t *self, s_job *jobs, int n, int64_t 
         }
         bool staffed = true;
         for (int i = 0; i < n && st == BT_OK; i++) {
-            staffed &= bt_registry_live(self->reg, jobs[i].role) > 0;
+            bool live = bt_registry_live(self->reg, jobs[i].role) > 0;
+            staffed &= live;
             if (jobs[i].role == BT_ROLE_TRAINER)
                 st = s_trainer_lost(self);
+            if (st == BT_OK && !live)
+                st = s_unstaffed(self, jobs[i].role, stalled_since);
         }
-        for (int r = 0; r < BT_ROLE_COUNT && st == BT_OK && !staffed; r++)
-            for (int i = 0; i < n && st == BT_OK; i++)
-                if ((int)jobs[i].role == r && bt_registry_live(self->reg, (bt_role)r) == 0)
-                    st = s_unstaffed(self, (bt_role)r, stalled_since);
         if (staffed)
             stalled_since = s_now_ms();
         if (st == BT_OK)
@@ -1722,9 +1721,8 @@ static bt_status s_eval_wait(bt_controller_t *self, const s_evaluation *ev) {
     while (st == BT_OK && (ev ? ev->active : s_evals_active(self) > 0)) {
         if (bt_registry_live(self->reg, BT_ROLE_EVAL) > 0)
             stalled_since = s_now_ms();
-        else if (s_now_ms() - stalled_since > S_JOIN_TIMEOUT_MS)
-            st = bt_fail(BT_EIO, "controller: no live eval worker for %d s",
-                         S_JOIN_TIMEOUT_MS / 1000);
+        else
+            st = s_unstaffed(self, BT_ROLE_EVAL, stalled_since);
         if (st == BT_OK)
             st = s_turn(self);
     }

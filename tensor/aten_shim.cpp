@@ -1191,9 +1191,9 @@ extern "C" void bt_group_destroy(bt_group **self_p) {
         return;
     /* A group whose collective failed is left standing, never destroyed: its process group's
        destructor waits for and closes pairs whose peer is gone, and an exception thrown there
-       cannot be caught (destructors are noexcept: std::terminate would end this rank without a
-       word, as a killed peer's survivors were seen to vanish).  It costs its idle threads and
-       sockets, once per broken formation. */
+       could not be caught (destructors are noexcept: std::terminate).  A precaution, not an
+       observed failure (the survivors that vanished were killed by SIGPIPE: cli/main.c); it
+       costs the group's idle threads and sockets, once per broken formation. */
     if ((*self_p)->broken)
         (void)(*self_p)->pg.release();
     try {

@@ -195,9 +195,9 @@ static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *re
     BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
     BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
     BT_TRY(bt_msg_get_int(task, "group_size", 1, 4096, &G));
-    BT_TRY(bt_msg_get_int(task, "max_new_tokens", 1, 1 << 20, &max_new));
+    BT_TRY(bt_msg_get_int(task, "max_new_tokens", 1, BT_CONFIG_TOKENS_MAX, &max_new));
     BT_TRY(bt_msg_get_int(task, "top_k", 0, 1 << 30, &top_k));
-    BT_TRY(bt_msg_get_double(task, "temperature", 0, 1e3, &temperature));
+    BT_TRY(bt_msg_get_double(task, "temperature", 0, BT_CONFIG_TEMPERATURE_MAX, &temperature));
     BT_TRY(bt_msg_get_double(task, "top_p", 0, 1, &top_p));
     BT_TRY(bt_msg_get_tensor(task, "prompts", BT_I64, 1, &prompts));
     int64_t n = prompts.shape[0];
@@ -308,6 +308,15 @@ static bt_status s_expect(s_compute *c, const bt_msg_t *task, bool *replayed) {
                    (long long)expect);
 }
 
+/*  An update job's start: s_expect, then publish; a job this trainer applied already is answered
+    here from its record (*answered). */
+static bt_status s_expect_update(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish,
+                                 bool *answered) {
+    BT_TRY(s_expect(c, task, answered));
+    BT_TRY(bt_msg_get_bool(task, "publish", publish));
+    return *answered ? bt_trainer_stats_to_msg(&c->cur->applied_stats, res) : BT_OK;
+}
+
 /*  After an update: the job and its statistics, for a replay. */
 static bt_status s_applied(s_compute *c, const bt_trainer_stats *stats, bt_msg_t *res) {
     c->cur->applied_task = c->task_id;
@@ -319,14 +328,13 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
     double lr;
     bool inject_nan, freeze, replayed;
     bt_msg_tensor adv;
-    BT_TRY(s_expect(c, task, &replayed));
-    BT_TRY(bt_msg_get_bool(task, "publish", publish));
+    BT_TRY(s_expect_update(c, task, res, publish, &replayed));
     if (replayed)
-        return bt_trainer_stats_to_msg(&c->cur->applied_stats, res);
+        return BT_OK;
     BT_TRY(bt_msg_get_bool(task, "freeze_reference", &freeze));
     if (freeze) /* RL's first step: the KL anchor is the policy as RL starts */
         BT_TRY(bt_trainer_freeze_reference(c->cur->trainer));
-    BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
+    BT_TRY(bt_msg_get_double(task, "lr", 0, BT_CONFIG_LR_MAX, &lr));
     BT_TRY(bt_msg_get_bool(task, "inject_nan", &inject_nan));
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
@@ -342,7 +350,7 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
     bt_grpo_config gc;
     bt_config_grpo(&c->cur->cfg, &gc);
     if (st == BT_OK) /* the controller's, which a tuner may have changed */
-        st = bt_msg_get_double(task, "kl_coef", 0, 1e6, &gc.kl_coef);
+        st = bt_msg_get_double(task, "kl_coef", 0, BT_CONFIG_KL_MAX, &gc.kl_coef);
     if (st == BT_OK) {
         memcpy(a, adv.data, adv.nbytes);
         for (int64_t i = 0; inject_nan && i < b.n; i++) /* debug.inject_nan_at_step */
@@ -360,13 +368,12 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
     double lr;
     int64_t start, count;
     bool replayed;
-    BT_TRY(s_expect(c, task, &replayed));
-    BT_TRY(bt_msg_get_bool(task, "publish", publish));
+    BT_TRY(s_expect_update(c, task, res, publish, &replayed));
     if (replayed)
-        return bt_trainer_stats_to_msg(&c->cur->applied_stats, res);
-    BT_TRY(bt_msg_get_double(task, "lr", 0, 1e3, &lr));
+        return BT_OK;
+    BT_TRY(bt_msg_get_double(task, "lr", 0, BT_CONFIG_LR_MAX, &lr));
     BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
-    BT_TRY(bt_msg_get_int(task, "count", 1, 1 << 20, &count));
+    BT_TRY(bt_msg_get_int(task, "count", 1, BT_CONFIG_TOKENS_MAX, &count));
     uint64_t *idx = malloc(sizeof *idx * (size_t)count);
     if (!idx)
         return bt_fail(BT_ENOMEM, "sft: out of memory");

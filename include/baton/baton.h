@@ -2,7 +2,10 @@
     controller in the calling thread, one thread per worker, over inproc://), steps it, reads its
     metrics and destroys it.  `baton run` is a thin command line over this.
     Threading: every call on the thread that created the run.  Lifetime: bt_run_new() to
-    bt_run_destroy(). */
+    bt_run_destroy().
+    Signals: a host with data-parallel trainers (workers.trainer > 1) ignores SIGPIPE, as `baton`
+    does: Gloo's collectives write with writev(2), and a rank's peer that died would otherwise kill
+    the process with SIGPIPE instead of failing the collective. */
 #ifndef BATON_BATON_H
 #define BATON_BATON_H
 
