@@ -51,14 +51,14 @@ bench: build
 clean:
 	rm -rf $(BUILD)
 
-# model/unicode_data.c, the Unicode tables behind include/baton/unicode.h, is generated and
+# text/unicode_data.c, the Unicode tables behind include/baton/unicode.h, is generated and
 # committed: this rebuilds it from the Unicode Character Database that Debian's unicode-data
 # installs (UCD=DIR for another copy), then test_unicode checks it against the same files.
 UCD ?= /usr/share/unicode
 unicode-data:
 	mkdir -p $(BUILD)
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -o $(BUILD)/gen_unicode tools/gen_unicode.c
-	./$(BUILD)/gen_unicode $(UCD) model/unicode_data.c
+	./$(BUILD)/gen_unicode $(UCD) text/unicode_data.c
 
 # The Debian packages bench/gpu_check.sh unpacks on a GPU machine that lacks them (no package
 # archive there): downloaded here as .deb files into build-debs/, to carry along.

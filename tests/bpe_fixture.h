@@ -1,5 +1,5 @@
 /*  bpe_fixture.h — writing small byte-level BPE tokenizer.json files in tests: GPT-2's
-    byte-to-character table, written out independently of model/tokenizer.c, and the JSON
+    byte-to-character table, written out independently of text/tokenizer.c, and the JSON
     spelling of a vocabulary key. */
 #ifndef BATON_TESTS_BPE_FIXTURE_H
 #define BATON_TESTS_BPE_FIXTURE_H
