@@ -1759,21 +1759,6 @@ bt_status bt_config_new_source_task(const bt_run_config *cfg, int k, bt_task_t *
     return st;
 }
 
-bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task,
-                               bt_eval_suite *out) {
-    BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
-                              cfg->eval.n_probes, task, cfg->task.verifier,
-                              (uint64_t)cfg->task.seed));
-    bt_status st = BT_OK;
-    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
-        if (cfg->eval.datasets[i].data_source >= 0)
-            st = bt_config_new_source_task(cfg, cfg->eval.datasets[i].data_source,
-                                           &out->own_task[i], NULL);
-    if (st != BT_OK)
-        bt_eval_suite_release(out);
-    return st;
-}
-
 uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard) {
     uint64_t x =
         (((uint64_t)cfg->run.seed * 7919u + (uint64_t)ds) * 1000003u + (uint64_t)step) * 64u +

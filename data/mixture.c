@@ -1,7 +1,6 @@
 /*  mixture.c — source draws, per-source positions and curriculum streaks; see mixture.h.  cJSON
     stays in this file. */
 #include "baton/mixture.h"
-#include "baton/rollout.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

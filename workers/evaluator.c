@@ -697,6 +697,21 @@ void bt_eval_suite_release(bt_eval_suite *s) {
     }
 }
 
+bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task,
+                               bt_eval_suite *out) {
+    BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
+                              cfg->eval.n_probes, task, cfg->task.verifier,
+                              (uint64_t)cfg->task.seed));
+    bt_status st = BT_OK;
+    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
+        if (cfg->eval.datasets[i].data_source >= 0)
+            st = bt_config_new_source_task(cfg, cfg->eval.datasets[i].data_source,
+                                           &out->own_task[i], NULL);
+    if (st != BT_OK)
+        bt_eval_suite_release(out);
+    return st;
+}
+
 void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user) {
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++)
         if (s->own_task[i])

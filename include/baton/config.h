@@ -5,13 +5,11 @@
 #ifndef BATON_CONFIG_H
 #define BATON_CONFIG_H
 
-#include "baton/evaluator.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/status.h"
 #include "baton/tasks.h"
 #include "baton/tensor.h"
-#include "baton/trainer.h"
 #include "baton/trigger.h"
 #include "baton/tuner.h"
 
@@ -54,6 +52,50 @@ typedef enum bt_config_precision {
 #define BT_CONFIG_TEMPERATURE_MIN 1e-3
 #define BT_CONFIG_TEMPERATURE_MAX 1e3
 #define BT_CONFIG_TOKENS_MAX 1048576 /* 2^20 */
+
+/* ---- evaluation datasets and probes (eval.datasets, eval.probes) ---------------------------- */
+#define BT_EVALUATOR_MAX_SAMPLES 128 /* completions per example (eval.samples); the evaluator's
+                                        sums hold a histogram of this size */
+#define BT_EVAL_MAX_PROBES 16
+#define BT_EVAL_PROBE_MAX 256 /* bytes of a probe text, with the NUL */
+
+/*  What a dataset measures.  Values appear in configs: append only. */
+typedef enum bt_eval_kind {
+    BT_EVAL_GENERATE = 0,   /* "generate": sample completions and score them with the verifier */
+    BT_EVAL_PERPLEXITY = 1, /* "perplexity": NLL of held-out text under the policy */
+    BT_EVAL_PROBES = 2      /* "probes": the eval.probes of the config */
+} bt_eval_kind;
+
+/*  One probability probe: a target probe (prompt, target) tracks log P(target | prompt); a pair
+    (better, worse) tracks whether PPL(better) < PPL(worse).  Exactly one of the two forms is set.
+ */
+typedef struct bt_eval_probe {
+    char name[32];
+    char prompt[BT_EVAL_PROBE_MAX], target[BT_EVAL_PROBE_MAX];
+    char better[BT_EVAL_PROBE_MAX], worse[BT_EVAL_PROBE_MAX];
+} bt_eval_probe;
+
+#define BT_EVAL_MAX_DATASETS 8  /* eval.datasets entries */
+#define BT_EVAL_NAME_MAX 32     /* eval.datasets[i].name, eval.probes[i].name, with the NUL */
+#define BT_EVAL_SOURCE_MAX 1024 /* eval.datasets[i].source, with the NUL */
+
+/*  One entry of eval.datasets (docs/config.md, "Evaluation datasets").  After bt_config_parse every
+    field is resolved (config.h): unset fields take the flat eval.* key of the same name. */
+typedef struct bt_eval_dataset {
+    char name[BT_EVAL_NAME_MAX];
+    bt_eval_kind kind;
+    char source[BT_EVAL_SOURCE_MAX]; /* "": the task's held-out set; a data.sources name: that
+                                        source's; else a JSONL file */
+    int64_t count;                   /* examples, texts or probes evaluated; 0: all */
+    int64_t samples;                 /* completions per example (generate) */
+    double temperature;              /* 0: greedy */
+    int64_t max_new_tokens;
+    bool robustness;                   /* generate: also the task's perturbed prompts */
+    int64_t every_steps, every_epochs; /* 0: off */
+    double every_seconds;              /* 0: off */
+    int data_source; /* resolved, not a key: the data.sources entry `source` names (its held-out
+                        set, scored by its verifier); -1: none */
+} bt_eval_dataset;
 
 /*  One entry of data.sources: a prompt source drawn by weight, its task the task.* keys with the
     entry's own ("kind", "path", "heldout", "verifier", ...) stored as "task.key=value". */
@@ -318,10 +360,6 @@ bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out);
     Caller owns *out. */
 bt_status bt_config_new_source_task(const bt_run_config *cfg, int k, bt_task_t **out,
                                     uint64_t *epoch_size);
-/*  The evaluation suite of the config: its eval.datasets and eval.probes over task (borrowed),
-    with each dataset's own source loaded (scored with task.verifier).  Release with
-    bt_eval_suite_release. */
-bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task, bt_eval_suite *out);
 /*  The seed of shard `shard` of dataset ds evaluated at step, from run.seed. */
 uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard);
 /*  The tuner's rules (tuner.*) with their start values grpo.kl_coef, grpo.lr, grpo.temperature. */

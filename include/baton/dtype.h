@@ -1,12 +1,11 @@
-/*  dtype.h — element types by the code safetensors files and wire headers spell them with ("F32",
-    "BF16", ...), and the UTF-8 check both kinds of header share.  bt_dtype_size() and
-    bt_dtype_name(), declared in tensor.h, are defined beside these in core/dtype.c.
+/*  dtype.h — element types (bt_dtype, shared by tensors, safetensors files and wire frames), the
+    codes safetensors files and wire headers spell them with ("F32", "BF16", ...), and the UTF-8
+    check both kinds of header share.  Here, not in tensor.h, because core/ (the wire codec) is below
+    the tensor library and must not include it.
     Threading: plain functions; any thread.  Lifetime: static tables; nothing to create or destroy.
  */
 #ifndef BATON_DTYPE_H
 #define BATON_DTYPE_H
-
-#include "baton/tensor.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,6 +14,26 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*  Values appear in files and messages: append only. */
+typedef enum bt_dtype {
+    BT_F32 = 0,
+    BT_F64 = 1,
+    BT_F16 = 2,
+    BT_BF16 = 3,
+    BT_I64 = 4,
+    BT_I32 = 5,
+    BT_U8 = 6,
+    BT_BOOL = 7
+} bt_dtype;
+
+#define BT_MAX_DIMS 8 /* dimensions of a tensor, a safetensors entry or a wire frame */
+
+/*  Bytes per element; 0 for a value that is not a bt_dtype. */
+size_t bt_dtype_size(bt_dtype dtype);
+/*  The name PyTorch spells it with ("float32", "bfloat16", ...), "unknown" for a value that is not
+    a bt_dtype.  Static string. */
+const char *bt_dtype_name(bt_dtype dtype);
 
 /*  The dtype whose code is code ("F32", "F64", "F16", "BF16", "I64", "I32", "U8", "BOOL"; case
     matters) into *out.  False, *out left alone, for any other string or NULL. */

@@ -7,6 +7,7 @@
 #ifndef BATON_EVALUATOR_H
 #define BATON_EVALUATOR_H
 
+#include "baton/config.h"
 #include "baton/model.h"
 #include "baton/reward_service.h"
 #include "baton/status.h"
@@ -22,51 +23,11 @@
 extern "C" {
 #endif
 
-#define BT_EVALUATOR_MAX_SAMPLES 128
+/*  BT_EVALUATOR_MAX_SAMPLES: config.h (eval.samples is checked against it). */
 #define BT_EVALUATOR_LEN_BINS                                                                      \
     1024                          /* response-length histogram; longer lengths land in the last    \
                                    */
 #define BT_EVALUATOR_NLL_CHUNK 16 /* texts per forward pass of bt_evaluator_nll */
-#define BT_EVAL_MAX_PROBES 16
-#define BT_EVAL_PROBE_MAX 256 /* bytes of a probe text, with the NUL */
-
-/*  What a dataset measures.  Values appear in configs: append only. */
-typedef enum bt_eval_kind {
-    BT_EVAL_GENERATE = 0,   /* "generate": sample completions and score them with the verifier */
-    BT_EVAL_PERPLEXITY = 1, /* "perplexity": NLL of held-out text under the policy */
-    BT_EVAL_PROBES = 2      /* "probes": the eval.probes of the config */
-} bt_eval_kind;
-
-/*  One probability probe: a target probe (prompt, target) tracks log P(target | prompt); a pair
-    (better, worse) tracks whether PPL(better) < PPL(worse).  Exactly one of the two forms is set.
- */
-typedef struct bt_eval_probe {
-    char name[32];
-    char prompt[BT_EVAL_PROBE_MAX], target[BT_EVAL_PROBE_MAX];
-    char better[BT_EVAL_PROBE_MAX], worse[BT_EVAL_PROBE_MAX];
-} bt_eval_probe;
-
-#define BT_EVAL_MAX_DATASETS 8  /* eval.datasets entries */
-#define BT_EVAL_NAME_MAX 32     /* eval.datasets[i].name, eval.probes[i].name, with the NUL */
-#define BT_EVAL_SOURCE_MAX 1024 /* eval.datasets[i].source, with the NUL */
-
-/*  One entry of eval.datasets (docs/config.md, "Evaluation datasets").  After bt_config_parse every
-    field is resolved (config.h): unset fields take the flat eval.* key of the same name. */
-typedef struct bt_eval_dataset {
-    char name[BT_EVAL_NAME_MAX];
-    bt_eval_kind kind;
-    char source[BT_EVAL_SOURCE_MAX]; /* "": the task's held-out set; a data.sources name: that
-                                        source's; else a JSONL file */
-    int64_t count;                   /* examples, texts or probes evaluated; 0: all */
-    int64_t samples;                 /* completions per example (generate) */
-    double temperature;              /* 0: greedy */
-    int64_t max_new_tokens;
-    bool robustness;                   /* generate: also the task's perturbed prompts */
-    int64_t every_steps, every_epochs; /* 0: off */
-    double every_seconds;              /* 0: off */
-    int data_source; /* resolved, not a key: the data.sources entry `source` names (its held-out
-                        set, scored by its verifier); -1: none */
-} bt_eval_dataset;
 
 typedef struct bt_evaluator_config {
     size_t start;           /* first held-out example of the shard (0) */
@@ -215,6 +176,11 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
                              const bt_eval_probe *probes, int64_t n_probes, const bt_task_t *task,
                              bt_task_verifier verifier, uint64_t seed);
 void bt_eval_suite_release(bt_eval_suite *s);
+/*  The evaluation suite of a parsed config: its eval.datasets and eval.probes over task (borrowed),
+    with each dataset's own source loaded (scored with task.verifier).  Release with
+    bt_eval_suite_release.  (A bt_config_ function defined in evaluator.c: the config layer is
+    below the suite loader.) */
+bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task, bt_eval_suite *out);
 /*  A host's reward function for every task of the suite that it owns (the caller sets it on the
     run's task). */
 void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user);

@@ -123,6 +123,18 @@ bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
     logp (B, T), mask (B, T).  NULL on failure. */
 bt_tensor *bt_sft_loss(bt_ctx *ctx, bt_tensor *logp, bt_tensor *mask, double normaliser);
 
+/*  How a batch's sequences become micro-batches (forward/backward passes).  Values appear in
+    configs (grpo.batching): append only. */
+typedef enum bt_batching {
+    BT_BATCHING_PAD = 0,    /* "pad": micro_batch sequences in batch order, one per row, padded
+                               to the micro-batch's longest */
+    BT_BATCHING_BUCKET = 1, /* "bucket": the same after sorting by length, longest first, so each
+                               micro-batch holds sequences of about one length */
+    BT_BATCHING_PACK = 2    /* "pack": sequences back to back (first-fit decreasing) in rows as
+                               wide as the longest sequence; a micro-batch holds micro_batch rows,
+                               or pack_tokens / that width (at least 1) when pack_tokens > 0 */
+} bt_batching;
+
 /* ---- learning-rate schedules ---------------------------------------------------------------- */
 /*  Values appear in configs and logs: append only. */
 typedef enum bt_lr_kind {

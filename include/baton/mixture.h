@@ -6,7 +6,7 @@
 
     A draw: draw number d (0, 1, 2, ... over the run) picks source s with probability
     weight[s] / sum(weight), from splitmix64(seed, d) alone, then takes the next index of s's
-    stream (drawn[s]++); the prompt id is BT_PROMPT_ID(s, index) (rollout.h).  So each source's
+    stream (drawn[s]++); the prompt id is BT_PROMPT_ID(s, index) (tasks.h).  So each source's
     epoch (tasks.h: a permutation of its records) is used exactly once whatever the weights do, and
     the position is drawn[] plus the draw count: a checkpoint keeps both.
 

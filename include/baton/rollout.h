@@ -25,13 +25,7 @@ extern "C" {
 /*  n = n_prompts * group_size completions; completion c belongs to prompt c / group_size, so a
     group's completions are consecutive.  Row c of a (n, stride) array is [c * stride, (c+1) * stride).
     Every row keeps its own copy of its prompt, so batches can be cut and joined by rows. */
-/*  A prompt id names a data source and an index of that source's training stream (tasks.h):
-    (source << 48) | index.  Without data.sources the source is 0 and the id is the index. */
-#define BT_PROMPT_SOURCE_SHIFT 48
-#define BT_PROMPT_ID(source, index) (((uint64_t)(source) << BT_PROMPT_SOURCE_SHIFT) | (index))
-#define BT_PROMPT_SOURCE(id) ((int)((id) >> BT_PROMPT_SOURCE_SHIFT))
-#define BT_PROMPT_INDEX(id) ((id) & ((UINT64_C(1) << BT_PROMPT_SOURCE_SHIFT) - 1))
-
+/*  Prompt ids: BT_PROMPT_ID (tasks.h). */
 typedef struct bt_rollout_batch {
     int64_t n_prompts;
     int64_t group_size;

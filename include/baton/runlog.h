@@ -5,6 +5,7 @@
 #ifndef BATON_RUNLOG_H
 #define BATON_RUNLOG_H
 
+#include "baton/jsonl.h"
 #include "baton/status.h"
 
 #include <stdbool.h>
@@ -14,26 +15,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/*  One JSON object being built: fields are appended in order.  A value struct: bt_jsonl_init,
-    add fields, then write it with bt_runlog_metric / bt_runlog_event. */
-typedef struct bt_jsonl {
-    char buf[4096];
-    size_t len;
-    bool overflow; /* a field did not fit: the line is refused when written */
-} bt_jsonl;
-
-void bt_jsonl_init(bt_jsonl *line);
-void bt_jsonl_str(bt_jsonl *line, const char *key, const char *value);
-void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value);
-/*  An array of n unsigned integers. */
-void bt_jsonl_uints(bt_jsonl *line, const char *key, const uint64_t *values, size_t n);
-/*  An array of n strings. */
-void bt_jsonl_strs(bt_jsonl *line, const char *key, const char *const *values, size_t n);
-/*  The shortest text (9 to 17 significant digits) that reads back as exactly value; non-finite
-    values are written as null. */
-void bt_jsonl_num(bt_jsonl *line, const char *key, double value);
-void bt_jsonl_bool(bt_jsonl *line, const char *key, bool value);
 
 typedef struct bt_runlog bt_runlog_t;
 

@@ -35,6 +35,13 @@
 extern "C" {
 #endif
 
+/*  A prompt id names a data source and an index of that source's training stream (tasks.h):
+    (source << 48) | index.  Without data.sources the source is 0 and the id is the index. */
+#define BT_PROMPT_SOURCE_SHIFT 48
+#define BT_PROMPT_ID(source, index) (((uint64_t)(source) << BT_PROMPT_SOURCE_SHIFT) | (index))
+#define BT_PROMPT_SOURCE(id) ((int)((id) >> BT_PROMPT_SOURCE_SHIFT))
+#define BT_PROMPT_INDEX(id) ((id) & ((UINT64_C(1) << BT_PROMPT_SOURCE_SHIFT) - 1))
+
 typedef struct bt_task bt_task_t;
 
 /*  One example.  Initialise it with bt_task_example_init() (all-zero memory, as calloc gives,

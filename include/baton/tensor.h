@@ -10,6 +10,7 @@
 #ifndef BATON_TENSOR_H
 #define BATON_TENSOR_H
 
+#include "baton/dtype.h"
 #include "baton/status.h"
 
 #include <stdbool.h>
@@ -25,18 +26,6 @@ typedef struct bt_ctx bt_ctx;
 typedef struct bt_gen bt_gen;
 typedef struct bt_adamw bt_adamw;
 
-/*  Values appear in files and messages: append only. */
-typedef enum bt_dtype {
-    BT_F32 = 0,
-    BT_F64 = 1,
-    BT_F16 = 2,
-    BT_BF16 = 3,
-    BT_I64 = 4,
-    BT_I32 = 5,
-    BT_U8 = 6,
-    BT_BOOL = 7
-} bt_dtype;
-
 typedef enum bt_device_type { BT_DEVICE_CPU = 0, BT_DEVICE_CUDA = 1 } bt_device_type;
 
 typedef struct bt_device {
@@ -44,11 +33,7 @@ typedef struct bt_device {
     int32_t index; /* CUDA ordinal; 0 for the CPU */
 } bt_device;
 
-#define BT_MAX_DIMS 8
-
-/* ---- dtypes and devices ---------------------------------------------------------------------- */
-size_t      bt_dtype_size(bt_dtype dtype);
-const char *bt_dtype_name(bt_dtype dtype);
+/* ---- devices (dtypes: dtype.h) ---------------------------------------------------------------------- */
 bt_device   bt_cpu(void);
 /*  Parses "cpu", "cuda" or "cuda:N".  Does not check that the device exists. */
 bt_status   bt_device_parse(const char *text, bt_device *out);

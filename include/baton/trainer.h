@@ -29,18 +29,6 @@
 extern "C" {
 #endif
 
-/*  How a batch's sequences become micro-batches (forward/backward passes).  Values appear in
-    configs (grpo.batching): append only. */
-typedef enum bt_batching {
-    BT_BATCHING_PAD = 0,    /* "pad": micro_batch sequences in batch order, one per row, padded
-                               to the micro-batch's longest */
-    BT_BATCHING_BUCKET = 1, /* "bucket": the same after sorting by length, longest first, so each
-                               micro-batch holds sequences of about one length */
-    BT_BATCHING_PACK = 2    /* "pack": sequences back to back (first-fit decreasing) in rows as
-                               wide as the longest sequence; a micro-batch holds micro_batch rows,
-                               or pack_tokens / that width (at least 1) when pack_tokens > 0 */
-} bt_batching;
-
 typedef struct bt_trainer_config {
     bt_adamw_config adamw; /* bt_adamw_defaults() */
     double max_grad_norm;  /* global-norm clip; <= 0: no clipping (1.0) */

@@ -14,7 +14,7 @@
 #ifndef BATON_TUNER_H
 #define BATON_TUNER_H
 
-#include "baton/runlog.h"
+#include "baton/jsonl.h"
 #include "baton/status.h"
 
 #include <stdbool.h>
@@ -215,7 +215,7 @@ int bt_tuner_after_eval(bt_tuner *t, int64_t step, double value, bt_tuner_decisi
     start.lr is 0). */
 double bt_tuner_lr_scale(const bt_tuner *t);
 
-/*  The event line of a decision for events.jsonl (bt_runlog_event), time in seconds since the
+/*  The event line of a decision for events.jsonl (written by bt_runlog_event), time in seconds since the
     start:
       {"event":"tuner","time":T,"rule":"adaptive_kl","step":S,"param":"kl_coef","before":B,
        "after":A,<metric>:V,...,"reason":"..."}

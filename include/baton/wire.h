@@ -16,8 +16,8 @@
 #ifndef BATON_WIRE_H
 #define BATON_WIRE_H
 
+#include "baton/dtype.h"
 #include "baton/status.h"
-#include "baton/tensor.h"
 
 #include <stdbool.h>
 #include <stddef.h>
