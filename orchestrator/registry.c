@@ -27,22 +27,6 @@ struct bt_registry {
     int64_t queue_head; /* no QUEUED task below this index */
 };
 
-static const char *const s_role_names[BT_ROLE_COUNT] = {"rollout", "trainer", "eval"};
-
-const char *bt_role_name(bt_role role) {
-    return (unsigned)role < BT_ROLE_COUNT ? s_role_names[role] : "unknown";
-}
-
-bt_status bt_role_parse(const char *text, bt_role *out) {
-    for (int r = 0; r < BT_ROLE_COUNT; r++)
-        if (text && strcmp(text, s_role_names[r]) == 0) {
-            *out = (bt_role)r;
-            return BT_OK;
-        }
-    return bt_fail(BT_EINVAL, "role: expected \"rollout\", \"trainer\" or \"eval\", got \"%s\"",
-                   text ? text : "(null)");
-}
-
 bt_registry_t *bt_registry_new(int64_t expiry_ms) {
     bt_registry_t *self = calloc(1, sizeof *self);
     if (!self) {

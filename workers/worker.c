@@ -21,7 +21,25 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
 #include <zmq.h>
+
+/* ---- roles (until proto/ holds them) ------------------------------------------------------- */
+static const char *const s_role_names[BT_ROLE_COUNT] = {"rollout", "trainer", "eval"};
+
+const char *bt_role_name(bt_role role) {
+    return (unsigned)role < BT_ROLE_COUNT ? s_role_names[role] : "unknown";
+}
+
+bt_status bt_role_parse(const char *text, bt_role *out) {
+    for (int r = 0; r < BT_ROLE_COUNT; r++)
+        if (text && strcmp(text, s_role_names[r]) == 0) {
+            *out = (bt_role)r;
+            return BT_OK;
+        }
+    return bt_fail(BT_EINVAL, "role: expected \"rollout\", \"trainer\" or \"eval\", got \"%s\"",
+                   text ? text : "(null)");
+}
 
 static int64_t s_now_ms(void) {
     return (int64_t)(bt_now() * 1000.0);

@@ -9,6 +9,7 @@
 #define BATON_REGISTRY_H
 
 #include "baton/status.h"
+#include "baton/worker.h" /* bt_role */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -17,14 +18,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/*  Values appear in messages and logs: append only. */
-typedef enum bt_role { BT_ROLE_ROLLOUT = 0, BT_ROLE_TRAINER = 1, BT_ROLE_EVAL = 2 } bt_role;
-#define BT_ROLE_COUNT 3
-
-const char *bt_role_name(bt_role role);
-/*  BT_EINVAL naming the text when it is not "rollout", "trainer" or "eval". */
-bt_status bt_role_parse(const char *text, bt_role *out);
 
 typedef enum bt_worker_state {
     BT_WORKER_IDLE = 0,
