@@ -53,19 +53,6 @@ bt_status bt_grpo_advantages(const double *rewards, int64_t n_groups, int64_t gr
 
 /* ---- configuration -------------------------------------------------------------------------- */
 
-bt_grpo_config bt_grpo_defaults(void) {
-    return (bt_grpo_config){.clip_low = 0.2,
-                            .clip_high = 0.28,
-                            .kl_coef = 0.04,
-                            .kl_estimator = BT_KL_K3,
-                            .entropy_coef = 0.0,
-                            .loss_agg = BT_LOSS_AGG_TOKEN_MEAN,
-                            .max_tokens = 1024,
-                            .adv_norm = BT_ADV_NORM_STD,
-                            .decoupled = false,
-                            .behav_weight_cap = 5.0};
-}
-
 bt_status bt_grpo_config_validate(const bt_grpo_config *cfg) {
     if (!(cfg->clip_low >= 0.0 && cfg->clip_low < 1.0))
         return bt_fail(BT_EINVAL, "grpo.clip_low: expected a number in [0, 1), got %g",

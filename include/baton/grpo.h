@@ -48,25 +48,25 @@ typedef enum bt_loss_agg {
     BT_LOSS_AGG_TOKEN_SUM_NORM = 2 /* sum over tokens / (n_seqs * max_tokens) (Dr. GRPO) */
 } bt_loss_agg;
 
+/*  The grpo.* keys of the loss (bt_config_grpo fills it from a config; the defaults are written
+    once, in config/config.c's key table).  No library default: a caller states every field. */
 typedef struct bt_grpo_config {
-    double clip_low;              /* eps_low: ratio floor 1 - clip_low when A < 0 (0.2) */
-    double clip_high;             /* eps_high: ratio cap 1 + clip_high when A > 0 (0.28, DAPO) */
-    double kl_coef;               /* beta, weight of the KL to the reference policy (0.04) */
-    bt_kl_estimator kl_estimator; /* BT_KL_K3 */
-    double entropy_coef;          /* weight of the entropy bonus (0) */
-    bt_loss_agg loss_agg;         /* BT_LOSS_AGG_TOKEN_MEAN */
-    int64_t max_tokens;           /* Dr. GRPO's constant per-sequence normaliser (1024) */
-    bt_adv_norm adv_norm;         /* BT_ADV_NORM_STD */
+    double clip_low;              /* eps_low: ratio floor 1 - clip_low when A < 0 */
+    double clip_high;             /* eps_high: ratio cap 1 + clip_high when A > 0 (DAPO) */
+    double kl_coef;               /* beta, weight of the KL to the reference policy */
+    bt_kl_estimator kl_estimator;
+    double entropy_coef;          /* weight of the entropy bonus */
+    bt_loss_agg loss_agg;
+    int64_t max_tokens;           /* Dr. GRPO's constant per-sequence normaliser (token_sum_norm: >= 1) */
+    bt_adv_norm adv_norm;
     /* AReaL's decoupled objective (Fu et al. 2025) for batches sampled by older policies: the
        clipped ratio is taken against the proximal policy and the surrogate is weighted by the
        behaviour importance w = pi_prox / pi_behav.  baton makes one optimizer update per batch,
        so the proximal policy is the policy being updated: pi_prox = stop_grad(pi_theta). */
-    bool decoupled;          /* false */
-    double behav_weight_cap; /* decoupled: tokens with w > cap leave the loss; 0: no cap (5) */
+    bool decoupled;
+    double behav_weight_cap; /* decoupled: tokens with w > cap leave the loss; 0: no cap */
 } bt_grpo_config;
 
-/*  GRPO (kl_coef 0.04, k3) with DAPO's clip-higher and token-mean aggregation. */
-bt_grpo_config bt_grpo_defaults(void);
 /*  BT_EINVAL with a message naming the field when a value is out of range. */
 bt_status bt_grpo_config_validate(const bt_grpo_config *cfg);
 
