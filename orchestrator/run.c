@@ -61,7 +61,8 @@ struct bt_run {
     bt_runlog_t *log;
     bt_controller_t *ctl; /* variant 0's (the only one without variants): owns the socket */
     /* strategy variants: each one's config and controller (vctl[0] == ctl), and which finished */
-    bt_run_config vcfg[BT_CONFIG_MAX_VARIANTS];
+    /* vcfg[k]: &cfg without variants, else variant k's config (heap): one copy per variant */
+    bt_run_config *vcfg[BT_CONFIG_MAX_VARIANTS];
     bt_controller_t *vctl[BT_CONFIG_MAX_VARIANTS];
     bool vdone[BT_CONFIG_MAX_VARIANTS];
     int n_vctl;
@@ -562,17 +563,21 @@ bt_status bt_run_start(bt_run_t *self) {
         return bt_fail(BT_EIO, "run: cannot create a ZeroMQ context");
     BT_TRY(s_secure(self));
     int n = self->cfg.n_variants > 0 ? self->cfg.n_variants : 1;
-    for (int k = 0; k < self->cfg.n_variants; k++)
-        BT_TRY(bt_config_variant(&self->cfg, k, &self->vcfg[k]));
+    for (int k = 0; k < self->cfg.n_variants; k++) {
+        self->vcfg[k] = malloc(sizeof *self->vcfg[k]);
+        if (!self->vcfg[k])
+            return bt_fail(BT_ENOMEM, "run: variants[%d]: out of memory", k);
+        BT_TRY(bt_config_variant(&self->cfg, k, self->vcfg[k]));
+    }
     if (self->cfg.n_variants == 0)
-        self->vcfg[0] = self->cfg;
-    self->ctl = bt_controller_new(self->zmq_ctx, self->endpoint, &self->vcfg[0], self->config_json,
+        self->vcfg[0] = &self->cfg;
+    self->ctl = bt_controller_new(self->zmq_ctx, self->endpoint, self->vcfg[0], self->config_json,
                                   self->log);
     if (!self->ctl)
         return BT_EIO;
     self->vctl[self->n_vctl++] = self->ctl;
     for (int k = 1; k < n; k++) {
-        self->vctl[k] = bt_controller_new_variant(self->ctl, &self->vcfg[k], k);
+        self->vctl[k] = bt_controller_new_variant(self->ctl, self->vcfg[k], k);
         if (!self->vctl[k])
             return BT_EIO;
         self->n_vctl++;
@@ -729,7 +734,7 @@ bt_status bt_run_step(bt_run_t *self, bool *done) {
     if (pick < 0)
         return BT_OK;
     BT_TRY(bt_controller_step(self->vctl[pick], &self->vdone[pick]));
-    if (self->vdone[pick] && self->vcfg[pick].grpo.steps == 0)
+    if (self->vdone[pick] && self->vcfg[pick]->grpo.steps == 0)
         BT_TRY(s_save_sft_policy(self, pick));
     BT_TRY(s_pbt(self));
     BT_TRY(s_early_stop(self));
@@ -777,6 +782,8 @@ void bt_run_destroy(bt_run_t **self_p) {
     for (int k = self->n_vctl - 1; k > 0; k--) /* the variants before the owner */
         bt_controller_destroy(&self->vctl[k]);
     bt_controller_destroy(&self->ctl);
+    for (int k = 0; k < self->cfg.n_variants; k++) /* without variants vcfg[0] is &cfg */
+        free(self->vcfg[k]);
     bt_zap_destroy(&self->zap);
     if (self->zmq_ctx)
         zmq_ctx_term(self->zmq_ctx);

@@ -50,7 +50,8 @@ static int64_t s_now_ms(void) {
 /*  One strategy variant's state (a run without variants has one): its config, its policy (rollout
     and eval) or trainer, its task and evaluation suite. */
 typedef struct {
-    bt_run_config cfg;
+    const bt_run_config *cfg; /* the base, or own: a config is 100 KB, so one copy per variant */
+    bt_run_config *own;       /* the variant's config (heap) when the run has variants, or NULL */
     bt_model *model;                           /* rollout and eval: the variant's current policy */
     bt_trainer_t *trainer;                     /* trainer: owns the policy */
     bt_group *group;                           /* trainer: its data-parallel group, or NULL */
@@ -67,7 +68,7 @@ typedef struct {
 } s_variant;
 
 typedef struct {
-    bt_run_config base; /* the WELCOME config; variants apply their sets to it */
+    bt_run_config *base; /* the WELCOME config (heap); variants apply their sets to it */
     s_variant v[BT_CONFIG_MAX_VARIANTS];
     int n_variants;
     s_variant *cur; /* the variant of the message being handled */
@@ -90,17 +91,17 @@ typedef struct {
 /*  The state of variant c->cur, whose cfg is set. */
 static bt_status s_build_variant(s_compute *c, bt_device dev) {
     c->cur->applied_task = -1;
-    c->cur->n_sources = bt_config_n_sources(&c->cur->cfg);
+    c->cur->n_sources = bt_config_n_sources(c->cur->cfg);
     for (int k = 0; k < c->cur->n_sources; k++) {
-        BT_TRY(bt_config_new_source_task(&c->cur->cfg, k, &c->cur->sources[k], NULL));
+        BT_TRY(bt_config_new_source_task(c->cur->cfg, k, &c->cur->sources[k], NULL));
         if (c->opt->reward)
             bt_task_set_reward_fn(c->cur->sources[k], c->opt->reward, c->opt->reward_user);
     }
     c->cur->task = c->cur->sources[0];
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
-    bt_model *m = c->cur->cfg.model_path[0]
-                      ? bt_model_load(c->cur->cfg.model_path, dev)
-                      : bt_model_new(&c->cur->cfg.model, dev, (uint64_t)c->cur->cfg.run.seed);
+    bt_model *m = c->cur->cfg->model_path[0]
+                      ? bt_model_load(c->cur->cfg->model_path, dev)
+                      : bt_model_new(&c->cur->cfg->model, dev, (uint64_t)c->cur->cfg->run.seed);
     if (!m)
         return BT_EINVAL;
     int64_t vocab = bt_model_get_config(m)->vocab_size;
@@ -109,16 +110,16 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
         return bt_fail(BT_EINVAL,
                        "model.path %s: the tokenizer has %d ids, the model's vocab_size "
                        "is %lld",
-                       c->cur->cfg.model_path, bt_tokenizer_vocab_size(c->tok), (long long)vocab);
+                       c->cur->cfg->model_path, bt_tokenizer_vocab_size(c->tok), (long long)vocab);
     }
-    bt_status st = bt_model_set_precision(m, bt_config_precision_dtype(&c->cur->cfg));
+    bt_status st = bt_model_set_precision(m, bt_config_precision_dtype(c->cur->cfg));
     if (st != BT_OK) {
         bt_model_destroy(&m);
         return st;
     }
     if (c->role == BT_ROLE_EVAL) {
         c->cur->model = m;
-        BT_TRY(bt_config_eval_suite(&c->cur->cfg, c->cur->task, &c->cur->suite));
+        BT_TRY(bt_config_eval_suite(c->cur->cfg, c->cur->task, &c->cur->suite));
         if (c->opt->reward)
             bt_eval_suite_set_reward_fn(&c->cur->suite, c->opt->reward, c->opt->reward_user);
         c->cur->suite.reward_service = c->reward;
@@ -130,36 +131,44 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     }
     bt_trainer_config tc;
     bt_trainer_config_init(&tc);
-    bt_config_adamw(&c->cur->cfg, &tc.adamw);
-    tc.max_grad_norm = c->cur->cfg.grpo.max_grad_norm;
-    tc.micro_batch = c->cur->cfg.grpo.micro_batch;
-    tc.batching = c->cur->cfg.grpo.batching;
-    tc.pack_tokens = c->cur->cfg.grpo.pack_tokens;
-    tc.reference = c->cur->cfg.grpo.kl_coef > 0;
+    bt_config_adamw(c->cur->cfg, &tc.adamw);
+    tc.max_grad_norm = c->cur->cfg->grpo.max_grad_norm;
+    tc.micro_batch = c->cur->cfg->grpo.micro_batch;
+    tc.batching = c->cur->cfg->grpo.batching;
+    tc.pack_tokens = c->cur->cfg->grpo.pack_tokens;
+    tc.reference = c->cur->cfg->grpo.kl_coef > 0;
     c->cur->trainer = bt_trainer_new(&m, &tc);
     return c->cur->trainer ? BT_OK : BT_EINVAL;
 }
 
 static bt_status s_build(s_compute *c) {
-    BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, &c->base));
+    c->base = malloc(sizeof *c->base);
+    if (!c->base)
+        return bt_fail(BT_ENOMEM, "WELCOME config: out of memory");
+    BT_TRY(bt_config_parse(c->config_json, "WELCOME config", NULL, 0, c->base));
     bt_device dev;
-    BT_TRY(bt_device_parse(c->opt->device ? c->opt->device : c->base.run.device, &dev));
+    BT_TRY(bt_device_parse(c->opt->device ? c->opt->device : c->base->run.device, &dev));
     c->dev = dev;
-    if (c->base.run.threads > 0)
-        bt_set_num_threads((int)c->base.run.threads);
-    BT_TRY(bt_tokenizer_for_model(c->base.model_path, &c->tok));
-    if (c->role != BT_ROLE_TRAINER && c->base.reward.service[0]) {
-        BT_TRY(bt_reward_service_new(c->base.reward.service, c->base.reward.timeout_ms,
-                                     c->base.reward.retries, &c->reward));
+    if (c->base->run.threads > 0)
+        bt_set_num_threads((int)c->base->run.threads);
+    BT_TRY(bt_tokenizer_for_model(c->base->model_path, &c->tok));
+    if (c->role != BT_ROLE_TRAINER && c->base->reward.service[0]) {
+        BT_TRY(bt_reward_service_new(c->base->reward.service, c->base->reward.timeout_ms,
+                                     c->base->reward.retries, &c->reward));
         BT_TRY(bt_reward_service_ping(c->reward)); /* no service there: the run stops now */
     }
-    c->n_variants = c->base.n_variants > 0 ? c->base.n_variants : 1;
+    c->n_variants = c->base->n_variants > 0 ? c->base->n_variants : 1;
     for (int k = 0; k < c->n_variants; k++) {
         c->cur = &c->v[k];
-        if (c->base.n_variants > 0)
-            BT_TRY(bt_config_variant(&c->base, k, &c->cur->cfg));
-        else
+        if (c->base->n_variants > 0) {
+            c->cur->own = malloc(sizeof *c->cur->own);
+            if (!c->cur->own)
+                return bt_fail(BT_ENOMEM, "variants[%d]: out of memory", k);
+            BT_TRY(bt_config_variant(c->base, k, c->cur->own));
+            c->cur->cfg = c->cur->own;
+        } else {
             c->cur->cfg = c->base;
+        }
         BT_TRY(s_build_variant(c, dev));
     }
     c->cur = &c->v[0];
@@ -174,6 +183,9 @@ static void s_variant_release(s_variant *v) {
         bt_task_destroy(&v->sources[k]);
     v->task = NULL;
     bt_eval_suite_release(&v->suite);
+    free(v->own);
+    v->own = NULL;
+    v->cfg = NULL;
 }
 
 /*  The worker leaves: everything it holds is freed, and the device memory libtorch cached for it
@@ -182,6 +194,8 @@ static void s_release(s_compute *c) {
     bt_device_memory(c->dev, NULL, &c->peak_bytes, NULL);
     for (int k = 0; k < BT_CONFIG_MAX_VARIANTS; k++)
         s_variant_release(&c->v[k]);
+    free(c->base);
+    c->base = NULL;
     bt_reward_service_destroy(&c->reward);
     bt_tokenizer_destroy(&c->tok);
     bt_device_release_cache(c->dev);
@@ -366,7 +380,7 @@ static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res,
         st = bt_fail(BT_ENOMEM, "train: out of memory");
     bt_trainer_stats stats;
     bt_grpo_config gc;
-    bt_config_grpo(&c->cur->cfg, &gc);
+    bt_config_grpo(c->cur->cfg, &gc);
     if (st == BT_OK) /* the controller's, which a tuner may have changed */
         st = bt_msg_get_double(task, "kl_coef", 0, BT_CONFIG_KL_MAX, &gc.kl_coef);
     if (st == BT_OK) {
@@ -488,7 +502,7 @@ static bt_status s_task_group(s_compute *c, const bt_msg_t *task, bt_msg_t *res)
 static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
     int64_t ds, start, count, version, seed;
     bool robustness;
-    BT_TRY(bt_msg_get_int(task, "dataset", 0, c->cur->cfg.eval.n_datasets - 1, &ds));
+    BT_TRY(bt_msg_get_int(task, "dataset", 0, c->cur->cfg->eval.n_datasets - 1, &ds));
     BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
     BT_TRY(bt_msg_get_int(task, "count", 0, BT_WIRE_INT_MAX, &count));
     BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
@@ -511,7 +525,7 @@ static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) 
     (the shim's "tried to allocate ..."), and the keys that size that allocation.  The same task
     needs the same memory again, so the controller stops the run on it instead of retrying. */
 static void s_oom_reason(const s_compute *c, const char *kind, char *reason, size_t cap) {
-    const bt_run_config *cfg = &c->cur->cfg;
+    const bt_run_config *cfg = c->cur->cfg;
     char dev[32], what[160], hint[256];
     bt_device_format(c->dev, dev, sizeof dev);
     const char *asked = strstr(bt_last_error(), "tried to allocate");
@@ -949,7 +963,7 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     /* debug.kill_rollout_at_task: rollout-0 crashes on that task (c.base: parsed by the compute
        thread before its ready message) */
     int64_t die_at = ok && opt->role == BT_ROLE_ROLLOUT && !strcmp(opt->name, "rollout-0")
-                         ? c.base.debug.kill_rollout_at_task
+                         ? c.base->debug.kill_rollout_at_task
                          : 0;
     bool crashed = false;
     st = ok ? s_serve(dealer, pipe, opt, &joined, die_at, &crashed, &stats) : c.status;
