@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include "baton/baton.h"
+#include "baton/config.h"
 #include "baton/fileio.h"
 #include "baton/security.h"
 

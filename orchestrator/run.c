@@ -6,6 +6,8 @@
 #include "baton/scaling.h"
 
 #include "baton/checkpoint.h"
+#include "baton/config.h"
+#include "baton/controller.h"
 #include "baton/fileio.h"
 #include "baton/runstate.h"
 #include "baton/security.h"

@@ -5,6 +5,7 @@
     (shards) to 1e-12 relative; the run leaves its policy in RUN_DIR/model and a report. */
 #define _DEFAULT_SOURCE
 #include "baton/baton.h"
+#include "baton/config.h"
 #include "baton/fileio.h"
 #include "baton/report.h"
 #include "check.h"

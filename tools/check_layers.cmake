@@ -11,7 +11,8 @@
 # compiles, with -fsyntax-only against that tree alone (never include/):
 #   - every .c of the folder, and
 #   - every header of the folder on its own (so a header is self-contained and includes nothing
-#     from above its floor).
+#     from above its floor);
+# and baton.h, the embedding API, with nothing but status.h beside it.
 # An upward include fails as "baton/controller.h: No such file or directory", named with the file
 # that asked for it.  The check reads the sources as they are now: no configure step is needed
 # after a new file or a new include.
@@ -103,6 +104,21 @@ foreach(layer ${LAYERS})
   endforeach()
   math(EXPR i "${i} + 1")
 endforeach()
+
+# The embedding API is self-contained: baton.h compiles with status.h alone beside it, as C11
+# under -pedantic (no tensor.h, no config struct: a host sees opaque types and a few functions).
+set(tree ${WORK_DIR}/_embedding)
+file(MAKE_DIRECTORY ${tree}/baton)
+file(COPY ${SOURCE_DIR}/include/baton/baton.h ${SOURCE_DIR}/include/baton/status.h
+     DESTINATION ${tree}/baton)
+execute_process(COMMAND ${C_COMPILER} ${s_flags} -pedantic -x c -I ${tree} ${tree}/baton/baton.h
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+math(EXPR n_checked "${n_checked} + 1")
+if(NOT rc EQUAL 0)
+  string(REGEX MATCH "[^\n]*error:[^\n]*" first "${out}")
+  string(REPLACE "${tree}/" "" first "${first}")
+  string(APPEND s_problems "  include/baton/baton.h (with status.h only): ${first}\n")
+endif()
 
 if(NOT s_problems STREQUAL "")
   message(FATAL_ERROR "check_layers: an include points above its floor (order, top to bottom: "

@@ -5,16 +5,15 @@
     bt_run_destroy().
     Signals: a host with data-parallel trainers (workers.trainer > 1) ignores SIGPIPE, as `baton`
     does: Gloo's collectives write with writev(2), and a rank's peer that died would otherwise kill
-    the process with SIGPIPE instead of failing the collective. */
+    the process with SIGPIPE instead of failing the collective.
+    Self-contained: it includes status.h alone, and names the config as an incomplete type. */
 #ifndef BATON_BATON_H
 #define BATON_BATON_H
 
-#include "baton/config.h"
-#include "baton/controller.h"
 #include "baton/status.h"
-#include "baton/tasks.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -22,6 +21,45 @@ extern "C" {
 #endif
 
 typedef struct bt_run bt_run_t;
+
+/*  The resolved config (config.h has its fields; an embedder that reads them includes it). */
+typedef struct bt_run_config bt_run_config;
+
+/*  A host program's reward: the score of completion (len bytes, not NUL-terminated) for prompt,
+    whose reference answer is answer.  The same type as tasks.h's (a compiler checks that the two
+    agree wherever both are included). */
+typedef double(bt_reward_fn)(const char *prompt, const char *completion, size_t len,
+                             const char *answer, void *user);
+
+/*  What a progress display needs; NaN where nothing is known yet. */
+typedef struct bt_progress {
+    const char *phase; /* "join", "sft", "rl", "done" */
+    int64_t step, total;
+    double reward_mean;
+    double accuracy; /* last evaluation */
+    double tokens_per_s;
+    double elapsed_s, eta_s;
+} bt_progress;
+
+typedef void(bt_progress_fn)(const bt_progress *p, void *user);
+
+/*  Counters of what the controller refused or recovered from. */
+typedef struct bt_controller_stats {
+    int64_t malformed;        /* messages rejected by the decoder */
+    int64_t unknown_peer;     /* messages from peers that had not said HELLO */
+    int64_t late_results;     /* results for tasks the sender no longer held (dropped) */
+    int64_t failed_tasks;     /* FAIL messages (the task was re-queued) */
+    int64_t lost_workers;     /* expired or left */
+    int64_t requeued;         /* task hand-outs beyond the first */
+    int64_t rejected_results; /* RESULTs that did not parse as their job's (the job re-queued) */
+    int64_t wrong_run;        /* messages stamped with another run's id or protocol (refused) */
+    int64_t refused_weights;  /* WEIGHTS from a worker holding no publishing job (dropped) */
+    int64_t quarantined;      /* workers that held a job past its deadline */
+    int64_t restores;         /* trainers restored from a snapshot after the state was lost */
+    double compute_s;         /* worker compute on the critical path: per batch of parallel tasks,
+                                 the longest one's compute_s */
+    double tasks_s;           /* wall time spent waiting for those batches of tasks */
+} bt_controller_stats;
 
 /*  Parses and checks config_json (source names it in messages) with `--set` style overrides, and
     checks that the files it names exist (bt_config_check_files).  Nothing is created on disk yet.  Caller owns the result; destroy with bt_run_destroy().  NULL

@@ -5,6 +5,7 @@
 #ifndef BATON_CONTROLLER_H
 #define BATON_CONTROLLER_H
 
+#include "baton/baton.h"
 #include "baton/config.h"
 #include "baton/registry.h"
 #include "baton/runlog.h"
@@ -17,35 +18,7 @@
 extern "C" {
 #endif
 
-/*  What a progress display needs; NaN where nothing is known yet. */
-typedef struct bt_progress {
-    const char *phase; /* "join", "sft", "rl", "done" */
-    int64_t step, total;
-    double reward_mean;
-    double accuracy; /* last evaluation */
-    double tokens_per_s;
-    double elapsed_s, eta_s;
-} bt_progress;
-
-typedef void(bt_progress_fn)(const bt_progress *p, void *user);
-
-/*  Counters of what the controller refused or recovered from. */
-typedef struct bt_controller_stats {
-    int64_t malformed;        /* messages rejected by the decoder */
-    int64_t unknown_peer;     /* messages from peers that had not said HELLO */
-    int64_t late_results;     /* results for tasks the sender no longer held (dropped) */
-    int64_t failed_tasks;     /* FAIL messages (the task was re-queued) */
-    int64_t lost_workers;     /* expired or left */
-    int64_t requeued;         /* task hand-outs beyond the first */
-    int64_t rejected_results; /* RESULTs that did not parse as their job's (the job re-queued) */
-    int64_t wrong_run;        /* messages stamped with another run's id or protocol (refused) */
-    int64_t refused_weights;  /* WEIGHTS from a worker holding no publishing job (dropped) */
-    int64_t quarantined;      /* workers that held a job past its deadline */
-    int64_t restores;         /* trainers restored from a snapshot after the state was lost */
-    double compute_s;         /* worker compute on the critical path: per batch of parallel tasks,
-                                 the longest one's compute_s */
-    double tasks_s;           /* wall time spent waiting for those batches of tasks */
-} bt_controller_stats;
+/*  bt_progress, bt_progress_fn, bt_controller_stats: baton.h (the embedding API returns them). */
 
 typedef struct bt_controller bt_controller_t;
 
