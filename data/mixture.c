@@ -1,6 +1,7 @@
 /*  mixture.c — source draws, per-source positions and curriculum streaks; see mixture.h.  cJSON
     stays in this file. */
 #include "baton/mixture.h"
+#include "baton/rng.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -20,12 +21,6 @@ struct bt_mixture {
     size_t cap, n;
     int64_t dropped;
 };
-
-static uint64_t s_mix(uint64_t z) { /* splitmix64's finaliser */
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 bt_mixture_t *bt_mixture_new(const bt_mixture_config *cfg) {
     BT_ASSERT(cfg->n_sources >= 1 && cfg->n_sources <= BT_MIXTURE_MAX_SOURCES);
@@ -49,7 +44,7 @@ void bt_mixture_destroy(bt_mixture_t **self_p) {
 /*  The slot of key, or the empty slot where it would go. */
 static s_slot *s_find(const bt_mixture_t *self, uint64_t key) {
     size_t mask = self->cap - 1;
-    for (size_t h = s_mix(key) & mask;; h = (h + 1) & mask)
+    for (size_t h = bt_rng_finalize(key) & mask;; h = (h + 1) & mask)
         if (self->slots[h].key == key || self->slots[h].key == 0)
             return &self->slots[h];
 }
@@ -87,9 +82,9 @@ static int s_pick(const bt_mixture_t *self, const double *weights) {
     double total = 0;
     for (int s = 0; s < n; s++)
         total += weights[s];
-    uint64_t r =
-        s_mix(s_mix(self->cfg.seed * 0x9E3779B97F4A7C15ull + 0x5bd1e995u) + self->pos.draws);
-    double u = (double)(r >> 11) * 0x1.0p-53 * total;
+    uint64_t r = bt_rng_finalize(
+        bt_rng_finalize(self->cfg.seed * 0x9E3779B97F4A7C15ull + 0x5bd1e995u) + self->pos.draws);
+    double u = bt_rng_unit(r) * total;
     for (int s = 0; s < n - 1; s++) {
         if (u < weights[s])
             return s;

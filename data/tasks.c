@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_GOLDEN 0x9e3779b97f4a7c15ULL
 #define S_TAG_TRAIN 0x747261696eULL       /* "train": the arithmetic training stream */
 #define S_TAG_HELDOUT 0x68656c646f7574ULL /* "heldout": the arithmetic held-out stream */
 #define S_TAG_RESERVE 0x72657365727665ULL /* "reserve": the held-out membership hash */
@@ -53,13 +52,6 @@ struct bt_task {
     void *reward_user;
 };
 
-/* ---- splitmix64 (core/rng.c) --------------------------------------------------------------- */
-static uint64_t s_next(uint64_t *state) {
-    uint64_t out = bt_rng_mix(*state);
-    *state += S_GOLDEN;
-    return out;
-}
-
 /* ---- arithmetic --------------------------------------------------------------------------- */
 void bt_task_arith_config_init(bt_task_arith_config *cfg) {
     *cfg = (bt_task_arith_config){
@@ -80,9 +72,9 @@ static bool s_is_reserved(uint64_t code) {
 static uint64_t s_arith_draw(const bt_task_t *self, uint64_t key, uint64_t index,
                              uint64_t attempt) {
     uint64_t state = bt_rng_key(bt_rng_key(key, index), attempt);
-    uint64_t a = s_next(&state) % self->modulus;
-    uint64_t b = s_next(&state) % self->modulus;
-    int op = self->ops[s_next(&state) % (uint64_t)self->n_ops];
+    uint64_t a = bt_rng_next(&state) % self->modulus;
+    uint64_t b = bt_rng_next(&state) % self->modulus;
+    int op = self->ops[bt_rng_next(&state) % (uint64_t)self->n_ops];
     return s_code(op, a, b);
 }
 
@@ -1152,8 +1144,8 @@ static size_t s_put(char *buf, size_t len, const char *text, size_t n) {
 /*  The distractor sentence of held-out example i; returns its length. */
 static size_t s_distractor(size_t i, char out[64]) {
     uint64_t state = bt_rng_key(S_TAG_ASIDE, i);
-    size_t pick = (size_t)(s_next(&state) % (sizeof s_distractors / sizeof *s_distractors));
-    int number = 2 + (int)(s_next(&state) % 19); /* 2..20 */
+    size_t pick = (size_t)(bt_rng_next(&state) % (sizeof s_distractors / sizeof *s_distractors));
+    int number = 2 + (int)(bt_rng_next(&state) % 19); /* 2..20 */
     return (size_t)snprintf(out, 64, s_distractors[pick], number);
 }
 

@@ -9,6 +9,7 @@
 #include "baton/config.h"
 #include "baton/controller.h"
 #include "baton/fileio.h"
+#include "baton/rng.h"
 #include "baton/runstate.h"
 #include "baton/security.h"
 #include "baton/worker.h"
@@ -604,14 +605,6 @@ bt_status bt_run_start(bt_run_t *self) {
     return st;
 }
 
-/*  A uniform draw in [0, 1) from a splitmix64 state: PBT's choices, reproducible from run.seed. */
-static double s_draw(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
-
 /*  Population-based training (Jaderberg et al. 2017), when every variant has made a multiple of
     pbt.ready_steps steps: the variants are ranked by pbt.metric, the held-out accuracy of their
     latest evaluation (waited for) or the last step's mean reward; each one in the bottom quantile
@@ -647,8 +640,9 @@ static bt_status s_pbt(bt_run_t *self) {
     q = q < 1 ? 1 : q;
     uint64_t rng = (uint64_t)c->run.seed * 1000003u + (uint64_t)step;
     for (int b = n - q; b < n; b++) {
-        int bottom = order[b], top = order[(int)(s_draw(&rng) * q)];
-        double lr = bt_controller_lr(self->vctl[top]), u = s_draw(&rng), v = s_draw(&rng);
+        int bottom = order[b], top = order[(int)(bt_rng_unit(bt_rng_next(&rng)) * q)];
+        double lr = bt_controller_lr(self->vctl[top]);
+        double u = bt_rng_unit(bt_rng_next(&rng)), v = bt_rng_unit(bt_rng_next(&rng));
         if (acc[bottom] >= acc[top])
             continue;
         const char *how = "resample";
