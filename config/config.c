@@ -3,6 +3,7 @@
     cJSON stays in this file: parse, check, copy into bt_run_config, delete. */
 #include "baton/config.h"
 
+#include "baton/buf.h"
 #include "baton/fileio.h"
 
 #include <cjson/cJSON.h>
@@ -373,15 +374,9 @@ static bool s_is_section(const char *name) {
 
 /*  Shortest text that reads back as exactly x; integers without an exponent up to 1e17. */
 static void s_format_number(double x, char *buf, size_t len) {
-    if (x == floor(x) && fabs(x) < 1e17) {
-        snprintf(buf, len, "%.0f", x);
-        return;
-    }
-    for (int digits = 1; digits <= 17; digits++) {
-        snprintf(buf, len, "%.*g", digits, x);
-        if (strtod(buf, NULL) == x)
-            return;
-    }
+    char text[BT_BUF_NUMBER_LEN];
+    bool integer = x == floor(x) && fabs(x) < 1e17; /* all 17 digits: no exponent */
+    snprintf(buf, len, "%s", bt_buf_format_number(text, x, integer ? 17 : 1));
 }
 
 /*  A JSON value as an error message shows it. */

@@ -1,91 +1,88 @@
-/*  jsonl.c — one JSON object built field by field into a fixed buffer (metrics and event lines). */
+/*  jsonl.c — one JSON object built field by field into a fixed buffer (metrics and event lines),
+    written through a fixed bt_buf over the line's own storage. */
 #include "baton/jsonl.h"
 
+#include "baton/buf.h"
+
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <string.h>
+
+/*  The line as a buffer: writes through it land in line->buf; s_keep records them. */
+static bt_buf s_view(bt_jsonl *line) {
+    return (bt_buf){.data = line->buf,
+                    .len = line->len,
+                    .cap = sizeof line->buf,
+                    .fixed = true,
+                    .failed = line->overflow};
+}
+
+static void s_keep(bt_jsonl *line, const bt_buf *b) {
+    line->len = b->len;
+    line->overflow = b->failed;
+}
+
+/*  A JSON string literal of text: quotes, backslashes and control bytes (as \u00XX) escaped. */
+static void s_quoted(bt_buf *b, const char *text) {
+    bt_buf_json_string(b, text, strlen(text), BT_JSON_ESCAPE_PLAIN);
+}
+
+static bt_buf s_key(bt_jsonl *line, const char *key) {
+    bt_buf b = s_view(line);
+    bt_buf_puts(&b, line->len ? "," : "{");
+    s_quoted(&b, key);
+    bt_buf_puts(&b, ":");
+    return b;
+}
 
 void bt_jsonl_init(bt_jsonl *line) {
-    line->len = 0;
-    line->overflow = false;
-    line->buf[0] = '\0';
-}
-
-static void s_append(bt_jsonl *line, const char *fmt, ...) {
-    if (line->overflow)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = sizeof line->buf - line->len;
-    int n = vsnprintf(line->buf + line->len, room, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= room)
-        line->overflow = true;
-    else
-        line->len += (size_t)n;
-}
-
-/*  A JSON string literal of text: quotes, backslashes and control bytes escaped. */
-static void s_quoted(bt_jsonl *line, const char *text) {
-    s_append(line, "\"");
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            s_append(line, "\\%c", *p);
-        else if (*p < 0x20)
-            s_append(line, "\\u%04x", *p);
-        else
-            s_append(line, "%c", *p);
-    }
-    s_append(line, "\"");
-}
-
-static void s_key(bt_jsonl *line, const char *key) {
-    s_append(line, line->len ? "," : "{");
-    s_quoted(line, key);
-    s_append(line, ":");
+    bt_buf b;
+    bt_buf_init_fixed(&b, line->buf, sizeof line->buf);
+    s_keep(line, &b);
 }
 
 void bt_jsonl_str(bt_jsonl *line, const char *key, const char *value) {
-    s_key(line, key);
-    s_quoted(line, value ? value : "");
+    bt_buf b = s_key(line, key);
+    s_quoted(&b, value ? value : "");
+    s_keep(line, &b);
 }
 
 void bt_jsonl_int(bt_jsonl *line, const char *key, int64_t value) {
-    s_key(line, key);
-    s_append(line, "%lld", (long long)value);
+    bt_buf b = s_key(line, key);
+    bt_buf_printf(&b, "%lld", (long long)value);
+    s_keep(line, &b);
 }
 
 void bt_jsonl_uints(bt_jsonl *line, const char *key, const uint64_t *values, size_t n) {
-    s_key(line, key);
-    s_append(line, "[");
+    bt_buf b = s_key(line, key);
+    bt_buf_puts(&b, "[");
     for (size_t i = 0; i < n; i++)
-        s_append(line, i ? ",%llu" : "%llu", (unsigned long long)values[i]);
-    s_append(line, "]");
+        bt_buf_printf(&b, i ? ",%llu" : "%llu", (unsigned long long)values[i]);
+    bt_buf_puts(&b, "]");
+    s_keep(line, &b);
 }
 
 void bt_jsonl_strs(bt_jsonl *line, const char *key, const char *const *values, size_t n) {
-    s_key(line, key);
-    s_append(line, "[");
+    bt_buf b = s_key(line, key);
+    bt_buf_puts(&b, "[");
     for (size_t i = 0; i < n; i++) {
-        s_append(line, i ? "," : "");
-        s_quoted(line, values[i]);
+        bt_buf_puts(&b, i ? "," : "");
+        s_quoted(&b, values[i]);
     }
-    s_append(line, "]");
+    bt_buf_puts(&b, "]");
+    s_keep(line, &b);
 }
 
 void bt_jsonl_num(bt_jsonl *line, const char *key, double value) {
-    s_key(line, key);
-    char num[32] = "null";
-    for (int digits = 9; isfinite(value) && digits <= 17; digits++) { /* shortest exact text */
-        snprintf(num, sizeof num, "%.*g", digits, value);
-        if (strtod(num, NULL) == value)
-            break;
-    }
-    s_append(line, "%s", num);
+    bt_buf b = s_key(line, key);
+    if (isfinite(value))
+        bt_buf_number(&b, value, 9);
+    else
+        bt_buf_puts(&b, "null");
+    s_keep(line, &b);
 }
 
 void bt_jsonl_bool(bt_jsonl *line, const char *key, bool value) {
-    s_key(line, key);
-    s_append(line, value ? "true" : "false");
+    bt_buf b = s_key(line, key);
+    bt_buf_puts(&b, value ? "true" : "false");
+    s_keep(line, &b);
 }

@@ -2,6 +2,7 @@
     and deleted inside this file) and raw tensor frames kept as zmq_msg_t, so a tensor is never
     copied on receive nor, when added zero-copy or shared, on send. */
 #include "baton/wire.h"
+#include "baton/buf.h"
 #include "baton/dtype.h"
 
 #include <cjson/cJSON.h>
@@ -615,13 +616,8 @@ static bt_status s_check_rules(const bt_msg_t *m) {
 /*  A JSON number item holding the shortest decimal text that reads back as exactly value (cJSON's
     own printer settles for 15 digits when they come within an epsilon). */
 static cJSON *s_number(double value) {
-    char text[32];
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(text, sizeof text, "%.*g", digits, value);
-        if (strtod(text, NULL) == value)
-            break;
-    }
-    return cJSON_CreateRaw(text);
+    char text[BT_BUF_NUMBER_LEN];
+    return cJSON_CreateRaw(bt_buf_format_number(text, value, 15));
 }
 
 /*  Adds item to obj under key (to an array when key is NULL); deletes it when that fails. */
