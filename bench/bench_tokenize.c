@@ -8,6 +8,7 @@
        "node_mb_s":B,"ratio":A/B}
     Usage: bench_tokenize (BATON_SOURCE_DIR: the repository; default: the build folder's parent) */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/buf.h"
 #include "baton/fileio.h"
 #include "baton/tokenizer.h"
 
@@ -92,8 +93,11 @@ static void s_bench(const char *root, const char *src, const char *name, const s
     int fd = mkstemp(lines_path);
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     for (size_t i = 0; f && i < l->n; i++) {
-        bt_file_put_json_string(f, l->v[i], l->len[i]);
-        fputc('\n', f);
+        bt_buf lit = {0};
+        bt_buf_json_string(&lit, l->v[i], l->len[i], BT_JSON_ESCAPE_NEWLINE | BT_JSON_ESCAPE_DEL);
+        bt_buf_puts(&lit, "\n");
+        fwrite(lit.data, 1, lit.len, f);
+        bt_buf_release(&lit);
     }
     if (f)
         fclose(f);

@@ -3,7 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
-#include "baton/fileio.h"
+#include "baton/buf.h"
 #include "baton/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/*  --json lines: \n short, other control bytes and DEL as \u00XX, every other byte as it is. */
+#define S_ESCAPE (BT_JSON_ESCAPE_NEWLINE | BT_JSON_ESCAPE_DEL)
 
 static int s_encode_line(const bt_tokenizer_t *tok, const char *text, size_t len, bool bos,
                          int32_t **ids, size_t *cap, long line) {
@@ -44,8 +47,7 @@ static int s_decode_line(const bt_tokenizer_t *tok, const char *line_text, bool 
         cJSON_Delete(arr);
         return 2;
     }
-    char *text = NULL;
-    size_t len = 0, cap = 0;
+    bt_buf text = {0};
     const cJSON *id;
     cJSON_ArrayForEach(id, arr) {
         size_t tlen = 0;
@@ -58,26 +60,23 @@ static int s_decode_line(const bt_tokenizer_t *tok, const char *line_text, bool 
             rc = 2;
             break;
         }
-        if (len + tlen > cap) {
-            cap = 2 * (len + tlen) + 64;
-            char *grown = realloc(text, cap);
-            if (!grown) {
-                rc = 1;
-                break;
-            }
-            text = grown;
+        if (!bt_buf_put(&text, t, tlen)) {
+            rc = 1;
+            break;
         }
-        memcpy(text + len, t, tlen);
-        len += tlen;
     }
-    if (rc == 0) {
-        if (json)
-            bt_file_put_json_string(stdout, text ? text : "", len);
-        else
-            fwrite(text ? text : "", 1, len, stdout);
+    if (rc == 0 && json) {
+        bt_buf quoted = {0};
+        bt_buf_json_string(&quoted, text.data ? text.data : "", text.len, S_ESCAPE);
+        rc = quoted.failed ? 1 : 0;
+        fwrite(quoted.data, 1, quoted.len, stdout);
+        bt_buf_release(&quoted);
+    } else if (rc == 0) {
+        fwrite(text.data ? text.data : "", 1, text.len, stdout);
+    }
+    if (rc == 0)
         putchar('\n');
-    }
-    free(text);
+    bt_buf_release(&text);
     cJSON_Delete(arr);
     return rc;
 }

@@ -91,22 +91,6 @@ bt_status bt_file_replace(const char *path, const char *tmp, const void *data, s
     return BT_OK;
 }
 
-void bt_file_put_json_string(FILE *f, const char *s, size_t len) {
-    fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7F)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 uint64_t bt_hash64(const void *data, size_t len) {
     return XXH3_64bits(data, len);
 }

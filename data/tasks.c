@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/tasks.h"
 
+#include "baton/buf.h"
 #include "baton/dataset.h"
 #include "baton/rng.h"
 
@@ -485,22 +486,6 @@ static uint64_t s_permute(uint64_t x, uint64_t n, uint64_t key) {
     return x;
 }
 
-/*  Appends text to the growing *out (len used, cap allocated). */
-static bool s_append(char **out, size_t *len, size_t *cap, const char *text, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = (*len + n + 1) * 2;
-        char *p = realloc(*out, c);
-        if (!p)
-            return false;
-        *out = p;
-        *cap = c;
-    }
-    memcpy(*out + *len, text, n);
-    *len += n;
-    (*out)[*len] = '\0';
-    return true;
-}
-
 bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt, char **out) {
     *out = NULL;
     system = system ? system : "";
@@ -523,29 +508,25 @@ bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt
                        tmpl);
     if (sys && strstr(sys + 1, "{system}"))
         return bt_fail(BT_EINVAL, "chat template: {system} more than once in \"%.60s\"", tmpl);
-    size_t len = 0, cap = 0;
-    bool ok = true;
-    for (const char *p = tmpl; *p && ok;) {
+    bt_buf text = {0};
+    for (const char *p = tmpl; *p && !text.failed;) {
         const char *next = strchr(p, '{');
         if (next && !strncmp(next, "{prompt}", 8)) {
-            ok = s_append(out, &len, &cap, p, (size_t)(next - p)) &&
-                 s_append(out, &len, &cap, prompt, strlen(prompt));
+            bt_buf_put(&text, p, (size_t)(next - p));
+            bt_buf_puts(&text, prompt);
             p = next + 8;
         } else if (next && !strncmp(next, "{system}", 8)) {
-            ok = s_append(out, &len, &cap, p, (size_t)(next - p)) &&
-                 s_append(out, &len, &cap, system, strlen(system));
+            bt_buf_put(&text, p, (size_t)(next - p));
+            bt_buf_puts(&text, system);
             p = next + 8;
         } else {
             size_t n = next ? (size_t)(next - p) + 1 : strlen(p);
-            ok = s_append(out, &len, &cap, p, n);
+            bt_buf_put(&text, p, n);
             p += n;
         }
     }
-    if (!ok) {
-        free(*out);
-        *out = NULL;
+    if (!(*out = bt_buf_detach(&text, NULL)))
         return bt_fail(BT_ENOMEM, "chat template: out of memory");
-    }
     return BT_OK;
 }
 

@@ -2,13 +2,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/report.h"
 
+#include "baton/buf.h"
 #include "baton/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -128,51 +128,6 @@ typedef struct {
     bool oom;
 } s_report;
 
-/*  ---- a growable output buffer ------------------------------------------------------------ */
-
-typedef struct {
-    char *data;
-    size_t len, cap;
-    bool oom;
-} s_buf;
-
-static bool s_buf_room(s_buf *b, size_t n) {
-    if (b->oom)
-        return false;
-    if (b->len + n + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap ? b->cap : 1 << 16;
-    while (cap < b->len + n + 1)
-        cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (!p)
-        return !(b->oom = true);
-    b->data = p;
-    b->cap = cap;
-    return true;
-}
-
-static void s_putn(s_buf *b, const char *text, size_t n) {
-    if (!s_buf_room(b, n))
-        return;
-    memcpy(b->data + b->len, text, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-static void s_put(s_buf *b, const char *fmt, ...) {
-    va_list ap, ap2;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    if (n >= 0 && s_buf_room(b, (size_t)n)) {
-        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
-        b->len += (size_t)n;
-    }
-    va_end(ap2);
-    va_end(ap);
-}
-
 /*  Length of the valid UTF-8 sequence at p (1..4), or 0 when it is not one. */
 static int s_utf8_len(const unsigned char *p) {
     int n = p[0] < 0x80   ? 1
@@ -192,21 +147,21 @@ static int s_utf8_len(const unsigned char *p) {
 
 /*  Text from a file as XML character data: & < > " escaped, control bytes and invalid UTF-8
     replaced by '?'. */
-static void s_esc(s_buf *b, const char *text) {
+static void s_esc(bt_buf *b, const char *text) {
     for (const unsigned char *p = (const unsigned char *)text; *p;) {
         int n = s_utf8_len(p);
         if (*p == '&')
-            s_put(b, "&amp;");
+            bt_buf_printf(b, "&amp;");
         else if (*p == '<')
-            s_put(b, "&lt;");
+            bt_buf_printf(b, "&lt;");
         else if (*p == '>')
-            s_put(b, "&gt;");
+            bt_buf_printf(b, "&gt;");
         else if (*p == '"')
-            s_put(b, "&quot;");
+            bt_buf_printf(b, "&quot;");
         else if (n == 0 || (*p < 0x20 && *p != '\t' && *p != '\n'))
-            s_put(b, "?");
+            bt_buf_printf(b, "?");
         else
-            s_putn(b, (const char *)p, (size_t)n);
+            bt_buf_put(b, (const char *)p, (size_t)n);
         p += n ? n : 1;
     }
 }
@@ -590,124 +545,124 @@ static double s_tick(const s_axis *a, int i) {
     return fabs(v) < a->step * 1e-9 ? 0 : v;
 }
 
-static void s_chart_axes(s_buf *b, const s_frame *fr, int family) {
+static void s_chart_axes(bt_buf *b, const s_frame *fr, int family) {
     double v;
     for (int i = 0; isfinite(v = s_tick(&fr->y, i)); i++)
-        s_put(
+        bt_buf_printf(
             b,
             "<line class=\"grid\" stroke=\"#e8e8e8\" x1=\"%d\" y1=\"%.6g\" x2=\"%d\" y2=\"%.6g\"/>"
             "<text x=\"%d\" y=\"%.6g\" text-anchor=\"end\">%.6g</text>\n",
             S_L, s_py(fr, v), S_R, s_py(fr, v), S_L - 6, s_py(fr, v) + 4, v);
     for (int i = 0; isfinite(v = s_tick(&fr->x, i)); i++)
-        s_put(
+        bt_buf_printf(
             b,
             "<line class=\"axis\" stroke=\"#333333\" x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\"/>"
             "<text x=\"%.6g\" y=\"%d\" text-anchor=\"middle\">%.6g</text>\n",
             s_px(fr, v), S_B, s_px(fr, v), S_B + 5, s_px(fr, v), S_B + 18, v);
-    s_put(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
+    bt_buf_printf(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
           S_L, S_B, S_R, S_B);
-    s_put(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
+    bt_buf_printf(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
           S_L, S_T, S_L, S_B);
-    s_put(b, "<text class=\"axis-title\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
+    bt_buf_printf(b, "<text class=\"axis-title\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
           (S_L + S_R) / 2, S_B + 36);
-    s_put(b,
+    bt_buf_printf(b,
           "<text class=\"axis-title\" transform=\"rotate(-90)\" x=\"%d\" y=\"14\" "
           "text-anchor=\"middle\">",
           -(S_T + S_B) / 2);
     s_esc(b, s_family[family].y_title);
-    s_put(b, "</text>\n");
+    bt_buf_printf(b, "</text>\n");
 }
 
-static void s_stroke(s_buf *b, int k) {
-    s_put(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s", s_palette[k % S_PALETTE],
+static void s_stroke(bt_buf *b, int k) {
+    bt_buf_printf(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s", s_palette[k % S_PALETTE],
           k >= S_PALETTE ? " stroke-dasharray=\"6 3\"" : "");
 }
 
 /*  Evaluation markers: a small circle per point, its details in a hover <title>. */
-static void s_chart_markers(s_buf *b, const s_frame *fr, const s_series *s, int k) {
+static void s_chart_markers(bt_buf *b, const s_frame *fr, const s_series *s, int k) {
     for (const s_point *p = s->pts; p < s->pts + s->n; p++) {
         if (!isfinite(p->x) || !isfinite(p->y))
             continue;
-        s_put(b, "<circle class=\"marker\" cx=\"%.6g\" cy=\"%.6g\" r=\"3\" fill=\"%s\"><title>",
+        bt_buf_printf(b, "<circle class=\"marker\" cx=\"%.6g\" cy=\"%.6g\" r=\"3\" fill=\"%s\"><title>",
               s_px(fr, p->x), s_py(fr, p->y), s_palette[k % S_PALETTE]);
         s_esc(b, s->label);
-        s_put(b, ": step %.6g, accuracy %.6g%s", p->x, p->y, *p->trigger ? ", trigger " : "");
+        bt_buf_printf(b, ": step %.6g, accuracy %.6g%s", p->x, p->y, *p->trigger ? ", trigger " : "");
         s_esc(b, p->trigger);
-        s_put(b, "</title></circle>\n");
+        bt_buf_printf(b, "</title></circle>\n");
     }
 }
 
 /*  The k-th series of its chart: one polyline per run of finite points. */
-static void s_chart_series(s_buf *b, const s_frame *fr, const s_series *s, int k) {
-    s_put(b, "<g class=\"series\"><title>");
+static void s_chart_series(bt_buf *b, const s_frame *fr, const s_series *s, int k) {
+    bt_buf_printf(b, "<g class=\"series\"><title>");
     s_esc(b, s->label);
-    s_put(b, "</title>\n");
+    bt_buf_printf(b, "</title>\n");
     bool open = false;
     for (const s_point *p = s->pts; p < s->pts + s->n; p++) {
         bool ok = isfinite(p->x) && isfinite(p->y);
         if (open && !ok)
-            s_put(b, "\"/>\n");
+            bt_buf_printf(b, "\"/>\n");
         else if (!open && ok) {
-            s_put(b, "<polyline");
+            bt_buf_printf(b, "<polyline");
             s_stroke(b, k);
-            s_put(b, " points=\"");
+            bt_buf_printf(b, " points=\"");
         }
         if (ok)
-            s_put(b, "%s%.6g,%.6g", open ? " " : "", s_px(fr, p->x), s_py(fr, p->y));
+            bt_buf_printf(b, "%s%.6g,%.6g", open ? " " : "", s_px(fr, p->x), s_py(fr, p->y));
         open = ok;
     }
     if (open)
-        s_put(b, "\"/>\n");
+        bt_buf_printf(b, "\"/>\n");
     if (s->family == S_ACCURACY)
         s_chart_markers(b, fr, s, k);
-    s_put(b, "</g>\n");
+    bt_buf_printf(b, "</g>\n");
 }
 
 /*  eval_interval (grey, labelled with the new interval), eval_alarm (red), eval_deferred (light),
     tuner decisions (blue, labelled with the hyperparameter). */
-static void s_chart_marks(s_buf *b, const s_report *r, const s_frame *fr) {
+static void s_chart_marks(bt_buf *b, const s_report *r, const s_frame *fr) {
     static const char *const colour[] = {"#555555", "#e00000", "#aaaaaa", "#1f5fbf"};
     for (const s_mark *m = r->marks; m < r->marks + r->n_marks; m++) {
         double x = s_px(fr, m->step);
-        s_put(b, "<g class=\"event\"><title>");
+        bt_buf_printf(b, "<g class=\"event\"><title>");
         s_esc(b, m->tip);
-        s_put(b,
+        bt_buf_printf(b,
               "</title><line x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\" stroke=\"%s\" "
               "stroke-width=\"2\"/>",
               x, S_B, x, S_B - 10, colour[m->kind]);
         if (m->kind == S_EV_ALARM)
-            s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
+            bt_buf_printf(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
                   S_B - 13, colour[m->kind]);
         else if (m->kind == S_EV_TUNER) {
-            s_put(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x, S_B - 13,
+            bt_buf_printf(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x, S_B - 13,
                   colour[m->kind]);
             s_esc(b, m->param);
-            s_put(b, "</text>");
+            bt_buf_printf(b, "</text>");
         } else if (m->kind == S_EV_INTERVAL && isfinite(m->new_every))
-            s_put(b,
+            bt_buf_printf(b,
                   "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">&#8594;%.6g</text>",
                   x, S_B - 13, colour[m->kind], m->new_every);
-        s_put(b, "</g>\n");
+        bt_buf_printf(b, "</g>\n");
     }
 }
 
-static void s_chart_legend(s_buf *b, const s_report *r, int family) {
-    s_put(b, "<g class=\"legend\">\n");
+static void s_chart_legend(bt_buf *b, const s_report *r, int family) {
+    bt_buf_printf(b, "<g class=\"legend\">\n");
     int k = 0;
     for (const s_series *s = r->series; s < r->series + r->n_series; s++) {
         if (s->family != family)
             continue;
         int x = S_L + (k % 2) * S_COL, y = S_H + (k / 2) * S_ROW;
-        s_put(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"", x, y - 4, x + 20, y - 4);
+        bt_buf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"", x, y - 4, x + 20, y - 4);
         s_stroke(b, k++);
-        s_put(b, "/><text x=\"%d\" y=\"%d\">", x + 26, y);
+        bt_buf_printf(b, "/><text x=\"%d\" y=\"%d\">", x + 26, y);
         s_esc(b, s->label);
-        s_put(b, "</text>\n");
+        bt_buf_printf(b, "</text>\n");
     }
-    s_put(b, "</g>\n");
+    bt_buf_printf(b, "</g>\n");
 }
 
-static void s_chart(s_buf *b, const s_report *r, int family) {
+static void s_chart(bt_buf *b, const s_report *r, int family) {
     s_frame fr;
     if (!s_frame_of(r, family, &fr))
         return;
@@ -715,8 +670,8 @@ static void s_chart(s_buf *b, const s_report *r, int family) {
     for (int i = 0; i < r->n_series; i++)
         n += r->series[i].family == family;
     int h = S_H + (n + 1) / 2 * S_ROW;
-    s_put(b, "<h2>%s</h2>\n", s_family[family].title);
-    s_put(b,
+    bt_buf_printf(b, "<h2>%s</h2>\n", s_family[family].title);
+    bt_buf_printf(b,
           "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-family=\"%s\" "
           "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n<title>%s vs "
           "step</title>\n",
@@ -729,129 +684,129 @@ static void s_chart(s_buf *b, const s_report *r, int family) {
     if (family == S_ACCURACY)
         s_chart_marks(b, r, &fr);
     s_chart_legend(b, r, family);
-    s_put(b, "</svg>\n");
+    bt_buf_printf(b, "</svg>\n");
 }
 
 /*  ---- the page ---------------------------------------------------------------------------- */
 
-static void s_head(s_buf *b, const s_report *r) {
-    s_put(b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+static void s_head(bt_buf *b, const s_report *r) {
+    bt_buf_printf(b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
              "<meta charset=\"utf-8\"/>\n<title>baton report: ");
     for (int i = 0; i < r->n_runs; i++) {
-        s_put(b, i ? ", " : "");
+        bt_buf_printf(b, i ? ", " : "");
         s_esc(b, r->runs[i].name);
     }
-    s_put(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>baton report</h1>\n", s_css);
+    bt_buf_printf(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>baton report</h1>\n", s_css);
 }
 
 /*  "dataset value (step S)" per dataset, "; "-separated, or "-". */
-static void s_best_cell(s_buf *b, const s_row *u) {
+static void s_best_cell(bt_buf *b, const s_row *u) {
     int n = 0;
     for (int i = 0; i < u->n_last; i++) {
         if (!isfinite(u->last[i].best))
             continue;
-        s_put(b, n++ ? "; " : "");
+        bt_buf_printf(b, n++ ? "; " : "");
         s_esc(b, u->last[i].dataset);
-        s_put(b, " %.6g (step %.6g)", u->last[i].best, u->last[i].best_step);
+        bt_buf_printf(b, " %.6g (step %.6g)", u->last[i].best, u->last[i].best_step);
     }
-    s_put(b, n ? "" : "-");
+    bt_buf_printf(b, n ? "" : "-");
 }
 
 /*  "dataset step S, T s" per dataset that reached the target, else "dataset not reached". */
-static void s_reach_cell(s_buf *b, const s_row *u) {
+static void s_reach_cell(bt_buf *b, const s_row *u) {
     int n = 0;
     for (int i = 0; i < u->n_last; i++) {
         const s_last *l = &u->last[i];
         if (!isfinite(l->best))
             continue;
-        s_put(b, n++ ? "; " : "");
+        bt_buf_printf(b, n++ ? "; " : "");
         s_esc(b, l->dataset);
         if (!isfinite(l->reach_step))
-            s_put(b, " not reached");
+            bt_buf_printf(b, " not reached");
         else if (isfinite(l->reach_time))
-            s_put(b, " step %.6g, %.1f s", l->reach_step, l->reach_time);
+            bt_buf_printf(b, " step %.6g, %.1f s", l->reach_step, l->reach_time);
         else
-            s_put(b, " step %.6g", l->reach_step);
+            bt_buf_printf(b, " step %.6g", l->reach_step);
     }
-    s_put(b, n ? "" : "-");
+    bt_buf_printf(b, n ? "" : "-");
 }
 
-static void s_runs_table(s_buf *b, const s_report *r) {
-    s_put(b, "<table class=\"runs\">\n<tr><th>run</th><th>directory</th><th>final step</th>"
+static void s_runs_table(bt_buf *b, const s_report *r) {
+    bt_buf_printf(b, "<table class=\"runs\">\n<tr><th>run</th><th>directory</th><th>final step</th>"
              "<th>last accuracy</th><th>best accuracy</th><th>tokens</th>");
     if (isfinite(r->target))
-        s_put(b, "<th>first at accuracy &#8805; %.6g</th>", r->target);
-    s_put(b, "</tr>\n");
+        bt_buf_printf(b, "<th>first at accuracy &#8805; %.6g</th>", r->target);
+    bt_buf_printf(b, "</tr>\n");
     for (const s_run *run = r->runs; run < r->runs + r->n_runs; run++)
         for (const s_row *u = run->rows; u < run->rows + (run->n_rows ? run->n_rows : 1); u++) {
-            s_put(b, "<tr><td>");
+            bt_buf_printf(b, "<tr><td>");
             s_esc(b, run->name);
             if (run->n_rows > 1 || (run->n_rows && strcmp(u->variant, "main"))) {
-                s_put(b, " / ");
+                bt_buf_printf(b, " / ");
                 s_esc(b, u->variant);
             }
-            s_put(b, "</td><td>");
+            bt_buf_printf(b, "</td><td>");
             s_esc(b, run->dir);
-            s_put(b, "</td><td>");
+            bt_buf_printf(b, "</td><td>");
             if (run->n_rows && isfinite(u->final_step))
-                s_put(b, "%.6g", u->final_step);
-            s_put(b, "%s</td><td>", isfinite(u->final_step) ? "" : "-");
+                bt_buf_printf(b, "%.6g", u->final_step);
+            bt_buf_printf(b, "%s</td><td>", isfinite(u->final_step) ? "" : "-");
             for (int i = 0; i < u->n_last; i++) {
-                s_put(b, i ? "; " : "");
+                bt_buf_printf(b, i ? "; " : "");
                 s_esc(b, u->last[i].dataset);
-                s_put(b, " %.6g", u->last[i].accuracy);
+                bt_buf_printf(b, " %.6g", u->last[i].accuracy);
             }
-            s_put(b, "%s</td><td>", u->n_last ? "" : "-");
+            bt_buf_printf(b, "%s</td><td>", u->n_last ? "" : "-");
             s_best_cell(b, u);
-            s_put(b, "</td><td>");
+            bt_buf_printf(b, "</td><td>");
             if (isfinite(u->tokens))
-                s_put(b, "%.0f", u->tokens);
+                bt_buf_printf(b, "%.0f", u->tokens);
             else
-                s_put(b, "-");
+                bt_buf_printf(b, "-");
             if (isfinite(r->target)) {
-                s_put(b, "</td><td>");
+                bt_buf_printf(b, "</td><td>");
                 s_reach_cell(b, u);
             }
-            s_put(b, "</td></tr>\n");
+            bt_buf_printf(b, "</td></tr>\n");
         }
-    s_put(b, "</table>\n");
+    bt_buf_printf(b, "</table>\n");
 }
 
 /*  Population-based training: who copied whom, when, and the learning rate it explored. */
-static void s_lineage_table(s_buf *b, const s_report *r) {
+static void s_lineage_table(bt_buf *b, const s_report *r) {
     if (!r->n_copies)
         return;
-    s_put(b, "<h2>lineage</h2>\n<table class=\"lineage\">\n<tr><th>run</th><th>step</th>"
+    bt_buf_printf(b, "<h2>lineage</h2>\n<table class=\"lineage\">\n<tr><th>run</th><th>step</th>"
              "<th>variant</th><th>copied</th><th>learning rate</th><th>explore</th></tr>\n");
     for (const s_copy *c = r->copies; c < r->copies + r->n_copies; c++) {
-        s_put(b, "<tr><td>");
+        bt_buf_printf(b, "<tr><td>");
         s_esc(b, c->run);
-        s_put(b, "</td><td>%.6g</td><td>", c->step);
+        bt_buf_printf(b, "</td><td>%.6g</td><td>", c->step);
         s_esc(b, c->variant);
-        s_put(b, "</td><td>");
+        bt_buf_printf(b, "</td><td>");
         s_esc(b, c->from);
-        s_put(b, "</td><td>%.6g &#8594; %.6g</td><td>", c->lr_before, c->lr_after);
+        bt_buf_printf(b, "</td><td>%.6g &#8594; %.6g</td><td>", c->lr_before, c->lr_after);
         s_esc(b, c->explore);
-        s_put(b, "</td></tr>\n");
+        bt_buf_printf(b, "</td></tr>\n");
     }
-    s_put(b, "</table>\n");
+    bt_buf_printf(b, "</table>\n");
 }
 
-static void s_notes(s_buf *b, const s_report *r) {
+static void s_notes(bt_buf *b, const s_report *r) {
     for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++) {
         for (int events = 0; events < 2; events++) {
             int n = events ? u->bad_events : u->bad_metrics;
             if (!n)
                 continue;
-            s_put(b, "<p class=\"note\">");
+            bt_buf_printf(b, "<p class=\"note\">");
             s_esc(b, u->name);
-            s_put(b, ": %d malformed line%s skipped in %s</p>\n", n, n == 1 ? "" : "s",
+            bt_buf_printf(b, ": %d malformed line%s skipped in %s</p>\n", n, n == 1 ? "" : "s",
                   events ? "events.jsonl" : "metrics.jsonl");
         }
     }
 }
 
-static bt_status s_write(const char *path, const s_buf *b) {
+static bt_status s_write(const char *path, const bt_buf *b) {
     char tmp[PATH_MAX], why[512];
     int n = snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
     if (n < 0 || n >= (int)sizeof tmp)
@@ -880,7 +835,7 @@ bt_status bt_report_write(const char *const *run_dirs, int n_dirs, const char *o
     bt_status st = r.runs ? BT_OK : bt_fail(BT_ENOMEM, "report: out of memory");
     for (int i = 0; i < n_dirs && st == BT_OK; i++)
         st = s_load_run(&r, &r.runs[i], run_dirs[i]);
-    s_buf b = {0};
+    bt_buf b = {0};
     if (st == BT_OK) {
         s_head(&b, &r);
         s_runs_table(&b, &r);
@@ -888,10 +843,10 @@ bt_status bt_report_write(const char *const *run_dirs, int n_dirs, const char *o
         s_notes(&b, &r);
         for (int f = 0; f < S_FAMILIES; f++)
             s_chart(&b, &r, f);
-        s_put(&b, "</body>\n</html>\n");
-        st = b.oom ? bt_fail(BT_ENOMEM, "report: out of memory") : s_write(out_path, &b);
+        bt_buf_printf(&b, "</body>\n</html>\n");
+        st = b.failed ? bt_fail(BT_ENOMEM, "report: out of memory") : s_write(out_path, &b);
     }
-    free(b.data);
+    bt_buf_release(&b);
     s_report_release(&r);
     return st;
 }

@@ -3,6 +3,7 @@
     Every JSON document is parsed with cJSON, checked and deleted inside this file. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/tokenizer.h"
+#include "baton/buf.h"
 #include "baton/fileio.h"
 #include "baton/regex.h"
 #include "baton/unicode.h"
@@ -197,29 +198,7 @@ static bool s_ids_push(s_ids *a, int32_t id) {
 }
 
 typedef struct {
-    char *v;
-    size_t n, cap;
-} s_buf;
-
-static bool s_buf_add(s_buf *b, const char *data, size_t len) {
-    if (b->n + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + len)
-            cap *= 2;
-        char *grown = realloc(b->v, cap);
-        if (!grown)
-            return false;
-        b->v = grown;
-        b->cap = cap;
-    }
-    if (len && data) /* data NULL: reserve len bytes for the caller to fill */
-        memcpy(b->v + b->n, data, len);
-    b->n += len;
-    return true;
-}
-
-typedef struct {
-    size_t off, len; /* into a s_buf */
+    size_t off, len; /* into a bt_buf */
 } s_piece;
 
 typedef struct {
@@ -421,10 +400,10 @@ static bt_status s_bpe(const bt_tokenizer_t *self, const char *piece, size_t len
 
 /*  Splits pieces by every match of re (matches and the text between them both become pieces,
     Hugging Face's "Isolated" behaviour). */
-static bt_status s_split(const bt_regex_t *re, const s_buf *buf, const s_pieces *in, s_pieces *out,
+static bt_status s_split(const bt_regex_t *re, const bt_buf *buf, const s_pieces *in, s_pieces *out,
                          uint32_t **cps, size_t **offs, size_t *cap) {
     for (size_t k = 0; k < in->n; k++) {
-        const char *p = buf->v + in->v[k].off;
+        const char *p = buf->data + in->v[k].off;
         size_t len = in->v[k].len, n = 0;
         if (len + 1 > *cap) {
             uint32_t *c = realloc(*cps, (len + 1) * sizeof *c);
@@ -470,7 +449,7 @@ static bt_status s_encode_plain(const bt_tokenizer_t *self, const char *text, si
                                 s_scratch *s, s_ids *out) {
     if (len == 0)
         return BT_OK;
-    s_buf buf = {0};
+    bt_buf buf = {0};
     s_pieces a = {0}, b = {0};
     uint32_t *cps = NULL;
     size_t *offs = NULL, cap = 0;
@@ -479,26 +458,26 @@ static bt_status s_encode_plain(const bt_tokenizer_t *self, const char *text, si
         char *norm = NULL;
         size_t n = 0;
         st = bt_uc_nfc(text, len, &norm, &n);
-        if (st == BT_OK && !s_buf_add(&buf, norm, n))
+        if (st == BT_OK && !bt_buf_put(&buf, norm, n))
             st = bt_fail(BT_ENOMEM, "tokenizer: out of memory");
         free(norm);
-    } else if (!s_buf_add(&buf, text, len))
+    } else if (!bt_buf_put(&buf, text, len))
         st = bt_fail(BT_ENOMEM, "tokenizer: out of memory");
-    if (st == BT_OK && !s_pieces_push(&a, 0, buf.n))
+    if (st == BT_OK && !s_pieces_push(&a, 0, buf.len))
         st = bt_fail(BT_ENOMEM, "tokenizer: out of memory");
     for (int k = 0; k < self->n_steps && st == BT_OK; k++) {
         const s_step *step = &self->steps[k];
         if (step->prefix_space)
             for (size_t i = 0; i < a.n && st == BT_OK; i++) {
-                if (a.v[i].len > 0 && buf.v[a.v[i].off] == ' ')
+                if (a.v[i].len > 0 && buf.data[a.v[i].off] == ' ')
                     continue;
-                size_t off = buf.n, plen = a.v[i].len;
-                /* reserve first (buf.v may move), then copy the piece from its old place */
-                if (!s_buf_add(&buf, " ", 1) || !s_buf_add(&buf, NULL, plen)) {
+                size_t off = buf.len, plen = a.v[i].len;
+                /* reserve first (buf.data may move), then copy the piece from its old place */
+                if (!bt_buf_put(&buf, " ", 1) || !bt_buf_extend(&buf, plen)) {
                     st = bt_fail(BT_ENOMEM, "tokenizer: out of memory");
                     break;
                 }
-                memmove(buf.v + off + 1, buf.v + a.v[i].off, plen);
+                memmove(buf.data + off + 1, buf.data + a.v[i].off, plen);
                 a.v[i] = (s_piece){off, plen + 1};
             }
         if (st == BT_OK && step->regex) {
@@ -510,12 +489,12 @@ static bt_status s_encode_plain(const bt_tokenizer_t *self, const char *text, si
         }
     }
     for (size_t i = 0; i < a.n && st == BT_OK; i++)
-        st = s_bpe(self, buf.v + a.v[i].off, a.v[i].len, s, out);
+        st = s_bpe(self, buf.data + a.v[i].off, a.v[i].len, s, out);
     free(cps);
     free(offs);
     free(a.v);
     free(b.v);
-    free(buf.v);
+    bt_buf_release(&buf);
     return st;
 }
 
@@ -642,19 +621,19 @@ static int s_char_byte(uint32_t cp) {
 
 /*  The bytes a vocabulary string stands for: byte-level characters mapped back to bytes; a string
     with any other character (never in a byte-level vocabulary) is kept as its UTF-8. */
-static bool s_token_bytes(const char *key, s_buf *out) {
-    size_t start = out->n, len = strlen(key);
+static bool s_token_bytes(const char *key, bt_buf *out) {
+    size_t start = out->len, len = strlen(key);
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         bool valid;
         i += bt_utf8_decode(key + i, len - i, &cp, &valid);
         int b = valid ? s_char_byte(cp) : -1;
         if (b < 0) {
-            out->n = start;
-            return s_buf_add(out, key, len);
+            bt_buf_truncate(out, start);
+            return bt_buf_put(out, key, len);
         }
         char c = (char)(unsigned char)b;
-        if (!s_buf_add(out, &c, 1))
+        if (!bt_buf_put(out, &c, 1))
             return false;
     }
     return true;
@@ -975,7 +954,7 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
     /* Every token's bytes into one arena; then offsets by id. */
     size_t n_vocab = (size_t)cJSON_GetArraySize(vocab), n_added = (size_t)cJSON_GetArraySize(added);
     s_entry *entries = malloc((n_vocab + n_added + 1) * sizeof *entries);
-    s_buf arena = {0};
+    bt_buf arena = {0};
     bt_status st = entries ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", path);
     size_t n = 0;
     int32_t max_id = -1;
@@ -989,10 +968,10 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
                          item->string, s_json_type(item));
             break;
         }
-        entries[n] = (s_entry){(int32_t)item->valuedouble, arena.n, 0};
+        entries[n] = (s_entry){(int32_t)item->valuedouble, arena.len, 0};
         if (!s_token_bytes(item->string, &arena))
             st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
-        entries[n].len = arena.n - entries[n].off;
+        entries[n].len = arena.len - entries[n].off;
         max_id = entries[n].id > max_id ? entries[n].id : max_id;
         n++;
     }
@@ -1024,8 +1003,8 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         a->special = s_flag(item, "special");
         if (a->len)
             t->added_first[(unsigned char)a->text[0]] = true;
-        entries[n] = (s_entry){a->id, arena.n, a->len};
-        if (!a->text || !s_buf_add(&arena, a->text, a->len))
+        entries[n] = (s_entry){a->id, arena.len, a->len};
+        if (!a->text || !bt_buf_put(&arena, a->text, a->len))
             st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
         max_id = a->id > max_id ? a->id : max_id;
         n++;
@@ -1063,13 +1042,13 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         }
         for (int32_t id = 0; id < t->vocab_size && st == BT_OK; id++) {
             t->tok_off[id + 1] = t->tok_off[id] + len_of[id];
-            memcpy(t->arena + t->tok_off[id], arena.v + src_of[id], len_of[id]);
+            memcpy(t->arena + t->tok_off[id], arena.data + src_of[id], len_of[id]);
             t->max_token = len_of[id] > t->max_token ? len_of[id] : t->max_token;
         }
         free(len_of);
         free(src_of);
     }
-    free(arena.v);
+    bt_buf_release(&arena);
     /* The vocabulary table holds model tokens only: merges never produce an added token. */
     if (st == BT_OK && !s_table_init(&t->vocab, n_vocab))
         st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
@@ -1100,7 +1079,7 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         if (!t->merges || !s_table_init(&t->merge_of, (size_t)n_merges))
             st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
     }
-    s_buf left = {0}, right = {0};
+    bt_buf left = {0}, right = {0};
     int32_t rank = 0;
     cJSON_ArrayForEach(item, merges) {
         if (st != BT_OK)
@@ -1127,16 +1106,17 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
                          path, rank);
             break;
         }
-        left.n = right.n = 0;
+        bt_buf_truncate(&left, 0);
+        bt_buf_truncate(&right, 0);
         bool ok = s_token_bytes(a, &left) && s_token_bytes(b, &right) &&
-                  s_buf_add(&left, right.v, right.n);
+                  bt_buf_put(&left, right.data, right.len);
         free(split);
         if (!ok) {
             st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
             break;
         }
-        s_merge m = {s_vocab_find(t, left.v, left.n - right.n), s_vocab_find(t, right.v, right.n),
-                     s_vocab_find(t, left.v, left.n)};
+        s_merge m = {s_vocab_find(t, left.data, left.len - right.len), s_vocab_find(t, right.data, right.len),
+                     s_vocab_find(t, left.data, left.len)};
         if (m.left < 0 || m.right < 0 || m.merged < 0) {
             st = bt_fail(BT_EFORMAT,
                          "%s: model.merges[%d]: \"%s\" + \"%s\": %s is not in the "
@@ -1157,8 +1137,8 @@ static bt_status s_model(bt_tokenizer_t *t, const char *path, const cJSON *root)
         t->merge_of.slots[h] = rank++;
     }
     t->n_merges = rank;
-    free(left.v);
-    free(right.v);
+    bt_buf_release(&left);
+    bt_buf_release(&right);
     return st;
 }
 
@@ -1179,11 +1159,11 @@ static bt_status s_special(const bt_tokenizer_t *t, const char *path, const cJSO
             *id = t->added[k].id;
             return BT_OK;
         }
-    s_buf bytes = {0};
+    bt_buf bytes = {0};
     if (!s_token_bytes(v->valuestring, &bytes))
         return bt_fail(BT_ENOMEM, "%s: out of memory", path);
-    *id = s_vocab_find(t, bytes.v, bytes.n);
-    free(bytes.v);
+    *id = s_vocab_find(t, bytes.data, bytes.len);
+    bt_buf_release(&bytes);
     if (*id < 0)
         return bt_fail(BT_EFORMAT, "%s: %s \"%s\" is not a token of tokenizer.json", path, key,
                        v->valuestring);

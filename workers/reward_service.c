@@ -3,6 +3,7 @@
     input.  cJSON stays in this file: the reply is parsed, checked, copied out and deleted. */
 #include "baton/reward_service.h"
 
+#include "baton/buf.h"
 #include "baton/dtype.h"
 
 #include <cjson/cJSON.h>
@@ -78,93 +79,26 @@ void bt_reward_service_destroy(bt_reward_service_t **self_p) {
 /* ---- the request: JSON text written by hand, so that any completion bytes travel --------------
  */
 
-typedef struct s_buf {
-    char *data;
-    size_t len, cap;
-    bool failed; /* out of memory */
-} s_buf;
-
-static void s_put(s_buf *b, const void *bytes, size_t n) {
-    if (b->failed)
-        return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        char *data = realloc(b->data, cap);
-        if (!data) {
-            b->failed = true;
-            return;
-        }
-        b->data = data;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, bytes, n);
-    b->len += n;
-}
-
-static void s_puts(s_buf *b, const char *s) {
-    s_put(b, s, strlen(s));
-}
-
-/*  Bytes of the UTF-8 sequence that byte c starts (RFC 3629), 0 when c cannot start one. */
-static size_t s_utf8_seq_len(unsigned char c) {
-    return c < 0x80                 ? 1
-           : c >= 0xC2 && c <= 0xDF ? 2
-           : c >= 0xE0 && c <= 0xEF ? 3
-           : c >= 0xF0 && c <= 0xF4 ? 4
-                                    : 0;
-}
-
-/*  s[0, len) as a JSON string: valid UTF-8 as it is, control characters escaped, and each byte
-    that is not part of well-formed UTF-8 as U+FFFD. */
-static void s_put_string(s_buf *b, const char *s, size_t len) {
-    s_puts(b, "\"");
-    for (size_t i = 0; i < len;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t n = s_utf8_seq_len(c);
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            s_put(b, esc, 2);
-        } else if (c == '\n') {
-            s_puts(b, "\\n");
-        } else if (c == '\t') {
-            s_puts(b, "\\t");
-        } else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            s_puts(b, esc);
-        } else if (n > 0 && n <= len - i && bt_utf8_is_valid((const uint8_t *)s + i, n)) {
-            s_put(b, s + i, n);
-            i += n;
-            continue;
-        } else {
-            s_puts(b, "\\ufffd");
-        }
-        i++;
-    }
-    s_puts(b, "\"");
-}
+/*  Completions as JSON strings: valid UTF-8 as it is, \n and \t short, other control characters
+    escaped, and each byte that is not part of well-formed UTF-8 as U+FFFD. */
+#define S_ESCAPE (BT_JSON_ESCAPE_NEWLINE | BT_JSON_ESCAPE_TAB | BT_JSON_ESCAPE_UTF8)
 
 /*  {"version": 1, "kind": KIND, "items": [{"index", "prompt", "answer", "completion"}, ...]} */
-static bt_status s_request(const char *kind, const bt_reward_item *items, int64_t n, s_buf *b) {
-    s_puts(b, "{\"version\":1,\"kind\":");
-    s_put_string(b, kind, strlen(kind));
-    s_puts(b, ",\"items\":[");
+static bt_status s_request(const char *kind, const bt_reward_item *items, int64_t n, bt_buf *b) {
+    bt_buf_puts(b, "{\"version\":1,\"kind\":");
+    bt_buf_json_string(b, kind, strlen(kind), S_ESCAPE);
+    bt_buf_puts(b, ",\"items\":[");
     for (int64_t i = 0; i < n; i++) {
-        char index[48];
-        snprintf(index, sizeof index, "%s{\"index\":%llu,\"prompt\":", i ? "," : "",
-                 (unsigned long long)items[i].index);
-        s_puts(b, index);
-        s_put_string(b, items[i].prompt, strlen(items[i].prompt));
-        s_puts(b, ",\"answer\":");
-        s_put_string(b, items[i].answer, strlen(items[i].answer));
-        s_puts(b, ",\"completion\":");
-        s_put_string(b, items[i].completion, items[i].len);
-        s_puts(b, "}");
+        bt_buf_printf(b, "%s{\"index\":%llu,\"prompt\":", i ? "," : "",
+                      (unsigned long long)items[i].index);
+        bt_buf_json_string(b, items[i].prompt, strlen(items[i].prompt), S_ESCAPE);
+        bt_buf_puts(b, ",\"answer\":");
+        bt_buf_json_string(b, items[i].answer, strlen(items[i].answer), S_ESCAPE);
+        bt_buf_puts(b, ",\"completion\":");
+        bt_buf_json_string(b, items[i].completion, items[i].len, S_ESCAPE);
+        bt_buf_puts(b, "}");
     }
-    s_puts(b, "]}");
+    bt_buf_puts(b, "]}");
     return b->failed ? bt_fail(BT_ENOMEM, "reward service: out of memory") : BT_OK;
 }
 
@@ -349,7 +283,7 @@ static bt_status s_parse_reply(const bt_reward_service_t *self, const char *text
 static bt_status s_exchange(bt_reward_service_t *self, const char *kind,
                             const bt_reward_item *items, int64_t n, double *rewards,
                             bool *correct) {
-    s_buf request = {0};
+    bt_buf request = {0};
     bt_status st = s_request(kind, items, n, &request);
     zmq_msg_t reply;
     zmq_msg_init(&reply);
@@ -372,7 +306,7 @@ static bt_status s_exchange(bt_reward_service_t *self, const char *kind,
     if (st == BT_OK)
         st = s_parse_reply(self, zmq_msg_data(&reply), zmq_msg_size(&reply), n, rewards, correct);
     zmq_msg_close(&reply);
-    free(request.data);
+    bt_buf_release(&request);
     return st;
 }
 

@@ -34,10 +34,6 @@ bt_status bt_file_finish(FILE *f, const char *path, bool ok);
     name the paths. */
 bt_status bt_file_replace(const char *path, const char *tmp, const void *data, size_t len);
 
-/*  Writes the JSON string literal of s[0 .. len): quotes, backslashes and control bytes escaped
-    (\n, else \u00XX), every other byte as it is (so UTF-8, valid or not, passes through). */
-void bt_file_put_json_string(FILE *f, const char *s, size_t len);
-
 /*  XXH3 64-bit hash of len bytes (the MANIFEST and cache hash). */
 uint64_t bt_hash64(const void *data, size_t len);
 /*  XXH3 64-bit hash and size of the file at path, read in chunks.  BT_EIO naming the path when it
