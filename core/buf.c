@@ -11,45 +11,8 @@
 
 #define S_FIRST_CAP 64
 
-void bt_buf_init(bt_buf *b) {
-    *b = (bt_buf){0};
-}
-
-void bt_buf_init_fixed(bt_buf *b, char *storage, size_t cap) {
-    *b = (bt_buf){.data = storage, .cap = cap, .fixed = true};
-    storage[0] = '\0';
-}
-
-void bt_buf_release(bt_buf *b) {
-    if (b->fixed) {
-        bt_buf_init_fixed(b, b->data, b->cap);
-        return;
-    }
-    free(b->data);
-    bt_buf_init(b);
-}
-
-char *bt_buf_detach(bt_buf *b, size_t *len) {
-    char *out = NULL;
-    if (!b->fixed && !b->failed)
-        out = b->data ? b->data : calloc(1, 1);
-    if (len)
-        *len = out ? b->len : 0;
-    if (out)
-        bt_buf_init(b);
-    else
-        bt_buf_release(b);
-    return out;
-}
-
-void bt_buf_truncate(bt_buf *b, size_t len) {
-    if (len >= b->len)
-        return;
-    b->len = len;
-    b->data[len] = '\0';
-}
-
-bool bt_buf_reserve(bt_buf *b, size_t n) {
+/*  Makes room for n more bytes and the NUL; false (and failed) when it cannot. */
+static bool s_reserve(bt_buf *b, size_t n) {
     if (b->failed)
         return false;
     if (b->cap > b->len && n < b->cap - b->len) /* n bytes and the NUL fit */
@@ -69,8 +32,42 @@ bool bt_buf_reserve(bt_buf *b, size_t n) {
     return true;
 }
 
+void bt_buf_init_fixed(bt_buf *b, char *storage, size_t cap) {
+    *b = (bt_buf){.data = storage, .cap = cap, .fixed = true};
+    storage[0] = '\0';
+}
+
+void bt_buf_release(bt_buf *b) {
+    if (b->fixed) {
+        bt_buf_init_fixed(b, b->data, b->cap);
+        return;
+    }
+    free(b->data);
+    *b = (bt_buf){0};
+}
+
+char *bt_buf_detach(bt_buf *b, size_t *len) {
+    char *out = NULL;
+    if (!b->fixed && !b->failed)
+        out = b->data ? b->data : calloc(1, 1);
+    if (len)
+        *len = out ? b->len : 0;
+    if (out)
+        *b = (bt_buf){0};
+    else
+        bt_buf_release(b);
+    return out;
+}
+
+void bt_buf_truncate(bt_buf *b, size_t len) {
+    if (len >= b->len)
+        return;
+    b->len = len;
+    b->data[len] = '\0';
+}
+
 char *bt_buf_extend(bt_buf *b, size_t n) {
-    if (!bt_buf_reserve(b, n))
+    if (!s_reserve(b, n))
         return NULL;
     char *at = b->data + b->len;
     b->len += n;
@@ -94,7 +91,7 @@ bool bt_buf_printf(bt_buf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || !bt_buf_reserve(b, (size_t)n))
+    if (n < 0 || !s_reserve(b, (size_t)n))
         return n < 0 ? !(b->failed = true) : false;
     va_start(ap, fmt);
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);

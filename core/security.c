@@ -514,14 +514,6 @@ int64_t bt_zap_refused(const bt_zap_t *self) {
     return self ? (int64_t)atomic_load(&((bt_zap_t *)self)->refused) : 0;
 }
 
-const char *bt_zap_public_key(const bt_zap_t *self) {
-    return self->keys.public_key;
-}
-
-int bt_zap_allowed(const bt_zap_t *self) {
-    return self->n_allowed;
-}
-
 bt_status bt_curve_serve(void *zmq_ctx, void *sock) {
     bt_status st = BT_OK;
     pthread_mutex_lock(&s_lock);

@@ -43,10 +43,7 @@
 #include <string>
 #include <vector>
 
-static const uint32_t s_tensor_tag = 0x7e45a11u;
-
 struct bt_tensor {
-    uint32_t tag;
     at::Tensor t;
 };
 
@@ -144,7 +141,7 @@ static bt_status s_fail_exception(const char *op) {
 }
 
 static bt_tensor *s_wrap(bt_ctx *ctx, at::Tensor t) {
-    bt_tensor *h = new bt_tensor{s_tensor_tag, std::move(t)};
+    bt_tensor *h = new bt_tensor{std::move(t)};
     ctx->items.push_back(h);
     return h;
 }
@@ -449,10 +446,8 @@ extern "C" bt_ctx *bt_ctx_new(void) {
 extern "C" void bt_ctx_reset(bt_ctx *self) {
     if (!self)
         return;
-    for (bt_tensor *h : self->items) {
-        h->tag = 0;
+    for (bt_tensor *h : self->items)
         delete h;
-    }
     self->items.clear();
 }
 
@@ -490,15 +485,6 @@ extern "C" bt_tensor *bt_randn(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndi
         return s_null_input("bt_randn");
     return s_op(ctx, "bt_randn", [&] {
         return at::randn(s_shape(ndim, shape), gen->g, s_options(dtype, gen->device));
-    });
-}
-
-extern "C" bt_tensor *bt_rand(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim,
-                              const int64_t *shape) {
-    if (!gen)
-        return s_null_input("bt_rand");
-    return s_op(ctx, "bt_rand", [&] {
-        return at::rand(s_shape(ndim, shape), gen->g, s_options(dtype, gen->device));
     });
 }
 
@@ -569,8 +555,6 @@ extern "C" bt_device bt_device_of(const bt_tensor *t) {
     return bt_cpu();
 }
 
-extern "C" bool bt_is_contiguous(const bt_tensor *t) { return t && t->t.is_contiguous(); }
-
 /* ---- conversion, copies, views --------------------------------------------------------------- */
 
 extern "C" bt_tensor *bt_to_dtype(bt_ctx *ctx, bt_tensor *t, bt_dtype dtype) {
@@ -596,11 +580,6 @@ extern "C" bt_tensor *bt_clone(bt_ctx *ctx, bt_tensor *t) {
 extern "C" bt_tensor *bt_detach(bt_ctx *ctx, bt_tensor *t) {
     NEED1("bt_detach", t);
     return s_op(ctx, "bt_detach", [&] { return t->t.detach(); });
-}
-
-extern "C" bt_tensor *bt_alias(bt_ctx *ctx, bt_tensor *t) {
-    NEED1("bt_alias", t);
-    return s_op(ctx, "bt_alias", [&] { return t->t; });
 }
 
 extern "C" bt_tensor *bt_reshape(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *shape) {
@@ -655,12 +634,6 @@ extern "C" bt_status bt_copy_(bt_tensor *dst, bt_tensor *src) {
     if (!dst || !src)
         return s_null_input_status("bt_copy_");
     return s_status("bt_copy_", [&] { dst->t.copy_(src->t); });
-}
-
-extern "C" bt_status bt_fill_(bt_tensor *dst, double value) {
-    if (!dst)
-        return s_null_input_status("bt_fill_");
-    return s_status("bt_fill_", [&] { dst->t.fill_(value); });
 }
 
 /* ---- elementwise ----------------------------------------------------------------------------- */
@@ -932,8 +905,6 @@ extern "C" bool bt_set_grad_enabled(bool enabled) {
     return prev;
 }
 
-extern "C" bool bt_is_grad_enabled(void) { return c10::GradMode::is_enabled(); }
-
 extern "C" bt_status bt_clip_grad_norm(bt_tensor *const *params, int n, double max_norm,
                                        double *total_norm) {
     if (!params || n < 0)
@@ -980,8 +951,8 @@ extern "C" bt_adamw *bt_adamw_new(bt_tensor *const *params, int n, bt_adamw_conf
                 return nullptr;
             }
             self->params.push_back(params[i]->t);
-            self->exp_avg.push_back(bt_tensor{s_tensor_tag, at::zeros_like(params[i]->t)});
-            self->exp_avg_sq.push_back(bt_tensor{s_tensor_tag, at::zeros_like(params[i]->t)});
+            self->exp_avg.push_back(bt_tensor{at::zeros_like(params[i]->t)});
+            self->exp_avg_sq.push_back(bt_tensor{at::zeros_like(params[i]->t)});
         }
         return self;
     } catch (...) {
@@ -1062,8 +1033,6 @@ extern "C" void bt_gen_destroy(bt_gen **self_p) {
     delete *self_p;
     *self_p = nullptr;
 }
-
-extern "C" bt_device bt_gen_device(const bt_gen *self) { return self->device; }
 
 extern "C" size_t bt_gen_state_size(const bt_gen *self) {
     try {

@@ -24,8 +24,6 @@ typedef struct bt_buf {
     bool failed; /* a write was dropped */
 } bt_buf;
 
-/*  An empty growable buffer. */
-void bt_buf_init(bt_buf *b);
 /*  An empty buffer over the caller's storage of cap >= 1 bytes, which it never outgrows: at most
     cap - 1 bytes and the NUL.  Borrowed: storage must outlive the buffer's use. */
 void bt_buf_init_fixed(bt_buf *b, char *storage, size_t cap);
@@ -37,8 +35,6 @@ char *bt_buf_detach(bt_buf *b, size_t *len);
 /*  Cuts the buffer back to its first len <= b->len bytes; a failed buffer stays failed. */
 void bt_buf_truncate(bt_buf *b, size_t len);
 
-/*  Makes room for n more bytes (and the NUL); false when it cannot. */
-bool bt_buf_reserve(bt_buf *b, size_t n);
 /*  Appends n bytes and returns where they start, for the caller to fill; NULL when no room.
     Borrowed: valid until the next write. */
 char *bt_buf_extend(bt_buf *b, size_t n);

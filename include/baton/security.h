@@ -69,10 +69,6 @@ bt_zap_t *bt_zap_new(void *zmq_ctx, const char *secret_key_file, const char *all
 void bt_zap_destroy(bt_zap_t **self_p);
 /*  Connections refused so far.  Any thread. */
 int64_t bt_zap_refused(const bt_zap_t *self);
-/*  The server's own public key.  Borrowed: valid while self lives. */
-const char *bt_zap_public_key(const bt_zap_t *self);
-/*  Allowed keys, as read. */
-int bt_zap_allowed(const bt_zap_t *self);
 
 /*  A serving socket of zmq_ctx (the controller's ROUTER), before zmq_bind: when a bt_zap_t serves
     zmq_ctx, makes sock a CURVE server with its secret key in domain BT_ZAP_DOMAIN; otherwise

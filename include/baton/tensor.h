@@ -98,9 +98,8 @@ bt_tensor *bt_full(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim, cons
                    double value);
 /*  0, 1, ..., n-1. */
 bt_tensor *bt_arange(bt_ctx *ctx, bt_dtype dtype, bt_device device, int64_t n);
-/*  Standard normal / uniform [0,1) draws from gen, on gen's device. */
+/*  Standard normal draws from gen, on gen's device. */
 bt_tensor *bt_randn(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim, const int64_t *shape);
-bt_tensor *bt_rand(bt_ctx *ctx, bt_gen *gen, bt_dtype dtype, int ndim, const int64_t *shape);
 /*  Copies numel * bt_dtype_size(dtype) bytes from host memory. */
 bt_tensor *bt_from_host(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim,
                         const int64_t *shape, const void *data);
@@ -120,7 +119,6 @@ int64_t   bt_dim(const bt_tensor *t, int dim);
 int64_t   bt_numel(const bt_tensor *t);
 bt_dtype  bt_dtype_of(const bt_tensor *t);
 bt_device bt_device_of(const bt_tensor *t);
-bool      bt_is_contiguous(const bt_tensor *t);
 
 /* ---- conversion, copies, views -------------------------------------------------------------- */
 bt_tensor *bt_to_dtype(bt_ctx *ctx, bt_tensor *t, bt_dtype dtype);
@@ -129,8 +127,6 @@ bt_tensor *bt_contiguous(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_clone(bt_ctx *ctx, bt_tensor *t);
 /*  Same storage, cut from the autograd graph. */
 bt_tensor *bt_detach(bt_ctx *ctx, bt_tensor *t);
-/*  A new handle in ctx to the same tensor (same storage, same graph). */
-bt_tensor *bt_alias(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_reshape(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *shape);
 bt_tensor *bt_transpose(bt_ctx *ctx, bt_tensor *t, int dim0, int dim1);
 bt_tensor *bt_permute(bt_ctx *ctx, bt_tensor *t, int ndim, const int64_t *dims);
@@ -143,7 +139,6 @@ bt_tensor *bt_index_select(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index)
 /*  In place: copies src (broadcast) into dst, which may be a view.  Not recorded by autograd
     when grad mode is off. */
 bt_status  bt_copy_(bt_tensor *dst, bt_tensor *src);
-bt_status  bt_fill_(bt_tensor *dst, double value);
 
 /* ---- elementwise (broadcasting) ------------------------------------------------------------- */
 bt_tensor *bt_add(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
@@ -233,7 +228,6 @@ bt_tensor *bt_grad(bt_ctx *ctx, bt_tensor *t);
 void       bt_zero_grad(bt_tensor *const *ts, int n);
 /*  Turns recording on or off for this thread; returns the previous setting. */
 bool       bt_set_grad_enabled(bool enabled);
-bool       bt_is_grad_enabled(void);
 /*  Global gradient-norm clipping (as torch.nn.utils.clip_grad_norm_): the norm over all gradients
     is computed in float64 into *total_norm; if it exceeds max_norm every gradient is scaled by
     max_norm / (total_norm + 1e-6).  Tensors without a gradient are skipped. */
@@ -264,7 +258,6 @@ bt_status bt_adamw_moments(bt_adamw *self, int i, bt_tensor **exp_avg, bt_tensor
 /*  A seeded random generator on device.  Caller owns the result; destroy with bt_gen_destroy(). */
 bt_gen   *bt_gen_new(uint64_t seed, bt_device device);
 void      bt_gen_destroy(bt_gen **self_p);
-bt_device bt_gen_device(const bt_gen *self);
 /*  Size in bytes of the serialised state. */
 size_t    bt_gen_state_size(const bt_gen *self);
 bt_status bt_gen_get_state(const bt_gen *self, void *buf, size_t len);
