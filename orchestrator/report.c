@@ -17,7 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum {
+/*  The charts, one per family of curves. */
+typedef enum s_family_kind {
     S_ACCURACY,
     S_RESPONSE_LENGTH,
     S_REWARD,
@@ -27,7 +28,7 @@ enum {
     S_SOURCES,
     S_WEIGHTS,
     S_FAMILIES
-};
+} s_family_kind;
 
 static const struct {
     const char *name, *title, *y_title;
@@ -66,7 +67,7 @@ typedef struct {
 } s_point;
 
 typedef struct {
-    int family;
+    s_family_kind family;
     char label[S_LABEL];
     s_point *pts;
     int n, cap;
@@ -195,7 +196,7 @@ static void *s_reserve(void *p, int *cap, int n, size_t size) {
     return q;
 }
 
-static s_series *s_series_of(s_report *r, int family, const char *label) {
+static s_series *s_series_of(s_report *r, s_family_kind family, const char *label) {
     for (int i = 0; i < r->n_series; i++)
         if (r->series[i].family == family && !strcmp(r->series[i].label, label))
             return &r->series[i];
@@ -211,7 +212,7 @@ static s_series *s_series_of(s_report *r, int family, const char *label) {
 }
 
 /*  Appends (x, y) to the series; a NaN y breaks its line. */
-static void s_add(s_report *r, int family, const char *label, double x, double y,
+static void s_add(s_report *r, s_family_kind family, const char *label, double x, double y,
                   const char *trigger) {
     s_series *s = s_series_of(r, family, label);
     s_point *q = s ? s_reserve(s->pts, &s->cap, s->n, sizeof *q) : NULL;
@@ -512,7 +513,7 @@ static s_axis s_axis_nice(double lo, double hi, double min_step) {
 }
 
 /*  False when the family has no finite point. */
-static bool s_frame_of(const s_report *r, int family, s_frame *fr) {
+static bool s_frame_of(const s_report *r, s_family_kind family, s_frame *fr) {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (const s_series *s = r->series; s < r->series + r->n_series; s++)
         for (int i = 0; s->family == family && i < s->n; i++)
@@ -545,7 +546,7 @@ static double s_tick(const s_axis *a, int i) {
     return fabs(v) < a->step * 1e-9 ? 0 : v;
 }
 
-static void s_chart_axes(bt_buf *b, const s_frame *fr, int family) {
+static void s_chart_axes(bt_buf *b, const s_frame *fr, s_family_kind family) {
     double v;
     for (int i = 0; isfinite(v = s_tick(&fr->y, i)); i++)
         bt_buf_printf(
@@ -646,7 +647,7 @@ static void s_chart_marks(bt_buf *b, const s_report *r, const s_frame *fr) {
     }
 }
 
-static void s_chart_legend(bt_buf *b, const s_report *r, int family) {
+static void s_chart_legend(bt_buf *b, const s_report *r, s_family_kind family) {
     bt_buf_printf(b, "<g class=\"legend\">\n");
     int k = 0;
     for (const s_series *s = r->series; s < r->series + r->n_series; s++) {
@@ -662,7 +663,7 @@ static void s_chart_legend(bt_buf *b, const s_report *r, int family) {
     bt_buf_printf(b, "</g>\n");
 }
 
-static void s_chart(bt_buf *b, const s_report *r, int family) {
+static void s_chart(bt_buf *b, const s_report *r, s_family_kind family) {
     s_frame fr;
     if (!s_frame_of(r, family, &fr))
         return;

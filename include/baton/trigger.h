@@ -53,8 +53,13 @@ typedef struct bt_trigger {
     int64_t deferred;        /* adaptive: deferral episodes (one "deferred" event each) */
 } bt_trigger;
 
-/*  Reason bits of bt_trigger_check.  Values appear in logs: append only. */
-enum { BT_TRIGGER_STEPS = 1, BT_TRIGGER_EPOCHS = 2, BT_TRIGGER_SECONDS = 4 };
+/*  Reason bits of bt_trigger_check: what it returns (and pending_reasons holds) is an OR of
+    them.  Values appear in logs and in state.json: append only. */
+typedef enum bt_trigger_reason {
+    BT_TRIGGER_STEPS = 1,
+    BT_TRIGGER_EPOCHS = 2,
+    BT_TRIGGER_SECONDS = 4
+} bt_trigger_reason;
 
 typedef struct bt_trigger_event {
     const char *kind; /* static string: "interval" (the step interval changed), "alarm" (the
