@@ -1,4 +1,5 @@
-/*  controller.c — construction, the public API (controller.h), events and progress; see rooms.h. */
+/*  controller.c — the run's controller: construction, the public API (controller.h), the run of
+    the loop that drives the policies, events and progress; see rooms.h. */
 #include "rooms.h"
 
 int64_t bt_ctl_now_ms(void) {
@@ -21,43 +22,19 @@ void bt_ctl_event(bt_controller_t *self, const char *event, const char *key, con
 }
 
 /*  The tuner's decisions as events; they already changed the values the next step uses. */
-bt_status bt_ctl_tuner_events(bt_controller_t *self, const bt_tuner_decision *d, int n) {
+bt_status bt_ctl_tuner_events(bt_policy *p, const bt_tuner_decision *d, int n) {
     for (int i = 0; i < n; i++) {
         bt_jsonl line;
         bt_jsonl_init(&line);
-        bt_tuner_decision_jsonl(&d[i], bt_now() - self->t0, &line);
-        bt_jsonl_str(&line, "variant", self->variant_name);
+        bt_tuner_decision_jsonl(&d[i], bt_now() - p->ctl->t0, &line);
+        bt_jsonl_str(&line, "variant", p->variant_name);
         if (d[i].source >= 0)
-            bt_jsonl_str(&line, "source", bt_config_source_name(self->cfg, d[i].source));
-        BT_TRY(bt_runlog_event(self->log, &line));
+            bt_jsonl_str(&line, "source", bt_config_source_name(p->cfg, d[i].source));
+        BT_TRY(bt_runlog_event(p->ctl->log, &line));
     }
     return BT_OK;
 }
 
-/*  A controller of variant k of cfg (its state before any work), or NULL out of memory. */
-static bt_controller_t *s_alloc(const bt_run_config *cfg, int k, const char *config_json,
-                                bt_runlog_t *log, double t0) {
-    bt_controller_t *self = calloc(1, sizeof *self);
-    if (!self) {
-        bt_fail(BT_ENOMEM, "controller: out of memory");
-        return NULL;
-    }
-    self->cfg = cfg;
-    self->variant = k;
-    self->variant_name = cfg->n_variants > 0 ? cfg->variants[k].name : "main";
-    self->config_json = config_json;
-    self->log = log;
-    self->t0 = t0;
-    self->last_accuracy = NAN;
-    self->last_reward = NAN;
-    self->wait_since = NAN;
-    bt_tuner_config tc;
-    bt_config_tuner(cfg, &tc);
-    bt_tuner_init(&self->tuner, &tc);
-    return self;
-}
-
-/*  run.name and 64 random bits: two invocations of one config never share an id. */
 static void s_make_run_id(const char *name, char *out, size_t cap) {
     uint64_t r = 0;
     FILE *f = fopen("/dev/urandom", "rb");
@@ -67,10 +44,6 @@ static void s_make_run_id(const char *name, char *out, size_t cap) {
         fclose(f);
     snprintf(out, cap, "%.63s-%016llx", name, (unsigned long long)r);
 }
-
-/*  What a peer can cost before it authenticates: no message beyond the largest one a run sends
-    (a WEIGHTS tensor or a rollout batch of this model), and a half-open connection dropped after
-    a few seconds; the process may hold as many descriptors as the system lets it. */
 static void s_limit_socket(void *sock, const bt_run_config *cfg) {
     int linger = 0, handshake_ms = 5000;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
@@ -91,20 +64,22 @@ static void s_limit_socket(void *sock, const bt_run_config *cfg) {
     }
 }
 
-bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt_run_config *cfg,
+bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint,
+                                   const bt_run_config *const *cfgs, int n,
                                    const char *config_json, bt_runlog_t *log) {
-    bt_controller_t *self = s_alloc(cfg, 0, config_json, log, bt_now());
-    if (!self)
-        return NULL;
-    self->hub = calloc(1, sizeof *self->hub);
-    if (!self->hub) {
+    BT_ASSERT(n >= 1 && n <= BT_CONFIG_MAX_VARIANTS);
+    const bt_run_config *cfg = cfgs[0];
+    bt_controller_t *self = calloc(1, sizeof *self);
+    if (!self) {
         bt_fail(BT_ENOMEM, "controller: out of memory");
-        bt_controller_destroy(&self);
         return NULL;
     }
-    self->hub->v[self->hub->n++] = self;
-    self->hub->trainer = -1;
-    s_make_run_id(cfg->run.name, self->hub->run_id, sizeof self->hub->run_id);
+    self->cfg = cfg;
+    self->config_json = config_json;
+    self->log = log;
+    self->t0 = bt_now();
+    self->trainer = -1;
+    s_make_run_id(cfg->run.name, self->run_id, sizeof self->run_id);
     self->reg = bt_registry_new(cfg->workers.expiry_ms);
     self->sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
     if (self->sock)
@@ -118,27 +93,16 @@ bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint, const bt
         bt_controller_destroy(&self);
         return NULL;
     }
-    /* the task and datasets now: a config they refuse fails before any worker starts */
-    if (bt_evals_setup(self) != BT_OK ||
-        (cfg->workers.trainer > 1 && !(self->store = bt_store_serve(0, &self->store_port))))
-        bt_controller_destroy(&self);
-    return self;
-}
-
-bt_controller_t *bt_controller_new_variant(bt_controller_t *first, const bt_run_config *cfg,
-                                           int k) {
-    BT_ASSERT(first && k > 0 && k < BT_CONFIG_MAX_VARIANTS && k < cfg->n_variants);
-    bt_controller_t *self = s_alloc(cfg, k, first->config_json, first->log, first->t0);
-    if (!self)
-        return NULL;
-    self->hub = first->hub;
-    self->sock = first->sock; /* borrowed */
-    self->reg = first->reg;
-    if (bt_evals_setup(self) != BT_OK) {
-        free(self);
-        return NULL;
+    bt_evals_listen_defaults(self);
+    /* each policy's task and datasets now: a config they refuse fails before any worker starts */
+    for (int k = 0; k < n; k++) {
+        self->pol[k] = bt_policy_new(self, cfgs[k], k);
+        if (!self->pol[k]) {
+            bt_controller_destroy(&self);
+            return NULL;
+        }
+        self->n_pol++;
     }
-    self->hub->v[self->hub->n++] = self;
     return self;
 }
 
@@ -146,42 +110,23 @@ void bt_controller_destroy(bt_controller_t **self_p) {
     if (!self_p || !*self_p)
         return;
     bt_controller_t *self = *self_p;
-    bool owner = self->variant == 0; /* variant 0 owns the socket, registry and hub */
-    if (self->sock && owner)
+    for (int k = 0; k < self->n_pol; k++)
+        bt_policy_destroy(&self->pol[k]);
+    if (self->sock)
         zmq_close(self->sock);
-    if (owner) {
-        bt_registry_destroy(&self->reg);
-        free(self->hub);
-    }
-    for (int i = 0; i < S_MAX_EVALS; i++)
-        if (self->evals[i].active) {
-            for (int j = 0; j < self->evals[i].n_jobs; j++)
-                bt_msg_destroy(&self->evals[i].jobs[j].result);
-            bt_loop_weights_release(&self->evals[i].weights);
-        }
-    bt_loop_weights_release(&self->weights);
-    for (int i = 0; i < S_AHEAD; i++)
-        if (self->ahead[i].active)
-            bt_policy_rollouts_release(&self->ahead[i]);
+    bt_registry_destroy(&self->reg);
     bt_ckpt_writer_destroy(&self->writer);
-    bt_ckpt_snapshot_destroy(&self->light_pending);
-    bt_msg_destroy(&self->snap);
-    bt_store_destroy(&self->store);
-    for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
-        bt_task_destroy(&self->sources[k]);
-    bt_mixture_destroy(&self->mix);
-    free(self->saved_data);
     free(self);
     *self_p = NULL;
 }
 
 void bt_controller_set_gone(bt_controller_t *self, bt_controller_gone_fn *fn, void *user) {
-    self->hub->gone = fn;
-    self->hub->gone_user = user;
+    self->gone = fn;
+    self->gone_user = user;
 }
 
 const char *bt_controller_run_id(const bt_controller_t *self) {
-    return self->hub->run_id;
+    return self->run_id;
 }
 
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user) {
@@ -193,217 +138,59 @@ bt_controller_stats bt_controller_get_stats(const bt_controller_t *self) {
     return self->stats;
 }
 
-/*  phase is kept for bt_controller_progress. */
-void bt_ctl_report(bt_controller_t *self, const char *phase, int64_t step, int64_t total,
-                     double tokens_per_s) {
-    self->phase = phase;
-    self->tokens_per_s = tokens_per_s;
-    if (self->progress) {
-        bt_progress p = bt_controller_progress(self);
-        p.step = step;
-        p.total = total;
-        self->progress(&p, self->progress_user);
-    }
-}
-
-bt_progress bt_controller_progress(const bt_controller_t *self) {
-    double elapsed = bt_now() - self->t0;
-    int64_t step = self->step, total = self->cfg->grpo.steps;
-    bt_progress p = {self->phase ? self->phase : "join",
-                     step,
-                     total,
-                     self->last_reward,
-                     self->last_accuracy,
-                     self->tokens_per_s,
-                     elapsed,
-                     step > 0 ? elapsed / (double)step * (double)(total - step) : NAN};
-    return p;
-}
-
-bt_status bt_controller_start(bt_controller_t *self) {
-    bt_ctl_report(self, "join", 0, 0, NAN);
-    BT_TRY(bt_jobs_await_workers(self));
-    bt_ctl_event(self, "workers_ready", NULL, NULL);
-    const bt_run_config *c = self->cfg;
-    if (c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
-        c->checkpoint.full_every_epochs > 0 || c->checkpoint.light_every_steps > 0) {
-        bt_ckpt_config cc = {.keep_last = c->checkpoint.keep_last,
-                             .keep_every = c->checkpoint.keep_every,
-                             .pause_ms = c->debug.save_pause_ms};
-        snprintf(cc.dir, sizeof cc.dir, "%s", bt_runlog_dir(self->log));
-        snprintf(cc.mirror_dir, sizeof cc.mirror_dir, "%s", c->checkpoint.mirror_dir);
-        self->writer = bt_ckpt_writer_new(&cc);
-        if (!self->writer)
-            return BT_EIO;
-    }
-    if (self->resuming) {
-        BT_TRY(bt_recovery_resume(self));
-        bt_ctl_report(self, "rl", self->step, c->grpo.steps, NAN);
-        return BT_OK;
-    }
-    bt_train_clock_start(&self->clock, bt_now());
-    BT_TRY(bt_policy_warm_start(self));
-    bt_ctl_report(self, "rl", 0, c->grpo.steps, NAN);
-    return BT_OK;
-}
-
-bt_status bt_controller_step(bt_controller_t *self, bool *done) {
-    const bt_run_config *c = self->cfg;
-    *done = self->step >= c->grpo.steps;
-    if (*done)
-        return BT_OK;
-    double t_start = bt_now();
-    bt_lr_schedule sched;
-    bt_config_lr(c, BT_CONFIG_PHASE_GRPO, &sched);
-    double lr = bt_lr_at(&sched, self->step) * bt_tuner_lr_scale(&self->tuner);
-    bt_rollout_batch batch;
-    bt_rollout_batch_init(&batch);
-    bt_trainer_stats ts = {0};
-    bool updated = false;
-    int64_t oldest = 0, version = self->version;
-    bt_status st = bt_policy_rollout(self, &batch, &oldest);
-    if (st == BT_OK)
-        st = bt_policy_train(self, &batch, lr, &ts, &updated);
-    if (st == BT_ESTATE) { /* the trainer lost its state: restore it and run the steps again */
-        bt_rollout_batch_release(&batch);
-        BT_TRY(bt_recovery_recover(self, bt_last_error()));
-        bt_ctl_report(self, "rl", self->step, c->grpo.steps, NAN);
-        return BT_OK;
-    }
-    char why[160];
-    if (st == BT_OK && updated && bt_recovery_diverged(self, &ts, why, sizeof why)) {
-        bt_rollout_batch_release(&batch);
-        BT_TRY(bt_recovery_rollback(self, why));
-        bt_ctl_report(self, "rl", self->step, c->grpo.steps, NAN);
-        return BT_OK;
-    }
-    double reward = 0, length = 0;
-    for (int64_t i = 0; i < batch.n; i++) {
-        reward += batch.rewards[i];
-        length += (double)batch.lengths[i];
-    }
-    int64_t n = batch.n;
-    /* per source: what the tuner's mixture rule and the train line see; the curriculum's streaks */
-    bt_tuner_step_stats tss = {.kl = ts.kl, .entropy = ts.entropy, .n_samples = ts.sequences};
-    tss.n_sources = self->n_sources;
-    int64_t prompts[BT_CONFIG_MAX_SOURCES] = {0};
-    for (int64_t g = 0; g < batch.n_prompts; g++) {
-        int k = BT_PROMPT_SOURCE(batch.indices[g]), right = 0;
-        prompts[k]++;
-        for (int64_t j = 0; j < batch.group_size; j++) {
-            int64_t i = g * batch.group_size + j;
-            right += batch.correct[i];
-            tss.sources[k].n += 1;
-            tss.sources[k].correct += batch.correct[i];
-            tss.sources[k].reward += batch.rewards[i];
-            tss.sources[k].reward_sq += batch.rewards[i] * batch.rewards[i];
-        }
-        bt_mixture_observe(self->mix, self->sources, batch.indices[g], right, batch.group_size);
-    }
-    bt_rollout_batch_release(&batch);
-    BT_TRY(st);
-    self->step++;
-    double dt = bt_now() - t_start, tps = length / dt;
-    self->last_reward = n ? reward / (double)n : NAN;
-    bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "kind", "train");
-    bt_jsonl_int(&line, "step", self->step);
-    bt_jsonl_str(&line, "variant", self->variant_name);
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
-    bt_jsonl_num(&line, "reward_mean", self->last_reward);
-    bt_jsonl_num(&line, "loss", ts.loss);
-    bt_jsonl_num(&line, "kl", ts.kl);
-    bt_jsonl_num(&line, "clip_frac", ts.clip_frac);
-    bt_jsonl_num(&line, "entropy", ts.entropy);
-    bt_jsonl_num(&line, "grad_norm", ts.grad_norm);
-    bt_jsonl_num(&line, "lr", updated ? ts.lr : lr); /* the one AdamW applied */
-    bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
-    bt_jsonl_num(&line, "tokens_per_s", tps);
-    bt_jsonl_num(&line, "padding", updated ? self->padding : NAN);
-    self->tokens += length;
-    bt_jsonl_num(&line, "tokens", self->tokens);
-    bt_jsonl_int(&line, "version", self->version);
-    if (c->grpo.max_staleness > 0) /* policy versions between the oldest sampler and the update */
-        bt_jsonl_int(&line, "staleness", version - oldest);
-    if (self->epoch_size)
-        bt_jsonl_int(&line, "epoch", bt_policy_epoch(self));
-    if (c->data.curriculum.window > 0) {
-        bt_jsonl_int(&line, "dropped", self->dropped_step);
-        bt_jsonl_int(&line, "dropped_total", bt_mixture_dropped(self->mix));
-    }
-    for (int k = 0; k < self->n_sources && c->data.n_sources > 0; k++) {
-        char key[96];
-        const char *name = bt_config_source_name(c, k);
-        double m = tss.sources[k].n;
-        snprintf(key, sizeof key, "prompts.%s", name);
-        bt_jsonl_int(&line, key, prompts[k]);
-        snprintf(key, sizeof key, "reward_mean.%s", name);
-        bt_jsonl_num(&line, key, m > 0 ? tss.sources[k].reward / m : NAN);
-        snprintf(key, sizeof key, "accuracy.%s", name);
-        bt_jsonl_num(&line, key, m > 0 ? tss.sources[k].correct / m : NAN);
-        snprintf(key, sizeof key, "weight.%s", name);
-        bt_jsonl_num(&line, key, self->step_weights[k]);
-    }
-    BT_TRY(bt_runlog_metric(self->log, &line));
-    if (updated) { /* the tuner sees the step; its decisions apply from the next one */
-        bt_tuner_decision dec[BT_TUNER_MAX_DECISIONS];
-        int nd = bt_tuner_after_step(&self->tuner, self->step, &tss, dec, BT_TUNER_MAX_DECISIONS);
-        BT_TRY(bt_ctl_tuner_events(self, dec, nd));
-    }
-    bool last = self->step == c->grpo.steps;
-    BT_TRY(bt_evals_after_step(self, last));
-    /* the plateau rule's evaluation decides the next step's learning rate: wait for it, so the
-       decision lands at the same step whatever the timing (a resumed run must match) */
-    for (int i = 0; i < S_MAX_EVALS && self->tuner.cfg.lr_plateau.enabled; i++)
-        if (self->evals[i].active && self->evals[i].step == self->step &&
-            !strcmp(c->eval.datasets[self->evals[i].ds].name, self->tuner.cfg.lr_plateau.dataset))
-            BT_TRY(bt_evals_wait(self, &self->evals[i]));
-    st = bt_recovery_after_step(self, last);
-    if (st == BT_ESTATE) { /* lost while snapshotting: as above */
-        BT_TRY(bt_recovery_recover(self, bt_last_error()));
-        bt_ctl_report(self, "rl", self->step, c->grpo.steps, NAN);
-        return BT_OK;
-    }
-    BT_TRY(st);
-    if (last) { /* the run's results are complete when the last step returns */
-        BT_TRY(bt_evals_wait(self, NULL));
-        if (self->writer)
-            BT_TRY(bt_recovery_writer_wait(self));
-        bt_recovery_ckpt_poll(self);
-        char dir[BT_CONFIG_PATH_MAX + 16];
-        if (self->hub->n > 1) { /* each variant's policy in a folder of its own */
-            snprintf(dir, sizeof dir, "%s/variants/%s", bt_runlog_dir(self->log),
-                     self->variant_name);
-            BT_TRY(bt_mkdirs(dir));
-            snprintf(dir, sizeof dir, "%s/variants/%s/model", bt_runlog_dir(self->log),
-                     self->variant_name);
-        } else
-            snprintf(dir, sizeof dir, "%s/model", bt_runlog_dir(self->log));
-        BT_TRY(bt_controller_save_policy(self, dir));
-        bt_ctl_event(self, "policy_saved", "dir", dir);
-    }
-    bt_ctl_report(self, "rl", self->step, c->grpo.steps, tps);
-    *done = last;
-    return BT_OK;
-}
-
 void bt_controller_set_resume(bt_controller_t *self, const char *folder) {
     self->resuming = true;
     snprintf(self->resume, sizeof self->resume, "%s", folder ? folder : "");
 }
 
-bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {
-    const bt_run_config *c = self->cfg;
+/* ---- progress -------------------------------------------------------------------------------- */
+
+static bt_progress s_progress(const bt_policy *p) {
+    double elapsed = bt_now() - p->ctl->t0;
+    int64_t step = p->step, total = p->cfg->grpo.steps;
+    bt_progress out = {p->phase ? p->phase : "join",
+                       step,
+                       total,
+                       p->last_reward,
+                       p->last_accuracy,
+                       p->tokens_per_s,
+                       elapsed,
+                       step > 0 ? elapsed / (double)step * (double)(total - step) : NAN};
+    return out;
+}
+
+/*  phase is kept for bt_controller_progress. */
+void bt_ctl_report(bt_policy *p, const char *phase, int64_t step, int64_t total,
+                   double tokens_per_s) {
+    p->phase = phase;
+    p->tokens_per_s = tokens_per_s;
+    if (p->ctl->progress) {
+        bt_progress out = s_progress(p);
+        out.step = step;
+        out.total = total;
+        p->ctl->progress(&out, p->ctl->progress_user);
+    }
+}
+
+bt_progress bt_controller_progress(const bt_controller_t *self) {
+    return s_progress(self->pol[0]);
+}
+
+/* ---- the policy files ------------------------------------------------------------------------ */
+
+/*  Writes the latest published policy (version 0 before any) to dir as a model directory
+    (config.json, model.safetensors, tokenizer files; bt_model_save). */
+static bt_status s_save_policy(const bt_policy *p, const char *dir) {
+    const bt_run_config *c = p->cfg;
     bt_model *m = c->model_path[0] ? bt_model_load(c->model_path, bt_cpu())
                                    : bt_model_new(&c->model, bt_cpu(), (uint64_t)c->run.seed);
     bt_tokenizer_t *tok = NULL;
     bt_weights w;
     bt_weights_init(&w);
     bt_status st = m ? bt_tokenizer_for_model(c->model_path, &tok) : BT_ENOMEM;
-    if (st == BT_OK && self->weights) /* else version 0, as every worker builds it */
-        st = bt_weights_from_msg(self->weights->msg, &w);
-    if (st == BT_OK && self->weights)
+    if (st == BT_OK && p->weights) /* else version 0, as every worker builds it */
+        st = bt_weights_from_msg(p->weights->msg, &w);
+    if (st == BT_OK && p->weights)
         st = bt_weights_load(m, &w);
     if (st == BT_OK)
         st = bt_model_save(m, tok, dir);
@@ -413,16 +200,108 @@ bt_status bt_controller_save_policy(bt_controller_t *self, const char *dir) {
     return st;
 }
 
-bt_status bt_controller_wait_evals(bt_controller_t *self) {
-    return bt_evals_wait(self, NULL);
+bt_status bt_ctl_save_final(bt_policy *p) {
+    const char *run_dir = bt_runlog_dir(p->ctl->log);
+    char dir[BT_CONFIG_PATH_MAX + 16];
+    if (p->ctl->n_pol > 1) { /* each variant's policy in a folder of its own */
+        snprintf(dir, sizeof dir, "%s/variants/%s", run_dir, p->variant_name);
+        BT_TRY(bt_mkdirs(dir));
+        snprintf(dir, sizeof dir, "%s/variants/%s/model", run_dir, p->variant_name);
+    } else
+        snprintf(dir, sizeof dir, "%s/model", run_dir);
+    BT_TRY(s_save_policy(p, dir));
+    bt_ctl_event(p->ctl, "policy_saved", "dir", dir);
+    return BT_OK;
 }
 
-const char *bt_controller_variant_name(const bt_controller_t *self) {
-    return self->variant_name;
+/* ---- the run of the loop --------------------------------------------------------------------- */
+
+/*  The checkpoint writer, when checkpoints are configured. */
+static bt_status s_writer_open(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    if (!(c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
+          c->checkpoint.full_every_epochs > 0 || c->checkpoint.light_every_steps > 0))
+        return BT_OK;
+    bt_ckpt_config cc = {.keep_last = c->checkpoint.keep_last,
+                         .keep_every = c->checkpoint.keep_every,
+                         .pause_ms = c->debug.save_pause_ms};
+    snprintf(cc.dir, sizeof cc.dir, "%s", bt_runlog_dir(self->log));
+    snprintf(cc.mirror_dir, sizeof cc.mirror_dir, "%s", c->checkpoint.mirror_dir);
+    self->writer = bt_ckpt_writer_new(&cc);
+    return self->writer ? BT_OK : BT_EIO;
+}
+
+/*  Everything that can move after a turn: finished evaluations, each policy's state machine, the
+    population's gate; repeated while a gate opens (a new step's rollouts go out at once). */
+static bt_status s_advance(bt_controller_t *self) {
+    BT_TRY(bt_loop_fatal(self));
+    if (!self->joined) {
+        bt_status st = bt_jobs_joined(self);
+        if (st == BT_PENDING)
+            return BT_OK;
+        BT_TRY(st);
+        BT_TRY(s_writer_open(self));
+    }
+    for (int k = 0; k < self->n_pol; k++)
+        BT_TRY(bt_evals_poll(self->pol[k]));
+    for (int round = 0; round < 2 * BT_CONFIG_MAX_VARIANTS + 2; round++) {
+        for (int k = 0; k < self->n_pol; k++) {
+            bt_status st = bt_policy_advance(self->pol[k]);
+            if (st != BT_OK && st != BT_PENDING)
+                return st;
+        }
+        bt_status st = bt_population_advance(self);
+        if (st != BT_OK && st != BT_PENDING)
+            return st;
+        bool opened = false;
+        for (int k = 0; k < self->n_pol; k++)
+            opened |= self->pol[k]->state == BT_POLICY_ROLLOUT ||
+                      self->pol[k]->state == BT_POLICY_EXPLOIT;
+        if (!opened)
+            break;
+    }
+    return BT_OK;
+}
+
+static bool s_all_in(const bt_controller_t *self, bt_policy_state state) {
+    for (int k = 0; k < self->n_pol; k++)
+        if (self->pol[k]->state != state)
+            return false;
+    return true;
+}
+
+static bool s_any_in(const bt_controller_t *self, bt_policy_state state) {
+    for (int k = 0; k < self->n_pol; k++)
+        if (self->pol[k]->state == state)
+            return true;
+    return false;
+}
+
+bt_status bt_controller_start(bt_controller_t *self) {
+    for (int k = 0; k < self->n_pol; k++)
+        bt_ctl_report(self->pol[k], "join", 0, 0, NAN);
+    for (;;) {
+        BT_TRY(s_advance(self));
+        if (self->all_started || s_all_in(self, BT_POLICY_DONE))
+            return BT_OK;
+        BT_TRY(bt_loop_turn(self));
+    }
+}
+
+bt_status bt_controller_step(bt_controller_t *self, bool *done) {
+    int64_t steps = self->steps_done;
+    for (;;) {
+        BT_TRY(s_advance(self));
+        *done = s_all_in(self, BT_POLICY_DONE);
+        /* a last step returns once its policy is saved */
+        if (*done || (self->steps_done > steps && !s_any_in(self, BT_POLICY_FINAL)))
+            return BT_OK;
+        BT_TRY(bt_loop_turn(self));
+    }
 }
 
 bt_status bt_controller_stop(bt_controller_t *self) {
-    self->hub->stopping = true; /* a fatal failure is reported already: now the workers leave */
+    self->stopping = true; /* a fatal failure is reported already: now the workers leave */
     bt_registry_cancel_pending(self->reg); /* nothing is handed out after the run */
     const bt_controller_stats *s = &self->stats;
     bt_jsonl counters; /* what the controller refused or recovered from (docs/protocol.md) */
@@ -439,12 +318,13 @@ bt_status bt_controller_stop(bt_controller_t *self) {
     bt_jsonl_int(&counters, "quarantined", s->quarantined);
     bt_jsonl_int(&counters, "restores", s->restores);
     bt_runlog_event(self->log, &counters);
-    bt_train_clock_stop(&self->clock, bt_now());
+    for (int k = 0; k < self->n_pol; k++)
+        bt_train_clock_stop(&self->pol[k]->clock, bt_now());
     double total = 0; /* with variants: each one's share of the workers' compute */
-    for (int k = 0; self->hub->n > 1 && k < self->hub->n; k++)
-        total += self->hub->v[k]->worker_s;
-    for (int k = 0; self->hub->n > 1 && k < self->hub->n; k++) {
-        const bt_controller_t *v = self->hub->v[k];
+    for (int k = 0; self->n_pol > 1 && k < self->n_pol; k++)
+        total += self->pol[k]->worker_s;
+    for (int k = 0; self->n_pol > 1 && k < self->n_pol; k++) {
+        const bt_policy *v = self->pol[k];
         bt_jsonl line;
         bt_ctl_event_line(self, &line, "variant_share");
         bt_jsonl_str(&line, "variant", v->variant_name);
@@ -470,6 +350,6 @@ bt_status bt_controller_stop(bt_controller_t *self) {
             break;
         BT_TRY(bt_loop_turn(self));
     }
-    bt_ctl_report(self, "done", self->step, self->cfg->grpo.steps, NAN);
+    bt_ctl_report(self->pol[0], "done", self->pol[0]->step, self->pol[0]->cfg->grpo.steps, NAN);
     return BT_OK;
 }

@@ -1,9 +1,17 @@
-/*  jobs.c — jobs: their TASK messages, RESULT checks, queueing and waiting; see rooms.h. */
+/*  jobs.c — jobs: kinds, TASK building, RESULT checks, job sets that are polled; see rooms.h. */
 #include "rooms.h"
 
+static const char *const s_kind_names[BT_JOB_KIND_COUNT] = {
+    [BT_JOB_ROLLOUT] = "rollout", [BT_JOB_TRAIN] = "train",       [BT_JOB_SFT] = "sft",
+    [BT_JOB_EVAL] = "eval",       [BT_JOB_RESTORE] = "restore",   [BT_JOB_SNAPSHOT] = "snapshot",
+    [BT_JOB_GROUP] = "group"};
+
+const char *bt_job_kind_name(bt_job_kind kind) {
+    return kind >= 0 && kind < BT_JOB_KIND_COUNT ? s_kind_names[kind] : "?";
+}
+
 /*  Makes sure eval worker w holds the weights of ev's version before it gets a shard. */
-bt_status bt_jobs_pin_weights(bt_controller_t *self, const bt_evaluation *ev,
-                               const bt_worker_info *w) {
+bt_status bt_jobs_pin_weights(bt_policy *self, const bt_evaluation *ev, const bt_worker_info *w) {
     int64_t held = w->id < S_TRACK ? self->worker_version[w->id] : -1;
     if (held == ev->version || (held < 0 && !ev->weights))
         return BT_OK; /* version 0 without a WEIGHTS message: as every worker builds it */
@@ -15,16 +23,16 @@ bt_status bt_jobs_pin_weights(bt_controller_t *self, const bt_evaluation *ev,
     bt_msg_t *copy = bt_loop_weights_copy(ev->weights->msg);
     if (!copy)
         return BT_ENOMEM;
-    BT_TRY(bt_loop_send(self, &copy, w));
+    BT_TRY(bt_loop_send(self->ctl, &copy, w));
     if (w->id < S_TRACK)
         self->worker_version[w->id] = ev->version;
     return BT_OK;
 }
 
-bt_status bt_jobs_build_task(bt_controller_t *self, const bt_job *j, int64_t id, bt_msg_t *m) {
+bt_status bt_jobs_build_task(bt_policy *self, const bt_job *j, int64_t id, bt_msg_t *m) {
     BT_TRY(bt_msg_set_int(m, "task", id));
     BT_TRY(bt_msg_set_int(m, "variant", self->variant));
-    BT_TRY(bt_msg_set_str(m, "kind", j->kind));
+    BT_TRY(bt_msg_set_str(m, "kind", bt_job_kind_name(j->kind)));
     BT_TRY(bt_msg_set_int(m, "version", j->ev ? j->ev->version : self->version));
     BT_TRY(bt_msg_set_int(m, "seed", j->seed));
     BT_TRY(bt_msg_set_int(m, "start", j->start));
@@ -34,7 +42,7 @@ bt_status bt_jobs_build_task(bt_controller_t *self, const bt_job *j, int64_t id,
     if (j->role == BT_ROLE_TRAINER && j->expect_version >= 0) /* applied to it only, once */
         BT_TRY(bt_msg_set_int(m, "expect_version", j->expect_version));
     const bt_run_config *c = self->cfg;
-    if (!strcmp(j->kind, "rollout")) {
+    if (j->kind == BT_JOB_ROLLOUT) {
         int64_t shape[1] = {j->count};
         BT_TRY(bt_msg_set_int(m, "group_size", c->grpo.group_size));
         BT_TRY(bt_msg_set_double(m, "temperature", self->tuner.temperature));
@@ -42,23 +50,23 @@ bt_status bt_jobs_build_task(bt_controller_t *self, const bt_job *j, int64_t id,
         BT_TRY(bt_msg_set_int(m, "top_k", c->grpo.top_k));
         BT_TRY(bt_msg_set_int(m, "max_new_tokens", c->grpo.max_new_tokens));
         BT_TRY(bt_msg_add_tensor(m, "prompts", BT_I64, 1, shape, j->prompts));
-    } else if (!strcmp(j->kind, "train")) {
+    } else if (j->kind == BT_JOB_TRAIN) {
         int64_t shape[1] = {j->batch->n};
         BT_TRY(bt_batch_to_msg(j->batch, m));
         BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
         BT_TRY(bt_msg_set_double(m, "kl_coef", self->tuner.kl_coef));
         BT_TRY(bt_msg_set_bool(m, "freeze_reference", self->step == 0)); /* RL starts here */
         BT_TRY(bt_msg_set_bool(m, "inject_nan", j->inject_nan));
-    } else if (!strcmp(j->kind, "restore") && !j->state) {
+    } else if (j->kind == BT_JOB_RESTORE && !j->state) {
         BT_TRY(bt_msg_set_bool(m, "initial", true)); /* the state every trainer starts from */
-    } else if (!strcmp(j->kind, "restore")) {
+    } else if (j->kind == BT_JOB_RESTORE) {
         int64_t steps;
         BT_TRY(bt_msg_get_int(j->state, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
         BT_TRY(bt_msg_set_int(m, "adam_steps", steps));
         BT_TRY(bt_msg_set_int(m, "restore_version", j->restore_version));
         for (int i = 0; i < bt_msg_tensor_count(j->state); i++)
             BT_TRY(bt_msg_add_tensor_shared(m, j->state, i));
-    } else if (!strcmp(j->kind, "group")) {
+    } else if (j->kind == BT_JOB_GROUP) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "g%lld", (long long)self->generation);
         BT_TRY(bt_msg_set_int(m, "rank", j->rank));
@@ -66,7 +74,7 @@ bt_status bt_jobs_build_task(bt_controller_t *self, const bt_job *j, int64_t id,
         BT_TRY(bt_msg_set_int(m, "store_port", self->store_port));
         BT_TRY(bt_msg_set_str(m, "prefix", prefix));
         BT_TRY(bt_msg_set_int(m, "timeout_ms", c->workers.collective_timeout_ms));
-    } else if (!strcmp(j->kind, "eval")) {
+    } else if (j->kind == BT_JOB_EVAL) {
         BT_TRY(bt_msg_set_int(m, "dataset", j->ev->ds));
         /* the SFT early-stop check needs accuracy only */
         BT_TRY(bt_msg_set_bool(m, "robustness",
@@ -81,7 +89,7 @@ bt_status bt_jobs_build_task(bt_controller_t *self, const bt_job *j, int64_t id,
 bt_status bt_jobs_check_result(const bt_job *job, const bt_msg_t *m) {
     double x;
     int64_t v;
-    if (!strcmp(job->kind, "rollout")) {
+    if (job->kind == BT_JOB_ROLLOUT) {
         bt_rollout_batch b;
         bt_rollout_batch_init(&b);
         bt_status st = bt_batch_from_msg(m, &b);
@@ -91,56 +99,53 @@ bt_status bt_jobs_check_result(const bt_job *job, const bt_msg_t *m) {
         bt_rollout_batch_release(&b);
         return st;
     }
-    if (!strcmp(job->kind, "eval")) {
+    if (job->kind == BT_JOB_EVAL) {
         bt_evaluator_sums sums;
         return bt_sums_from_msg(m, &sums);
     }
     if (job->role != BT_ROLE_TRAINER)
         return BT_OK;
     BT_TRY(bt_msg_get_int(m, "trainer_version", 0, BT_WIRE_INT_MAX, &v));
-    if (!strcmp(job->kind, "train")) {
+    if (job->kind == BT_JOB_TRAIN) {
         bt_trainer_stats ts;
         return bt_trainer_stats_from_msg(m, &ts);
     }
-    if (!strcmp(job->kind, "sft"))
+    if (job->kind == BT_JOB_SFT)
         return bt_msg_get_double(m, "stats.loss", -1e300, 1e300, &x);
-    if (!strcmp(job->kind, "snapshot") || !strcmp(job->kind, "restore"))
+    if (job->kind == BT_JOB_SNAPSHOT || job->kind == BT_JOB_RESTORE)
         return bt_msg_get_double(m, "canary_loss", 0, 1e300, &x);
     return BT_OK;
 }
 
-/*  The longest measured duration of a kind is kept for deadlines (bt_jobs_kind_index). */
-int bt_jobs_kind_index(const char *kind) {
-    static const char *const kinds[] = {"rollout", "train",    "sft",   "eval",
-                                        "restore", "snapshot", "group", NULL};
-    for (int i = 0; kinds[i]; i++)
-        if (!strcmp(kinds[i], kind))
-            return i;
-    return 7;
-}
-
-/*  Queues jobs for the workers of their roles; *first is the first one's task id (ids are
-    dense).  The jobs must stay where they are until done or cancelled.  A trainer job without a
-    trainer group goes to the worker holding the training state alone (bt_hub.trainer). */
-bt_status bt_jobs_add(bt_controller_t *self, bt_job *jobs, int n, int64_t *first) {
-    *first = -1;
+bt_status bt_jobs_submit(bt_policy *p, bt_jobset *set, bt_job *jobs, int n) {
+    bt_controller_t *ctl = p->ctl;
+    *set = (bt_jobset){.jobs = jobs, .n = n, .first = -1, .stalled_since = bt_ctl_now_ms(),
+                       .t0 = bt_now()};
     for (int i = 0; i < n; i++) {
-        jobs[i].ctl = self;
+        jobs[i].pol = p;
         jobs[i].status = BT_OK;
-        int32_t holder = jobs[i].role == BT_ROLE_TRAINER ? self->hub->trainer : -1;
+        int32_t holder = jobs[i].role == BT_ROLE_TRAINER ? ctl->trainer : -1;
         int64_t id = holder >= 0
-                         ? bt_registry_add_task_only(self->reg, jobs[i].role, holder, &jobs[i])
-                         : bt_registry_add_task(self->reg, jobs[i].role, &jobs[i]);
-        if (id < 0)
+                         ? bt_registry_add_task_only(ctl->reg, jobs[i].role, holder, &jobs[i])
+                         : bt_registry_add_task(ctl->reg, jobs[i].role, &jobs[i]);
+        if (id < 0) {
+            bt_jobs_abort(p, set);
             return BT_ENOMEM;
-        *first = *first < 0 ? id : *first;
+        }
+        set->first = set->first < 0 ? id : set->first;
     }
     return BT_OK;
 }
 
 void bt_jobs_cancel(bt_controller_t *self, int n, int64_t first) {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && first >= 0; i++)
         bt_registry_cancel(self->reg, first + i);
+}
+
+void bt_jobs_abort(bt_policy *p, bt_jobset *set) {
+    bt_jobs_cancel(p->ctl, set->n, set->first);
+    bt_jobs_release(set->jobs, set->n);
+    set->first = -1;
 }
 
 /*  While no worker of role is live: BT_OK as long as one may still come, else the error saying
@@ -151,7 +156,7 @@ bt_status bt_jobs_unstaffed(bt_controller_t *self, bt_role role, int64_t since) 
     const char *name = bt_role_name(role);
     if (self->start_error[0]) /* the last of a role could not start: none will */
         return bt_fail(BT_EINVAL, "%s", self->start_error);
-    if (self->hub->gone && !self->hub->gone(role, why, sizeof why, self->hub->gone_user))
+    if (self->gone && !self->gone(role, why, sizeof why, self->gone_user))
         return bt_fail(BT_EIO,
                        "controller: no %s worker is left (%s)%s; resume with `baton run CONFIG "
                        "--resume`",
@@ -167,73 +172,65 @@ bt_status bt_jobs_unstaffed(bt_controller_t *self, bt_role role, int64_t since) 
     return BT_OK;
 }
 
-/*  Serves workers until the n jobs queued from task id first are done.  On any way out but
-    success the jobs that are not done are cancelled: nothing hands them out after their owner
-    returned. */
-bt_status bt_jobs_wait(bt_controller_t *self, bt_job *jobs, int n, int64_t first) {
-    int64_t stalled_since = bt_ctl_now_ms();
-    double t0 = bt_now();
-    bt_status st = BT_OK;
-    for (;;) {
-        int done = 0;
-        double longest = 0;
-        for (int i = 0; i < n; i++) {
-            done += bt_registry_task_state(self->reg, first + i) == BT_TASK_DONE;
-            longest = jobs[i].compute_s > longest ? jobs[i].compute_s : longest;
-        }
-        if (done == n) {
-            self->stats.compute_s += longest;
-            self->stats.tasks_s += bt_now() - t0;
-            return BT_OK;
-        }
-        for (int i = 0; i < n && st == BT_OK; i++) {
-            if (jobs[i].status != BT_OK)
-                st = bt_fail(jobs[i].status, "%s", self->hub->last_fail);
-        }
-        bool staffed = true;
-        for (int i = 0; i < n && st == BT_OK; i++) {
-            bool live = bt_registry_live(self->reg, jobs[i].role) > 0;
-            staffed &= live;
-            if (jobs[i].role == BT_ROLE_TRAINER)
-                st = bt_group_trainer_lost(self);
-            if (st == BT_OK && !live)
-                st = bt_jobs_unstaffed(self, jobs[i].role, stalled_since);
-        }
-        if (staffed)
-            stalled_since = bt_ctl_now_ms();
-        if (st == BT_OK)
-            st = bt_loop_turn(self);
-        if (st != BT_OK) {
-            bt_jobs_cancel(self, n, first);
-            return st;
-        }
+/*  Every job done: BT_OK, and the set counts in the overhead stats as one batch of parallel
+    tasks.  A job that failed for good, a trainer lost with its state (BT_ESTATE) or a role no
+    worker will come for ends the set: its jobs are cancelled, nothing hands them out later. */
+bt_status bt_jobs_poll(bt_policy *p, bt_jobset *set) {
+    bt_controller_t *ctl = p->ctl;
+    int done = 0;
+    double longest = 0;
+    for (int i = 0; i < set->n; i++) {
+        done += bt_registry_task_state(ctl->reg, set->first + i) == BT_TASK_DONE;
+        longest = set->jobs[i].compute_s > longest ? set->jobs[i].compute_s : longest;
     }
+    if (done == set->n) {
+        ctl->stats.compute_s += longest;
+        ctl->stats.tasks_s += bt_now() - set->t0;
+        return BT_OK;
+    }
+    bt_status st = BT_OK;
+    for (int i = 0; i < set->n && st == BT_OK; i++)
+        if (set->jobs[i].status != BT_OK)
+            st = bt_fail(set->jobs[i].status, "%s", ctl->last_fail);
+    bool staffed = true;
+    for (int i = 0; i < set->n && st == BT_OK; i++) {
+        bool live = bt_registry_live(ctl->reg, set->jobs[i].role) > 0;
+        staffed &= live;
+        if (set->jobs[i].role == BT_ROLE_TRAINER)
+            st = bt_group_trainer_lost(p);
+        if (st == BT_OK && !live)
+            st = bt_jobs_unstaffed(ctl, set->jobs[i].role, set->stalled_since);
+    }
+    if (staffed)
+        set->stalled_since = bt_ctl_now_ms();
+    if (st != BT_OK) {
+        bt_jobs_cancel(ctl, set->n, set->first);
+        return st;
+    }
+    return BT_PENDING;
 }
 
-/*  Runs jobs to completion on the workers of their roles. */
-bt_status bt_jobs_run(bt_controller_t *self, bt_job *jobs, int n) {
-    int64_t first;
-    BT_TRY(bt_jobs_add(self, jobs, n, &first));
-    return bt_jobs_wait(self, jobs, n, first);
-}
-
-bt_status bt_jobs_await_workers(bt_controller_t *self) {
+bt_status bt_jobs_joined(bt_controller_t *self) {
     const bt_run_config *c = self->cfg;
     int64_t want[BT_ROLE_COUNT] = {c->workers.rollout, c->workers.trainer, c->workers.eval};
-    int64_t deadline = bt_ctl_now_ms() + S_JOIN_TIMEOUT_MS;
-    for (;;) {
-        bool all = true;
-        for (int r = 0; r < BT_ROLE_COUNT; r++)
-            all &= bt_registry_live(self->reg, (bt_role)r) >= want[r];
-        if (all)
-            return BT_OK;
-        if (self->start_error[0]) /* the same config would fail the same way on any worker */
-            return bt_fail(BT_EINVAL, "%s", self->start_error);
-        if (bt_ctl_now_ms() > deadline)
-            return bt_fail(BT_EIO, "controller: workers did not join within %d s",
-                           S_JOIN_TIMEOUT_MS / 1000);
-        BT_TRY(bt_loop_turn(self));
+    if (self->joined)
+        return BT_OK;
+    if (!self->join_deadline)
+        self->join_deadline = bt_ctl_now_ms() + S_JOIN_TIMEOUT_MS;
+    bool all = true;
+    for (int r = 0; r < BT_ROLE_COUNT; r++)
+        all &= bt_registry_live(self->reg, (bt_role)r) >= want[r];
+    if (all) {
+        self->joined = true;
+        bt_ctl_event(self, "workers_ready", NULL, NULL);
+        return BT_OK;
     }
+    if (self->start_error[0]) /* the same config would fail the same way on any worker */
+        return bt_fail(BT_EINVAL, "%s", self->start_error);
+    if (bt_ctl_now_ms() > self->join_deadline)
+        return bt_fail(BT_EIO, "controller: workers did not join within %d s",
+                       S_JOIN_TIMEOUT_MS / 1000);
+    return BT_PENDING;
 }
 
 void bt_jobs_release(bt_job *jobs, int n) {

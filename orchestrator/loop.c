@@ -1,4 +1,5 @@
-/*  loop.c — the socket: receiving and checking messages, handing out jobs, timers; see rooms.h. */
+/*  loop.c — the one poll: receiving and checking messages, handing out jobs, timers (PINGs,
+    expiry, deadlines); see rooms.h. */
 #include "rooms.h"
 
 bt_pinned *bt_loop_weights_ref(bt_pinned *w) {
@@ -17,7 +18,7 @@ void bt_loop_weights_release(bt_pinned **w_p) {
 }
 
 bt_status bt_loop_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_info *w) {
-    bt_msg_set_run(*msg, self->hub->run_id);
+    bt_msg_set_run(*msg, self->run_id);
     return bt_msg_send(msg, self->sock, w->peer, w->peer_len);
 }
 
@@ -45,11 +46,11 @@ bt_msg_t *bt_loop_weights_copy(const bt_msg_t *src) {
 
 /*  Rollout workers follow the latest weights; eval workers get an evaluation's pinned weights
     just before its shard (bt_jobs_pin_weights). */
-void bt_loop_send_weights(bt_controller_t *self, const bt_worker_info *w) {
-    if (!self->weights || w->role != BT_ROLE_ROLLOUT || w->state == BT_WORKER_LOST)
+void bt_loop_send_weights(bt_policy *p, const bt_worker_info *w) {
+    if (!p->weights || w->role != BT_ROLE_ROLLOUT || w->state == BT_WORKER_LOST)
         return;
-    bt_msg_t *copy = bt_loop_weights_copy(self->weights->msg);
-    if (!copy || bt_loop_send(self, &copy, w) != BT_OK)
+    bt_msg_t *copy = bt_loop_weights_copy(p->weights->msg);
+    if (!copy || bt_loop_send(p->ctl, &copy, w) != BT_OK)
         bt_log(BT_LOG_WARN, "controller: weights not sent to %s: %s", w->name, bt_last_error());
 }
 
@@ -62,7 +63,7 @@ static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t le
         return;
     bt_msg_set_str(m, "reason", reason);
     bt_msg_set_bool(m, "leave", leave);
-    bt_msg_set_run(m, self->hub->run_id);
+    bt_msg_set_run(m, self->run_id);
     bt_msg_send(&m, self->sock, peer, len);
 }
 
@@ -117,9 +118,9 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         return;
     }
     bt_worker_info *w = bt_registry_worker(self->reg, id);
-    for (int k = 0; id < S_TRACK && k < self->hub->n; k++) { /* it may hold anything */
-        self->hub->v[k]->worker_version[id] = -1;
-        memset(self->hub->v[k]->speed[id], 0, sizeof self->hub->v[k]->speed[id]);
+    for (int k = 0; id < S_TRACK && k < self->n_pol; k++) { /* it may hold anything */
+        self->pol[k]->worker_version[id] = -1;
+        memset(self->pol[k]->speed[id], 0, sizeof self->pol[k]->speed[id]);
     }
     bt_msg_t *welcome = bt_msg_new(BT_MSG_WELCOME);
     int64_t shape[1] = {(int64_t)strlen(self->config_json)};
@@ -133,8 +134,8 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         bt_log(BT_LOG_WARN, "controller: WELCOME to %s failed: %s", name, bt_last_error());
         return;
     }
-    for (int k = 0; k < self->hub->n; k++)
-        bt_loop_send_weights(self->hub->v[k], w);
+    for (int k = 0; k < self->n_pol; k++)
+        bt_loop_send_weights(self->pol[k], w);
     bt_ctl_event(self, "worker_joined", "worker", name);
 }
 
@@ -150,12 +151,12 @@ static const bt_job *s_publishing_job(bt_controller_t *self, const bt_worker_inf
 
 static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_info *from) {
     int64_t version, variant = 0;
-    int n_variants = self->hub->n;
+    int n_variants = self->n_pol;
     const bt_job *job = s_publishing_job(self, from);
     if (!job || bt_msg_get_int(*m, "version", 0, BT_WIRE_INT_MAX, &version) != BT_OK ||
         (bt_msg_has(*m, "variant") &&
          bt_msg_get_int(*m, "variant", 0, n_variants - 1, &variant) != BT_OK) ||
-        (job->ctl && job->ctl->variant != variant)) {
+        job->pol->variant != variant) {
         /* only the trainer holding the variant's publishing job in flight may publish */
         self->stats.refused_weights++;
         bt_jsonl line;
@@ -165,7 +166,7 @@ static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_in
         bt_runlog_event(self->log, &line);
         return;
     }
-    self = self->hub->v[variant]; /* the variant's controller keeps them */
+    bt_policy *p = self->pol[variant]; /* the variant's policy keeps them */
     bt_pinned *fresh = calloc(1, sizeof *fresh);
     if (!fresh) {
         bt_log(BT_LOG_ERROR, "controller: out of memory for weights");
@@ -173,11 +174,11 @@ static void s_on_weights(bt_controller_t *self, bt_msg_t **m, const bt_worker_in
     }
     *fresh = (bt_pinned){.msg = *m, .version = version, .refs = 1};
     *m = NULL;
-    bt_loop_weights_release(&self->weights);
-    self->weights = fresh;
-    self->version = version;
+    bt_loop_weights_release(&p->weights);
+    p->weights = fresh;
+    p->version = version;
     for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++)
-        bt_loop_send_weights(self, bt_registry_worker(self->reg, i));
+        bt_loop_send_weights(p, bt_registry_worker(self->reg, i));
 }
 
 /*  A FAIL, or a RESULT refused by bt_jobs_check_result: I/O failures are re-queued (up to
@@ -187,28 +188,29 @@ static void s_on_failure(bt_controller_t *self, int64_t task, bt_job *job, bt_wo
                          bt_status code, const char *text) {
     char err[512];
     bt_loop_sanitise(text, err, sizeof err);
-    snprintf(self->hub->last_fail, sizeof self->hub->last_fail, "%s: %s", w->name, err);
+    snprintf(self->last_fail, sizeof self->last_fail, "%s: %s", w->name, err);
     self->stats.failed_tasks++;
     bt_jsonl line;
     bt_ctl_event_line(self, &line, "task_failed");
-    bt_jsonl_str(&line, "kind", job ? job->kind : "?");
+    bt_jsonl_str(&line, "kind", job ? bt_job_kind_name(job->kind) : "?");
     bt_jsonl_str(&line, "worker", w->name);
     bt_jsonl_str(&line, "error", err);
     bt_jsonl_int(&line, "status", code);
     bt_runlog_event(self->log, &line);
     bool trainer = job && job->role == BT_ROLE_TRAINER;
     if (code == BT_ESTATE && !trainer) /* an eval worker without the pinned weights: send them */
-        for (int k = 0; w->id < S_TRACK && k < self->hub->n; k++)
-            self->hub->v[k]->worker_version[w->id] = -1;
+        for (int k = 0; w->id < S_TRACK && k < self->n_pol; k++)
+            self->pol[k]->worker_version[w->id] = -1;
     if (code == BT_EIO || code == BT_EFORMAT || (code == BT_ESTATE && !trainer)) {
         /* a retry may succeed: a link, a bad message, weights sent again */
         int32_t attempts = bt_registry_task_attempts(self->reg, task);
         if (attempts < S_MAX_ATTEMPTS || !job)
             return;
         bt_registry_cancel(self->reg, task); /* handed out S_MAX_ATTEMPTS times: enough */
-        snprintf(err, sizeof err, "%s", self->hub->last_fail);
-        snprintf(self->hub->last_fail, sizeof self->hub->last_fail,
-                 "controller: a %s job failed %d times; the last time: %.400s", job->kind, attempts,
+        snprintf(err, sizeof err, "%s", self->last_fail);
+        snprintf(self->last_fail, sizeof self->last_fail,
+                 "controller: a %s job failed %d times; the last time: %.400s",
+                 bt_job_kind_name(job->kind), attempts,
                  err);
         job->status = BT_EIO;
         return;
@@ -218,10 +220,10 @@ static void s_on_failure(bt_controller_t *self, int64_t task, bt_job *job, bt_wo
         job->status = code;
     if (code == BT_ESTATE)
         return; /* the schedule restores the trainer (bt_recovery_recover) */
-    if (self->hub->fatal[0])
+    if (self->fatal[0])
         return;
-    snprintf(self->hub->fatal, sizeof self->hub->fatal, "%s", self->hub->last_fail);
-    self->hub->fatal_status = code;
+    snprintf(self->fatal, sizeof self->fatal, "%s", self->last_fail);
+    self->fatal_status = code;
     bt_ctl_event_line(self, &line, "run_stopped");
     bt_jsonl_str(&line, "reason", code == BT_ENOMEM ? "out of memory" : "a job no retry can mend");
     bt_jsonl_str(&line, "worker", w->name);
@@ -254,21 +256,21 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
         err = bt_last_error();
         self->stats.rejected_results++;
         quarantine = true; /* broken or hostile: it gets no more jobs */
-        if (self->hub->rejected++ < S_MAX_REJECTED_LOGGED) {
+        if (self->rejected++ < S_MAX_REJECTED_LOGGED) {
             bt_jsonl line;
             bt_ctl_event_line(self, &line, "result_rejected");
             bt_jsonl_str(&line, "worker", w->name);
-            bt_jsonl_str(&line, "kind", job->kind);
+            bt_jsonl_str(&line, "kind", bt_job_kind_name(job->kind));
             bt_jsonl_int(&line, "task", task);
             bt_jsonl_str(&line, "error", err);
             bt_runlog_event(self->log, &line);
         }
     }
     int64_t published = -1;
-    if (!failed && job && job->publish && job->role == BT_ROLE_TRAINER && job->ctl &&
+    if (!failed && job && job->publish && job->role == BT_ROLE_TRAINER &&
         bt_registry_task_state(self->reg, task) == BT_TASK_ASSIGNED &&
         bt_msg_get_int(*m, "trainer_version", 0, BT_WIRE_INT_MAX, &published) == BT_OK &&
-        published != job->ctl->version) {
+        published != job->pol->version) {
         /* its WEIGHTS went missing (sent while the worker was expired, so refused): the job is
            handed out again, and the trainer, which applied it, answers it once more with them */
         failed = true;
@@ -289,15 +291,14 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
         }
         return;
     }
-    int64_t ms = bt_ctl_now_ms() - assigned, *longest = &self->hub->kind_ms[bt_jobs_kind_index(job->kind)];
+    int64_t ms = bt_ctl_now_ms() - assigned, *longest = &self->kind_ms[job->kind];
     *longest = ms > *longest ? ms : *longest;
     job->compute_s = 0;
     job->worker = w->id;
     bt_msg_get_double(*m, "compute_s", 0, 1e9, &job->compute_s);
-    if (job->ctl) /* each variant's share of the pool */
-        job->ctl->worker_s += job->compute_s;
-    if (job->role == BT_ROLE_TRAINER && job->ctl)
-        bt_msg_get_int(*m, "trainer_version", 0, BT_WIRE_INT_MAX, &job->ctl->trainer_version);
+    job->pol->worker_s += job->compute_s; /* each variant's share of the pool */
+    if (job->role == BT_ROLE_TRAINER)
+        bt_msg_get_int(*m, "trainer_version", 0, BT_WIRE_INT_MAX, &job->pol->trainer_version);
     job->result = *m;
     *m = NULL;
 }
@@ -338,14 +339,14 @@ static bt_status s_receive(bt_controller_t *self) {
         return BT_OK;
     bt_msg_type type = bt_msg_type_of(m);
     const char *run = bt_msg_run(m);
-    bool other_run = run[0] && strcmp(run, self->hub->run_id) != 0;
+    bool other_run = run[0] && strcmp(run, self->run_id) != 0;
     if (!w && type != BT_MSG_HELLO) {
         self->stats.unknown_peer++;
         s_send_invalid(self, peer, len, "unknown peer: send HELLO first", false);
     } else if (other_run) { /* a worker of another run (an orphan of an earlier one) */
         char why[256];
         snprintf(why, sizeof why, "this worker belongs to run %.96s; this is run %s", run,
-                 self->hub->run_id);
+                 self->run_id);
         self->stats.wrong_run++;
         s_send_invalid(self, peer, len, why, true);
         if (w)
@@ -365,10 +366,10 @@ static bt_status s_receive(bt_controller_t *self) {
     return BT_OK;
 }
 
-/*  The run's fatal failure, if a worker reported one (see bt_hub.fatal). */
-static bt_status s_fatal(const bt_controller_t *self) {
-    if (self->hub->fatal[0] && !self->hub->stopping)
-        return bt_fail(self->hub->fatal_status, "%s", self->hub->fatal);
+/*  The run's fatal failure, if a worker reported one (see bt_controller.fatal). */
+bt_status bt_loop_fatal(const bt_controller_t *self) {
+    if (self->fatal[0] && !self->stopping)
+        return bt_fail(self->fatal_status, "%s", self->fatal);
     return BT_OK;
 }
 
@@ -378,10 +379,10 @@ static bt_status s_hand_out(bt_controller_t *self) {
     int32_t wid;
     while (bt_registry_next_assignment(self->reg, bt_ctl_now_ms(), &task, &wid)) {
         bt_job *job = bt_registry_task_user(self->reg, task);
-        bt_controller_t *owner = job->ctl ? job->ctl : self; /* the job's variant */
+        bt_policy *owner = job->pol; /* the job's variant */
         bt_worker_info *w = bt_registry_worker(self->reg, wid);
-        if (job->role == BT_ROLE_TRAINER && !owner->store && self->hub->trainer < 0) {
-            self->hub->trainer = wid; /* the first trainer job's taker holds the state */
+        if (job->role == BT_ROLE_TRAINER && !owner->store && self->trainer < 0) {
+            self->trainer = wid; /* the first trainer job's taker holds the state */
             bt_ctl_event(self, "trainer_active", "worker", w->name);
         }
         if (bt_registry_task_attempts(self->reg, task) >
@@ -389,7 +390,7 @@ static bt_status s_hand_out(bt_controller_t *self) {
             self->stats.requeued++;
             bt_jsonl line;
             bt_ctl_event_line(self, &line, "task_requeued");
-            bt_jsonl_str(&line, "kind", job->kind);
+            bt_jsonl_str(&line, "kind", bt_job_kind_name(job->kind));
             bt_jsonl_int(&line, "task", task);
             bt_jsonl_str(&line, "worker", w->name);
             bt_runlog_event(self->log, &line);
@@ -418,7 +419,7 @@ static void s_deadlines(bt_controller_t *self, int64_t now) {
             bt_registry_task_state(self->reg, w->task) != BT_TASK_ASSIGNED)
             continue;
         const bt_job *job = bt_registry_task_user(self->reg, w->task);
-        int64_t seen = self->hub->kind_ms[bt_jobs_kind_index(job->kind)];
+        int64_t seen = self->kind_ms[job->kind];
         int64_t limit = (int64_t)c->workers.deadline_factor *
                         (seen > c->workers.deadline_floor_ms ? seen : c->workers.deadline_floor_ms);
         int64_t held = now - bt_registry_task_assigned_ms(self->reg, w->task);
@@ -427,11 +428,11 @@ static void s_deadlines(bt_controller_t *self, int64_t now) {
         bt_log(BT_LOG_WARN,
                "controller: %s held a %s job for %lld ms (deadline %lld ms): quarantined, the "
                "job goes to another worker",
-               w->name, job->kind, (long long)held, (long long)limit);
+               w->name, bt_job_kind_name(job->kind), (long long)held, (long long)limit);
         bt_jsonl line;
         bt_ctl_event_line(self, &line, "worker_quarantined");
         bt_jsonl_str(&line, "worker", w->name);
-        bt_jsonl_str(&line, "kind", job->kind);
+        bt_jsonl_str(&line, "kind", bt_job_kind_name(job->kind));
         bt_jsonl_int(&line, "held_ms", held);
         bt_jsonl_int(&line, "deadline_ms", limit);
         bt_runlog_event(self->log, &line);
@@ -461,18 +462,17 @@ static bt_status s_drain(bt_controller_t *self, bool *drained) {
     controller goes silent), expiry of silent workers (only after the socket was drained, and not
     after the controller itself stood still: stopped, or saving), job deadlines. */
 static void s_timers(bt_controller_t *self, bool drained) {
-    bt_hub *hub = self->hub;
     int64_t now = bt_ctl_now_ms(), hb = self->cfg->workers.heartbeat_ms;
-    if (hub->last_turn_ms && now - hub->last_turn_ms > self->cfg->workers.expiry_ms / 2) {
+    if (self->last_turn_ms && now - self->last_turn_ms > self->cfg->workers.expiry_ms / 2) {
         bt_registry_touch_all(self->reg, now);
         bt_jsonl line;
         bt_ctl_event_line(self, &line, "controller_stalled");
-        bt_jsonl_int(&line, "ms", now - hub->last_turn_ms);
+        bt_jsonl_int(&line, "ms", now - self->last_turn_ms);
         bt_runlog_event(self->log, &line);
     }
-    hub->last_turn_ms = now;
-    if (now - hub->last_ping_ms >= hb) {
-        hub->last_ping_ms = now;
+    self->last_turn_ms = now;
+    if (now - self->last_ping_ms >= hb) {
+        self->last_ping_ms = now;
         for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
             const bt_worker_info *w = bt_registry_worker(self->reg, i);
             bt_msg_t *ping = w->state != BT_WORKER_LOST ? bt_msg_new(BT_MSG_PING) : NULL;
@@ -489,9 +489,10 @@ static void s_timers(bt_controller_t *self, bool drained) {
 }
 
 /*  Hands out what can be handed out, then waits (at most a heartbeat) for messages, expires
-    silent workers and checks deadlines; fails at once after a fatal failure. */
+    silent workers and checks deadlines; fails at once after a fatal failure.  The only place
+    that waits: the rooms only change state (controller.c advances them after each turn). */
 bt_status bt_loop_turn(bt_controller_t *self) {
-    BT_TRY(s_fatal(self));
+    BT_TRY(bt_loop_fatal(self));
     BT_TRY(s_hand_out(self));
     zmq_pollitem_t item = {self->sock, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, (long)self->cfg->workers.heartbeat_ms) < 0)
@@ -500,9 +501,5 @@ bt_status bt_loop_turn(bt_controller_t *self) {
     if (item.revents & ZMQ_POLLIN)
         BT_TRY(s_drain(self, &drained));
     s_timers(self, drained);
-    BT_TRY(s_fatal(self));
-    for (int k = 0; k < self->hub->n; k++)
-        if (self->hub->v[k] != self)
-            BT_TRY(bt_evals_poll(self->hub->v[k]));
-    return bt_evals_poll(self);
+    return bt_loop_fatal(self);
 }

@@ -1,232 +1,250 @@
-/*  policy.c — one variant's GRPO schedule: SFT warm start, rollouts, training, the step. */
+/*  policy.c — one variant's state machine: the SFT warm start, then GRPO steps (rollouts, the
+    update, the step's record, evaluations, snapshot and checkpoints); see rooms.h.  Every state
+    names what it waits for; bt_policy_advance runs states until one has to wait. */
 #include "rooms.h"
 
-/*  Epochs completed so far of the epoch source's stream (data.epoch_source). */
-int64_t bt_policy_epoch(const bt_controller_t *self) {
-    int k = bt_config_epoch_source(self->cfg);
-    return self->epoch_size ? (int64_t)(bt_policy_train_position(self).drawn[k] / self->epoch_size) : 0;
+bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_run_config *cfg, int k) {
+    bt_policy *self = calloc(1, sizeof *self);
+    if (!self) {
+        bt_fail(BT_ENOMEM, "controller: out of memory");
+        return NULL;
+    }
+    self->ctl = ctl;
+    self->cfg = cfg;
+    self->variant = k;
+    self->variant_name = cfg->n_variants > 0 ? cfg->variants[k].name : "main";
+    self->last_accuracy = NAN;
+    self->last_reward = NAN;
+    bt_tuner_config tc;
+    bt_config_tuner(cfg, &tc);
+    bt_tuner_init(&self->tuner, &tc);
+    /* the training data: each source's task, and the mixture that draws from them */
+    bt_status st = BT_OK;
+    self->n_sources = bt_config_n_sources(cfg);
+    int epoch_source = bt_config_epoch_source(cfg);
+    for (int i = 0; i < self->n_sources && st == BT_OK; i++)
+        st = bt_config_new_source_task(cfg, i, &self->sources[i],
+                                       i == epoch_source ? &self->epoch_size : NULL);
+    bt_mixture_config mc = {.n_sources = self->n_sources,
+                            .seed = (uint64_t)cfg->run.seed,
+                            .window = cfg->data.curriculum.window,
+                            .skip_solved = cfg->data.curriculum.skip_solved,
+                            .skip_failed = cfg->data.curriculum.skip_failed};
+    if (st == BT_OK && !(self->mix = bt_mixture_new(&mc)))
+        st = BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_evals_setup(self);
+    if (st == BT_OK && cfg->workers.trainer > 1 &&
+        !(self->store = bt_store_serve(0, &self->store_port)))
+        st = BT_EIO;
+    if (st != BT_OK)
+        bt_policy_destroy(&self);
+    return self;
 }
 
-static bt_status s_sft(bt_controller_t *self) {
+void bt_policy_destroy(bt_policy **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    bt_policy *self = *self_p;
+    for (int i = 0; i < S_MAX_EVALS; i++)
+        if (self->evals[i].active) {
+            bt_jobs_release(self->evals[i].jobs, self->evals[i].n_jobs);
+            bt_loop_weights_release(&self->evals[i].weights);
+        }
+    bt_loop_weights_release(&self->weights);
+    for (int i = 0; i < S_AHEAD; i++)
+        if (self->ahead[i].active)
+            bt_rollouts_release(&self->ahead[i]);
+    bt_group_release(self);
+    bt_jobs_release(self->tr.ranks, S_MAX_RANKS);
+    bt_rollout_batch_release(&self->sampled);
+    bt_rollout_batch_release(&self->batch);
+    free(self->adv);
+    bt_ckpt_snapshot_destroy(&self->light_pending);
+    bt_msg_destroy(&self->snap);
+    bt_msg_destroy(&self->snap_new);
+    bt_msg_destroy(&self->resume_state);
+    bt_store_destroy(&self->store);
+    for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
+        bt_task_destroy(&self->sources[k]);
+    bt_mixture_destroy(&self->mix);
+    free(self->saved_data);
+    free(self);
+    *self_p = NULL;
+}
+
+/*  Epochs completed so far of the epoch source's stream (data.epoch_source). */
+int64_t bt_policy_epoch(const bt_policy *self) {
+    int k = bt_config_epoch_source(self->cfg);
+    return self->epoch_size
+               ? (int64_t)(bt_rollouts_train_position(self).drawn[k] / self->epoch_size)
+               : 0;
+}
+
+/* ---- the warm start ---------------------------------------------------------------------------
+ */
+
+/*  Starts SFT step sft_step: demonstrations are the next examples of the first source's stream. */
+static void s_sft_begin(bt_policy *self) {
     const bt_run_config *c = self->cfg;
     bt_lr_schedule sched;
     bt_config_lr(c, BT_CONFIG_PHASE_SFT, &sched);
-    for (int64_t s = 0; s < c->sft.steps; s++) {
-        bool last = s + 1 == c->sft.steps;
-        bool eval = last || (c->sft.eval_every > 0 && (s + 1) % c->sft.eval_every == 0);
-        double lr = bt_lr_at(&sched, s);
-        /* demonstrations: the next examples of the first source's stream */
-        bt_mixture_position pos = bt_mixture_get_position(self->mix);
-        bt_job job = {.kind = "sft",
-                     .role = BT_ROLE_TRAINER,
-                     .start = (int64_t)pos.drawn[0],
-                     .count = c->sft.batch_size,
-                     .lr = lr,
-                     .publish = eval};
-        pos.drawn[0] += (uint64_t)c->sft.batch_size;
-        bt_mixture_set_position(self->mix, &pos);
-        bt_status st = bt_group_run_trainer(self, &job);
-        double loss = NAN;
-        if (st == BT_OK)
-            st = bt_msg_get_double(job.result, "stats.loss", -1e300, 1e300, &loss);
-        bt_jobs_release(&job, 1);
-        BT_TRY(st);
-        bt_jsonl line;
-        bt_jsonl_init(&line);
-        bt_jsonl_str(&line, "kind", "sft");
-        bt_jsonl_int(&line, "step", s + 1);
-        bt_jsonl_str(&line, "variant", self->variant_name);
-        bt_jsonl_num(&line, "time", bt_now() - self->t0);
-        bt_jsonl_num(&line, "loss", loss);
-        bt_jsonl_num(&line, "lr", lr);
-        BT_TRY(bt_runlog_metric(self->log, &line));
-        int ds = bt_evals_first_generate(c);
-        if (eval && !last && ds >= 0 && c->workers.eval > 0) { /* blocking: it decides the stop */
-            bt_evaluation *ev = NULL;
-            BT_TRY(bt_evals_start(self, ds, "sft", "sft", s + 1, &ev));
-            BT_TRY(bt_evals_wait(self, ev));
-            if (self->last_accuracy >= c->sft.stop_accuracy)
-                break;
-        }
-        bt_ctl_report(self, "sft", s + 1, c->sft.steps, NAN);
+    int64_t s = self->sft_step;
+    bool last = s + 1 == c->sft.steps;
+    self->sft_eval = last || (c->sft.eval_every > 0 && (s + 1) % c->sft.eval_every == 0);
+    self->sft_lr = bt_lr_at(&sched, s);
+    bt_mixture_position pos = bt_mixture_get_position(self->mix);
+    bt_job job = {.kind = BT_JOB_SFT,
+                  .role = BT_ROLE_TRAINER,
+                  .start = (int64_t)pos.drawn[0],
+                  .count = c->sft.batch_size,
+                  .lr = self->sft_lr,
+                  .publish = self->sft_eval};
+    pos.drawn[0] += (uint64_t)c->sft.batch_size;
+    bt_mixture_set_position(self->mix, &pos);
+    bt_group_begin(self, &job);
+}
+
+/*  The SFT warm start is over: the step-0 evaluations are due, then the first snapshot (the
+    first point a rollback or a restore returns to). */
+static void s_sft_end(bt_policy *self) {
+    const bt_run_config *c = self->cfg;
+    for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++) {
+        bt_trigger_mark(&self->triggers[i], 0, bt_policy_epoch(self), 0);
+        self->evals_due[i] = true;
+        snprintf(self->due_trigger[i], sizeof self->due_trigger[i], "start");
     }
+    self->state = BT_POLICY_WARM_EVALS;
+}
+
+/*  BT_POLICY_SFT: the step's job, its metrics line, and the evaluation that decides the early
+    stop when one is due (blocking: BT_POLICY_SFT_EVAL). */
+static bt_status s_sft(bt_policy *self) {
+    const bt_run_config *c = self->cfg;
+    if (self->sft_step >= c->sft.steps) {
+        s_sft_end(self);
+        return BT_OK;
+    }
+    if (self->tr.state == BT_TRAINER_IDLE)
+        s_sft_begin(self);
+    BT_TRY(bt_group_poll(self));
+    double loss = NAN;
+    bt_status st = bt_msg_get_double(self->tr.job.result, "stats.loss", -1e300, 1e300, &loss);
+    bt_group_release(self);
+    BT_TRY(st);
+    int64_t s = self->sft_step;
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "kind", "sft");
+    bt_jsonl_int(&line, "step", s + 1);
+    bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_num(&line, "time", bt_now() - self->ctl->t0);
+    bt_jsonl_num(&line, "loss", loss);
+    bt_jsonl_num(&line, "lr", self->sft_lr);
+    BT_TRY(bt_runlog_metric(self->ctl->log, &line));
+    int ds = bt_evals_first_generate(c);
+    if (self->sft_eval && s + 1 < c->sft.steps && ds >= 0 && c->workers.eval > 0) {
+        self->sft_ev = NULL;
+        self->state = BT_POLICY_SFT_EVAL;
+        return BT_OK;
+    }
+    bt_ctl_report(self, "sft", s + 1, c->sft.steps, NAN);
+    self->sft_step++;
     return BT_OK;
 }
 
-/*  The SFT warm start, the step-0 evaluations and the first snapshot (the first point a rollback
-    or a restore returns to).  A trainer that loses its state before that snapshot exists is
-    reset to the state every trainer starts from, and the warm start runs again from its first
-    step (metrics.jsonl cut back), so the run writes what it would have written. */
-bt_status bt_policy_warm_start(bt_controller_t *self) {
+static bt_status s_sft_eval(bt_policy *self) {
     const bt_run_config *c = self->cfg;
-    bt_mixture_position pos0 = bt_mixture_get_position(self->mix);
-    int64_t metrics0 = bt_runlog_metrics_size(self->log);
-    for (;;) {
-        bt_status st = s_sft(self);
-        for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0 && st == BT_OK; i++) {
-            bt_trigger_mark(&self->triggers[i], 0, bt_policy_epoch(self), 0);
-            st = bt_evals_start(self, i, "rl", "start", 0, NULL);
-        }
-        if (st == BT_OK)
-            st = bt_recovery_snapshot(self);
-        if (st != BT_ESTATE)
-            return st;
-        char reason[512];
-        snprintf(reason, sizeof reason, "%s", bt_last_error());
-        if (++self->recoveries > S_MAX_RECOVERIES)
-            return bt_fail(BT_ESTATE, "%s, after %d restores of the trainer in this run", reason,
-                           S_MAX_RECOVERIES);
-        bt_evals_cancel(self);
-        BT_TRY(bt_recovery_restore_trainer(self, NULL, 0, NAN));
-        bt_mixture_set_position(self->mix, &pos0);
-        BT_TRY(bt_runlog_truncate_metrics(self->log, metrics0));
-        self->last_accuracy = NAN;
-        self->stats.restores++;
-        bt_jsonl line;
-        bt_ctl_event_line(self, &line, "trainer_restored");
-        bt_jsonl_str(&line, "from", "initial");
-        bt_jsonl_int(&line, "step", 0);
-        bt_jsonl_str(&line, "reason", reason);
-        BT_TRY(bt_runlog_event(self->log, &line));
-        bt_log(BT_LOG_WARN, "controller: %s: the warm start runs again from its first step",
-               reason);
+    int64_t s = self->sft_step;
+    if (!self->sft_ev)
+        BT_TRY(bt_evals_start(self, bt_evals_first_generate(c), "sft", "sft", s + 1,
+                              &self->sft_ev));
+    BT_TRY(bt_evals_wait(self, self->sft_ev));
+    self->sft_ev = NULL;
+    if (self->last_accuracy >= c->sft.stop_accuracy) {
+        s_sft_end(self);
+        return BT_OK;
     }
+    bt_ctl_report(self, "sft", s + 1, c->sft.steps, NAN);
+    self->sft_step++;
+    self->state = BT_POLICY_SFT;
+    return BT_OK;
 }
 
-/*  Queues the rollouts of step `step` (its prompts are the next P of the training stream),
-    sharded over the configured rollout workers; they run while the controller does other work. */
-/*  A rollout job's seed: (run.seed, step) above the low BT_TASK_SEED_JOB_BITS, which number the
-    job; computed unsigned and kept within a wire integer's 53 bits (a large run.seed overflowed).
+/*  A trainer that loses its state before the first snapshot exists is reset to the state every
+    trainer starts from, and the warm start runs again from its first step (metrics.jsonl cut
+    back), so the run writes what it would have written. */
+static bt_status s_warm_reset_begin(bt_policy *self) {
+    snprintf(self->reason, sizeof self->reason, "%s", bt_last_error());
+    if (++self->recoveries > S_MAX_RECOVERIES)
+        return bt_fail(BT_ESTATE, "%s, after %d restores of the trainer in this run", self->reason,
+                       S_MAX_RECOVERIES);
+    bt_evals_cancel(self);
+    if (self->tr.state != BT_TRAINER_IDLE)
+        bt_group_abort(self);
+    self->snap_state = BT_SNAP_IDLE;
+    bt_msg_destroy(&self->snap_new);
+    self->sft_ev = NULL;
+    self->state = BT_POLICY_WARM_RESET;
+    return BT_OK;
+}
+
+static bt_status s_warm_reset(bt_policy *self) {
+    BT_TRY(bt_recovery_restore(self, NULL, 0, NAN));
+    bt_mixture_set_position(self->mix, &self->warm_pos);
+    BT_TRY(bt_runlog_truncate_metrics(self->ctl->log, self->warm_metrics));
+    self->last_accuracy = NAN;
+    self->ctl->stats.restores++;
+    bt_jsonl line;
+    bt_ctl_event_line(self->ctl, &line, "trainer_restored");
+    bt_jsonl_str(&line, "from", "initial");
+    bt_jsonl_int(&line, "step", 0);
+    bt_jsonl_str(&line, "reason", self->reason);
+    BT_TRY(bt_runlog_event(self->ctl->log, &line));
+    bt_log(BT_LOG_WARN, "controller: %s: the warm start runs again from its first step",
+           self->reason);
+    self->sft_step = 0;
+    self->state = BT_POLICY_SFT;
+    return BT_OK;
+}
+
+/*  BT_POLICY_START: the checkpoint to resume from, or the warm start. */
+static bt_status s_start(bt_policy *self) {
+    if (self->ctl->resuming) {
+        BT_TRY(bt_recovery_resume_read(self));
+        self->state = BT_POLICY_RESUME;
+        return BT_OK;
+    }
+    bt_train_clock_start(&self->clock, bt_now());
+    self->warm_pos = bt_mixture_get_position(self->mix);
+    self->warm_metrics = bt_runlog_metrics_size(self->ctl->log);
+    self->sft_step = 0;
+    self->state = BT_POLICY_SFT;
+    return BT_OK;
+}
+
+/* ---- a GRPO step ------------------------------------------------------------------------------
  */
-static int64_t s_rollout_seed(const bt_run_config *c, int64_t step, int job) {
-    uint64_t x = ((uint64_t)c->run.seed * 1000003u + (uint64_t)step) * 64u + (uint64_t)job;
-    return (int64_t)(x & ((UINT64_C(1) << 53) - 1));
-}
 
-static bt_status s_rollout_launch(bt_controller_t *self, int64_t step) {
-    const bt_run_config *c = self->cfg;
-    bt_rollouts *r = &self->ahead[step % S_AHEAD];
-    BT_ASSERT(!r->active);
-    int64_t P = c->grpo.prompts_per_step;
-    int shards = (int)(c->workers.rollout < 1 ? 1 : c->workers.rollout);
-    if (shards > P)
-        shards = (int)P;
-    if (shards > 64)
-        shards = 64;
-    r->idx = malloc(sizeof *r->idx * (size_t)P);
-    uint64_t dropped[S_MAX_DROPPED_LOGGED];
-    int64_t n_dropped = 0;
-    if (!r->idx)
-        return bt_fail(BT_ENOMEM, "controller: out of memory");
-    r->step = step;
-    r->before = bt_mixture_get_position(self->mix);
-    memcpy(r->weights, self->tuner.weights, sizeof r->weights);
-    bt_status st = BT_OK;
-    for (int64_t i = 0; i < P && st == BT_OK; i++)
-        st = bt_mixture_next(self->mix, self->sources, self->tuner.weights, 1000 * P, &r->idx[i],
-                             dropped, S_MAX_DROPPED_LOGGED, &n_dropped);
-    if (st != BT_OK) {
-        free(r->idx);
-        r->idx = NULL;
-        return st;
-    }
-    r->dropped = n_dropped;
-    if (n_dropped && c->debug.log_prompts) {
-        bt_jsonl line;
-        bt_ctl_event_line(self, &line, "dropped");
-        bt_jsonl_int(&line, "step", step + 1);
-        bt_jsonl_uints(
-            &line, "prompts", dropped,
-            (size_t)(n_dropped < S_MAX_DROPPED_LOGGED ? n_dropped : S_MAX_DROPPED_LOGGED));
-        BT_TRY(bt_runlog_event(self->log, &line));
-    }
-    /* a job holds one source's prompts: group them by source (stable), then shard each group */
-    for (int64_t i = 1; i < P; i++)
-        for (int64_t j = i; j > 0 && BT_PROMPT_SOURCE(r->idx[j]) < BT_PROMPT_SOURCE(r->idx[j - 1]);
-             j--) {
-            uint64_t t = r->idx[j];
-            r->idx[j] = r->idx[j - 1];
-            r->idx[j - 1] = t;
-        }
-    int64_t per = (P + shards - 1) / shards;
-    r->n_jobs = 0;
-    for (int64_t s = 0; s < P; r->n_jobs++) {
-        int64_t e = s;
-        while (e < P && e - s < per && BT_PROMPT_SOURCE(r->idx[e]) == BT_PROMPT_SOURCE(r->idx[s]))
-            e++;
-        BT_ASSERT(r->n_jobs < 64);
-        r->jobs[r->n_jobs] = (bt_job){.kind = "rollout",
-                                     .role = BT_ROLE_ROLLOUT,
-                                     .start = s,
-                                     .count = e - s,
-                                     .prompts = r->idx + s,
-                                     .seed = s_rollout_seed(c, step, r->n_jobs)};
-        s = e;
-    }
-    r->active = true;
-    return bt_jobs_add(self, r->jobs, r->n_jobs, &r->first_task);
-}
-
-void bt_policy_rollouts_release(bt_rollouts *r) {
-    bt_jobs_release(r->jobs, r->n_jobs);
-    free(r->idx);
-    r->idx = NULL;
-    r->active = false;
-}
-
-/*  Drops every rollout in flight (a rollback): their tasks are cancelled, their prompts skipped. */
-void bt_policy_rollouts_cancel(bt_controller_t *self) {
-    for (int i = 0; i < S_AHEAD; i++) {
-        bt_rollouts *r = &self->ahead[i];
-        for (int j = 0; r->active && j < r->n_jobs; j++)
-            bt_registry_cancel(self->reg, r->first_task + j);
-        if (r->active)
-            bt_policy_rollouts_release(r);
-    }
-    self->launched = self->step;
-}
-
-/*  The data position of the first prompt not yet trained: the oldest rollouts in flight hold the
-    prompts after it. */
-bt_mixture_position bt_policy_train_position(const bt_controller_t *self) {
-    const bt_rollouts *r = &self->ahead[self->step % S_AHEAD];
-    return r->active && r->step == self->step ? r->before : bt_mixture_get_position(self->mix);
-}
-
-/*  The current step's groups: launches the rollouts of the steps up to grpo.max_staleness ahead
-    that are not in flight yet, then waits for the current step's; fills *batch.  *oldest gets
-    the oldest policy version that sampled any of it. */
-bt_status bt_policy_rollout(bt_controller_t *self, bt_rollout_batch *batch, int64_t *oldest) {
-    const bt_run_config *c = self->cfg;
-    if (self->launched < self->step)
-        self->launched = self->step;
-    while (self->launched <= self->step + c->grpo.max_staleness && self->launched < c->grpo.steps)
-        BT_TRY(s_rollout_launch(self, self->launched++));
-    bt_rollouts *r = &self->ahead[self->step % S_AHEAD];
-    BT_ASSERT(r->active && r->step == self->step);
-    bt_status st = bt_jobs_wait(self, r->jobs, r->n_jobs, r->first_task);
-    bt_rollout_batch parts[64];
-    *oldest = INT64_MAX;
-    for (int i = 0; i < r->n_jobs; i++)
-        bt_rollout_batch_init(&parts[i]);
-    for (int i = 0; i < r->n_jobs && st == BT_OK; i++) {
-        st = bt_batch_from_msg(r->jobs[i].result, &parts[i]);
-        *oldest = parts[i].version < *oldest ? parts[i].version : *oldest;
-    }
-    if (st == BT_OK)
-        st = bt_batch_concat(parts, r->n_jobs, batch);
-    for (int i = 0; i < r->n_jobs; i++)
-        bt_rollout_batch_release(&parts[i]);
-    self->dropped_step = r->dropped; /* with grpo.max_staleness, later steps were drawn since */
-    memcpy(self->step_weights, r->weights, sizeof self->step_weights);
-    bt_policy_rollouts_release(r);
-    return st;
+void bt_policy_open_gate(bt_policy *self) {
+    bt_lr_schedule sched;
+    bt_config_lr(self->cfg, BT_CONFIG_PHASE_GRPO, &sched);
+    self->step_t0 = bt_now();
+    self->step_lr = bt_lr_at(&sched, self->step) * bt_tuner_lr_scale(&self->tuner);
+    self->step_version = self->version;
+    self->ts = (bt_trainer_stats){0};
+    self->updated = false;
+    bt_rollout_batch_release(&self->sampled);
+    bt_rollout_batch_release(&self->batch);
+    bt_rollout_batch_init(&self->sampled);
+    bt_rollout_batch_init(&self->batch);
+    self->state = BT_POLICY_ROLLOUT;
 }
 
 /*  With grpo.dynamic_sampling, the groups whose rewards all agree (zero advantage, no gradient)
-    are dropped (DAPO, Yu et al. 2025); *out is what trains.  Returns the groups kept. */
-int64_t bt_policy_select(const bt_run_config *c, const bt_rollout_batch *in, bt_rollout_batch *out,
-                        bt_status *st) {
+    are dropped (DAPO, Yu et al. 2025); self->batch is what trains.  Returns the groups kept. */
+static int64_t s_select(bt_policy *self, bt_status *st) {
+    const bt_rollout_batch *in = &self->sampled;
     bool *keep = malloc(sizeof *keep * (size_t)(in->n_prompts + 1));
     if (!keep) {
         *st = bt_fail(BT_ENOMEM, "controller: out of memory");
@@ -235,77 +253,246 @@ int64_t bt_policy_select(const bt_run_config *c, const bt_rollout_batch *in, bt_
     int64_t kept = 0;
     for (int64_t g = 0; g < in->n_prompts; g++) {
         keep[g] =
-            !c->grpo.dynamic_sampling ||
+            !self->cfg->grpo.dynamic_sampling ||
             !bt_grpo_group_has_zero_variance(in->rewards + g * in->group_size, in->group_size);
         kept += keep[g];
     }
-    *st = bt_batch_keep_groups(in, keep, out);
+    *st = bt_batch_keep_groups(in, keep, &self->batch);
     free(keep);
     return kept;
 }
 
-/*  *updated: false when dynamic sampling left nothing to train on (no update was made). */
-bt_status bt_policy_train(bt_controller_t *self, const bt_rollout_batch *sampled, double lr,
-                         bt_trainer_stats *out, bool *updated) {
+/*  The update of the step's groups: advantages in float64 at the controller (DESIGN.md, step 3),
+    then the train job.  Nothing to learn from (dynamic sampling kept no group): no update. */
+static bt_status s_train_begin(bt_policy *self) {
     const bt_run_config *c = self->cfg;
-    bt_rollout_batch batch;
-    bt_rollout_batch_init(&batch);
     bt_status st = BT_OK;
-    if (bt_policy_select(c, sampled, &batch, &st) == 0 || st != BT_OK) {
-        bt_rollout_batch_release(&batch);
-        *out = (bt_trainer_stats){.loss = NAN,
-                                  .kl = NAN,
-                                  .clip_frac = NAN,
-                                  .entropy = NAN,
-                                  .grad_norm = NAN}; /* nothing to learn from: no update */
-        *updated = false;
+    if (s_select(self, &st) == 0 || st != BT_OK) {
+        self->ts = (bt_trainer_stats){
+            .loss = NAN, .kl = NAN, .clip_frac = NAN, .entropy = NAN, .grad_norm = NAN};
+        self->updated = false;
         return st;
     }
-    *updated = true;
-    double *adv = malloc(sizeof *adv * (size_t)(batch.n + 1));
-    if (!adv) {
-        bt_rollout_batch_release(&batch);
+    self->updated = true;
+    free(self->adv);
+    self->adv = malloc(sizeof *self->adv * (size_t)(self->batch.n + 1));
+    if (!self->adv)
         return bt_fail(BT_ENOMEM, "controller: out of memory");
-    }
     bt_grpo_config gc;
     bt_config_grpo(c, &gc);
-    /* advantages in float64 at the controller (DESIGN.md, step 3) */
-    st = bt_grpo_advantages(batch.rewards, batch.n_prompts, batch.group_size, gc.adv_norm, adv);
+    BT_TRY(bt_grpo_advantages(self->batch.rewards, self->batch.n_prompts, self->batch.group_size,
+                              gc.adv_norm, self->adv));
     /* debug.inject_nan_at_step: once, even when a rollback replays that step */
     bool inject = c->debug.inject_nan_at_step == self->step + 1 && !self->nan_injected;
     self->nan_injected |= inject;
-    bt_job job = {.kind = "train",
-                 .role = BT_ROLE_TRAINER,
-                 .lr = lr,
-                 .publish = true,
-                 .batch = &batch,
-                 .adv = adv,
-                 .inject_nan = inject};
-    if (st == BT_OK)
-        st = bt_group_run_trainer(self, &job);
-    if (st == BT_OK)
-        st = bt_trainer_stats_from_msg(job.result, out);
+    bt_group_begin(self, &(bt_job){.kind = BT_JOB_TRAIN,
+                                   .role = BT_ROLE_TRAINER,
+                                   .lr = self->step_lr,
+                                   .publish = true,
+                                   .batch = &self->batch,
+                                   .adv = self->adv,
+                                   .inject_nan = inject});
+    return BT_OK;
+}
+
+/*  debug.log_prompts: which prompts trained, and how many samples of each were right. */
+static bt_status s_log_trained(bt_policy *self) {
+    const bt_rollout_batch *b = &self->batch;
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "trained");
+    bt_jsonl_int(&line, "step", self->step + 1);
+    bt_jsonl_uints(&line, "prompts", b->indices, (size_t)b->n_prompts);
+    uint64_t *right = calloc((size_t)b->n_prompts + 1, sizeof *right);
+    for (int64_t g = 0; right && g < b->n_prompts; g++)
+        for (int64_t j = 0; j < b->group_size; j++)
+            right[g] += b->correct[g * b->group_size + j];
+    if (right)
+        bt_jsonl_uints(&line, "correct", right, (size_t)b->n_prompts);
+    free(right);
+    return bt_runlog_event(self->ctl->log, &line);
+}
+
+/*  The train job's statistics, and the share of the trainer's token slots that were padding. */
+static bt_status s_train_end(bt_policy *self) {
+    bt_status st = bt_trainer_stats_from_msg(self->tr.job.result, &self->ts);
+    bt_group_release(self);
     double real = 0; /* tokens of the trained rows: what the trainer's slots hold besides padding */
-    for (int64_t i = 0; i < batch.n; i++)
-        real += (double)(batch.prompt_lens[i] + batch.lengths[i]);
-    self->padding = st == BT_OK && out->slots > 0 ? 1.0 - real / out->slots : NAN;
-    if (st == BT_OK && c->debug.log_prompts) {
-        bt_jsonl line;
-        bt_jsonl_init(&line);
-        bt_jsonl_str(&line, "event", "trained");
-        bt_jsonl_int(&line, "step", self->step + 1);
-        bt_jsonl_uints(&line, "prompts", batch.indices, (size_t)batch.n_prompts);
-        uint64_t *right = calloc((size_t)batch.n_prompts + 1, sizeof *right);
-        for (int64_t g = 0; right && g < batch.n_prompts; g++) /* correct samples per group */
-            for (int64_t j = 0; j < batch.group_size; j++)
-                right[g] += batch.correct[g * batch.group_size + j];
-        if (right)
-            bt_jsonl_uints(&line, "correct", right, (size_t)batch.n_prompts);
-        free(right);
-        st = bt_runlog_event(self->log, &line);
-    }
-    bt_jobs_release(&job, 1);
-    bt_rollout_batch_release(&batch);
-    free(adv);
+    for (int64_t i = 0; i < self->batch.n; i++)
+        real += (double)(self->batch.prompt_lens[i] + self->batch.lengths[i]);
+    self->padding = st == BT_OK && self->ts.slots > 0 ? 1.0 - real / self->ts.slots : NAN;
+    if (st == BT_OK && self->cfg->debug.log_prompts)
+        st = s_log_trained(self);
+    bt_rollout_batch_release(&self->batch);
+    free(self->adv);
+    self->adv = NULL;
     return st;
+}
+
+/*  Drops the step's batches (a recovery or rollback runs the step again, or skips it). */
+static void s_step_drop(bt_policy *self) {
+    bt_rollout_batch_release(&self->sampled);
+    bt_rollout_batch_release(&self->batch);
+    free(self->adv);
+    self->adv = NULL;
+}
+
+/*  BT_POLICY_ROLLOUT: the steps ahead launched, the current one's groups awaited. */
+static bt_status s_rollout(bt_policy *self) {
+    BT_TRY(bt_rollouts_launch_ahead(self));
+    BT_TRY(bt_rollouts_collect(self, &self->sampled, &self->step_oldest));
+    BT_TRY(s_train_begin(self));
+    if (self->updated) {
+        self->state = BT_POLICY_TRAIN;
+        return BT_OK;
+    }
+    return bt_policy_record(self);
+}
+
+/*  BT_POLICY_TRAIN: the update; a trainer that lost its state is restored (BT_POLICY_RECOVER), a
+    diverged step rolled back (BT_POLICY_ROLLBACK). */
+static bt_status s_train(bt_policy *self) {
+    bt_status st = bt_group_poll(self);
+    if (st == BT_OK)
+        st = s_train_end(self);
+    if (st == BT_ESTATE) {
+        s_step_drop(self);
+        return bt_recovery_begin(self, BT_POLICY_RECOVER, bt_last_error());
+    }
+    BT_TRY(st);
+    char why[160];
+    if (bt_recovery_diverged(self, &self->ts, why, sizeof why)) {
+        s_step_drop(self);
+        return bt_recovery_begin(self, BT_POLICY_ROLLBACK, why);
+    }
+    return bt_policy_record(self);
+}
+
+/*  BT_POLICY_PLATEAU: the learning-rate plateau rule's evaluation of this step decides the next
+    step's learning rate: it is awaited, so the decision lands at the same step whatever the
+    timing (a resumed run must match). */
+static bt_status s_plateau(bt_policy *self) {
+    const bt_tuner_plateau_config *pc = &self->tuner.cfg.lr_plateau;
+    for (int i = 0; i < S_MAX_EVALS && pc->enabled; i++)
+        if (self->evals[i].active && self->evals[i].step == self->step &&
+            !strcmp(self->cfg->eval.datasets[self->evals[i].ds].name, pc->dataset))
+            BT_TRY(bt_evals_wait(self, &self->evals[i]));
+    self->save_stage = 0;
+    self->state = BT_POLICY_SAVE;
+    return BT_OK;
+}
+
+/*  BT_POLICY_SAVE: the snapshot and checkpoints due; a trainer lost while snapshotting is
+    restored as in BT_POLICY_TRAIN. */
+static bt_status s_save(bt_policy *self) {
+    const bt_run_config *c = self->cfg;
+    bool last = self->step == c->grpo.steps;
+    bt_status st = bt_recovery_after_step(self, last);
+    if (st == BT_ESTATE) {
+        self->save_stage = 0;
+        return bt_recovery_begin(self, BT_POLICY_RECOVER, bt_last_error());
+    }
+    BT_TRY(st);
+    self->ctl->steps_done++;
+    if (last) {
+        self->state = BT_POLICY_FINAL;
+        return BT_OK;
+    }
+    bt_ctl_report(self, "rl", self->step, c->grpo.steps, self->step_tps);
+    self->state = BT_POLICY_GATE;
+    return BT_OK;
+}
+
+/*  BT_POLICY_FINAL: the run's results are complete when the policy is done: every evaluation
+    written, the writer idle, the policy saved (RUN_DIR/model). */
+static bt_status s_final(bt_policy *self) {
+    const bt_run_config *c = self->cfg;
+    BT_TRY(bt_evals_wait(self, NULL));
+    BT_TRY(bt_recovery_writer_idle(self->ctl));
+    bt_recovery_ckpt_poll(self->ctl);
+    BT_TRY(bt_ctl_save_final(self));
+    if (c->grpo.steps > 0)
+        bt_ctl_report(self, "rl", self->step, c->grpo.steps, self->step_tps);
+    self->state = BT_POLICY_DONE;
+    return BT_OK;
+}
+
+/*  One state's work.  BT_OK: the state changed (or the policy is at the gate or done); BT_PENDING:
+    it waits; else a run-ending error. */
+static bt_status s_run_state(bt_policy *self) {
+    bt_status st = BT_OK;
+    bool warm = false;
+    switch (self->state) {
+    case BT_POLICY_START:
+        return s_start(self);
+    case BT_POLICY_RESUME:
+        BT_TRY(bt_recovery_resume_poll(self));
+        bt_ctl_report(self, "rl", self->step, self->cfg->grpo.steps, NAN);
+        self->state = BT_POLICY_GATE;
+        return BT_OK;
+    case BT_POLICY_SFT:
+        st = s_sft(self);
+        warm = true;
+        break;
+    case BT_POLICY_SFT_EVAL:
+        return s_sft_eval(self);
+    case BT_POLICY_WARM_EVALS:
+        BT_TRY(bt_evals_start_due(self));
+        self->state = BT_POLICY_WARM_SNAP;
+        return BT_OK;
+    case BT_POLICY_WARM_SNAP:
+        st = bt_recovery_snapshot(self);
+        warm = true;
+        if (st == BT_OK) {
+            bt_ctl_report(self, "rl", 0, self->cfg->grpo.steps, NAN);
+            self->state = BT_POLICY_GATE;
+        }
+        break;
+    case BT_POLICY_WARM_RESET:
+        return s_warm_reset(self);
+    case BT_POLICY_ROLLOUT:
+        return s_rollout(self);
+    case BT_POLICY_TRAIN:
+        return s_train(self);
+    case BT_POLICY_RECOVER:
+    case BT_POLICY_ROLLBACK:
+        BT_TRY(bt_recovery_poll(self));
+        bt_ctl_report(self, "rl", self->step, self->cfg->grpo.steps, NAN);
+        self->state = BT_POLICY_GATE;
+        return BT_OK;
+    case BT_POLICY_EVALS:
+        BT_TRY(bt_evals_start_due(self));
+        self->state = BT_POLICY_PLATEAU;
+        return BT_OK;
+    case BT_POLICY_PLATEAU:
+        return s_plateau(self);
+    case BT_POLICY_SAVE:
+        return s_save(self);
+    case BT_POLICY_FINAL:
+        return s_final(self);
+    case BT_POLICY_EXPLOIT:
+        BT_TRY(bt_population_exploit_poll(self));
+        self->state = BT_POLICY_GATE;
+        return BT_OK;
+    case BT_POLICY_GATE:
+    case BT_POLICY_DONE:
+        return BT_OK;
+    }
+    if (warm && st == BT_ESTATE) /* lost before the first snapshot: the warm start again */
+        return s_warm_reset_begin(self);
+    return st;
+}
+
+bt_status bt_policy_advance(bt_policy *self) {
+    for (;;) {
+        if (self->state == BT_POLICY_DONE)
+            return BT_OK;
+        if (self->state == BT_POLICY_GATE) {
+            if (self->step < self->cfg->grpo.steps)
+                return BT_OK;
+            self->state = BT_POLICY_FINAL; /* an SFT-only run (grpo.steps 0) ends here */
+            continue;
+        }
+        BT_TRY(s_run_state(self));
+    }
 }

@@ -1,11 +1,15 @@
-/*  population.c — variants: PBT's exploit, early stop, the scaling-law fit. */
+/*  population.c — the policies together: the step gate (variants advance in lockstep, each step
+    overlapping the others'), population-based training, scaling-law early stopping, and the
+    scaling-law fit each policy's held-out losses feed; see rooms.h. */
 #include "rooms.h"
+
+#include "baton/rng.h"
 
 /*  A held-out loss of scaling.dataset at step: it settles the predictions made for this step
     (a `scaling_error` event each), then joins the points the law is fitted to, and with enough of
     them the loss at the last GRPO step is predicted under the planned schedule (the configured
     one, scaled by the tuner's current learning-rate factor): a `scaling_prediction` event. */
-bt_status bt_population_scaling_observe(bt_controller_t *self, int64_t step, double loss) {
+bt_status bt_population_scaling_observe(bt_policy *self, int64_t step, double loss) {
     const bt_run_config *c = self->cfg;
     int64_t last = c->grpo.steps;
     if (bt_scaling_record_measure(&self->sc_record, step, loss) > 0)
@@ -14,14 +18,14 @@ bt_status bt_population_scaling_observe(bt_controller_t *self, int64_t step, dou
             if (p->target != step || !p->measured)
                 continue;
             bt_jsonl line;
-            bt_ctl_event_line(self, &line, "scaling_error");
+            bt_ctl_event_line(self->ctl, &line, "scaling_error");
             bt_jsonl_str(&line, "variant", self->variant_name);
             bt_jsonl_int(&line, "made_at", p->made_at);
             bt_jsonl_int(&line, "step", p->target);
             bt_jsonl_num(&line, "predicted", p->predicted);
             bt_jsonl_num(&line, "measured", p->loss);
             bt_jsonl_num(&line, "error", p->error);
-            BT_TRY(bt_runlog_event(self->log, &line));
+            BT_TRY(bt_runlog_event(self->ctl->log, &line));
         }
     if (step < 1 || step >= last || self->sc_n >= S_MAX_POINTS || !(loss > 0))
         return BT_OK;
@@ -46,13 +50,13 @@ bt_status bt_population_scaling_observe(bt_controller_t *self, int64_t step, dou
     double predicted = st == BT_OK ? bt_scaling_predict(&fit.p, s1, s2, last) : NAN;
     free(lr);
     if (st != BT_OK) { /* a curve the law cannot take is no reason to stop the run */
-        bt_ctl_event(self, "scaling_failed", "error", bt_last_error());
+        bt_ctl_event(self->ctl, "scaling_failed", "error", bt_last_error());
         return BT_OK;
     }
     if (isfinite(predicted) && self->sc_record.n < BT_SCALING_RECORD_MAX)
         BT_TRY(bt_scaling_record_add(&self->sc_record, step, last, predicted));
     bt_jsonl line;
-    bt_ctl_event_line(self, &line, "scaling_prediction");
+    bt_ctl_event_line(self->ctl, &line, "scaling_prediction");
     bt_jsonl_str(&line, "variant", self->variant_name);
     bt_jsonl_int(&line, "step", step);
     bt_jsonl_int(&line, "target", last);
@@ -65,53 +69,216 @@ bt_status bt_population_scaling_observe(bt_controller_t *self, int64_t step, dou
     bt_jsonl_num(&line, "rms", fit.rms);
     bt_jsonl_bool(&line, "converged", fit.converged);
     bt_jsonl_bool(&line, "c_identified", fit.c_identified);
-    return bt_runlog_event(self->log, &line);
+    return bt_runlog_event(self->ctl->log, &line);
 }
 
-double bt_controller_predicted_loss(const bt_controller_t *self) {
-    const bt_scaling_record *r = &self->sc_record;
-    return r->n > 0 ? r->entries[r->n - 1].predicted : NAN;
+/* ---- population-based training ----------------------------------------------------------------
+ */
+
+/*  A uniform draw in [0, 1) from PBT's splitmix64 stream, reproducible from run.seed. */
+static double s_draw(uint64_t *state) {
+    return bt_rng_unit(bt_rng_next(state));
 }
 
-bt_status bt_controller_stop_variant(bt_controller_t *self, double predicted, double best,
-                                     double margin) {
-    bt_jsonl line;
-    bt_ctl_event_line(self, &line, "variant_stopped");
-    bt_jsonl_str(&line, "variant", self->variant_name);
-    bt_jsonl_int(&line, "step", self->step);
-    bt_jsonl_num(&line, "predicted", predicted);
-    bt_jsonl_num(&line, "best_predicted", best);
-    bt_jsonl_num(&line, "margin", margin);
-    return bt_runlog_event(self->log, &line);
-}
-
-double bt_controller_lr(const bt_controller_t *self) {
-    return self->tuner.lr;
-}
-
-bt_status bt_controller_pbt_exploit(bt_controller_t *self, bt_controller_t *top, double lr,
-                                    const char *how) {
-    double accuracy = self->last_accuracy, reward = self->last_reward, lr_before = self->tuner.lr;
-    BT_TRY(bt_recovery_snapshot(top)); /* top's whole trainer state, now */
-    BT_TRY(bt_recovery_restore_trainer(self, top->snap, self->version + 1, top->saved.canary_loss));
-    self->tuner.kl_coef = top->tuner.kl_coef; /* top's tuned values, then the new rate */
-    self->tuner.temperature = top->tuner.temperature;
-    self->tuner.lr = lr;
-    self->last_accuracy = top->last_accuracy;
-    self->last_reward = top->last_reward;
+/*  BT_POLICY_EXPLOIT (Jaderberg et al. 2017): the policy's trainer takes the top one's whole state
+    (weights, AdamW moments, KL reference; checked by the canary loss) and its KL coefficient and
+    temperature, then trains at peak learning rate exploit_lr; a `pbt` event records it with both
+    policies' accuracies and rates.  Stages: the top one's snapshot, the restore, the new
+    snapshot a rollback returns to. */
+bt_status bt_population_exploit_poll(bt_policy *self) {
+    bt_policy *top = self->exploit_from;
+    if (self->exploit_stage == 0) {
+        BT_TRY(bt_recovery_snapshot(top)); /* top's whole trainer state, now */
+        self->exploit_stage = 1;
+    }
+    if (self->exploit_stage == 1) {
+        BT_TRY(bt_recovery_restore(self, top->snap, self->version + 1, top->saved.canary_loss));
+        double accuracy = self->last_accuracy, reward = self->last_reward, lr = self->tuner.lr;
+        self->tuner.kl_coef = top->tuner.kl_coef; /* top's tuned values, then the new rate */
+        self->tuner.temperature = top->tuner.temperature;
+        self->tuner.lr = self->exploit_lr;
+        self->last_accuracy = top->last_accuracy;
+        self->last_reward = top->last_reward;
+        bt_jsonl *line = &self->exploit_line;
+        bt_ctl_event_line(self->ctl, line, "pbt");
+        bt_jsonl_int(line, "step", self->step);
+        bt_jsonl_str(line, "variant", self->variant_name);
+        bt_jsonl_str(line, "from", top->variant_name);
+        bt_jsonl_num(line, "accuracy", accuracy);
+        bt_jsonl_num(line, "from_accuracy", top->last_accuracy);
+        bt_jsonl_num(line, "reward", reward);
+        bt_jsonl_num(line, "from_reward", top->last_reward);
+        bt_jsonl_num(line, "lr_before", lr);
+        bt_jsonl_num(line, "from_lr", top->tuner.lr);
+        bt_jsonl_num(line, "lr_after", self->exploit_lr);
+        bt_jsonl_str(line, "explore", self->exploit_how);
+        self->exploit_stage = 2;
+    }
     BT_TRY(bt_recovery_snapshot(self)); /* a rollback now returns to the copy */
-    bt_jsonl line;
-    bt_ctl_event_line(self, &line, "pbt");
-    bt_jsonl_int(&line, "step", self->step);
-    bt_jsonl_str(&line, "variant", self->variant_name);
-    bt_jsonl_str(&line, "from", top->variant_name);
-    bt_jsonl_num(&line, "accuracy", accuracy);
-    bt_jsonl_num(&line, "from_accuracy", top->last_accuracy);
-    bt_jsonl_num(&line, "reward", reward);
-    bt_jsonl_num(&line, "from_reward", top->last_reward);
-    bt_jsonl_num(&line, "lr_before", lr_before);
-    bt_jsonl_num(&line, "from_lr", top->tuner.lr);
-    bt_jsonl_num(&line, "lr_after", lr);
-    bt_jsonl_str(&line, "explore", how);
-    return bt_runlog_event(self->log, &line);
+    self->exploit_stage = 0;
+    return bt_runlog_event(self->ctl->log, &self->exploit_line);
+}
+
+/*  The ranking, once every policy's evaluations are written: by pbt.metric, the held-out accuracy
+    of the latest evaluation or the last step's mean reward; best first, ties in the config's
+    order. */
+static void s_rank(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    int n = self->n_pol;
+    double *acc = self->pbt_score;
+    int *order = self->pbt_order;
+    for (int k = 0; k < n; k++) {
+        double a = c->pbt.metric == 1 ? self->pol[k]->last_reward : self->pol[k]->last_accuracy;
+        acc[k] = isfinite(a) ? a : -1.0;
+        order[k] = k;
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && acc[order[j]] > acc[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+}
+
+/*  The next exploit of the round: each policy in the bottom quantile (at least one) copies one of
+    the top quantile drawn uniformly, unless it is already as good, and explores: with
+    pbt.resample_probability a learning rate drawn log-uniformly from [pbt.lr_min, pbt.lr_max],
+    else the top one's times 0.8 or 1.2 (kept in range).  BT_OK when the round is over. */
+static bt_status s_pbt_next(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    int n = self->n_pol, q = (int)floor(n * c->pbt.quantile);
+    q = q < 1 ? 1 : q;
+    while (self->pbt_next < n) {
+        int b = self->pbt_next++;
+        if (b < n - q)
+            continue;
+        int bottom = self->pbt_order[b], top = self->pbt_order[(int)(s_draw(&self->pbt_rng) * q)];
+        double lr = self->pol[top]->tuner.lr, u = s_draw(&self->pbt_rng),
+               v = s_draw(&self->pbt_rng);
+        if (self->pbt_score[bottom] >= self->pbt_score[top])
+            continue;
+        const char *how = "resample";
+        if (u < c->pbt.resample_probability)
+            lr = exp(log(c->pbt.lr_min) + v * (log(c->pbt.lr_max) - log(c->pbt.lr_min)));
+        else {
+            how = v < 0.5 ? "x0.8" : "x1.2";
+            lr = fmin(fmax(lr * (v < 0.5 ? 0.8 : 1.2), c->pbt.lr_min), c->pbt.lr_max);
+        }
+        bt_policy *p = self->pol[bottom];
+        p->exploit_from = self->pol[top];
+        p->exploit_lr = lr;
+        p->exploit_how = how;
+        p->exploit_stage = 0;
+        p->state = BT_POLICY_EXPLOIT;
+        return BT_PENDING;
+    }
+    return BT_OK;
+}
+
+/*  A PBT round in progress: every policy's evaluations finish, then one exploit after another. */
+static bt_status s_pbt(bt_controller_t *self) {
+    if (self->pop_state == BT_POPULATION_PBT_EVALS) {
+        for (int k = 0; k < self->n_pol; k++)
+            BT_TRY(bt_evals_wait(self->pol[k], NULL));
+        s_rank(self);
+        self->pbt_next = 0;
+        self->pbt_rng = (uint64_t)self->cfg->run.seed * 1000003u + (uint64_t)self->pbt_step;
+        self->pop_state = BT_POPULATION_PBT_COPY;
+    }
+    for (int k = 0; k < self->n_pol; k++)
+        if (self->pol[k]->state == BT_POLICY_EXPLOIT)
+            return BT_PENDING; /* the exploit under way */
+    BT_TRY(s_pbt_next(self));
+    self->pop_state = BT_POPULATION_RUNNING;
+    return BT_OK;
+}
+
+/*  PBT is due when every policy (none done) stands at the gate at the same multiple of
+    pbt.ready_steps, past the last round. */
+static bool s_pbt_due(const bt_controller_t *self, int64_t step) {
+    const bt_run_config *c = self->cfg;
+    if (!c->pbt.enabled || self->n_pol < 2 || step <= self->pbt_step ||
+        step % c->pbt.ready_steps != 0)
+        return false;
+    for (int k = 0; k < self->n_pol; k++)
+        if (self->pol[k]->state != BT_POLICY_GATE || self->pol[k]->step != step)
+            return false;
+    return true;
+}
+
+/* ---- early stopping -------------------------------------------------------------------------- */
+
+/*  Scaling-law early stopping (scaling.stop_margin > 0, ASHA-like): once every policy still
+    training has a prediction of its final held-out loss, one predicted worse than the best by more
+    than the margin (relative) stops (a `variant_stopped` event). */
+static bt_status s_early_stop(bt_controller_t *self) {
+    const bt_run_config *c = self->cfg;
+    double margin = c->scaling.stop_margin, predicted[BT_CONFIG_MAX_VARIANTS];
+    int n = self->n_pol, live = 0;
+    if (!c->scaling.enabled || !(margin > 0) || n < 2)
+        return BT_OK;
+    for (int k = 0; k < n; k++) {
+        const bt_policy *p = self->pol[k];
+        const bt_scaling_record *r = &p->sc_record;
+        bool done = p->state == BT_POLICY_DONE || p->state == BT_POLICY_FINAL;
+        predicted[k] = done || r->n == 0 ? NAN : r->entries[r->n - 1].predicted;
+        if (!done && !isfinite(predicted[k]))
+            return BT_OK; /* not every one has a prediction yet */
+        live += !done;
+    }
+    bool stop[BT_CONFIG_MAX_VARIANTS];
+    if (live < 2 || bt_scaling_early_stop(predicted, n, margin, stop) == 0)
+        return BT_OK;
+    double best = INFINITY;
+    for (int k = 0; k < n; k++)
+        best = isfinite(predicted[k]) && predicted[k] < best ? predicted[k] : best;
+    for (int k = 0; k < n; k++) {
+        if (!stop[k])
+            continue;
+        bt_policy *p = self->pol[k];
+        bt_jsonl line;
+        bt_ctl_event_line(self, &line, "variant_stopped");
+        bt_jsonl_str(&line, "variant", p->variant_name);
+        bt_jsonl_int(&line, "step", p->step);
+        bt_jsonl_num(&line, "predicted", predicted[k]);
+        bt_jsonl_num(&line, "best_predicted", best);
+        bt_jsonl_num(&line, "margin", margin);
+        BT_TRY(bt_runlog_event(self->log, &line));
+        p->stopped = true;
+        p->state = BT_POLICY_DONE;
+    }
+    return BT_OK;
+}
+
+/* ---- the gate ---------------------------------------------------------------------------------- */
+
+bt_status bt_population_advance(bt_controller_t *self) {
+    if (self->pop_state != BT_POPULATION_RUNNING)
+        BT_TRY(s_pbt(self));
+    int64_t least = INT64_MAX;
+    bool started = true;
+    for (int k = 0; k < self->n_pol; k++) {
+        const bt_policy *p = self->pol[k];
+        started &= p->state >= BT_POLICY_GATE;
+        if (p->state != BT_POLICY_DONE && p->state != BT_POLICY_FINAL && p->step < least)
+            least = p->step;
+    }
+    if (!started) /* every policy's warm start (or resume) first, as a run without variants */
+        return BT_OK;
+    self->all_started = true;
+    if (least != INT64_MAX && s_pbt_due(self, least)) {
+        self->pbt_step = least;
+        self->pop_state = BT_POPULATION_PBT_EVALS;
+        return s_pbt(self);
+    }
+    if (self->steps_done != self->early_checked) { /* after each step, as the old loop did */
+        self->early_checked = self->steps_done;
+        BT_TRY(s_early_stop(self));
+    }
+    for (int k = 0; k < self->n_pol; k++) { /* lockstep: a step only once all made the last */
+        bt_policy *p = self->pol[k];
+        if (p->state == BT_POLICY_GATE && p->step == least && p->step < p->cfg->grpo.steps)
+            bt_policy_open_gate(p);
+    }
+    return BT_OK;
 }

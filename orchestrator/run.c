@@ -9,7 +9,6 @@
 #include "baton/config.h"
 #include "baton/controller.h"
 #include "baton/fileio.h"
-#include "baton/rng.h"
 #include "baton/runstate.h"
 #include "baton/security.h"
 #include "baton/worker.h"
@@ -62,14 +61,9 @@ struct bt_run {
     char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
-    bt_controller_t *ctl; /* variant 0's (the only one without variants): owns the socket */
-    /* strategy variants: each one's config and controller (vctl[0] == ctl), and which finished */
+    bt_controller_t *ctl;
     /* vcfg[k]: &cfg without variants, else variant k's config (heap): one copy per variant */
     bt_run_config *vcfg[BT_CONFIG_MAX_VARIANTS];
-    bt_controller_t *vctl[BT_CONFIG_MAX_VARIANTS];
-    bool vdone[BT_CONFIG_MAX_VARIANTS];
-    int n_vctl;
-    int64_t pbt_step; /* the step of the last PBT ranking */
     s_thread threads[S_MAX_THREADS];
     int n_threads;
     bool finished;
@@ -574,19 +568,12 @@ bt_status bt_run_start(bt_run_t *self) {
     }
     if (self->cfg.n_variants == 0)
         self->vcfg[0] = &self->cfg;
-    self->ctl = bt_controller_new(self->zmq_ctx, self->endpoint, self->vcfg[0], self->config_json,
+    self->ctl = bt_controller_new(self->zmq_ctx, self->endpoint,
+                                  (const bt_run_config *const *)self->vcfg, n, self->config_json,
                                   self->log);
     if (!self->ctl)
         return BT_EIO;
-    self->vctl[self->n_vctl++] = self->ctl;
-    for (int k = 1; k < n; k++) {
-        self->vctl[k] = bt_controller_new_variant(self->ctl, self->vcfg[k], k);
-        if (!self->vctl[k])
-            return BT_EIO;
-        self->n_vctl++;
-    }
-    for (int k = 0; k < n; k++)
-        bt_controller_set_progress(self->vctl[k], self->progress, self->progress_user);
+    bt_controller_set_progress(self->ctl, self->progress, self->progress_user);
     if (self->resume)
         bt_controller_set_resume(self->ctl, self->resume_from);
     bt_status st = BT_OK;
@@ -600,144 +587,20 @@ bt_status bt_run_start(bt_run_t *self) {
         if (st == BT_OK)
             st = s_spawn(self, BT_ROLE_EVAL, self->cfg.workers.eval);
     }
-    for (int k = 0; k < self->n_vctl && st == BT_OK; k++) /* each variant's SFT and step 0 */
-        st = bt_controller_start(self->vctl[k]);
+    if (st == BT_OK) /* each variant's SFT and step 0 */
+        st = bt_controller_start(self->ctl);
     return st;
 }
 
-/*  Population-based training (Jaderberg et al. 2017), when every variant has made a multiple of
-    pbt.ready_steps steps: the variants are ranked by pbt.metric, the held-out accuracy of their
-    latest evaluation (waited for) or the last step's mean reward; each one in the bottom quantile
-   (at least one) copies a variant of the top quantile drawn uniformly, unless it is already as
-   good, and explores: with pbt.resample_probability a learning rate drawn log-uniformly from
-   [pbt.lr_min, pbt.lr_max], else the top one's times 0.8 or 1.2 (kept in range). */
-static bt_status s_pbt(bt_run_t *self) {
-    const bt_run_config *c = &self->cfg;
-    int n = self->n_vctl;
-    int64_t step = bt_controller_progress(self->vctl[0]).step;
-    if (!c->pbt.enabled || n < 2 || step <= self->pbt_step || step % c->pbt.ready_steps != 0)
-        return BT_OK;
-    for (int k = 0; k < n; k++)
-        if (self->vdone[k] || bt_controller_progress(self->vctl[k]).step != step)
-            return BT_OK;
-    self->pbt_step = step;
-    double acc[BT_CONFIG_MAX_VARIANTS];
-    int order[BT_CONFIG_MAX_VARIANTS];
-    for (int k = 0; k < n; k++) {
-        BT_TRY(bt_controller_wait_evals(self->vctl[k]));
-        bt_progress p = bt_controller_progress(self->vctl[k]);
-        double a = c->pbt.metric == 1 ? p.reward_mean : p.accuracy;
-        acc[k] = isfinite(a) ? a : -1.0;
-        order[k] = k;
-    }
-    for (int i = 1; i < n; i++) /* best first; ties keep the config's order */
-        for (int j = i; j > 0 && acc[order[j]] > acc[order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    int q = (int)floor(n * c->pbt.quantile);
-    q = q < 1 ? 1 : q;
-    uint64_t rng = (uint64_t)c->run.seed * 1000003u + (uint64_t)step;
-    for (int b = n - q; b < n; b++) {
-        int bottom = order[b], top = order[(int)(bt_rng_unit(bt_rng_next(&rng)) * q)];
-        double lr = bt_controller_lr(self->vctl[top]);
-        double u = bt_rng_unit(bt_rng_next(&rng)), v = bt_rng_unit(bt_rng_next(&rng));
-        if (acc[bottom] >= acc[top])
-            continue;
-        const char *how = "resample";
-        if (u < c->pbt.resample_probability)
-            lr = exp(log(c->pbt.lr_min) + v * (log(c->pbt.lr_max) - log(c->pbt.lr_min)));
-        else {
-            how = v < 0.5 ? "x0.8" : "x1.2";
-            lr = fmin(fmax(lr * (v < 0.5 ? 0.8 : 1.2), c->pbt.lr_min), c->pbt.lr_max);
-        }
-        BT_TRY(bt_controller_pbt_exploit(self->vctl[bottom], self->vctl[top], lr, how));
-    }
-    return BT_OK;
-}
-
-/*  Scaling-law early stopping (scaling.stop_margin > 0, ASHA-like): once every variant still
-    training has a prediction of its final held-out loss, one predicted worse than the best by more
-    than the margin (relative) stops. */
-static bt_status s_early_stop(bt_run_t *self) {
-    double margin = self->cfg.scaling.stop_margin, predicted[BT_CONFIG_MAX_VARIANTS];
-    int n = self->n_vctl, live = 0;
-    if (!self->cfg.scaling.enabled || !(margin > 0) || n < 2)
-        return BT_OK;
-    for (int k = 0; k < n; k++) {
-        predicted[k] = self->vdone[k] ? NAN : bt_controller_predicted_loss(self->vctl[k]);
-        if (!self->vdone[k] && !isfinite(predicted[k]))
-            return BT_OK; /* not every one has a prediction yet */
-        live += !self->vdone[k];
-    }
-    bool stop[BT_CONFIG_MAX_VARIANTS];
-    if (live < 2 || bt_scaling_early_stop(predicted, n, margin, stop) == 0)
-        return BT_OK;
-    double best = INFINITY;
-    for (int k = 0; k < n; k++)
-        best = isfinite(predicted[k]) && predicted[k] < best ? predicted[k] : best;
-    for (int k = 0; k < n; k++)
-        if (stop[k]) {
-            BT_TRY(bt_controller_stop_variant(self->vctl[k], predicted[k], best, margin));
-            self->vdone[k] = true;
-        }
-    return BT_OK;
-}
-
-/*  A variant with no GRPO step (an SFT-only run, grpo.steps 0) ends where it starts: its
-    evaluations of step 0 are awaited and the policy SFT made is saved, as the controller does
-    after the last GRPO step of any other run (RUN_DIR/model, or variants/NAME/model). */
-static bt_status s_save_sft_policy(bt_run_t *self, int k) {
-    char dir[PATH_MAX + 64];
-    BT_TRY(bt_controller_wait_evals(self->vctl[k]));
-    if (self->n_vctl > 1) {
-        snprintf(dir, sizeof dir, "%s/variants/%s", self->dir,
-                 bt_controller_variant_name(self->vctl[k]));
-        BT_TRY(bt_mkdirs(dir));
-        snprintf(dir, sizeof dir, "%s/variants/%s/model", self->dir,
-                 bt_controller_variant_name(self->vctl[k]));
-    } else {
-        snprintf(dir, sizeof dir, "%s/model", self->dir);
-    }
-    BT_TRY(bt_controller_save_policy(self->vctl[k], dir));
-    bt_jsonl line;
-    bt_jsonl_init(&line);
-    bt_jsonl_str(&line, "event", "policy_saved");
-    bt_jsonl_num(&line, "time", bt_now() - self->t0);
-    bt_jsonl_str(&line, "dir", dir);
-    return bt_runlog_event(self->log, &line);
-}
-
-/*  One step of the variant that has made the fewest (the first of those): variants advance in
-    turn, so each gets the same number of steps and its fair share of the workers. */
+/*  Runs the loop until a variant has made one more step (variants advance in lockstep, each one's
+    step overlapping the others'), or every one is done. */
 bt_status bt_run_step(bt_run_t *self, bool *done) {
     *done = self->complete;
     if (self->complete)
         return BT_OK;
     if (!self->ctl)
         return bt_fail(BT_EINVAL, "run: not started");
-    int pick = -1;
-    int64_t fewest = INT64_MAX;
-    for (int k = 0; k < self->n_vctl; k++) {
-        int64_t step = bt_controller_progress(self->vctl[k]).step;
-        if (!self->vdone[k] && step < fewest) {
-            fewest = step;
-            pick = k;
-        }
-    }
-    *done = pick < 0;
-    if (pick < 0)
-        return BT_OK;
-    BT_TRY(bt_controller_step(self->vctl[pick], &self->vdone[pick]));
-    if (self->vdone[pick] && self->vcfg[pick]->grpo.steps == 0)
-        BT_TRY(s_save_sft_policy(self, pick));
-    BT_TRY(s_pbt(self));
-    BT_TRY(s_early_stop(self));
-    *done = true;
-    for (int k = 0; k < self->n_vctl; k++)
-        *done &= self->vdone[k];
-    return BT_OK;
+    return bt_controller_step(self->ctl, done);
 }
 
 bt_status bt_run_finish(bt_run_t *self) {
@@ -775,8 +638,6 @@ void bt_run_destroy(bt_run_t **self_p) {
         return;
     bt_run_t *self = *self_p;
     bt_run_finish(self);
-    for (int k = self->n_vctl - 1; k > 0; k--) /* the variants before the owner */
-        bt_controller_destroy(&self->vctl[k]);
     bt_controller_destroy(&self->ctl);
     for (int k = 0; k < self->cfg.n_variants; k++) /* without variants vcfg[0] is &cfg */
         free(self->vcfg[k]);
