@@ -515,18 +515,16 @@ static void test_runs(const char *python) {
     CHECK_STR_CONTAINS(events, want);
     free(events);
 
-    /* the workers ping the service as they start: with nobody there the run stops within about
-       one timeout, before its first RL step or evaluation (the trainer's SFT needs no reward),
-       and says why on stderr (the tasks' timeouts and re-queues took 4 timeouts and more) */
+    /* the workers ping the service as they start: with nobody there the run stops after that
+       one ping (no job's timeout, no re-queue), before its first RL step or evaluation (the
+       trainer's SFT needs no reward), and says why on stderr (before, the tasks' timeouts and
+       re-queues took 4 timeouts and more).  No wall-clock bound: the machine may be loaded. */
     char early[128], early_err[128], *stderr_text = NULL;
     snprintf(early, sizeof early, "%s/early", s_tmp);
     snprintf(early_err, sizeof early_err, "%s/early.err", s_tmp);
     const char *early_args[] = {
         "run", config, "--run-dir", early, "--set", set, "--set", "reward.timeout_ms=1000", NULL};
-    double t0 = bt_now();
     CHECK(s_run_stderr(early_args, early_err) == 1);
-    double took = bt_now() - t0;
-    CHECK(took < 3.9);
     CHECK_OK(bt_file_read(early_err, 1 << 20, &stderr_text, NULL));
     snprintf(want, sizeof want,
              "cannot start: reward service ipc://%s/nobody.ipc: no reply within 1000 ms (1 "
@@ -540,6 +538,12 @@ static void test_runs(const char *python) {
         CHECK(!strstr(early_metrics, "\"kind\":\"train\"") &&
               !strstr(early_metrics, "\"kind\":\"eval\""));
     free(early_metrics);
+    snprintf(path, sizeof path, "%s/events.jsonl", early);
+    char *early_events = NULL;
+    CHECK_OK(bt_file_read(path, 1 << 20, &early_events, NULL));
+    CHECK(early_events && !strstr(early_events, "\"task_failed\"") &&
+          !strstr(early_events, "\"task_requeued\""));
+    free(early_events);
     snprintf(want, sizeof want, "reward service ipc://%s/nobody.ipc: no reply within 100 ms",
              s_tmp);
 
