@@ -125,10 +125,6 @@ void bt_controller_set_gone(bt_controller_t *self, bt_controller_gone_fn *fn, vo
     self->gone_user = user;
 }
 
-const char *bt_controller_run_id(const bt_controller_t *self) {
-    return self->run_id;
-}
-
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user) {
     self->progress = fn;
     self->progress_user = user;

@@ -40,9 +40,6 @@ void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void 
 /*  The launcher's check whether workers of a role can still come (NULL: they always can, as under
     `baton controller`, where a worker may be restarted by hand). */
 void bt_controller_set_gone(bt_controller_t *self, bt_controller_gone_fn *fn, void *user);
-/*  This invocation's run id (run.name and a random suffix): WELCOME gives it to each worker,
-    which stamps its messages with it; messages of another run are refused. */
-const char *bt_controller_run_id(const bt_controller_t *self);
 
 /*  Before bt_controller_start: continue from a checkpoint instead of starting afresh.  folder ""
     or NULL: the newest verified one under the run directory (corrupt ones are skipped, each an
