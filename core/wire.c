@@ -538,44 +538,9 @@ bt_status bt_msg_get_tensor(const bt_msg_t *self, const char *name, bt_dtype dty
     return bt_fail(BT_EFORMAT, "%s: tensor '%s': missing", type, name);
 }
 
-/* ---- required fields per type --------------------------------------------------------------- */
+/* ---- required fields ------------------------------------------------------------------------ */
 
-typedef enum s_rule_kind { S_RULE_INT, S_RULE_TEXT, S_RULE_ONE_OF } s_rule_kind;
-
-typedef struct s_rule {
-    bt_msg_type type;
-    const char *key;
-    s_rule_kind kind;
-    int64_t min, max;           /* S_RULE_INT */
-    const char *const *choices; /* S_RULE_ONE_OF: NULL-terminated */
-} s_rule;
-
-static const char *const s_roles[] = {"rollout", "trainer", "eval", NULL};
-static const char *const s_task_kinds[] = {"rollout", "train",    "sft",   "eval",
-                                           "restore", "snapshot", "group", NULL};
-
-static const s_rule s_rules[] = {
-    {BT_MSG_HELLO, "role", S_RULE_ONE_OF, 0, 0, s_roles},
-    {BT_MSG_HELLO, "name", S_RULE_TEXT, 0, 0, NULL},
-    {BT_MSG_HELLO, "host", S_RULE_TEXT, 0, 0, NULL},
-    {BT_MSG_HELLO, "pid", S_RULE_INT, 1, INT32_MAX, NULL},
-    {BT_MSG_HELLO, "device", S_RULE_TEXT, 0, 0, NULL},
-    {BT_MSG_HELLO, "threads", S_RULE_INT, 1, 4096, NULL},
-    {BT_MSG_HELLO, "proto", S_RULE_INT, 1, INT32_MAX, NULL},
-    {BT_MSG_WELCOME, "worker", S_RULE_INT, 0, INT32_MAX, NULL},
-    {BT_MSG_WELCOME, "heartbeat_ms", S_RULE_INT, 1, 3600000, NULL},
-    {BT_MSG_TASK, "task", S_RULE_INT, 0, BT_WIRE_INT_MAX, NULL},
-    {BT_MSG_TASK, "kind", S_RULE_ONE_OF, 0, 0, s_task_kinds},
-    {BT_MSG_TASK, "version", S_RULE_INT, 0, BT_WIRE_INT_MAX, NULL},
-    {BT_MSG_RESULT, "task", S_RULE_INT, 0, BT_WIRE_INT_MAX, NULL},
-    {BT_MSG_FAIL, "task", S_RULE_INT, 0, BT_WIRE_INT_MAX, NULL},
-    {BT_MSG_FAIL, "error", S_RULE_TEXT, 0, 0, NULL},
-    {BT_MSG_WEIGHTS, "version", S_RULE_INT, 0, BT_WIRE_INT_MAX, NULL},
-    {BT_MSG_INVALID, "reason", S_RULE_TEXT, 0, 0, NULL},
-};
-#define S_N_RULES ((int)(sizeof s_rules / sizeof s_rules[0]))
-
-static bt_status s_check_one_of(const bt_msg_t *m, const s_rule *r) {
+static bt_status s_check_one_of(const bt_msg_t *m, const bt_msg_rule *r) {
     const s_field *f;
     bt_status rc = s_get(m, r->key, &f);
     if (rc != BT_OK)
@@ -590,21 +555,19 @@ static bt_status s_check_one_of(const bt_msg_t *m, const s_rule *r) {
     return s_mistyped(m, f, want);
 }
 
-/*  The fields every message of m's type carries, each of its type and range. */
-static bt_status s_check_rules(const bt_msg_t *m) {
-    for (int i = 0; i < S_N_RULES; i++) {
-        const s_rule *r = &s_rules[i];
-        int64_t n;
+bt_status bt_msg_check(const bt_msg_t *self, const bt_msg_rule *rules, int n) {
+    for (int i = 0; i < n; i++) {
+        const bt_msg_rule *r = &rules[i];
+        int64_t v;
         const char *s;
         bt_status rc = BT_OK;
-        if (r->type != m->type)
+        if (r->type != self->type)
             continue;
-        if (r->kind == S_RULE_INT)
-            rc = bt_msg_get_int(m, r->key, r->min, r->max, &n);
-        else if (r->kind == S_RULE_TEXT)
-            rc = bt_msg_get_str(m, r->key, BT_WIRE_STR_MAX, &s);
-        else
-            rc = s_check_one_of(m, r);
+        switch (r->kind) {
+        case BT_MSG_RULE_INT: rc = bt_msg_get_int(self, r->key, r->min, r->max, &v); break;
+        case BT_MSG_RULE_TEXT: rc = bt_msg_get_str(self, r->key, BT_WIRE_STR_MAX, &s); break;
+        case BT_MSG_RULE_ONE_OF: rc = s_check_one_of(self, r); break;
+        }
         if (rc != BT_OK)
             return rc;
     }
@@ -712,9 +675,7 @@ bt_status bt_msg_send(bt_msg_t **msg_p, void *socket, const void *peer_id, size_
     bt_msg_t *m = *msg_p;
     *msg_p = NULL;
     char *json = NULL;
-    bt_status rc = s_check_rules(m);
-    if (rc == BT_OK)
-        rc = s_encode(m, &json);
+    bt_status rc = s_encode(m, &json);
     if (rc == BT_OK)
         rc = s_send_frames(m, socket, peer_id, peer_len, json);
     cJSON_free(json);
@@ -944,8 +905,6 @@ static bt_status s_decode(zmq_msg_t *frames, size_t n, bt_msg_t **out) {
         rc = s_decode_fields(m, items[4]);
     if (rc == BT_OK)
         rc = s_decode_tensors(m, items[5], &frames[1], n - 1);
-    if (rc == BT_OK)
-        rc = s_check_rules(m);
     cJSON_Delete(root);
     if (rc != BT_OK)
         bt_msg_destroy(&m);

@@ -1,15 +1,6 @@
 /*  jobs.c — jobs: kinds, TASK building, RESULT checks, job sets that are polled; see rooms.h. */
 #include "rooms.h"
 
-static const char *const s_kind_names[BT_JOB_KIND_COUNT] = {
-    [BT_JOB_ROLLOUT] = "rollout", [BT_JOB_TRAIN] = "train",       [BT_JOB_SFT] = "sft",
-    [BT_JOB_EVAL] = "eval",       [BT_JOB_RESTORE] = "restore",   [BT_JOB_SNAPSHOT] = "snapshot",
-    [BT_JOB_GROUP] = "group"};
-
-const char *bt_job_kind_name(bt_job_kind kind) {
-    return kind >= 0 && kind < BT_JOB_KIND_COUNT ? s_kind_names[kind] : "?";
-}
-
 /*  Makes sure eval worker w holds the weights of ev's version before it gets a shard. */
 bt_status bt_jobs_pin_weights(bt_policy *self, const bt_evaluation *ev, const bt_worker_info *w) {
     int64_t held = w->id < S_TRACK ? self->worker_version[w->id] : -1;

@@ -19,7 +19,7 @@ void bt_loop_weights_release(bt_pinned **w_p) {
 
 bt_status bt_loop_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_info *w) {
     bt_msg_set_run(*msg, self->run_id);
-    return bt_msg_send(msg, self->sock, w->peer, w->peer_len);
+    return bt_proto_send(msg, self->sock, w->peer, w->peer_len);
 }
 
 /*  The stored WEIGHTS for one more recipient; the tensors are shared, not copied. */
@@ -64,7 +64,7 @@ static void s_send_invalid(bt_controller_t *self, const uint8_t *peer, size_t le
     bt_msg_set_str(m, "reason", reason);
     bt_msg_set_bool(m, "leave", leave);
     bt_msg_set_run(m, self->run_id);
-    bt_msg_send(&m, self->sock, peer, len);
+    bt_proto_send(&m, self->sock, peer, len);
 }
 
 /*  A worker's text made safe for a terminal and a log line: control bytes become '?', and an
@@ -105,9 +105,9 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         s_send_invalid(self, peer, len, why, true);
         return;
     }
-    if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK || proto != BT_WIRE_PROTO) {
+    if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK || proto != BT_PROTO_VERSION) {
         snprintf(why, sizeof why, "this controller speaks protocol %d, the worker %lld",
-                 BT_WIRE_PROTO, (long long)proto);
+                 BT_PROTO_VERSION, (long long)proto);
         self->stats.wrong_run++;
         s_send_invalid(self, peer, len, why, true);
         return;
@@ -325,7 +325,7 @@ static bt_status s_receive(bt_controller_t *self) {
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t len = 0;
     bt_msg_t *m = NULL;
-    bt_status st = bt_msg_recv(self->sock, &m, peer, &len, ZMQ_DONTWAIT);
+    bt_status st = bt_proto_recv(self->sock, &m, peer, &len, ZMQ_DONTWAIT);
     if (st == BT_EIO)
         return st;
     bt_worker_info *w = len ? bt_registry_find_peer(self->reg, peer, len) : NULL;

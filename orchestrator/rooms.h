@@ -24,6 +24,7 @@
 #include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/mixture.h"
+#include "baton/proto.h"
 #include "baton/registry.h"
 #include "baton/rollout.h"
 #include "baton/runstate.h"
@@ -66,19 +67,7 @@ enum {
 
 /* ---- jobs (jobs.c) ----------------------------------------------------------------------------- */
 
-/*  What a job does; the TASK's "kind" is its name (bt_job_kind_name).  Append only. */
-typedef enum bt_job_kind {
-    BT_JOB_ROLLOUT = 0,
-    BT_JOB_TRAIN = 1,
-    BT_JOB_SFT = 2,
-    BT_JOB_EVAL = 3,
-    BT_JOB_RESTORE = 4,
-    BT_JOB_SNAPSHOT = 5,
-    BT_JOB_GROUP = 6,
-    BT_JOB_KIND_COUNT
-} bt_job_kind;
-
-const char *bt_job_kind_name(bt_job_kind kind);
+/*  What a job does: bt_job_kind, with its names, in proto.h. */
 
 /*  A WEIGHTS message shared by a policy (its latest) and the evaluations pinned to it. */
 typedef struct bt_pinned {

@@ -15,6 +15,7 @@
 #include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/model.h"
+#include "baton/proto.h"
 #include "baton/rollout.h"
 #include "baton/wire.h"
 #include "check.h"
@@ -95,7 +96,7 @@ static void *s_peer_main(void *arg) {
             bt_msg_set_str(hello, "device", "cpu");
             bt_msg_set_int(hello, "threads", 1);
             bt_msg_set_int(hello, "proto",
-                           p->mode == S_OTHER_PROTO ? BT_WIRE_PROTO + 98 : BT_WIRE_PROTO);
+                           p->mode == S_OTHER_PROTO ? BT_PROTO_VERSION + 98 : BT_PROTO_VERSION);
             if (bt_msg_send(&hello, sock, NULL, 0) != BT_OK)
                 fprintf(stderr, "%s: HELLO not sent: %s\n", p->name, bt_last_error());
         }

@@ -7,6 +7,7 @@
     records them, never show the run's config or message names in clear. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
+#include "baton/proto.h"
 #include "baton/security.h"
 #include "baton/wire.h"
 #include "check.h"
@@ -228,7 +229,7 @@ static void s_check_plain_client(const char *endpoint, const char *dir, pid_t ct
     bt_msg_set_int(hello, "pid", 1);
     bt_msg_set_str(hello, "device", "cpu");
     bt_msg_set_int(hello, "threads", 1);
-    bt_msg_set_int(hello, "proto", BT_WIRE_PROTO);
+    bt_msg_set_int(hello, "proto", BT_PROTO_VERSION);
     int timeout = 100;
     zmq_setsockopt(dealer, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
     bt_msg_send(&hello, dealer, NULL, 0); /* queued until a connection would take it */

@@ -4,6 +4,7 @@
     as raw frames, each rejected with its reason while the socket keeps working; the fuzz seed
     corpora, each file with its verdict. */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/proto.h"
 #include "baton/status.h"
 #include "baton/wire.h"
 
@@ -46,9 +47,9 @@ static bt_msg_t *s_up(bt_msg_t *m) {
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t peer_len = 0;
     bt_msg_t *got = NULL;
-    CHECK_OK(bt_msg_send(&m, s_dealer, NULL, 0));
+    CHECK_OK(bt_proto_send(&m, s_dealer, NULL, 0));
     CHECK(m == NULL);
-    CHECK_OK(bt_msg_recv(s_router, &got, peer, &peer_len, 0));
+    CHECK_OK(bt_proto_recv(s_router, &got, peer, &peer_len, 0));
     CHECK(peer_len == strlen(WORKER_ID) && memcmp(peer, WORKER_ID, peer_len) == 0);
     return got;
 }
@@ -56,8 +57,8 @@ static bt_msg_t *s_up(bt_msg_t *m) {
 /*  Controller -> worker: sends m from the ROUTER to the worker and receives it on the DEALER. */
 static bt_msg_t *s_down(bt_msg_t *m) {
     bt_msg_t *got = NULL;
-    CHECK_OK(bt_msg_send(&m, s_router, WORKER_ID, strlen(WORKER_ID)));
-    CHECK_OK(bt_msg_recv(s_dealer, &got, NULL, NULL, 0));
+    CHECK_OK(bt_proto_send(&m, s_router, WORKER_ID, strlen(WORKER_ID)));
+    CHECK_OK(bt_proto_recv(s_dealer, &got, NULL, NULL, 0));
     return got;
 }
 
@@ -74,7 +75,7 @@ static bt_msg_t *s_valid(bt_msg_type type) {
         CHECK_OK(bt_msg_set_int(m, "pid", 4242));
         CHECK_OK(bt_msg_set_str(m, "device", "cuda:1"));
         CHECK_OK(bt_msg_set_int(m, "threads", 8));
-        CHECK_OK(bt_msg_set_int(m, "proto", BT_WIRE_PROTO));
+        CHECK_OK(bt_msg_set_int(m, "proto", BT_PROTO_VERSION));
         break;
     case BT_MSG_WELCOME:
         CHECK_OK(bt_msg_set_int(m, "worker", 3));
@@ -142,8 +143,8 @@ static void test_hello_welcome_fields(void) {
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t peer_len = 0;
     bt_msg_t *got = NULL;
-    CHECK_OK(bt_msg_send(&hello, s_dealer, NULL, 0));
-    CHECK_OK(bt_msg_recv(s_router, &got, peer, &peer_len, 0));
+    CHECK_OK(bt_proto_send(&hello, s_dealer, NULL, 0));
+    CHECK_OK(bt_proto_recv(s_router, &got, peer, &peer_len, 0));
     CHECK(peer_len == strlen(WORKER_ID) && memcmp(peer, WORKER_ID, peer_len) == 0);
 
     const char *s = NULL;
@@ -176,8 +177,8 @@ static void test_hello_welcome_fields(void) {
 
     bt_msg_t *welcome = s_valid(BT_MSG_WELCOME);
     CHECK_OK(bt_msg_set_int(welcome, "model.hidden_size", 64));
-    CHECK_OK(bt_msg_send(&welcome, s_router, peer, peer_len));
-    CHECK_OK(bt_msg_recv(s_dealer, &got, NULL, NULL, 0));
+    CHECK_OK(bt_proto_send(&welcome, s_router, peer, peer_len));
+    CHECK_OK(bt_proto_recv(s_dealer, &got, NULL, NULL, 0));
     CHECK_OK(bt_msg_get_int(got, "model.hidden_size", 1, 1 << 20, &i));
     CHECK(i == 64);
     bt_msg_destroy(&got);
@@ -373,22 +374,22 @@ static void test_field_errors(void) {
 static void test_send_refuses_incomplete(void) {
     bt_msg_t *m = s_valid(BT_MSG_TASK);
     CHECK_OK(bt_msg_set_str(m, "kind", "pretrain"));
-    CHECK(bt_msg_send(&m, s_router, WORKER_ID, strlen(WORKER_ID)) == BT_EFORMAT);
+    CHECK(bt_proto_send(&m, s_router, WORKER_ID, strlen(WORKER_ID)) == BT_EFORMAT);
     CHECK(m == NULL);
     CHECK_STR_CONTAINS(
         bt_last_error(),
         "TASK: field 'kind': expected one of rollout, train, sft, eval, restore, snapshot, group, got "
         "\"pretrain\"");
     m = bt_msg_new(BT_MSG_FAIL);
-    CHECK(bt_msg_send(&m, s_dealer, NULL, 0) == BT_EFORMAT);
+    CHECK(bt_proto_send(&m, s_dealer, NULL, 0) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "FAIL: field 'task': missing");
 
     bt_msg_t *got = NULL;
-    CHECK_OK(bt_msg_recv(s_dealer, &got, NULL, NULL, ZMQ_DONTWAIT));
+    CHECK_OK(bt_proto_recv(s_dealer, &got, NULL, NULL, ZMQ_DONTWAIT));
     CHECK(got == NULL); /* nothing was sent */
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t peer_len;
-    CHECK_OK(bt_msg_recv(s_router, &got, peer, &peer_len, ZMQ_DONTWAIT));
+    CHECK_OK(bt_proto_recv(s_router, &got, peer, &peer_len, ZMQ_DONTWAIT));
     CHECK(got == NULL);
 }
 
@@ -406,7 +407,7 @@ static void s_expect_rejected(const char *label, const char *want) {
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t peer_len = 0;
     bt_msg_t *got = NULL;
-    bt_status rc = bt_msg_recv(s_router, &got, peer, &peer_len, 0);
+    bt_status rc = bt_proto_recv(s_router, &got, peer, &peer_len, 0);
     if (rc != BT_EFORMAT)
         fprintf(stderr, "case '%s': status %d (%s)\n", label, rc, bt_last_error());
     CHECK(rc == BT_EFORMAT && got == NULL);
@@ -620,7 +621,7 @@ static void test_limits_rejected(void) {
     bt_msg_t *got = NULL;
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t peer_len;
-    CHECK_OK(bt_msg_recv(s_router, &got, peer, &peer_len, 0));
+    CHECK_OK(bt_proto_recv(s_router, &got, peer, &peer_len, 0));
     bt_msg_destroy(&got);
 
     int n = BT_WIRE_TENSORS_MAX + 1;
@@ -680,7 +681,7 @@ static void s_replay_corpus(const char *name, bool valid) {
             bt_msg_t *got = NULL;
             uint8_t peer[BT_WIRE_PEER_MAX];
             size_t peer_len;
-            bt_status rc = bt_msg_recv(s_router, &got, peer, &peer_len, 0);
+            bt_status rc = bt_proto_recv(s_router, &got, peer, &peer_len, 0);
             if (rc != BT_OK)
                 fprintf(stderr, "%s/%s: %s\n", name, e->d_name, bt_last_error());
             CHECK(rc == BT_OK && got && bt_msg_tensor_count(got) == (int)n - 1);
@@ -702,7 +703,7 @@ static void test_corpus(void) {
     s_replay_corpus("wire-valid", true);
 }
 
-/*  The raw frames of a valid TASK with two tensors, as bt_msg_send() writes them. */
+/*  The raw frames of a valid TASK with two tensors, as bt_proto_send() writes them. */
 static size_t s_capture(char *header, size_t cap, size_t *sizes) {
     bt_msg_t *m = s_valid(BT_MSG_TASK);
     int64_t shape[2] = {2, 3};
@@ -711,7 +712,7 @@ static size_t s_capture(char *header, size_t cap, size_t *sizes) {
     CHECK_OK(bt_msg_set_bool(m, "greedy", false));
     CHECK_OK(bt_msg_add_tensor(m, "tokens", BT_I64, 2, shape, tokens));
     CHECK_OK(bt_msg_add_tensor(m, "mask", BT_U8, 2, shape, tokens));
-    CHECK_OK(bt_msg_send(&m, s_dealer, NULL, 0));
+    CHECK_OK(bt_proto_send(&m, s_dealer, NULL, 0));
     char id[BT_WIRE_PEER_MAX];
     CHECK(zmq_recv(s_router, id, sizeof id, 0) == (int)strlen(WORKER_ID));
     int len = zmq_recv(s_router, header, cap, 0);
@@ -744,7 +745,7 @@ static void test_random_mutations(void) {
         uint8_t peer[BT_WIRE_PEER_MAX];
         size_t peer_len;
         bt_msg_t *got = NULL;
-        bt_status rc = bt_msg_recv(s_router, &got, peer, &peer_len, 0);
+        bt_status rc = bt_proto_recv(s_router, &got, peer, &peer_len, 0);
         CHECK(rc == BT_OK || rc == BT_EFORMAT);
         CHECK((rc == BT_OK) == (got != NULL));
         accepted += got != NULL;
@@ -760,7 +761,7 @@ static void test_random_mutations(void) {
     bt_msg_t *got = NULL;
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t peer_len;
-    CHECK_OK(bt_msg_recv(s_router, &got, peer, &peer_len, 0));
+    CHECK_OK(bt_proto_recv(s_router, &got, peer, &peer_len, 0));
     bt_msg_destroy(&got);
 }
 

@@ -24,23 +24,6 @@
 
 #include <zmq.h>
 
-/* ---- roles (until proto/ holds them) ------------------------------------------------------- */
-static const char *const s_role_names[BT_ROLE_COUNT] = {"rollout", "trainer", "eval"};
-
-const char *bt_role_name(bt_role role) {
-    return (unsigned)role < BT_ROLE_COUNT ? s_role_names[role] : "unknown";
-}
-
-bt_status bt_role_parse(const char *text, bt_role *out) {
-    for (int r = 0; r < BT_ROLE_COUNT; r++)
-        if (text && strcmp(text, s_role_names[r]) == 0) {
-            *out = (bt_role)r;
-            return BT_OK;
-        }
-    return bt_fail(BT_EINVAL, "role: expected \"rollout\", \"trainer\" or \"eval\", got \"%s\"",
-                   text ? text : "(null)");
-}
-
 static int64_t s_now_ms(void) {
     return (int64_t)(bt_now() * 1000.0);
 }
@@ -214,7 +197,7 @@ static bt_status s_publish(s_compute *c) {
     if (st == BT_OK)
         st = bt_msg_set_int(msg, "variant", c->cur - c->v);
     if (st == BT_OK)
-        st = bt_msg_send(&msg, c->pipe, NULL, 0);
+        st = bt_proto_send(&msg, c->pipe, NULL, 0);
     bt_msg_destroy(&msg);
     bt_weights_release(&w);
     return st;
@@ -631,7 +614,7 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
         bt_msg_set_int(res, "status", code);
     }
     bt_msg_set_int(res, "task", st == BT_OK || id >= 0 ? id : 0);
-    return bt_msg_send(&res, c->pipe, NULL, 0);
+    return bt_proto_send(&res, c->pipe, NULL, 0);
 }
 
 static bt_status s_load_weights(s_compute *c, const bt_msg_t *msg) {
@@ -660,10 +643,10 @@ static void *s_compute_main(void *arg) {
         bt_log(BT_LOG_ERROR, "worker: cannot start: %s", c->error);
     }
     bt_msg_t *ready = bt_msg_new(c->status == BT_OK ? BT_MSG_PING : BT_MSG_BYE);
-    bt_msg_send(&ready, c->pipe, NULL, 0);
+    bt_proto_send(&ready, c->pipe, NULL, 0);
     for (bool running = c->status == BT_OK; running;) {
         bt_msg_t *msg = NULL;
-        if (bt_msg_recv(c->pipe, &msg, NULL, NULL, 0) == BT_EIO)
+        if (bt_proto_recv(c->pipe, &msg, NULL, NULL, 0) == BT_EIO)
             break;
         if (!msg)
             continue;
@@ -699,8 +682,8 @@ static bt_status s_send_hello(void *dealer, const bt_worker_options *opt, const 
     bt_msg_set_int(m, "pid", (int64_t)getpid());
     bt_msg_set_str(m, "device", opt->device ? opt->device : "config");
     bt_msg_set_int(m, "threads", bt_get_num_threads());
-    bt_msg_set_int(m, "proto", BT_WIRE_PROTO);
-    return bt_msg_send(&m, dealer, NULL, 0);
+    bt_msg_set_int(m, "proto", BT_PROTO_VERSION);
+    return bt_proto_send(&m, dealer, NULL, 0);
 }
 
 /*  Why no WELCOME came: the controller refused this worker's key, or did not answer at all. */
@@ -772,7 +755,7 @@ static bt_msg_t *s_await_welcome(void *dealer, void *monitor, const bt_worker_op
         if (!(items[0].revents & ZMQ_POLLIN))
             continue;
         bt_msg_t *m = NULL;
-        if (bt_msg_recv(dealer, &m, NULL, NULL, 0) == BT_EIO)
+        if (bt_proto_recv(dealer, &m, NULL, NULL, 0) == BT_EIO)
             return NULL;
         if (m && bt_msg_type_of(m) == BT_MSG_WELCOME)
             return m;
@@ -802,7 +785,7 @@ static int s_relay(void *from, void *to, int64_t *tasks, int64_t die_at, const c
     bt_msg_t *m = NULL;
     if (kept)
         *kept = NULL;
-    if (bt_msg_recv(from, &m, NULL, NULL, ZMQ_DONTWAIT) != BT_OK || !m)
+    if (bt_proto_recv(from, &m, NULL, NULL, ZMQ_DONTWAIT) != BT_OK || !m)
         return -1;
     int type = (int)bt_msg_type_of(m);
     if ((type == BT_MSG_TASK && ++*tasks == die_at) || type == BT_MSG_PING) {
@@ -815,7 +798,7 @@ static int s_relay(void *from, void *to, int64_t *tasks, int64_t die_at, const c
     }
     if (run)
         bt_msg_set_run(m, run);
-    if (bt_msg_send(&m, to, NULL, 0) != BT_OK)
+    if (bt_proto_send(&m, to, NULL, 0) != BT_OK)
         bt_log(BT_LOG_WARN, "worker: relay of %s failed: %s", bt_msg_type_name((bt_msg_type)type),
                bt_last_error());
     return type;
@@ -884,7 +867,7 @@ static bt_status s_serve(void *dealer, void *pipe, const bt_worker_options *opt,
         if (s_now_ms() - last_sent >= hb_ms) {
             bt_msg_t *ping = bt_msg_new(BT_MSG_PING);
             bt_msg_set_run(ping, j->run);
-            bt_msg_send(&ping, dealer, NULL, 0);
+            bt_proto_send(&ping, dealer, NULL, 0);
             last_sent = s_now_ms();
         }
     }
@@ -955,7 +938,7 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     pthread_t thread;
     pthread_create(&thread, NULL, s_compute_main, &c);
     bt_msg_t *ready = NULL; /* PING: state built; BYE: it could not be */
-    while (!ready && bt_msg_recv(pipe, &ready, NULL, NULL, 0) == BT_OK)
+    while (!ready && bt_proto_recv(pipe, &ready, NULL, NULL, 0) == BT_OK)
         ;
     bool ok = ready && bt_msg_type_of(ready) == BT_MSG_PING;
     bt_msg_destroy(&ready);
@@ -972,7 +955,7 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     zmq_setsockopt(dealer, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
     if (ok && st != BT_OK) {
         bt_msg_t *stop = bt_msg_new(BT_MSG_STOP);
-        bt_msg_send(&stop, pipe, NULL, 0);
+        bt_proto_send(&stop, pipe, NULL, 0);
     }
     pthread_join(thread, NULL);
     bt_device_format(c.dev, stats.device, sizeof stats.device);
@@ -981,7 +964,7 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
     if (bye && !ok && c.error[0]) /* the controller can stop waiting for this worker */
         bt_msg_set_str(bye, "error", c.error);
     if (bye)
-        bt_msg_send(&bye, dealer, NULL, 0);
+        bt_proto_send(&bye, dealer, NULL, 0);
     zmq_close(pipe);
     zmq_close(dealer);
     free(c.config_json);

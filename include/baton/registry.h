@@ -9,7 +9,7 @@
 #define BATON_REGISTRY_H
 
 #include "baton/status.h"
-#include "baton/worker.h" /* bt_role */
+#include "baton/proto.h" /* bt_role */
 
 #include <stdbool.h>
 #include <stddef.h>

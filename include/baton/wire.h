@@ -1,5 +1,7 @@
-/*  wire.h — baton's messages: one ZeroMQ multipart message each, a JSON header frame followed by
-    raw tensor frames; built, sent, received and validated here (reference: docs/protocol.md).
+/*  wire.h — the codec of baton's messages: one ZeroMQ multipart message each, a JSON header frame
+    followed by raw tensor frames; built, sent, received and checked here (reference:
+    docs/protocol.md).  It knows frames, the header and the message types, never what a field means:
+    the fields each type requires, roles and job kinds are proto/'s (proto.h).
     Threading: a message belongs to one thread at a time; a socket to the thread that uses it.
     Lifetime: from bt_msg_new() or bt_msg_recv() until bt_msg_send() or bt_msg_destroy().
 
@@ -10,9 +12,10 @@
     Frames 1..n: the listed tensors in order, row-major little-endian, numel * element size bytes.
     Header fields live flat under "f"; dotted keys ("model.hidden_size") carry nested data.  A field
     value is a number, a boolean or a string.  Any other header key is refused, as is anything
-    beyond the limits below or a message without its type's required fields (docs/protocol.md
-    lists every check).  A ROUTER socket sees a routing-id frame before frame 0: bt_msg_recv()
-    returns it as the peer id and bt_msg_send() takes one. */
+    beyond the limits below (docs/protocol.md lists every check); the fields a type requires are
+    checked against a table of rules (bt_msg_check) by the layer that owns them.  A ROUTER socket
+    sees a routing-id frame before frame 0: bt_msg_recv() returns it as the peer id and
+    bt_msg_send() takes one. */
 #ifndef BATON_WIRE_H
 #define BATON_WIRE_H
 
@@ -28,7 +31,6 @@ extern "C" {
 #endif
 
 #define BT_WIRE_VERSION 1        /* "v" of every header */
-#define BT_WIRE_PROTO 1          /* HELLO.proto: the message set this build speaks */
 #define BT_WIRE_HEADER_MAX (1 << 20) /* bytes of frame 0 */
 #define BT_WIRE_TENSORS_MAX 1024 /* tensors (frames after the header) per message */
 #define BT_WIRE_FIELDS_MAX 256   /* entries of "f" */
@@ -40,18 +42,18 @@ extern "C" {
     shapes and every integer field are bounded by it. */
 #define BT_WIRE_INT_MAX INT64_C(9007199254740992)
 
-/*  Values are stable (append only); the wire carries the names. */
+/*  Values are stable (append only); the wire carries the names.  What each carries: proto.h. */
 typedef enum bt_msg_type {
-    BT_MSG_HELLO = 0,   /* worker -> controller: {role, name, host, pid, device, threads, proto} */
-    BT_MSG_WELCOME = 1, /* controller -> worker: {worker, heartbeat_ms, model.*} */
+    BT_MSG_HELLO = 0,   /* worker -> controller: joining */
+    BT_MSG_WELCOME = 1, /* controller -> worker: admitted */
     BT_MSG_PING = 2,    /* worker -> controller: heartbeat */
-    BT_MSG_TASK = 3,    /* controller -> worker: {task, kind, version, ...} */
-    BT_MSG_RESULT = 4,  /* worker -> controller: {task, ...} */
-    BT_MSG_FAIL = 5,    /* worker -> controller: {task, error} */
-    BT_MSG_WEIGHTS = 6, /* either way: {version} + the parameters as tensors */
+    BT_MSG_TASK = 3,    /* controller -> worker: a job */
+    BT_MSG_RESULT = 4,  /* worker -> controller: a job's outcome */
+    BT_MSG_FAIL = 5,    /* worker -> controller: a job's failure */
+    BT_MSG_WEIGHTS = 6, /* either way: the parameters as tensors */
     BT_MSG_STOP = 7,    /* controller -> worker: finish and leave */
     BT_MSG_BYE = 8,     /* worker -> controller: leaving */
-    BT_MSG_INVALID = 9  /* controller -> worker: {reason}; HELLO again */
+    BT_MSG_INVALID = 9  /* controller -> worker: refused; HELLO again */
 } bt_msg_type;
 
 /*  "HELLO", ...; "?" for a value outside the enum.  Static string. */
@@ -106,6 +108,27 @@ bt_status bt_msg_get_bool(const bt_msg_t *self, const char *key, bool *out);
 /*  A string of at most maxlen bytes.  Borrowed: valid until the message is sent or destroyed. */
 bt_status bt_msg_get_str(const bt_msg_t *self, const char *key, size_t maxlen, const char **out);
 
+/* ---- required fields ------------------------------------------------------------------------ */
+typedef enum bt_msg_rule_kind {
+    BT_MSG_RULE_INT = 0,   /* an integer in [min, max] */
+    BT_MSG_RULE_TEXT = 1,  /* a string of at most BT_WIRE_STR_MAX bytes */
+    BT_MSG_RULE_ONE_OF = 2 /* a string among choices */
+} bt_msg_rule_kind;
+
+/*  A field every message of type must carry. */
+typedef struct bt_msg_rule {
+    bt_msg_type type;
+    const char *key;
+    bt_msg_rule_kind kind;
+    int64_t min, max;           /* BT_MSG_RULE_INT */
+    const char *const *choices; /* BT_MSG_RULE_ONE_OF: NULL-terminated */
+} bt_msg_rule;
+
+/*  BT_OK when self carries every field rules[0..n) asks of its type, each of its kind and range;
+    else BT_EFORMAT as the getters word it, e.g.
+    TASK: field 'kind': expected one of rollout, train, got "pretrain" */
+bt_status bt_msg_check(const bt_msg_t *self, const bt_msg_rule *rules, int n);
+
 /* ---- tensors -------------------------------------------------------------------------------- */
 /*  One tensor of a message.  Borrowed: valid until the message is sent or destroyed. */
 typedef struct bt_msg_tensor {
@@ -153,8 +176,8 @@ size_t bt_wire_frame_max(void);
 /* ---- sockets -------------------------------------------------------------------------------- */
 /*  Sends *msg_p on a DEALER socket (peer_id NULL) or to peer_id on a ROUTER socket (asserted).
     Takes ownership of *msg_p and sets it to NULL, even on error.  Refuses, with BT_EFORMAT and
-    nothing sent, a message its receiver would reject (a required field missing or mistyped, a
-    header above BT_WIRE_HEADER_MAX bytes); BT_EIO when ZeroMQ fails; BT_ENOMEM.  Blocks while the
+    nothing sent, a header above BT_WIRE_HEADER_MAX bytes; BT_EIO when ZeroMQ fails; BT_ENOMEM.
+    (bt_proto_send() also refuses what the receiver's rules would reject.)  Blocks while the
     socket is at its high-water mark; retries when a signal interrupts.  A ROUTER drops a message
     for an unknown peer silently, unless ZMQ_ROUTER_MANDATORY is set (then BT_EIO). */
 bt_status bt_msg_send(bt_msg_t **msg_p, void *socket, const void *peer_id, size_t peer_len);
@@ -165,6 +188,7 @@ bt_status bt_msg_send(bt_msg_t **msg_p, void *socket, const void *peer_id, size_
       BT_OK, *out set: caller owns *out; its tensors point into the received frames (no copy).
       BT_OK, *out NULL: no message (ZMQ_DONTWAIT found none, or a signal interrupted the wait).
       BT_EFORMAT, *out NULL: the message was malformed; bt_last_error() holds a one-line reason.
+    The required fields of its type are not checked here (bt_proto_recv() checks them).
       BT_EIO: ZeroMQ failed (the context was terminated, ...); BT_ENOMEM.
     On a ROUTER *peer_len and peer_id are set whenever a message was read, rejected or not. */
 bt_status bt_msg_recv(void *socket, bt_msg_t **out, uint8_t *peer_id, size_t *peer_len, int flags);

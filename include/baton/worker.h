@@ -6,6 +6,7 @@
 #ifndef BATON_WORKER_H
 #define BATON_WORKER_H
 
+#include "baton/proto.h"
 #include "baton/security.h"
 #include "baton/status.h"
 #include "baton/tasks.h"
@@ -13,14 +14,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/*  Values appear in messages and logs: append only. */
-typedef enum bt_role { BT_ROLE_ROLLOUT = 0, BT_ROLE_TRAINER = 1, BT_ROLE_EVAL = 2 } bt_role;
-#define BT_ROLE_COUNT 3
-
-const char *bt_role_name(bt_role role);
-/*  BT_EINVAL naming the text when it is not "rollout", "trainer" or "eval". */
-bt_status bt_role_parse(const char *text, bt_role *out);
 
 /*  What a worker did, for its exit line and for tests. */
 typedef struct bt_worker_stats {
