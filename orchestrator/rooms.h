@@ -21,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/controller.h"
 #include "baton/checkpoint.h"
+#include "baton/evaluator.h"
 #include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/mixture.h"

@@ -26,11 +26,6 @@ void bt_evaluator_config_init(bt_evaluator_config *cfg) {
     cfg->reward_service = NULL;
 }
 
-void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples) {
-    memset(s, 0, sizeof *s);
-    s->samples = samples;
-}
-
 bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sums *part) {
     if (total->samples != part->samples)
         return bt_fail(BT_EINVAL, "evaluator: cannot add sums of %lld and %lld samples",

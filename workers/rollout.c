@@ -7,61 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- batches -------------------------------------------------------------------------------- */
-
-void bt_rollout_batch_init(bt_rollout_batch *b) {
-    memset(b, 0, sizeof *b);
-    b->version = -1;
-}
-
-void bt_rollout_batch_release(bt_rollout_batch *b) {
-    if (!b)
-        return;
-    free(b->indices);
-    free(b->prompt_tokens);
-    free(b->prompt_lens);
-    free(b->tokens);
-    free(b->logprobs);
-    free(b->lengths);
-    free(b->rewards);
-    free(b->correct);
-    free(b->finished);
-    bt_rollout_batch_init(b);
-}
-
-bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t group_size,
-                                 int64_t max_prompt_len, int64_t max_new_tokens) {
-    bt_rollout_batch_release(b);
-    if (n_prompts < 0 || group_size < 1 || max_prompt_len < 1 || max_new_tokens < 1)
-        return bt_fail(BT_EINVAL,
-                       "rollout batch: need n_prompts >= 0 and group_size, max_prompt_len, "
-                       "max_new_tokens >= 1, got %lld, %lld, %lld, %lld",
-                       (long long)n_prompts, (long long)group_size, (long long)max_prompt_len,
-                       (long long)max_new_tokens);
-    size_t n = (size_t)(n_prompts * group_size), np = (size_t)n_prompts;
-    b->n_prompts = n_prompts;
-    b->group_size = group_size;
-    b->n = (int64_t)n;
-    b->max_prompt_len = max_prompt_len;
-    b->max_new_tokens = max_new_tokens;
-    /* calloc(0) may return NULL: allocate at least one element */
-    b->indices = calloc(np + 1, sizeof *b->indices);
-    b->prompt_tokens = calloc(n * (size_t)max_prompt_len + 1, sizeof *b->prompt_tokens);
-    b->prompt_lens = calloc(n + 1, sizeof *b->prompt_lens);
-    b->tokens = calloc(n * (size_t)max_new_tokens + 1, sizeof *b->tokens);
-    b->logprobs = calloc(n * (size_t)max_new_tokens + 1, sizeof *b->logprobs);
-    b->lengths = calloc(n + 1, sizeof *b->lengths);
-    b->rewards = calloc(n + 1, sizeof *b->rewards);
-    b->correct = calloc(n + 1, sizeof *b->correct);
-    b->finished = calloc(n + 1, sizeof *b->finished);
-    if (!b->indices || !b->prompt_tokens || !b->prompt_lens || !b->tokens || !b->logprobs ||
-        !b->lengths || !b->rewards || !b->correct || !b->finished) {
-        bt_rollout_batch_release(b);
-        return bt_fail(BT_ENOMEM, "rollout batch: out of memory");
-    }
-    return BT_OK;
-}
-
 /* ---- prompts -------------------------------------------------------------------------------- */
 
 /*  The examples of indices[0 .. n): each prompt encoded (BOS + bytes), its text and its answer,
@@ -279,28 +224,6 @@ bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_task_t *task,
 }
 
 /* ---- weights -------------------------------------------------------------------------------- */
-
-void bt_weights_init(bt_weights *w) {
-    memset(w, 0, sizeof *w);
-    w->version = -1;
-}
-
-void bt_weights_release(bt_weights *w) {
-    if (!w)
-        return;
-    for (int i = 0; i < w->n; i++) {
-        if (w->names)
-            free(w->names[i]);
-        if (w->data)
-            free(w->data[i]);
-    }
-    free(w->names);
-    free(w->ndim);
-    free(w->shape);
-    free(w->numel);
-    free(w->data);
-    bt_weights_init(w);
-}
 
 bt_status bt_weights_export(const bt_model *model, int64_t version, bt_weights *out) {
     BT_ASSERT(model && out);

@@ -3,6 +3,7 @@
 #include "baton/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -563,4 +564,90 @@ bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch,
     BT_ASSERT(self && batch && loss);
     double tokens = 0.0, slots = 0.0;
     return s_sft_pass(self, batch, 0, batch->n, false, loss, &tokens, &slots);
+}
+
+/* ---- the whole state as a message (snapshot and restore TASK/RESULT) ----------------------- */
+
+/*  "param.NAME", "exp_avg.NAME", "exp_avg_sq.NAME". */
+static const char *const s_state_kinds[4] = {"param.", "exp_avg.", "exp_avg_sq.", "ref."};
+
+bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg) {
+    bt_model *policy = bt_trainer_policy(tr), *ref = bt_trainer_reference(tr);
+    bt_adamw *opt = bt_trainer_optimizer(tr);
+    bt_tensor *const *params = bt_model_params(policy);
+    BT_TRY(bt_msg_set_int(msg, "version", bt_trainer_version(tr)));
+    BT_TRY(bt_msg_set_int(msg, "adam_steps", bt_adamw_steps(opt)));
+    bt_status st = BT_OK;
+    for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
+        bt_tensor *t[4] = {params[i], NULL, NULL, ref ? bt_model_params(ref)[i] : NULL};
+        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
+        int ndim = bt_ndim(params[i]);
+        int64_t shape[BT_MAX_DIMS];
+        for (int d = 0; d < ndim; d++)
+            shape[d] = bt_dim(params[i], d);
+        size_t nbytes = (size_t)bt_numel(params[i]) * sizeof(float);
+        for (int k = 0; k < 4 && t[k] && st == BT_OK;
+             k++) { /* a host copy each: training goes on */
+            char name[BT_WIRE_NAME_MAX];
+            snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
+            float *host = malloc(nbytes ? nbytes : 1);
+            st = host ? bt_to_host(t[k], host, nbytes) : BT_ENOMEM;
+            if (st == BT_OK)
+                st = bt_msg_add_tensor_zero_copy(msg, name, BT_F32, ndim, shape, host, NULL, NULL);
+            else
+                free(host);
+        }
+    }
+    return st;
+}
+
+bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr) {
+    bt_model *policy = bt_trainer_policy(tr), *ref = bt_trainer_reference(tr);
+    bt_adamw *opt = bt_trainer_optimizer(tr);
+    bt_tensor *const *params = bt_model_params(policy);
+    char first_ref[BT_WIRE_NAME_MAX]; /* a state saved with a reference restores it too */
+    snprintf(first_ref, sizeof first_ref, "ref.%s", bt_model_param_name(policy, 0));
+    bool with_ref = false;
+    for (int i = 0; ref && i < bt_msg_tensor_count(msg) && !with_ref; i++)
+        with_ref = !strcmp(bt_msg_tensor_at(msg, i).name, first_ref);
+    int64_t steps;
+    BT_TRY(bt_msg_get_int(msg, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx)
+        return BT_ENOMEM;
+    bool grad = bt_set_grad_enabled(false);
+    bt_status st = BT_OK;
+    for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
+        bt_tensor *t[4] = {params[i], NULL, NULL, with_ref ? bt_model_params(ref)[i] : NULL};
+        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
+        for (int k = 0; k < 4 && t[k] && st == BT_OK; k++) {
+            char name[BT_WIRE_NAME_MAX];
+            snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
+            bt_msg_tensor m;
+            st = bt_msg_get_tensor(msg, name, BT_F32, bt_ndim(params[i]), &m);
+            for (int d = 0; st == BT_OK && d < m.ndim; d++)
+                if (m.shape[d] != bt_dim(params[i], d))
+                    st = bt_fail(BT_EFORMAT, "trainer state: %s: shape differs from the model's",
+                                 name);
+            if (st != BT_OK)
+                break;
+            float *host = malloc(m.nbytes ? m.nbytes : 1); /* frames are not aligned */
+            if (!host) {
+                st = BT_ENOMEM;
+                break;
+            }
+            memcpy(host, m.data, m.nbytes);
+            bt_tensor *src = bt_from_host(ctx, BT_F32, bt_device_of(t[k]), m.ndim, m.shape, host);
+            st = src ? bt_copy_(t[k], src) : BT_ETORCH;
+            free(host);
+            bt_ctx_reset(ctx);
+        }
+    }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&ctx);
+    if (st == BT_OK) {
+        bt_adamw_set_steps(opt, steps);
+        bt_trainer_set_version(tr, version);
+    }
+    return st;
 }

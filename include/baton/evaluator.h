@@ -8,6 +8,7 @@
 #define BATON_EVALUATOR_H
 
 #include "baton/config.h"
+#include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/reward_service.h"
 #include "baton/status.h"
@@ -23,10 +24,7 @@
 extern "C" {
 #endif
 
-/*  BT_EVALUATOR_MAX_SAMPLES: config.h (eval.samples is checked against it). */
-#define BT_EVALUATOR_LEN_BINS                                                                      \
-    1024                          /* response-length histogram; longer lengths land in the last    \
-                                   */
+/*  BT_EVALUATOR_LEN_BINS and bt_evaluator_sums: messages.h. */
 #define BT_EVALUATOR_NLL_CHUNK 16 /* texts per forward pass of bt_evaluator_nll */
 
 typedef struct bt_evaluator_config {
@@ -44,40 +42,6 @@ typedef struct bt_evaluator_config {
 
 void bt_evaluator_config_init(bt_evaluator_config *cfg);
 
-/*  Sums over a shard; add shards with bt_evaluator_sums_add.  Every field is a sum (or a max), so
-    the result does not depend on how a dataset was split. */
-typedef struct bt_evaluator_sums {
-    /* generate */
-    int64_t examples;    /* held-out examples evaluated */
-    int64_t samples;     /* completions per example (k) */
-    int64_t completions; /* examples * samples */
-    int64_t correct;     /* examples whose first completion is correct (greedy: accuracy) */
-    int64_t maj_correct; /* examples whose majority answer over the k completions is correct */
-    double reward_sum;   /* bt_reward_score over all completions */
-    double reward_sumsq; /* of squares, for the std */
-    double length_sum;   /* completion tokens (the EOS included) over all completions */
-    int64_t truncated;   /* completions that reached max_new_tokens without EOS */
-    int64_t correct_hist[BT_EVALUATOR_MAX_SAMPLES + 1]; /* [c]: examples with c of k correct */
-    int64_t length_hist[BT_EVALUATOR_LEN_BINS];         /* [l]: completions of l tokens */
-    int64_t robust_examples[BT_PERTURB_COUNT];          /* examples the perturbation applies to */
-    int64_t robust_correct[BT_PERTURB_COUNT];           /* of those, first completion correct */
-    /* perplexity */
-    double nll_sum;     /* token negative log-likelihoods, in float64 */
-    int64_t nll_tokens; /* tokens scored */
-    int64_t texts;      /* texts scored */
-    /* probes: filled by bt_evaluator_probes, never split */
-    int64_t n_probes;
-    double probe_nll[BT_EVAL_MAX_PROBES][2]; /* target probe: [0] = -log P(target | prompt);
-                                                pair: NLL sums of better [0] and worse [1] */
-    int64_t probe_tokens[BT_EVAL_MAX_PROBES][2];
-    /* efficiency */
-    double generated_tokens; /* tokens generated, robustness prompts included */
-    double compute_s;        /* seconds the shards computed, summed */
-    double peak_rss_mb;      /* the largest resident set of any evaluating process (a max) */
-} bt_evaluator_sums;
-
-/*  Empty sums for k samples per example. */
-void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples);
 /*  total += part.  BT_EINVAL when their sample counts differ or both hold probes. */
 bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sums *part);
 

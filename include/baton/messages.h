@@ -1,20 +1,138 @@
-/*  messages.h — baton's payloads as wire messages: batches of completions, published weights and
-    evaluation sums, each written into and read back from a bt_msg_t.  Readers check every size
-    and value against the declared shapes, so a malformed payload is an error, never a crash.
-    Threading: plain functions on caller-owned values.  Lifetime: results are caller-owned. */
+/*  messages.h — baton's payloads and their wire form: batches of completions, published weights,
+    trainer statistics and evaluation sums, each a plain value written into and read back from a
+    bt_msg_t.  Readers check every size and value against the declared shapes, so a malformed
+    payload is an error, never a crash.  The workers fill them (rollout.h, trainer.h, evaluator.h),
+    the controller reads them; both meet here, below either.
+    Threading: plain functions on caller-owned values.  Lifetime: a bt_rollout_batch or bt_weights
+    holds heap arrays until its release function; results are caller-owned. */
 #ifndef BATON_MESSAGES_H
 #define BATON_MESSAGES_H
 
-#include "baton/evaluator.h"
-#include "baton/rollout.h"
+#include "baton/config.h" /* BT_EVALUATOR_MAX_SAMPLES, BT_EVAL_MAX_PROBES */
+#include "baton/dtype.h"
 #include "baton/status.h"
-#include "baton/trainer.h"
+#include "baton/tasks.h" /* BT_PERTURB_COUNT */
 #include "baton/wire.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* ---- batches of completions ----------------------------------------------------------------- */
+/*  n = n_prompts * group_size completions; completion c belongs to prompt c / group_size, so a
+    group's completions are consecutive.  Row c of a (n, stride) array is [c * stride, (c+1) * stride).
+    Every row keeps its own copy of its prompt, so batches can be cut and joined by rows. */
+/*  Prompt ids: BT_PROMPT_ID (tasks.h). */
+typedef struct bt_rollout_batch {
+    int64_t n_prompts;
+    int64_t group_size;
+    int64_t n;              /* completions */
+    int64_t version;        /* policy version the completions were sampled with (-1: not sampled) */
+    double temperature;     /* sampling temperature; the log-probs are at this temperature (0: 1) */
+    int64_t max_prompt_len; /* stride of prompt_tokens */
+    int64_t max_new_tokens; /* stride of tokens and logprobs */
+    uint64_t *indices;      /* (n_prompts) prompt id of each prompt (BT_PROMPT_ID) */
+    int32_t *prompt_tokens; /* (n, max_prompt_len) BOS + prompt bytes, then padding */
+    int64_t *prompt_lens;   /* (n) */
+    int32_t *tokens;        /* (n, max_new_tokens) completion ids, the EOS included, then padding */
+    float *logprobs;        /* (n, max_new_tokens) behaviour log-prob of each token */
+    int64_t *lengths;       /* (n) completion tokens, the EOS included */
+    double *rewards;        /* (n) the decoded completion's reward (bt_reward_score) */
+    bool *correct;          /* (n) its answer check (verifier's or reward service's) */
+    bool *finished;         /* (n) ended with EOS (false: truncated at max_new_tokens) */
+} bt_rollout_batch;
+
+void bt_rollout_batch_init(bt_rollout_batch *b);
+/*  Frees the arrays and re-initialises b.  NULL-safe, idempotent. */
+void bt_rollout_batch_release(bt_rollout_batch *b);
+/*  Releases what b held, then allocates every array for n_prompts * group_size rows, all zero,
+    version -1.  Readers never look past a row's length, so padding may hold anything.
+    BT_EINVAL for sizes < 1 (n_prompts may be 0), BT_ENOMEM when out of memory. */
+bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t group_size,
+                                 int64_t max_prompt_len, int64_t max_new_tokens);
+
+/* ---- versioned weights ---------------------------------------------------------------------- */
+/*  A model's parameters as host float32 arrays under their Hugging Face names, in
+    bt_model_params() order: what WEIGHTS carries from the trainer to rollout and eval workers. */
+typedef struct bt_weights {
+    int64_t version;
+    int n;
+    char **names;                   /* (n) NUL-terminated */
+    int *ndim;                      /* (n) */
+    int64_t (*shape)[BT_MAX_DIMS];  /* (n) */
+    int64_t *numel;                 /* (n) */
+    float **data;                   /* (n) arrays of numel[i] elements, row-major */
+} bt_weights;
+
+void bt_weights_init(bt_weights *w);
+/*  NULL-safe, idempotent. */
+void bt_weights_release(bt_weights *w);
+
+/* ---- trainer statistics --------------------------------------------------------------------- */
+/*  One update's statistics.  Token means are over completion tokens. */
+typedef struct bt_trainer_stats {
+    double loss;       /* the batch loss that was differentiated (sum over micro-batches) */
+    double pg_loss;    /* clipped surrogate, token mean (GRPO) */
+    double kl;         /* KL estimate to the reference, token mean (0 without) */
+    double clip_frac;  /* tokens on a clipped branch / tokens (GRPO) */
+    double ratio_mean; /* rho, token mean (GRPO) */
+    double ratio_max;  /* (GRPO) */
+    double entropy;    /* policy entropy at the training temperature, token mean */
+    double grad_norm;  /* global gradient norm before clipping */
+    double tokens;     /* completion tokens */
+    double slots;      /* token slots the forward passes computed (rows x width, summed over the
+                          micro-batches and ranks): the batch's prompt and completion tokens plus
+                          padding */
+    double lr;         /* the learning rate AdamW applied */
+    int64_t sequences;
+    int64_t version; /* after the update */
+} bt_trainer_stats;
+
+/* ---- evaluation sums ------------------------------------------------------------------------ */
+/*  BT_EVALUATOR_MAX_SAMPLES: config.h (eval.samples is checked against it). */
+#define BT_EVALUATOR_LEN_BINS                                                                      \
+    1024                          /* response-length histogram; longer lengths land in the last    \
+                                   */
+
+/*  Sums over a shard; add shards with bt_evaluator_sums_add.  Every field is a sum (or a max), so
+    the result does not depend on how a dataset was split. */
+typedef struct bt_evaluator_sums {
+    /* generate */
+    int64_t examples;    /* held-out examples evaluated */
+    int64_t samples;     /* completions per example (k) */
+    int64_t completions; /* examples * samples */
+    int64_t correct;     /* examples whose first completion is correct (greedy: accuracy) */
+    int64_t maj_correct; /* examples whose majority answer over the k completions is correct */
+    double reward_sum;   /* bt_reward_score over all completions */
+    double reward_sumsq; /* of squares, for the std */
+    double length_sum;   /* completion tokens (the EOS included) over all completions */
+    int64_t truncated;   /* completions that reached max_new_tokens without EOS */
+    int64_t correct_hist[BT_EVALUATOR_MAX_SAMPLES + 1]; /* [c]: examples with c of k correct */
+    int64_t length_hist[BT_EVALUATOR_LEN_BINS];         /* [l]: completions of l tokens */
+    int64_t robust_examples[BT_PERTURB_COUNT];          /* examples the perturbation applies to */
+    int64_t robust_correct[BT_PERTURB_COUNT];           /* of those, first completion correct */
+    /* perplexity */
+    double nll_sum;     /* token negative log-likelihoods, in float64 */
+    int64_t nll_tokens; /* tokens scored */
+    int64_t texts;      /* texts scored */
+    /* probes: filled by bt_evaluator_probes, never split */
+    int64_t n_probes;
+    double probe_nll[BT_EVAL_MAX_PROBES][2]; /* target probe: [0] = -log P(target | prompt);
+                                                pair: NLL sums of better [0] and worse [1] */
+    int64_t probe_tokens[BT_EVAL_MAX_PROBES][2];
+    /* efficiency */
+    double generated_tokens; /* tokens generated, robustness prompts included */
+    double compute_s;        /* seconds the shards computed, summed */
+    double peak_rss_mb;      /* the largest resident set of any evaluating process (a max) */
+} bt_evaluator_sums;
+
+/*  Empty sums for k samples per example. */
+void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples);
+
+/* ---- as wire messages ----------------------------------------------------------------------- */
 /*  Fields version, group_size, n_prompts, temperature; tensors indices (P) I64, prompt_tokens
     (n, Pmax) I32, prompt_lens (n) I64, tokens (n, L) I32, logprobs (n, L) F32, lengths (n) I64,
     rewards (n) F64, correct (n) U8, finished (n) U8. */
@@ -43,13 +161,6 @@ bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out);
 /*  Fields examples, samples, completions, correct, reward_sum, length_sum, truncated; tensor
     correct_hist (samples + 1) I64. */
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg);
-/*  A trainer's whole state: fields version and adam_steps; per parameter NAME the F32 tensors
-    param.NAME, exp_avg.NAME and exp_avg_sq.NAME (AdamW's moments), host copies taken now. */
-bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg);
-/*  Loads such a state into tr (its version field is not read): every tensor present with the
-    model's shapes (else BT_EFORMAT naming it), then the step count; the trainer's version becomes
-    version (a rollback gives the restored weights a new, unused version number). */
-bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr);
 bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out);
 
 #ifdef __cplusplus

@@ -6,6 +6,7 @@
 #ifndef BATON_ROLLOUT_H
 #define BATON_ROLLOUT_H
 
+#include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/reward_service.h"
 #include "baton/sample.h"
@@ -20,39 +21,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- batches of completions ----------------------------------------------------------------- */
-/*  n = n_prompts * group_size completions; completion c belongs to prompt c / group_size, so a
-    group's completions are consecutive.  Row c of a (n, stride) array is [c * stride, (c+1) * stride).
-    Every row keeps its own copy of its prompt, so batches can be cut and joined by rows. */
-/*  Prompt ids: BT_PROMPT_ID (tasks.h). */
-typedef struct bt_rollout_batch {
-    int64_t n_prompts;
-    int64_t group_size;
-    int64_t n;              /* completions */
-    int64_t version;        /* policy version the completions were sampled with (-1: not sampled) */
-    double temperature;     /* sampling temperature; the log-probs are at this temperature (0: 1) */
-    int64_t max_prompt_len; /* stride of prompt_tokens */
-    int64_t max_new_tokens; /* stride of tokens and logprobs */
-    uint64_t *indices;      /* (n_prompts) prompt id of each prompt (BT_PROMPT_ID) */
-    int32_t *prompt_tokens; /* (n, max_prompt_len) BOS + prompt bytes, then padding */
-    int64_t *prompt_lens;   /* (n) */
-    int32_t *tokens;        /* (n, max_new_tokens) completion ids, the EOS included, then padding */
-    float *logprobs;        /* (n, max_new_tokens) behaviour log-prob of each token */
-    int64_t *lengths;       /* (n) completion tokens, the EOS included */
-    double *rewards;        /* (n) the decoded completion's reward (bt_reward_score) */
-    bool *correct;          /* (n) its answer check (verifier's or reward service's) */
-    bool *finished;         /* (n) ended with EOS (false: truncated at max_new_tokens) */
-} bt_rollout_batch;
-
-void bt_rollout_batch_init(bt_rollout_batch *b);
-/*  Frees the arrays and re-initialises b.  NULL-safe, idempotent. */
-void bt_rollout_batch_release(bt_rollout_batch *b);
-/*  Releases what b held, then allocates every array for n_prompts * group_size rows, all zero,
-    version -1.  Readers never look past a row's length, so padding may hold anything.
-    BT_EINVAL for sizes < 1 (n_prompts may be 0), BT_ENOMEM when out of memory. */
-bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t group_size,
-                                 int64_t max_prompt_len, int64_t max_new_tokens);
 
 /* ---- sampling ------------------------------------------------------------------------------- */
 typedef struct bt_rollout_config {
@@ -95,21 +63,6 @@ bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_task_t *task,
                                     const uint64_t *indices, int64_t n, bt_rollout_batch *out);
 
 /* ---- versioned weights ---------------------------------------------------------------------- */
-/*  A model's parameters as host float32 arrays under their Hugging Face names, in
-    bt_model_params() order: what WEIGHTS carries from the trainer to rollout and eval workers. */
-typedef struct bt_weights {
-    int64_t version;
-    int n;
-    char **names;                   /* (n) NUL-terminated */
-    int *ndim;                      /* (n) */
-    int64_t (*shape)[BT_MAX_DIMS];  /* (n) */
-    int64_t *numel;                 /* (n) */
-    float **data;                   /* (n) arrays of numel[i] elements, row-major */
-} bt_weights;
-
-void bt_weights_init(bt_weights *w);
-/*  NULL-safe, idempotent. */
-void bt_weights_release(bt_weights *w);
 /*  Copies every parameter of model to host memory.  Fills *out, releasing what it held; on
     failure *out is empty. */
 bt_status bt_weights_export(const bt_model *model, int64_t version, bt_weights *out);

@@ -17,6 +17,7 @@
 #define BATON_TRAINER_H
 
 #include "baton/grpo.h"
+#include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/rollout.h"
 #include "baton/status.h"
@@ -77,24 +78,6 @@ void bt_trainer_set_group(bt_trainer_t *self, bt_group *group);
     every rank of the group: what a re-formed group does first.  BT_OK at once without a group. */
 bt_status bt_trainer_sync(bt_trainer_t *self, int root);
 
-/*  One update's statistics.  Token means are over completion tokens. */
-typedef struct bt_trainer_stats {
-    double loss;       /* the batch loss that was differentiated (sum over micro-batches) */
-    double pg_loss;    /* clipped surrogate, token mean (GRPO) */
-    double kl;         /* KL estimate to the reference, token mean (0 without) */
-    double clip_frac;  /* tokens on a clipped branch / tokens (GRPO) */
-    double ratio_mean; /* rho, token mean (GRPO) */
-    double ratio_max;  /* (GRPO) */
-    double entropy;    /* policy entropy at the training temperature, token mean */
-    double grad_norm;  /* global gradient norm before clipping */
-    double tokens;     /* completion tokens */
-    double slots;      /* token slots the forward passes computed (rows x width, summed over the
-                          micro-batches and ranks): the batch's prompt and completion tokens plus
-                          padding */
-    double lr;         /* the learning rate AdamW applied */
-    int64_t sequences;
-    int64_t version; /* after the update */
-} bt_trainer_stats;
 
 /*  One GRPO update on batch with advantages[c] for completion c (float64, rounded to float32):
     recomputes the policy's log-probs at the batch's sampling temperature (so rho = 1 when the
@@ -117,6 +100,14 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
 /*  The same supervised loss without gradients or an update: the checkpoints' canary, which a
     restored trainer must reproduce. */
 bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch, double *loss);
+
+/*  A trainer's whole state: fields version and adam_steps; per parameter NAME the F32 tensors
+    param.NAME, exp_avg.NAME and exp_avg_sq.NAME (AdamW's moments), host copies taken now. */
+bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg);
+/*  Loads such a state into tr (its version field is not read): every tensor present with the
+    model's shapes (else BT_EFORMAT naming it), then the step count; the trainer's version becomes
+    version (a rollback gives the restored weights a new, unused version number). */
+bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,60 @@
 
 /* ---- batches -------------------------------------------------------------------------------- */
 
+void bt_rollout_batch_init(bt_rollout_batch *b) {
+    memset(b, 0, sizeof *b);
+    b->version = -1;
+}
+
+void bt_rollout_batch_release(bt_rollout_batch *b) {
+    if (!b)
+        return;
+    free(b->indices);
+    free(b->prompt_tokens);
+    free(b->prompt_lens);
+    free(b->tokens);
+    free(b->logprobs);
+    free(b->lengths);
+    free(b->rewards);
+    free(b->correct);
+    free(b->finished);
+    bt_rollout_batch_init(b);
+}
+
+bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t group_size,
+                                 int64_t max_prompt_len, int64_t max_new_tokens) {
+    bt_rollout_batch_release(b);
+    if (n_prompts < 0 || group_size < 1 || max_prompt_len < 1 || max_new_tokens < 1)
+        return bt_fail(BT_EINVAL,
+                       "rollout batch: need n_prompts >= 0 and group_size, max_prompt_len, "
+                       "max_new_tokens >= 1, got %lld, %lld, %lld, %lld",
+                       (long long)n_prompts, (long long)group_size, (long long)max_prompt_len,
+                       (long long)max_new_tokens);
+    size_t n = (size_t)(n_prompts * group_size), np = (size_t)n_prompts;
+    b->n_prompts = n_prompts;
+    b->group_size = group_size;
+    b->n = (int64_t)n;
+    b->max_prompt_len = max_prompt_len;
+    b->max_new_tokens = max_new_tokens;
+    /* calloc(0) may return NULL: allocate at least one element */
+    b->indices = calloc(np + 1, sizeof *b->indices);
+    b->prompt_tokens = calloc(n * (size_t)max_prompt_len + 1, sizeof *b->prompt_tokens);
+    b->prompt_lens = calloc(n + 1, sizeof *b->prompt_lens);
+    b->tokens = calloc(n * (size_t)max_new_tokens + 1, sizeof *b->tokens);
+    b->logprobs = calloc(n * (size_t)max_new_tokens + 1, sizeof *b->logprobs);
+    b->lengths = calloc(n + 1, sizeof *b->lengths);
+    b->rewards = calloc(n + 1, sizeof *b->rewards);
+    b->correct = calloc(n + 1, sizeof *b->correct);
+    b->finished = calloc(n + 1, sizeof *b->finished);
+    if (!b->indices || !b->prompt_tokens || !b->prompt_lens || !b->tokens || !b->logprobs ||
+        !b->lengths || !b->rewards || !b->correct || !b->finished) {
+        bt_rollout_batch_release(b);
+        return bt_fail(BT_ENOMEM, "rollout batch: out of memory");
+    }
+    return BT_OK;
+}
+
+
 /*  The batch's fields and tensors; flags holds correct (n) then finished (n) as bytes. */
 static bt_status s_batch_put(const bt_rollout_batch *b, const uint8_t *flags, bt_msg_t *msg) {
     int64_t n = b->n, P = b->n_prompts;
@@ -173,6 +227,28 @@ bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep,
 }
 
 /* ---- weights -------------------------------------------------------------------------------- */
+
+void bt_weights_init(bt_weights *w) {
+    memset(w, 0, sizeof *w);
+    w->version = -1;
+}
+
+void bt_weights_release(bt_weights *w) {
+    if (!w)
+        return;
+    for (int i = 0; i < w->n; i++) {
+        if (w->names)
+            free(w->names[i]);
+        if (w->data)
+            free(w->data[i]);
+    }
+    free(w->names);
+    free(w->ndim);
+    free(w->shape);
+    free(w->numel);
+    free(w->data);
+    bt_weights_init(w);
+}
 
 bt_status bt_weights_to_msg(bt_weights *w, bt_msg_t *msg) {
     bt_status st = bt_msg_set_int(msg, "version", w->version);
@@ -367,86 +443,7 @@ bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
 /* ---- trainer state ----------------------------------------------------------------------------
  */
 
-/*  "param.NAME", "exp_avg.NAME", "exp_avg_sq.NAME". */
-static const char *const s_state_kinds[4] = {"param.", "exp_avg.", "exp_avg_sq.", "ref."};
-
-bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg) {
-    bt_model *policy = bt_trainer_policy(tr), *ref = bt_trainer_reference(tr);
-    bt_adamw *opt = bt_trainer_optimizer(tr);
-    bt_tensor *const *params = bt_model_params(policy);
-    BT_TRY(bt_msg_set_int(msg, "version", bt_trainer_version(tr)));
-    BT_TRY(bt_msg_set_int(msg, "adam_steps", bt_adamw_steps(opt)));
-    bt_status st = BT_OK;
-    for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
-        bt_tensor *t[4] = {params[i], NULL, NULL, ref ? bt_model_params(ref)[i] : NULL};
-        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
-        int ndim = bt_ndim(params[i]);
-        int64_t shape[BT_MAX_DIMS];
-        for (int d = 0; d < ndim; d++)
-            shape[d] = bt_dim(params[i], d);
-        size_t nbytes = (size_t)bt_numel(params[i]) * sizeof(float);
-        for (int k = 0; k < 4 && t[k] && st == BT_OK;
-             k++) { /* a host copy each: training goes on */
-            char name[BT_WIRE_NAME_MAX];
-            snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
-            float *host = malloc(nbytes ? nbytes : 1);
-            st = host ? bt_to_host(t[k], host, nbytes) : BT_ENOMEM;
-            if (st == BT_OK)
-                st = bt_msg_add_tensor_zero_copy(msg, name, BT_F32, ndim, shape, host, NULL, NULL);
-            else
-                free(host);
-        }
-    }
-    return st;
-}
-
-bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr) {
-    bt_model *policy = bt_trainer_policy(tr), *ref = bt_trainer_reference(tr);
-    bt_adamw *opt = bt_trainer_optimizer(tr);
-    bt_tensor *const *params = bt_model_params(policy);
-    char first_ref[BT_WIRE_NAME_MAX]; /* a state saved with a reference restores it too */
-    snprintf(first_ref, sizeof first_ref, "ref.%s", bt_model_param_name(policy, 0));
-    bool with_ref = false;
-    for (int i = 0; ref && i < bt_msg_tensor_count(msg) && !with_ref; i++)
-        with_ref = !strcmp(bt_msg_tensor_at(msg, i).name, first_ref);
-    int64_t steps;
-    BT_TRY(bt_msg_get_int(msg, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
-    bt_ctx *ctx = bt_ctx_new();
-    if (!ctx)
-        return BT_ENOMEM;
-    bool grad = bt_set_grad_enabled(false);
-    bt_status st = BT_OK;
-    for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
-        bt_tensor *t[4] = {params[i], NULL, NULL, with_ref ? bt_model_params(ref)[i] : NULL};
-        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
-        for (int k = 0; k < 4 && t[k] && st == BT_OK; k++) {
-            char name[BT_WIRE_NAME_MAX];
-            snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
-            bt_msg_tensor m;
-            st = bt_msg_get_tensor(msg, name, BT_F32, bt_ndim(params[i]), &m);
-            for (int d = 0; st == BT_OK && d < m.ndim; d++)
-                if (m.shape[d] != bt_dim(params[i], d))
-                    st = bt_fail(BT_EFORMAT, "trainer state: %s: shape differs from the model's",
-                                 name);
-            if (st != BT_OK)
-                break;
-            float *host = malloc(m.nbytes ? m.nbytes : 1); /* frames are not aligned */
-            if (!host) {
-                st = BT_ENOMEM;
-                break;
-            }
-            memcpy(host, m.data, m.nbytes);
-            bt_tensor *src = bt_from_host(ctx, BT_F32, bt_device_of(t[k]), m.ndim, m.shape, host);
-            st = src ? bt_copy_(t[k], src) : BT_ETORCH;
-            free(host);
-            bt_ctx_reset(ctx);
-        }
-    }
-    bt_set_grad_enabled(grad);
-    bt_ctx_destroy(&ctx);
-    if (st == BT_OK) {
-        bt_adamw_set_steps(opt, steps);
-        bt_trainer_set_version(tr, version);
-    }
-    return st;
+void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples) {
+    memset(s, 0, sizeof *s);
+    s->samples = samples;
 }
