@@ -20,92 +20,71 @@ bt_status bt_jobs_pin_weights(bt_policy *self, const bt_evaluation *ev, const bt
     return BT_OK;
 }
 
+/*  The job's TASK through its kind's spec (spec.h): the job's data, and the tuner's values as one
+    bt_hyper; the fixed settings the worker has from WELCOME's config. */
 bt_status bt_jobs_build_task(bt_policy *self, const bt_job *j, int64_t id, bt_msg_t *m) {
-    BT_TRY(bt_msg_set_int(m, "task", id));
-    BT_TRY(bt_msg_set_int(m, "variant", self->variant));
-    BT_TRY(bt_msg_set_str(m, "kind", bt_job_kind_name(j->kind)));
-    BT_TRY(bt_msg_set_int(m, "version", j->ev ? j->ev->version : self->version));
-    BT_TRY(bt_msg_set_int(m, "seed", j->seed));
-    BT_TRY(bt_msg_set_int(m, "start", j->start));
-    BT_TRY(bt_msg_set_int(m, "count", j->count));
-    BT_TRY(bt_msg_set_double(m, "lr", j->lr));
-    BT_TRY(bt_msg_set_bool(m, "publish", j->publish));
-    if (j->role == BT_ROLE_TRAINER && j->expect_version >= 0) /* applied to it only, once */
-        BT_TRY(bt_msg_set_int(m, "expect_version", j->expect_version));
-    const bt_run_config *c = self->cfg;
-    if (j->kind == BT_JOB_ROLLOUT) {
-        int64_t shape[1] = {j->count};
-        BT_TRY(bt_msg_set_int(m, "group_size", c->grpo.group_size));
-        BT_TRY(bt_msg_set_double(m, "temperature", self->tuner.temperature));
-        BT_TRY(bt_msg_set_double(m, "top_p", c->grpo.top_p));
-        BT_TRY(bt_msg_set_int(m, "top_k", c->grpo.top_k));
-        BT_TRY(bt_msg_set_int(m, "max_new_tokens", c->grpo.max_new_tokens));
-        BT_TRY(bt_msg_add_tensor(m, "prompts", BT_I64, 1, shape, j->prompts));
-    } else if (j->kind == BT_JOB_TRAIN) {
-        int64_t shape[1] = {j->batch->n};
-        BT_TRY(bt_batch_to_msg(j->batch, m));
-        BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, j->adv));
-        BT_TRY(bt_msg_set_double(m, "kl_coef", self->tuner.kl_coef));
-        BT_TRY(bt_msg_set_bool(m, "freeze_reference", self->step == 0)); /* RL starts here */
-        BT_TRY(bt_msg_set_bool(m, "inject_nan", j->inject_nan));
-    } else if (j->kind == BT_JOB_RESTORE && !j->state) {
-        BT_TRY(bt_msg_set_bool(m, "initial", true)); /* the state every trainer starts from */
-    } else if (j->kind == BT_JOB_RESTORE) {
-        int64_t steps;
-        BT_TRY(bt_msg_get_int(j->state, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
-        BT_TRY(bt_msg_set_int(m, "adam_steps", steps));
-        BT_TRY(bt_msg_set_int(m, "restore_version", j->restore_version));
-        for (int i = 0; i < bt_msg_tensor_count(j->state); i++)
-            BT_TRY(bt_msg_add_tensor_shared(m, j->state, i));
-    } else if (j->kind == BT_JOB_GROUP) {
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "g%lld", (long long)self->generation);
-        BT_TRY(bt_msg_set_int(m, "rank", j->rank));
-        BT_TRY(bt_msg_set_int(m, "world", self->world));
-        BT_TRY(bt_msg_set_int(m, "store_port", self->store_port));
-        BT_TRY(bt_msg_set_str(m, "prefix", prefix));
-        BT_TRY(bt_msg_set_int(m, "timeout_ms", c->workers.collective_timeout_ms));
-    } else if (j->kind == BT_JOB_EVAL) {
-        BT_TRY(bt_msg_set_int(m, "dataset", j->ev->ds));
-        /* the SFT early-stop check needs accuracy only */
-        BT_TRY(bt_msg_set_bool(m, "robustness",
-                               self->cfg->eval.datasets[j->ev->ds].robustness &&
-                                   strcmp(j->ev->phase, "sft") != 0));
+    bt_spec_task t = {.task = id,
+                      .kind = j->kind,
+                      .variant = self->variant,
+                      .version = j->ev ? j->ev->version : self->version,
+                      .hyper = {.lr = j->lr,
+                                .kl_coef = self->tuner.kl_coef,
+                                .temperature = self->tuner.temperature}};
+    /* applied to the trainer only, once */
+    int64_t expect = j->role == BT_ROLE_TRAINER ? j->expect_version : -1;
+    switch (j->kind) {
+    case BT_JOB_ROLLOUT:
+        t.u.rollout = (bt_spec_rollout){.seed = j->seed, .n_prompts = j->count,
+                                        .prompts = j->prompts};
+        break;
+    case BT_JOB_TRAIN:
+        t.u.train = (bt_spec_train){.publish = j->publish,
+                                    .expect_version = expect,
+                                    .freeze_reference = self->step == 0, /* RL starts here */
+                                    .inject_nan = j->inject_nan,
+                                    .batch = j->batch,
+                                    .adv = j->adv};
+        break;
+    case BT_JOB_SFT:
+        t.u.sft = (bt_spec_sft){.publish = j->publish, .expect_version = expect,
+                                .start = j->start, .count = j->count};
+        break;
+    case BT_JOB_EVAL:
+        t.u.eval = (bt_spec_eval){.dataset = j->ev->ds, .start = j->start, .count = j->count,
+                                  .seed = j->seed,
+                                  /* the SFT early-stop check needs accuracy only */
+                                  .robustness = self->cfg->eval.datasets[j->ev->ds].robustness &&
+                                                strcmp(j->ev->phase, "sft") != 0};
+        break;
+    case BT_JOB_RESTORE:
+        t.u.restore = (bt_spec_restore){.initial = !j->state, /* the state every trainer starts from */
+                                        .restore_version = j->restore_version,
+                                        .state = j->state};
+        if (j->state)
+            BT_TRY(bt_msg_get_int(j->state, "adam_steps", 0, BT_WIRE_INT_MAX,
+                                  &t.u.restore.adam_steps));
+        break;
+    case BT_JOB_SNAPSHOT: t.u.snapshot.expect_version = expect; break;
+    case BT_JOB_GROUP:
+        t.u.group = (bt_spec_group){.rank = j->rank, .world = self->world,
+                                    .store_port = self->store_port};
+        snprintf(t.u.group.prefix, sizeof t.u.group.prefix, "g%lld", (long long)self->generation);
+        break;
+    case BT_JOB_KIND_COUNT: BT_ASSERT(!"a job kind");
     }
-    return BT_OK;
+    return bt_spec_task_to_msg(&t, m);
 }
 
-/*  The job's RESULT parses as its kind's (every field the schedule reads later, in range), so a
-    malformed one is refused at the door instead of ending the run where it is read. */
+/*  The job's RESULT parses as its kind's spec (every field the schedule reads later, in range), so
+    a malformed one is refused at the door instead of ending the run where it is read. */
 bt_status bt_jobs_check_result(const bt_job *job, const bt_msg_t *m) {
-    double x;
-    int64_t v;
-    if (job->kind == BT_JOB_ROLLOUT) {
-        bt_rollout_batch b;
-        bt_rollout_batch_init(&b);
-        bt_status st = bt_batch_from_msg(m, &b);
-        if (st == BT_OK && b.n_prompts != job->count)
-            st = bt_fail(BT_EFORMAT, "RESULT: %lld prompts for a rollout job of %lld",
-                         (long long)b.n_prompts, (long long)job->count);
-        bt_rollout_batch_release(&b);
-        return st;
-    }
-    if (job->kind == BT_JOB_EVAL) {
-        bt_evaluator_sums sums;
-        return bt_sums_from_msg(m, &sums);
-    }
-    if (job->role != BT_ROLE_TRAINER)
-        return BT_OK;
-    BT_TRY(bt_msg_get_int(m, "trainer_version", 0, BT_WIRE_INT_MAX, &v));
-    if (job->kind == BT_JOB_TRAIN) {
-        bt_trainer_stats ts;
-        return bt_trainer_stats_from_msg(m, &ts);
-    }
-    if (job->kind == BT_JOB_SFT)
-        return bt_msg_get_double(m, "stats.loss", -1e300, 1e300, &x);
-    if (job->kind == BT_JOB_SNAPSHOT || job->kind == BT_JOB_RESTORE)
-        return bt_msg_get_double(m, "canary_loss", 0, 1e300, &x);
-    return BT_OK;
+    bt_spec_result r;
+    bt_status st = bt_spec_result_from_msg(m, job->kind, &r);
+    if (st == BT_OK && job->kind == BT_JOB_ROLLOUT && r.batch.n_prompts != job->count)
+        st = bt_fail(BT_EFORMAT, "RESULT: %lld prompts for a rollout job of %lld",
+                     (long long)r.batch.n_prompts, (long long)job->count);
+    bt_spec_result_release(&r);
+    return st;
 }
 
 bt_status bt_jobs_submit(bt_policy *p, bt_jobset *set, bt_job *jobs, int n) {

@@ -31,6 +31,7 @@
 #include "baton/runstate.h"
 #include "baton/safetensors.h"
 #include "baton/scaling.h"
+#include "baton/spec.h"
 #include "baton/security.h"
 #include "baton/shard.h"
 #include "baton/tokenizer.h"

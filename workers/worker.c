@@ -6,6 +6,7 @@
 #include "baton/evaluator.h"
 #include "baton/messages.h"
 #include "baton/rollout.h"
+#include "baton/spec.h"
 #include "baton/trainer.h"
 #include "baton/wire.h"
 
@@ -203,49 +204,29 @@ static bt_status s_publish(s_compute *c) {
     return st;
 }
 
-static bt_status s_task_rollout(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
-    int64_t version, seed, G, max_new, top_k;
-    double temperature, top_p;
-    bt_msg_tensor prompts;
-    BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
-    BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
-    BT_TRY(bt_msg_get_int(task, "group_size", 1, 4096, &G));
-    BT_TRY(bt_msg_get_int(task, "max_new_tokens", 1, BT_CONFIG_TOKENS_MAX, &max_new));
-    BT_TRY(bt_msg_get_int(task, "top_k", 0, 1 << 30, &top_k));
-    BT_TRY(bt_msg_get_double(task, "temperature", 0, BT_CONFIG_TEMPERATURE_MAX, &temperature));
-    BT_TRY(bt_msg_get_double(task, "top_p", 0, 1, &top_p));
-    BT_TRY(bt_msg_get_tensor(task, "prompts", BT_I64, 1, &prompts));
-    int64_t n = prompts.shape[0];
-    uint64_t *idx = malloc(sizeof *idx * (size_t)(n + 1));
-    if (!idx)
-        return bt_fail(BT_ENOMEM, "rollout: out of memory");
-    memcpy(idx, prompts.data, prompts.nbytes);
+/*  Sampling settings are the variant's config (WELCOME); the temperature is the tuner's (TASK). */
+static bt_status s_task_rollout(s_compute *c, const bt_spec_task *t, bt_spec_result *r) {
+    const bt_spec_rollout *job = &t->u.rollout;
+    const uint64_t *idx = job->prompts;
+    int64_t n = job->n_prompts;
+    const bt_run_config *cfg = c->cur->cfg;
     bt_rollout_config rc;
     bt_rollout_config_init(&rc);
-    rc.group_size = G;
-    rc.sample.max_new_tokens = max_new;
-    rc.sample.temperature = temperature;
-    rc.sample.top_k = top_k;
-    rc.sample.top_p = top_p;
+    rc.group_size = cfg->grpo.group_size;
+    rc.sample.max_new_tokens = cfg->grpo.max_new_tokens;
+    rc.sample.temperature = t->hyper.temperature;
+    rc.sample.top_k = cfg->grpo.top_k;
+    rc.sample.top_p = cfg->grpo.top_p;
     rc.reward_service = c->reward;
     int source = n > 0 ? BT_PROMPT_SOURCE(idx[0]) : 0; /* the controller sends one source */
     for (int64_t i = 0; i < n; i++)
-        if (BT_PROMPT_SOURCE(idx[i]) != source || source >= c->cur->n_sources) {
-            free(idx);
+        if (BT_PROMPT_SOURCE(idx[i]) != source || source >= c->cur->n_sources)
             return bt_fail(BT_EINVAL,
                            "rollout: prompt %lld names data source %d, expected %d of "
                            "%d sources",
                            (long long)i, BT_PROMPT_SOURCE(idx[i]), source, c->cur->n_sources);
-        }
-    bt_rollout_batch b;
-    bt_rollout_batch_init(&b);
-    bt_status st = bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n, &rc,
-                                     version, (uint64_t)seed, &b);
-    if (st == BT_OK)
-        st = bt_batch_to_msg(&b, res);
-    bt_rollout_batch_release(&b);
-    free(idx);
-    return st;
+    return bt_rollout_sample(c->cur->model, c->tok, c->cur->sources[source], idx, n, &rc,
+                             t->version, (uint64_t)job->seed, &r->batch);
 }
 
 /*  The supervised loss of a fixed batch (demonstrations of training-stream examples 0..7): a
@@ -261,31 +242,27 @@ static bt_status s_canary(s_compute *c, double *loss) {
     return st;
 }
 
-static bt_status s_expect(s_compute *c, const bt_msg_t *task, bool *replayed);
+static bt_status s_expect(s_compute *c, int64_t expect, bool *replayed);
 
-/*  The trainer's whole state and its canary loss, into res. */
-static bt_status s_snapshot(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
-    double canary = 0;
+/*  The trainer's whole state into res, and its canary loss. */
+static bt_status s_snapshot(s_compute *c, const bt_spec_task *t, bt_spec_result *r,
+                            bt_msg_t *res) {
     bool replayed;
-    BT_TRY(s_expect(c, task, &replayed));
+    BT_TRY(s_expect(c, t->u.snapshot.expect_version, &replayed));
     if (replayed) /* a snapshot of a state it has moved past */
         return bt_fail(BT_ESTATE, "trainer: asked for a snapshot of version %lld, holds %lld",
                        (long long)bt_trainer_version(c->cur->trainer) - 1,
                        (long long)bt_trainer_version(c->cur->trainer));
-    BT_TRY(s_canary(c, &canary));
-    BT_TRY(bt_msg_set_double(res, "canary_loss", canary));
+    BT_TRY(s_canary(c, &r->canary_loss));
     return bt_trainer_state_to_msg(c->cur->trainer, res);
 }
 
 /*  Loads a saved trainer state as version restore_version, then publishes its weights; returns
     the canary loss. */
-static bt_status s_task_restore(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
-    int64_t version;
-    bool initial = false;
-    if (bt_msg_has(task, "initial"))
-        BT_TRY(bt_msg_get_bool(task, "initial", &initial));
+static bt_status s_task_restore(s_compute *c, const bt_spec_task *t, const bt_msg_t *task,
+                                bt_spec_result *r, bool *publish) {
     c->cur->applied_task = -1;
-    if (initial) { /* the state every trainer starts from: built again; its group stays */
+    if (t->u.restore.initial) { /* the state every trainer starts from: built again; its group stays */
         bt_group *group = c->cur->group;
         c->cur->group = NULL;
         bt_trainer_set_group(c->cur->trainer, NULL);
@@ -294,25 +271,22 @@ static bt_status s_task_restore(s_compute *c, const bt_msg_t *task, bt_msg_t *re
         c->cur->group = group;
         bt_trainer_set_group(c->cur->trainer, group);
     } else {
-        BT_TRY(bt_msg_get_int(task, "restore_version", 0, BT_WIRE_INT_MAX, &version));
-        BT_TRY(bt_trainer_state_from_msg(task, version, c->cur->trainer));
+        BT_TRY(bt_trainer_state_from_msg(task, t->u.restore.restore_version, c->cur->trainer));
     }
-    double canary = 0;
-    BT_TRY(s_canary(c, &canary));
+    BT_TRY(s_canary(c, &r->canary_loss));
     *publish = true;
-    return bt_msg_set_double(res, "canary_loss", canary);
+    return BT_OK;
 }
 
 /*  A job that applies an update (train, sft) or reads the state (snapshot) names the version it
     expects the trainer to hold.  The job this trainer applied last, handed out again, is
     answered with its recorded statistics (*replayed); any other mismatch is BT_ESTATE: the
     controller restores the trainer instead of training on the wrong state. */
-static bt_status s_expect(s_compute *c, const bt_msg_t *task, bool *replayed) {
+static bt_status s_expect(s_compute *c, int64_t expect, bool *replayed) {
     *replayed = false;
-    if (!bt_msg_has(task, "expect_version"))
+    if (expect < 0) /* the job applies to any version */
         return BT_OK;
-    int64_t expect, held = bt_trainer_version(c->cur->trainer);
-    BT_TRY(bt_msg_get_int(task, "expect_version", 0, BT_WIRE_INT_MAX, &expect));
+    int64_t held = bt_trainer_version(c->cur->trainer);
     if (held == expect)
         return BT_OK;
     if (held == expect + 1 && c->cur->applied_task == c->task_id) {
@@ -325,70 +299,58 @@ static bt_status s_expect(s_compute *c, const bt_msg_t *task, bool *replayed) {
 
 /*  An update job's start: s_expect, then publish; a job this trainer applied already is answered
     here from its record (*answered). */
-static bt_status s_expect_update(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish,
-                                 bool *answered) {
-    BT_TRY(s_expect(c, task, answered));
-    BT_TRY(bt_msg_get_bool(task, "publish", publish));
-    return *answered ? bt_trainer_stats_to_msg(&c->cur->applied_stats, res) : BT_OK;
+static void s_expect_update(s_compute *c, int64_t expect, bool publish_asked, bt_spec_result *r,
+                            bool *publish, bool *answered, bt_status *st) {
+    *st = s_expect(c, expect, answered);
+    *publish = *st == BT_OK && publish_asked;
+    if (*st == BT_OK && *answered)
+        r->stats = c->cur->applied_stats;
 }
 
 /*  After an update: the job and its statistics, for a replay. */
-static bt_status s_applied(s_compute *c, const bt_trainer_stats *stats, bt_msg_t *res) {
+static void s_applied(s_compute *c, const bt_trainer_stats *stats, bt_spec_result *r) {
     c->cur->applied_task = c->task_id;
     c->cur->applied_stats = *stats;
-    return bt_trainer_stats_to_msg(stats, res);
+    r->stats = *stats;
 }
 
-static bt_status s_task_train(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
-    double lr;
-    bool inject_nan, freeze, replayed;
-    bt_msg_tensor adv;
-    BT_TRY(s_expect_update(c, task, res, publish, &replayed));
-    if (replayed)
-        return BT_OK;
-    BT_TRY(bt_msg_get_bool(task, "freeze_reference", &freeze));
-    if (freeze) /* RL's first step: the KL anchor is the policy as RL starts */
+static bt_status s_task_train(s_compute *c, const bt_spec_task *t, bt_spec_result *r,
+                              bool *publish) {
+    const bt_spec_train *job = &t->u.train;
+    bool replayed;
+    bt_status st;
+    s_expect_update(c, job->expect_version, job->publish, r, publish, &replayed, &st);
+    if (st != BT_OK || replayed)
+        return st;
+    if (job->freeze_reference) /* RL's first step: the KL anchor is the policy as RL starts */
         BT_TRY(bt_trainer_freeze_reference(c->cur->trainer));
-    BT_TRY(bt_msg_get_double(task, "lr", 0, BT_CONFIG_LR_MAX, &lr));
-    BT_TRY(bt_msg_get_bool(task, "inject_nan", &inject_nan));
-    bt_rollout_batch b;
-    bt_rollout_batch_init(&b);
-    BT_TRY(bt_batch_from_msg(task, &b));
-    bt_status st = bt_msg_get_tensor(task, "adv", BT_F64, 1, &adv);
-    if (st == BT_OK && adv.shape[0] != b.n)
-        st = bt_fail(BT_EFORMAT, "TASK: tensor 'adv': %lld rows for %lld completions",
-                     (long long)adv.shape[0], (long long)b.n);
-    double *a = st == BT_OK ? malloc(adv.nbytes + 1) : NULL;
-    if (st == BT_OK && !a)
-        st = bt_fail(BT_ENOMEM, "train: out of memory");
+    const bt_rollout_batch *b = job->batch;
+    double *a = malloc(sizeof *a * (size_t)b->n + 1);
+    if (!a)
+        return bt_fail(BT_ENOMEM, "train: out of memory");
+    memcpy(a, job->adv, sizeof *a * (size_t)b->n);
+    for (int64_t i = 0; job->inject_nan && i < b->n; i++) /* debug.inject_nan_at_step */
+        a[i] = NAN;
     bt_trainer_stats stats;
     bt_grpo_config gc;
     bt_config_grpo(c->cur->cfg, &gc);
-    if (st == BT_OK) /* the controller's, which a tuner may have changed */
-        st = bt_msg_get_double(task, "kl_coef", 0, BT_CONFIG_KL_MAX, &gc.kl_coef);
-    if (st == BT_OK) {
-        memcpy(a, adv.data, adv.nbytes);
-        for (int64_t i = 0; inject_nan && i < b.n; i++) /* debug.inject_nan_at_step */
-            a[i] = NAN;
-        st = bt_trainer_grpo_step(c->cur->trainer, &b, a, lr, &gc, &stats);
-    }
+    gc.kl_coef = t->hyper.kl_coef; /* the controller's, which a tuner may have changed */
+    st = bt_trainer_grpo_step(c->cur->trainer, b, a, t->hyper.lr, &gc, &stats);
     if (st == BT_OK)
-        st = s_applied(c, &stats, res);
+        s_applied(c, &stats, r);
     free(a);
-    bt_rollout_batch_release(&b);
     return st;
 }
 
-static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, bool *publish) {
-    double lr;
-    int64_t start, count;
+static bt_status s_task_sft(s_compute *c, const bt_spec_task *t, bt_spec_result *r,
+                            bool *publish) {
+    const bt_spec_sft *job = &t->u.sft;
     bool replayed;
-    BT_TRY(s_expect_update(c, task, res, publish, &replayed));
-    if (replayed)
-        return BT_OK;
-    BT_TRY(bt_msg_get_double(task, "lr", 0, BT_CONFIG_LR_MAX, &lr));
-    BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
-    BT_TRY(bt_msg_get_int(task, "count", 1, BT_CONFIG_TOKENS_MAX, &count));
+    bt_status st;
+    s_expect_update(c, job->expect_version, job->publish, r, publish, &replayed, &st);
+    if (st != BT_OK || replayed)
+        return st;
+    int64_t start = job->start, count = job->count;
     uint64_t *idx = malloc(sizeof *idx * (size_t)count);
     if (!idx)
         return bt_fail(BT_ENOMEM, "sft: out of memory");
@@ -397,11 +359,11 @@ static bt_status s_task_sft(s_compute *c, const bt_msg_t *task, bt_msg_t *res, b
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
     bt_trainer_stats stats;
-    bt_status st = bt_rollout_demonstrations(c->tok, c->cur->task, idx, count, &b);
+    st = bt_rollout_demonstrations(c->tok, c->cur->task, idx, count, &b);
     if (st == BT_OK)
-        st = bt_trainer_sft_step(c->cur->trainer, &b, lr, &stats);
+        st = bt_trainer_sft_step(c->cur->trainer, &b, t->hyper.lr, &stats);
     if (st == BT_OK)
-        st = s_applied(c, &stats, res);
+        s_applied(c, &stats, r);
     bt_rollout_batch_release(&b);
     free(idx);
     return st;
@@ -450,14 +412,11 @@ static bt_status s_local_addr(const char *host, int port, char *out, size_t cap)
 
 /*  Joins a (re-)formed data-parallel trainer group, then takes rank 0's state; returns the
     version it holds.  A group of one rank is no group. */
-static bt_status s_task_group(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
-    int64_t rank, world, port, timeout_ms;
-    const char *prefix;
-    BT_TRY(bt_msg_get_int(task, "world", 1, 1 << 16, &world));
-    BT_TRY(bt_msg_get_int(task, "rank", 0, world - 1, &rank));
-    BT_TRY(bt_msg_get_int(task, "store_port", 1, 65535, &port));
-    BT_TRY(bt_msg_get_int(task, "timeout_ms", 1, BT_WIRE_INT_MAX, &timeout_ms));
-    BT_TRY(bt_msg_get_str(task, "prefix", 31, &prefix));
+static bt_status s_task_group(s_compute *c, const bt_spec_task *t) {
+    const bt_spec_group *job = &t->u.group;
+    int64_t rank = job->rank, world = job->world, port = job->store_port;
+    int64_t timeout_ms = c->cur->cfg->workers.collective_timeout_ms; /* fixed: WELCOME's */
+    const char *prefix = job->prefix;
     bt_trainer_set_group(c->cur->trainer, NULL);
     bt_group_destroy(&c->cur->group);
     if (world > 1) {
@@ -478,36 +437,29 @@ static bt_status s_task_group(s_compute *c, const bt_msg_t *task, bt_msg_t *res)
         bt_trainer_set_group(c->cur->trainer, c->cur->group);
         BT_TRY(bt_trainer_sync(c->cur->trainer, 0));
     }
-    return bt_msg_set_int(res, "trainer_version", bt_trainer_version(c->cur->trainer));
+    return BT_OK; /* the RESULT's trainer_version says what it holds now */
 }
 
 /*  One shard of one eval.datasets entry, against the weights of the task's version. */
-static bt_status s_task_eval(s_compute *c, const bt_msg_t *task, bt_msg_t *res) {
-    int64_t ds, start, count, version, seed;
-    bool robustness;
-    BT_TRY(bt_msg_get_int(task, "dataset", 0, c->cur->cfg->eval.n_datasets - 1, &ds));
-    BT_TRY(bt_msg_get_int(task, "start", 0, BT_WIRE_INT_MAX, &start));
-    BT_TRY(bt_msg_get_int(task, "count", 0, BT_WIRE_INT_MAX, &count));
-    BT_TRY(bt_msg_get_int(task, "version", 0, BT_WIRE_INT_MAX, &version));
-    BT_TRY(bt_msg_get_int(task, "seed", 0, BT_WIRE_INT_MAX, &seed));
-    BT_TRY(bt_msg_get_bool(task, "robustness", &robustness));
+static bt_status s_task_eval(s_compute *c, const bt_spec_task *t, bt_spec_result *r) {
+    const bt_spec_eval *job = &t->u.eval;
+    int64_t version = t->version;
     if (version != c->cur->version) /* evaluation runs against a pinned policy version */
         return bt_fail(BT_ESTATE, "eval: the task is for version %lld, this worker holds %lld",
                        (long long)version, (long long)c->cur->version);
-    bt_evaluator_sums sums;
-    bt_status st = bt_eval_suite_run(&c->cur->suite, (int)ds, c->cur->model, c->tok, (size_t)start,
-                                     (size_t)count, robustness, (uint64_t)seed, &sums);
+    bt_status st = bt_eval_suite_run(&c->cur->suite, (int)job->dataset, c->cur->model, c->tok,
+                                     (size_t)job->start, (size_t)job->count, job->robustness,
+                                     (uint64_t)job->seed, &r->sums);
     /* evaluations come now and then, their batches and KV caches are large: what they cached goes
        back to the driver, for the trainer and rollouts that may share the GPU */
     bt_device_release_cache(c->dev);
-    BT_TRY(st);
-    return bt_sums_to_msg(&sums, res);
+    return st;
 }
 
 /*  A task that ran out of memory, as one line a user can act on: where, how much was asked for
     (the shim's "tried to allocate ..."), and the keys that size that allocation.  The same task
     needs the same memory again, so the controller stops the run on it instead of retrying. */
-static void s_oom_reason(const s_compute *c, const char *kind, char *reason, size_t cap) {
+static void s_oom_reason(const s_compute *c, bt_job_kind kind, char *reason, size_t cap) {
     const bt_run_config *cfg = c->cur->cfg;
     char dev[32], what[160], hint[256];
     bt_device_format(c->dev, dev, sizeof dev);
@@ -517,23 +469,27 @@ static void s_oom_reason(const s_compute *c, const char *kind, char *reason, siz
     else
         snprintf(what, sizeof what, "%s", bt_last_error());
     const char *where;
-    if (!strcmp(kind, "rollout")) {
+    switch (kind) {
+    case BT_JOB_ROLLOUT:
         where = "rollout";
         snprintf(hint, sizeof hint,
                  "lower grpo.prompts_per_step (now %lld), grpo.group_size (now %lld) or "
                  "grpo.max_new_tokens (now %lld), or add rollout workers",
                  (long long)cfg->grpo.prompts_per_step, (long long)cfg->grpo.group_size,
                  (long long)cfg->grpo.max_new_tokens);
-    } else if (!strcmp(kind, "eval")) {
+        break;
+    case BT_JOB_EVAL:
         where = "evaluation";
         snprintf(hint, sizeof hint,
                  "lower eval.max_new_tokens (now %lld) or eval.samples (now %lld)",
                  (long long)cfg->eval.max_new_tokens, (long long)cfg->eval.samples);
-    } else {
-        where = !strcmp(kind, "sft") ? "trainer's SFT step" : "trainer step";
+        break;
+    default: /* the trainer's kinds, or a TASK that did not parse */
+        where = kind == BT_JOB_SFT ? "trainer's SFT step" : "trainer step";
         snprintf(hint, sizeof hint,
                  "lower grpo.micro_batch (now %lld) or grpo.max_new_tokens (now %lld)",
                  (long long)cfg->grpo.micro_batch, (long long)cfg->grpo.max_new_tokens);
+        break;
     }
     snprintf(reason, cap, "out of memory on %s in the %s (%s); %s", dev, where, what, hint);
 }
@@ -547,43 +503,60 @@ static bt_status s_select_variant(s_compute *c, const bt_msg_t *msg) {
     return BT_OK;
 }
 
+/*  What a TASK may index into: this worker's variants and their eval datasets. */
+static void s_limits(const s_compute *c, bt_spec_limits *lim) {
+    memset(lim, 0, sizeof *lim);
+    lim->n_variants = c->n_variants;
+    for (int k = 0; k < c->n_variants; k++)
+        lim->n_datasets[k] = c->v[k].cfg->eval.n_datasets;
+}
+
+/*  The TASK's kind on this worker: its handler, which fills r (the snapshot also adds its state
+    tensors to res). */
+static bt_status s_dispatch(s_compute *c, const bt_spec_task *t, const bt_msg_t *task,
+                            bt_spec_result *r, bt_msg_t *res, bool *publish) {
+    if (bt_job_kind_role(t->kind) != c->role)
+        return bt_fail(BT_EINVAL, "a %s worker cannot run a '%s' task", bt_role_name(c->role),
+                       bt_job_kind_name(t->kind));
+    switch (t->kind) {
+    case BT_JOB_ROLLOUT: return s_task_rollout(c, t, r);
+    case BT_JOB_TRAIN: return s_task_train(c, t, r, publish);
+    case BT_JOB_SFT: return s_task_sft(c, t, r, publish);
+    case BT_JOB_RESTORE: return s_task_restore(c, t, task, r, publish);
+    case BT_JOB_SNAPSHOT: return s_snapshot(c, t, r, res);
+    case BT_JOB_GROUP: return s_task_group(c, t);
+    case BT_JOB_EVAL: return s_task_eval(c, t, r);
+    case BT_JOB_KIND_COUNT: break;
+    }
+    return bt_fail(BT_EINVAL, "TASK: not a job kind");
+}
+
 /*  Runs one TASK; sends WEIGHTS first when the task asks to publish, then RESULT or FAIL (with
     its status: BT_ENOMEM tells the controller a retry would fail the same way). */
 static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
-    int64_t id;
-    const char *kind = "";
+    int64_t id = -1;
     bt_clear_error(); /* the reason of a failure is this task's */
     bt_msg_t *res = bt_msg_new(BT_MSG_RESULT);
     if (!res)
         return bt_fail(BT_ENOMEM, "worker: out of memory");
     bool publish = false;
     double t0 = bt_now();
-    bt_status st = bt_msg_get_int(task, "task", 0, BT_WIRE_INT_MAX, &id);
+    bt_spec_task t;
+    bt_spec_limits lim;
+    bt_spec_result r;
+    s_limits(c, &lim);
+    bt_status st = bt_msg_get_int(task, "task", 0, BT_WIRE_INT_MAX, &id); /* for a FAIL too */
     c->task_id = st == BT_OK ? id : -1;
     if (st == BT_OK)
-        st = bt_msg_get_str(task, "kind", 16, &kind);
+        st = bt_spec_task_from_msg(task, &lim, &t);
+    else
+        t.kind = BT_JOB_KIND_COUNT;
     if (st == BT_OK)
-        st = s_select_variant(c, task);
+        c->cur = &c->v[t.variant];
+    bt_spec_result_init(&r, t.kind);
+    if (st == BT_OK)
+        st = s_dispatch(c, &t, task, &r, res, &publish);
     bool trainer = c->role == BT_ROLE_TRAINER;
-    if (st == BT_OK) {
-        if (!strcmp(kind, "rollout") && c->role == BT_ROLE_ROLLOUT)
-            st = s_task_rollout(c, task, res);
-        else if (!strcmp(kind, "train") && trainer)
-            st = s_task_train(c, task, res, &publish);
-        else if (!strcmp(kind, "sft") && trainer)
-            st = s_task_sft(c, task, res, &publish);
-        else if (!strcmp(kind, "restore") && trainer)
-            st = s_task_restore(c, task, res, &publish);
-        else if (!strcmp(kind, "snapshot") && trainer)
-            st = s_snapshot(c, task, res);
-        else if (!strcmp(kind, "group") && trainer)
-            st = s_task_group(c, task, res);
-        else if (!strcmp(kind, "eval") && c->role == BT_ROLE_EVAL)
-            st = s_task_eval(c, task, res);
-        else
-            st = bt_fail(BT_EINVAL, "a %s worker cannot run a '%s' task", bt_role_name(c->role),
-                         kind);
-    }
     bool collective = c->cur->group && bt_group_broken(c->cur->group);
     if (collective) { /* let the other ranks know at once */
         bt_trainer_set_group(c->cur->trainer, NULL);
@@ -592,9 +565,13 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
     if (st == BT_OK && publish)
         st = s_publish(c);
     if (st == BT_OK && trainer && c->cur->trainer) /* what the controller expects next time */
-        st = bt_msg_set_int(res, "trainer_version", bt_trainer_version(c->cur->trainer));
-    if (st == BT_OK) /* model compute, for the orchestration-overhead benchmark */
-        st = bt_msg_set_double(res, "compute_s", bt_now() - t0);
+        r.trainer_version = bt_trainer_version(c->cur->trainer);
+    r.task = id;
+    r.compute_s = bt_now() - t0; /* model compute, for the orchestration-overhead benchmark */
+    if (st == BT_OK)
+        st = bt_spec_result_to_msg(&r, res);
+    bt_spec_result_release(&r);
+    bt_spec_task_release(&t);
     if (st != BT_OK) {
         /* a chain of tensor ops fails as a whole; its first error says what happened */
         bt_status code = st == BT_ENOMEM || bt_last_status() == BT_ENOMEM ? BT_ENOMEM : st;
@@ -602,7 +579,7 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
             code = BT_EIO;
         char reason[512];
         if (code == BT_ENOMEM) {
-            s_oom_reason(c, kind, reason, sizeof reason);
+            s_oom_reason(c, r.kind, reason, sizeof reason);
             bt_device_release_cache(c->dev); /* what the failed step cached */
         } else
             snprintf(reason, sizeof reason, "%s", bt_last_error());
@@ -613,7 +590,8 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
         bt_msg_set_str(res, "error", reason);
         bt_msg_set_int(res, "status", code);
     }
-    bt_msg_set_int(res, "task", st == BT_OK || id >= 0 ? id : 0);
+    if (st != BT_OK) /* a RESULT got its id from the spec */
+        bt_msg_set_int(res, "task", id >= 0 ? id : 0);
     return bt_proto_send(&res, c->pipe, NULL, 0);
 }
 
