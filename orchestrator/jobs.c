@@ -1,4 +1,4 @@
-/*  jobs.c — jobs: kinds, TASK building, RESULT checks, job sets that are polled; see rooms.h. */
+/*  jobs.c — jobs: TASKs built and RESULTs checked through proto's specs, job sets that are polled. */
 #include "rooms.h"
 
 /*  Makes sure eval worker w holds the weights of ev's version before it gets a shard. */

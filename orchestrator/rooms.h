@@ -4,7 +4,7 @@
 
     controller.c  construction, the public API (controller.h), events and progress
     loop.c        the one poll: receiving and checking messages, handing out jobs, timers
-    jobs.c        jobs: kinds, TASK building, RESULT checks, job sets that are polled
+    jobs.c        jobs: TASK building and RESULT checks (proto's specs), job sets that are polled
     group.c       who trains: the worker holding the training state, or the data-parallel group
     evals.c       evaluations: pinning, speed-sized shards, float64 sums, listeners
     recovery.c    snapshots, canary checks, divergence, rollback, checkpoints, resume
