@@ -23,8 +23,8 @@ bt_status bt_role_parse(const char *text, bt_role *out) {
 }
 
 static const char *const s_kind_names[BT_JOB_KIND_COUNT + 1] = {
-    [BT_JOB_ROLLOUT] = "rollout", [BT_JOB_TRAIN] = "train",       [BT_JOB_SFT] = "sft",
-    [BT_JOB_EVAL] = "eval",       [BT_JOB_RESTORE] = "restore",   [BT_JOB_SNAPSHOT] = "snapshot",
+    [BT_JOB_ROLLOUT] = "rollout", [BT_JOB_TRAIN] = "train",     [BT_JOB_SFT] = "sft",
+    [BT_JOB_EVAL] = "eval",       [BT_JOB_RESTORE] = "restore", [BT_JOB_SNAPSHOT] = "snapshot",
     [BT_JOB_GROUP] = "group",     [BT_JOB_KIND_COUNT] = NULL};
 
 const char *bt_job_kind_name(bt_job_kind kind) {

@@ -28,9 +28,8 @@ static bt_status s_put_num(bt_msg_t *m, const char *key, double v, double lo, do
 /*  An optional version: absent reads as -1. */
 static bt_status s_get_expect(const bt_msg_t *m, int64_t *out) {
     *out = -1;
-    return bt_msg_has(m, "expect_version")
-               ? bt_msg_get_int(m, "expect_version", 0, S_INT_MAX, out)
-               : BT_OK;
+    return bt_msg_has(m, "expect_version") ? bt_msg_get_int(m, "expect_version", 0, S_INT_MAX, out)
+                                           : BT_OK;
 }
 
 static bt_status s_put_expect(bt_msg_t *m, int64_t expect) {
@@ -48,8 +47,7 @@ static bt_status s_hyper_put(const bt_hyper *h, bt_msg_t *m) {
 static bt_status s_hyper_get(const bt_msg_t *m, bt_hyper *h) {
     BT_TRY(bt_msg_get_double(m, "hyper.lr", 0, BT_CONFIG_LR_MAX, &h->lr));
     BT_TRY(bt_msg_get_double(m, "hyper.kl_coef", 0, BT_CONFIG_KL_MAX, &h->kl_coef));
-    return bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX,
-                             &h->temperature);
+    return bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX, &h->temperature);
 }
 
 /* ---- TASK: each kind's fields --------------------------------------------------------------- */

@@ -26,7 +26,10 @@ static bt_msg_t *s_round_trip(const bt_spec_task *t, bt_spec_task *back) {
 }
 
 static bt_spec_task s_task(bt_job_kind kind) {
-    return (bt_spec_task){.task = 41, .kind = kind, .variant = 1, .version = 6,
+    return (bt_spec_task){.task = 41,
+                          .kind = kind,
+                          .variant = 1,
+                          .version = 6,
                           .hyper = {.lr = 3e-5, .kl_coef = 0.04, .temperature = 0.7}};
 }
 
@@ -66,8 +69,9 @@ static void test_message_rules(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "HELLO: field 'role': missing");
     bt_msg_set_str(m, "role", "admin");
     CHECK(bt_proto_check(m) == BT_EFORMAT);
-    CHECK_STR_CONTAINS(bt_last_error(),
-                       "HELLO: field 'role': expected one of rollout, trainer, eval, got \"admin\"");
+    CHECK_STR_CONTAINS(
+        bt_last_error(),
+        "HELLO: field 'role': expected one of rollout, trainer, eval, got \"admin\"");
     bt_msg_destroy(&m);
     m = bt_msg_new(BT_MSG_PING); /* nothing required */
     CHECK_OK(bt_proto_check(m));
@@ -105,8 +109,12 @@ static void test_train(void) {
     }
     double adv[2] = {-0.5, 0.5};
     bt_spec_task t = s_task(BT_JOB_TRAIN), back;
-    t.u.train = (bt_spec_train){.publish = true, .expect_version = 5, .freeze_reference = true,
-                                .inject_nan = false, .batch = &b, .adv = adv};
+    t.u.train = (bt_spec_train){.publish = true,
+                                .expect_version = 5,
+                                .freeze_reference = true,
+                                .inject_nan = false,
+                                .batch = &b,
+                                .adv = adv};
     bt_msg_t *m = s_round_trip(&t, &back);
     const bt_spec_train *g = &back.u.train;
     CHECK(g->publish && g->expect_version == 5 && g->freeze_reference && !g->inject_nan);
@@ -152,8 +160,8 @@ static void test_sft(void) {
 static void test_eval(void) {
     bt_spec_task t = s_task(BT_JOB_EVAL), back;
     t.variant = 0;
-    t.u.eval = (bt_spec_eval){.dataset = 2, .start = 100, .count = 50, .seed = 9,
-                              .robustness = true};
+    t.u.eval =
+        (bt_spec_eval){.dataset = 2, .start = 100, .count = 50, .seed = 9, .robustness = true};
     bt_msg_t *m = s_round_trip(&t, &back);
     CHECK(back.u.eval.dataset == 2 && back.u.eval.start == 100 && back.u.eval.count == 50);
     CHECK(back.u.eval.seed == 9 && back.u.eval.robustness);
@@ -163,7 +171,8 @@ static void test_eval(void) {
     m = bt_msg_new(BT_MSG_TASK);
     CHECK_OK(bt_spec_task_to_msg(&t, m));
     CHECK(bt_spec_task_from_msg(m, &s_lim, &back) == BT_EFORMAT);
-    CHECK_STR_CONTAINS(bt_last_error(), "TASK: field 'dataset': expected an integer in [0, 0], got 2");
+    CHECK_STR_CONTAINS(bt_last_error(),
+                       "TASK: field 'dataset': expected an integer in [0, 0], got 2");
     bt_msg_set_int(m, "variant", 2); /* this worker has two variants */
     CHECK(bt_spec_task_from_msg(m, &s_lim, &back) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "TASK: field 'variant': expected an integer in [0, 1]");

@@ -1,7 +1,8 @@
 /*  proto.h — the vocabulary of baton's protocol above the codec (wire.h): roles and job kinds as
     enums with their wire names, the fields each message type requires, and sending and receiving
-    under those rules.  What each TASK and RESULT kind carries: spec.h (reference: docs/protocol.md).
-    Threading: plain functions and constant tables.  Lifetime: names are static strings. */
+    under those rules.  What each TASK and RESULT kind carries: spec.h (reference:
+   docs/protocol.md). Threading: plain functions and constant tables.  Lifetime: names are static
+   strings. */
 #ifndef BATON_PROTO_H
 #define BATON_PROTO_H
 
@@ -56,7 +57,7 @@ bt_status bt_proto_check(const bt_msg_t *m);
     reason and nothing is sent.  Takes ownership of *msg_p and sets it to NULL, even on error. */
 bt_status bt_proto_send(bt_msg_t **msg_p, void *socket, const void *peer_id, size_t peer_len);
 /*  bt_msg_recv(), then bt_proto_check(): a message without its type's fields is BT_EFORMAT with
-    *out NULL, as a malformed one (peer_id and *peer_len are set all the same). */
+ *out NULL, as a malformed one (peer_id and *peer_len are set all the same). */
 bt_status bt_proto_recv(void *socket, bt_msg_t **out, uint8_t *peer_id, size_t *peer_len,
                         int flags);
 

@@ -33,15 +33,15 @@ typedef struct bt_hyper {
 /*  What a worker knows of its run when it reads a TASK (from WELCOME's config): the bounds of the
     fields that index into it. */
 typedef struct bt_spec_limits {
-    int n_variants;                          /* variant in [0, n_variants) */
-    int n_datasets[BT_CONFIG_MAX_VARIANTS];  /* eval: dataset in [0, n_datasets[variant]) */
+    int n_variants;                         /* variant in [0, n_variants) */
+    int n_datasets[BT_CONFIG_MAX_VARIANTS]; /* eval: dataset in [0, n_datasets[variant]) */
 } bt_spec_limits;
 
 /*  rollout: sample the group of each prompt. */
 typedef struct bt_spec_rollout {
-    int64_t seed;             /* [0, 2^53]: the job's key (BT_TASK_SEED_JOB_BITS, rollout.h) */
-    int64_t n_prompts;        /* tensor prompts (n_prompts) I64 */
-    const uint64_t *prompts;  /* prompt ids (BT_PROMPT_ID); to_msg: borrowed; from_msg: owned */
+    int64_t seed;            /* [0, 2^53]: the job's key (BT_TASK_SEED_JOB_BITS, rollout.h) */
+    int64_t n_prompts;       /* tensor prompts (n_prompts) I64 */
+    const uint64_t *prompts; /* prompt ids (BT_PROMPT_ID); to_msg: borrowed; from_msg: owned */
 } bt_spec_rollout;
 
 /*  train: one GRPO update on a batch with its advantages. */
@@ -52,7 +52,7 @@ typedef struct bt_spec_train {
     bool inject_nan;               /* debug.inject_nan_at_step */
     const bt_rollout_batch *batch; /* the batch's fields and tensors (bt_batch_to_msg); to_msg:
                                       borrowed; from_msg: owned */
-    const double *adv;             /* tensor adv (batch->n) F64; to_msg: borrowed; from_msg: owned */
+    const double *adv; /* tensor adv (batch->n) F64; to_msg: borrowed; from_msg: owned */
 } bt_spec_train;
 
 /*  sft: one supervised step on training-stream examples start .. start + count - 1. */
@@ -96,7 +96,7 @@ typedef struct bt_spec_group {
 
 /*  One TASK: fields task, kind, variant, version, hyper.*, then the kind's own. */
 typedef struct bt_spec_task {
-    int64_t task;    /* [0, 2^53]: the id its RESULT or FAIL names */
+    int64_t task; /* [0, 2^53]: the id its RESULT or FAIL names */
     bt_job_kind kind;
     int64_t variant; /* [0, n_variants): which policy; absent reads as 0 */
     int64_t version; /* [0, 2^53]: the policy version it runs at (eval: the pinned one) */
