@@ -17,6 +17,7 @@ static void s_state_capture(bt_policy *self, double canary, bt_run_state *out) {
                           .last_reward = self->last_reward,
                           .last_accuracy = self->last_accuracy,
                           .metrics_size = bt_runlog_metrics_size(self->ctl->log),
+                          .events_size = bt_runlog_events_size(self->ctl->log),
                           .canary_loss = canary,
                           .nan_injected = self->nan_injected,
                           .loss_ema = self->loss_ema,
@@ -555,6 +556,8 @@ bt_status bt_recovery_resume_poll(bt_policy *self) {
     bt_run_state *run = &self->resume_run;
     BT_TRY(bt_recovery_restore(self, self->resume_state, run->version, run->canary_loss));
     BT_TRY(bt_runlog_truncate_metrics(self->ctl->log, run->metrics_size));
+    if (run->events_size >= 0) /* the events of the steps after the checkpoint are written again */
+        BT_TRY(bt_runlog_truncate_events(self->ctl->log, run->events_size));
     bt_msg_destroy(&self->snap);
     self->snap = self->resume_state;
     self->resume_state = NULL;
@@ -565,7 +568,7 @@ bt_status bt_recovery_resume_poll(bt_policy *self) {
     bt_train_clock_init(&self->clock, run->train_seconds);
     bt_train_clock_start(&self->clock, bt_now());
     self->last_full_s = run->train_seconds;
-    bt_jsonl resumed; /* events of later steps, written before the kill, are superseded */
+    bt_jsonl resumed;
     bt_ctl_event_line(self->ctl, &resumed, "resumed");
     bt_jsonl_str(&resumed, "folder", self->resume_folder);
     bt_jsonl_int(&resumed, "step", run->step);

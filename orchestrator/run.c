@@ -402,12 +402,14 @@ static bt_status s_check_checkpoint(bt_run_t *self) {
     bt_run_state *st = malloc(sizeof *st);
     bt_status rc = st ? bt_run_state_from_json(text, source, st) : BT_ENOMEM;
     free(text);
-    char metrics[PATH_MAX];
+    char metrics[PATH_MAX], events[PATH_MAX];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", self->dir);
+    snprintf(events, sizeof events, "%s/events.jsonl", self->dir);
     struct stat sb;
     int64_t bytes = stat(metrics, &sb) == 0 ? (int64_t)sb.st_size : 0;
+    int64_t event_bytes = stat(events, &sb) == 0 ? (int64_t)sb.st_size : 0;
     if (rc == BT_OK)
-        rc = bt_run_state_check(st, &self->cfg, bytes, source);
+        rc = bt_run_state_check(st, &self->cfg, bytes, event_bytes, source);
     free(st);
     if (rc != BT_OK) {
         snprintf(why, sizeof why, "%s", bt_last_error());

@@ -94,34 +94,50 @@ bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line) {
     return s_write(self->events, "events.jsonl", line);
 }
 
-int64_t bt_runlog_metrics_size(bt_runlog_t *self) {
-    fflush(self->metrics);
+static int64_t s_size(FILE *f) {
+    fflush(f);
     struct stat st;
-    return fstat(fileno(self->metrics), &st) == 0 ? (int64_t)st.st_size : -1;
+    return fstat(fileno(f), &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+/*  Cuts file (name: "metrics.jsonl" or "events.jsonl") back to size bytes, the end of a line. */
+static bt_status s_truncate(bt_runlog_t *self, FILE *f, const char *name, int64_t size) {
+    int64_t now = s_size(f);
+    char last = '\n';
+    if (size > 0 && size <= now && pread(fileno(f), &last, 1, (off_t)(size - 1)) != 1)
+        return bt_fail(BT_EIO, "%s/%s: cannot read: %s", self->dir, name, strerror(errno));
+    if (size < 0 || size > now) /* ftruncate would pad it with NUL bytes */
+        return bt_fail(BT_EINVAL,
+                       "%s/%s: holds %lld bytes, fewer than the %lld to cut it back to: a cut "
+                       "never grows the file (its tail was lost, or the checkpoint is another "
+                       "run's); resume from an older checkpoint or start again with --overwrite",
+                       self->dir, name, (long long)now, (long long)size);
+    if (last != '\n')
+        return bt_fail(BT_EINVAL,
+                       "%s/%s: %lld bytes is not the end of a line: the file is not the one the "
+                       "checkpoint was taken with; resume from an older checkpoint or start again "
+                       "with --overwrite",
+                       self->dir, name, (long long)size);
+    if (ftruncate(fileno(f), (off_t)size) != 0)
+        return bt_fail(BT_EIO, "%s/%s: cannot truncate to %lld bytes: %s", self->dir, name,
+                       (long long)size, strerror(errno));
+    return BT_OK; /* opened for appending: the next line goes at the new end */
+}
+
+int64_t bt_runlog_metrics_size(bt_runlog_t *self) {
+    return s_size(self->metrics);
 }
 
 bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size) {
-    int64_t now = bt_runlog_metrics_size(self);
-    char last = '\n';
-    if (size > 0 && size <= now && pread(fileno(self->metrics), &last, 1, (off_t)(size - 1)) != 1)
-        return bt_fail(BT_EIO, "%s/metrics.jsonl: cannot read: %s", self->dir, strerror(errno));
-    if (size < 0 || size > now) /* ftruncate would pad it with NUL bytes */
-        return bt_fail(BT_EINVAL,
-                       "%s/metrics.jsonl: holds %lld bytes, fewer than the %lld to cut it back "
-                       "to: a cut never grows the file (its tail was lost, or the checkpoint is "
-                       "another run's); resume from an older checkpoint or start again with "
-                       "--overwrite",
-                       self->dir, (long long)now, (long long)size);
-    if (last != '\n')
-        return bt_fail(BT_EINVAL,
-                       "%s/metrics.jsonl: %lld bytes is not the end of a line: the file is not "
-                       "the one the checkpoint was taken with; resume from an older checkpoint "
-                       "or start again with --overwrite",
-                       self->dir, (long long)size);
-    if (ftruncate(fileno(self->metrics), (off_t)size) != 0)
-        return bt_fail(BT_EIO, "%s/metrics.jsonl: cannot truncate to %lld bytes: %s", self->dir,
-                       (long long)size, strerror(errno));
-    return BT_OK; /* opened for appending: the next line goes at the new end */
+    return s_truncate(self, self->metrics, "metrics.jsonl", size);
+}
+
+int64_t bt_runlog_events_size(bt_runlog_t *self) {
+    return s_size(self->events);
+}
+
+bt_status bt_runlog_truncate_events(bt_runlog_t *self, int64_t size) {
+    return s_truncate(self, self->events, "events.jsonl", size);
 }
 
 const char *bt_runlog_dir(const bt_runlog_t *self) {

@@ -166,6 +166,8 @@ static bt_status s_get_mixture(const cJSON *t, bt_tuner *tu, const char *where) 
 char *bt_run_state_to_json(const bt_run_state *s) {
     cJSON *root = cJSON_CreateObject();
     bool ok = s_put_fields(root, s_state, S_N(s_state), s) &&
+              (s->events_size < 0 ||
+               cJSON_AddNumberToObject(root, "events_size", (double)s->events_size)) &&
               cJSON_AddNumberToObject(root, "format", 1) != NULL;
     cJSON *triggers = ok ? cJSON_AddArrayToObject(root, "triggers") : NULL;
     cJSON *pending = ok ? cJSON_AddArrayToObject(root, "pending_evals") : NULL;
@@ -271,6 +273,15 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
             st = bt_fail(BT_EFORMAT,
                          "%s: pending_evals[%d].step: expected an integer <= step (%lld), got %lld",
                          source, i, (long long)out->step, (long long)out->pending[i].step);
+    const cJSON *events = cJSON_GetObjectItemCaseSensitive(root, "events_size"); /* absent before */
+    out->events_size = -1;
+    if (st == BT_OK && events) {
+        double x = cJSON_IsNumber(events) ? events->valuedouble : -1;
+        if (!(x >= 0 && x <= S_WIRE && x == floor(x)))
+            st = bt_fail(BT_EFORMAT, "%s.events_size: expected an integer in [0, %.0f]", source,
+                         S_WIRE);
+        out->events_size = (int64_t)x;
+    }
     const cJSON *tuner = cJSON_GetObjectItemCaseSensitive(root, "tuner"); /* absent before it */
     out->has_tuner = st == BT_OK && tuner != NULL;
     if (out->has_tuner) {
@@ -284,7 +295,7 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
 }
 
 bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg, int64_t metrics_bytes,
-                             const char *source) {
+                             int64_t events_bytes, const char *source) {
     if (s->step > cfg->grpo.steps)
         return bt_fail(BT_EINVAL,
                        "%s: step: the checkpoint is at step %lld, beyond grpo.steps (%lld): resume "
@@ -308,5 +319,12 @@ bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg, in
                        "run's; resume from an older checkpoint (--resume RUN_DIR/ckpt/step-N) or "
                        "start again with --overwrite",
                        source, (long long)s->metrics_size, (long long)metrics_bytes);
+    if (s->events_size > events_bytes)
+        return bt_fail(BT_EINVAL,
+                       "%s: events_size: the checkpoint was taken when events.jsonl held %lld "
+                       "bytes, and it holds %lld: its tail was lost, or the checkpoint is another "
+                       "run's; resume from an older checkpoint (--resume RUN_DIR/ckpt/step-N) or "
+                       "start again with --overwrite",
+                       source, (long long)s->events_size, (long long)events_bytes);
     return BT_OK;
 }

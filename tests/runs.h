@@ -72,6 +72,49 @@ static inline char *runs_metrics_of(const char *dir, const char *variant) {
     return out;
 }
 
+/*  DIR/events.jsonl as the decisions of the run: sorted compact lines without the fields that
+    measure time, and without the events of one invocation (workers joining and leaving, the
+    resume itself, the counters at its end) and of the checkpoint writer, whose saves finish when
+    they finish.  What a resumed run must write as the uninterrupted one did. */
+static inline char *runs_events(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return NULL;
+    static const char *const invocation[] = {
+        "worker_joined",       "worker_left",        "workers_ready",      "trainer_active",
+        "resumed",             "counters",           "variant_share",      "workers_expired",
+        "controller_stalled",  "checkpoint_saved",   "checkpoint_failed",  "checkpoint_deferred",
+        "checkpoint_skipped",  "checkpoint_rejected", "checkpoint_cleaned", "config_changed"};
+    size_t cap = strlen(text) + 2, n = 0, len = 0;
+    char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(l);
+        CHECK(j != NULL);
+        const char *name = j ? cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")) : NULL;
+        bool skip = !name;
+        for (size_t k = 0; name && k < sizeof invocation / sizeof *invocation; k++)
+            skip |= !strcmp(name, invocation[k]);
+        if (skip || !strncmp(name, "checkpoint_", 11)) {
+            cJSON_Delete(j);
+            continue;
+        }
+        const char *varying[] = {"time", "seconds", "ms", "held_ms", "deadline_ms"};
+        for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
+            cJSON_DeleteItemFromObject(j, varying[k]);
+        lines[n++] = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+    }
+    qsort(lines, n, sizeof *lines, runs_cmp_lines);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    free(text);
+    return out;
+}
+
 static inline char *runs_metrics(const char *dir) {
     return runs_metrics_of(dir, NULL);
 }

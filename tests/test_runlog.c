@@ -76,6 +76,29 @@ int main(void) {
     CHECK(bt_runlog_metrics_size(log) == one);
     CHECK_OK(bt_runlog_truncate_metrics(log, 0));
     CHECK(bt_runlog_metrics_size(log) == 0);
+    /* events.jsonl is cut back the same way, and the next event goes at the new end */
+    int64_t e0 = bt_runlog_events_size(log);
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "kept");
+    CHECK_OK(bt_runlog_event(log, &line));
+    int64_t e1 = bt_runlog_events_size(log);
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "cut");
+    CHECK_OK(bt_runlog_event(log, &line));
+    CHECK(bt_runlog_truncate_events(log, e1 + 1000) == BT_EINVAL);
+    CHECK(bt_runlog_truncate_events(log, e1 - 1) == BT_EINVAL);
+    CHECK_OK(bt_runlog_truncate_events(log, e1));
+    CHECK(bt_runlog_events_size(log) == e1 && e1 > e0);
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "after");
+    CHECK_OK(bt_runlog_event(log, &line));
+    char events_path[512], *events = NULL;
+    snprintf(events_path, sizeof events_path, "%s/events.jsonl", dir);
+    fflush(NULL);
+    CHECK_OK(bt_file_read(events_path, 1 << 20, &events, NULL));
+    CHECK(events && strstr(events, "\"kept\"") && strstr(events, "\"after\"") &&
+          !strstr(events, "\"cut\""));
+    free(events);
     /* an array of strings, as the config_changed event lists its keys */
     const char *keys[] = {"grpo.steps", "workers.\"eval\""};
     bt_jsonl_init(&line);

@@ -15,6 +15,7 @@ int main(void) {
     a.last_reward = 1e-300;
     a.last_accuracy = NAN; /* nothing evaluated yet */
     a.metrics_size = 4096;
+    a.events_size = 777;
     a.canary_loss = 2.718281828459045;
     a.nan_injected = true;
     a.loss_ema = -0.0;
@@ -143,18 +144,35 @@ int main(void) {
     CHECK_OK(bt_config_parse("{\"grpo\": {\"steps\": 200}, \"eval\": {\"datasets\": "
                              "[{\"name\": \"a\"}, {\"name\": \"b\"}]}}",
                              "c.json", NULL, 0, &cfg));
-    CHECK_OK(bt_run_state_check(&b, &cfg, 4096, "s.json"));
-    CHECK(bt_run_state_check(&b, &cfg, 4095, "s.json") == BT_EINVAL);
+    CHECK_OK(bt_run_state_check(&b, &cfg, 4096, 777, "s.json"));
+    CHECK(bt_run_state_check(&b, &cfg, 4095, 777, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json: metrics_size: the checkpoint was taken when "
                                         "metrics.jsonl held 4096 bytes, and it holds 4095");
     CHECK_STR_CONTAINS(bt_last_error(), "--overwrite");
+    CHECK(b.events_size == 777); /* read back, and checked against events.jsonl */
+    {   /* a state.json from before events_size: events.jsonl is left as it is (-1) */
+        char *old = bt_run_state_to_json(&a), *at = old ? strstr(old, "\"events_size\"") : NULL;
+        CHECK(at != NULL);
+        if (at) {
+            char *end = strchr(at, ',');
+            memmove(at, end + 1, strlen(end + 1) + 1);
+        }
+        bt_run_state c;
+        CHECK_OK(bt_run_state_from_json(old, "old.json", &c));
+        CHECK(c.events_size == -1 && c.metrics_size == 4096);
+        CHECK_OK(bt_run_state_check(&c, &cfg, 4096, 0, "old.json"));
+        free(old);
+    }
+    CHECK(bt_run_state_check(&b, &cfg, 4096, 776, "s.json") == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "s.json: events_size: the checkpoint was taken when "
+                                        "events.jsonl held 777 bytes, and it holds 776");
     cfg.grpo.steps = 100;
-    CHECK(bt_run_state_check(&b, &cfg, 4096, "s.json") == BT_EINVAL);
+    CHECK(bt_run_state_check(&b, &cfg, 4096, 777, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json: step: the checkpoint is at step 123, beyond "
                                         "grpo.steps (100): resume with --set grpo.steps=123");
     cfg.grpo.steps = 200;
     cfg.eval.n_datasets = 1;
-    CHECK(bt_run_state_check(&b, &cfg, 4096, "s.json") == BT_EINVAL);
+    CHECK(bt_run_state_check(&b, &cfg, 4096, 777, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "triggers: 2, one per evaluation dataset");
     return check_exit();
 }

@@ -34,6 +34,10 @@ int64_t bt_runlog_metrics_size(bt_runlog_t *self);
     size bytes, which ftruncate would pad with NUL bytes) and never cuts a line in two (BT_EINVAL
     when byte size - 1 is not a newline); the message says what to do. */
 bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size);
+/*  The same for events.jsonl: a resume cuts it back to the checkpoint too, so the events of the
+    steps after it, written before the run stopped, are not written twice. */
+int64_t bt_runlog_events_size(bt_runlog_t *self);
+bt_status bt_runlog_truncate_events(bt_runlog_t *self, int64_t size);
 
 /*  mkdir -p. */
 bt_status bt_mkdirs(const char *path);

@@ -34,6 +34,7 @@ typedef struct bt_run_state {
     double train_seconds; /* bt_train_clock at the checkpoint */
     double last_reward, last_accuracy;
     int64_t metrics_size; /* bytes of metrics.jsonl at the checkpoint */
+    int64_t events_size;  /* bytes of events.jsonl then; -1 in a state.json from before it */
     double canary_loss;   /* the trainer's loss on the fixed canary batch */
     bool nan_injected;    /* debug.inject_nan_at_step has fired */
     double loss_ema;      /* |loss| EMA for spike detection, over loss_n steps */
@@ -57,10 +58,11 @@ char *bt_run_state_to_json(const bt_run_state *s);
       "PATH.metrics_size: expected an integer in [0, 9007199254740992], got -1" */
 bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_state *out);
 /*  s against the run it would resume: its step within cfg's grpo.steps, one trigger per eval
-    dataset and pending evaluations of existing ones, and metrics_size no larger than the
-    metrics_bytes metrics.jsonl holds now.  BT_EINVAL saying what is wrong and what to do. */
+    dataset and pending evaluations of existing ones, and metrics_size (events_size) no larger
+    than the metrics_bytes (events_bytes) metrics.jsonl (events.jsonl) holds now.  BT_EINVAL
+    saying what is wrong and what to do. */
 bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg,
-                             int64_t metrics_bytes, const char *source);
+                             int64_t metrics_bytes, int64_t events_bytes, const char *source);
 
 #ifdef __cplusplus
 }
