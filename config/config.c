@@ -1245,11 +1245,6 @@ static bt_status s_check_context(const bt_run_config *cfg, int64_t ctx, const ch
 static bt_status s_check_variants(const bt_run_config *cfg, const char *src) {
     if (cfg->n_variants == 0)
         return BT_OK;
-    if (cfg->workers.trainer != 1)
-        return bt_fail(BT_EINVAL,
-                       "%s: workers.trainer: variants need workers.trainer 1 (data-parallel "
-                       "groups per variant are not supported), got %" PRId64,
-                       src, cfg->workers.trainer);
     const struct {
         const char *path;
         double value;

@@ -83,7 +83,11 @@ static bt_status s_ranks_poll(bt_policy *p, bool *broken) {
     char what[64];
     snprintf(what, sizeof what, "%s, generation %lld%s", bt_job_kind_name(set->jobs[0].kind),
              (long long)p->generation, applied ? ", after its update" : "");
-    bt_ctl_event(ctl, "trainer_group_broken", "during", what);
+    bt_jsonl line;
+    bt_ctl_event_line(ctl, &line, "trainer_group_broken");
+    bt_jsonl_str(&line, "during", what);
+    bt_jsonl_str(&line, "variant", p->variant_name);
+    bt_runlog_event(ctl->log, &line);
     *broken = !applied;
     return BT_OK;
 }
@@ -185,6 +189,7 @@ static bt_status s_form(bt_policy *p) {
     BT_TRY(st);
     bt_jsonl line;
     bt_ctl_event_line(p->ctl, &line, "trainer_group_formed");
+    bt_jsonl_str(&line, "variant", p->variant_name);
     bt_jsonl_int(&line, "generation", p->generation);
     bt_jsonl_int(&line, "world", n);
     bt_jsonl_int(&line, "version", version);

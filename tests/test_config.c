@@ -887,9 +887,6 @@ static void test_variants(void) {
         {nine, "arith.json: variants: expected at most 8 entries, got 9"},
         {seventeen, "arith.json: variants[0].set: expected at most 16 keys, got 17"},
         /* what variants cannot share yet */
-        {"{\"workers\": {\"trainer\": 2}, \"variants\": [{\"name\": \"a\"}]}",
-         "arith.json: workers.trainer: variants need workers.trainer 1 (data-parallel groups per "
-         "variant are not supported), got 2"},
         {"{\"checkpoint\": {\"full_every_steps\": 10}, \"variants\": [{\"name\": \"a\"}]}",
          "arith.json: checkpoint.full_every_steps: checkpoints of a run with variants are not "
          "supported yet, expected 0, got 10"},

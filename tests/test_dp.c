@@ -28,8 +28,8 @@ static const char s_json[] =
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"
     "  \"expiry_ms\": 2000}}";
 
-/*  The run's "train" lines, in step order. */
-static cJSON *s_train_lines(const char *dir) {
+/*  The run's "train" lines of variant (NULL: any), in step order. */
+static cJSON *s_variant_lines(const char *dir, const char *variant) {
     char path[256], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     cJSON *out = cJSON_CreateArray();
@@ -38,7 +38,9 @@ static cJSON *s_train_lines(const char *dir) {
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(line);
         cJSON *kind = cJSON_GetObjectItem(j, "kind");
-        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "train"))
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(j, "variant"));
+        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "train") &&
+            (!variant || (v && !strcmp(v, variant))))
             cJSON_AddItemToArray(out, j);
         else
             cJSON_Delete(j);
@@ -52,10 +54,12 @@ static double s_num(const cJSON *line, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/*  Every step 1..steps once, in order, with the reference run's statistics: |a - b| <= 1e-5 (1 +
-    |a|) (near-zero losses are sums that cancel, so the tolerance is absolute there). */
-static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
-    cJSON *a = s_train_lines(ref_dir), *b = s_train_lines(dir);
+/*  Every step 1..steps of variant (NULL: the run's one) once, in order, with the reference run's
+    statistics: |a - b| <= tol (1 + |a|) (near-zero losses are sums that cancel, so the tolerance
+    is absolute there). */
+static void s_check_same_variant(const char *ref_dir, const char *dir, const char *variant,
+                                 int steps, double tol) {
+    cJSON *a = s_variant_lines(ref_dir, variant), *b = s_variant_lines(dir, variant);
     CHECK(cJSON_GetArraySize(a) == steps && cJSON_GetArraySize(b) == steps);
     static const char *const keys[] = {"loss",      "kl",          "entropy",
                                        "grad_norm", "reward_mean", "version"};
@@ -64,9 +68,10 @@ static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
         CHECK(s_num(y, "step") == i + 1);
         for (int k = 0; k < 6; k++) {
             double u = s_num(x, keys[k]), v = s_num(y, keys[k]);
-            if (!(fabs(u - v) <= 1e-5 * (1 + fabs(u)))) {
-                fprintf(stderr, "%s step %d %s: %.17g vs %.17g\n", dir, i + 1, keys[k], u, v);
-                CHECK(fabs(u - v) <= 1e-5 * (1 + fabs(u)));
+            if (!(fabs(u - v) <= tol * (1 + fabs(u)))) {
+                fprintf(stderr, "%s %s step %d %s: %.17g vs %.17g\n", dir,
+                        variant ? variant : "", i + 1, keys[k], u, v);
+                CHECK(fabs(u - v) <= tol * (1 + fabs(u)));
             }
         }
     }
@@ -74,12 +79,63 @@ static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
     cJSON_Delete(b);
 }
 
-static pid_t s_start(const char *dir, const char *trainers, bool procs) {
+static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
+    s_check_same_variant(ref_dir, dir, NULL, steps, 1e-5);
+}
+
+static pid_t s_start_config(const char *config, const char *dir, const char *trainers,
+                            bool procs) {
     const char *args[] = {
-        "run", s_config, "--run-dir", dir, "--set", trainers, procs ? "--procs" : NULL, NULL};
+        "run", config, "--run-dir", dir, "--set", trainers, procs ? "--procs" : NULL, NULL};
     char log[160]; /* the run's and its worker processes' output, shown when a check fails */
     snprintf(log, sizeof log, "%s.log", dir);
     return runs_spawn_in(NULL, args, log);
+}
+
+static pid_t s_start(const char *dir, const char *trainers, bool procs) {
+    return s_start_config(s_config, dir, trainers, procs);
+}
+
+/*  Two variants, each with a data-parallel group of its own over the same trainer processes: each
+    variant's updates equal those it makes with one trainer (to 1e-6), and a trainer killed mid-run
+    breaks both groups, which re-form on the survivors, each by itself, while the run goes on. */
+static void test_variants(void) {
+    char config[160], one[160], group[160];
+    snprintf(config, sizeof config, "%s/variants.json", s_tmp);
+    snprintf(one, sizeof one, "%s/variants-one", s_tmp);
+    snprintf(group, sizeof group, "%s/variants-group", s_tmp);
+    char json[sizeof s_json + 256];
+    snprintf(json, sizeof json, "%.*s, \"variants\": [{\"name\": \"a\"}, {\"name\": \"b\", "
+             "\"set\": {\"grpo.lr\": 0.001, \"grpo.kl_coef\": 0.05}}]}",
+             (int)strlen(s_json) - 1, s_json);
+    CHECK_OK(bt_file_write(config, json, strlen(json)));
+    CHECK(runs_wait(s_start_config(config, one, "workers.trainer=1", false)) == 0);
+    pid_t run = s_start_config(config, group, "workers.trainer=3", true);
+    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(group) < 6)
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    pid_t victim = runs_worker_pid(run, "trainer-1");
+    CHECK(victim > 0);
+    if (victim > 0)
+        kill(victim, SIGKILL);
+    CHECK(runs_wait(run) == 0);
+    s_check_same_variant(one, group, "a", 30, 1e-6);
+    s_check_same_variant(one, group, "b", 30, 1e-6);
+    char path[256], *events = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", group);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    for (int k = 0; k < 2; k++) { /* each variant's group: formed of 3, broken, re-formed of 2 */
+        char formed[96], reformed[96], broken[96];
+        const char *name = k ? "b" : "a";
+        snprintf(formed, sizeof formed, "\"variant\":\"%s\",\"generation\":1,\"world\":3", name);
+        snprintf(reformed, sizeof reformed, "\"variant\":\"%s\",\"generation\":2,\"world\":2",
+                 name);
+        snprintf(broken, sizeof broken, "\"event\":\"trainer_group_broken\"");
+        CHECK(events && strstr(events, formed) && strstr(events, reformed) &&
+              strstr(events, broken));
+    }
+    if (check_exit() != 0)
+        fprintf(stderr, "events.jsonl of the variants run:\n%s\n", events ? events : "(none)");
+    free(events);
 }
 
 int main(void) {
@@ -121,6 +177,7 @@ int main(void) {
     CHECK(reformed);
     free(events);
     CHECK(runs_worker_pid(run, "trainer-0") == 0 && runs_worker_pid(run, "trainer-2") == 0);
+    test_variants();
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
