@@ -2,7 +2,8 @@
 # bench/baseline.sh — the fixed-seed runs a refactoring is checked against (issue 16): each run's
 # metrics.jsonl with the fields that measure time or memory (and the speed-sized shard split)
 # removed, one compact JSON object per line, sorted — the same text tests/runs.h's runs_metrics()
-# compares.  Run it at the commit before a move and after it, then diff the two folders:
+# compares — and without the evaluations a wall-clock trigger fired (eval.datasets[].every_seconds:
+# which step they land on is timing).  Run it at the commit before a move and after it, then diff the two folders:
 #
 #   bench/baseline.sh OUT_DIR [BATON]        (BATON: the baton executable, default ./build/baton)
 #
@@ -23,6 +24,8 @@ drop = {"time", "tokens_per_s", "eval_s", "peak_rss_mb", "shards", "shard_items"
 lines = []
 for l in open(sys.argv[1]):
     j = json.loads(l)
+    if "seconds" in j.get("trigger", ""):  # fired by the wall clock: when is a timing field
+        continue
     for k in drop:
         j.pop(k, None)
     lines.append(json.dumps(j, separators=(",", ":"), sort_keys=False))

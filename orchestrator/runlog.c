@@ -15,6 +15,7 @@
 struct bt_runlog {
     char dir[PATH_MAX];
     FILE *metrics, *events;
+    int64_t events_opened; /* bytes events.jsonl held when this invocation opened it */
 };
 
 bt_status bt_mkdirs(const char *path) {
@@ -32,6 +33,12 @@ bt_status bt_mkdirs(const char *path) {
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
         return bt_fail(BT_EIO, "%s: cannot create: %s", buf, strerror(errno));
     return BT_OK;
+}
+
+static int64_t s_size(FILE *f) {
+    fflush(f);
+    struct stat st;
+    return fstat(fileno(f), &st) == 0 ? (int64_t)st.st_size : -1;
 }
 
 static FILE *s_open_log(const char *dir, const char *name) {
@@ -60,6 +67,7 @@ bt_runlog_t *bt_runlog_open(const char *dir, const char *config_json) {
         bt_runlog_destroy(&self);
         return NULL;
     }
+    self->events_opened = s_size(self->events);
     return self;
 }
 
@@ -94,11 +102,6 @@ bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line) {
     return s_write(self->events, "events.jsonl", line);
 }
 
-static int64_t s_size(FILE *f) {
-    fflush(f);
-    struct stat st;
-    return fstat(fileno(f), &st) == 0 ? (int64_t)st.st_size : -1;
-}
 
 /*  Cuts file (name: "metrics.jsonl" or "events.jsonl") back to size bytes, the end of a line. */
 static bt_status s_truncate(bt_runlog_t *self, FILE *f, const char *name, int64_t size) {
@@ -137,7 +140,29 @@ int64_t bt_runlog_events_size(bt_runlog_t *self) {
 }
 
 bt_status bt_runlog_truncate_events(bt_runlog_t *self, int64_t size) {
-    return s_truncate(self, self->events, "events.jsonl", size);
+    int64_t now = s_size(self->events), from = self->events_opened;
+    if (size > from) /* only what came before this invocation is cut */
+        return bt_fail(BT_EINVAL,
+                       "%s/events.jsonl: held %lld bytes when this run opened it, fewer than the "
+                       "%lld to cut it back to: the checkpoint is another run's; resume from an "
+                       "older checkpoint or start again with --overwrite",
+                       self->dir, (long long)from, (long long)size);
+    size_t n = (size_t)(now - from);
+    char *mine = malloc(n + 1);
+    if (!mine)
+        return bt_fail(BT_ENOMEM, "%s/events.jsonl: out of memory", self->dir);
+    bt_status st = n && pread(fileno(self->events), mine, n, (off_t)from) != (ssize_t)n
+                       ? bt_fail(BT_EIO, "%s/events.jsonl: cannot read: %s", self->dir,
+                                 strerror(errno))
+                       : s_truncate(self, self->events, "events.jsonl", size);
+    if (st == BT_OK && n && fwrite(mine, 1, n, self->events) != n)
+        st = bt_fail(BT_EIO, "%s/events.jsonl: write failed: %s", self->dir, strerror(errno));
+    if (st == BT_OK && fflush(self->events) != 0)
+        st = bt_fail(BT_EIO, "%s/events.jsonl: write failed: %s", self->dir, strerror(errno));
+    free(mine);
+    if (st == BT_OK)
+        self->events_opened = size;
+    return st;
 }
 
 const char *bt_runlog_dir(const bt_runlog_t *self) {

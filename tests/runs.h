@@ -99,7 +99,8 @@ static inline char *runs_events(const char *dir) {
             cJSON_Delete(j);
             continue;
         }
-        const char *varying[] = {"time", "seconds", "ms", "held_ms", "deadline_ms"};
+        const char *varying[] = {"time", "seconds", "ms", "held_ms", "deadline_ms", "dir",
+                                 "folder"}; /* paths name the run directory */
         for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
             cJSON_DeleteItemFromObject(j, varying[k]);
         lines[n++] = cJSON_PrintUnformatted(j);

@@ -35,7 +35,10 @@ int64_t bt_runlog_metrics_size(bt_runlog_t *self);
     when byte size - 1 is not a newline); the message says what to do. */
 bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size);
 /*  The same for events.jsonl: a resume cuts it back to the checkpoint too, so the events of the
-    steps after it, written before the run stopped, are not written twice. */
+    steps after it, written before the run stopped, are not written twice.  Only what earlier
+    invocations wrote is cut: this one's events so far (workers joining, checkpoints passed over)
+    move down to the new end.  A size beyond what the file held when this invocation opened it is
+    refused. */
 int64_t bt_runlog_events_size(bt_runlog_t *self);
 bt_status bt_runlog_truncate_events(bt_runlog_t *self, int64_t size);
 
