@@ -647,7 +647,7 @@ static bt_status s_apply_section(const cJSON *obj, const char *prefix, const cha
 
 /*  The keys a variant may set: what one policy's training does, not the run's shared parts. */
 static bool s_is_variant_key(const char *path) {
-    const char *const prefixes[] = {"grpo.", "sft.", "tuner.", "scaling."};
+    const char *const prefixes[] = {"grpo.", "sft.", "tuner.", "scaling.", "data."};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
         if (strncmp(path, prefixes[i], strlen(prefixes[i])) == 0)
             return true;
@@ -686,6 +686,24 @@ static bt_status s_store_set(const s_key *k, const cJSON *item, const char *path
     return BT_OK;
 }
 
+/*  A variant's data.sources array, kept as its compact JSON in v->sources; bt_config_variant
+    applies it (and bt_config_parse checks it there, with the variant's other keys). */
+static bt_status s_store_sources(const cJSON *item, const char *where, bt_config_variant_spec *v) {
+    if (!cJSON_IsArray(item))
+        return s_expected(where, "an array of 1 or more objects", item);
+    char *json = cJSON_PrintUnformatted(item);
+    if (!json)
+        return bt_fail(BT_EINVAL, "%s: out of memory", where);
+    size_t n = strlen(json);
+    if (n < sizeof v->sources)
+        memcpy(v->sources, json, n + 1);
+    cJSON_free(json);
+    if (n >= sizeof v->sources)
+        return bt_fail(BT_EINVAL, "%s: expected at most %d bytes of compact JSON, got %zu", where,
+                       BT_CONFIG_VARIANT_SOURCES_MAX - 1, n);
+    return BT_OK;
+}
+
 /*  Variant e's `set` object: each member a key a variant may set and a value the key takes,
     stored as "key.path=value" with the value as --set reads it back. */
 static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
@@ -700,6 +718,12 @@ static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
                        BT_CONFIG_MAX_VARIANT_SETS, cJSON_GetArraySize(set));
     for (const cJSON *item = set->child; item; item = item->next) {
         snprintf(where, sizeof where, "%s: variants[%d].set.%s", src, e, item->string);
+        if (strcmp(item->string, "data.sources") == 0) { /* an array: kept as its JSON */
+            if (s_is_duplicate(set, item))
+                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
+            BT_TRY(s_store_sources(item, where, v));
+            continue;
+        }
         const s_key *k = s_find(item->string);
         if (!k)
             return s_unknown(where, item->string);
@@ -708,7 +732,7 @@ static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
         if (!s_is_variant_key(item->string))
             return bt_fail(BT_EINVAL,
                            "%s: not a per-variant key (a variant may set grpo.*, sft.*, tuner.*, "
-                           "scaling.* and run.seed)",
+                           "scaling.*, data.* and run.seed)",
                            where);
         BT_TRY(s_store_set(k, item, item->string, where, cfg, v->sets, &v->n_sets));
     }
@@ -1327,13 +1351,28 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
     *out = *base;
     const bt_config_variant_spec *v = &base->variants[k];
     char where[256];
+    if (v->sources[0]) { /* its own data.sources, in place of the base's */
+        snprintf(where, sizeof where, "variants[%d].set", k);
+        cJSON *arr = cJSON_Parse(v->sources);
+        bt_status st = arr ? s_apply_sources(arr, where, out)
+                           : bt_fail(BT_EINVAL, "%s.data.sources: invalid JSON", where);
+        cJSON_Delete(arr);
+        BT_TRY(st);
+    }
     for (int i = 0; i < v->n_sets; i++) {
         snprintf(where, sizeof where, "variants[%d].set.%.*s", k, (int)strcspn(v->sets[i], "="),
                  v->sets[i]);
         BT_TRY(s_apply_override(v->sets[i], where, out));
     }
     snprintf(where, sizeof where, "variants[%d]", k);
-    return s_check(out, where);
+    BT_TRY(s_check(out, where));
+    for (int i = 0; i < out->eval.n_datasets; i++) /* the base's datasets, the variant's sources */
+        if (base->eval.datasets[i].data_source >= 0 && out->eval.datasets[i].data_source < 0)
+            return bt_fail(BT_EINVAL,
+                           "%s: eval.datasets[%d].source: \"%s\" names a source of the base "
+                           "config, and the variant's data.sources has none of that name",
+                           where, i, out->eval.datasets[i].source);
+    return BT_OK;
 }
 
 /* ---- comparing ------------------------------------------------------------------------------ */
@@ -1383,6 +1422,77 @@ bool bt_config_value_text(const bt_run_config *cfg, const char *path, char *buf,
     return text != NULL;
 }
 
+/*  What an SFT warm start depends on besides its task and its early-stop dataset: keys, or
+    sections when they end with '.'. */
+static const char *const s_warm_keys[] = {"sft.",
+                                          "model.",
+                                          "run.seed",
+                                          "run.precision",
+                                          "grpo.beta1",
+                                          "grpo.beta2",
+                                          "grpo.weight_decay",
+                                          "grpo.max_grad_norm",
+                                          "grpo.micro_batch",
+                                          "grpo.batching",
+                                          "grpo.pack_tokens",
+                                          "eval."};
+
+/*  a and b agree on every key of the table that list names (section prefixes end with '.'). */
+static bool s_same_keys(const bt_run_config *a, const bt_run_config *b, const char *const *list,
+                        size_t n) {
+    for (int i = 0; i < S_NKEYS; i++) {
+        const s_key *k = &s_keys[i];
+        bool in = false;
+        for (size_t j = 0; j < n && !in; j++) {
+            size_t len = strlen(list[j]);
+            in = list[j][len - 1] == '.' ? strncmp(k->path, list[j], len) == 0
+                                         : strcmp(k->path, list[j]) == 0;
+        }
+        if (in && (k->type == S_STR ? strncmp(s_cfield(k, a), s_cfield(k, b), k->size) != 0
+                                    : memcmp(s_cfield(k, a), s_cfield(k, b), k->size) != 0))
+            return false;
+    }
+    return true;
+}
+
+/*  Source ka of a and source kb of b have the same task (every task.* key once resolved). */
+static bool s_same_source(const bt_run_config *a, int ka, const bt_run_config *b, int kb) {
+    bt_run_config *one = malloc(2 * sizeof *one);
+    const char *const task[] = {"task."};
+    bool same = one && bt_config_source(a, ka, &one[0]) == BT_OK &&
+                bt_config_source(b, kb, &one[1]) == BT_OK && s_same_keys(&one[0], &one[1], task, 1);
+    free(one);
+    return same;
+}
+
+static int s_first_generate(const bt_run_config *c) {
+    for (int i = 0; i < c->eval.n_datasets; i++)
+        if (c->eval.datasets[i].kind == BT_EVAL_GENERATE)
+            return i;
+    return -1;
+}
+
+bool bt_config_same_warm_start(const bt_run_config *a, const bt_run_config *b) {
+    if (a->sft.steps == 0 ||
+        !s_same_keys(a, b, s_warm_keys, sizeof s_warm_keys / sizeof *s_warm_keys))
+        return false;
+    if ((a->grpo.kl_coef > 0) != (b->grpo.kl_coef > 0)) /* a KL reference is trainer state */
+        return false;
+    if (!s_same_source(a, 0, b, 0)) /* demonstrations and the canary: the first source's */
+        return false;
+    int da = s_first_generate(a), db = s_first_generate(b); /* SFT's early-stop evaluation */
+    if (da != db)
+        return false;
+    if (da < 0)
+        return true;
+    bt_eval_dataset x = a->eval.datasets[da], y = b->eval.datasets[db];
+    int sa = x.data_source, sb = y.data_source;
+    x.data_source = y.data_source = 0;
+    if (memcmp(&x, &y, sizeof x) != 0 || (sa < 0) != (sb < 0))
+        return false;
+    return sa < 0 || s_same_source(a, sa, b, sb);
+}
+
 /* ---- files ---------------------------------------------------------------------------------- */
 
 /*  path (named by key) is a readable regular file, or with dir a folder. */
@@ -1413,6 +1523,26 @@ static void s_source_path_key(const bt_run_config *cfg, int k, const char *task_
             snprintf(buf, len, "data.sources[%d].%s", k, s_source_key(v->sets[i]));
 }
 
+/*  Each JSONL source's files exist; key names start with prefix ("variants[1].set."). */
+static bt_status s_check_source_files(const bt_run_config *cfg, const char *prefix,
+                                      bt_run_config *one, const char *source) {
+    char key[128], name[96];
+    bt_status st = BT_OK;
+    for (int k = 0; k < bt_config_n_sources(cfg) && st == BT_OK; k++) {
+        st = bt_config_source(cfg, k, one);
+        if (st == BT_OK && one->task.kind == BT_CONFIG_TASK_JSONL) {
+            s_source_path_key(cfg, k, "task.train", name, sizeof name);
+            snprintf(key, sizeof key, "%s%s", strncmp(name, "data.", 5) ? "" : prefix, name);
+            st = s_check_path(source, key, one->task.train, false);
+            s_source_path_key(cfg, k, "task.eval", name, sizeof name);
+            snprintf(key, sizeof key, "%s%s", strncmp(name, "data.", 5) ? "" : prefix, name);
+            if (st == BT_OK && one->task.eval[0])
+                st = s_check_path(source, key, one->task.eval, false);
+        }
+    }
+    return st;
+}
+
 bt_status bt_config_check_files(const bt_run_config *cfg, const char *source) {
     char key[96], path[BT_CONFIG_PATH_MAX + 64];
     if (cfg->model_path[0]) {
@@ -1431,16 +1561,15 @@ bt_status bt_config_check_files(const bt_run_config *cfg, const char *source) {
     bt_run_config *one = malloc(sizeof *one);
     if (!one)
         return bt_fail(BT_ENOMEM, "%s: out of memory", source);
-    bt_status st = BT_OK;
-    for (int k = 0; k < bt_config_n_sources(cfg) && st == BT_OK; k++) {
-        st = bt_config_source(cfg, k, one);
-        if (st == BT_OK && one->task.kind == BT_CONFIG_TASK_JSONL) {
-            s_source_path_key(cfg, k, "task.train", key, sizeof key);
-            st = s_check_path(source, key, one->task.train, false);
-            s_source_path_key(cfg, k, "task.eval", key, sizeof key);
-            if (st == BT_OK && one->task.eval[0])
-                st = s_check_path(source, key, one->task.eval, false);
-        }
+    bt_status st = s_check_source_files(cfg, "", one, source);
+    for (int k = 0; k < cfg->n_variants && st == BT_OK; k++) { /* their own data.sources */
+        bt_run_config *variant = malloc(sizeof *variant);
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "variants[%d].set.", k);
+        st = variant ? bt_config_variant(cfg, k, variant) : BT_ENOMEM;
+        if (st == BT_OK && cfg->variants[k].sources[0])
+            st = s_check_source_files(variant, prefix, one, source);
+        free(variant);
     }
     for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++) {
         const bt_eval_dataset *d = &cfg->eval.datasets[i];
@@ -1592,6 +1721,13 @@ static bool s_variant_to_json(cJSON *arr, const bt_config_variant_spec *v) {
     }
     cJSON *set =
         cJSON_AddStringToObject(obj, "name", v->name) ? cJSON_AddObjectToObject(obj, "set") : NULL;
+    if (set && v->sources[0]) {
+        cJSON *sources = cJSON_Parse(v->sources);
+        if (!sources || !cJSON_AddItemToObject(set, "data.sources", sources)) {
+            cJSON_Delete(sources);
+            return false;
+        }
+    }
     for (int i = 0; set && i < v->n_sets; i++) {
         char path[128];
         const char *text = v->sets[i];

@@ -858,7 +858,24 @@ static void test_variants(void) {
          "arith.json: variants[1].set.grpo.lrr: unknown key (did you mean grpo.lr?)"},
         {"{\"variants\": [{\"name\": \"a\", \"set\": {\"workers.rollout\": 2}}]}",
          "arith.json: variants[0].set.workers.rollout: not a per-variant key (a variant may set "
-         "grpo.*, sft.*, tuner.*, scaling.* and run.seed)"},
+         "grpo.*, sft.*, tuner.*, scaling.*, data.* and run.seed)"},
+        /* data.sources of a variant: checked as the file's, on the variant's config */
+        {"{\"data\": {\"sources\": [{\"name\": \"a\"}]},"
+         " \"variants\": [{\"name\": \"v\", \"set\": {\"data.sources\": [{\"name\": \"a\", "
+         "\"weight\": -1}]}}]}",
+         "arith.json: variants[0].set: data.sources[0].weight: expected a number in (0, 1000000], "
+         "got -1"},
+        {"{\"variants\": [{\"name\": \"v\", \"set\": {\"data.sources\": {\"name\": \"a\"}}}]}",
+         "arith.json: variants[0].set.data.sources: expected an array of 1 or more objects, got an "
+         "object"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\"}, {\"name\": \"b\"}]},"
+         " \"variants\": [{\"name\": \"v\", \"set\": {\"data.sources\": [{\"name\": \"a\"}]}}]}",
+         "arith.json: variants[0]: eval.datasets[1].source: \"b\" names a source of the base "
+         "config, and the variant's data.sources has none of that name"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\"}, {\"name\": \"b\"}]},"
+         " \"variants\": [{\"name\": \"v\", \"set\": {\"data.epoch_source\": \"c\"}}]}",
+         "arith.json: variants[0]: data.epoch_source: expected the name of a data.sources entry, "
+         "got \"c\""},
         {"{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.steps\": \"50\"}}]}",
          "arith.json: variants[0].set.grpo.steps: expected an integer, got \"50\""},
         {"{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr\": 1, \"grpo.lr\": 2}}]}",
@@ -905,6 +922,55 @@ static void test_variants(void) {
             s_check_failures++;
         }
     }
+
+    /* data.*: a variant's own sources (weights, kinds), epoch source and curriculum; the
+       datasets stay the base's (one per base source), each evaluating the variant's source of
+       its name; the resolved config gives them back */
+    const char *mix = "{\"data\": {\"sources\": [{\"name\": \"a\", \"weight\": 1},"
+                      " {\"name\": \"b\", \"digits\": 2}]},"
+                      " \"variants\": [{\"name\": \"even\"}, {\"name\": \"b_heavy\", \"set\":"
+                      " {\"data.sources\": [{\"name\": \"b\", \"digits\": 2, \"weight\": 3},"
+                      " {\"name\": \"a\"}], \"data.curriculum.window\": 2,"
+                      " \"data.epoch_source\": \"a\"}}]}";
+    CHECK_OK(s_parse(mix, &base));
+    CHECK(base.data.n_sources == 2 && base.data.sources[0].weight == 1);
+    CHECK_OK(bt_config_variant(&base, 1, &v));
+    CHECK(v.data.n_sources == 2 && strcmp(v.data.sources[0].name, "b") == 0);
+    CHECK(v.data.sources[0].weight == 3 && v.data.sources[1].weight == 1);
+    CHECK(v.data.curriculum.window == 2 && bt_config_epoch_source(&v) == 1);
+    CHECK(v.eval.n_datasets == 2 && strcmp(v.eval.datasets[0].name, "a") == 0);
+    CHECK(v.eval.datasets[0].data_source == 1 && v.eval.datasets[1].data_source == 0);
+    char *text = bt_config_to_json(&base);
+    bt_run_config again;
+    CHECK(text && bt_config_parse(text, "config.json", NULL, 0, &again) == BT_OK);
+    CHECK(text && strcmp(again.variants[1].sources, base.variants[1].sources) == 0);
+    free(text);
+    /* the warm start: shared by equal sft sections and first sources, not otherwise */
+    bt_run_config *w = malloc(3 * sizeof *w);
+    const char *warm =
+        "{\"sft\": {\"steps\": 2}, \"data\": {\"sources\": [{\"name\": \"a\"},"
+        " {\"name\": \"b\", \"digits\": 2}]},"
+        " \"variants\": [{\"name\": \"x\"}, {\"name\": \"y\", \"set\": {\"grpo.lr\": 0.1,"
+        " \"data.sources\": [{\"name\": \"a\"}, {\"name\": \"b\", \"weight\": 5}]}},"
+        " {\"name\": \"z\", \"set\": {\"data.sources\": [{\"name\": \"a\", \"digits\": 3},"
+        " {\"name\": \"b\"}]}}]}";
+    CHECK(w != NULL);
+    if (w) {
+        CHECK_OK(s_parse(warm, &base));
+        for (int k = 0; k < 3; k++)
+            CHECK_OK(bt_config_variant(&base, k, &w[k]));
+        CHECK(bt_config_same_warm_start(&w[0], &w[1]));  /* lr, weights: RL only */
+        CHECK(!bt_config_same_warm_start(&w[0], &w[2])); /* another first source */
+        w[1].sft.lr *= 2;
+        CHECK(!bt_config_same_warm_start(&w[0], &w[1]));
+        w[1].sft.lr = w[0].sft.lr;
+        w[1].run.seed++;
+        CHECK(!bt_config_same_warm_start(&w[0], &w[1]));
+        w[0].sft.steps = w[1].sft.steps = 0; /* no SFT: nothing to share */
+        w[1].run.seed = w[0].run.seed;
+        CHECK(!bt_config_same_warm_start(&w[0], &w[1]));
+    }
+    free(w);
 
     /* bt_config_variant's own messages start with the variant (a config keeps no source) */
     CHECK_OK(s_parse("{\"variants\": [{\"name\": \"a\", \"set\": {\"grpo.lr\": 1}}]}", &base));

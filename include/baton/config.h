@@ -39,6 +39,7 @@ typedef enum bt_config_precision {
 #define BT_CONFIG_MAX_VARIANTS 8
 #define BT_CONFIG_MAX_VARIANT_SETS 16
 #define BT_CONFIG_SET_MAX 256 /* one "key.path=value" of a variant, with the NUL */
+#define BT_CONFIG_VARIANT_SOURCES_MAX 2048 /* a variant's data.sources, compact JSON + NUL */
 
 #define BT_CONFIG_MAX_SOURCES 8 /* data.sources entries (= BT_TUNER_MAX_SOURCES) */
 
@@ -112,6 +113,8 @@ typedef struct bt_config_variant_spec {
     char name[BT_CONFIG_NAME_MAX];
     int n_sets;
     char sets[BT_CONFIG_MAX_VARIANT_SETS][BT_CONFIG_SET_MAX]; /* "key.path=value", as --set takes */
+    char sources[BT_CONFIG_VARIANT_SOURCES_MAX]; /* its data.sources as compact JSON (an array,
+                                                    applied before sets); "": the base's */
 } bt_config_variant_spec;
 
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
@@ -321,8 +324,17 @@ bt_status bt_config_check_files(const bt_run_config *cfg, const char *source);
     with the variant: "variants[1].set.grpo.lr: expected a number >= 0, got -1",
     "variants[1]: grpo: lr schedule: ..."; bt_config_parse has already run this for every variant
     and prefixed its source to any error, so on a parsed base it does not fail.  On error *out holds
-    partial values: do not use it. */
+    partial values: do not use it.  A variant that sets data.sources replaces the base's sources
+    with its own (applied first); the datasets stay the base's, and one that names a base source
+    evaluates the variant's source of that name, which it must have. */
 bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out);
+
+/*  Whether two configs' SFT warm starts give the same trainer state and metrics (docs/config.md,
+    "variants"): both run SFT (sft.steps > 0) and agree on every key it depends on (sft.*,
+    model.*, run.seed, run.precision, the AdamW and batching keys of the trainer, whether it keeps
+    a KL reference, the eval.* keys) and on what the demonstrations, the canary and the early-stop
+    evaluation read: the first source's task and the first generate dataset with its source. */
+bool bt_config_same_warm_start(const bt_run_config *a, const bt_run_config *b);
 
 /*  The resolved config: every key with its value, pretty-printed JSON that parses back to the same
     struct.  Caller owns the result; free() it.  NULL when out of memory. */
