@@ -320,7 +320,8 @@ static bt_status s_log_line(const bt_eval_done *e, void *user) {
     bt_jsonl_num(&line, "eval_s", e->seconds);
     bt_jsonl_int(&line, "shards", e->shards);
     bt_jsonl_str(&line, "shard_items", e->shard_items);
-    return bt_runlog_metric(p->ctl->log, &line);
+    return strcmp(e->phase, "sft") == 0 ? bt_policy_sft_metric(e->pol, &line)
+                                        : bt_runlog_metric(p->ctl->log, &line);
 }
 
 /*  The accuracy the progress display, SFT's early stop and PBT read. */

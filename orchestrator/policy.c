@@ -37,6 +37,14 @@ bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_run_config *cfg, int k) 
     if (st == BT_OK && cfg->workers.trainer > 1 &&
         !(self->store = bt_store_serve(0, &self->store_port)))
         st = BT_EIO;
+    /* the first earlier policy whose warm start would be this one's runs it for both */
+    for (int j = 0; j < k && st == BT_OK && !self->warm_from; j++) {
+        bt_policy *leader = ctl->pol[j];
+        if (!leader->warm_from && bt_config_same_warm_start(leader->cfg, cfg)) {
+            self->warm_from = leader;
+            leader->warm_followers++;
+        }
+    }
     if (st != BT_OK)
         bt_policy_destroy(&self);
     return self;
@@ -69,6 +77,7 @@ void bt_policy_destroy(bt_policy **self_p) {
         bt_task_destroy(&self->sources[k]);
     bt_mixture_destroy(&self->mix);
     free(self->saved_data);
+    bt_buf_release(&self->warm_lines);
     free(self);
     *self_p = NULL;
 }
@@ -105,10 +114,19 @@ static void s_sft_begin(bt_policy *self) {
     bt_group_begin(self, &job);
 }
 
+bt_status bt_policy_sft_metric(bt_policy *self, const bt_jsonl *line) {
+    BT_TRY(bt_runlog_metric(self->ctl->log, line));
+    if (self->warm_followers > 0 && !bt_buf_put(&self->warm_lines, line->buf, line->len + 1))
+        return bt_fail(BT_ENOMEM, "controller: out of memory");
+    return BT_OK;
+}
+
 /*  The SFT warm start is over: the step-0 evaluations are due, then the first snapshot (the
     first point a rollback or a restore returns to). */
 static void s_sft_end(bt_policy *self) {
     const bt_run_config *c = self->cfg;
+    self->warm_accuracy = self->last_accuracy; /* what a follower takes */
+    self->warm_drawn = bt_mixture_get_position(self->mix).drawn[0] - self->warm_pos.drawn[0];
     for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++) {
         bt_trigger_mark(&self->triggers[i], 0, bt_policy_epoch(self), 0);
         self->evals_due[i] = true;
@@ -141,7 +159,7 @@ static bt_status s_sft(bt_policy *self) {
     bt_jsonl_num(&line, "time", bt_now() - self->ctl->t0);
     bt_jsonl_num(&line, "loss", loss);
     bt_jsonl_num(&line, "lr", self->sft_lr);
-    BT_TRY(bt_runlog_metric(self->ctl->log, &line));
+    BT_TRY(bt_policy_sft_metric(self, &line));
     int ds = bt_evals_first_generate(c);
     if (self->sft_eval && s + 1 < c->sft.steps && ds >= 0 && c->workers.eval > 0) {
         self->sft_ev = NULL;
@@ -193,6 +211,7 @@ static bt_status s_warm_reset(bt_policy *self) {
     BT_TRY(bt_recovery_restore(self, NULL, 0, NAN));
     bt_mixture_set_position(self->mix, &self->warm_pos);
     BT_TRY(bt_runlog_truncate_metrics(self->ctl->log, self->warm_metrics));
+    bt_buf_truncate(&self->warm_lines, 0);
     self->last_accuracy = NAN;
     self->ctl->stats.restores++;
     bt_jsonl line;
@@ -204,7 +223,59 @@ static bt_status s_warm_reset(bt_policy *self) {
     bt_log(BT_LOG_WARN, "controller: %s: the warm start runs again from its first step",
            self->reason);
     self->sft_step = 0;
-    self->state = BT_POLICY_SFT;
+    self->state = self->warm_from ? BT_POLICY_WARM_SHARE : BT_POLICY_SFT;
+    return BT_OK;
+}
+
+/*  The leader's SFT metrics lines again, under this policy's name: its metrics are then those
+    of its config run alone. */
+static bt_status s_share_lines(bt_policy *self, const bt_policy *leader) {
+    char from[BT_CONFIG_NAME_MAX + 16], to[BT_CONFIG_NAME_MAX + 16];
+    snprintf(from, sizeof from, "\"variant\":\"%s\"", leader->variant_name);
+    snprintf(to, sizeof to, "\"variant\":\"%s\"", self->variant_name);
+    const bt_buf *lines = &leader->warm_lines;
+    for (size_t at = 0; at < lines->len; at += strlen(lines->data + at) + 1) {
+        const char *text = lines->data + at, *name = strstr(text, from);
+        BT_ASSERT(name); /* every line the leader kept names it */
+        bt_jsonl line;
+        bt_jsonl_init(&line);
+        int n = snprintf(line.buf, sizeof line.buf, "%.*s%s%s", (int)(name - text), text, to,
+                         name + strlen(from));
+        line.overflow = n < 0 || (size_t)n >= sizeof line.buf;
+        line.len = line.overflow ? 0 : (size_t)n;
+        BT_TRY(bt_runlog_metric(self->ctl->log, &line));
+    }
+    return BT_OK;
+}
+
+/*  BT_POLICY_WARM_SHARE: once the leader's first snapshot exists, the trainer takes it (checked
+    by its canary loss) as the version the leader's warm start made; the policy then stands
+    where a warm start of its own would have left it (the data SFT drew, the accuracy of its last
+    evaluation, the clock, its SFT lines), and goes on to its own step-0 evaluations and
+    snapshot.  The leader takes no step before every policy's warm start is over
+    (population.c), so its snapshot stays the one taken after SFT. */
+static bt_status s_warm_share(bt_policy *self) {
+    const bt_policy *leader = self->warm_from;
+    if (leader->state < BT_POLICY_GATE || !leader->snap)
+        return BT_PENDING;
+    BT_TRY(
+        bt_recovery_restore(self, leader->snap, leader->saved.version, leader->saved.canary_loss));
+    bt_mixture_position pos = bt_mixture_get_position(self->mix);
+    pos.drawn[0] += leader->warm_drawn;
+    bt_mixture_set_position(self->mix, &pos);
+    self->last_accuracy = leader->warm_accuracy;
+    self->sft_step = leader->sft_step;
+    self->clock = leader->clock;
+    BT_TRY(s_share_lines(self, leader));
+    bt_jsonl line;
+    bt_ctl_event_line(self->ctl, &line, "warm_start_shared");
+    bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_str(&line, "from", leader->variant_name);
+    bt_jsonl_int(&line, "sft_steps", leader->sft_step + (leader->sft_step < self->cfg->sft.steps));
+    bt_jsonl_int(&line, "version", leader->saved.version);
+    BT_TRY(bt_runlog_event(self->ctl->log, &line));
+    bt_ctl_report(self, "sft", self->cfg->sft.steps, self->cfg->sft.steps, NAN);
+    s_sft_end(self);
     return BT_OK;
 }
 
@@ -219,7 +290,7 @@ static bt_status s_start(bt_policy *self) {
     self->warm_pos = bt_mixture_get_position(self->mix);
     self->warm_metrics = bt_runlog_metrics_size(self->ctl->log);
     self->sft_step = 0;
-    self->state = BT_POLICY_SFT;
+    self->state = self->warm_from ? BT_POLICY_WARM_SHARE : BT_POLICY_SFT;
     return BT_OK;
 }
 
@@ -450,6 +521,10 @@ static bt_status s_run_state(bt_policy *self) {
         break;
     case BT_POLICY_WARM_RESET:
         return s_warm_reset(self);
+    case BT_POLICY_WARM_SHARE:
+        st = s_warm_share(self);
+        warm = true;
+        break;
     case BT_POLICY_ROLLOUT:
         return s_rollout(self);
     case BT_POLICY_TRAIN:

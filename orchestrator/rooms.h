@@ -20,6 +20,7 @@
 #define BATON_ORCHESTRATOR_ROOMS_H
 #define _POSIX_C_SOURCE 200809L
 #include "baton/controller.h"
+#include "baton/buf.h"
 #include "baton/checkpoint.h"
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
@@ -210,6 +211,7 @@ typedef enum bt_policy_state {
     BT_POLICY_WARM_EVALS, /* starting the step-0 evaluations (a free slot) */
     BT_POLICY_WARM_SNAP,  /* the first snapshot */
     BT_POLICY_WARM_RESET, /* a trainer that lost its state during the warm start: reset */
+    BT_POLICY_WARM_SHARE, /* the leader's first snapshot, then its restore: a shared warm start */
     BT_POLICY_GATE,       /* ready for the next step: the population opens the gate */
     BT_POLICY_ROLLOUT,    /* the step's rollouts */
     BT_POLICY_TRAIN,      /* the step's update */
@@ -290,6 +292,13 @@ typedef struct bt_policy {
     bt_evaluation *sft_ev;        /* the evaluation deciding SFT's early stop */
     bt_mixture_position warm_pos; /* the data position before the warm start */
     int64_t warm_metrics;         /* metrics.jsonl's size before it */
+    /* a warm start shared by variants whose warm starts are the same (bt_config_same_warm_start):
+       the first of them (the leader) runs it, the others (followers) restore its first snapshot */
+    struct bt_policy *warm_from; /* the leader this policy takes its warm start from; NULL: none */
+    int warm_followers;          /* policies that take this one's */
+    bt_buf warm_lines;           /* its SFT metrics lines, each NUL-terminated, for them */
+    double warm_accuracy;        /* last_accuracy when SFT ended */
+    uint64_t warm_drawn;         /* demonstrations SFT drew from the first source */
     /* the running GRPO step */
     double step_t0, step_lr;
     int64_t step_oldest, step_version;
@@ -508,6 +517,9 @@ void bt_policy_open_gate(bt_policy *p);
     BT_POLICY_EVALS.  The step's sampled groups are released. */
 bt_status bt_policy_record(bt_policy *p);
 int64_t bt_policy_epoch(const bt_policy *p);
+/*  Appends a metrics line of p's SFT phase (its steps, the early-stop evaluations), kept for the
+    policies that share p's warm start. */
+bt_status bt_policy_sft_metric(bt_policy *p, const bt_jsonl *line);
 
 /* ---- rollouts.c ------------------------------------------------------------------------------ */
 /*  Launches the rollouts of the steps up to grpo.max_staleness ahead not in flight yet. */
