@@ -14,6 +14,7 @@
 #include "baton/tensor.h"
 #include "baton/tokenizer.h"
 #include "baton/trainer.h"
+#include "../tests/grpo_reference.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -97,18 +98,6 @@ static const struct {
 /*  The GRPO settings these benchmarks were written against, stated here rather than taken from a
     library default (a config's are in config/config.c's key table): GRPO's kl_coef 0.04 with k3,
     DAPO's clip-higher, token-mean aggregation, Dr. GRPO's max_tokens 1024 for token_sum_norm. */
-static bt_grpo_config s_grpo_config(void) {
-    return (bt_grpo_config){.clip_low = 0.2,
-                            .clip_high = 0.28,
-                            .kl_coef = 0.04,
-                            .kl_estimator = BT_KL_K3,
-                            .entropy_coef = 0.0,
-                            .loss_agg = BT_LOSS_AGG_TOKEN_MEAN,
-                            .max_tokens = 1024,
-                            .adv_norm = BT_ADV_NORM_STD,
-                            .decoupled = false,
-                            .behav_weight_cap = 5.0};
-}
 
 static void s_die(const char *what) {
     fprintf(stderr, "bench_demo: %s: %s\n", what, bt_last_error());
@@ -285,7 +274,7 @@ int main(void) {
     rc.group_size = (int64_t)s_set.group_size;
     rc.sample.temperature = s_set.temperature;
     rc.sample.max_new_tokens = (int64_t)s_set.max_new_tokens;
-    bt_grpo_config gc = s_grpo_config();
+    bt_grpo_config gc = bt_test_grpo_config();
     gc.kl_coef = s_set.kl_coef;
     gc.clip_low = s_set.clip_low;
     gc.clip_high = s_set.clip_high;

@@ -13,6 +13,7 @@
 #include "baton/rollout.h"
 #include "baton/tensor.h"
 #include "baton/trainer.h"
+#include "../tests/grpo_reference.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,18 +26,6 @@ static const char *const s_modes[S_MODES] = {"pad", "bucket", "pack"};
 /*  The GRPO settings these benchmarks were written against, stated here rather than taken from a
     library default (a config's are in config/config.c's key table): GRPO's kl_coef 0.04 with k3,
     DAPO's clip-higher, token-mean aggregation, Dr. GRPO's max_tokens 1024 for token_sum_norm. */
-static bt_grpo_config s_grpo_config(void) {
-    return (bt_grpo_config){.clip_low = 0.2,
-                            .clip_high = 0.28,
-                            .kl_coef = 0.04,
-                            .kl_estimator = BT_KL_K3,
-                            .entropy_coef = 0.0,
-                            .loss_agg = BT_LOSS_AGG_TOKEN_MEAN,
-                            .max_tokens = 1024,
-                            .adv_norm = BT_ADV_NORM_STD,
-                            .decoupled = false,
-                            .behav_weight_cap = 5.0};
-}
 
 static void s_die(const char *what) {
     fprintf(stderr, "bench_pack: %s: %s\n", what, bt_last_error());
@@ -122,7 +111,7 @@ int main(int argc, char **argv) {
         if (!tr[k])
             s_die("trainer");
     }
-    bt_grpo_config gc = s_grpo_config();
+    bt_grpo_config gc = bt_test_grpo_config();
     gc.kl_coef = 0.0; /* as the demo config */
 
     double best[S_MODES], total[S_MODES] = {0}, slots[S_MODES] = {0};

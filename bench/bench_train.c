@@ -6,6 +6,7 @@
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/tensor.h"
+#include "../tests/grpo_reference.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -15,18 +16,6 @@
 /*  The GRPO settings these benchmarks were written against, stated here rather than taken from a
     library default (a config's are in config/config.c's key table): GRPO's kl_coef 0.04 with k3,
     DAPO's clip-higher, token-mean aggregation, Dr. GRPO's max_tokens 1024 for token_sum_norm. */
-static bt_grpo_config s_grpo_config(void) {
-    return (bt_grpo_config){.clip_low = 0.2,
-                            .clip_high = 0.28,
-                            .kl_coef = 0.04,
-                            .kl_estimator = BT_KL_K3,
-                            .entropy_coef = 0.0,
-                            .loss_agg = BT_LOSS_AGG_TOKEN_MEAN,
-                            .max_tokens = 1024,
-                            .adv_norm = BT_ADV_NORM_STD,
-                            .decoupled = false,
-                            .behav_weight_cap = 5.0};
-}
 
 static void s_die(const char *what) {
     fprintf(stderr, "bench_train: %s: %s\n", what, bt_last_error());
@@ -125,7 +114,7 @@ int main(void) {
     bt_tensor *mask = bt_full(data, BT_I64, bt_cpu(), 2, sh, 1);
     bt_tensor *lmask = bt_full(data, BT_F32, bt_cpu(), 2, shm, 1);
     bt_tensor *tadv = bt_to_dtype(data, bt_from_host(data, BT_F64, bt_cpu(), 1, sb, adv), BT_F32);
-    bt_grpo_config gc = s_grpo_config();
+    bt_grpo_config gc = bt_test_grpo_config();
     gc.kl_coef = 0.0;
     double norm = bt_grpo_normaliser(&gc, lens, B);
 

@@ -31,6 +31,18 @@ static inline int runs_cmp_lines(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/*  Sorts lines[0..n), writes them to out (cap bytes) one per line, frees them; returns out. */
+static inline char *runs_join_sorted(char **lines, size_t n, char *out, size_t cap) {
+    size_t len = 0;
+    qsort(lines, n, sizeof *lines, runs_cmp_lines);
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    return out;
+}
+
 /*  DIR/metrics.jsonl with the fields that measure time or memory (and the speed-sized shard split)
     removed, one compact JSON object per line, sorted: evaluations run beside training, so their
     lines interleave with it in any order.  Two runs that did the same work give the same text.
@@ -41,7 +53,7 @@ static inline char *runs_metrics_of(const char *dir, const char *variant) {
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
         return NULL;
-    size_t cap = strlen(text) + 2, n = 0, len = 0;
+    size_t cap = strlen(text) + 2, n = 0;
     char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
     for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(l);
@@ -62,14 +74,8 @@ static inline char *runs_metrics_of(const char *dir, const char *variant) {
         lines[n++] = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
-    qsort(lines, n, sizeof *lines, runs_cmp_lines);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
-        free(lines[i]);
-    }
-    free(lines);
     free(text);
-    return out;
+    return runs_join_sorted(lines, n, out, cap);
 }
 
 /*  DIR/events.jsonl as the decisions of the run: sorted compact lines without the fields that
@@ -86,7 +92,7 @@ static inline char *runs_events(const char *dir) {
         "resumed",             "counters",           "variant_share",      "workers_expired",
         "controller_stalled",  "checkpoint_saved",   "checkpoint_failed",  "checkpoint_deferred",
         "checkpoint_skipped",  "checkpoint_rejected", "checkpoint_cleaned", "config_changed"};
-    size_t cap = strlen(text) + 2, n = 0, len = 0;
+    size_t cap = strlen(text) + 2, n = 0;
     char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
     for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
         cJSON *j = cJSON_Parse(l);
@@ -106,14 +112,8 @@ static inline char *runs_events(const char *dir) {
         lines[n++] = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
-    qsort(lines, n, sizeof *lines, runs_cmp_lines);
-    for (size_t i = 0; i < n; i++) {
-        len += (size_t)snprintf(out + len, cap - len, "%s\n", lines[i]);
-        free(lines[i]);
-    }
-    free(lines);
     free(text);
-    return out;
+    return runs_join_sorted(lines, n, out, cap);
 }
 
 static inline char *runs_metrics(const char *dir) {

@@ -2,6 +2,7 @@
     an explicit REINFORCE surrogate, float64 finite differences and full-batch references. */
 #include "baton/grpo.h"
 #include "check.h"
+#include "grpo_reference.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -14,18 +15,6 @@ static uint64_t s_rng_state = 42;
 /*  The GRPO settings these tests were written against, stated here rather than taken from a
     library default (a config's are in config/config.c's key table): GRPO's kl_coef 0.04 with k3,
     DAPO's clip-higher, token-mean aggregation, Dr. GRPO's max_tokens 1024 for token_sum_norm. */
-static bt_grpo_config s_grpo_config(void) {
-    return (bt_grpo_config){.clip_low = 0.2,
-                            .clip_high = 0.28,
-                            .kl_coef = 0.04,
-                            .kl_estimator = BT_KL_K3,
-                            .entropy_coef = 0.0,
-                            .loss_agg = BT_LOSS_AGG_TOKEN_MEAN,
-                            .max_tokens = 1024,
-                            .adv_norm = BT_ADV_NORM_STD,
-                            .decoupled = false,
-                            .behav_weight_cap = 5.0};
-}
 
 /* Uniform in [lo, hi) from a 64-bit LCG (Knuth's MMIX constants). */
 static double s_uniform(double lo, double hi) {
@@ -106,14 +95,14 @@ static void test_advantages(void) {
 /* ---- configuration -------------------------------------------------------------------------- */
 
 static void test_config(void) {
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     CHECK(cfg.clip_low == 0.2 && cfg.clip_high == 0.28);
     CHECK(cfg.loss_agg == BT_LOSS_AGG_TOKEN_MEAN && cfg.adv_norm == BT_ADV_NORM_STD);
     CHECK_OK(bt_grpo_config_validate(&cfg));
     cfg.clip_low = 1.0;
     CHECK(bt_grpo_config_validate(&cfg) == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "grpo.clip_low");
-    cfg = s_grpo_config();
+    cfg = bt_test_grpo_config();
     cfg.loss_agg = BT_LOSS_AGG_TOKEN_SUM_NORM;
     cfg.max_tokens = 0;
     CHECK(bt_grpo_config_validate(&cfg) == BT_EINVAL);
@@ -188,7 +177,7 @@ static void test_loss_hand_computed(void) {
     const int64_t lengths[2] = {3, 2};
     float g[6], ge[6];
 
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0;
     bt_grpo_stats st = {0};
     double loss =
@@ -294,7 +283,7 @@ static void test_packed_row(void) {
     for (int i = 0; i < 5; i++)
         k3_sum += exp(-s_x[i]) + s_x[i] - 1.0;
 
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0;
     cfg.loss_agg = BT_LOSS_AGG_SEQ_MEAN;
     bt_grpo_stats st = {0};
@@ -327,7 +316,7 @@ static void test_packed_row(void) {
 static void test_decoupled(void) {
     bt_ctx *ctx = bt_ctx_new();
     s_fixture f = s_fixture_new(ctx);
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0;
     cfg.decoupled = true;
     cfg.behav_weight_cap = 1.5;
@@ -429,7 +418,7 @@ static void test_reinforce_gradient(bt_loss_agg agg) {
         ids[i] = (int64_t)s_uniform(0, RV);
         mask[i] = i % RT < lengths[i / RT] ? 1.0f : 0.0f;
     }
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0;
     cfg.loss_agg = agg;
     cfg.max_tokens = 5;
@@ -548,7 +537,7 @@ static void test_accumulation(bt_loss_agg agg) {
     full.old_logp = s_f32(ctx, 2, bt, old);
     full.ref_logp = s_f32(ctx, 2, bt, ref);
 
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.05;
     cfg.entropy_coef = 0.01;
     cfg.loss_agg = agg;

@@ -13,6 +13,7 @@
 #include "baton/tokenizer.h"
 #include "baton/trainer.h"
 #include "check.h"
+#include "grpo_reference.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -25,18 +26,6 @@
 /*  The GRPO settings these tests were written against, stated here rather than taken from a
     library default (a config's are in config/config.c's key table): GRPO's kl_coef 0.04 with k3,
     DAPO's clip-higher, token-mean aggregation, Dr. GRPO's max_tokens 1024 for token_sum_norm. */
-static bt_grpo_config s_grpo_config(void) {
-    return (bt_grpo_config){.clip_low = 0.2,
-                            .clip_high = 0.28,
-                            .kl_coef = 0.04,
-                            .kl_estimator = BT_KL_K3,
-                            .entropy_coef = 0.0,
-                            .loss_agg = BT_LOSS_AGG_TOKEN_MEAN,
-                            .max_tokens = 1024,
-                            .adv_norm = BT_ADV_NORM_STD,
-                            .decoupled = false,
-                            .behav_weight_cap = 5.0};
-}
 
 static bt_model_config s_tiny_config(void) {
     bt_model_config cfg;
@@ -194,7 +183,7 @@ static void test_grpo_loss_matches(void) {
     bt_tensor *ent = NULL;
     bt_tensor *logp = bt_model_token_logprobs(m, ctx, tids, tmask, temperature, &ent);
     bt_set_grad_enabled(grad);
-    bt_grpo_config gc = s_grpo_config(); /* kl_coef 0.04 against the (identical) reference */
+    bt_grpo_config gc = bt_test_grpo_config(); /* kl_coef 0.04 against the (identical) reference */
     double norm = bt_grpo_normaliser(&gc, lengths, B);
     CHECK(norm == 21.0);
     bt_grpo_stats ref_stats = {0};
@@ -259,7 +248,7 @@ static void test_completion_mask(void) {
 
     /* GRPO at ratio 1: every masked position holds the right token's log-prob (rho = 1 exactly
        there, to float rounding) and exactly 21 positions are masked. */
-    bt_grpo_config gc = s_grpo_config();
+    bt_grpo_config gc = bt_test_grpo_config();
     gc.kl_coef = 0;
     CHECK_OK(bt_trainer_grpo_step(tr, &b, s_adv, 0.0, &gc, &st));
     CHECK(st.tokens == 21.0);
@@ -281,7 +270,7 @@ static void test_micro_batches(void) {
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
     s_hand_batch(bt_trainer_policy(t2), 1.0, &b);
-    bt_grpo_config gc = s_grpo_config();
+    bt_grpo_config gc = bt_test_grpo_config();
     gc.loss_agg = BT_LOSS_AGG_SEQ_MEAN;
     bt_trainer_stats s2, s8;
     for (int step = 0; step < 3; step++) { /* steps 2 and 3 have rho != 1 and clipping */
@@ -419,7 +408,7 @@ static void test_batching(void) {
                                  BT_LOSS_AGG_TOKEN_SUM_NORM};
     double worst = 0, control = 1;
     for (int a = 0; a < 3; a++) {
-        bt_grpo_config gc = s_grpo_config();
+        bt_grpo_config gc = bt_test_grpo_config();
         gc.kl_coef = 0.05;
         gc.entropy_coef = 0.01;
         gc.loss_agg = aggs[a];
@@ -496,7 +485,7 @@ static void *s_rank_main(void *arg) {
     bt_trainer_set_group(r->tr, g);
     if (r->st == BT_OK)
         r->st = bt_trainer_sync(r->tr, 0);
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.05;
     for (int step = 0; step < 2 && r->st == BT_OK; step++)
         r->st = bt_trainer_grpo_step(r->tr, r->batch, s_adv, S_DP_LR, &cfg, &r->grpo[step]);
@@ -527,7 +516,7 @@ static void test_data_parallel(void) {
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
     s_hand_batch(bt_trainer_policy(one), 1.0, &b);
-    bt_grpo_config cfg = s_grpo_config();
+    bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.05;
     bt_trainer_stats grpo[2], sft;
     for (int step = 0; step < 2; step++)
@@ -1034,7 +1023,7 @@ static void test_bf16_training(const bt_tokenizer_t *tok, bt_task_t *task) {
     double adv[24];
     for (int i = 0; i < 24; i++)
         adv[i] = (i % 3) - 1.0;
-    bt_grpo_config gc = s_grpo_config();
+    bt_grpo_config gc = bt_test_grpo_config();
     bt_trainer_stats st;
     CHECK_OK(bt_trainer_grpo_step(tr[1], &b, adv, 1e-3, &gc, &st));
     printf("bf16 GRPO step on its own rollouts: ratio mean %.6f, max %.6f, clipped %.3g\n",
