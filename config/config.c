@@ -54,6 +54,35 @@ static bool s_is_operators(const char *s) {
     return n > 0;
 }
 
+static const char *const s_pbt_key_names[BT_PBT_KEY_COUNT] = {
+    "grpo.lr", "grpo.kl_coef", "grpo.temperature", "grpo.clip_high"};
+
+const char *bt_pbt_key_name(bt_pbt_key key) {
+    return key >= 0 && key < BT_PBT_KEY_COUNT ? s_pbt_key_names[key] : "?";
+}
+
+/*  pbt.explore's keys as a mask of 1 << bt_pbt_key; -1 when one is unknown, repeated or empty. */
+static int s_pbt_mask(const char *s) {
+    int mask = 0;
+    const char *p = s;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        int k = 0;
+        while (k < BT_PBT_KEY_COUNT &&
+               !(strlen(s_pbt_key_names[k]) == n && !strncmp(p, s_pbt_key_names[k], n)))
+            k++;
+        if (k == BT_PBT_KEY_COUNT || (mask & (1 << k)))
+            return -1;
+        mask |= 1 << k;
+        p += n + (p[n] == ',');
+    }
+    return mask ? mask : -1;
+}
+
+static bool s_is_pbt_keys(const char *s) {
+    return s_pbt_mask(s) > 0;
+}
+
 /*  "" (no service) or a ZeroMQ endpoint another process can serve: tcp:// or ipc://. */
 static bool s_is_endpoint(const char *s) {
     return !s[0] || ((!strncmp(s, "tcp://", 6) || !strncmp(s, "ipc://", 6)) && s[6]);
@@ -105,7 +134,7 @@ static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", N
 #define S_TEMP_MIN BT_CONFIG_TEMPERATURE_MIN
 #define S_TEMP_MAX BT_CONFIG_TEMPERATURE_MAX
 #define S_TOKENS_MAX BT_CONFIG_TOKENS_MAX
-#define S_COEF_MAX 1e3
+#define S_COEF_MAX BT_CONFIG_CLIP_MAX
 #define S_WEIGHT_MAX 1e6
 #define S_SECONDS_MAX 1e9 /* about 31 years */
 
@@ -229,6 +258,14 @@ static const s_key s_keys[] = {
     S_NUM_KEY("pbt.resample_probability", pbt.resample_probability, 0.25, 0, 1, 0),
     S_NUM_KEY("pbt.lr_min", pbt.lr_min, 1e-6, 0, S_LR_MAX, S_LO_OPEN),
     S_NUM_KEY("pbt.lr_max", pbt.lr_max, 1e-2, 0, S_LR_MAX, S_LO_OPEN),
+    S_STR_KEY("pbt.explore", pbt.explore, "grpo.lr", s_is_pbt_keys,
+              "a comma-separated list of grpo.lr, grpo.kl_coef, grpo.temperature, grpo.clip_high"),
+    S_NUM_KEY("pbt.kl_coef_min", pbt.kl_coef_min, 1e-4, 0, S_KL_MAX, S_LO_OPEN),
+    S_NUM_KEY("pbt.kl_coef_max", pbt.kl_coef_max, 1.0, 0, S_KL_MAX, S_LO_OPEN),
+    S_NUM_KEY("pbt.temperature_min", pbt.temperature_min, 0.5, S_TEMP_MIN, S_TEMP_MAX, 0),
+    S_NUM_KEY("pbt.temperature_max", pbt.temperature_max, 1.5, S_TEMP_MIN, S_TEMP_MAX, 0),
+    S_NUM_KEY("pbt.clip_high_min", pbt.clip_high_min, 0.2, 0, S_COEF_MAX, 0),
+    S_NUM_KEY("pbt.clip_high_max", pbt.clip_high_max, 0.4, 0, S_COEF_MAX, 0),
     S_BOOL_KEY("tuner.lr_plateau.enabled", tuner.lr_plateau.enabled, false),
     S_STR_KEY("tuner.lr_plateau.dataset", tuner.lr_plateau.dataset, "", s_is_name_or_empty,
               "\"\" or a name of letters, digits, '.', '_' or '-', not starting with '.'"),
@@ -1199,6 +1236,18 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
     if (cfg->pbt.lr_min > cfg->pbt.lr_max)
         return bt_fail(BT_EINVAL, "%s: pbt.lr_max: expected a number >= pbt.lr_min (%g), got %g",
                        src, cfg->pbt.lr_min, cfg->pbt.lr_max);
+    const struct {
+        const char *name;
+        double lo, hi;
+    } bounds[] = {{"kl_coef", cfg->pbt.kl_coef_min, cfg->pbt.kl_coef_max},
+                  {"temperature", cfg->pbt.temperature_min, cfg->pbt.temperature_max},
+                  {"clip_high", cfg->pbt.clip_high_min, cfg->pbt.clip_high_max}};
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++)
+        if (bounds[i].lo > bounds[i].hi)
+            return bt_fail(BT_EINVAL,
+                           "%s: pbt.%s_max: expected a number >= pbt.%s_min (%g), got %g", src,
+                           bounds[i].name, bounds[i].name, bounds[i].lo, bounds[i].hi);
+    cfg->pbt.explore_mask = s_pbt_mask(cfg->pbt.explore);
     bt_grpo_config grpo;
     bt_config_grpo(cfg, &grpo);
     if (bt_grpo_config_validate(&grpo) != BT_OK)

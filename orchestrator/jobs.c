@@ -29,7 +29,8 @@ bt_status bt_jobs_build_task(bt_policy *self, const bt_job *j, int64_t id, bt_ms
                       .version = j->ev ? j->ev->version : self->version,
                       .hyper = {.lr = j->lr,
                                 .kl_coef = self->tuner.kl_coef,
-                                .temperature = self->tuner.temperature}};
+                                .temperature = self->tuner.temperature,
+                                .clip_high = self->clip_high}};
     /* applied to the trainer only, once */
     int64_t expect = j->role == BT_ROLE_TRAINER ? j->expect_version : -1;
     switch (j->kind) {

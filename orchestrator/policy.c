@@ -15,6 +15,7 @@ bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_run_config *cfg, int k) 
     self->variant_name = cfg->n_variants > 0 ? cfg->variants[k].name : "main";
     self->last_accuracy = NAN;
     self->last_reward = NAN;
+    self->clip_high = cfg->grpo.clip_high;
     bt_tuner_config tc;
     bt_config_tuner(cfg, &tc);
     bt_tuner_init(&self->tuner, &tc);
@@ -303,6 +304,9 @@ void bt_policy_open_gate(bt_policy *self) {
     self->step_t0 = bt_now();
     self->step_lr = bt_lr_at(&sched, self->step) * bt_tuner_lr_scale(&self->tuner);
     self->step_version = self->version;
+    self->step_kl_coef = self->tuner.kl_coef;
+    self->step_temperature = self->tuner.temperature;
+    self->step_clip_high = self->clip_high;
     self->ts = (bt_trainer_stats){0};
     self->updated = false;
     bt_rollout_batch_release(&self->sampled);

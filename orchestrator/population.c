@@ -85,6 +85,29 @@ static double s_draw(uint64_t *state) {
     temperature, then trains at peak learning rate exploit_lr; a `pbt` event records it with both
     policies' accuracies and rates.  Stages: the top one's snapshot, the restore, the new
     snapshot a rollback returns to. */
+/*  One `pbt_explore` event per key other than the learning rate (the `pbt` event has its) that
+    pbt.explore lists: the value before, the top policy's, the new one, and how it was drawn. */
+static bt_status s_explore_events(bt_policy *self, const bt_policy *top, const double *before) {
+    const double from[BT_PBT_KEY_COUNT] = {top->tuner.lr, top->tuner.kl_coef,
+                                           top->tuner.temperature, top->clip_high};
+    for (int k = BT_PBT_LR + 1; k < BT_PBT_KEY_COUNT; k++) {
+        if (!(self->cfg->pbt.explore_mask & (1 << k)))
+            continue;
+        bt_jsonl line;
+        bt_ctl_event_line(self->ctl, &line, "pbt_explore");
+        bt_jsonl_int(&line, "step", self->step);
+        bt_jsonl_str(&line, "variant", self->variant_name);
+        bt_jsonl_str(&line, "from", top->variant_name);
+        bt_jsonl_str(&line, "param", bt_pbt_key_name((bt_pbt_key)k));
+        bt_jsonl_num(&line, "before", before[k]);
+        bt_jsonl_num(&line, "from_value", from[k]);
+        bt_jsonl_num(&line, "after", self->exploit_value[k]);
+        bt_jsonl_str(&line, "explore", self->exploit_hows[k]);
+        BT_TRY(bt_runlog_event(self->ctl->log, &line));
+    }
+    return BT_OK;
+}
+
 bt_status bt_population_exploit_poll(bt_policy *self) {
     bt_policy *top = self->exploit_from;
     if (self->exploit_stage == 0) {
@@ -94,9 +117,14 @@ bt_status bt_population_exploit_poll(bt_policy *self) {
     if (self->exploit_stage == 1) {
         BT_TRY(bt_recovery_restore(self, top->snap, self->version + 1, top->saved.canary_loss));
         double accuracy = self->last_accuracy, reward = self->last_reward, lr = self->tuner.lr;
-        self->tuner.kl_coef = top->tuner.kl_coef; /* top's tuned values, then the new rate */
-        self->tuner.temperature = top->tuner.temperature;
-        self->tuner.lr = self->exploit_lr;
+        double before[BT_PBT_KEY_COUNT] = {self->tuner.lr, self->tuner.kl_coef,
+                                           self->tuner.temperature, self->clip_high};
+        /* top's tuned values, then the explored ones (pbt.explore; the others are top's) */
+        self->tuner.lr = self->exploit_value[BT_PBT_LR];
+        self->tuner.kl_coef = self->exploit_value[BT_PBT_KL_COEF];
+        self->tuner.temperature = self->exploit_value[BT_PBT_TEMPERATURE];
+        self->clip_high = self->exploit_value[BT_PBT_CLIP_HIGH];
+        BT_TRY(s_explore_events(self, top, before));
         self->last_accuracy = top->last_accuracy;
         self->last_reward = top->last_reward;
         bt_jsonl *line = &self->exploit_line;
@@ -144,30 +172,66 @@ static void s_rank(bt_controller_t *self) {
     the top quantile drawn uniformly, unless it is already as good, and explores: with
     pbt.resample_probability a learning rate drawn log-uniformly from [pbt.lr_min, pbt.lr_max],
     else the top one's times 0.8 or 1.2 (kept in range).  BT_OK when the round is over. */
+/*  An explored value of key from the top policy's `from`: with pbt.resample_probability (u) a
+    fresh draw (v) in the key's range, log-uniform for the learning rate and the KL coefficient,
+    uniform for the temperature and the clip; else from x0.8 or x1.2 (v < 0.5 or not), kept in
+    the range. */
+static double s_explore(const bt_run_config *c, bt_pbt_key key, double from, double u, double v,
+                        const char **how) {
+    const struct {
+        double lo, hi;
+        bool log;
+    } r[BT_PBT_KEY_COUNT] = {[BT_PBT_LR] = {c->pbt.lr_min, c->pbt.lr_max, true},
+                             [BT_PBT_KL_COEF] = {c->pbt.kl_coef_min, c->pbt.kl_coef_max, true},
+                             [BT_PBT_TEMPERATURE] = {c->pbt.temperature_min,
+                                                     c->pbt.temperature_max, false},
+                             [BT_PBT_CLIP_HIGH] = {c->pbt.clip_high_min, c->pbt.clip_high_max,
+                                                   false}};
+    double lo = r[key].lo, hi = r[key].hi;
+    if (u < c->pbt.resample_probability) {
+        *how = "resample";
+        return r[key].log ? exp(log(lo) + v * (log(hi) - log(lo))) : lo + v * (hi - lo);
+    }
+    *how = v < 0.5 ? "x0.8" : "x1.2";
+    return fmin(fmax(from * (v < 0.5 ? 0.8 : 1.2), lo), hi);
+}
+
+/*  The next exploit of the round: each policy in the bottom quantile (at least one) copies one of
+    the top quantile drawn uniformly, unless it is already as good, and explores each key of
+    pbt.explore (s_explore).  The draws: the top one, then the learning rate's two (drawn whether
+    it is explored or not, so a round of the default explores what it always did), then two for
+    each other key explored, in bt_pbt_key order.  BT_OK when the round is over. */
 static bt_status s_pbt_next(bt_controller_t *self) {
     const bt_run_config *c = self->cfg;
-    int n = self->n_pol, q = (int)floor(n * c->pbt.quantile);
+    int n = self->n_pol, q = (int)floor(n * c->pbt.quantile), mask = c->pbt.explore_mask;
     q = q < 1 ? 1 : q;
     while (self->pbt_next < n) {
         int b = self->pbt_next++;
         if (b < n - q)
             continue;
         int bottom = self->pbt_order[b], top = self->pbt_order[(int)(s_draw(&self->pbt_rng) * q)];
-        double lr = self->pol[top]->tuner.lr, u = s_draw(&self->pbt_rng),
-               v = s_draw(&self->pbt_rng);
+        const bt_policy *t = self->pol[top];
+        double from[BT_PBT_KEY_COUNT] = {t->tuner.lr, t->tuner.kl_coef, t->tuner.temperature,
+                                         t->clip_high};
+        double u[BT_PBT_KEY_COUNT], v[BT_PBT_KEY_COUNT];
+        for (int k = 0; k < BT_PBT_KEY_COUNT; k++)
+            if (k == BT_PBT_LR || (mask & (1 << k))) {
+                u[k] = s_draw(&self->pbt_rng);
+                v[k] = s_draw(&self->pbt_rng);
+            }
         if (self->pbt_score[bottom] >= self->pbt_score[top])
             continue;
-        const char *how = "resample";
-        if (u < c->pbt.resample_probability)
-            lr = exp(log(c->pbt.lr_min) + v * (log(c->pbt.lr_max) - log(c->pbt.lr_min)));
-        else {
-            how = v < 0.5 ? "x0.8" : "x1.2";
-            lr = fmin(fmax(lr * (v < 0.5 ? 0.8 : 1.2), c->pbt.lr_min), c->pbt.lr_max);
-        }
         bt_policy *p = self->pol[bottom];
+        for (int k = 0; k < BT_PBT_KEY_COUNT; k++) {
+            p->exploit_value[k] = from[k]; /* a key not explored is copied */
+            p->exploit_hows[k] = "copy";
+            if (mask & (1 << k))
+                p->exploit_value[k] = s_explore(c, (bt_pbt_key)k, from[k], u[k], v[k],
+                                                &p->exploit_hows[k]);
+        }
         p->exploit_from = self->pol[top];
-        p->exploit_lr = lr;
-        p->exploit_how = how;
+        p->exploit_lr = p->exploit_value[BT_PBT_LR];
+        p->exploit_how = p->exploit_hows[BT_PBT_LR];
         p->exploit_stage = 0;
         p->state = BT_POLICY_EXPLOIT;
         return BT_PENDING;

@@ -336,10 +336,14 @@ typedef struct bt_policy {
     double sc_loss[S_MAX_POINTS];
     int sc_n;
     bt_scaling_record sc_record;
+    double clip_high; /* the ratio's upper clip the next updates use (grpo.clip_high, or PBT's) */
+    double step_kl_coef, step_temperature, step_clip_high; /* what the running step used */
     /* population: PBT's copy of another policy (BT_POLICY_EXPLOIT) */
     struct bt_policy *exploit_from;
     double exploit_lr;
     const char *exploit_how;
+    double exploit_value[BT_PBT_KEY_COUNT]; /* the explored keys' new values (pbt.explore) */
+    const char *exploit_hows[BT_PBT_KEY_COUNT];
     int exploit_stage;
     bt_jsonl exploit_line; /* its pbt event, written once the new snapshot is taken */
     bool stopped; /* stopped early (scaling.stop_margin) */

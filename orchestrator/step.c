@@ -74,6 +74,13 @@ static bt_status s_train_line(bt_policy *self, double length, int64_t n,
         bt_jsonl_int(&line, "dropped_total", bt_mixture_dropped(self->mix));
     }
     s_source_fields(self, tss, prompts, &line);
+    int explored = c->pbt.enabled ? c->pbt.explore_mask : 0; /* what PBT may change, as used */
+    if (explored & (1 << BT_PBT_KL_COEF))
+        bt_jsonl_num(&line, "kl_coef", self->step_kl_coef);
+    if (explored & (1 << BT_PBT_TEMPERATURE))
+        bt_jsonl_num(&line, "temperature", self->step_temperature);
+    if (explored & (1 << BT_PBT_CLIP_HIGH))
+        bt_jsonl_num(&line, "clip_high", self->step_clip_high);
     return bt_runlog_metric(self->ctl->log, &line);
 }
 

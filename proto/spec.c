@@ -41,13 +41,16 @@ static bt_status s_put_expect(bt_msg_t *m, int64_t expect) {
 static bt_status s_hyper_put(const bt_hyper *h, bt_msg_t *m) {
     BT_TRY(s_put_num(m, "hyper.lr", h->lr, 0, BT_CONFIG_LR_MAX));
     BT_TRY(s_put_num(m, "hyper.kl_coef", h->kl_coef, 0, BT_CONFIG_KL_MAX));
-    return s_put_num(m, "hyper.temperature", h->temperature, 0, BT_CONFIG_TEMPERATURE_MAX);
+    BT_TRY(s_put_num(m, "hyper.temperature", h->temperature, 0, BT_CONFIG_TEMPERATURE_MAX));
+    return s_put_num(m, "hyper.clip_high", h->clip_high, 0, BT_CONFIG_CLIP_MAX);
 }
 
 static bt_status s_hyper_get(const bt_msg_t *m, bt_hyper *h) {
     BT_TRY(bt_msg_get_double(m, "hyper.lr", 0, BT_CONFIG_LR_MAX, &h->lr));
     BT_TRY(bt_msg_get_double(m, "hyper.kl_coef", 0, BT_CONFIG_KL_MAX, &h->kl_coef));
-    return bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX, &h->temperature);
+    BT_TRY(bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX,
+                             &h->temperature));
+    return bt_msg_get_double(m, "hyper.clip_high", 0, BT_CONFIG_CLIP_MAX, &h->clip_high);
 }
 
 /* ---- TASK: each kind's fields --------------------------------------------------------------- */

@@ -285,6 +285,18 @@ static inline void runs_check_same(const char *ref, const char *dir) {
 
 /*  The learning rate the train line of variant's step printed in metrics (the text of a
     metrics.jsonl: the rate AdamW applied), or NaN. */
+/*  The number `field` of variant's train line of step in metrics (the text of metrics.jsonl), or
+    NaN when that line has none. */
+static inline double runs_train_value(const char *metrics, const char *variant, int step,
+                                      const char *field) {
+    char key[128], name[64];
+    snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step, variant);
+    snprintf(name, sizeof name, "\"%s\":", field);
+    const char *line = strstr(metrics, key), *end = line ? strchr(line, '\n') : NULL;
+    const char *at = line ? strstr(line, name) : NULL;
+    return at && (!end || at < end) ? strtod(at + strlen(name), NULL) : NAN;
+}
+
 static inline double runs_train_lr(const char *metrics, const char *variant, int step) {
     char key[128];
     snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step, variant);

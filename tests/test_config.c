@@ -899,6 +899,14 @@ static void test_variants(void) {
         {"{\"variants\": [{\"name\": \"a\", \"set\": [1]}]}",
          "arith.json: variants[0].set: expected an object of key paths and values, got an array"},
         {"{\"variants\": [\"a\"]}", "arith.json: variants[0]: expected an object, got \"a\""},
+        {"{\"pbt\": {\"explore\": \"grpo.lr,grpo.lr\"}}",
+         "arith.json: pbt.explore: expected a comma-separated list of grpo.lr, grpo.kl_coef, "
+         "grpo.temperature, grpo.clip_high, got \"grpo.lr,grpo.lr\""},
+        {"{\"pbt\": {\"explore\": \"grpo.top_p\"}}",
+         "arith.json: pbt.explore: expected a comma-separated list of grpo.lr, grpo.kl_coef, "
+         "grpo.temperature, grpo.clip_high, got \"grpo.top_p\""},
+        {"{\"pbt\": {\"clip_high_min\": 0.5, \"clip_high_max\": 0.3}}",
+         "arith.json: pbt.clip_high_max: expected a number >= pbt.clip_high_min (0.5), got 0.3"},
         {"{\"variants\": {\"name\": \"a\"}}",
          "arith.json: variants: expected an array of objects, got an object"},
         {nine, "arith.json: variants: expected at most 8 entries, got 9"},

@@ -45,7 +45,10 @@ static void test_pbt(void) {
     snprintf(config, sizeof config, "%s/pbt.json", s_tmp);
     snprintf(
         text, sizeof text,
-        "{%s, \"pbt\": {\"enabled\": true, \"ready_steps\": 4, \"metric\": \"reward\"},"
+        "{%s, \"pbt\": {\"enabled\": true, \"ready_steps\": 4, \"metric\": \"reward\","
+        " \"explore\": \"grpo.lr,grpo.kl_coef,grpo.temperature,grpo.clip_high\","
+        " \"kl_coef_min\": 0.001, \"kl_coef_max\": 0.1, \"temperature_min\": 0.7,"
+        " \"temperature_max\": 1.3, \"clip_high_min\": 0.2, \"clip_high_max\": 0.35},"
         " \"variants\": [{\"name\": \"cold\", \"set\": {\"grpo.lr\": 1e-6}}, {\"name\": \"base\"},"
         " {\"name\": \"hot\", \"set\": {\"grpo.lr\": 0.03}},"
         " {\"name\": \"warm\", \"set\": {\"grpo.lr\": 0.003}}]}",
@@ -59,7 +62,7 @@ static void test_pbt(void) {
     CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     CHECK_OK(bt_file_read(path, 1 << 24, &metrics, NULL));
-    int copies = 0;
+    int copies = 0, explored = 0;
     for (char *l = events ? strtok(events, "\n") : NULL; l && metrics; l = strtok(NULL, "\n")) {
         cJSON *e = cJSON_Parse(l);
         const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(e, "event"));
@@ -82,9 +85,36 @@ static void test_pbt(void) {
             CHECK_REL(runs_train_lr(metrics, variant, step + 1), lr, 1e-12);
             copies++;
         }
+        if (kind && !strcmp(kind, "pbt_explore")) { /* the other keys of pbt.explore */
+            int step = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "step"));
+            const char *param = cJSON_GetStringValue(cJSON_GetObjectItem(e, "param"));
+            const char *how = cJSON_GetStringValue(cJSON_GetObjectItem(e, "explore"));
+            const char *variant = cJSON_GetStringValue(cJSON_GetObjectItem(e, "variant"));
+            double from = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "from_value"));
+            double after = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "after"));
+            double lo = 0.001, hi = 0.1;
+            const char *field = "kl_coef";
+            if (param && !strcmp(param, "grpo.temperature"))
+                lo = 0.7, hi = 1.3, field = "temperature";
+            else if (param && !strcmp(param, "grpo.clip_high"))
+                lo = 0.2, hi = 0.35, field = "clip_high";
+            else
+                CHECK(param && !strcmp(param, "grpo.kl_coef"));
+            CHECK(after >= lo && after <= hi);
+            if (how && !strcmp(how, "x0.8"))
+                CHECK_REL(after, fmin(fmax(from * 0.8, lo), hi), 1e-12);
+            else if (how && !strcmp(how, "x1.2"))
+                CHECK_REL(after, fmin(fmax(from * 1.2, lo), hi), 1e-12);
+            else
+                CHECK(how && !strcmp(how, "resample"));
+            /* the bottom variant's next step samples and trains with it */
+            CHECK_REL(runs_train_value(metrics, variant, step + 1, field), after, 1e-12);
+            explored++;
+        }
         cJSON_Delete(e);
     }
     CHECK(copies >= 1);
+    CHECK(explored == 3 * copies); /* every copy explores the three other keys */
     free(events);
     free(metrics);
     const char *report[] = {"report", dir, NULL};

@@ -120,7 +120,9 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     tc.micro_batch = c->cur->cfg->grpo.micro_batch;
     tc.batching = c->cur->cfg->grpo.batching;
     tc.pack_tokens = c->cur->cfg->grpo.pack_tokens;
-    tc.reference = c->cur->cfg->grpo.kl_coef > 0;
+    const bt_run_config *vc = c->cur->cfg; /* a KL reference when a KL penalty may apply */
+    tc.reference = vc->grpo.kl_coef > 0 ||
+                   (vc->pbt.enabled && (vc->pbt.explore_mask & (1 << BT_PBT_KL_COEF)));
     c->cur->trainer = bt_trainer_new(&m, &tc);
     return c->cur->trainer ? BT_OK : BT_EINVAL;
 }
@@ -335,6 +337,7 @@ static bt_status s_task_train(s_compute *c, const bt_spec_task *t, bt_spec_resul
     bt_grpo_config gc;
     bt_config_grpo(c->cur->cfg, &gc);
     gc.kl_coef = t->hyper.kl_coef; /* the controller's, which a tuner may have changed */
+    gc.clip_high = t->hyper.clip_high; /* the config's, unless PBT explored it */
     st = bt_trainer_grpo_step(c->cur->trainer, b, a, t->hyper.lr, &gc, &stats);
     if (st == BT_OK)
         s_applied(c, &stats, r);

@@ -53,6 +53,7 @@ typedef enum bt_config_precision {
 #define BT_CONFIG_TEMPERATURE_MIN 1e-3
 #define BT_CONFIG_TEMPERATURE_MAX 1e3
 #define BT_CONFIG_TOKENS_MAX 1048576 /* 2^20 */
+#define BT_CONFIG_CLIP_MAX 1e3 /* grpo.clip_low, grpo.clip_high */
 
 /* ---- evaluation datasets and probes (eval.datasets, eval.probes) ---------------------------- */
 #define BT_EVALUATOR_MAX_SAMPLES 128 /* completions per example (eval.samples); the evaluator's
@@ -120,6 +121,19 @@ typedef struct bt_config_variant_spec {
 /*  One field per key, under the key's name (docs/config.md has types, defaults and ranges).
     After bt_config_parse succeeds every value is in range and resolved: grpo.max_tokens,
     eval.max_new_tokens and model.num_key_value_heads are never 0. */
+/*  The hyperparameters population-based training may explore (pbt.explore), in the order a
+    round draws them. */
+typedef enum bt_pbt_key {
+    BT_PBT_LR = 0,
+    BT_PBT_KL_COEF = 1,
+    BT_PBT_TEMPERATURE = 2,
+    BT_PBT_CLIP_HIGH = 3,
+    BT_PBT_KEY_COUNT
+} bt_pbt_key;
+
+/*  "grpo.lr", "grpo.kl_coef", "grpo.temperature", "grpo.clip_high". */
+const char *bt_pbt_key_name(bt_pbt_key key);
+
 typedef struct bt_run_config {
     struct {
         char name[BT_CONFIG_NAME_MAX];
@@ -266,6 +280,11 @@ typedef struct bt_run_config {
         double quantile;             /* the bottom (and top) fraction of the variants */
         double resample_probability; /* explore by a fresh draw instead of x0.8 / x1.2 */
         double lr_min, lr_max;       /* the learning rate's range (draws: log-uniform) */
+        char explore[BT_CONFIG_NAME_MAX]; /* the keys explored: "grpo.lr,grpo.kl_coef,..." */
+        int explore_mask;                 /* 1 << bt_pbt_key of each (resolved) */
+        double kl_coef_min, kl_coef_max;         /* log-uniform draws */
+        double temperature_min, temperature_max; /* uniform draws */
+        double clip_high_min, clip_high_max;     /* uniform draws */
     } pbt;
     struct {
         int64_t inject_nan_at_step;

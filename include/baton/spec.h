@@ -28,6 +28,8 @@ typedef struct bt_hyper {
                            [0, BT_CONFIG_LR_MAX] */
     double kl_coef;     /* train: beta of the KL penalty; [0, BT_CONFIG_KL_MAX] */
     double temperature; /* rollout: the sampling temperature; [0, BT_CONFIG_TEMPERATURE_MAX] */
+    double clip_high;   /* train: the ratio's upper clip (DAPO's clip-higher), which PBT may
+                           explore; [0, BT_CONFIG_CLIP_MAX] */
 } bt_hyper;
 
 /*  What a worker knows of its run when it reads a TASK (from WELCOME's config): the bounds of the
