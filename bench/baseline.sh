@@ -6,6 +6,7 @@
 # which step they land on is timing).  Run it at the commit before a move and after it, then diff the two folders:
 #
 #   bench/baseline.sh OUT_DIR [BATON]        (BATON: the baton executable, default ./build/baton)
+#   BASELINE_RUNS="pbt arith" bench/baseline.sh ...   (some of the runs, in that order)
 #
 # Runs: configs/arith.json (the demo), configs/pbt.json, and 30 steps of the demo with two
 # data-parallel trainers and grpo.max_staleness 1.  Only identical machines compare (the BLAS
@@ -42,7 +43,12 @@ run() { # NAME CONFIG [ARGS...]
   echo "{\"baseline\":\"$name\",\"lines\":$(wc -l < "$out/$name.metrics")}"
 }
 
-run dp_async configs/arith.json --set grpo.steps=30 --set workers.trainer=2 \
-  --set grpo.max_staleness=1
-run arith configs/arith.json
-run pbt configs/pbt.json
+for which in ${BASELINE_RUNS:-dp_async arith pbt}; do
+  case $which in
+    dp_async) run dp_async configs/arith.json --set grpo.steps=30 --set workers.trainer=2 \
+                --set grpo.max_staleness=1 ;;
+    arith) run arith configs/arith.json ;;
+    pbt) run pbt configs/pbt.json ;;
+    *) echo "bench/baseline.sh: unknown run $which (dp_async, arith, pbt)" >&2; exit 2 ;;
+  esac
+done
