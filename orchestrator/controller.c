@@ -246,13 +246,15 @@ static bt_status s_advance(bt_controller_t *self) {
             if (st != BT_OK && st != BT_PENDING)
                 return st;
         }
+        bool at_gate[BT_CONFIG_MAX_VARIANTS];
+        for (int k = 0; k < self->n_pol; k++)
+            at_gate[k] = self->pol[k]->state == BT_POLICY_GATE;
         bt_status st = bt_population_advance(self);
         if (st != BT_OK && st != BT_PENDING)
             return st;
-        bool opened = false;
+        bool opened = false; /* a gate opened or a PBT copy began: that policy moves now */
         for (int k = 0; k < self->n_pol; k++)
-            opened |= self->pol[k]->state == BT_POLICY_ROLLOUT ||
-                      self->pol[k]->state == BT_POLICY_EXPLOIT;
+            opened |= at_gate[k] && self->pol[k]->state != BT_POLICY_GATE;
         if (!opened)
             break;
     }

@@ -331,14 +331,6 @@ static bt_status s_accuracy(const bt_eval_done *e, void *user) {
     return BT_OK;
 }
 
-/*  The value of metric `name`, or NaN. */
-static double s_metric(const bt_eval_done *e, const char *name) {
-    for (int i = 0; i < e->n_metrics; i++)
-        if (!strcmp(e->metrics[i].name, name))
-            return e->metrics[i].value;
-    return NAN;
-}
-
 static bt_status s_scaling(const bt_eval_done *e, void *user) {
     const bt_run_config *c = e->pol->cfg;
     if (!c->scaling.enabled || strcmp(e->phase, "rl") != 0 ||
@@ -356,11 +348,11 @@ static bt_status s_plateau(const bt_eval_done *e, void *user) {
     const bt_tuner_plateau_config *pc = &p->tuner.cfg.lr_plateau;
     if (!pc->enabled || strcmp(e->phase, "rl") != 0 || strcmp(pc->dataset, e->dataset->name) != 0)
         return BT_OK;
-    double value = s_metric(e, pc->metric);
     for (int i = 0; i < e->n_metrics; i++)
         if (!strcmp(e->metrics[i].name, pc->metric)) {
             bt_tuner_decision dec[BT_TUNER_MAX_DECISIONS];
-            int n = bt_tuner_after_eval(&p->tuner, e->step, value, dec, BT_TUNER_MAX_DECISIONS);
+            int n = bt_tuner_after_eval(&p->tuner, e->step, e->metrics[i].value, dec,
+                                        BT_TUNER_MAX_DECISIONS);
             BT_TRY(bt_ctl_tuner_events(p, dec, n));
         }
     return BT_OK;
