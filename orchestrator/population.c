@@ -320,14 +320,20 @@ bt_status bt_population_advance(bt_controller_t *self) {
     if (self->pop_state != BT_POPULATION_RUNNING)
         BT_TRY(s_pbt(self));
     int64_t least = INT64_MAX;
-    bool started = true;
+    bool started = true, barrier = true;
     for (int k = 0; k < self->n_pol; k++) {
         const bt_policy *p = self->pol[k];
+        bool done = p->state == BT_POLICY_DONE || p->state == BT_POLICY_FINAL;
         started &= p->state >= BT_POLICY_GATE;
-        if (p->state != BT_POLICY_DONE && p->state != BT_POLICY_FINAL && p->step < least)
+        /* a policy past its step's record (evaluations, save) counts the step already, but
+           has not finished it: every live policy must stand at the gate */
+        barrier &= done || p->state == BT_POLICY_GATE;
+        if (!done && p->step < least)
             least = p->step;
     }
     if (!started) /* every policy's warm start (or resume) first, as a run without variants */
+        return BT_OK;
+    if (!barrier)
         return BT_OK;
     self->all_started = true;
     if (least != INT64_MAX && s_pbt_due(self, least)) {
