@@ -312,19 +312,19 @@ bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg, in
                            "%s: pending_evals[%d].dataset: %d, but the config has %d "
                            "eval.datasets: the checkpoint is not of this config's run",
                            source, i, s->pending[i].dataset, cfg->eval.n_datasets);
-    if (s->metrics_size > metrics_bytes)
-        return bt_fail(BT_EINVAL,
-                       "%s: metrics_size: the checkpoint was taken when metrics.jsonl held %lld "
-                       "bytes, and it holds %lld: its tail was lost, or the checkpoint is another "
-                       "run's; resume from an older checkpoint (--resume RUN_DIR/ckpt/step-N) or "
-                       "start again with --overwrite",
-                       source, (long long)s->metrics_size, (long long)metrics_bytes);
-    if (s->events_size > events_bytes)
-        return bt_fail(BT_EINVAL,
-                       "%s: events_size: the checkpoint was taken when events.jsonl held %lld "
-                       "bytes, and it holds %lld: its tail was lost, or the checkpoint is another "
-                       "run's; resume from an older checkpoint (--resume RUN_DIR/ckpt/step-N) or "
-                       "start again with --overwrite",
-                       source, (long long)s->events_size, (long long)events_bytes);
+    const struct {
+        const char *field, *file;
+        int64_t recorded, held;
+    } logs[] = {{"metrics_size", "metrics.jsonl", s->metrics_size, metrics_bytes},
+                {"events_size", "events.jsonl", s->events_size, events_bytes}};
+    for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++)
+        if (logs[i].recorded > logs[i].held)
+            return bt_fail(BT_EINVAL,
+                           "%s: %s: the checkpoint was taken when %s held %lld bytes, and it "
+                           "holds %lld: its tail was lost, or the checkpoint is another run's; "
+                           "resume from an older checkpoint (--resume RUN_DIR/ckpt/step-N) or "
+                           "start again with --overwrite",
+                           source, logs[i].field, logs[i].file, (long long)logs[i].recorded,
+                           (long long)logs[i].held);
     return BT_OK;
 }

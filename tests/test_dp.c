@@ -92,6 +92,16 @@ static pid_t s_start_config(const char *config, const char *dir, const char *tra
     return runs_spawn_in(NULL, args, log);
 }
 
+/*  SIGKILLs the run's trainer-1 process once dir's metrics hold `lines` train lines. */
+static void s_kill_trainer_after(pid_t run, const char *dir, int lines) {
+    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(dir) < lines)
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    pid_t victim = runs_worker_pid(run, "trainer-1");
+    CHECK(victim > 0);
+    if (victim > 0)
+        kill(victim, SIGKILL);
+}
+
 static pid_t s_start(const char *dir, const char *trainers, bool procs) {
     return s_start_config(s_config, dir, trainers, procs);
 }
@@ -111,12 +121,7 @@ static void test_variants(void) {
     CHECK_OK(bt_file_write(config, json, strlen(json)));
     CHECK(runs_wait(s_start_config(config, one, "workers.trainer=1", false)) == 0);
     pid_t run = s_start_config(config, group, "workers.trainer=3", true);
-    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(group) < 6)
-        nanosleep(&(struct timespec){0, 2000000}, NULL);
-    pid_t victim = runs_worker_pid(run, "trainer-1");
-    CHECK(victim > 0);
-    if (victim > 0)
-        kill(victim, SIGKILL);
+    s_kill_trainer_after(run, group, 6);
     CHECK(runs_wait(run) == 0);
     s_check_same_variant(one, group, "a", 30, 1e-6);
     s_check_same_variant(one, group, "b", 30, 1e-6);
@@ -153,12 +158,7 @@ int main(void) {
     s_check_same_run(one, two, 30);
 
     pid_t run = s_start(elastic, "workers.trainer=3", true);
-    while (waitpid(run, NULL, WNOHANG) == 0 && runs_train_steps(elastic) < 3)
-        nanosleep(&(struct timespec){0, 2000000}, NULL);
-    pid_t victim = runs_worker_pid(run, "trainer-1");
-    CHECK(victim > 0);
-    if (victim > 0)
-        kill(victim, SIGKILL);
+    s_kill_trainer_after(run, elastic, 3);
     CHECK(runs_wait(run) == 0);
     s_check_same_run(one, elastic, 30);
     char path[256], *events = NULL;
