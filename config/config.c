@@ -1314,27 +1314,10 @@ static bt_status s_check_context(const bt_run_config *cfg, int64_t ctx, const ch
     return BT_OK;
 }
 
-/*  With variants: the run-wide keys variants cannot share yet, then each variant's config. */
+/*  With variants: each variant's config. */
 static bt_status s_check_variants(const bt_run_config *cfg, const char *src) {
     if (cfg->n_variants == 0)
         return BT_OK;
-    const struct {
-        const char *path;
-        double value;
-    } ckpt[] = {{"checkpoint.full_every_steps", (double)cfg->checkpoint.full_every_steps},
-                {"checkpoint.full_every_secs", cfg->checkpoint.full_every_secs},
-                {"checkpoint.full_every_epochs", (double)cfg->checkpoint.full_every_epochs},
-                {"checkpoint.light_every_steps", (double)cfg->checkpoint.light_every_steps}};
-    for (size_t i = 0; i < sizeof ckpt / sizeof ckpt[0]; i++) {
-        if (ckpt[i].value != 0) {
-            char got[32];
-            s_format_number(ckpt[i].value, got, sizeof got);
-            return bt_fail(BT_EINVAL,
-                           "%s: %s: checkpoints of a run with variants are not supported yet, "
-                           "expected 0, got %s",
-                           src, ckpt[i].path, got);
-        }
-    }
     bt_run_config *variant = malloc(sizeof *variant);
     if (!variant)
         return bt_fail(BT_ENOMEM, "%s: variants: out of memory", src);

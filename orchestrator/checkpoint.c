@@ -98,13 +98,12 @@ static bool s_ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-/*  A plain file name as checkpoint.h defines it. */
-static bool s_name_ok(const char *name) {
-    size_t n = strlen(name);
-    if (n == 0 || n >= BT_CKPT_NAME_MAX || name[0] == '.' || strcmp(name, "MANIFEST") == 0)
+/*  One part of a file name: letters, digits, '.', '_', '-', not starting with '.'. */
+static bool s_part_ok(const char *part, size_t n) {
+    if (n == 0 || part[0] == '.')
         return false;
     for (size_t i = 0; i < n; i++) {
-        char c = name[i];
+        char c = part[i];
         bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                   c == '.' || c == '_' || c == '-';
         if (!ok)
@@ -113,13 +112,26 @@ static bool s_name_ok(const char *name) {
     return true;
 }
 
+/*  A file name as checkpoint.h defines it: a plain name, or FOLDER/NAME (one folder level). */
+static bool s_name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n >= BT_CKPT_NAME_MAX || strcmp(name, "MANIFEST") == 0)
+        return false;
+    const char *slash = strchr(name, '/');
+    if (!slash)
+        return s_part_ok(name, n);
+    size_t folder = (size_t)(slash - name);
+    return s_part_ok(name, folder) && s_part_ok(slash + 1, n - folder - 1);
+}
+
 /*  Checks that name may be added as a new file of the kind given. */
 static bt_status s_check_new_name(const bt_ckpt_snapshot_t *s, const char *name, bool tensors) {
     if (!name || !s_name_ok(name))
-        return bt_fail(BT_EINVAL,
-                       "checkpoint file \"%s\": expected a plain file name (letters, digits, '.', "
-                       "'_', '-'; not starting with '.'; not MANIFEST)",
-                       name ? name : "(null)");
+        return bt_fail(
+            BT_EINVAL,
+            "checkpoint file \"%s\": expected a plain file name or FOLDER/NAME (letters, "
+            "digits, '.', '_', '-'; no part starting with '.'; not MANIFEST)",
+            name ? name : "(null)");
     if (tensors != s_ends_with(name, S_TENSOR_SUFFIX))
         return bt_fail(BT_EINVAL, "checkpoint file \"%s\": %s", name,
                        tensors ? "tensor files are named *.safetensors"
@@ -574,6 +586,12 @@ static bt_status s_write_folder(const char *folder, const bt_ckpt_snapshot_t *s)
         s_entry *e = &m.e[i];
         snprintf(e->name, sizeof e->name, "%s", f->name);
         BT_TRY(s_join(path, folder, f->name));
+        char *slash = strrchr(path, '/');
+        if (strchr(f->name, '/')) { /* FOLDER/NAME: the folder first */
+            *slash = '\0';
+            BT_TRY(bt_mkdirs(path));
+            *slash = '/';
+        }
         if (f->text) {
             BT_TRY(bt_file_write(path, f->text, f->text_len));
             e->hash = bt_hash64(f->text, f->text_len); /* of the bytes meant, not those read */
@@ -584,6 +602,18 @@ static bt_status s_write_folder(const char *folder, const bt_ckpt_snapshot_t *s)
         }
     }
     BT_TRY(s_manifest_write(folder, &m));
+    for (int i = 0; i < s->n_files; i++) { /* each subfolder's entries, once */
+        const char *name = s->files[i].name, *slash = strchr(name, '/');
+        bool first = slash != NULL;
+        for (int j = 0; first && j < i; j++)
+            first = strncmp(s->files[j].name, name, (size_t)(slash - name) + 1) != 0;
+        if (first) {
+            char sub[S_PATH];
+            BT_TRY(s_join(sub, folder, name));
+            sub[strlen(sub) - strlen(slash)] = '\0'; /* folder/FOLDER */
+            BT_TRY(bt_dir_sync(sub));
+        }
+    }
     return bt_dir_sync(folder);
 }
 

@@ -65,8 +65,8 @@ static void s_limit_socket(void *sock, const bt_run_config *cfg) {
 }
 
 bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint,
-                                   const bt_run_config *const *cfgs, int n,
-                                   const char *config_json, bt_runlog_t *log) {
+                                   const bt_run_config *const *cfgs, int n, const char *config_json,
+                                   bt_runlog_t *log) {
     BT_ASSERT(n >= 1 && n <= BT_CONFIG_MAX_VARIANTS);
     const bt_run_config *cfg = cfgs[0];
     bt_controller_t *self = calloc(1, sizeof *self);
@@ -115,6 +115,7 @@ void bt_controller_destroy(bt_controller_t **self_p) {
     if (self->sock)
         zmq_close(self->sock);
     bt_registry_destroy(&self->reg);
+    bt_ckpt_snapshot_destroy(&self->light_pending);
     bt_ckpt_writer_destroy(&self->writer);
     free(self);
     *self_p = NULL;
@@ -268,10 +269,14 @@ static bool s_all_in(const bt_controller_t *self, bt_policy_state state) {
     return true;
 }
 
-static bool s_any_in(const bt_controller_t *self, bt_policy_state state) {
-    for (int k = 0; k < self->n_pol; k++)
-        if (self->pol[k]->state == state)
+/*  Whether a policy is finishing: at the gate after its last step, or in its final state. */
+static bool s_finishing(const bt_controller_t *self) {
+    for (int k = 0; k < self->n_pol; k++) {
+        const bt_policy *p = self->pol[k];
+        if (p->state == BT_POLICY_FINAL ||
+            (p->state == BT_POLICY_GATE && p->step >= p->cfg->grpo.steps))
             return true;
+    }
     return false;
 }
 
@@ -292,7 +297,7 @@ bt_status bt_controller_step(bt_controller_t *self, bool *done) {
         BT_TRY(s_advance(self));
         *done = s_all_in(self, BT_POLICY_DONE);
         /* a last step returns once its policy is saved */
-        if (*done || (self->steps_done > steps && !s_any_in(self, BT_POLICY_FINAL)))
+        if (*done || (self->steps_done > steps && !s_finishing(self)))
             return BT_OK;
         BT_TRY(bt_loop_turn(self));
     }

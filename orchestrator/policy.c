@@ -69,7 +69,6 @@ void bt_policy_destroy(bt_policy **self_p) {
     bt_rollout_batch_release(&self->sampled);
     bt_rollout_batch_release(&self->batch);
     free(self->adv);
-    bt_ckpt_snapshot_destroy(&self->light_pending);
     bt_msg_destroy(&self->snap);
     bt_msg_destroy(&self->snap_new);
     bt_msg_destroy(&self->resume_state);
@@ -176,8 +175,8 @@ static bt_status s_sft_eval(bt_policy *self) {
     const bt_run_config *c = self->cfg;
     int64_t s = self->sft_step;
     if (!self->sft_ev)
-        BT_TRY(bt_evals_start(self, bt_evals_first_generate(c), "sft", "sft", s + 1,
-                              &self->sft_ev));
+        BT_TRY(
+            bt_evals_start(self, bt_evals_first_generate(c), "sft", "sft", s + 1, &self->sft_ev));
     BT_TRY(bt_evals_wait(self, self->sft_ev));
     self->sft_ev = NULL;
     if (self->last_accuracy >= c->sft.stop_accuracy) {
@@ -211,7 +210,7 @@ static bt_status s_warm_reset_begin(bt_policy *self) {
 static bt_status s_warm_reset(bt_policy *self) {
     BT_TRY(bt_recovery_restore(self, NULL, 0, NAN));
     bt_mixture_set_position(self->mix, &self->warm_pos);
-    BT_TRY(bt_runlog_truncate_metrics(self->ctl->log, self->warm_metrics));
+    BT_TRY(bt_runlog_drop_metrics(self->ctl->log, self->warm_metrics, self->variant_name));
     bt_buf_truncate(&self->warm_lines, 0);
     self->last_accuracy = NAN;
     self->ctl->stats.restores++;
@@ -282,11 +281,8 @@ static bt_status s_warm_share(bt_policy *self) {
 
 /*  BT_POLICY_START: the checkpoint to resume from, or the warm start. */
 static bt_status s_start(bt_policy *self) {
-    if (self->ctl->resuming) {
-        BT_TRY(bt_recovery_resume_read(self));
-        self->state = BT_POLICY_RESUME;
-        return BT_OK;
-    }
+    if (self->ctl->resuming)
+        return bt_saves_resume_read(self);
     bt_train_clock_start(&self->clock, bt_now());
     self->warm_pos = bt_mixture_get_position(self->mix);
     self->warm_metrics = bt_runlog_metrics_size(self->ctl->log);
@@ -457,23 +453,20 @@ static bt_status s_plateau(bt_policy *self) {
     return BT_OK;
 }
 
-/*  BT_POLICY_SAVE: the snapshot and checkpoints due; a trainer lost while snapshotting is
-    restored as in BT_POLICY_TRAIN. */
+/*  BT_POLICY_SAVE: epoch events and the snapshot due (the checkpoints are cut at the gate, where
+    the population moves a policy past its last step to BT_POLICY_FINAL); a trainer lost while
+    snapshotting is restored as in BT_POLICY_TRAIN. */
 static bt_status s_save(bt_policy *self) {
     const bt_run_config *c = self->cfg;
-    bool last = self->step == c->grpo.steps;
-    bt_status st = bt_recovery_after_step(self, last);
+    bt_status st = bt_recovery_after_step(self);
     if (st == BT_ESTATE) {
         self->save_stage = 0;
         return bt_recovery_begin(self, BT_POLICY_RECOVER, bt_last_error());
     }
     BT_TRY(st);
     self->ctl->steps_done++;
-    if (last) {
-        self->state = BT_POLICY_FINAL;
-        return BT_OK;
-    }
-    bt_ctl_report(self, "rl", self->step, c->grpo.steps, self->step_tps);
+    if (self->step < c->grpo.steps)
+        bt_ctl_report(self, "rl", self->step, c->grpo.steps, self->step_tps);
     self->state = BT_POLICY_GATE;
     return BT_OK;
 }
@@ -484,7 +477,7 @@ static bt_status s_final(bt_policy *self) {
     const bt_run_config *c = self->cfg;
     BT_TRY(bt_evals_wait(self, NULL));
     BT_TRY(bt_recovery_writer_idle(self->ctl));
-    bt_recovery_ckpt_poll(self->ctl);
+    bt_saves_poll(self->ctl);
     BT_TRY(bt_ctl_save_final(self));
     if (c->grpo.steps > 0)
         bt_ctl_report(self, "rl", self->step, c->grpo.steps, self->step_tps);
@@ -498,10 +491,9 @@ static bt_status s_run_state(bt_policy *self) {
     bt_status st = BT_OK;
     bool warm = false;
     switch (self->state) {
-    case BT_POLICY_START:
-        return s_start(self);
+    case BT_POLICY_START: return s_start(self);
     case BT_POLICY_RESUME:
-        BT_TRY(bt_recovery_resume_poll(self));
+        BT_TRY(bt_saves_resume_poll(self));
         bt_ctl_report(self, "rl", self->step, self->cfg->grpo.steps, NAN);
         self->state = BT_POLICY_GATE;
         return BT_OK;
@@ -509,8 +501,7 @@ static bt_status s_run_state(bt_policy *self) {
         st = s_sft(self);
         warm = true;
         break;
-    case BT_POLICY_SFT_EVAL:
-        return s_sft_eval(self);
+    case BT_POLICY_SFT_EVAL: return s_sft_eval(self);
     case BT_POLICY_WARM_EVALS:
         BT_TRY(bt_evals_start_due(self));
         self->state = BT_POLICY_WARM_SNAP;
@@ -523,16 +514,13 @@ static bt_status s_run_state(bt_policy *self) {
             self->state = BT_POLICY_GATE;
         }
         break;
-    case BT_POLICY_WARM_RESET:
-        return s_warm_reset(self);
+    case BT_POLICY_WARM_RESET: return s_warm_reset(self);
     case BT_POLICY_WARM_SHARE:
         st = s_warm_share(self);
         warm = true;
         break;
-    case BT_POLICY_ROLLOUT:
-        return s_rollout(self);
-    case BT_POLICY_TRAIN:
-        return s_train(self);
+    case BT_POLICY_ROLLOUT: return s_rollout(self);
+    case BT_POLICY_TRAIN: return s_train(self);
     case BT_POLICY_RECOVER:
     case BT_POLICY_ROLLBACK:
         BT_TRY(bt_recovery_poll(self));
@@ -543,19 +531,15 @@ static bt_status s_run_state(bt_policy *self) {
         BT_TRY(bt_evals_start_due(self));
         self->state = BT_POLICY_PLATEAU;
         return BT_OK;
-    case BT_POLICY_PLATEAU:
-        return s_plateau(self);
-    case BT_POLICY_SAVE:
-        return s_save(self);
-    case BT_POLICY_FINAL:
-        return s_final(self);
+    case BT_POLICY_PLATEAU: return s_plateau(self);
+    case BT_POLICY_SAVE: return s_save(self);
+    case BT_POLICY_FINAL: return s_final(self);
     case BT_POLICY_EXPLOIT:
         BT_TRY(bt_population_exploit_poll(self));
         self->state = BT_POLICY_GATE;
         return BT_OK;
     case BT_POLICY_GATE:
-    case BT_POLICY_DONE:
-        return BT_OK;
+    case BT_POLICY_DONE: return BT_OK;
     }
     if (warm && st == BT_ESTATE) /* lost before the first snapshot: the warm start again */
         return s_warm_reset_begin(self);
@@ -564,14 +548,8 @@ static bt_status s_run_state(bt_policy *self) {
 
 bt_status bt_policy_advance(bt_policy *self) {
     for (;;) {
-        if (self->state == BT_POLICY_DONE)
-            return BT_OK;
-        if (self->state == BT_POLICY_GATE) {
-            if (self->step < self->cfg->grpo.steps)
-                return BT_OK;
-            self->state = BT_POLICY_FINAL; /* an SFT-only run (grpo.steps 0) ends here */
-            continue;
-        }
+        if (self->state == BT_POLICY_DONE || self->state == BT_POLICY_GATE)
+            return BT_OK; /* the population opens the gate, or sends a finished policy on */
         BT_TRY(s_run_state(self));
     }
 }

@@ -181,12 +181,11 @@ static double s_explore(const bt_run_config *c, bt_pbt_key key, double from, dou
     const struct {
         double lo, hi;
         bool log;
-    } r[BT_PBT_KEY_COUNT] = {[BT_PBT_LR] = {c->pbt.lr_min, c->pbt.lr_max, true},
-                             [BT_PBT_KL_COEF] = {c->pbt.kl_coef_min, c->pbt.kl_coef_max, true},
-                             [BT_PBT_TEMPERATURE] = {c->pbt.temperature_min,
-                                                     c->pbt.temperature_max, false},
-                             [BT_PBT_CLIP_HIGH] = {c->pbt.clip_high_min, c->pbt.clip_high_max,
-                                                   false}};
+    } r[BT_PBT_KEY_COUNT] = {
+        [BT_PBT_LR] = {c->pbt.lr_min, c->pbt.lr_max, true},
+        [BT_PBT_KL_COEF] = {c->pbt.kl_coef_min, c->pbt.kl_coef_max, true},
+        [BT_PBT_TEMPERATURE] = {c->pbt.temperature_min, c->pbt.temperature_max, false},
+        [BT_PBT_CLIP_HIGH] = {c->pbt.clip_high_min, c->pbt.clip_high_max, false}};
     double lo = r[key].lo, hi = r[key].hi;
     if (u < c->pbt.resample_probability) {
         *how = "resample";
@@ -226,8 +225,8 @@ static bt_status s_pbt_next(bt_controller_t *self) {
             p->exploit_value[k] = from[k]; /* a key not explored is copied */
             p->exploit_hows[k] = "copy";
             if (mask & (1 << k))
-                p->exploit_value[k] = s_explore(c, (bt_pbt_key)k, from[k], u[k], v[k],
-                                                &p->exploit_hows[k]);
+                p->exploit_value[k] =
+                    s_explore(c, (bt_pbt_key)k, from[k], u[k], v[k], &p->exploit_hows[k]);
         }
         p->exploit_from = self->pol[top];
         p->exploit_lr = p->exploit_value[BT_PBT_LR];
@@ -314,29 +313,55 @@ static bt_status s_early_stop(bt_controller_t *self) {
     return BT_OK;
 }
 
-/* ---- the gate ---------------------------------------------------------------------------------- */
+/* ---- the gate ----------------------------------------------------------------------------------
+ */
+
+/*  Whether every live policy stands at the gate (none is mid-step, evaluating its step, saving or
+    copying), the least step among them into *least, and whether each is at its last step. */
+static bool s_barrier(const bt_controller_t *self, int64_t *least, bool *last) {
+    bool barrier = true;
+    *least = INT64_MAX;
+    *last = true;
+    for (int k = 0; k < self->n_pol; k++) {
+        const bt_policy *p = self->pol[k];
+        bool done = p->state == BT_POLICY_DONE || p->state == BT_POLICY_FINAL;
+        /* a policy past its step's record (evaluations, save) counts the step already, but has
+           not finished it */
+        barrier &= done || p->state == BT_POLICY_GATE;
+        if (done)
+            continue;
+        *least = p->step < *least ? p->step : *least;
+        *last &= p->step >= p->cfg->grpo.steps;
+    }
+    return barrier;
+}
 
 bt_status bt_population_advance(bt_controller_t *self) {
     if (self->pop_state != BT_POPULATION_RUNNING)
         BT_TRY(s_pbt(self));
-    int64_t least = INT64_MAX;
-    bool started = true, barrier = true;
-    for (int k = 0; k < self->n_pol; k++) {
-        const bt_policy *p = self->pol[k];
-        bool done = p->state == BT_POLICY_DONE || p->state == BT_POLICY_FINAL;
-        started &= p->state >= BT_POLICY_GATE;
-        /* a policy past its step's record (evaluations, save) counts the step already, but
-           has not finished it: every live policy must stand at the gate */
-        barrier &= done || p->state == BT_POLICY_GATE;
-        if (!done && p->step < least)
-            least = p->step;
-    }
-    if (!started) /* every policy's warm start (or resume) first, as a run without variants */
-        return BT_OK;
-    if (!barrier)
+    bool started = true;
+    for (int k = 0; k < self->n_pol; k++)
+        started &= self->pol[k]->state >= BT_POLICY_GATE;
+    int64_t least;
+    bool last;
+    if (!started || !s_barrier(self, &least, &last)) /* every warm start (or resume) first */
         return BT_OK;
     self->all_started = true;
-    if (least != INT64_MAX && s_pbt_due(self, least)) {
+    if (least == INT64_MAX)
+        return BT_OK;     /* every policy is done */
+    bool together = true; /* the checkpoint of a step is cut with every live policy at it */
+    for (int k = 0; k < self->n_pol; k++)
+        together &= self->pol[k]->state != BT_POLICY_GATE || self->pol[k]->step == least;
+    if (together)
+        BT_TRY(bt_saves_cut(self, least, last));
+    if (!s_barrier(self, &least, &last)) /* a policy lost its trainer while snapshotting */
+        return BT_OK;
+    for (int k = 0; k < self->n_pol; k++) { /* past its last step: its final state */
+        bt_policy *p = self->pol[k];
+        if (p->state == BT_POLICY_GATE && p->step == least && p->step >= p->cfg->grpo.steps)
+            p->state = BT_POLICY_FINAL;
+    }
+    if (s_pbt_due(self, least)) {
         self->pbt_step = least;
         self->pop_state = BT_POPULATION_PBT_EVALS;
         return s_pbt(self);

@@ -7,7 +7,8 @@
     jobs.c        jobs: TASK building and RESULT checks (proto's specs), job sets that are polled
     group.c       who trains: the worker holding the training state, or the data-parallel group
     evals.c       evaluations: pinning, speed-sized shards, float64 sums, listeners
-    recovery.c    snapshots, canary checks, divergence, rollback, checkpoints, resume
+    recovery.c    snapshots, canary checks, divergence, rollback, recovery of a lost trainer
+    saves.c       checkpoints, cut at the gate for every policy at once, and the resume
     policy.c      one variant's state machine: SFT warm start, training, the step
     rollouts.c    the asynchronous ring of a policy's rollouts
     population.c  the policies together: the step gate, PBT, early stop, the scaling-law fit
@@ -19,9 +20,9 @@
 #ifndef BATON_ORCHESTRATOR_ROOMS_H
 #define BATON_ORCHESTRATOR_ROOMS_H
 #define _POSIX_C_SOURCE 200809L
-#include "baton/controller.h"
 #include "baton/buf.h"
 #include "baton/checkpoint.h"
+#include "baton/controller.h"
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
 #include "baton/messages.h"
@@ -32,9 +33,9 @@
 #include "baton/runstate.h"
 #include "baton/safetensors.h"
 #include "baton/scaling.h"
-#include "baton/spec.h"
 #include "baton/security.h"
 #include "baton/shard.h"
+#include "baton/spec.h"
 #include "baton/tokenizer.h"
 #include "baton/wire.h"
 
@@ -54,21 +55,22 @@ enum {
     S_JOIN_TIMEOUT_MS = 60000,
     S_MAX_DROPPED_LOGGED = 1024, /* prompt ids a "dropped" event lists, per step */
     S_MAX_ATTEMPTS = 4,
-    S_MAX_EVALS = 16,      /* evaluations in flight at once, per policy */
-    S_MAX_SHARDS = 64,     /* shards of one evaluation */
+    S_MAX_EVALS = 16,        /* evaluations in flight at once, per policy */
+    S_MAX_SHARDS = 64,       /* shards of one evaluation */
     S_MAX_ROLLOUT_JOBS = 64, /* rollout jobs of one step */
-    S_TRACK = 1024,        /* workers whose weights version and speed are tracked */
-    S_ROLLBACK_EVERY = 10, /* steps between in-memory snapshots: the most a rollback loses */
-    S_MAX_ROLLBACKS = 3,   /* rollbacks to one snapshot before the run gives up */
-    S_MAX_RANKS = 64,      /* data-parallel trainer ranks */
-    S_AHEAD = 17,          /* steps whose rollouts may be in flight: the current + max_staleness */
-    S_MAX_POINTS = 4096,   /* held-out losses a scaling-law fit sees */
-    S_MAX_RECOVERIES = 8,  /* trainer state restores in one run before it gives up */
+    S_TRACK = 1024,          /* workers whose weights version and speed are tracked */
+    S_ROLLBACK_EVERY = 10,   /* steps between in-memory snapshots: the most a rollback loses */
+    S_MAX_ROLLBACKS = 3,     /* rollbacks to one snapshot before the run gives up */
+    S_MAX_RANKS = 64,        /* data-parallel trainer ranks */
+    S_AHEAD = 17,         /* steps whose rollouts may be in flight: the current + max_staleness */
+    S_MAX_POINTS = 4096,  /* held-out losses a scaling-law fit sees */
+    S_MAX_RECOVERIES = 8, /* trainer state restores in one run before it gives up */
     S_MAX_REJECTED_LOGGED = 100, /* result_rejected events written, per run */
-    S_MAX_LISTENERS = 8    /* consumers of finished evaluations */
+    S_MAX_LISTENERS = 8          /* consumers of finished evaluations */
 };
 
-/* ---- jobs (jobs.c) ----------------------------------------------------------------------------- */
+/* ---- jobs (jobs.c) -----------------------------------------------------------------------------
+ */
 
 /*  What a job does: bt_job_kind, with its names, in proto.h. */
 
@@ -227,9 +229,9 @@ typedef enum bt_policy_state {
 
 typedef enum bt_snap_state {
     BT_SNAP_IDLE = 0,
-    BT_SNAP_EVALS,  /* evaluations pinned to older versions finishing */
-    BT_SNAP_JOB,    /* the trainer's state on its way */
-    BT_SNAP_WRITER  /* a save in flight still reads the old snapshot's tensors */
+    BT_SNAP_EVALS, /* evaluations pinned to older versions finishing */
+    BT_SNAP_JOB,   /* the trainer's state on its way */
+    BT_SNAP_WRITER /* a save in flight still reads the old snapshot's tensors */
 } bt_snap_state;
 
 struct bt_controller;
@@ -265,27 +267,23 @@ typedef struct bt_policy {
     bt_msg_t *snap_new;      /* a snapshot taken, kept here until the writer is idle */
     double snap_canary;      /* its canary loss */
     int save_stage;          /* BT_POLICY_SAVE: how far bt_recovery_after_step got */
-    bool save_full, save_light;
-    double save_secs;
+    bool epoch_due;          /* checkpoint.full_every_epochs more epochs done: a full one is due */
     bt_msg_t *snap;          /* the trainer's state at saved.step (a snapshot or restore TASK) */
     int recoveries;          /* trainer state restores (a trainer lost with its state) */
     bt_run_state saved;      /* the controller's state at the same point */
     int64_t snap_adam_steps; /* its AdamW step count, which a full checkpoint borrows */
     int rollbacks;           /* rollbacks to the current snapshot */
-    bool full_owed;          /* a full checkpoint is due but the writer was busy */
-    bt_ckpt_snapshot_t *light_pending; /* a light checkpoint that fell due during a save */
-    double last_full_s;                /* training seconds at the last full checkpoint */
     bool nan_injected;
     double loss_ema; /* |loss|, for spike detection */
     int64_t loss_n;
-    char reason[512]; /* why the trainer is being restored (recover, rollback, warm reset) */
-    int64_t lost_from; /* the step a recovery or rollback started from */
+    char reason[512];       /* why the trainer is being restored (recover, rollback, warm reset) */
+    int64_t lost_from;      /* the step a recovery or rollback started from */
     bt_msg_t *resume_state; /* the checkpoint's trainer state while it is restored */
     bt_run_state resume_run;
-    char resume_folder[BT_CONFIG_PATH_MAX];
+    char resume_folder[BT_CONFIG_PATH_MAX + BT_CONFIG_NAME_MAX + 2]; /* its files resumed from */
     /* the schedule */
-    int64_t step;  /* GRPO steps done */
-    double tokens; /* completion tokens sampled by those steps */
+    int64_t step;                 /* GRPO steps done */
+    double tokens;                /* completion tokens sampled by those steps */
     int64_t sft_step;             /* SFT steps done in this warm start */
     double sft_lr;                /* the running SFT step's learning rate */
     bool sft_eval;                /* the running SFT step publishes for an evaluation */
@@ -346,7 +344,7 @@ typedef struct bt_policy {
     const char *exploit_hows[BT_PBT_KEY_COUNT];
     int exploit_stage;
     bt_jsonl exploit_line; /* its pbt event, written once the new snapshot is taken */
-    bool stopped; /* stopped early (scaling.stop_margin) */
+    bool stopped;          /* stopped early (scaling.stop_margin) */
 } bt_policy;
 
 /* ---- the population (population.c) ----------------------------------------------------------- */
@@ -380,16 +378,26 @@ struct bt_controller {
     int64_t last_ping_ms; /* when the workers were last sent PING */
     char last_fail[512];  /* the last FAIL's text, sanitised: a give-up names it */
     int64_t kind_ms[BT_JOB_KIND_COUNT]; /* the longest measured duration of each job kind */
-    int64_t rejected;     /* result_rejected events written */
-    char run_id[96];      /* this invocation: messages stamped with another run's are refused */
+    int64_t rejected;                   /* result_rejected events written */
+    char run_id[96]; /* this invocation: messages stamped with another run's are refused */
     bt_controller_gone_fn *gone; /* the launcher: may a worker of a role still come? */
     void *gone_user;
     char start_error[700]; /* a worker that could not build its state said why (BYE {error}) */
     bool joined;           /* the configured workers joined once */
     int64_t join_deadline;
-    bt_ckpt_writer_t *writer; /* when checkpoints are configured */
+    bt_ckpt_writer_t *writer;        /* when checkpoints are configured */
     char resume[BT_CONFIG_PATH_MAX]; /* with resuming: "" = LATEST, else a checkpoint folder */
     bool resuming;
+    /* checkpoints (saves.c) */
+    char resume_folder[BT_CONFIG_PATH_MAX]; /* the checkpoint resumed from, once found */
+    bt_runstate_population resume_pop;      /* its population.json (with variants) */
+    int64_t cut_step;                       /* the last step whose checkpoints were decided */
+    int cut_stage;                          /* how far bt_saves_cut got with the next */
+    bool cut_full, cut_light;               /* what it cuts */
+    double cut_secs;                        /* the run's training seconds when it was planned */
+    bool full_owed;                         /* a full checkpoint was due but the writer was busy */
+    double last_full_s;                     /* training seconds at the last full checkpoint */
+    bt_ckpt_snapshot_t *light_pending;      /* a light checkpoint that fell due during a save */
     bt_progress_fn *progress;
     void *progress_user;
     /* finished evaluations go to these, in order */
@@ -467,8 +475,8 @@ void bt_group_abort(bt_policy *p);
 /* ---- evals.c --------------------------------------------------------------------------------- */
 bt_status bt_evals_setup(bt_policy *p);
 /*  Queues evaluation of dataset ds at p's version; BT_PENDING while every slot is taken. */
-bt_status bt_evals_start(bt_policy *p, int ds, const char *phase, const char *trigger,
-                         int64_t step, bt_evaluation **out);
+bt_status bt_evals_start(bt_policy *p, int ds, const char *phase, const char *trigger, int64_t step,
+                         bt_evaluation **out);
 void bt_evals_trigger_event(bt_policy *p, const char *dataset, const bt_trigger_event *e);
 /*  Finishes the evaluations whose shards are all done (their listeners run). */
 bt_status bt_evals_poll(bt_policy *p);
@@ -493,21 +501,35 @@ bt_status bt_recovery_writer_idle(bt_controller_t *self);
     rollback returns to; BT_PENDING until it is taken. */
 bt_status bt_recovery_snapshot(bt_policy *p);
 /*  Restores the trainer from state (NULL: the initial state) as version, checking the canary. */
-bt_status bt_recovery_restore(bt_policy *p, const bt_msg_t *state, int64_t version,
-                              double canary);
+bt_status bt_recovery_restore(bt_policy *p, const bt_msg_t *state, int64_t version, double canary);
 /*  Starts a rollback (BT_POLICY_ROLLBACK) or a recovery (BT_POLICY_RECOVER) for reason. */
 bt_status bt_recovery_begin(bt_policy *p, bt_policy_state kind, const char *reason);
 /*  Polls the restore of a rollback or recovery; BT_OK when the policy can go on. */
 bt_status bt_recovery_poll(bt_policy *p);
-const char *bt_recovery_diverged(bt_policy *p, const bt_trainer_stats *ts, char *buf,
-                                 size_t len);
-void bt_recovery_ckpt_poll(bt_controller_t *self);
-/*  The snapshot and checkpoints due after the step (BT_POLICY_SAVE). */
-bt_status bt_recovery_after_step(bt_policy *p, bool last);
-/*  Reads the checkpoint to resume from into p (resume_state, resume_run). */
-bt_status bt_recovery_resume_read(bt_policy *p);
+const char *bt_recovery_diverged(bt_policy *p, const bt_trainer_stats *ts, char *buf, size_t len);
+/*  Epoch events and the snapshot due after the step (BT_POLICY_SAVE). */
+bt_status bt_recovery_after_step(bt_policy *p);
+/*  p's controller state now into p->saved and p->saved_data (the snapshot's trainer state is
+    p->snap's). */
+bt_status bt_recovery_capture(bt_policy *p);
+/*  Puts p back to a captured state; the data cursor only with restore_cursor. */
+void bt_recovery_apply(bt_policy *p, const bt_run_state *st, bool restore_cursor);
+/*  Starts again the evaluations run listed as in flight. */
+bt_status bt_recovery_pending_evals(bt_policy *p, const bt_run_state *run);
+
+/* ---- saves.c --------------------------------------------------------------------------------- */
+/*  Writes the checkpoint writer's finished saves as events. */
+void bt_saves_poll(bt_controller_t *self);
+/*  At the gate, every live policy standing at step (last: every one at its last step): the
+    checkpoints step calls for, cut once; BT_PENDING while snapshots or the writer are awaited. */
+bt_status bt_saves_cut(bt_controller_t *self, int64_t step, bool last);
+/*  A policy went back to step (rollback, recovery): the checkpoints after it are decided again. */
+void bt_saves_rewind(bt_controller_t *self, int64_t step);
+/*  Reads p's part of the checkpoint to resume from (found once for the run); BT_POLICY_RESUME,
+    or BT_POLICY_DONE for a policy the checkpoint says stopped early. */
+bt_status bt_saves_resume_read(bt_policy *p);
 /*  Polls the restore of a resume; BT_OK once p stands where the checkpoint was taken. */
-bt_status bt_recovery_resume_poll(bt_policy *p);
+bt_status bt_saves_resume_poll(bt_policy *p);
 
 /* ---- policy.c -------------------------------------------------------------------------------- */
 bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_run_config *cfg, int k);

@@ -370,6 +370,33 @@ static bool s_is_inside(const char *folder, const char *dir) {
     return strncmp(a, b, n) == 0 && a[n] == '/';
 }
 
+/*  The state.json file `name` of checkpoint folder against cfg and the run directory's logs.
+ *further when it does not verify and the folder was not named (the resume looks further). */
+static bt_status s_check_state(const bt_run_t *self, const char *folder, const char *name,
+                               const bt_run_config *cfg, bool named, bool *further) {
+    char *text = NULL, source[PATH_MAX + 96];
+    if (bt_ckpt_read_file(folder, name, (size_t)1 << 24, &text) != BT_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", bt_last_error());
+        *further = !named;
+        return named ? bt_fail(BT_EIO, "--resume %s: %s", folder, why) : BT_OK;
+    }
+    snprintf(source, sizeof source, "%s/%s", folder, name);
+    bt_run_state *st = malloc(sizeof *st);
+    bt_status rc = st ? bt_run_state_from_json(text, source, st) : BT_ENOMEM;
+    free(text);
+    char metrics[PATH_MAX], events[PATH_MAX];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", self->dir);
+    snprintf(events, sizeof events, "%s/events.jsonl", self->dir);
+    struct stat sb;
+    int64_t bytes = stat(metrics, &sb) == 0 ? (int64_t)sb.st_size : 0;
+    int64_t event_bytes = stat(events, &sb) == 0 ? (int64_t)sb.st_size : 0;
+    if (rc == BT_OK)
+        rc = bt_run_state_check(st, cfg, bytes, event_bytes, source);
+    free(st);
+    return rc;
+}
+
 /*  --resume: the checkpoint it will start from (the folder named, else the one LATEST names) holds
     a state.json this run can continue from.  A LATEST whose state.json does not verify is left to
     the resume, which falls back to an older checkpoint. */
@@ -393,27 +420,29 @@ static bt_status s_check_checkpoint(bt_run_t *self) {
     } else if (bt_ckpt_latest_named(self->dir, folder, sizeof folder) != BT_OK || !folder[0]) {
         return BT_OK; /* the resume looks further, or says there is none */
     }
-    char *text = NULL, source[PATH_MAX + 16], why[1024];
-    if (bt_ckpt_read_file(folder, "state.json", (size_t)1 << 24, &text) != BT_OK) {
-        snprintf(why, sizeof why, "%s", bt_last_error());
-        return named ? bt_fail(BT_EINVAL, "--resume %s: %s", folder, why) : BT_OK;
+    char why[1024];
+    bt_status rc = BT_OK;
+    bool further = false;
+    bt_run_config *variant = self->cfg.n_variants > 0 ? malloc(sizeof *variant) : NULL;
+    if (self->cfg.n_variants > 0 && !variant)
+        return bt_fail(BT_ENOMEM, "run: out of memory");
+    for (int k = 0;
+         rc == BT_OK && !further && k < (self->cfg.n_variants > 0 ? self->cfg.n_variants : 1);
+         k++) {
+        char name[BT_CONFIG_NAME_MAX + 16] = "state.json";
+        if (variant) { /* each policy's state.json in the folder of its name */
+            snprintf(name, sizeof name, "%s/state.json", self->cfg.variants[k].name);
+            rc = bt_config_variant(&self->cfg, k, variant);
+        }
+        if (rc == BT_OK)
+            rc = s_check_state(self, folder, name, variant ? variant : &self->cfg, named, &further);
     }
-    snprintf(source, sizeof source, "%s/state.json", folder);
-    bt_run_state *st = malloc(sizeof *st);
-    bt_status rc = st ? bt_run_state_from_json(text, source, st) : BT_ENOMEM;
-    free(text);
-    char metrics[PATH_MAX], events[PATH_MAX];
-    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", self->dir);
-    snprintf(events, sizeof events, "%s/events.jsonl", self->dir);
-    struct stat sb;
-    int64_t bytes = stat(metrics, &sb) == 0 ? (int64_t)sb.st_size : 0;
-    int64_t event_bytes = stat(events, &sb) == 0 ? (int64_t)sb.st_size : 0;
-    if (rc == BT_OK)
-        rc = bt_run_state_check(st, &self->cfg, bytes, event_bytes, source);
-    free(st);
+    free(variant);
+    if (further) /* a LATEST whose state.json does not verify: the resume looks further */
+        return BT_OK;
     if (rc != BT_OK) {
         snprintf(why, sizeof why, "%s", bt_last_error());
-        return bt_fail(BT_EINVAL, "--resume: %s", why);
+        return bt_fail(BT_EINVAL, rc == BT_EIO ? "%s" : "--resume: %s", why);
     }
     return BT_OK;
 }
@@ -497,8 +526,6 @@ bt_status bt_run_check(bt_run_t *self) {
         return bt_fail(BT_EINVAL,
                        "%s: no run to resume (no config.json, metrics.jsonl or events.jsonl)",
                        self->dir);
-    if (self->resume && self->cfg.n_variants > 0)
-        return bt_fail(BT_EINVAL, "run: --resume: runs with variants keep no checkpoints yet");
     self->n_changed = 0;
     if (self->resume) {
         BT_TRY(s_check_config_changes(self));
@@ -570,9 +597,9 @@ bt_status bt_run_start(bt_run_t *self) {
     }
     if (self->cfg.n_variants == 0)
         self->vcfg[0] = &self->cfg;
-    self->ctl = bt_controller_new(self->zmq_ctx, self->endpoint,
-                                  (const bt_run_config *const *)self->vcfg, n, self->config_json,
-                                  self->log);
+    self->ctl =
+        bt_controller_new(self->zmq_ctx, self->endpoint, (const bt_run_config *const *)self->vcfg,
+                          n, self->config_json, self->log);
     if (!self->ctl)
         return BT_EIO;
     bt_controller_set_progress(self->ctl, self->progress, self->progress_user);

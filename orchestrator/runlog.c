@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define BT_RUNLOG_TAG_MAX 160 /* `"variant":"NAME"`: a variant name and its key */
+
 struct bt_runlog {
     char dir[PATH_MAX];
     FILE *metrics, *events;
@@ -102,7 +104,6 @@ bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line) {
     return s_write(self->events, "events.jsonl", line);
 }
 
-
 /*  Cuts file (name: "metrics.jsonl" or "events.jsonl") back to size bytes, the end of a line. */
 static bt_status s_truncate(bt_runlog_t *self, FILE *f, const char *name, int64_t size) {
     int64_t now = s_size(f);
@@ -135,6 +136,37 @@ bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size) {
     return s_truncate(self, self->metrics, "metrics.jsonl", size);
 }
 
+bt_status bt_runlog_drop_metrics(bt_runlog_t *self, int64_t size, const char *variant) {
+    int64_t now = s_size(self->metrics);
+    if (size < 0 || size > now)
+        return s_truncate(self, self->metrics, "metrics.jsonl", size); /* says why */
+    size_t n = (size_t)(now - size);
+    char *tail = malloc(n + 1), tag[BT_RUNLOG_TAG_MAX];
+    if (!tail)
+        return bt_fail(BT_ENOMEM, "%s/metrics.jsonl: out of memory", self->dir);
+    snprintf(tag, sizeof tag, "\"variant\":\"%s\"", variant);
+    bt_status st =
+        n && pread(fileno(self->metrics), tail, n, (off_t)size) != (ssize_t)n
+            ? bt_fail(BT_EIO, "%s/metrics.jsonl: cannot read: %s", self->dir, strerror(errno))
+            : s_truncate(self, self->metrics, "metrics.jsonl", size);
+    tail[n] = '\0';
+    for (char *line = tail; st == BT_OK && line < tail + n;) {
+        char *end = memchr(line, '\n', (size_t)(tail + n - line));
+        size_t len = end ? (size_t)(end - line) + 1 : (size_t)(tail + n - line);
+        char keep = line[len - 1];
+        line[len - 1] = '\0'; /* the tag is looked for in this line alone */
+        bool drop = strstr(line, tag) != NULL;
+        line[len - 1] = keep;
+        if (!drop && fwrite(line, 1, len, self->metrics) != len)
+            st = bt_fail(BT_EIO, "%s/metrics.jsonl: write failed: %s", self->dir, strerror(errno));
+        line += len;
+    }
+    if (st == BT_OK && fflush(self->metrics) != 0)
+        st = bt_fail(BT_EIO, "%s/metrics.jsonl: write failed: %s", self->dir, strerror(errno));
+    free(tail);
+    return st;
+}
+
 int64_t bt_runlog_events_size(bt_runlog_t *self) {
     return s_size(self->events);
 }
@@ -151,10 +183,10 @@ bt_status bt_runlog_truncate_events(bt_runlog_t *self, int64_t size) {
     char *mine = malloc(n + 1);
     if (!mine)
         return bt_fail(BT_ENOMEM, "%s/events.jsonl: out of memory", self->dir);
-    bt_status st = n && pread(fileno(self->events), mine, n, (off_t)from) != (ssize_t)n
-                       ? bt_fail(BT_EIO, "%s/events.jsonl: cannot read: %s", self->dir,
-                                 strerror(errno))
-                       : s_truncate(self, self->events, "events.jsonl", size);
+    bt_status st =
+        n && pread(fileno(self->events), mine, n, (off_t)from) != (ssize_t)n
+            ? bt_fail(BT_EIO, "%s/events.jsonl: cannot read: %s", self->dir, strerror(errno))
+            : s_truncate(self, self->events, "events.jsonl", size);
     if (st == BT_OK && n && fwrite(mine, 1, n, self->events) != n)
         st = bt_fail(BT_EIO, "%s/events.jsonl: write failed: %s", self->dir, strerror(errno));
     if (st == BT_OK && fflush(self->events) != 0)

@@ -165,10 +165,12 @@ static bt_status s_get_mixture(const cJSON *t, bt_tuner *tu, const char *where) 
 
 char *bt_run_state_to_json(const bt_run_state *s) {
     cJSON *root = cJSON_CreateObject();
-    bool ok = s_put_fields(root, s_state, S_N(s_state), s) &&
-              (s->events_size < 0 ||
-               cJSON_AddNumberToObject(root, "events_size", (double)s->events_size)) &&
-              cJSON_AddNumberToObject(root, "format", 1) != NULL;
+    bool ok =
+        s_put_fields(root, s_state, S_N(s_state), s) &&
+        (s->events_size < 0 ||
+         cJSON_AddNumberToObject(root, "events_size", (double)s->events_size)) &&
+        (!isfinite(s->clip_high) || cJSON_AddNumberToObject(root, "clip_high", s->clip_high)) &&
+        cJSON_AddNumberToObject(root, "format", 1) != NULL;
     cJSON *triggers = ok ? cJSON_AddArrayToObject(root, "triggers") : NULL;
     cJSON *pending = ok ? cJSON_AddArrayToObject(root, "pending_evals") : NULL;
     ok = ok && triggers && pending;
@@ -282,6 +284,15 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
                          S_WIRE);
         out->events_size = (int64_t)x;
     }
+    const cJSON *clip = cJSON_GetObjectItemCaseSensitive(root, "clip_high"); /* absent before */
+    out->clip_high = NAN;
+    if (st == BT_OK && clip) {
+        double x = cJSON_IsNumber(clip) ? clip->valuedouble : -1;
+        if (!(x >= 0 && x <= BT_CONFIG_CLIP_MAX))
+            st = bt_fail(BT_EFORMAT, "%s.clip_high: expected a number in [0, %g]", source,
+                         (double)BT_CONFIG_CLIP_MAX);
+        out->clip_high = x;
+    }
     const cJSON *tuner = cJSON_GetObjectItemCaseSensitive(root, "tuner"); /* absent before it */
     out->has_tuner = st == BT_OK && tuner != NULL;
     if (out->has_tuner) {
@@ -327,4 +338,62 @@ bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg, in
                            source, logs[i].field, logs[i].file, (long long)logs[i].recorded,
                            (long long)logs[i].held);
     return BT_OK;
+}
+
+static const s_field s_population[] = {
+    S_F(bt_runstate_population, step, S_I64, 0, S_WIRE, false),
+    S_F(bt_runstate_population, pbt_step, S_I64, 0, S_WIRE, false),
+};
+
+char *bt_runstate_population_to_json(const bt_runstate_population *p) {
+    cJSON *root = cJSON_CreateObject();
+    bool ok = s_put_fields(root, s_population, S_N(s_population), p) &&
+              cJSON_AddNumberToObject(root, "format", 1) != NULL;
+    cJSON *list = ok ? cJSON_AddArrayToObject(root, "policies") : NULL;
+    for (int i = 0; list && ok && i < p->n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        ok = cJSON_AddItemToArray(list, e) &&
+             cJSON_AddStringToObject(e, "name", p->policies[i].name) &&
+             cJSON_AddBoolToObject(e, "stopped", p->policies[i].stopped) &&
+             cJSON_AddNumberToObject(e, "step", (double)p->policies[i].step);
+    }
+    char *text = ok && list ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return text;
+}
+
+bt_status bt_runstate_population_from_json(const char *text, const char *source,
+                                           bt_runstate_population *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_Parse(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return bt_fail(BT_EFORMAT, "%s: not a JSON object", source);
+    }
+    bt_status st = s_get_fields(root, s_population, S_N(s_population), out, source);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "policies");
+    if (st == BT_OK && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 ||
+                        cJSON_GetArraySize(list) > BT_CONFIG_MAX_VARIANTS))
+        st = bt_fail(BT_EFORMAT, "%s: policies: expected an array of 1 to %d policies", source,
+                     BT_CONFIG_MAX_VARIANTS);
+    for (const cJSON *e = st == BT_OK ? list->child : NULL; e && st == BT_OK; e = e->next) {
+        int i = out->n++;
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
+        const cJSON *stopped = cJSON_GetObjectItemCaseSensitive(e, "stopped");
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(e, "step");
+        double x = cJSON_IsNumber(step) ? step->valuedouble : -1;
+        if (!name || strlen(name) >= sizeof out->policies[i].name || !cJSON_IsBool(stopped) ||
+            !(x >= 0 && x <= S_WIRE && x == floor(x)))
+            st = bt_fail(BT_EFORMAT,
+                         "%s: policies[%d]: expected {\"name\": a name, \"stopped\": a boolean, "
+                         "\"step\": an integer >= 0}",
+                         source, i);
+        if (st != BT_OK)
+            break;
+        snprintf(out->policies[i].name, sizeof out->policies[i].name, "%s", name);
+        out->policies[i].stopped = cJSON_IsTrue(stopped);
+        out->policies[i].step = (int64_t)x;
+    }
+    cJSON_Delete(root);
+    return st;
 }

@@ -343,7 +343,13 @@ static void test_snapshot_rules(void) {
     CHECK(bt_ckpt_snapshot_step(s) == 7 && !bt_ckpt_snapshot_is_full(s));
     CHECK_OK(bt_ckpt_snapshot_add_text(s, "state.json", "{}"));
     CHECK(bt_ckpt_snapshot_add_text(s, "state.json", "{}") == BT_EINVAL); /* twice */
-    CHECK(bt_ckpt_snapshot_add_text(s, "a/b.json", "{}") == BT_EINVAL);
+    CHECK_OK(bt_ckpt_snapshot_add_text(s, "a/b.json", "{}")); /* one folder level: a variant's */
+    CHECK(bt_ckpt_snapshot_add_text(s, "a/b/c.json", "{}") == BT_EINVAL);
+    CHECK(bt_ckpt_snapshot_add_text(s, "/b.json", "{}") == BT_EINVAL);
+    CHECK(bt_ckpt_snapshot_add_text(s, "a/", "{}") == BT_EINVAL);
+    CHECK(bt_ckpt_snapshot_add_text(s, ".a/b.json", "{}") == BT_EINVAL);
+    CHECK(bt_ckpt_snapshot_add_text(s, "a/.b", "{}") == BT_EINVAL);
+    CHECK(bt_ckpt_snapshot_add_text(s, "../b.json", "{}") == BT_EINVAL);
     CHECK(bt_ckpt_snapshot_add_text(s, "MANIFEST", "x") == BT_EINVAL);
     CHECK(bt_ckpt_snapshot_add_text(s, ".hidden", "x") == BT_EINVAL);
     CHECK(bt_ckpt_snapshot_add_text(s, "two words", "x") == BT_EINVAL);
@@ -356,7 +362,7 @@ static void test_snapshot_rules(void) {
     CHECK(bt_ckpt_snapshot_add_tensors(s, "w.safetensors", &no_data, 1) == BT_EINVAL);
     CHECK_OK(bt_ckpt_snapshot_add_tensors(s, "w.safetensors", &t, 1));
     v[0] = 99; /* the snapshot holds a copy */
-    CHECK(bt_ckpt_snapshot_bytes(s) == 2 + sizeof v);
+    CHECK(bt_ckpt_snapshot_bytes(s) == 2 + 2 + sizeof v);
     char dir[64];
     s_tmpdir(dir);
     bt_ckpt_config cfg = s_config(dir, 1, 0);
@@ -369,6 +375,11 @@ static void test_snapshot_rules(void) {
         memcpy(back, e->data, sizeof back);
     CHECK(back[0] == 1 && back[1] == 2 && back[2] == 3);
     bt_safetensors_destroy(&st);
+    char *text = NULL; /* the file in a folder of the checkpoint, listed and verified */
+    CHECK_OK(bt_ckpt_verify(s_at(dir, 7, NULL)));
+    CHECK_OK(bt_ckpt_read_file(s_at(dir, 7, NULL), "a/b.json", 16, &text));
+    CHECK(text && strcmp(text, "{}") == 0);
+    free(text);
     bt_ckpt_snapshot_destroy(&s);
     bt_ckpt_snapshot_destroy(&s); /* idempotent */
     s_rm_rf(dir);

@@ -911,16 +911,6 @@ static void test_variants(void) {
          "arith.json: variants: expected an array of objects, got an object"},
         {nine, "arith.json: variants: expected at most 8 entries, got 9"},
         {seventeen, "arith.json: variants[0].set: expected at most 16 keys, got 17"},
-        /* what variants cannot share yet */
-        {"{\"checkpoint\": {\"full_every_steps\": 10}, \"variants\": [{\"name\": \"a\"}]}",
-         "arith.json: checkpoint.full_every_steps: checkpoints of a run with variants are not "
-         "supported yet, expected 0, got 10"},
-        {"{\"checkpoint\": {\"full_every_secs\": 0.5}, \"variants\": [{\"name\": \"a\"}]}",
-         "arith.json: checkpoint.full_every_secs: checkpoints of a run with variants are not "
-         "supported yet, expected 0, got 0.5"},
-        {"{\"checkpoint\": {\"light_every_steps\": 5}, \"variants\": [{\"name\": \"a\"}]}",
-         "arith.json: checkpoint.light_every_steps: checkpoints of a run with variants are not "
-         "supported yet, expected 0, got 5"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK(s_parse(cases[i].json, &base) == BT_EINVAL);

@@ -45,9 +45,10 @@ typedef struct bt_ckpt_snapshot bt_ckpt_snapshot_t;
 bt_ckpt_snapshot_t *bt_ckpt_snapshot_new(int64_t step, bool full);
 void bt_ckpt_snapshot_destroy(bt_ckpt_snapshot_t **self_p);
 
-/*  A file name is 1 to BT_CKPT_NAME_MAX - 1 bytes of letters, digits, '.', '_' and '-', does not
-    start with '.' and is not "MANIFEST"; tensor files, and only they, end in ".safetensors".
-    Each name may be added once. */
+/*  A file name is 1 to BT_CKPT_NAME_MAX - 1 bytes: a plain name (letters, digits, '.', '_' and
+    '-', not starting with '.', not "MANIFEST") or FOLDER/NAME, two plain names (a run with variants
+    keeps each policy's files in a folder of its name); tensor files, and only they, end in
+    ".safetensors".  Each name may be added once. */
 /*  Copies text (NUL-terminated) to be written as the file name ("config.json", "state.json", a
     tokenizer file).  BT_EINVAL for a bad or repeated name, BT_ERANGE past BT_CKPT_MAX_FILES,
     BT_ENOMEM. */

@@ -34,6 +34,11 @@ int64_t bt_runlog_metrics_size(bt_runlog_t *self);
     size bytes, which ftruncate would pad with NUL bytes) and never cuts a line in two (BT_EINVAL
     when byte size - 1 is not a newline); the message says what to do. */
 bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size);
+/*  Removes the lines of metrics.jsonl after byte size that name variant (`"variant":"NAME"`),
+    keeping the others in their order: one policy of a run with variants goes back to a snapshot
+    and writes its lines of the steps since again while the others' stay.  Errors as
+    bt_runlog_truncate_metrics. */
+bt_status bt_runlog_drop_metrics(bt_runlog_t *self, int64_t size, const char *variant);
 /*  The same for events.jsonl: a resume cuts it back to the checkpoint too, so the events of the
     steps after it, written before the run stopped, are not written twice.  Only what earlier
     invocations wrote is cut: this one's events so far (workers joining, checkpoints passed over)

@@ -40,6 +40,8 @@ typedef struct bt_run_state {
     double loss_ema;      /* |loss| EMA for spike detection, over loss_n steps */
     int64_t loss_n;
     double tokens; /* completion tokens sampled so far */
+    double clip_high; /* the ratio's upper clip the next updates use (PBT may have moved it); NaN
+                         in a state.json from before it: the config's */
     int32_t n_triggers;
     bt_trigger triggers[BT_EVAL_MAX_DATASETS];
     int32_t n_pending;
@@ -63,6 +65,25 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
     saying what is wrong and what to do. */
 bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg,
                              int64_t metrics_bytes, int64_t events_bytes, const char *source);
+
+/*  A run with variants: the population's part of a checkpoint (population.json), beside each
+    policy's state.json in a folder of its name.  Every policy stands at step when it is taken. */
+typedef struct bt_runstate_population {
+    int64_t step;     /* GRPO steps every live policy had done */
+    int64_t pbt_step; /* the step of the last PBT round (0: none) */
+    int32_t n;        /* policies, in the config's order */
+    struct {
+        char name[BT_CONFIG_NAME_MAX];
+        bool stopped; /* stopped early (scaling.stop_margin): no folder of its own */
+        int64_t step; /* its steps done (where it stopped) */
+    } policies[BT_CONFIG_MAX_VARIANTS];
+} bt_runstate_population;
+
+/*  JSON text of p; caller frees; NULL when out of memory. */
+char *bt_runstate_population_to_json(const bt_runstate_population *p);
+/*  Parses population.json; BT_EFORMAT naming source and the field that is missing or wrong. */
+bt_status bt_runstate_population_from_json(const char *text, const char *source,
+                                           bt_runstate_population *out);
 
 #ifdef __cplusplus
 }
