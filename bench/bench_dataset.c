@@ -4,9 +4,9 @@
       page cache, as the opens below read it);
     - scan_s: an index build with no record check (lines and offsets only); like the first open,
       on one thread per CPU (cpus), at most 8;
-    - first_open_s: bt_task_new_jsonl with no saved index: the index built, every record checked
+    - first_open_s: bt_source_new_jsonl with no saved index: the index built, every record checked
       (exact verifier), the index saved; first_open_vs_read = first_open_s / read_s;
-    - second_open_s: bt_task_new_jsonl again, which maps the saved index;
+    - second_open_s: bt_source_new_jsonl again, which maps the saved index;
     - fetch_us: the mean time of one of 10,000 random training examples (parsed on access);
     - RSS (/proc/self/statm) before opening, after each open and after the fetches, and the index
       size.
@@ -20,7 +20,7 @@
     Usage: bench_dataset (BATON_BENCH_LINES: the line count) */
 #define _DEFAULT_SOURCE /* setenv */
 #include "baton/dataset.h"
-#include "baton/tasks.h"
+#include "baton/source.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -115,38 +115,39 @@ int main(void) {
         scan_s = fmin(scan_s, bt_now() - t0);
         bt_dataset_destroy(&ds);
     }
-    bt_task_jsonl_config cfg = {.train_path = path, .verifier = BT_TASK_VERIFY_EXACT, .seed = 1};
-    bt_task_t *task = NULL;
+    bt_source_jsonl_config cfg = {
+        .train_path = path, .verifier = BT_SOURCE_VERIFY_EXACT, .seed = 1};
+    bt_source_t *task = NULL;
     for (int r = 0; r < REPS && st == BT_OK; r++) { /* no index: build, check, save */
         unlink(index);
         t0 = bt_now();
-        st = bt_task_new_jsonl(&cfg, &task);
+        st = bt_source_new_jsonl(&cfg, &task);
         first_s = fmin(first_s, bt_now() - t0);
         rss_first = fmax(rss_first, s_rss_mb());
-        bt_task_destroy(&task);
+        bt_source_destroy(&task);
     }
     for (int r = 0; r < REPS && st == BT_OK; r++) { /* the saved index */
-        bt_task_destroy(&task);
+        bt_source_destroy(&task);
         t0 = bt_now();
-        st = bt_task_new_jsonl(&cfg, &task);
+        st = bt_source_new_jsonl(&cfg, &task);
         second_s = fmin(second_s, bt_now() - t0);
         rss_second = s_rss_mb();
     }
     if (st == BT_OK) {
         enum { FETCHES = 10000 };
-        bt_task_example ex;
-        bt_task_example_init(&ex);
-        uint64_t state = 7, n = bt_task_epoch_size(task);
+        bt_source_example ex;
+        bt_source_example_init(&ex);
+        uint64_t state = 7, n = bt_source_epoch_size(task);
         t0 = bt_now();
         for (int i = 0; i < FETCHES && st == BT_OK; i++) {
             state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-            st = bt_task_train_example(task, (state >> 11) % (4 * n), &ex);
+            st = bt_source_train_example(task, (state >> 11) % (4 * n), &ex);
         }
         fetch_us = (bt_now() - t0) / FETCHES * 1e6;
         rss_fetch = s_rss_mb();
-        bt_task_example_release(&ex);
+        bt_source_example_release(&ex);
     }
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
     struct stat is;
     double index_mb = stat(index, &is) == 0 ? (double)is.st_size / (1 << 20) : 0.0;
     if (st != BT_OK)

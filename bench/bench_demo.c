@@ -4,17 +4,18 @@
     {"bench":"demo","phase","step","accuracy","reward_mean","elapsed_s"} and a final summary.
     Settings: the table below; each can be overridden by BATON_DEMO_<NAME> (e.g.
     BATON_DEMO_SEED=2).  For tuning: BATON_DEMO_SAVE_SFT=DIR saves the model after the warm start,
-    BATON_DEMO_LOAD=DIR starts GRPO from a saved model (no warm start).  Threads: BATON_THREADS, else libtorch's default (1 here). */
+    BATON_DEMO_LOAD=DIR starts GRPO from a saved model (no warm start).  Threads: BATON_THREADS,
+   else libtorch's default (1 here). */
 #define _POSIX_C_SOURCE 200809L
+#include "../tests/grpo_reference.h"
 #include "baton/evaluator.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/rollout.h"
-#include "baton/tasks.h"
+#include "baton/source.h"
 #include "baton/tensor.h"
 #include "baton/tokenizer.h"
 #include "baton/trainer.h"
-#include "../tests/grpo_reference.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -76,22 +77,23 @@ static s_settings s_set = {
     .verbose = 0,
 };
 
-#define S_FIELD(name) {#name, &s_set.name}
+#define S_FIELD(name)                                                                              \
+    { #name, &s_set.name }
 static const struct {
     const char *name;
     double *value;
 } s_fields[] = {
-    S_FIELD(seed),          S_FIELD(hidden),           S_FIELD(intermediate),
-    S_FIELD(layers),        S_FIELD(heads),            S_FIELD(kv_heads),
-    S_FIELD(digits),        S_FIELD(sft_steps),        S_FIELD(sft_batch),
-    S_FIELD(sft_lr),        S_FIELD(sft_warmup),       S_FIELD(sft_stop_acc),
-    S_FIELD(sft_eval_every), S_FIELD(rl_steps),        S_FIELD(prompts_per_step),
-    S_FIELD(group_size),    S_FIELD(temperature),      S_FIELD(max_new_tokens),
-    S_FIELD(rl_lr),         S_FIELD(kl_coef),          S_FIELD(clip_low),
-    S_FIELD(clip_high),     S_FIELD(drop_zero_var),    S_FIELD(micro_batch),
-    S_FIELD(max_grad_norm), S_FIELD(weight_decay),     S_FIELD(eval_count),
-    S_FIELD(eval_every),    S_FIELD(verbose),          S_FIELD(beta2),
-    S_FIELD(adv_norm_std),  S_FIELD(rl_warmup),        S_FIELD(rl_min_lr),
+    S_FIELD(seed),           S_FIELD(hidden),        S_FIELD(intermediate),
+    S_FIELD(layers),         S_FIELD(heads),         S_FIELD(kv_heads),
+    S_FIELD(digits),         S_FIELD(sft_steps),     S_FIELD(sft_batch),
+    S_FIELD(sft_lr),         S_FIELD(sft_warmup),    S_FIELD(sft_stop_acc),
+    S_FIELD(sft_eval_every), S_FIELD(rl_steps),      S_FIELD(prompts_per_step),
+    S_FIELD(group_size),     S_FIELD(temperature),   S_FIELD(max_new_tokens),
+    S_FIELD(rl_lr),          S_FIELD(kl_coef),       S_FIELD(clip_low),
+    S_FIELD(clip_high),      S_FIELD(drop_zero_var), S_FIELD(micro_batch),
+    S_FIELD(max_grad_norm),  S_FIELD(weight_decay),  S_FIELD(eval_count),
+    S_FIELD(eval_every),     S_FIELD(verbose),       S_FIELD(beta2),
+    S_FIELD(adv_norm_std),   S_FIELD(rl_warmup),     S_FIELD(rl_min_lr),
     S_FIELD(beta1),
 };
 
@@ -128,9 +130,9 @@ static double s_t0, s_compute; /* start of the run; seconds spent in model calls
 
 typedef struct s_demo {
     bt_tokenizer_t *tok;
-    bt_task_t *task;
+    bt_source_t *task;
     bt_trainer_t *trainer;
-    uint64_t seed;   /* rollout step r's TASK seed: (seed + r) << BT_TASK_SEED_JOB_BITS */
+    uint64_t seed;   /* rollout step r's TASK seed: (seed + r) << BT_JOB_SEED_BITS */
     uint64_t cursor; /* next training-stream index */
 } s_demo;
 
@@ -157,9 +159,8 @@ static double s_eval(s_demo *d, const char *phase, int step, double *reward_mean
 
 /*  Supervised warm start; returns its steps. */
 static int s_sft(s_demo *d) {
-    bt_lr_schedule lr = {.kind = BT_LR_WARMUP_LINEAR,
-                         .lr = s_set.sft_lr,
-                         .warmup_steps = (int64_t)s_set.sft_warmup};
+    bt_lr_schedule lr = {
+        .kind = BT_LR_WARMUP_LINEAR, .lr = s_set.sft_lr, .warmup_steps = (int64_t)s_set.sft_warmup};
     int n = (int)s_set.sft_batch, step = 0;
     uint64_t *idx = malloc((size_t)n * sizeof *idx);
     bt_rollout_batch b;
@@ -176,8 +177,8 @@ static int s_sft(s_demo *d) {
         s_compute += bt_now() - t;
         step++;
         if (s_set.verbose)
-            printf("{\"bench\":\"demo\",\"phase\":\"sft_train\",\"step\":%d,\"loss\":%.4f}\n",
-                   step, st.loss);
+            printf("{\"bench\":\"demo\",\"phase\":\"sft_train\",\"step\":%d,\"loss\":%.4f}\n", step,
+                   st.loss);
         if (s_set.sft_stop_acc > 0 && step % (int)s_set.sft_eval_every == 0 &&
             s_eval(d, "sft", step, &reward) >= s_set.sft_stop_acc)
             break;
@@ -226,12 +227,12 @@ int main(void) {
     uint64_t seed = (uint64_t)s_set.seed;
 
     s_demo d = {.tok = bt_tokenizer_new_bytes()};
-    bt_task_arith_config tc;
-    bt_task_arith_config_init(&tc);
+    bt_source_arith_config tc;
+    bt_source_arith_config_init(&tc);
     tc.seed = seed;
     tc.digits = (int)s_set.digits;
     tc.operators = "+";
-    if (bt_task_new_arith(&tc, &d.task) != BT_OK)
+    if (bt_source_new_arith(&tc, &d.task) != BT_OK)
         s_die("task");
 
     bt_model_config mc;
@@ -298,9 +299,8 @@ int main(void) {
             idx[i] = d.cursor++;
         double t = bt_now();
         bt_model *policy = bt_trainer_policy(d.trainer);
-        if (bt_rollout_sample(policy, d.tok, d.task, idx, P, &rc,
-                              bt_trainer_version(d.trainer),
-                              (d.seed + (uint64_t)step) << BT_TASK_SEED_JOB_BITS, &b) != BT_OK)
+        if (bt_rollout_sample(policy, d.tok, d.task, idx, P, &rc, bt_trainer_version(d.trainer),
+                              (d.seed + (uint64_t)step) << BT_JOB_SEED_BITS, &b) != BT_OK)
             s_die("rollout");
         double t_roll = bt_now() - t, rmean = 0;
         for (int64_t c = 0; c < b.n; c++)
@@ -332,7 +332,7 @@ int main(void) {
     free(idx);
     free(adv);
     bt_trainer_destroy(&d.trainer);
-    bt_task_destroy(&d.task);
+    bt_source_destroy(&d.task);
     bt_tokenizer_destroy(&d.tok);
     return 0;
 }

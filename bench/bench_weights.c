@@ -9,9 +9,9 @@
     warm-up, as is memcpy's.  Target: ratio = tcp / memcpy >= 0.25.  Prints one JSON line; rates
     in GB/s (10^9 bytes per second).  Environment: BATON_BENCH_MB (default 100, in MiB). */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/msg.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
-#include "baton/wire.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -97,7 +97,7 @@ static int s_gate(const bt_harness_result *r, const char *baseline, double max_d
 }
 
 static int s_eval(const s_args *a, double max_drop) {
-    bt_run_config cfg;
+    bt_config cfg;
     if (bt_config_load(a->config, a->sets, a->n_sets, &cfg) != BT_OK ||
         bt_config_check_files(&cfg, a->config) != BT_OK) {
         fprintf(stderr, "baton: %s\n", bt_last_error());

@@ -1,6 +1,6 @@
 /*  config.c — the run config.  One table of keys drives the defaults, the parser, the range checks
     and the resolved-config writer; cross-field checks reuse the validators of model.h and grpo.h.
-    cJSON stays in this file: parse, check, copy into bt_run_config, delete. */
+    cJSON stays in this file: parse, check, copy into bt_config, delete. */
 #include "baton/config.h"
 
 #include "baton/buf.h"
@@ -25,7 +25,7 @@ enum { S_LO_OPEN = 1, S_HI_OPEN = 2 };
 typedef struct s_key {
     const char *path;
     s_type type;
-    size_t offset, size; /* the field in bt_run_config */
+    size_t offset, size; /* the field in bt_config */
     double def;          /* S_INT, S_NUM, S_BOOL, S_ENUM (a value); NAN: bt_model_config_init's */
     const char *def_str; /* S_STR */
     double lo, hi;       /* S_INT, S_NUM: the allowed range */
@@ -54,8 +54,8 @@ static bool s_is_operators(const char *s) {
     return n > 0;
 }
 
-static const char *const s_pbt_key_names[BT_PBT_KEY_COUNT] = {
-    "grpo.lr", "grpo.kl_coef", "grpo.temperature", "grpo.clip_high"};
+static const char *const s_pbt_key_names[BT_PBT_KEY_COUNT] = {"grpo.lr", "grpo.kl_coef",
+                                                              "grpo.temperature", "grpo.clip_high"};
 
 const char *bt_pbt_key_name(bt_pbt_key key) {
     return key >= 0 && key < BT_PBT_KEY_COUNT ? s_pbt_key_names[key] : "?";
@@ -113,7 +113,7 @@ static const char *const s_tuner_modes[] = {"max", "min", NULL};
 static const char *const s_precisions[] = {"float32", "bf16", NULL};
 static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", NULL};
 
-#define S_FIELD(f) .offset = offsetof(bt_run_config, f), .size = sizeof(((bt_run_config *)0)->f)
+#define S_FIELD(f) .offset = offsetof(bt_config, f), .size = sizeof(((bt_config *)0)->f)
 #define S_INT_KEY(p, f, d, l, h)                                                                   \
     { .path = p, .type = S_INT, S_FIELD(f), .def = d, .lo = l, .hi = h }
 #define S_NUM_KEY(p, f, d, l, h, o)                                                                \
@@ -174,7 +174,7 @@ static const s_key s_keys[] = {
     S_STR_KEY("task.chat_template", task.chat_template, "", NULL, NULL),
     S_STR_KEY("task.system_prompt", task.system_prompt, "", NULL, NULL),
     S_STR_KEY("task.eval", task.eval, "", NULL, NULL),
-    S_ENUM_KEY("task.verifier", task.verifier, BT_TASK_VERIFY_EXACT, s_verifiers),
+    S_ENUM_KEY("task.verifier", task.verifier, BT_SOURCE_VERIFY_EXACT, s_verifiers),
     S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
 
     S_STR_KEY("reward.service", reward.service, "", s_is_endpoint,
@@ -390,7 +390,7 @@ const char *bt_config_key(int i) {
     return i >= 0 && i < S_NKEYS ? s_keys[i].path : NULL;
 }
 
-static cJSON *s_to_item(const s_key *k, const bt_run_config *cfg);
+static cJSON *s_to_item(const s_key *k, const bt_config *cfg);
 
 static const s_key *s_find(const char *path) {
     for (int i = 0; i < S_NKEYS; i++)
@@ -451,15 +451,15 @@ static void s_range_text(const s_key *k, char *buf, size_t len) {
         snprintf(buf, len, "%s", noun);
 }
 
-static void *s_field(const s_key *k, bt_run_config *cfg) {
+static void *s_field(const s_key *k, bt_config *cfg) {
     return (char *)cfg + k->offset;
 }
-static const void *s_cfield(const s_key *k, const bt_run_config *cfg) {
+static const void *s_cfield(const s_key *k, const bt_config *cfg) {
     return (const char *)cfg + k->offset;
 }
 
 /*  Stores a value already checked against k (an enum as its index). */
-static void s_store(const s_key *k, bt_run_config *cfg, double x) {
+static void s_store(const s_key *k, bt_config *cfg, double x) {
     void *p = s_field(k, cfg);
     if (k->type == S_INT)
         *(int64_t *)p = (int64_t)x;
@@ -474,7 +474,7 @@ static void s_store(const s_key *k, bt_run_config *cfg, double x) {
 }
 
 /*  Checks v against k and stores it; errors start with where ("SOURCE: key.path"). */
-static bt_status s_set(const s_key *k, const cJSON *v, const char *where, bt_run_config *cfg) {
+static bt_status s_set(const s_key *k, const cJSON *v, const char *where, bt_config *cfg) {
     char what[160];
     if (k->type == S_BOOL) {
         if (!cJSON_IsBool(v))
@@ -583,7 +583,7 @@ static bool s_is_duplicate(const cJSON *object, const cJSON *item) {
     return cJSON_GetObjectItemCaseSensitive(object, item->string) != item;
 }
 
-/*  k, moved to an array entry at base bytes into bt_run_config. */
+/*  k, moved to an array entry at base bytes into bt_config. */
 static s_key s_at(const s_key *k, size_t base) {
     s_key moved = *k;
     moved.offset += base;
@@ -591,7 +591,7 @@ static s_key s_at(const s_key *k, size_t base) {
 }
 
 /*  Every field of an array entry at its default. */
-static void s_entry_init(const s_key *keys, int n, size_t base, bt_run_config *cfg) {
+static void s_entry_init(const s_key *keys, int n, size_t base, bt_config *cfg) {
     for (int i = 0; i < n; i++) {
         s_key k = s_at(&keys[i], base);
         if (k.type == S_STR)
@@ -604,7 +604,7 @@ static void s_entry_init(const s_key *keys, int n, size_t base, bt_run_config *c
 /*  eval.datasets or eval.probes: an array of objects whose keys come from keys[]. */
 static bt_status s_apply_array(const cJSON *arr, const char *src, const char *path,
                                const s_key *keys, int n_keys, size_t base, size_t stride, int max,
-                               int *count, bt_run_config *cfg) {
+                               int *count, bt_config *cfg) {
     char where[256];
     snprintf(where, sizeof where, "%s: %s", src, path);
     if (!cJSON_IsArray(arr))
@@ -637,22 +637,22 @@ static bt_status s_apply_array(const cJSON *arr, const char *src, const char *pa
     return BT_OK;
 }
 
-static bt_status s_apply_eval_array(const cJSON *item, const char *src, bt_run_config *cfg) {
+static bt_status s_apply_eval_array(const cJSON *item, const char *src, bt_config *cfg) {
     if (strcmp(item->string, "datasets") == 0)
         return s_apply_array(item, src, "eval.datasets", s_dataset_keys, S_NDATASET_KEYS,
-                             offsetof(bt_run_config, eval.datasets), sizeof(bt_eval_dataset),
+                             offsetof(bt_config, eval.datasets), sizeof(bt_eval_dataset),
                              BT_EVAL_MAX_DATASETS, &cfg->eval.n_datasets, cfg);
     return s_apply_array(item, src, "eval.probes", s_probe_keys, S_NPROBE_KEYS,
-                         offsetof(bt_run_config, eval.probes), sizeof(bt_eval_probe),
+                         offsetof(bt_config, eval.probes), sizeof(bt_eval_probe),
                          BT_EVAL_MAX_PROBES, &cfg->eval.n_probes, cfg);
 }
 
-static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_config *cfg);
+static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_config *cfg);
 
 /*  The members of obj, the section or subsection at prefix ("grpo", "tuner.kl"): keys, or objects
     holding the keys of a subsection. */
 static bt_status s_apply_section(const cJSON *obj, const char *prefix, const char *src,
-                                 bt_run_config *cfg) {
+                                 bt_config *cfg) {
     char where[256], path[128];
     for (const cJSON *item = obj->child; item; item = item->next) {
         snprintf(path, sizeof path, "%s.%s", prefix, item->string);
@@ -694,7 +694,7 @@ static bool s_is_variant_key(const char *path) {
 /*  Checks that item suits key k as the file gives it ("50" is no integer) without changing cfg,
     then stores "path=value" (the value as --set reads it back) in sets[*n_sets]. */
 static bt_status s_store_set(const s_key *k, const cJSON *item, const char *path, const char *where,
-                             bt_run_config *cfg, char (*sets)[BT_CONFIG_SET_MAX], int *n_sets) {
+                             bt_config *cfg, char (*sets)[BT_CONFIG_SET_MAX], int *n_sets) {
     char saved[BT_CONFIG_PATH_MAX];
     BT_ASSERT(k->size <= sizeof saved);
     memcpy(saved, s_cfield(k, cfg), k->size);
@@ -743,8 +743,7 @@ static bt_status s_store_sources(const cJSON *item, const char *where, bt_config
 
 /*  Variant e's `set` object: each member a key a variant may set and a value the key takes,
     stored as "key.path=value" with the value as --set reads it back. */
-static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
-                                      bt_run_config *cfg) {
+static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e, bt_config *cfg) {
     char where[256];
     bt_config_variant_spec *v = &cfg->variants[e];
     snprintf(where, sizeof where, "%s: variants[%d].set", src, e);
@@ -777,7 +776,7 @@ static bt_status s_apply_variant_sets(const cJSON *set, const char *src, int e,
 }
 
 /*  A "name" member of an array entry (a variant, a data source) into field, inside cfg. */
-static bt_status s_set_name(bt_run_config *cfg, char *field, size_t size, const cJSON *item,
+static bt_status s_set_name(bt_config *cfg, char *field, size_t size, const cJSON *item,
                             const char *where) {
     s_key k = {.path = "name",
                .type = S_STR,
@@ -817,7 +816,7 @@ static const char *s_source_key(const char *set) {
 }
 
 /*  data.sources: objects with a unique "name", a "weight" and task keys (s_source_keys). */
-static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_config *cfg) {
+static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_config *cfg) {
     char where[256];
     snprintf(where, sizeof where, "%s: data.sources", src);
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) < 1)
@@ -878,7 +877,7 @@ static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_run_confi
 }
 
 /*  The top-level `variants` array: objects with a unique "name" and an optional "set". */
-static bt_status s_apply_variants(const cJSON *arr, const char *src, bt_run_config *cfg) {
+static bt_status s_apply_variants(const cJSON *arr, const char *src, bt_config *cfg) {
     char where[256];
     snprintf(where, sizeof where, "%s: variants", src);
     if (!cJSON_IsArray(arr))
@@ -919,7 +918,7 @@ static bt_status s_apply_variants(const cJSON *arr, const char *src, bt_run_conf
     return BT_OK;
 }
 
-static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config *cfg) {
+static bt_status s_apply_json(const cJSON *root, const char *src, bt_config *cfg) {
     char where[256];
     if (!cJSON_IsObject(root))
         return s_expected(src, "an object at the top level", root);
@@ -942,7 +941,7 @@ static bt_status s_apply_json(const cJSON *root, const char *src, bt_run_config 
 }
 
 /*  "key.path=value" as --set gives it; errors start with where ("--set key.path=value"). */
-static bt_status s_apply_override(const char *text, const char *where, bt_run_config *cfg) {
+static bt_status s_apply_override(const char *text, const char *where, bt_config *cfg) {
     char path[128];
     const char *eq = strchr(text, '=');
     if (!eq)
@@ -978,7 +977,7 @@ static bt_status s_reraise(const char *src, const char *prefix, const char *stri
 }
 
 /*  Fills a dataset's unset fields from the flat eval.* keys and checks it. */
-static bt_status s_check_dataset(bt_run_config *cfg, int i, const char *src) {
+static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
     bt_eval_dataset *d = &cfg->eval.datasets[i];
     char where[256];
     snprintf(where, sizeof where, "%s: eval.datasets[%d]", src, i);
@@ -1048,7 +1047,7 @@ static bt_status s_check_dataset(bt_run_config *cfg, int i, const char *src) {
     return BT_OK;
 }
 
-static bt_status s_check_eval(bt_run_config *cfg, const char *src) {
+static bt_status s_check_eval(bt_config *cfg, const char *src) {
     for (int i = 0; i < cfg->eval.n_probes; i++) {
         bt_eval_probe *p = &cfg->eval.probes[i];
         bool target = p->prompt[0] || p->target[0], pair = p->better[0] || p->worse[0];
@@ -1068,7 +1067,7 @@ static bt_status s_check_eval(bt_run_config *cfg, const char *src) {
     bool probes = false;
     for (int i = 0; i < cfg->eval.n_datasets; i++)
         probes |= cfg->eval.datasets[i].kind == BT_EVAL_PROBES;
-    size_t base = offsetof(bt_run_config, eval.datasets);
+    size_t base = offsetof(bt_config, eval.datasets);
     if (cfg->eval.n_datasets == 0 && cfg->data.n_sources == 0) { /* the flat keys: one dataset */
         s_entry_init(s_dataset_keys, S_NDATASET_KEYS, base, cfg);
         snprintf(cfg->eval.datasets[0].name, BT_EVAL_NAME_MAX, "heldout");
@@ -1107,7 +1106,7 @@ static bt_status s_check_eval(bt_run_config *cfg, const char *src) {
 }
 
 /*  Resolves tuner.lr_plateau.dataset "" to the first dataset, then checks the enabled rules. */
-static bt_status s_check_tuner(bt_run_config *cfg, const char *src) {
+static bt_status s_check_tuner(bt_config *cfg, const char *src) {
     bt_tuner_plateau_config *pl = &cfg->tuner.lr_plateau;
     if (!pl->dataset[0])
         snprintf(pl->dataset, sizeof pl->dataset, "%s", cfg->eval.datasets[0].name);
@@ -1128,7 +1127,7 @@ static bt_status s_check_tuner(bt_run_config *cfg, const char *src) {
 
 /*  Resolves scaling.dataset "" to the first perplexity dataset; with scaling on, it must name one.
  */
-static bt_status s_check_scaling(bt_run_config *cfg, const char *src) {
+static bt_status s_check_scaling(bt_config *cfg, const char *src) {
     char *name = cfg->scaling.dataset;
     bool found = false;
     for (int i = 0; i < cfg->eval.n_datasets && !found; i++) {
@@ -1147,10 +1146,10 @@ static bt_status s_check_scaling(bt_run_config *cfg, const char *src) {
 }
 
 /*  Checks between keys, then resolves the 0 = "follow another key" values. */
-bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out);
+bt_status bt_config_source(const bt_config *cfg, int k, bt_config *out);
 
 /*  Every source resolves to a valid single-task config; data.epoch_source names one. */
-static bt_status s_check_sources(const bt_run_config *cfg, const char *src) {
+static bt_status s_check_sources(const bt_config *cfg, const char *src) {
     if (cfg->data.n_sources == 0) {
         if (cfg->data.epoch_source[0])
             return bt_fail(BT_EINVAL,
@@ -1167,7 +1166,7 @@ static bt_status s_check_sources(const bt_run_config *cfg, const char *src) {
                        "%s: data.epoch_source: expected the name of a data.sources entry, "
                        "got \"%s\"",
                        src, cfg->data.epoch_source);
-    bt_run_config *one = malloc(sizeof *one);
+    bt_config *one = malloc(sizeof *one);
     if (!one)
         return bt_fail(BT_ENOMEM, "%s: out of memory", src);
     bt_status st = BT_OK;
@@ -1180,7 +1179,7 @@ static bt_status s_check_sources(const bt_run_config *cfg, const char *src) {
     return st;
 }
 
-static bt_status s_check(bt_run_config *cfg, const char *src) {
+static bt_status s_check(bt_config *cfg, const char *src) {
     if (cfg->model.num_key_value_heads == 0) /* Hugging Face: unset means full attention */
         cfg->model.num_key_value_heads = cfg->model.num_attention_heads;
     if (bt_model_config_validate(&cfg->model) != BT_OK)
@@ -1267,7 +1266,7 @@ static bt_status s_check(bt_run_config *cfg, const char *src) {
 /*  The longest prompt, in tokens, that a one-task config's task makes, where that is known without
     reading a file: an arithmetic problem "A+B=" of two `digits`-digit operands after the BOS
     (tokens are bytes or longer); any other prompt holds at least one token. */
-static int64_t s_longest_prompt(const bt_run_config *one) {
+static int64_t s_longest_prompt(const bt_config *one) {
     return one->task.kind == BT_CONFIG_TASK_ARITHMETIC ? 2 * one->task.digits + 3 : 1;
 }
 
@@ -1285,9 +1284,9 @@ static bt_status s_check_room(const char *src, const char *key, int64_t max_new,
 /*  Prompt and completion fit the model's context (ctx tokens, named ctx_what): the longest
     training prompt with grpo.max_new_tokens, each generate dataset's longest prompt with its
     max_new_tokens.  The workers refuse a longer sequence (bt_generate, the trainer). */
-static bt_status s_check_context(const bt_run_config *cfg, int64_t ctx, const char *ctx_what,
+static bt_status s_check_context(const bt_config *cfg, int64_t ctx, const char *ctx_what,
                                  const char *src) {
-    bt_run_config *one = malloc(sizeof *one);
+    bt_config *one = malloc(sizeof *one);
     if (!one)
         return bt_fail(BT_ENOMEM, "%s: out of memory", src);
     int64_t prompt[BT_CONFIG_MAX_SOURCES], longest = 1;
@@ -1315,10 +1314,10 @@ static bt_status s_check_context(const bt_run_config *cfg, int64_t ctx, const ch
 }
 
 /*  With variants: each variant's config. */
-static bt_status s_check_variants(const bt_run_config *cfg, const char *src) {
+static bt_status s_check_variants(const bt_config *cfg, const char *src) {
     if (cfg->n_variants == 0)
         return BT_OK;
-    bt_run_config *variant = malloc(sizeof *variant);
+    bt_config *variant = malloc(sizeof *variant);
     if (!variant)
         return bt_fail(BT_ENOMEM, "%s: variants: out of memory", src);
     bt_status st = BT_OK;
@@ -1334,8 +1333,8 @@ static bt_status s_check_variants(const bt_run_config *cfg, const char *src) {
     return st;
 }
 
-void bt_config_init(bt_run_config *cfg) {
-    bt_run_config hf; /* only .model is set: the model defaults */
+void bt_config_init(bt_config *cfg) {
+    bt_config hf; /* only .model is set: the model defaults */
     bt_model_config_init(&hf.model);
     memset(cfg, 0, sizeof *cfg); /* field by field below, so padding stays zero */
     for (int i = 0; i < S_NKEYS; i++) {
@@ -1350,7 +1349,7 @@ void bt_config_init(bt_run_config *cfg) {
 }
 
 bt_status bt_config_parse(const char *json_text, const char *source, const char *const *overrides,
-                          int n_overrides, bt_run_config *out) {
+                          int n_overrides, bt_config *out) {
     bt_config_init(out);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(json_text, &end, true);
@@ -1378,7 +1377,7 @@ bt_status bt_config_parse(const char *json_text, const char *source, const char 
     return st == BT_OK ? s_check_variants(out, source) : st;
 }
 
-bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out) {
+bt_status bt_config_variant(const bt_config *base, int k, bt_config *out) {
     BT_ASSERT(k >= 0 && k < base->n_variants);
     *out = *base;
     const bt_config_variant_spec *v = &base->variants[k];
@@ -1409,7 +1408,7 @@ bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out
 
 /* ---- comparing ------------------------------------------------------------------------------ */
 
-int bt_config_diff(const bt_run_config *a, const bt_run_config *b, const char **keys, int max) {
+int bt_config_diff(const bt_config *a, const bt_config *b, const char **keys, int max) {
     int n = 0;
     for (int i = 0; i < S_NKEYS; i++)
         if (memcmp(s_cfield(&s_keys[i], a), s_cfield(&s_keys[i], b), s_keys[i].size) != 0) {
@@ -1443,7 +1442,7 @@ int bt_config_diff(const bt_run_config *a, const bt_run_config *b, const char **
     return n;
 }
 
-bool bt_config_value_text(const bt_run_config *cfg, const char *path, char *buf, size_t len) {
+bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, size_t len) {
     const s_key *k = s_find(path);
     cJSON *item = k ? s_to_item(k, cfg) : NULL;
     char *text = item ? cJSON_PrintUnformatted(item) : NULL;
@@ -1470,8 +1469,7 @@ static const char *const s_warm_keys[] = {"sft.",
                                           "eval."};
 
 /*  a and b agree on every key of the table that list names (section prefixes end with '.'). */
-static bool s_same_keys(const bt_run_config *a, const bt_run_config *b, const char *const *list,
-                        size_t n) {
+static bool s_same_keys(const bt_config *a, const bt_config *b, const char *const *list, size_t n) {
     for (int i = 0; i < S_NKEYS; i++) {
         const s_key *k = &s_keys[i];
         bool in = false;
@@ -1488,8 +1486,8 @@ static bool s_same_keys(const bt_run_config *a, const bt_run_config *b, const ch
 }
 
 /*  Source ka of a and source kb of b have the same task (every task.* key once resolved). */
-static bool s_same_source(const bt_run_config *a, int ka, const bt_run_config *b, int kb) {
-    bt_run_config *one = malloc(2 * sizeof *one);
+static bool s_same_source(const bt_config *a, int ka, const bt_config *b, int kb) {
+    bt_config *one = malloc(2 * sizeof *one);
     const char *const task[] = {"task."};
     bool same = one && bt_config_source(a, ka, &one[0]) == BT_OK &&
                 bt_config_source(b, kb, &one[1]) == BT_OK && s_same_keys(&one[0], &one[1], task, 1);
@@ -1497,14 +1495,14 @@ static bool s_same_source(const bt_run_config *a, int ka, const bt_run_config *b
     return same;
 }
 
-static int s_first_generate(const bt_run_config *c) {
+static int s_first_generate(const bt_config *c) {
     for (int i = 0; i < c->eval.n_datasets; i++)
         if (c->eval.datasets[i].kind == BT_EVAL_GENERATE)
             return i;
     return -1;
 }
 
-bool bt_config_same_warm_start(const bt_run_config *a, const bt_run_config *b) {
+bool bt_config_same_warm_start(const bt_config *a, const bt_config *b) {
     if (a->sft.steps == 0 ||
         !s_same_keys(a, b, s_warm_keys, sizeof s_warm_keys / sizeof *s_warm_keys))
         return false;
@@ -1543,7 +1541,7 @@ static bt_status s_check_path(const char *src, const char *key, const char *path
 
 /*  The key data source k's path (task.train) or heldout (task.eval) came from: its own entry's,
     or the task.* key it inherits. */
-static void s_source_path_key(const bt_run_config *cfg, int k, const char *task_key, char *buf,
+static void s_source_path_key(const bt_config *cfg, int k, const char *task_key, char *buf,
                               size_t len) {
     snprintf(buf, len, "%s", task_key);
     if (cfg->data.n_sources == 0)
@@ -1556,8 +1554,8 @@ static void s_source_path_key(const bt_run_config *cfg, int k, const char *task_
 }
 
 /*  Each JSONL source's files exist; key names start with prefix ("variants[1].set."). */
-static bt_status s_check_source_files(const bt_run_config *cfg, const char *prefix,
-                                      bt_run_config *one, const char *source) {
+static bt_status s_check_source_files(const bt_config *cfg, const char *prefix, bt_config *one,
+                                      const char *source) {
     char key[128], name[96];
     bt_status st = BT_OK;
     for (int k = 0; k < bt_config_n_sources(cfg) && st == BT_OK; k++) {
@@ -1575,7 +1573,7 @@ static bt_status s_check_source_files(const bt_run_config *cfg, const char *pref
     return st;
 }
 
-bt_status bt_config_check_files(const bt_run_config *cfg, const char *source) {
+bt_status bt_config_check_files(const bt_config *cfg, const char *source) {
     char key[96], path[BT_CONFIG_PATH_MAX + 64];
     if (cfg->model_path[0]) {
         BT_TRY(s_check_path(source, "model.path", cfg->model_path, true));
@@ -1590,12 +1588,12 @@ bt_status bt_config_check_files(const bt_run_config *cfg, const char *source) {
                            "model.safetensors.index.json in it",
                            source, cfg->model_path);
     }
-    bt_run_config *one = malloc(sizeof *one);
+    bt_config *one = malloc(sizeof *one);
     if (!one)
         return bt_fail(BT_ENOMEM, "%s: out of memory", source);
     bt_status st = s_check_source_files(cfg, "", one, source);
     for (int k = 0; k < cfg->n_variants && st == BT_OK; k++) { /* their own data.sources */
-        bt_run_config *variant = malloc(sizeof *variant);
+        bt_config *variant = malloc(sizeof *variant);
         char prefix[64];
         snprintf(prefix, sizeof prefix, "variants[%d].set.", k);
         st = variant ? bt_config_variant(cfg, k, variant) : BT_ENOMEM;
@@ -1629,22 +1627,22 @@ bt_status bt_config_check_files(const bt_run_config *cfg, const char *source) {
     return st;
 }
 
-int bt_config_n_sources(const bt_run_config *cfg) {
+int bt_config_n_sources(const bt_config *cfg) {
     return cfg->data.n_sources > 0 ? cfg->data.n_sources : 1;
 }
 
-const char *bt_config_source_name(const bt_run_config *cfg, int k) {
+const char *bt_config_source_name(const bt_config *cfg, int k) {
     return cfg->data.n_sources > 0 ? cfg->data.sources[k].name : "task";
 }
 
-int bt_config_epoch_source(const bt_run_config *cfg) {
+int bt_config_epoch_source(const bt_config *cfg) {
     for (int k = 0; k < cfg->data.n_sources; k++)
         if (strcmp(cfg->data.sources[k].name, cfg->data.epoch_source) == 0)
             return k;
     return 0;
 }
 
-bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out) {
+bt_status bt_config_source(const bt_config *cfg, int k, bt_config *out) {
     BT_ASSERT(k >= 0 && k < bt_config_n_sources(cfg));
     *out = *cfg;
     if (cfg->data.n_sources == 0)
@@ -1672,7 +1670,7 @@ bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out) 
 }
 
 bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
-                         bt_run_config *out) {
+                         bt_config *out) {
     char *text = NULL;
     size_t len = 0;
     bt_status st = bt_file_read(path, (size_t)1 << 20, &text, &len);
@@ -1688,7 +1686,7 @@ bt_status bt_config_load(const char *path, const char *const *overrides, int n_o
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-static cJSON *s_to_item(const s_key *k, const bt_run_config *cfg) {
+static cJSON *s_to_item(const s_key *k, const bt_config *cfg) {
     const void *p = s_cfield(k, cfg);
     char num[32];
     if (k->type == S_INT) {
@@ -1708,7 +1706,7 @@ static cJSON *s_to_item(const s_key *k, const bt_run_config *cfg) {
 
 /*  eval.datasets / eval.probes as an array of objects with every key. */
 static bool s_array_to_json(cJSON *parent, const char *name, const s_key *keys, int n_keys,
-                            size_t base, size_t stride, int n, const bt_run_config *cfg) {
+                            size_t base, size_t stride, int n, const bt_config *cfg) {
     cJSON *arr = cJSON_AddArrayToObject(parent, name);
     for (int e = 0; arr && e < n; e++) {
         cJSON *obj = cJSON_CreateObject();
@@ -1806,7 +1804,7 @@ static bool s_source_to_json(cJSON *arr, const bt_config_source_spec *v) {
     return ok;
 }
 
-char *bt_config_to_json(const bt_run_config *cfg) {
+char *bt_config_to_json(const bt_config *cfg) {
     cJSON *root = cJSON_CreateObject();
     bool ok = root != NULL;
     for (int i = 0; ok && i < S_NKEYS; i++) {
@@ -1820,10 +1818,10 @@ char *bt_config_to_json(const bt_run_config *cfg) {
     cJSON *eval = ok ? cJSON_GetObjectItemCaseSensitive(root, "eval") : NULL;
     ok = ok && eval &&
          s_array_to_json(eval, "datasets", s_dataset_keys, S_NDATASET_KEYS,
-                         offsetof(bt_run_config, eval.datasets), sizeof(bt_eval_dataset),
+                         offsetof(bt_config, eval.datasets), sizeof(bt_eval_dataset),
                          cfg->eval.n_datasets, cfg) &&
          s_array_to_json(eval, "probes", s_probe_keys, S_NPROBE_KEYS,
-                         offsetof(bt_run_config, eval.probes), sizeof(bt_eval_probe),
+                         offsetof(bt_config, eval.probes), sizeof(bt_eval_probe),
                          cfg->eval.n_probes, cfg);
     cJSON *data = ok ? cJSON_GetObjectItemCaseSensitive(root, "data") : NULL;
     cJSON *sources = data && cfg->data.n_sources ? cJSON_AddArrayToObject(data, "sources") : NULL;
@@ -1841,7 +1839,7 @@ char *bt_config_to_json(const bt_run_config *cfg) {
 
 /* ---- typed sub-configs ---------------------------------------------------------------------- */
 
-void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out) {
+void bt_config_grpo(const bt_config *cfg, bt_grpo_config *out) {
     *out =
         (bt_grpo_config){.clip_low = cfg->grpo.clip_low,
                          .clip_high = cfg->grpo.clip_high,
@@ -1855,7 +1853,7 @@ void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out) {
                          .behav_weight_cap = cfg->grpo.behav_weight_cap};
 }
 
-void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedule *out) {
+void bt_config_lr(const bt_config *cfg, bt_config_phase phase, bt_lr_schedule *out) {
     if (phase == BT_CONFIG_PHASE_SFT)
         *out = (bt_lr_schedule){.kind = cfg->sft.warmup_steps > 0 ? BT_LR_WARMUP_LINEAR
                                                                   : BT_LR_CONSTANT,
@@ -1871,40 +1869,40 @@ void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedul
                                 .decay_steps = cfg->grpo.decay_steps};
 }
 
-void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out) {
+void bt_config_adamw(const bt_config *cfg, bt_adamw_config *out) {
     *out = bt_adamw_defaults();
     out->beta1 = cfg->grpo.beta1;
     out->beta2 = cfg->grpo.beta2;
     out->weight_decay = cfg->grpo.weight_decay;
 }
 
-bt_dtype bt_config_precision_dtype(const bt_run_config *cfg) {
+bt_dtype bt_config_precision_dtype(const bt_config *cfg) {
     return cfg->run.precision == BT_CONFIG_PRECISION_BF16 ? BT_BF16 : BT_F32;
 }
 
-void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out) {
-    *out = (bt_task_arith_config){.seed = (uint64_t)cfg->task.seed,
-                                  .digits = (int)cfg->task.digits,
-                                  .operators = cfg->task.operators,
-                                  .heldout_size = (size_t)cfg->task.heldout_size,
-                                  .format_reward = cfg->task.format_reward};
+void bt_config_task_arith(const bt_config *cfg, bt_source_arith_config *out) {
+    *out = (bt_source_arith_config){.seed = (uint64_t)cfg->task.seed,
+                                    .digits = (int)cfg->task.digits,
+                                    .operators = cfg->task.operators,
+                                    .heldout_size = (size_t)cfg->task.heldout_size,
+                                    .format_reward = cfg->task.format_reward};
 }
 
-bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out) {
+bt_status bt_config_new_task(const bt_config *cfg, bt_source_t **out) {
     if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC) {
-        bt_task_arith_config a;
+        bt_source_arith_config a;
         bt_config_task_arith(cfg, &a);
-        return bt_task_new_arith(&a, out);
+        return bt_source_new_arith(&a, out);
     }
-    bt_task_jsonl_config j;
+    bt_source_jsonl_config j;
     bt_config_task_jsonl(cfg, &j);
-    return bt_task_new_jsonl(&j, out);
+    return bt_source_new_jsonl(&j, out);
 }
 
-bt_status bt_config_new_source_task(const bt_run_config *cfg, int k, bt_task_t **out,
-                                    uint64_t *epoch_size) {
+bt_status bt_config_new_source(const bt_config *cfg, int k, bt_source_t **out,
+                               uint64_t *epoch_size) {
     *out = NULL;
-    bt_run_config *one = malloc(sizeof *one); /* a config is large: not on a worker's stack */
+    bt_config *one = malloc(sizeof *one); /* a config is large: not on a worker's stack */
     if (!one)
         return bt_fail(BT_ENOMEM, "data.sources[%d]: out of memory", k);
     bt_status st = bt_config_source(cfg, k, one);
@@ -1912,19 +1910,19 @@ bt_status bt_config_new_source_task(const bt_run_config *cfg, int k, bt_task_t *
         st = bt_config_new_task(one, out);
     if (st == BT_OK && epoch_size)
         *epoch_size =
-            one->task.epoch_size ? (uint64_t)one->task.epoch_size : bt_task_epoch_size(*out);
+            one->task.epoch_size ? (uint64_t)one->task.epoch_size : bt_source_epoch_size(*out);
     free(one);
     return st;
 }
 
-uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard) {
+uint64_t bt_config_eval_seed(const bt_config *cfg, int ds, int64_t step, int shard) {
     uint64_t x =
         (((uint64_t)cfg->run.seed * 7919u + (uint64_t)ds) * 1000003u + (uint64_t)step) * 64u +
         (uint64_t)shard;
     return x & ((UINT64_C(1) << 53) - 1); /* a wire integer */
 }
 
-void bt_config_tuner(const bt_run_config *cfg, bt_tuner_config *out) {
+void bt_config_tuner(const bt_config *cfg, bt_tuner_config *out) {
     bt_tuner_config_init(out);
     out->start.kl_coef = cfg->grpo.kl_coef;
     out->start.lr = cfg->grpo.lr;
@@ -1939,7 +1937,7 @@ void bt_config_tuner(const bt_run_config *cfg, bt_tuner_config *out) {
         out->start_weights[k] = cfg->data.sources[k].weight;
 }
 
-void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out) {
+void bt_config_trigger(const bt_config *cfg, int i, bt_trigger_config *out) {
     const bt_eval_dataset *d = &cfg->eval.datasets[i];
     bt_trigger_config_init(out);
     out->every_steps = d->every_steps;
@@ -1955,11 +1953,11 @@ void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out) 
     out->ema = cfg->eval.adaptive_ema;
 }
 
-void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out) {
-    *out = (bt_task_jsonl_config){.train_path = cfg->task.train,
-                                  .heldout_path = cfg->task.eval[0] ? cfg->task.eval : NULL,
-                                  .verifier = cfg->task.verifier,
-                                  .seed = (uint64_t)cfg->task.seed,
-                                  .chat_template = cfg->task.chat_template,
-                                  .system_prompt = cfg->task.system_prompt};
+void bt_config_task_jsonl(const bt_config *cfg, bt_source_jsonl_config *out) {
+    *out = (bt_source_jsonl_config){.train_path = cfg->task.train,
+                                    .heldout_path = cfg->task.eval[0] ? cfg->task.eval : NULL,
+                                    .verifier = cfg->task.verifier,
+                                    .seed = (uint64_t)cfg->task.seed,
+                                    .chat_template = cfg->task.chat_template,
+                                    .system_prompt = cfg->task.system_prompt};
 }

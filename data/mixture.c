@@ -93,7 +93,7 @@ static int s_pick(const bt_mixture_t *self, const double *weights) {
     return n - 1;
 }
 
-bt_status bt_mixture_next(bt_mixture_t *self, bt_task_t *const *sources, const double *weights,
+bt_status bt_mixture_next(bt_mixture_t *self, bt_source_t *const *sources, const double *weights,
                           int64_t max_draws, uint64_t *id, uint64_t *dropped, int64_t cap_dropped,
                           int64_t *n_dropped) {
     for (int64_t tries = 0; tries < max_draws; tries++) {
@@ -102,7 +102,7 @@ bt_status bt_mixture_next(bt_mixture_t *self, bt_task_t *const *sources, const d
         uint64_t index = self->pos.drawn[s]++;
         *id = BT_PROMPT_ID(s, index);
         if (self->cfg.window > 0 && self->n > 0) {
-            uint64_t key = BT_PROMPT_ID(s, bt_task_record(sources[s], index)) + 1;
+            uint64_t key = BT_PROMPT_ID(s, bt_source_record(sources[s], index)) + 1;
             if (s_drops(self, s_find(self, key))) {
                 if (*n_dropped < cap_dropped)
                     dropped[*n_dropped] = *id;
@@ -119,13 +119,13 @@ bt_status bt_mixture_next(bt_mixture_t *self, bt_task_t *const *sources, const d
                    (long long)max_draws);
 }
 
-void bt_mixture_observe(bt_mixture_t *self, bt_task_t *const *sources, uint64_t id, int64_t correct,
-                        int64_t group_size) {
+void bt_mixture_observe(bt_mixture_t *self, bt_source_t *const *sources, uint64_t id,
+                        int64_t correct, int64_t group_size) {
     if (self->cfg.window <= 0)
         return;
     int s = BT_PROMPT_SOURCE(id);
     BT_ASSERT(s < self->cfg.n_sources);
-    uint64_t key = BT_PROMPT_ID(s, bt_task_record(sources[s], BT_PROMPT_INDEX(id))) + 1;
+    uint64_t key = BT_PROMPT_ID(s, bt_source_record(sources[s], BT_PROMPT_INDEX(id))) + 1;
     bool all = correct == group_size, none = correct == 0;
     s_slot *slot = self->cap ? s_find(self, key) : NULL;
     if (!all && !none && (!slot || !slot->key))

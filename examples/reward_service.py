@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """reward_service.py - a baton reward service in Python: scores the completions of the built-in
-arithmetic task exactly as baton's own verifier does (bt_task_reward in eval/tasks.c), so a run
+arithmetic task exactly as baton's own verifier does (bt_source_reward in data/source.c), so a run
 that uses it writes the same metrics as a run without it.  Copy it and change score() to score
 anything.  The protocol (one JSON request per batch over ZeroMQ REQ/REP) is in docs/protocol.md,
 "Reward service".

@@ -44,7 +44,7 @@ static void s_make_run_id(const char *name, char *out, size_t cap) {
         fclose(f);
     snprintf(out, cap, "%.63s-%016llx", name, (unsigned long long)r);
 }
-static void s_limit_socket(void *sock, const bt_run_config *cfg) {
+static void s_limit_socket(void *sock, const bt_config *cfg) {
     int linger = 0, handshake_ms = 5000;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
@@ -65,10 +65,10 @@ static void s_limit_socket(void *sock, const bt_run_config *cfg) {
 }
 
 bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint,
-                                   const bt_run_config *const *cfgs, int n, const char *config_json,
+                                   const bt_config *const *cfgs, int n, const char *config_json,
                                    bt_runlog_t *log) {
     BT_ASSERT(n >= 1 && n <= BT_CONFIG_MAX_VARIANTS);
-    const bt_run_config *cfg = cfgs[0];
+    const bt_config *cfg = cfgs[0];
     bt_controller_t *self = calloc(1, sizeof *self);
     if (!self) {
         bt_fail(BT_ENOMEM, "controller: out of memory");
@@ -178,7 +178,7 @@ bt_progress bt_controller_progress(const bt_controller_t *self) {
 /*  Writes the latest published policy (version 0 before any) to dir as a model directory
     (config.json, model.safetensors, tokenizer files; bt_model_save). */
 static bt_status s_save_policy(const bt_policy *p, const char *dir) {
-    const bt_run_config *c = p->cfg;
+    const bt_config *c = p->cfg;
     bt_model *m = c->model_path[0] ? bt_model_load(c->model_path, bt_cpu())
                                    : bt_model_new(&c->model, bt_cpu(), (uint64_t)c->run.seed);
     bt_tokenizer_t *tok = NULL;
@@ -215,7 +215,7 @@ bt_status bt_ctl_save_final(bt_policy *p) {
 
 /*  The checkpoint writer, when checkpoints are configured. */
 static bt_status s_writer_open(bt_controller_t *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     if (!(c->checkpoint.full_every_steps > 0 || c->checkpoint.full_every_secs > 0 ||
           c->checkpoint.full_every_epochs > 0 || c->checkpoint.light_every_steps > 0))
         return BT_OK;

@@ -4,7 +4,7 @@
 
 /*  What each dataset evaluates and when (its trigger). */
 bt_status bt_evals_setup(bt_policy *p) {
-    const bt_run_config *c = p->cfg;
+    const bt_config *c = p->cfg;
     bt_eval_suite suite;
     bt_status st = bt_config_eval_suite(c, p->sources[0], &suite);
     for (int i = 0; i < c->eval.n_datasets && st == BT_OK; i++) {
@@ -56,8 +56,8 @@ static int s_shards(bt_policy *p, int ds, int32_t *ids, int64_t *counts) {
 /*  Queues evaluation of dataset ds at the current policy version, in shards sized by the measured
     speed of each live eval worker.  BT_PENDING while every slot is taken (the first one's end is
     awaited, as a wait on the critical path); bt_evals_poll finishes it. */
-bt_status bt_evals_start(bt_policy *p, int ds, const char *phase, const char *trigger,
-                         int64_t step, bt_evaluation **out) {
+bt_status bt_evals_start(bt_policy *p, int ds, const char *phase, const char *trigger, int64_t step,
+                         bt_evaluation **out) {
     if (!s_free_slot(p))
         BT_TRY(bt_evals_wait(p, &p->evals[0]));
     bt_evaluation *ev = s_free_slot(p);
@@ -137,7 +137,7 @@ static bt_status s_sum(bt_policy *p, bt_evaluation *ev, bt_evaluator_sums *sum) 
 
 /*  Aggregates a finished evaluation and hands it to every listener, in order. */
 static bt_status s_finish(bt_policy *p, bt_evaluation *ev) {
-    const bt_run_config *c = p->cfg;
+    const bt_config *c = p->cfg;
     const bt_eval_dataset *d = &c->eval.datasets[ev->ds];
     bt_evaluator_sums sum;
     bt_status st = s_sum(p, ev, &sum);
@@ -163,8 +163,8 @@ static bt_status s_finish(bt_policy *p, bt_evaluation *ev) {
                          .seconds = bt_now() - ev->t_start,
                          .shards = ev->n_jobs,
                          .shard_items = sizes};
-    done.n_metrics = bt_evaluator_metrics(&sum, d->kind, c->eval.probes, c->eval.n_probes,
-                                          metrics, BT_EVAL_MAX_METRICS, &done.primary);
+    done.n_metrics = bt_evaluator_metrics(&sum, d->kind, c->eval.probes, c->eval.n_probes, metrics,
+                                          BT_EVAL_MAX_METRICS, &done.primary);
     bt_controller_t *ctl = p->ctl;
     for (int i = 0; i < ctl->n_listeners; i++)
         BT_TRY(ctl->listeners[i](&done, ctl->listener_user[i]));
@@ -230,7 +230,7 @@ bt_status bt_evals_wait(bt_policy *p, const bt_evaluation *ev) {
 /*  Marks the evaluations whose triggers fire after a training step (every dataset on the last
     step); bt_evals_start_due starts them. */
 void bt_evals_after_step(bt_policy *p, bool last) {
-    const bt_run_config *c = p->cfg;
+    const bt_config *c = p->cfg;
     if (c->workers.eval == 0)
         return;
     double secs = bt_train_clock_seconds(&p->clock, bt_now());
@@ -238,8 +238,8 @@ void bt_evals_after_step(bt_policy *p, bool last) {
     for (int i = 0; i < c->eval.n_datasets; i++) {
         bt_trigger_event e;
         int n_ev = 0;
-        int why = bt_trigger_check(&p->triggers[i], p->step, bt_policy_epoch(p), secs, busy, &e,
-                                   &n_ev);
+        int why =
+            bt_trigger_check(&p->triggers[i], p->step, bt_policy_epoch(p), secs, busy, &e, &n_ev);
         if (n_ev)
             bt_evals_trigger_event(p, c->eval.datasets[i].name, &e);
         if (!why && !last)
@@ -267,7 +267,7 @@ bt_status bt_evals_start_due(bt_policy *p) {
 }
 
 /*  The first generate dataset: the one SFT's early stop and the progress display read. */
-int bt_evals_first_generate(const bt_run_config *c) {
+int bt_evals_first_generate(const bt_config *c) {
     for (int i = 0; i < c->eval.n_datasets; i++)
         if (c->eval.datasets[i].kind == BT_EVAL_GENERATE)
             return i;
@@ -332,7 +332,7 @@ static bt_status s_accuracy(const bt_eval_done *e, void *user) {
 }
 
 static bt_status s_scaling(const bt_eval_done *e, void *user) {
-    const bt_run_config *c = e->pol->cfg;
+    const bt_config *c = e->pol->cfg;
     if (!c->scaling.enabled || strcmp(e->phase, "rl") != 0 ||
         strcmp(c->scaling.dataset, e->dataset->name) != 0)
         return BT_OK;

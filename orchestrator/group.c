@@ -55,7 +55,7 @@ static bt_status s_ranks_poll(bt_policy *p, bool *broken) {
     double longest = 0;
     *broken = false;
     for (int k = 0; k < n; k++) {
-        bt_task_state ts = bt_registry_task_state(ctl->reg, set->first + k);
+        bt_source_state ts = bt_registry_task_state(ctl->reg, set->first + k);
         done += ts == BT_TASK_DONE;
         /* queued again after it was handed out: its rank failed it or was lost */
         *broken |= ts == BT_TASK_QUEUED && bt_registry_task_attempts(ctl->reg, set->first + k) > 0;
@@ -109,8 +109,7 @@ static int s_pick_ranks(bt_policy *p, int32_t *order, int *old) {
         bool listed = false;
         for (int k = 0; k < n; k++)
             listed |= order[k] == i;
-        if (w->role == BT_ROLE_TRAINER && w->state != BT_WORKER_LOST && !w->quarantined &&
-            !listed)
+        if (w->role == BT_ROLE_TRAINER && w->state != BT_WORKER_LOST && !w->quarantined && !listed)
             order[n++] = i;
     }
     return n;
@@ -121,12 +120,13 @@ static int s_pick_ranks(bt_policy *p, int32_t *order, int *old) {
     collective soon (at once when a peer's process died, after workers.collective_timeout_ms when
     a link went silent), and a dead rank still holding a task is expired (workers.expiry_ms). */
 static bt_status s_settle(bt_policy *p) {
-    const bt_run_config *c = p->cfg;
+    const bt_config *c = p->cfg;
     bool busy = false;
     for (int k = 0; k < p->world_last; k++)
         busy |= bt_registry_worker(p->ctl->reg, p->ranks[k])->state == BT_WORKER_BUSY;
     if (busy && bt_ctl_now_ms() > p->tr.settle_until)
-        return bt_fail(BT_EIO, "controller: trainer ranks still busy %lld ms after their group broke",
+        return bt_fail(BT_EIO,
+                       "controller: trainer ranks still busy %lld ms after their group broke",
                        (long long)(c->workers.collective_timeout_ms + c->workers.expiry_ms));
     if (busy)
         return BT_PENDING;
@@ -216,9 +216,9 @@ static bt_status s_next(bt_policy *p) {
         return bt_fail(BT_EIO, "controller: a %s job failed on the trainer group %d times",
                        bt_job_kind_name(tr->job.kind), tr->attempt);
     if (p->world == 0) {
-        const bt_run_config *c = p->cfg;
-        tr->settle_until = bt_ctl_now_ms() + c->workers.collective_timeout_ms +
-                           c->workers.expiry_ms + 5000;
+        const bt_config *c = p->cfg;
+        tr->settle_until =
+            bt_ctl_now_ms() + c->workers.collective_timeout_ms + c->workers.expiry_ms + 5000;
         tr->state = BT_TRAINER_SETTLE;
         return BT_OK;
     }
@@ -271,19 +271,13 @@ static bt_status s_step(bt_policy *p) {
         BT_TRY(bt_jobs_poll(p, &p->tr.set));
         p->tr.state = BT_TRAINER_DONE;
         return BT_OK;
-    case BT_TRAINER_NEXT:
-        return s_next(p);
-    case BT_TRAINER_SETTLE:
-        return s_settle(p);
-    case BT_TRAINER_PICK:
-        return s_pick(p);
-    case BT_TRAINER_FORM:
-        return s_form(p);
-    case BT_TRAINER_RANKS:
-        return s_ranks(p);
+    case BT_TRAINER_NEXT: return s_next(p);
+    case BT_TRAINER_SETTLE: return s_settle(p);
+    case BT_TRAINER_PICK: return s_pick(p);
+    case BT_TRAINER_FORM: return s_form(p);
+    case BT_TRAINER_RANKS: return s_ranks(p);
     case BT_TRAINER_IDLE:
-    case BT_TRAINER_DONE:
-        break;
+    case BT_TRAINER_DONE: break;
     }
     return BT_OK;
 }

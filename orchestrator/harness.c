@@ -5,7 +5,7 @@
 
 #include "baton/fileio.h"
 #include "baton/model.h"
-#include "baton/tasks.h"
+#include "baton/source.h"
 #include "baton/tensor.h"
 #include "baton/tokenizer.h"
 
@@ -67,7 +67,7 @@ static bt_status s_hash_file(uint64_t h, const char *path, uint64_t *out) {
 
 /*  The model half of the cache key: the bytes of config.json and model.safetensors, or for a
     drawn version-0 model its resolved config and the seed. */
-static bt_status s_hash_model(const bt_run_config *cfg, const char *spec, uint64_t *out) {
+static bt_status s_hash_model(const bt_config *cfg, const char *spec, uint64_t *out) {
     bool init = !strcmp(spec, BT_HARNESS_INIT);
     const char *dir = init ? cfg->model_path : spec;
     uint64_t h = S_HASH_START;
@@ -95,11 +95,11 @@ static bt_status s_hash_model(const bt_run_config *cfg, const char *spec, uint64
 
 /*  What every model is evaluated on, built once. */
 typedef struct {
-    const bt_run_config *cfg;
+    const bt_config *cfg;
     bt_harness_options opt;
     bt_device dev;
     bt_tokenizer_t *tok;
-    bt_task_t *task;
+    bt_source_t *task;
     /* reward.service's client, or NULL */
     bt_reward_service_t *reward;
     bt_eval_suite suite; /* the datasets, their own sources loaded, as on an eval worker */
@@ -116,7 +116,7 @@ static size_t s_count(const s_data *d, int i) {
     return n;
 }
 
-static uint64_t s_hash_probes(uint64_t h, const bt_run_config *cfg) {
+static uint64_t s_hash_probes(uint64_t h, const bt_config *cfg) {
     for (int i = 0; i < cfg->eval.n_probes; i++) {
         const bt_eval_probe *p = &cfg->eval.probes[i];
         h = s_hash_str(s_hash_str(h, p->name), p->prompt);
@@ -128,7 +128,7 @@ static uint64_t s_hash_probes(uint64_t h, const bt_run_config *cfg) {
 /*  The dataset half of the cache key: everything its numbers depend on besides the model.  The
     triggers (every_*) do not change results and are left out. */
 static bt_status s_hash_dataset(s_data *d, int i) {
-    const bt_run_config *c = d->cfg;
+    const bt_config *c = d->cfg;
     const bt_eval_dataset *e = &c->eval.datasets[i];
     char text[5 * BT_CONFIG_PATH_MAX + 512];
     snprintf(text, sizeof text,
@@ -159,7 +159,7 @@ static bt_status s_hash_dataset(s_data *d, int i) {
 static void s_data_release(s_data *d) {
     bt_eval_suite_release(&d->suite);
     bt_reward_service_destroy(&d->reward);
-    bt_task_destroy(&d->task);
+    bt_source_destroy(&d->task);
     bt_tokenizer_destroy(&d->tok);
 }
 
@@ -304,7 +304,7 @@ static bt_status s_cache_write(const char *path, const char *spec, const bt_harn
     then cached in incremental mode).  Loads *model on first need. */
 static bt_status s_run_dataset(const s_data *d, const char *spec, bt_harness_model *m, int i,
                                bt_model **model) {
-    const bt_run_config *c = d->cfg;
+    const bt_config *c = d->cfg;
     bt_harness_dataset *ds = &m->datasets[i];
     double t0 = bt_now();
     snprintf(ds->name, sizeof ds->name, "%s", c->eval.datasets[i].name);
@@ -342,7 +342,7 @@ static bt_status s_run_model(const s_data *d, const char *spec, bt_harness_model
     return st;
 }
 
-bt_status bt_harness_run(const bt_run_config *cfg, const char *const *models, int n_models,
+bt_status bt_harness_run(const bt_config *cfg, const char *const *models, int n_models,
                          const bt_harness_options *opt, bt_harness_result **out) {
     BT_ASSERT(cfg && models && n_models >= 1 && out);
     *out = NULL;

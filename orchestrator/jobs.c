@@ -1,4 +1,5 @@
-/*  jobs.c — jobs: TASKs built and RESULTs checked through proto's specs, job sets that are polled. */
+/*  jobs.c — jobs: TASKs built and RESULTs checked through proto's specs, job sets that are polled.
+ */
 #include "rooms.h"
 
 /*  Makes sure eval worker w holds the weights of ev's version before it gets a shard. */
@@ -35,8 +36,8 @@ bt_status bt_jobs_build_task(bt_policy *self, const bt_job *j, int64_t id, bt_ms
     int64_t expect = j->role == BT_ROLE_TRAINER ? j->expect_version : -1;
     switch (j->kind) {
     case BT_JOB_ROLLOUT:
-        t.u.rollout = (bt_spec_rollout){.seed = j->seed, .n_prompts = j->count,
-                                        .prompts = j->prompts};
+        t.u.rollout =
+            (bt_spec_rollout){.seed = j->seed, .n_prompts = j->count, .prompts = j->prompts};
         break;
     case BT_JOB_TRAIN:
         t.u.train = (bt_spec_train){.publish = j->publish,
@@ -47,28 +48,31 @@ bt_status bt_jobs_build_task(bt_policy *self, const bt_job *j, int64_t id, bt_ms
                                     .adv = j->adv};
         break;
     case BT_JOB_SFT:
-        t.u.sft = (bt_spec_sft){.publish = j->publish, .expect_version = expect,
-                                .start = j->start, .count = j->count};
+        t.u.sft = (bt_spec_sft){
+            .publish = j->publish, .expect_version = expect, .start = j->start, .count = j->count};
         break;
     case BT_JOB_EVAL:
-        t.u.eval = (bt_spec_eval){.dataset = j->ev->ds, .start = j->start, .count = j->count,
+        t.u.eval = (bt_spec_eval){.dataset = j->ev->ds,
+                                  .start = j->start,
+                                  .count = j->count,
                                   .seed = j->seed,
                                   /* the SFT early-stop check needs accuracy only */
                                   .robustness = self->cfg->eval.datasets[j->ev->ds].robustness &&
                                                 strcmp(j->ev->phase, "sft") != 0};
         break;
     case BT_JOB_RESTORE:
-        t.u.restore = (bt_spec_restore){.initial = !j->state, /* the state every trainer starts from */
-                                        .restore_version = j->restore_version,
-                                        .state = j->state};
+        t.u.restore =
+            (bt_spec_restore){.initial = !j->state, /* the state every trainer starts from */
+                              .restore_version = j->restore_version,
+                              .state = j->state};
         if (j->state)
             BT_TRY(bt_msg_get_int(j->state, "adam_steps", 0, BT_WIRE_INT_MAX,
                                   &t.u.restore.adam_steps));
         break;
     case BT_JOB_SNAPSHOT: t.u.snapshot.expect_version = expect; break;
     case BT_JOB_GROUP:
-        t.u.group = (bt_spec_group){.rank = j->rank, .world = self->world,
-                                    .store_port = self->store_port};
+        t.u.group =
+            (bt_spec_group){.rank = j->rank, .world = self->world, .store_port = self->store_port};
         snprintf(t.u.group.prefix, sizeof t.u.group.prefix, "g%lld", (long long)self->generation);
         break;
     case BT_JOB_KIND_COUNT: BT_ASSERT(!"a job kind");
@@ -90,8 +94,8 @@ bt_status bt_jobs_check_result(const bt_job *job, const bt_msg_t *m) {
 
 bt_status bt_jobs_submit(bt_policy *p, bt_jobset *set, bt_job *jobs, int n) {
     bt_controller_t *ctl = p->ctl;
-    *set = (bt_jobset){.jobs = jobs, .n = n, .first = -1, .stalled_since = bt_ctl_now_ms(),
-                       .t0 = bt_now()};
+    *set = (bt_jobset){
+        .jobs = jobs, .n = n, .first = -1, .stalled_since = bt_ctl_now_ms(), .t0 = bt_now()};
     for (int i = 0; i < n; i++) {
         jobs[i].pol = p;
         jobs[i].status = BT_OK;
@@ -182,7 +186,7 @@ bt_status bt_jobs_poll(bt_policy *p, bt_jobset *set) {
 }
 
 bt_status bt_jobs_joined(bt_controller_t *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     int64_t want[BT_ROLE_COUNT] = {c->workers.rollout, c->workers.trainer, c->workers.eval};
     if (self->joined)
         return BT_OK;

@@ -105,7 +105,8 @@ static void s_on_hello(bt_controller_t *self, bt_msg_t *m, const uint8_t *peer, 
         s_send_invalid(self, peer, len, why, true);
         return;
     }
-    if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK || proto != BT_PROTO_VERSION) {
+    if (bt_msg_get_int(m, "proto", 0, BT_WIRE_INT_MAX, &proto) != BT_OK ||
+        proto != BT_PROTO_VERSION) {
         snprintf(why, sizeof why, "this controller speaks protocol %d, the worker %lld",
                  BT_PROTO_VERSION, (long long)proto);
         self->stats.wrong_run++;
@@ -210,8 +211,7 @@ static void s_on_failure(bt_controller_t *self, int64_t task, bt_job *job, bt_wo
         snprintf(err, sizeof err, "%s", self->last_fail);
         snprintf(self->last_fail, sizeof self->last_fail,
                  "controller: a %s job failed %d times; the last time: %.400s",
-                 bt_job_kind_name(job->kind), attempts,
-                 err);
+                 bt_job_kind_name(job->kind), attempts, err);
         job->status = BT_EIO;
         return;
     }
@@ -412,7 +412,7 @@ static bt_status s_hand_out(bt_controller_t *self) {
     never below workers.deadline_floor_ms (docs/config.md).  A worker past it is quarantined and
     the job re-queued for another. */
 static void s_deadlines(bt_controller_t *self, int64_t now) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     for (int32_t i = 0; i < bt_registry_worker_count(self->reg); i++) {
         bt_worker_info *w = bt_registry_worker(self->reg, i);
         if (w->state != BT_WORKER_BUSY || w->task < 0 ||

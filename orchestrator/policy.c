@@ -3,7 +3,7 @@
     names what it waits for; bt_policy_advance runs states until one has to wait. */
 #include "rooms.h"
 
-bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_run_config *cfg, int k) {
+bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_config *cfg, int k) {
     bt_policy *self = calloc(1, sizeof *self);
     if (!self) {
         bt_fail(BT_ENOMEM, "controller: out of memory");
@@ -24,8 +24,8 @@ bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_run_config *cfg, int k) 
     self->n_sources = bt_config_n_sources(cfg);
     int epoch_source = bt_config_epoch_source(cfg);
     for (int i = 0; i < self->n_sources && st == BT_OK; i++)
-        st = bt_config_new_source_task(cfg, i, &self->sources[i],
-                                       i == epoch_source ? &self->epoch_size : NULL);
+        st = bt_config_new_source(cfg, i, &self->sources[i],
+                                  i == epoch_source ? &self->epoch_size : NULL);
     bt_mixture_config mc = {.n_sources = self->n_sources,
                             .seed = (uint64_t)cfg->run.seed,
                             .window = cfg->data.curriculum.window,
@@ -74,7 +74,7 @@ void bt_policy_destroy(bt_policy **self_p) {
     bt_msg_destroy(&self->resume_state);
     bt_store_destroy(&self->store);
     for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
-        bt_task_destroy(&self->sources[k]);
+        bt_source_destroy(&self->sources[k]);
     bt_mixture_destroy(&self->mix);
     free(self->saved_data);
     bt_buf_release(&self->warm_lines);
@@ -95,7 +95,7 @@ int64_t bt_policy_epoch(const bt_policy *self) {
 
 /*  Starts SFT step sft_step: demonstrations are the next examples of the first source's stream. */
 static void s_sft_begin(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     bt_lr_schedule sched;
     bt_config_lr(c, BT_CONFIG_PHASE_SFT, &sched);
     int64_t s = self->sft_step;
@@ -124,7 +124,7 @@ bt_status bt_policy_sft_metric(bt_policy *self, const bt_jsonl *line) {
 /*  The SFT warm start is over: the step-0 evaluations are due, then the first snapshot (the
     first point a rollback or a restore returns to). */
 static void s_sft_end(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     self->warm_accuracy = self->last_accuracy; /* what a follower takes */
     self->warm_drawn = bt_mixture_get_position(self->mix).drawn[0] - self->warm_pos.drawn[0];
     for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++) {
@@ -138,7 +138,7 @@ static void s_sft_end(bt_policy *self) {
 /*  BT_POLICY_SFT: the step's job, its metrics line, and the evaluation that decides the early
     stop when one is due (blocking: BT_POLICY_SFT_EVAL). */
 static bt_status s_sft(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     if (self->sft_step >= c->sft.steps) {
         s_sft_end(self);
         return BT_OK;
@@ -172,7 +172,7 @@ static bt_status s_sft(bt_policy *self) {
 }
 
 static bt_status s_sft_eval(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     int64_t s = self->sft_step;
     if (!self->sft_ev)
         BT_TRY(
@@ -336,7 +336,7 @@ static int64_t s_select(bt_policy *self, bt_status *st) {
 /*  The update of the step's groups: advantages in float64 at the controller (DESIGN.md, step 3),
     then the train job.  Nothing to learn from (dynamic sampling kept no group): no update. */
 static bt_status s_train_begin(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     bt_status st = BT_OK;
     if (s_select(self, &st) == 0 || st != BT_OK) {
         self->ts = (bt_trainer_stats){
@@ -457,7 +457,7 @@ static bt_status s_plateau(bt_policy *self) {
     the population moves a policy past its last step to BT_POLICY_FINAL); a trainer lost while
     snapshotting is restored as in BT_POLICY_TRAIN. */
 static bt_status s_save(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     bt_status st = bt_recovery_after_step(self);
     if (st == BT_ESTATE) {
         self->save_stage = 0;
@@ -474,7 +474,7 @@ static bt_status s_save(bt_policy *self) {
 /*  BT_POLICY_FINAL: the run's results are complete when the policy is done: every evaluation
     written, the writer idle, the policy saved (RUN_DIR/model). */
 static bt_status s_final(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     BT_TRY(bt_evals_wait(self, NULL));
     BT_TRY(bt_recovery_writer_idle(self->ctl));
     bt_saves_poll(self->ctl);

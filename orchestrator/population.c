@@ -10,7 +10,7 @@
     them the loss at the last GRPO step is predicted under the planned schedule (the configured
     one, scaled by the tuner's current learning-rate factor): a `scaling_prediction` event. */
 bt_status bt_population_scaling_observe(bt_policy *self, int64_t step, double loss) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     int64_t last = c->grpo.steps;
     if (bt_scaling_record_measure(&self->sc_record, step, loss) > 0)
         for (int i = 0; i < self->sc_record.n; i++) {
@@ -151,7 +151,7 @@ bt_status bt_population_exploit_poll(bt_policy *self) {
     of the latest evaluation or the last step's mean reward; best first, ties in the config's
     order. */
 static void s_rank(bt_controller_t *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     int n = self->n_pol;
     double *acc = self->pbt_score;
     int *order = self->pbt_order;
@@ -176,7 +176,7 @@ static void s_rank(bt_controller_t *self) {
     fresh draw (v) in the key's range, log-uniform for the learning rate and the KL coefficient,
     uniform for the temperature and the clip; else from x0.8 or x1.2 (v < 0.5 or not), kept in
     the range. */
-static double s_explore(const bt_run_config *c, bt_pbt_key key, double from, double u, double v,
+static double s_explore(const bt_config *c, bt_pbt_key key, double from, double u, double v,
                         const char **how) {
     const struct {
         double lo, hi;
@@ -201,7 +201,7 @@ static double s_explore(const bt_run_config *c, bt_pbt_key key, double from, dou
     it is explored or not, so a round of the default explores what it always did), then two for
     each other key explored, in bt_pbt_key order.  BT_OK when the round is over. */
 static bt_status s_pbt_next(bt_controller_t *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     int n = self->n_pol, q = (int)floor(n * c->pbt.quantile), mask = c->pbt.explore_mask;
     q = q < 1 ? 1 : q;
     while (self->pbt_next < n) {
@@ -259,7 +259,7 @@ static bt_status s_pbt(bt_controller_t *self) {
 /*  PBT is due when every policy (none done) stands at the gate at the same multiple of
     pbt.ready_steps, past the last round. */
 static bool s_pbt_due(const bt_controller_t *self, int64_t step) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     if (!c->pbt.enabled || self->n_pol < 2 || step <= self->pbt_step ||
         step % c->pbt.ready_steps != 0)
         return false;
@@ -275,7 +275,7 @@ static bool s_pbt_due(const bt_controller_t *self, int64_t step) {
     training has a prediction of its final held-out loss, one predicted worse than the best by more
     than the margin (relative) stops (a `variant_stopped` event). */
 static bt_status s_early_stop(bt_controller_t *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     double margin = c->scaling.stop_margin, predicted[BT_CONFIG_MAX_VARIANTS];
     int n = self->n_pol, live = 0;
     if (!c->scaling.enabled || !(margin > 0) || n < 2)

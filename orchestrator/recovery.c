@@ -9,22 +9,22 @@ double bt_recovery_train_seconds(const bt_policy *self) {
 /*  The controller's state now, for a snapshot.  Evaluations pinned to older versions must have
     finished (their lines are then before metrics_size); those of the current version are listed
     to be run again by a resume. */
-static void s_state_capture(bt_policy *self, double canary, bt_run_state *out) {
-    *out = (bt_run_state){.step = self->step,
-                          .version = self->version,
-                          .cursor = bt_rollouts_train_position(self).draws,
-                          .train_seconds = bt_recovery_train_seconds(self),
-                          .last_reward = self->last_reward,
-                          .last_accuracy = self->last_accuracy,
-                          .metrics_size = bt_runlog_metrics_size(self->ctl->log),
-                          .events_size = bt_runlog_events_size(self->ctl->log),
-                          .canary_loss = canary,
-                          .nan_injected = self->nan_injected,
-                          .loss_ema = self->loss_ema,
-                          .loss_n = self->loss_n,
-                          .tokens = self->tokens,
-                          .clip_high = self->clip_high,
-                          .n_triggers = self->cfg->eval.n_datasets};
+static void s_state_capture(bt_policy *self, double canary, bt_runstate *out) {
+    *out = (bt_runstate){.step = self->step,
+                         .version = self->version,
+                         .cursor = bt_rollouts_train_position(self).draws,
+                         .train_seconds = bt_recovery_train_seconds(self),
+                         .last_reward = self->last_reward,
+                         .last_accuracy = self->last_accuracy,
+                         .metrics_size = bt_runlog_metrics_size(self->ctl->log),
+                         .events_size = bt_runlog_events_size(self->ctl->log),
+                         .canary_loss = canary,
+                         .nan_injected = self->nan_injected,
+                         .loss_ema = self->loss_ema,
+                         .loss_n = self->loss_n,
+                         .tokens = self->tokens,
+                         .clip_high = self->clip_high,
+                         .n_triggers = self->cfg->eval.n_datasets};
     memcpy(out->triggers, self->triggers, sizeof out->triggers);
     out->has_tuner = true;
     out->tuner = self->tuner;
@@ -40,7 +40,7 @@ static void s_state_capture(bt_policy *self, double canary, bt_run_state *out) {
 
 /*  Puts the controller back to a captured state; the cursor only with restore_cursor (a rollback
     keeps it, so the batches since the snapshot, the offending one included, are skipped). */
-void bt_recovery_apply(bt_policy *self, const bt_run_state *st, bool restore_cursor) {
+void bt_recovery_apply(bt_policy *self, const bt_runstate *st, bool restore_cursor) {
     self->step = st->step;
     if (isfinite(st->clip_high))
         self->clip_high = st->clip_high;
@@ -158,7 +158,7 @@ bt_status bt_recovery_restore(bt_policy *self, const bt_msg_t *state, int64_t ve
 
 /*  The evaluations a snapshot or checkpoint listed as in flight, started again (every slot is
     free: the policy's evaluations were cancelled or none had started). */
-bt_status bt_recovery_pending_evals(bt_policy *self, const bt_run_state *run) {
+bt_status bt_recovery_pending_evals(bt_policy *self, const bt_runstate *run) {
     for (int i = 0; i < run->n_pending; i++)
         if (run->pending[i].dataset >= 0 && run->pending[i].dataset < self->cfg->eval.n_datasets)
             BT_TRY(bt_evals_start(self, run->pending[i].dataset, "rl", run->pending[i].trigger,
@@ -281,7 +281,7 @@ const char *bt_recovery_diverged(bt_policy *self, const bt_trainer_stats *ts, ch
     a full checkpoint due when checkpoint.full_every_epochs says so: saves.c cuts it at the gate),
     and the in-memory snapshot every S_ROLLBACK_EVERY steps. */
 bt_status bt_recovery_after_step(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     if (self->save_stage == 0) {
         int64_t epoch = bt_policy_epoch(self), before = self->epoch_seen,
                 every = c->checkpoint.full_every_epochs;

@@ -9,7 +9,7 @@ enum { S_MAX_WORKERS = 4096 };
 
 typedef struct {
     bt_role role;
-    bt_task_state state;
+    bt_source_state state;
     int32_t worker; /* holder while ASSIGNED */
     int32_t attempts;
     void *user;
@@ -253,7 +253,7 @@ static const s_task *s_task_at(const bt_registry_t *self, int64_t task) {
     return &self->tasks[task];
 }
 
-bt_task_state bt_registry_task_state(const bt_registry_t *self, int64_t task) {
+bt_source_state bt_registry_task_state(const bt_registry_t *self, int64_t task) {
     return s_task_at(self, task)->state;
 }
 

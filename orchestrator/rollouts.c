@@ -3,10 +3,10 @@
     see rooms.h. */
 #include "rooms.h"
 
-/*  A rollout job's seed: (run.seed, step) above the low BT_TASK_SEED_JOB_BITS, which number the
+/*  A rollout job's seed: (run.seed, step) above the low BT_JOB_SEED_BITS, which number the
     job; computed unsigned and kept within a wire integer's 53 bits (a large run.seed overflowed).
  */
-static int64_t s_rollout_seed(const bt_run_config *c, int64_t step, int job) {
+static int64_t s_rollout_seed(const bt_config *c, int64_t step, int job) {
     uint64_t x = ((uint64_t)c->run.seed * 1000003u + (uint64_t)step) * 64u + (uint64_t)job;
     return (int64_t)(x & ((UINT64_C(1) << 53) - 1));
 }
@@ -14,7 +14,7 @@ static int64_t s_rollout_seed(const bt_run_config *c, int64_t step, int job) {
 /*  Queues the rollouts of step `step` (its prompts are the next P of the training stream),
     sharded over the configured rollout workers; they run while the policy does other work. */
 static bt_status s_rollout_launch(bt_policy *self, int64_t step) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     bt_rollouts *r = &self->ahead[step % S_AHEAD];
     BT_ASSERT(!r->active);
     int64_t P = c->grpo.prompts_per_step;
@@ -66,11 +66,11 @@ static bt_status s_rollout_launch(bt_policy *self, int64_t step) {
             e++;
         BT_ASSERT(r->n_jobs < S_MAX_ROLLOUT_JOBS);
         r->jobs[r->n_jobs] = (bt_job){.kind = BT_JOB_ROLLOUT,
-                                     .role = BT_ROLE_ROLLOUT,
-                                     .start = s,
-                                     .count = e - s,
-                                     .prompts = r->idx + s,
-                                     .seed = s_rollout_seed(c, step, r->n_jobs)};
+                                      .role = BT_ROLE_ROLLOUT,
+                                      .start = s,
+                                      .count = e - s,
+                                      .prompts = r->idx + s,
+                                      .seed = s_rollout_seed(c, step, r->n_jobs)};
         s = e;
     }
     r->active = true;
@@ -104,7 +104,7 @@ bt_mixture_position bt_rollouts_train_position(const bt_policy *self) {
 }
 
 bt_status bt_rollouts_launch_ahead(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     if (self->launched < self->step)
         self->launched = self->step;
     while (self->launched <= self->step + c->grpo.max_staleness && self->launched < c->grpo.steps)
@@ -113,7 +113,7 @@ bt_status bt_rollouts_launch_ahead(bt_policy *self) {
 }
 
 /*  The current step's groups, once its rollouts are done (BT_PENDING before): *batch filled,
-    *oldest the oldest policy version that sampled any of it. */
+ *oldest the oldest policy version that sampled any of it. */
 bt_status bt_rollouts_collect(bt_policy *self, bt_rollout_batch *batch, int64_t *oldest) {
     bt_rollouts *r = &self->ahead[self->step % S_AHEAD];
     BT_ASSERT(r->active && r->step == self->step);

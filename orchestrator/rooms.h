@@ -21,12 +21,13 @@
 #define BATON_ORCHESTRATOR_ROOMS_H
 #define _POSIX_C_SOURCE 200809L
 #include "baton/buf.h"
-#include "baton/checkpoint.h"
+#include "baton/ckpt.h"
 #include "baton/controller.h"
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/mixture.h"
+#include "baton/msg.h"
 #include "baton/proto.h"
 #include "baton/registry.h"
 #include "baton/rollout.h"
@@ -37,7 +38,6 @@
 #include "baton/shard.h"
 #include "baton/spec.h"
 #include "baton/tokenizer.h"
-#include "baton/wire.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -240,7 +240,7 @@ struct bt_controller;
     tuner state, and where its schedule stands. */
 typedef struct bt_policy {
     struct bt_controller *ctl;
-    const bt_run_config *cfg;
+    const bt_config *cfg;
     int variant;              /* index in the population; 0 without variants */
     const char *variant_name; /* "main" without variants */
     bt_policy_state state;
@@ -270,7 +270,7 @@ typedef struct bt_policy {
     bool epoch_due;          /* checkpoint.full_every_epochs more epochs done: a full one is due */
     bt_msg_t *snap;          /* the trainer's state at saved.step (a snapshot or restore TASK) */
     int recoveries;          /* trainer state restores (a trainer lost with its state) */
-    bt_run_state saved;      /* the controller's state at the same point */
+    bt_runstate saved;       /* the controller's state at the same point */
     int64_t snap_adam_steps; /* its AdamW step count, which a full checkpoint borrows */
     int rollbacks;           /* rollbacks to the current snapshot */
     bool nan_injected;
@@ -279,7 +279,7 @@ typedef struct bt_policy {
     char reason[512];       /* why the trainer is being restored (recover, rollback, warm reset) */
     int64_t lost_from;      /* the step a recovery or rollback started from */
     bt_msg_t *resume_state; /* the checkpoint's trainer state while it is restored */
-    bt_run_state resume_run;
+    bt_runstate resume_run;
     char resume_folder[BT_CONFIG_PATH_MAX + BT_CONFIG_NAME_MAX + 2]; /* its files resumed from */
     /* the schedule */
     int64_t step;                 /* GRPO steps done */
@@ -307,7 +307,7 @@ typedef struct bt_policy {
     bool updated;
     double step_tps; /* completion tokens per second of the last step */
     /* the training data: each source's task, the mixture's draws and curriculum (mixture.h) */
-    bt_task_t *sources[BT_CONFIG_MAX_SOURCES];
+    bt_source_t *sources[BT_CONFIG_MAX_SOURCES];
     int n_sources;
     bt_mixture_t *mix;
     int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's */
@@ -358,7 +358,7 @@ typedef enum bt_population_state {
 /* ---- the controller (controller.c) ----------------------------------------------------------- */
 
 struct bt_controller {
-    const bt_run_config *cfg; /* the run's (variant 0's); each policy has its own */
+    const bt_config *cfg; /* the run's (variant 0's); each policy has its own */
     const char *config_json;
     bt_runlog_t *log;
     void *sock;
@@ -486,7 +486,7 @@ bt_status bt_evals_wait(bt_policy *p, const bt_evaluation *ev);
 void bt_evals_after_step(bt_policy *p, bool last);
 /*  Starts the marked evaluations; BT_PENDING while a slot is missing. */
 bt_status bt_evals_start_due(bt_policy *p);
-int bt_evals_first_generate(const bt_run_config *c);
+int bt_evals_first_generate(const bt_config *c);
 void bt_evals_cancel(bt_policy *p);
 /*  Adds a consumer of finished evaluations (called in the order added). */
 void bt_evals_listen(bt_controller_t *self, bt_eval_listener *fn, void *user);
@@ -513,9 +513,9 @@ bt_status bt_recovery_after_step(bt_policy *p);
     p->snap's). */
 bt_status bt_recovery_capture(bt_policy *p);
 /*  Puts p back to a captured state; the data cursor only with restore_cursor. */
-void bt_recovery_apply(bt_policy *p, const bt_run_state *st, bool restore_cursor);
+void bt_recovery_apply(bt_policy *p, const bt_runstate *st, bool restore_cursor);
 /*  Starts again the evaluations run listed as in flight. */
-bt_status bt_recovery_pending_evals(bt_policy *p, const bt_run_state *run);
+bt_status bt_recovery_pending_evals(bt_policy *p, const bt_runstate *run);
 
 /* ---- saves.c --------------------------------------------------------------------------------- */
 /*  Writes the checkpoint writer's finished saves as events. */
@@ -532,7 +532,7 @@ bt_status bt_saves_resume_read(bt_policy *p);
 bt_status bt_saves_resume_poll(bt_policy *p);
 
 /* ---- policy.c -------------------------------------------------------------------------------- */
-bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_run_config *cfg, int k);
+bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_config *cfg, int k);
 void bt_policy_destroy(bt_policy **self_p);
 /*  Advances p as far as it can go without waiting: BT_OK when it reached the gate or the end,
     BT_PENDING while it waits, or a run-ending error. */

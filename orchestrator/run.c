@@ -5,7 +5,7 @@
 #include "baton/baton.h"
 #include "baton/scaling.h"
 
-#include "baton/checkpoint.h"
+#include "baton/ckpt.h"
 #include "baton/config.h"
 #include "baton/controller.h"
 #include "baton/fileio.h"
@@ -41,7 +41,7 @@ typedef struct {
 } s_thread;
 
 struct bt_run {
-    bt_run_config cfg;
+    bt_config cfg;
     char *config_json; /* resolved, as written to the run directory and sent in WELCOME */
     char dir[1024];
     char endpoint[256];
@@ -63,7 +63,7 @@ struct bt_run {
     bt_runlog_t *log;
     bt_controller_t *ctl;
     /* vcfg[k]: &cfg without variants, else variant k's config (heap): one copy per variant */
-    bt_run_config *vcfg[BT_CONFIG_MAX_VARIANTS];
+    bt_config *vcfg[BT_CONFIG_MAX_VARIANTS];
     s_thread threads[S_MAX_THREADS];
     int n_threads;
     bool finished;
@@ -101,7 +101,7 @@ bt_run_t *bt_run_new(const char *config_json, const char *source, const char *co
     return self;
 }
 
-const bt_run_config *bt_run_config_of(const bt_run_t *self) {
+const bt_config *bt_run_config_of(const bt_run_t *self) {
     return &self->cfg;
 }
 void bt_run_set_resume(bt_run_t *self, const char *folder) {
@@ -317,7 +317,7 @@ static bool s_may_change(const char *key) {
 static bt_status s_check_config_changes(bt_run_t *self) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", self->dir);
-    bt_run_config *old = malloc(sizeof *old);
+    bt_config *old = malloc(sizeof *old);
     if (!old)
         return bt_fail(BT_ENOMEM, "run: out of memory");
     if (bt_config_load(path, NULL, 0, old) != BT_OK) {
@@ -373,7 +373,7 @@ static bool s_is_inside(const char *folder, const char *dir) {
 /*  The state.json file `name` of checkpoint folder against cfg and the run directory's logs.
  *further when it does not verify and the folder was not named (the resume looks further). */
 static bt_status s_check_state(const bt_run_t *self, const char *folder, const char *name,
-                               const bt_run_config *cfg, bool named, bool *further) {
+                               const bt_config *cfg, bool named, bool *further) {
     char *text = NULL, source[PATH_MAX + 96];
     if (bt_ckpt_read_file(folder, name, (size_t)1 << 24, &text) != BT_OK) {
         char why[1024];
@@ -382,8 +382,8 @@ static bt_status s_check_state(const bt_run_t *self, const char *folder, const c
         return named ? bt_fail(BT_EIO, "--resume %s: %s", folder, why) : BT_OK;
     }
     snprintf(source, sizeof source, "%s/%s", folder, name);
-    bt_run_state *st = malloc(sizeof *st);
-    bt_status rc = st ? bt_run_state_from_json(text, source, st) : BT_ENOMEM;
+    bt_runstate *st = malloc(sizeof *st);
+    bt_status rc = st ? bt_runstate_from_json(text, source, st) : BT_ENOMEM;
     free(text);
     char metrics[PATH_MAX], events[PATH_MAX];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", self->dir);
@@ -392,7 +392,7 @@ static bt_status s_check_state(const bt_run_t *self, const char *folder, const c
     int64_t bytes = stat(metrics, &sb) == 0 ? (int64_t)sb.st_size : 0;
     int64_t event_bytes = stat(events, &sb) == 0 ? (int64_t)sb.st_size : 0;
     if (rc == BT_OK)
-        rc = bt_run_state_check(st, cfg, bytes, event_bytes, source);
+        rc = bt_runstate_check(st, cfg, bytes, event_bytes, source);
     free(st);
     return rc;
 }
@@ -423,7 +423,7 @@ static bt_status s_check_checkpoint(bt_run_t *self) {
     char why[1024];
     bt_status rc = BT_OK;
     bool further = false;
-    bt_run_config *variant = self->cfg.n_variants > 0 ? malloc(sizeof *variant) : NULL;
+    bt_config *variant = self->cfg.n_variants > 0 ? malloc(sizeof *variant) : NULL;
     if (self->cfg.n_variants > 0 && !variant)
         return bt_fail(BT_ENOMEM, "run: out of memory");
     for (int k = 0;
@@ -464,7 +464,7 @@ static int64_t s_field_int(const char *line, const char *key) {
     grpo.steps and each eval dataset has its evaluation of that step.  A run killed before any of
     these, or resumed with more grpo.steps, has not. */
 static bool s_is_complete(const bt_run_t *self) {
-    const bt_run_config *c = &self->cfg;
+    const bt_config *c = &self->cfg;
     char path[PATH_MAX], *line = NULL;
     size_t cap = 0;
     snprintf(path, sizeof path, "%s/model/model.safetensors", self->dir);
@@ -598,8 +598,8 @@ bt_status bt_run_start(bt_run_t *self) {
     if (self->cfg.n_variants == 0)
         self->vcfg[0] = &self->cfg;
     self->ctl =
-        bt_controller_new(self->zmq_ctx, self->endpoint, (const bt_run_config *const *)self->vcfg,
-                          n, self->config_json, self->log);
+        bt_controller_new(self->zmq_ctx, self->endpoint, (const bt_config *const *)self->vcfg, n,
+                          self->config_json, self->log);
     if (!self->ctl)
         return BT_EIO;
     bt_controller_set_progress(self->ctl, self->progress, self->progress_user);

@@ -27,18 +27,18 @@ typedef struct s_field {
 /*  Counts and steps are >= 0; the tuner's values lie where the workers accept them (kl_coef in
     [0, 1e6], lr in [0, 1e3], temperature in [1e-3, 1e3]: the config's ranges). */
 static const s_field s_state[] = {
-    S_F(bt_run_state, step, S_I64, 0, S_WIRE, false),
-    S_F(bt_run_state, version, S_I64, 0, S_WIRE, false),
-    S_F(bt_run_state, cursor, S_U64, 0, S_WIRE, false),
-    S_F(bt_run_state, train_seconds, S_F64, 0, S_ANY, false),
-    S_F(bt_run_state, last_reward, S_F64, -S_ANY, S_ANY, true),
-    S_F(bt_run_state, last_accuracy, S_F64, -S_ANY, S_ANY, true),
-    S_F(bt_run_state, metrics_size, S_I64, 0, S_WIRE, false),
-    S_F(bt_run_state, canary_loss, S_F64, 0, S_ANY, false),
-    S_F(bt_run_state, nan_injected, S_BOOL, 0, 0, false),
-    S_F(bt_run_state, loss_ema, S_F64, 0, S_ANY, true),
-    S_F(bt_run_state, loss_n, S_I64, 0, S_WIRE, false),
-    S_F(bt_run_state, tokens, S_F64, 0, S_ANY, false),
+    S_F(bt_runstate, step, S_I64, 0, S_WIRE, false),
+    S_F(bt_runstate, version, S_I64, 0, S_WIRE, false),
+    S_F(bt_runstate, cursor, S_U64, 0, S_WIRE, false),
+    S_F(bt_runstate, train_seconds, S_F64, 0, S_ANY, false),
+    S_F(bt_runstate, last_reward, S_F64, -S_ANY, S_ANY, true),
+    S_F(bt_runstate, last_accuracy, S_F64, -S_ANY, S_ANY, true),
+    S_F(bt_runstate, metrics_size, S_I64, 0, S_WIRE, false),
+    S_F(bt_runstate, canary_loss, S_F64, 0, S_ANY, false),
+    S_F(bt_runstate, nan_injected, S_BOOL, 0, 0, false),
+    S_F(bt_runstate, loss_ema, S_F64, 0, S_ANY, true),
+    S_F(bt_runstate, loss_n, S_I64, 0, S_WIRE, false),
+    S_F(bt_runstate, tokens, S_F64, 0, S_ANY, false),
 };
 static const s_field s_trigger[] = {
     S_F(bt_trigger, interval, S_I64, 0, S_WIRE, false),
@@ -163,7 +163,7 @@ static bt_status s_get_mixture(const cJSON *t, bt_tuner *tu, const char *where) 
     return BT_OK;
 }
 
-char *bt_run_state_to_json(const bt_run_state *s) {
+char *bt_runstate_to_json(const bt_runstate *s) {
     cJSON *root = cJSON_CreateObject();
     bool ok =
         s_put_fields(root, s_state, S_N(s_state), s) &&
@@ -241,7 +241,7 @@ static bt_status s_get_fields(const cJSON *obj, const s_field *fields, int n, vo
     return BT_OK;
 }
 
-bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_state *out) {
+bt_status bt_runstate_from_json(const char *text, const char *source, bt_runstate *out) {
     memset(out, 0, sizeof *out);
     cJSON *root = cJSON_Parse(text);
     if (!cJSON_IsObject(root)) {
@@ -305,8 +305,8 @@ bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_st
     return st;
 }
 
-bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg, int64_t metrics_bytes,
-                             int64_t events_bytes, const char *source) {
+bt_status bt_runstate_check(const bt_runstate *s, const bt_config *cfg, int64_t metrics_bytes,
+                            int64_t events_bytes, const char *source) {
     if (s->step > cfg->grpo.steps)
         return bt_fail(BT_EINVAL,
                        "%s: step: the checkpoint is at step %lld, beyond grpo.steps (%lld): resume "

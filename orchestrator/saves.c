@@ -97,7 +97,7 @@ static bt_status s_add_policy(bt_ckpt_snapshot_t *snap, bt_policy *p) {
     BT_TRY(s_add_tensors(snap, name, p->snap, "exp_avg", false, true, &adam));
     snprintf(name, sizeof name, "%sreference.safetensors", folder); /* with a KL reference */
     BT_TRY(s_add_tensors(snap, name, p->snap, "ref.", false, true, NULL));
-    char *state = bt_run_state_to_json(&p->saved);
+    char *state = bt_runstate_to_json(&p->saved);
     snprintf(name, sizeof name, "%sstate.json", folder);
     bt_status st = state ? bt_ckpt_snapshot_add_text(snap, name, state) : BT_ENOMEM;
     free(state);
@@ -190,7 +190,7 @@ static double s_train_seconds(const bt_controller_t *self) {
     more epochs, or owed (the writer was busy when one was due); a light one every
     light_every_steps steps. */
 static void s_plan(bt_controller_t *self, int64_t step) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     bool epoch_due = false;
     for (int k = 0; k < self->n_pol; k++) {
         epoch_due |= self->pol[k]->epoch_due;
@@ -279,11 +279,11 @@ void bt_saves_rewind(bt_controller_t *self, int64_t step) {
 /* ---- resume ------------------------------------------------------------------------------- */
 
 /*  The trainer state a checkpoint folder holds, as a restore message, and its run state. */
-static bt_status s_read_policy(const char *folder, bt_msg_t **state_out, bt_run_state *run) {
+static bt_status s_read_policy(const char *folder, bt_msg_t **state_out, bt_runstate *run) {
     char path[BT_CONFIG_PATH_MAX + 256], *text = NULL;
     snprintf(path, sizeof path, "%s/state.json", folder);
     BT_TRY(bt_file_read(path, 64 << 20, &text, NULL));
-    bt_status st = bt_run_state_from_json(text, path, run);
+    bt_status st = bt_runstate_from_json(text, path, run);
     free(text);
     bt_msg_t *m = bt_msg_new(BT_MSG_TASK);
     bt_safetensors_t *files[3] = {NULL, NULL, NULL};
@@ -405,7 +405,7 @@ static bt_status s_resume_data(bt_policy *p) {
     started again. */
 bt_status bt_saves_resume_poll(bt_policy *p) {
     bt_controller_t *ctl = p->ctl;
-    bt_run_state *run = &p->resume_run;
+    bt_runstate *run = &p->resume_run;
     BT_TRY(bt_recovery_restore(p, p->resume_state, run->version, run->canary_loss));
     BT_TRY(bt_runlog_truncate_metrics(ctl->log, run->metrics_size));
     if (run->events_size >= 0) /* the events of the steps after the checkpoint are written again */

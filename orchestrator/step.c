@@ -25,7 +25,7 @@ static void s_source_stats(bt_policy *self, bt_tuner_step_stats *tss, int64_t *p
 /*  The per-source fields of the train line. */
 static void s_source_fields(const bt_policy *self, const bt_tuner_step_stats *tss,
                             const int64_t *prompts, bt_jsonl *line) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     for (int k = 0; k < self->n_sources && c->data.n_sources > 0; k++) {
         char key[96];
         const char *name = bt_config_source_name(c, k);
@@ -44,7 +44,7 @@ static void s_source_fields(const bt_policy *self, const bt_tuner_step_stats *ts
 /*  The train line of the step just done (self->step already counts it). */
 static bt_status s_train_line(bt_policy *self, double length, int64_t n,
                               const bt_tuner_step_stats *tss, const int64_t *prompts) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     const bt_trainer_stats *ts = &self->ts;
     bt_jsonl line;
     bt_jsonl_init(&line);
@@ -85,7 +85,7 @@ static bt_status s_train_line(bt_policy *self, double length, int64_t n,
 }
 
 bt_status bt_policy_record(bt_policy *self) {
-    const bt_run_config *c = self->cfg;
+    const bt_config *c = self->cfg;
     const bt_rollout_batch *b = &self->sampled;
     double reward = 0, length = 0;
     for (int64_t i = 0; i < b->n; i++) {
@@ -93,9 +93,8 @@ bt_status bt_policy_record(bt_policy *self) {
         length += (double)b->lengths[i];
     }
     int64_t n = b->n;
-    bt_tuner_step_stats tss = {.kl = self->ts.kl,
-                               .entropy = self->ts.entropy,
-                               .n_samples = self->ts.sequences};
+    bt_tuner_step_stats tss = {
+        .kl = self->ts.kl, .entropy = self->ts.entropy, .n_samples = self->ts.sequences};
     int64_t prompts[BT_CONFIG_MAX_SOURCES] = {0};
     s_source_stats(self, &tss, prompts);
     bt_rollout_batch_release(&self->sampled);

@@ -10,8 +10,8 @@
     Built with clang -fsanitize=fuzzer (CMake option BATON_FUZZ); tests/fuzz_replay.c runs it on
     its corpora as an ordinary test with any compiler. */
 #include "baton/dtype.h"
+#include "baton/msg.h"
 #include "baton/status.h"
-#include "baton/wire.h"
 
 #include "fuzz.h"
 

@@ -125,7 +125,7 @@ static bool s_same_results(const cJSON *a, const cJSON *b, int k) {
 }
 
 /*  The full run against direct evaluator calls on the same saved model. */
-static void s_check_full(const bt_run_config *cfg) {
+static void s_check_full(const bt_config *cfg) {
     CHECK(s_eval("model_a --config cfg.json --out full.json") == 0);
     CHECK_STR_CONTAINS(s_out, "accuracy");
     CHECK_STR_CONTAINS(s_out, "\u00b1");
@@ -147,10 +147,10 @@ static void s_check_full(const bt_run_config *cfg) {
     s_path("model_a", dir);
     bt_model *m = bt_model_load(dir, bt_cpu());
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
-    bt_task_arith_config ac;
+    bt_source_arith_config ac;
     bt_config_task_arith(cfg, &ac);
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_arith(&ac, &task));
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_arith(&ac, &task));
     bt_evaluator_sums s;
     bt_evaluator_sums_init(&s, 1);
     CHECK_OK(bt_evaluator_perplexity_task(m, tok, task, 0, 60, &s));
@@ -163,14 +163,14 @@ static void s_check_full(const bt_run_config *cfg) {
     CHECK_OK(bt_evaluator_nll(m, tok, items, 3, nll, ntok));
     CHECK_REL(s_value(r, 0, "probes", "probe.two.logp"), -nll[0], 1e-5);
     CHECK(s_value(r, 0, "probes", "pair.order.ok") == (nll[1] / ntok[1] < nll[2] / ntok[2]));
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
     bt_tokenizer_destroy(&tok);
     bt_model_destroy(&m);
     cJSON_Delete(r);
 }
 
 /*  The API in-process: quick mode evaluates the first min(count, 50) items of each dataset. */
-static void s_check_quick(const bt_run_config *cfg) {
+static void s_check_quick(const bt_config *cfg) {
     char dir[PATH_MAX];
     s_path("model_a", dir);
     const char *models[] = {dir};
@@ -246,7 +246,7 @@ static void s_check_training_run(void) {
 
 /*  Two incremental runs of the command, then one of the API after model_b got new weights.
     Returns that last result (caller owns). */
-static bt_harness_result *s_check_incremental(const bt_run_config *cfg) {
+static bt_harness_result *s_check_incremental(const bt_config *cfg) {
     const char *args = "model_a model_b --config cfg.json --mode incremental --cache cache";
     char cmd[256];
     snprintf(cmd, sizeof cmd, "%s --out inc1.json", args);
@@ -357,7 +357,7 @@ int main(void) {
     char path[PATH_MAX];
     s_path("cfg.json", path);
     CHECK_OK(bt_file_write(path, s_config, strlen(s_config)));
-    bt_run_config cfg;
+    bt_config cfg;
     CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
     s_save_model(&cfg.model, 1, "model_a");
     s_save_model(&cfg.model, 2, "model_b");

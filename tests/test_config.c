@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static bt_status s_parse(const char *json, bt_run_config *cfg) {
+static bt_status s_parse(const char *json, bt_config *cfg) {
     return bt_config_parse(json, "arith.json", NULL, 0, cfg);
 }
 
@@ -22,7 +22,7 @@ static void s_source_path(const char *rel, char *buf, size_t len) {
 }
 
 static void test_defaults(void) {
-    bt_run_config cfg;
+    bt_config cfg;
     CHECK_OK(s_parse("{}", &cfg));
     CHECK(strcmp(cfg.run.name, "arith") == 0 && cfg.run.seed == 0 && cfg.run.threads == 0);
     CHECK(strcmp(cfg.run.device, "cpu") == 0 && cfg.run.log_every == 1);
@@ -46,7 +46,7 @@ static void test_defaults(void) {
     CHECK(cfg.task.digits == 2 && strcmp(cfg.task.operators, "+") == 0);
     CHECK(cfg.task.heldout_size == 200 && cfg.task.format_reward == 0.0);
     CHECK(cfg.task.train[0] == '\0' && cfg.task.eval[0] == '\0');
-    CHECK(cfg.task.verifier == BT_TASK_VERIFY_EXACT);
+    CHECK(cfg.task.verifier == BT_SOURCE_VERIFY_EXACT);
 
     CHECK(cfg.reward.service[0] == '\0' && cfg.reward.timeout_ms == 30000);
     CHECK(cfg.reward.retries == 0);
@@ -117,13 +117,13 @@ static void test_round_trip(void) {
         "              {\"name\": \"eta1\", \"set\": {\"grpo.max_staleness\": 1,"
         "                 \"tuner.lr_plateau.enabled\": true, \"grpo.loss_agg\": \"seq_mean\","
         "                 \"tuner.lr_plateau.metric\": \"pass@8\"}}]}";
-    bt_run_config a, b;
+    bt_config a, b;
     CHECK_OK(s_parse(json, &a));
     CHECK(a.run.seed == 9007199254740991LL && strcmp(a.run.device, "cuda:1") == 0);
     CHECK(a.run.precision == BT_CONFIG_PRECISION_BF16 && bt_config_precision_dtype(&a) == BT_BF16);
     CHECK(a.model.num_key_value_heads == 2 && a.model.tie_word_embeddings);
     CHECK(strcmp(a.model_path, "runs/x/ckpt/step-000010") == 0);
-    CHECK(a.task.kind == BT_CONFIG_TASK_JSONL && a.task.verifier == BT_TASK_VERIFY_NUMERIC);
+    CHECK(a.task.kind == BT_CONFIG_TASK_JSONL && a.task.verifier == BT_SOURCE_VERIFY_NUMERIC);
     CHECK(strcmp(a.reward.service, "tcp://10.0.0.7:5601") == 0 && a.reward.timeout_ms == 250);
     CHECK(a.reward.retries == 2);
     CHECK(a.grpo.kl_estimator == BT_KL_K1 && a.grpo.loss_agg == BT_LOSS_AGG_TOKEN_SUM_NORM);
@@ -150,10 +150,10 @@ static void test_round_trip(void) {
     /* variants: the sets are written as JSON values and read back into the same strings */
     const char *sets[] = {"workers.trainer=1"};
     CHECK_OK(bt_config_parse(json, "arith.json", sets, 1, &a));
-    bt_run_config v;
+    bt_config v;
     CHECK_OK(s_parse(with_variants, &v));
     CHECK(v.n_variants == 3 && v.variants[2].n_sets == 4);
-    memcpy(&a.n_variants, &v.n_variants, sizeof a - offsetof(bt_run_config, n_variants));
+    memcpy(&a.n_variants, &v.n_variants, sizeof a - offsetof(bt_config, n_variants));
     text = bt_config_to_json(&a);
     CHECK(text != NULL);
     CHECK_STR_CONTAINS(text, "\"grpo.lr\":\t1e-05");
@@ -173,7 +173,7 @@ static void test_round_trip(void) {
 }
 
 static void test_overrides(void) {
-    bt_run_config cfg;
+    bt_config cfg;
     const char *sets[] = {"grpo.steps=50",
                           "task.kind=jsonl",
                           "task.train=data/train.jsonl",
@@ -372,7 +372,7 @@ static void test_malformed(void) {
         {"{\"grpo\": {\"lr_schedule\": \"cosine\", \"warmup_steps\": 100}}",
          "arith.json: grpo: lr schedule: total_steps (100) must exceed warmup_steps (100)"},
     };
-    bt_run_config cfg;
+    bt_config cfg;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bt_status st = s_parse(cases[i].json, &cfg);
         CHECK(st == BT_EINVAL || st == BT_EFORMAT);
@@ -431,7 +431,7 @@ static void test_ranges(void) {
          "arith.json: eval.datasets[0].max_new_tokens: expected an integer in [1, 1017] "
          "(model.max_position_embeddings 1024 less the longest prompt, 7 tokens), got 1018"},
     };
-    bt_run_config cfg;
+    bt_config cfg;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(bt_config_parse("{}", "arith.json", &bad[i].set, 1, &cfg) == BT_EINVAL);
         if (strcmp(bt_last_error(), bad[i].error) != 0) {
@@ -475,7 +475,7 @@ static void test_ranges(void) {
 static void test_files(void) {
     char dir[] = "/tmp/bt_config_files_XXXXXX", path[256], set[3][300];
     CHECK(mkdtemp(dir) != NULL);
-    bt_run_config cfg;
+    bt_config cfg;
     snprintf(set[0], sizeof set[0], "model.path=%s", dir);
     const char *sets[] = {set[0]};
     CHECK_OK(bt_config_parse("{}", "arith.json", sets, 1, &cfg));
@@ -530,7 +530,7 @@ static void test_files(void) {
 }
 
 static void test_sub_configs(void) {
-    bt_run_config cfg;
+    bt_config cfg;
     const char *json = "{\"task\": {\"seed\": 7, \"digits\": 3, \"operators\": \"+-\","
                        "          \"heldout_size\": 30, \"format_reward\": 0.1,"
                        "          \"train\": \"t.jsonl\", \"verifier\": \"numeric\"},"
@@ -563,19 +563,19 @@ static void test_sub_configs(void) {
     CHECK(adamw.beta1 == 0.9 && adamw.beta2 == 0.95 && adamw.weight_decay == 0.1);
     CHECK(adamw.eps == bt_adamw_defaults().eps);
 
-    bt_task_arith_config arith;
+    bt_source_arith_config arith;
     bt_config_task_arith(&cfg, &arith);
     CHECK(arith.seed == 7 && arith.digits == 3 && strcmp(arith.operators, "+-") == 0);
     CHECK(arith.heldout_size == 30 && arith.format_reward == 0.1);
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_arith(&arith, &task));
-    CHECK(task && bt_task_heldout_count(task) == 30);
-    bt_task_destroy(&task);
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_arith(&arith, &task));
+    CHECK(task && bt_source_heldout_count(task) == 30);
+    bt_source_destroy(&task);
 
-    bt_task_jsonl_config jsonl;
+    bt_source_jsonl_config jsonl;
     bt_config_task_jsonl(&cfg, &jsonl);
     CHECK(strcmp(jsonl.train_path, "t.jsonl") == 0 && jsonl.heldout_path == NULL);
-    CHECK(jsonl.verifier == BT_TASK_VERIFY_NUMERIC && jsonl.seed == 7);
+    CHECK(jsonl.verifier == BT_SOURCE_VERIFY_NUMERIC && jsonl.seed == 7);
     const char *eval[] = {"task.eval=e.jsonl"};
     CHECK_OK(bt_config_parse(json, "arith.json", eval, 1, &cfg));
     bt_config_task_jsonl(&cfg, &jsonl);
@@ -585,7 +585,7 @@ static void test_sub_configs(void) {
 static void test_load(void) {
     char path[1024];
     s_source_path("configs/arith.json", path, sizeof path);
-    bt_run_config cfg;
+    bt_config cfg;
     CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
     CHECK(cfg.task.kind == BT_CONFIG_TASK_ARITHMETIC && cfg.task.digits == 2);
     CHECK(strcmp(cfg.task.operators, "+") == 0);
@@ -601,7 +601,7 @@ static void test_load(void) {
 /*  eval.datasets and eval.probes: defaults inherited from the flat keys, round trip, errors that
     name the entry and key. */
 static void test_eval_datasets(void) {
-    bt_run_config a, b;
+    bt_config a, b;
     CHECK_OK(s_parse("{}", &a)); /* the flat keys describe one dataset */
     CHECK(a.eval.n_datasets == 1 && strcmp(a.eval.datasets[0].name, "heldout") == 0);
     CHECK(a.eval.datasets[0].kind == BT_EVAL_GENERATE && a.eval.datasets[0].count == 200);
@@ -670,7 +670,7 @@ static void test_eval_datasets(void) {
 /*  The tuner section: nested one level deeper, every rule off by default, its typed sub-config,
     and errors that name the key. */
 static void test_tuner(void) {
-    bt_run_config a, b;
+    bt_config a, b;
     CHECK_OK(s_parse("{}", &a));
     CHECK(!a.tuner.kl.enabled && !a.tuner.lr_kl.enabled && !a.tuner.lr_plateau.enabled);
     CHECK(!a.tuner.temperature.enabled);
@@ -805,7 +805,7 @@ static void test_variants(void) {
                        "              {\"name\": \"eta1\", \"set\": {\"grpo.max_staleness\": 1,"
                        "                 \"tuner.lr_plateau.enabled\": true, \"run.seed\": 7,"
                        "                 \"grpo.lr_schedule\": \"cosine\"}}]}";
-    bt_run_config base, v;
+    bt_config base, v;
     CHECK_OK(s_parse(json, &base));
     CHECK(base.n_variants == 3);
     CHECK(strcmp(base.variants[0].name, "lr_low") == 0 && base.variants[0].n_sets == 1);
@@ -939,12 +939,12 @@ static void test_variants(void) {
     CHECK(v.eval.n_datasets == 2 && strcmp(v.eval.datasets[0].name, "a") == 0);
     CHECK(v.eval.datasets[0].data_source == 1 && v.eval.datasets[1].data_source == 0);
     char *text = bt_config_to_json(&base);
-    bt_run_config again;
+    bt_config again;
     CHECK(text && bt_config_parse(text, "config.json", NULL, 0, &again) == BT_OK);
     CHECK(text && strcmp(again.variants[1].sources, base.variants[1].sources) == 0);
     free(text);
     /* the warm start: shared by equal sft sections and first sources, not otherwise */
-    bt_run_config *w = malloc(3 * sizeof *w);
+    bt_config *w = malloc(3 * sizeof *w);
     const char *warm =
         "{\"sft\": {\"steps\": 2}, \"data\": {\"sources\": [{\"name\": \"a\"},"
         " {\"name\": \"b\", \"digits\": 2}]},"
@@ -1021,7 +1021,7 @@ static void test_data_sources(void) {
         "  {\"name\": \"arith\", \"kind\": \"arithmetic\", \"digits\": 3, \"weight\": 0.5}],"
         "  \"epoch_source\": \"qa\", \"curriculum\": {\"window\": 3, \"skip_solved\": false}},"
         " \"tuner\": {\"mixture\": {\"enabled\": true, \"min_weight\": 0.1}}}";
-    bt_run_config cfg, one, back;
+    bt_config cfg, one, back;
     CHECK_OK(s_parse(json, &cfg));
     CHECK(bt_config_n_sources(&cfg) == 3 && cfg.data.n_sources == 3);
     CHECK(cfg.data.sources[0].weight == 2 && cfg.data.sources[1].weight == 1);
@@ -1031,11 +1031,11 @@ static void test_data_sources(void) {
           cfg.data.curriculum.skip_failed);
     CHECK_OK(bt_config_source(&cfg, 1, &one));
     CHECK(one.task.kind == BT_CONFIG_TASK_JSONL && !strcmp(one.task.train, "q.jsonl"));
-    CHECK(!strcmp(one.task.eval, "qh.jsonl") && one.task.verifier == BT_TASK_VERIFY_NUMERIC);
+    CHECK(!strcmp(one.task.eval, "qh.jsonl") && one.task.verifier == BT_SOURCE_VERIFY_NUMERIC);
     CHECK(!strcmp(one.task.chat_template, "chatml")); /* from task.* */
     CHECK(one.data.n_sources == 0);
     CHECK_OK(bt_config_source(&cfg, 0, &one));
-    CHECK(one.task.verifier == BT_TASK_VERIFY_MATH && !strcmp(one.task.train, "g.jsonl"));
+    CHECK(one.task.verifier == BT_SOURCE_VERIFY_MATH && !strcmp(one.task.train, "g.jsonl"));
     CHECK_OK(bt_config_source(&cfg, 2, &one));
     CHECK(one.task.kind == BT_CONFIG_TASK_ARITHMETIC && one.task.digits == 3);
     /* one held-out dataset per source, named after it */

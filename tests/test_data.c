@@ -7,7 +7,7 @@
 #define _DEFAULT_SOURCE
 #include "baton/baton.h"
 #include "baton/rollout.h"
-#include "baton/tasks.h"
+#include "baton/source.h"
 
 #include "check.h"
 #include "runs.h"
@@ -180,23 +180,23 @@ static void s_check_once(const s_trained *t, int source, const char *file, const
     CHECK(once && m > 0);
     char path[128];
     snprintf(path, sizeof path, "%s/%s", s_tmp, file);
-    bt_task_jsonl_config jc = {.train_path = path, .verifier = BT_TASK_VERIFY_EXACT, .seed = 0};
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_jsonl(&jc, &task));
+    bt_source_jsonl_config jc = {.train_path = path, .verifier = BT_SOURCE_VERIFY_EXACT, .seed = 0};
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_jsonl(&jc, &task));
     if (!task)
         return;
-    uint64_t n = bt_task_epoch_size(task);
+    uint64_t n = bt_source_epoch_size(task);
     int per_record[64] = {0};
     for (uint64_t e = 0; (e + 1) * n <= (uint64_t)m; e++) { /* completed epochs */
         memset(per_record, 0, sizeof per_record);
         for (uint64_t i = e * n; i < (e + 1) * n; i++)
-            per_record[bt_task_record(task, i)]++;
+            per_record[bt_source_record(task, i)]++;
         for (uint64_t r = 0; r < n; r++)
             CHECK(per_record[r] == 1);
     }
     fprintf(stderr, "%s: source %d trained %d prompts, %llu epochs of %llu records complete\n",
             what, source, m, (unsigned long long)(m / n), (unsigned long long)n);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
 }
 
 /*  The highest train step in DIR/metrics.jsonl (read as text: the run may be writing a line). */
@@ -451,19 +451,19 @@ int main(void) {
     s_check_once(&c, 0, "a.jsonl", "curriculum");
     s_check_once(&c, 1, "b.jsonl", "curriculum");
     int n_dropped = 0, failed_at[64] = {0};
-    bt_task_jsonl_config jc = {.train_path = NULL, .seed = 0};
+    bt_source_jsonl_config jc = {.train_path = NULL, .seed = 0};
     char path[128];
     snprintf(path, sizeof path, "%s/b.jsonl", s_tmp);
     jc.train_path = path;
-    bt_task_t *tb = NULL;
-    CHECK_OK(bt_task_new_jsonl(&jc, &tb));
+    bt_source_t *tb = NULL;
+    CHECK_OK(bt_source_new_jsonl(&jc, &tb));
     bool kept_out = true;
     for (int s = 1; s <= S_STEPS && tb; s++) {
         n_dropped += c.n_dropped[s];
         for (int i = 0; i < c.n[s] && i < S_PER_STEP; i++) {
             if (BT_PROMPT_SOURCE(c.ids[s][i]) != 1)
                 continue;
-            uint64_t r = bt_task_record(tb, BT_PROMPT_INDEX(c.ids[s][i]));
+            uint64_t r = bt_source_record(tb, BT_PROMPT_INDEX(c.ids[s][i]));
             if (failed_at[r] && failed_at[r] < s) {
                 fprintf(stderr, "record %llu of b failed at step %d, trained again at step %d\n",
                         (unsigned long long)r, failed_at[r], s);
@@ -475,7 +475,7 @@ int main(void) {
     }
     fprintf(stderr, "curriculum: %d prompts dropped\n", n_dropped);
     CHECK(n_dropped > 0 && kept_out);
-    bt_task_destroy(&tb);
+    bt_source_destroy(&tb);
     /* killed and resumed, the curriculum's streaks come back with the checkpoint: the same
        prompts are trained and dropped at every step */
     char curr_killed[128];

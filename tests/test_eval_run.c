@@ -331,7 +331,7 @@ static void test_adaptive(void) {
     call is fast, any other sleeps 2 ms per completion (a slow reward service). */
 typedef struct {
     pthread_mutex_t lock;
-    bt_task_t *task; /* tells held-out (evaluation) prompts from training ones */
+    bt_source_t *task; /* tells held-out (evaluation) prompts from training ones */
     pthread_t fast;
     bool have_fast;
 } s_slow;
@@ -343,12 +343,12 @@ static double s_slow_reward(const char *prompt, const char *completion, size_t l
     (void)answer;
     s_slow *s = user;
     bool heldout = false;
-    bt_task_example ex;
-    bt_task_example_init(&ex);
-    for (size_t i = 0; i < bt_task_heldout_count(s->task) && !heldout; i++)
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    for (size_t i = 0; i < bt_source_heldout_count(s->task) && !heldout; i++)
         heldout =
-            bt_task_heldout_example(s->task, i, &ex) == BT_OK && strcmp(ex.prompt, prompt) == 0;
-    bt_task_example_release(&ex);
+            bt_source_heldout_example(s->task, i, &ex) == BT_OK && strcmp(ex.prompt, prompt) == 0;
+    bt_source_example_release(&ex);
     if (!heldout)
         return 0.0;
     pthread_mutex_lock(&s->lock);
@@ -367,12 +367,12 @@ static double s_slow_reward(const char *prompt, const char *completion, size_t l
     shard, so it does not hold the evaluation back. */
 static void test_slow_worker(void) {
     s_slow slow = {.lock = PTHREAD_MUTEX_INITIALIZER};
-    bt_task_arith_config tc; /* the demo's task */
-    bt_task_arith_config_init(&tc);
+    bt_source_arith_config tc; /* the demo's task */
+    bt_source_arith_config_init(&tc);
     tc.digits = 2;
     tc.operators = "+";
     tc.heldout_size = 200;
-    CHECK_OK(bt_task_new_arith(&tc, &slow.task));
+    CHECK_OK(bt_source_new_arith(&tc, &slow.task));
     char dir[128];
     snprintf(dir, sizeof dir, "%s/slow", s_tmp);
     s_run(dir, 2, "{\"every_steps\": 10, \"heldout_count\": 200, \"max_new_tokens\": 4}",
@@ -400,7 +400,7 @@ static void test_slow_worker(void) {
         cJSON_Delete(lines[i]);
     CHECK(evals == 5); /* steps 0, 10, 20, 30, 40 */
     CHECK(measured >= 2);
-    bt_task_destroy(&slow.task);
+    bt_source_destroy(&slow.task);
 }
 
 int main(void) {

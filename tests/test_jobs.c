@@ -15,9 +15,9 @@
 #include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/model.h"
+#include "baton/msg.h"
 #include "baton/proto.h"
 #include "baton/rollout.h"
-#include "baton/wire.h"
 #include "check.h"
 #include "runs.h"
 
@@ -73,7 +73,7 @@ static void *s_peer_main(void *arg) {
 
     bt_msg_t *weights = NULL; /* S_UNASKED_WEIGHTS: a policy of its own, drawn from another seed */
     if (p->mode == S_UNASKED_WEIGHTS) {
-        bt_run_config cfg;
+        bt_config cfg;
         bt_model *m = NULL;
         bt_weights w;
         bt_weights_init(&w);

@@ -5,7 +5,7 @@
 #define _DEFAULT_SOURCE
 #include "baton/mixture.h"
 #include "baton/rollout.h"
-#include "baton/tasks.h"
+#include "baton/source.h"
 
 #include "check.h"
 
@@ -18,7 +18,7 @@
 static char s_tmp[64];
 
 /*  A JSONL task of n records "q<i>" -> "<i>". */
-static bt_task_t *s_jsonl(int n) {
+static bt_source_t *s_jsonl(int n) {
     char path[128];
     snprintf(path, sizeof path, "%s/t%d.jsonl", s_tmp, n);
     FILE *f = fopen(path, "w");
@@ -26,16 +26,16 @@ static bt_task_t *s_jsonl(int n) {
         fprintf(f, "{\"prompt\": \"q%d\", \"answer\": \"%d\"}\n", i, i);
     if (f)
         fclose(f);
-    bt_task_jsonl_config c = {.train_path = path, .heldout_path = path, .seed = 5};
-    bt_task_t *t = NULL;
-    CHECK_OK(bt_task_new_jsonl(&c, &t));
+    bt_source_jsonl_config c = {.train_path = path, .heldout_path = path, .seed = 5};
+    bt_source_t *t = NULL;
+    CHECK_OK(bt_source_new_jsonl(&c, &t));
     return t;
 }
 
 static void test_frequencies_follow_weights(void) {
     bt_mixture_config mc = {.n_sources = 3, .seed = 11};
     bt_mixture_t *m = bt_mixture_new(&mc);
-    bt_task_t *tasks[3] = {NULL, NULL, NULL}; /* no curriculum: the tasks are not read */
+    bt_source_t *tasks[3] = {NULL, NULL, NULL}; /* no curriculum: the tasks are not read */
     double w[3] = {2, 1, 1};
     const int N = 40000;
     int64_t count[3] = {0}, dropped = 0;
@@ -68,8 +68,8 @@ static void test_frequencies_follow_weights(void) {
 /*  A resumed mixture (position and streaks read back from JSON) draws and drops exactly as the
     one that kept going. */
 static void test_round_trip(void) {
-    bt_task_t *a = s_jsonl(7), *b = s_jsonl(5);
-    bt_task_t *tasks[2] = {a, b};
+    bt_source_t *a = s_jsonl(7), *b = s_jsonl(5);
+    bt_source_t *tasks[2] = {a, b};
     bt_mixture_config mc = {.n_sources = 2, .seed = 3, .window = 1, .skip_solved = true};
     bt_mixture_t *m = bt_mixture_new(&mc);
     double w[2] = {1, 1};
@@ -111,15 +111,15 @@ static void test_round_trip(void) {
     free(json);
     bt_mixture_destroy(&m);
     bt_mixture_destroy(&r);
-    bt_task_destroy(&a);
-    bt_task_destroy(&b);
+    bt_source_destroy(&a);
+    bt_source_destroy(&b);
 }
 
 /*  window 2: a record is dropped only after 2 all-failed groups in a row; a mixed group resets
     its streak; skip_solved off keeps the always-solved ones. */
 static void test_curriculum(void) {
-    bt_task_t *a = s_jsonl(4);
-    bt_task_t *tasks[1] = {a};
+    bt_source_t *a = s_jsonl(4);
+    bt_source_t *tasks[1] = {a};
     bt_mixture_config mc = {.n_sources = 1, .seed = 1, .window = 2, .skip_failed = true};
     bt_mixture_t *m = bt_mixture_new(&mc);
     double w[1] = {1};
@@ -128,7 +128,7 @@ static void test_curriculum(void) {
     /* epoch 0 and 1 (indices 0..7): record of index i gets the outcome out[record] */
     for (int i = 0; i < 8; i++) {
         CHECK_OK(bt_mixture_next(m, tasks, w, 100, &id, dropped, 64, &n_dropped));
-        uint64_t rec = bt_task_record(a, BT_PROMPT_INDEX(id));
+        uint64_t rec = bt_source_record(a, BT_PROMPT_INDEX(id));
         int64_t correct = rec == 0 ? 0 : rec == 1 ? (i < 4 ? 0 : 1) : rec == 2 ? 3 : 0;
         /* record 0: failed twice; 1: failed, then mixed; 2: solved (kept: skip_solved off);
            3: failed twice */
@@ -142,12 +142,12 @@ static void test_curriculum(void) {
     for (int i = 0; i < 3; i++) {
         CHECK_OK(bt_mixture_next(m, tasks, w, 100, &id, dropped, 64, &n_dropped));
         if (i < 2)
-            kept[bt_task_record(a, BT_PROMPT_INDEX(id))] = true;
+            kept[bt_source_record(a, BT_PROMPT_INDEX(id))] = true;
     }
     CHECK(kept[1] && kept[2] && !kept[0] && !kept[3]);
     int in_epoch_2 = 0;
     for (int64_t i = 0; i < n_dropped; i++) {
-        uint64_t rec = bt_task_record(a, BT_PROMPT_INDEX(dropped[i]));
+        uint64_t rec = bt_source_record(a, BT_PROMPT_INDEX(dropped[i]));
         CHECK(rec == 0 || rec == 3);
         in_epoch_2 += BT_PROMPT_INDEX(dropped[i]) >= 8 && BT_PROMPT_INDEX(dropped[i]) < 12;
     }
@@ -165,7 +165,7 @@ static void test_curriculum(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "dropped by data.curriculum");
     bt_mixture_destroy(&z);
     bt_mixture_destroy(&m);
-    bt_task_destroy(&a);
+    bt_source_destroy(&a);
 }
 
 int main(void) {

@@ -9,7 +9,7 @@
 #include "baton/evaluator.h"
 #include "baton/model.h"
 #include "baton/rollout.h"
-#include "baton/tasks.h"
+#include "baton/source.h"
 #include "baton/tokenizer.h"
 
 #include "bpe_fixture.h"
@@ -182,12 +182,12 @@ static void s_check_padded(const char *rel) {
     bt_model *m = bt_model_load(dir, bt_cpu());
     bt_tokenizer_t *tok = NULL;
     CHECK_OK(bt_tokenizer_for_model(dir, &tok));
-    bt_task_arith_config ac;
-    bt_task_arith_config_init(&ac);
+    bt_source_arith_config ac;
+    bt_source_arith_config_init(&ac);
     ac.digits = 1;
     ac.heldout_size = 4;
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_arith(&ac, &task));
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_arith(&ac, &task));
     CHECK(m && tok && task && bt_tokenizer_vocab_size(tok) == 260);
     if (!m || !tok || !task)
         return;
@@ -238,7 +238,7 @@ static void s_check_padded(const char *rel) {
     ec.temperature = 1.0;
     CHECK_OK(bt_evaluator_run(m, tok, task, &ec, 3, &sums));
     CHECK(sums.completions == 16);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
     bt_tokenizer_destroy(&tok);
     bt_model_destroy(&m);
 }

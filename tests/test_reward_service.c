@@ -115,15 +115,15 @@ static void test_python_example(const char *python) {
     CHECK_OK(bt_reward_service_score(client, "eval", items, S_N, rewards, correct)); /* again */
 
     /* the example mirrors the built-in arithmetic verifier */
-    bt_task_arith_config cfg;
-    bt_task_arith_config_init(&cfg);
+    bt_source_arith_config cfg;
+    bt_source_arith_config_init(&cfg);
     cfg.format_reward = 0.5;
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_arith(&cfg, &task));
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_arith(&cfg, &task));
     for (int i = 0; i < S_N && task; i++) {
         bt_reward_detail d;
         double builtin =
-            bt_task_reward(task, items[i].answer, items[i].completion, items[i].len, &d);
+            bt_source_reward(task, items[i].answer, items[i].completion, items[i].len, &d);
         if (rewards[i] != s_table[i].reward || correct[i] != s_table[i].correct ||
             builtin != s_table[i].reward || d.correct != s_table[i].correct) {
             fprintf(stderr, "row %d: service %g %d, built-in %g %d, table %g %d\n", i, rewards[i],
@@ -137,7 +137,7 @@ static void test_python_example(const char *python) {
     CHECK_OK(bt_reward_score(NULL, task, "rollout", items, S_N, local, local_correct));
     CHECK(memcmp(local, rewards, sizeof local) == 0);
     CHECK(memcmp(local_correct, correct, sizeof correct) == 0);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
     bt_reward_service_destroy(&client);
     bt_reward_service_destroy(&client); /* idempotent */
     s_stop(service);

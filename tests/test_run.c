@@ -5,7 +5,7 @@
 #define _DEFAULT_SOURCE
 #include "baton/baton.h"
 #include "baton/fileio.h"
-#include "baton/wire.h"
+#include "baton/msg.h"
 #include "check.h"
 #include "runs.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 int main(void) {
-    bt_run_state a, b;
+    bt_runstate a, b;
     memset(&a, 0, sizeof a);
     a.step = 123;
     a.version = 987;
@@ -34,9 +34,9 @@ int main(void) {
     a.triggers[1].rate_ema = -0.0125;
     a.n_pending = 1;
     a.pending[0] = (bt_runstate_eval){.dataset = 1, .step = 120, .trigger = "steps+seconds"};
-    char *text = bt_run_state_to_json(&a);
+    char *text = bt_runstate_to_json(&a);
     CHECK(text != NULL);
-    CHECK_OK(bt_run_state_from_json(text, "state.json", &b));
+    CHECK_OK(bt_runstate_from_json(text, "state.json", &b));
     CHECK(b.step == a.step && b.version == a.version && b.cursor == a.cursor);
     CHECK(b.train_seconds == a.train_seconds && b.last_reward == a.last_reward);
     CHECK(isnan(b.last_accuracy) && b.metrics_size == a.metrics_size);
@@ -67,8 +67,8 @@ int main(void) {
     a.tuner.last_eval_step = 60;
     a.tuner.bad_evals = 2;
     a.tuner.decisions = 9;
-    text = bt_run_state_to_json(&a);
-    CHECK_OK(bt_run_state_from_json(text, "state.json", &b));
+    text = bt_runstate_to_json(&a);
+    CHECK_OK(bt_runstate_from_json(text, "state.json", &b));
     CHECK(b.has_tuner && b.tuner.kl_coef == a.tuner.kl_coef && b.tuner.lr == a.tuner.lr);
     CHECK(b.tuner.temperature == a.tuner.temperature && b.tuner.has_best && b.tuner.best == 0.625);
     CHECK(b.tuner.best_step == 40 && b.tuner.last_eval_step == 60 && b.tuner.bad_evals == 2);
@@ -77,16 +77,16 @@ int main(void) {
     a.has_tuner = false;
 
     /* bad files name what is wrong */
-    CHECK(bt_run_state_from_json("[1]", "s.json", &b) == BT_EFORMAT);
+    CHECK(bt_runstate_from_json("[1]", "s.json", &b) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json: not a JSON object");
-    CHECK(bt_run_state_from_json("{\"step\": 1.5}", "s.json", &b) == BT_EFORMAT);
+    CHECK(bt_runstate_from_json("{\"step\": 1.5}", "s.json", &b) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json.step: missing or of the wrong type");
-    text = bt_run_state_to_json(&a);
+    text = bt_runstate_to_json(&a);
     char *cut = strstr(text, "\"rate_ema\"");
     CHECK(cut != NULL);
     if (cut)
         memcpy(cut, "\"rate_emX\"", 10);
-    CHECK(bt_run_state_from_json(text, "s.json", &b) == BT_EFORMAT);
+    CHECK(bt_runstate_from_json(text, "s.json", &b) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "triggers[0].rate_ema");
     free(text);
 
@@ -122,8 +122,8 @@ int main(void) {
         {"\"mixture_steps\":\t0", "\"mixture_steps\":\t-3",
          "tuner.mixture_steps: expected an integer >= 0, got -3"},
     };
-    text = bt_run_state_to_json(&a);
-    CHECK_OK(bt_run_state_from_json(text, "s.json", &b)); /* as written, it reads back */
+    text = bt_runstate_to_json(&a);
+    CHECK_OK(bt_runstate_from_json(text, "s.json", &b)); /* as written, it reads back */
     for (size_t i = 0; text && i < sizeof bad / sizeof bad[0]; i++) {
         char *at = strstr(text, bad[i].from), edited[1 << 14];
         CHECK(at != NULL);
@@ -131,48 +131,48 @@ int main(void) {
             continue;
         snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, bad[i].to,
                  at + strlen(bad[i].from));
-        CHECK(bt_run_state_from_json(edited, "s.json", &b) == BT_EFORMAT);
+        CHECK(bt_runstate_from_json(edited, "s.json", &b) == BT_EFORMAT);
         CHECK_STR_CONTAINS(bt_last_error(), bad[i].error);
     }
     free(text);
 
     /* against the run it resumes: the config's steps and datasets, the metrics.jsonl there */
-    text = bt_run_state_to_json(&a);
-    CHECK_OK(bt_run_state_from_json(text, "s.json", &b));
+    text = bt_runstate_to_json(&a);
+    CHECK_OK(bt_runstate_from_json(text, "s.json", &b));
     free(text);
-    bt_run_config cfg;
+    bt_config cfg;
     CHECK_OK(bt_config_parse("{\"grpo\": {\"steps\": 200}, \"eval\": {\"datasets\": "
                              "[{\"name\": \"a\"}, {\"name\": \"b\"}]}}",
                              "c.json", NULL, 0, &cfg));
-    CHECK_OK(bt_run_state_check(&b, &cfg, 4096, 777, "s.json"));
-    CHECK(bt_run_state_check(&b, &cfg, 4095, 777, "s.json") == BT_EINVAL);
+    CHECK_OK(bt_runstate_check(&b, &cfg, 4096, 777, "s.json"));
+    CHECK(bt_runstate_check(&b, &cfg, 4095, 777, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json: metrics_size: the checkpoint was taken when "
                                         "metrics.jsonl held 4096 bytes, and it holds 4095");
     CHECK_STR_CONTAINS(bt_last_error(), "--overwrite");
     CHECK(b.events_size == 777); /* read back, and checked against events.jsonl */
-    {   /* a state.json from before events_size: events.jsonl is left as it is (-1) */
-        char *old = bt_run_state_to_json(&a), *at = old ? strstr(old, "\"events_size\"") : NULL;
+    { /* a state.json from before events_size: events.jsonl is left as it is (-1) */
+        char *old = bt_runstate_to_json(&a), *at = old ? strstr(old, "\"events_size\"") : NULL;
         CHECK(at != NULL);
         if (at) {
             char *end = strchr(at, ',');
             memmove(at, end + 1, strlen(end + 1) + 1);
         }
-        bt_run_state c;
-        CHECK_OK(bt_run_state_from_json(old, "old.json", &c));
+        bt_runstate c;
+        CHECK_OK(bt_runstate_from_json(old, "old.json", &c));
         CHECK(c.events_size == -1 && c.metrics_size == 4096);
-        CHECK_OK(bt_run_state_check(&c, &cfg, 4096, 0, "old.json"));
+        CHECK_OK(bt_runstate_check(&c, &cfg, 4096, 0, "old.json"));
         free(old);
     }
-    CHECK(bt_run_state_check(&b, &cfg, 4096, 776, "s.json") == BT_EINVAL);
+    CHECK(bt_runstate_check(&b, &cfg, 4096, 776, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json: events_size: the checkpoint was taken when "
                                         "events.jsonl held 777 bytes, and it holds 776");
     cfg.grpo.steps = 100;
-    CHECK(bt_run_state_check(&b, &cfg, 4096, 777, "s.json") == BT_EINVAL);
+    CHECK(bt_runstate_check(&b, &cfg, 4096, 777, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json: step: the checkpoint is at step 123, beyond "
                                         "grpo.steps (100): resume with --set grpo.steps=123");
     cfg.grpo.steps = 200;
     cfg.eval.n_datasets = 1;
-    CHECK(bt_run_state_check(&b, &cfg, 4096, 777, "s.json") == BT_EINVAL);
+    CHECK(bt_runstate_check(&b, &cfg, 4096, 777, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "triggers: 2, one per evaluation dataset");
     return check_exit();
 }

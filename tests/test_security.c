@@ -7,9 +7,9 @@
     records them, never show the run's config or message names in clear. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
+#include "baton/msg.h"
 #include "baton/proto.h"
 #include "baton/security.h"
-#include "baton/wire.h"
 #include "check.h"
 #include "runs.h"
 

@@ -62,7 +62,7 @@ static void test_names(void) {
     CHECK(bt_job_kind_role(BT_JOB_GROUP) == BT_ROLE_TRAINER);
 }
 
-/*  The rules every message type carries, as wire.c checked them before they moved here. */
+/*  The rules every message type carries, as msg.c checked them before they moved here. */
 static void test_message_rules(void) {
     bt_msg_t *m = bt_msg_new(BT_MSG_HELLO);
     CHECK(bt_proto_check(m) == BT_EFORMAT);

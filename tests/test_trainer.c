@@ -8,7 +8,7 @@
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/rollout.h"
-#include "baton/tasks.h"
+#include "baton/source.h"
 #include "baton/tensor.h"
 #include "baton/tokenizer.h"
 #include "baton/trainer.h"
@@ -553,34 +553,34 @@ static void test_data_parallel(void) {
 
 /* ---- (d) SFT, then (e) rollouts, (f) evaluation and (g) weights on the trained model ------- */
 
-static bt_task_t *s_task(void) {
-    bt_task_arith_config tc;
-    bt_task_arith_config_init(&tc);
+static bt_source_t *s_task(void) {
+    bt_source_arith_config tc;
+    bt_source_arith_config_init(&tc);
     tc.seed = 3;
     tc.digits = 1;
     tc.heldout_size = 10;
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_arith(&tc, &task));
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_arith(&tc, &task));
     return task;
 }
 
 static const uint64_t s_idx[6] = {0, 1, 2, 3, 4, 5};
 
-static void test_sft_learns(bt_trainer_t *tr, const bt_tokenizer_t *tok, bt_task_t *task) {
+static void test_sft_learns(bt_trainer_t *tr, const bt_tokenizer_t *tok, bt_source_t *task) {
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
     CHECK_OK(bt_rollout_demonstrations(tok, task, s_idx, 6, &b));
     /* the demonstrations: BOS + prompt, answer + EOS */
-    bt_task_example ex;
-    bt_task_example_init(&ex);
-    CHECK_OK(bt_task_train_example(task, 2, &ex));
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    CHECK_OK(bt_source_train_example(task, 2, &ex));
     CHECK(b.n == 6 && b.group_size == 1);
     CHECK(b.prompt_lens[2] == (int64_t)strlen(ex.prompt) + 1 &&
           b.prompt_tokens[2 * b.max_prompt_len] == 256);
     CHECK(b.lengths[2] == (int64_t)strlen(ex.answer) + 1);
     CHECK(b.tokens[2 * b.max_new_tokens + b.lengths[2] - 1] == 257);
     CHECK(b.tokens[2 * b.max_new_tokens] == ex.answer[0]);
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
 
     bt_trainer_stats st;
     double first = 0, last = 0;
@@ -596,7 +596,7 @@ static void test_sft_learns(bt_trainer_t *tr, const bt_tokenizer_t *tok, bt_task
     bt_rollout_batch_release(&b);
 }
 
-static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task) {
+static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_source_t *task) {
     bt_rollout_config rc;
     bt_rollout_config_init(&rc);
     rc.group_size = 4;
@@ -609,10 +609,10 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
     CHECK(b.temperature == 0.7 && b.max_new_tokens == 4);
     int correct = 0, some_eos = 0;
     double worst = 0;
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (int64_t c = 0; c < b.n; c++) {
-        CHECK_OK(bt_task_train_example(task, b.indices[c / 4], &ex));
+        CHECK_OK(bt_source_train_example(task, b.indices[c / 4], &ex));
         CHECK(b.indices[c / 4] == s_idx[c / 4]);
         /* group layout: row c holds the prompt of example c / 4 */
         int32_t enc[16];
@@ -626,7 +626,7 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
         size_t len = 0;
         CHECK_OK(bt_tokenizer_decode(tok, t, (size_t)b.lengths[c], text, sizeof text, &len));
         bt_reward_detail d;
-        CHECK(b.rewards[c] == bt_task_reward(task, ex.answer, text, len, &d));
+        CHECK(b.rewards[c] == bt_source_reward(task, ex.answer, text, len, &d));
         CHECK(b.correct[c] == d.correct);
         correct += d.correct;
         /* finished <=> ends in EOS; truncated rows are max_new_tokens long */
@@ -640,7 +640,7 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
         for (int64_t j = 0; j < b.lengths[c]; j++)
             worst = fmax(worst, fabs((double)lp[j] - (double)b.logprobs[c * 4 + j]));
     }
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
     CHECK(worst < 1e-4);
     CHECK(correct > 0 && some_eos > 0);
 
@@ -663,8 +663,8 @@ static void test_rollout(bt_model *m, const bt_tokenizer_t *tok, bt_task_t *task
                 CHECK_NEAR(part.logprobs[c * 4 + j], b.logprobs[w * 4 + j], 1e-5);
         }
     }
-    CHECK_OK(bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, 9 + (1 << BT_TASK_SEED_JOB_BITS),
-                               &part));
+    CHECK_OK(
+        bt_rollout_sample(m, tok, task, s_idx, 6, &rc, 42, 9 + (1 << BT_JOB_SEED_BITS), &part));
     CHECK(memcmp(part.tokens, b.tokens, (size_t)b.n * 4 * sizeof *b.tokens) != 0);
     bt_rollout_batch_release(&part);
     bt_rollout_batch_release(&b);
@@ -677,7 +677,7 @@ static void s_check_sums_equal(const bt_evaluator_sums *a, const bt_evaluator_su
     CHECK(memcmp(a->correct_hist, b->correct_hist, sizeof a->correct_hist) == 0);
 }
 
-static void test_eval_shards(bt_model *m, const bt_tokenizer_t *tok, const bt_task_t *task) {
+static void test_eval_shards(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t *task) {
     bt_evaluator_config ec;
     bt_evaluator_config_init(&ec);
     ec.count = 10;
@@ -775,13 +775,13 @@ static void s_generate(bt_model *m, const bt_tokenizer_t *tok, const char *const
 
 /*  The evaluator's bookkeeping (maj@k, reward square sums, length histogram, robustness) against
     the same generations tallied here by hand, and its NLL against the model's logits. */
-static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_task_t *task) {
+static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t *task) {
     enum { N = 10, K = 5, M = 4 };
     const char *prompts[N];
-    bt_task_example ex[N];
+    bt_source_example ex[N];
     for (int i = 0; i < N; i++) {
-        bt_task_example_init(&ex[i]);
-        CHECK_OK(bt_task_heldout_example(task, (size_t)i, &ex[i]));
+        bt_source_example_init(&ex[i]);
+        CHECK_OK(bt_source_heldout_example(task, (size_t)i, &ex[i]));
         prompts[i] = ex[i].prompt;
     }
     bt_evaluator_config ec;
@@ -805,7 +805,7 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
         for (int j = 0; j < K; j++) {
             bt_reward_detail d;
             const char *t = texts[i * K + j];
-            double r = bt_task_reward(task, ex[i].answer, t, strlen(t), &d);
+            double r = bt_source_reward(task, ex[i].answer, t, strlen(t), &d);
             sumsq += r * r;
             hist[g.lengths[i * K + j]]++;
             snprintf(answers[j], 16, "%.*s", (int)d.extracted_len, t + d.extracted_start);
@@ -839,7 +839,7 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
         int n = 0, right = 0;
         const char *answer[N];
         for (int i = 0; i < N; i++)
-            if (bt_task_perturb(task, (size_t)i, (bt_task_perturbation)p, bufs[n], 64)) {
+            if (bt_source_perturb(task, (size_t)i, (bt_source_perturbation)p, bufs[n], 64)) {
                 answer[n] = ex[i].answer;
                 pp[n] = bufs[n];
                 n++;
@@ -848,7 +848,7 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
         s_generate(m, tok, pp, n, 1, 0, 0, M, &g, ptexts);
         for (int i = 0; i < n; i++) {
             bt_reward_detail d;
-            bt_task_reward(task, answer[i], ptexts[i], strlen(ptexts[i]), &d);
+            bt_source_reward(task, answer[i], ptexts[i], strlen(ptexts[i]), &d);
             right += d.correct;
         }
         bt_generation_release(&g);
@@ -880,12 +880,12 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
     bt_evaluator_sums whole, part;
     bt_evaluator_sums_init(&whole, 1);
     bt_evaluator_sums_init(&part, 1);
-    bt_task_arith_config tc;
-    bt_task_arith_config_init(&tc);
+    bt_source_arith_config tc;
+    bt_source_arith_config_init(&tc);
     tc.digits = 2;
     tc.heldout_size = 40;
-    bt_task_t *big = NULL;
-    CHECK_OK(bt_task_new_arith(&tc, &big));
+    bt_source_t *big = NULL;
+    CHECK_OK(bt_source_new_arith(&tc, &big));
     CHECK_OK(bt_evaluator_perplexity_task(m, tok, big, 0, 40, &whole));
     bt_evaluator_sums_init(&s, 1);
     const size_t cuts[] = {0, 16, 32, 40};
@@ -896,9 +896,9 @@ static void test_eval_metrics(bt_model *m, const bt_tokenizer_t *tok, const bt_t
     }
     CHECK(s.texts == 40 && s.nll_tokens == whole.nll_tokens);
     CHECK_REL(s.nll_sum, whole.nll_sum, 1e-12);
-    bt_task_destroy(&big);
+    bt_source_destroy(&big);
     for (int i = 0; i < N; i++)
-        bt_task_example_release(&ex[i]);
+        bt_source_example_release(&ex[i]);
 }
 
 /*  Logits (1, T, V) of a fixed sequence, on the host. */
@@ -959,7 +959,7 @@ static void test_weights(bt_model *trained) {
     follows float32's loss curve within what bf16 rounding explains; a GRPO step on the bf16
     policy's own rollouts (KV-cache sampling) sees ratios of 1 to bf16 rounding, so its clipping
     stays off. */
-static void test_bf16_training(const bt_tokenizer_t *tok, bt_task_t *task) {
+static void test_bf16_training(const bt_tokenizer_t *tok, bt_source_t *task) {
     enum { STEPS = 60 };
     bt_trainer_t *tr[2];
     for (int k = 0; k < 2; k++) {
@@ -1045,7 +1045,7 @@ int main(void) {
     test_data_parallel();
 
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
-    bt_task_t *task = s_task();
+    bt_source_t *task = s_task();
     bt_trainer_t *tr = s_trainer(31, 4, false);
     test_sft_learns(tr, tok, task);
     test_rollout(bt_trainer_policy(tr), tok, task);
@@ -1054,7 +1054,7 @@ int main(void) {
     test_weights(bt_trainer_policy(tr));
     bt_trainer_destroy(&tr);
     test_bf16_training(tok, task);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
     bt_tokenizer_destroy(&tok);
     return check_exit();
 }

@@ -69,8 +69,8 @@ double bt_evaluator_peak_rss_mb(void) {
     return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
 }
 
-static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_task_t *task) {
-    size_t held = bt_task_heldout_count(task);
+static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_source_t *task) {
+    size_t held = bt_source_heldout_count(task);
     if (cfg->start > held || cfg->count > held - cfg->start)
         return bt_fail(BT_EINVAL, "evaluator: examples [%zu, %zu) exceed the %zu held-out ones",
                        cfg->start, cfg->start + cfg->count, held);
@@ -143,29 +143,29 @@ static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, uint64_t k
 
 /*  Generates and scores examples [first, first + n) of the held-out set, clean (perturb < 0) or
     perturbed, into out.  Examples a perturbation does not apply to are skipped. */
-static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
+static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const bt_source_t *task,
                              const bt_evaluator_config *cfg, uint64_t key, size_t first, int64_t n,
                              int perturb, s_chunk *c, bt_evaluator_sums *out) {
     const int64_t k = c->k, M = cfg->max_new_tokens;
     bt_status st = BT_OK;
     int64_t m = 0; /* examples in this pass */
     char buf[1024];
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
-        st = bt_task_heldout_example(task, first + (size_t)i, &ex);
+        st = bt_source_heldout_example(task, first + (size_t)i, &ex);
         if (st != BT_OK)
             break;
         const char *prompt = ex.prompt;
         if (perturb >= 0) {
-            if (!bt_task_perturb(task, first + (size_t)i, (bt_task_perturbation)perturb, buf,
-                                 sizeof buf))
+            if (!bt_source_perturb(task, first + (size_t)i, (bt_source_perturbation)perturb, buf,
+                                   sizeof buf))
                 continue;
             prompt = buf;
         }
         st = s_set_example(c, tok, key, perturb, m++, first + (size_t)i, prompt, ex.answer);
     }
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
     if (m == 0 || st != BT_OK)
         return st;
     bt_sample_config sc;
@@ -212,8 +212,8 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
             n_correct += right[j];
             if (j == 0)
                 out->correct += right[j];
-            size_t vn = bt_task_canonical_answer(task, c->items[r].completion, c->items[r].len,
-                                                 c->votes[j], (size_t)M + 64);
+            size_t vn = bt_source_canonical_answer(task, c->items[r].completion, c->items[r].len,
+                                                   c->votes[j], (size_t)M + 64);
             c->votes[j][vn] = '\0';
         }
         if (perturb >= 0)
@@ -282,7 +282,7 @@ static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_n
 }
 
 /*  One pass over the shard: clean with cfg->samples completions, or one perturbation with one. */
-static bt_status s_run_pass(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
+static bt_status s_run_pass(bt_model *model, const bt_tokenizer_t *tok, const bt_source_t *task,
                             const bt_evaluator_config *cfg, uint64_t key, int perturb,
                             bt_evaluator_sums *out) {
     const int64_t k = perturb < 0 ? cfg->samples : 1;
@@ -301,7 +301,7 @@ static bt_status s_run_pass(bt_model *model, const bt_tokenizer_t *tok, const bt
     return st;
 }
 
-bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
+bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_source_t *task,
                            const bt_evaluator_config *cfg, uint64_t key, bt_evaluator_sums *out) {
     BT_ASSERT(model && tok && task && cfg && out);
     bt_evaluator_sums_init(out, cfg->samples);
@@ -420,24 +420,24 @@ static bt_status s_perplexity(bt_model *model, const bt_tokenizer_t *tok, const 
 }
 
 bt_status bt_evaluator_perplexity_task(bt_model *model, const bt_tokenizer_t *tok,
-                                       const bt_task_t *task, size_t start, size_t count,
+                                       const bt_source_t *task, size_t start, size_t count,
                                        bt_evaluator_sums *out) {
-    size_t held = bt_task_heldout_count(task);
+    size_t held = bt_source_heldout_count(task);
     if (start > held || count > held - start)
         return bt_fail(BT_EINVAL, "evaluator: examples [%zu, %zu) exceed the %zu held-out ones",
                        start, start + count, held);
     bt_nll_item *items = calloc(count + 1, sizeof *items);
-    bt_task_example *ex = calloc(count + 1, sizeof *ex);
+    bt_source_example *ex = calloc(count + 1, sizeof *ex);
     bt_status st = items && ex ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
     for (size_t i = 0; i < count && st == BT_OK; i++) { /* calloc: initialised examples */
-        st = bt_task_heldout_example(task, start + i, &ex[i]);
+        st = bt_source_heldout_example(task, start + i, &ex[i]);
         items[i] =
             (bt_nll_item){.context = ex[i].prompt, .continuation = ex[i].answer, .eos = true};
     }
     if (st == BT_OK)
         st = s_perplexity(model, tok, items, (int64_t)count, out);
     for (size_t i = 0; ex && i < count; i++)
-        bt_task_example_release(&ex[i]);
+        bt_source_example_release(&ex[i]);
     free(items);
     free(ex);
     return st;
@@ -592,7 +592,8 @@ static double s_metrics_generate(s_metrics *m, const bt_evaluator_sums *s) {
     for (int p = 0; p < BT_PERTURB_COUNT; p++) {
         if (!s->robust_examples[p])
             continue;
-        snprintf(key, sizeof key, "robust.%s", bt_task_perturbation_name((bt_task_perturbation)p));
+        snprintf(key, sizeof key, "robust.%s",
+                 bt_source_perturbation_name((bt_source_perturbation)p));
         s_put(m, key, (double)s->robust_correct[p] / (double)s->robust_examples[p]);
     }
     return acc;
@@ -656,8 +657,8 @@ int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt
  */
 
 bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
-                             const bt_eval_probe *probes, int64_t n_probes, const bt_task_t *task,
-                             bt_task_verifier verifier, uint64_t seed) {
+                             const bt_eval_probe *probes, int64_t n_probes, const bt_source_t *task,
+                             bt_source_verifier verifier, uint64_t seed) {
     BT_ASSERT(n_datasets >= 0 && n_datasets <= BT_EVAL_MAX_DATASETS);
     *s = (bt_eval_suite){.datasets = datasets,
                          .n_datasets = n_datasets,
@@ -672,11 +673,11 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
         if (d->kind == BT_EVAL_PERPLEXITY) {
             st = bt_texts_load(d->source, &s->texts[i], &s->n_texts[i]);
         } else {
-            bt_task_jsonl_config j = {.train_path = d->source,
-                                      .heldout_path = d->source,
-                                      .verifier = verifier,
-                                      .seed = seed};
-            st = bt_task_new_jsonl(&j, &s->own_task[i]);
+            bt_source_jsonl_config j = {.train_path = d->source,
+                                        .heldout_path = d->source,
+                                        .verifier = verifier,
+                                        .seed = seed};
+            st = bt_source_new_jsonl(&j, &s->own_task[i]);
         }
     }
     if (st != BT_OK)
@@ -686,22 +687,21 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
 
 void bt_eval_suite_release(bt_eval_suite *s) {
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
-        bt_task_destroy(&s->own_task[i]);
+        bt_source_destroy(&s->own_task[i]);
         bt_texts_free(&s->texts[i], s->n_texts[i]);
         s->n_texts[i] = 0;
     }
 }
 
-bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task,
-                               bt_eval_suite *out) {
+bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt_eval_suite *out) {
     BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
                               cfg->eval.n_probes, task, cfg->task.verifier,
                               (uint64_t)cfg->task.seed));
     bt_status st = BT_OK;
     for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
         if (cfg->eval.datasets[i].data_source >= 0)
-            st = bt_config_new_source_task(cfg, cfg->eval.datasets[i].data_source,
-                                           &out->own_task[i], NULL);
+            st = bt_config_new_source(cfg, cfg->eval.datasets[i].data_source, &out->own_task[i],
+                                      NULL);
     if (st != BT_OK)
         bt_eval_suite_release(out);
     return st;
@@ -710,7 +710,7 @@ bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task,
 void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user) {
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++)
         if (s->own_task[i])
-            bt_task_set_reward_fn(s->own_task[i], fn, user);
+            bt_source_set_reward_fn(s->own_task[i], fn, user);
 }
 
 size_t bt_eval_suite_size(const bt_eval_suite *s, int i) {
@@ -718,8 +718,8 @@ size_t bt_eval_suite_size(const bt_eval_suite *s, int i) {
     const bt_eval_dataset *d = &s->datasets[i];
     size_t size = d->kind == BT_EVAL_PROBES ? (size_t)s->n_probes
                   : s->texts[i]             ? s->n_texts[i]
-                  : s->own_task[i]          ? bt_task_heldout_count(s->own_task[i])
-                                            : bt_task_heldout_count(s->task);
+                  : s->own_task[i]          ? bt_source_heldout_count(s->own_task[i])
+                                            : bt_source_heldout_count(s->task);
     return d->count > 0 && (size_t)d->count < size ? (size_t)d->count : size;
 }
 
@@ -752,5 +752,5 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     if (ec.batch < d->samples)
         ec.batch = d->samples;
     return bt_evaluator_run(model, tok, s->own_task[i] ? s->own_task[i] : s->task, &ec,
-                            seed >> BT_TASK_SEED_JOB_BITS, out);
+                            seed >> BT_JOB_SEED_BITS, out);
 }

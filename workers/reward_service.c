@@ -335,14 +335,14 @@ bt_status bt_reward_service_ping(bt_reward_service_t *self) {
     return st;
 }
 
-bt_status bt_reward_score(bt_reward_service_t *service, const bt_task_t *task, const char *kind,
+bt_status bt_reward_score(bt_reward_service_t *service, const bt_source_t *task, const char *kind,
                           const bt_reward_item *items, int64_t n, double *rewards, bool *correct) {
     if (service)
         return bt_reward_service_score(service, kind, items, n, rewards, correct);
     for (int64_t i = 0; i < n; i++) {
         bt_reward_detail d;
-        rewards[i] = bt_task_score(task, items[i].prompt, items[i].answer, items[i].completion,
-                                   items[i].len, &d);
+        rewards[i] = bt_source_score(task, items[i].prompt, items[i].answer, items[i].completion,
+                                     items[i].len, &d);
         correct[i] = d.correct;
     }
     return BT_OK;

@@ -44,7 +44,7 @@ static char *s_strdup(const char *s) {
     return d;
 }
 
-static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task_t *task,
+static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_source_t *task,
                                 const uint64_t *indices, int64_t n) {
     memset(p, 0, sizeof *p);
     p->ids = calloc((size_t)n + 1, sizeof *p->ids);
@@ -56,11 +56,11 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task
         return bt_fail(BT_ENOMEM, "rollout: out of memory");
     }
     p->n = n;
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     bt_status st = BT_OK;
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
-        st = bt_task_train_example(task, BT_PROMPT_INDEX(indices[i]), &ex);
+        st = bt_source_train_example(task, BT_PROMPT_INDEX(indices[i]), &ex);
         if (st != BT_OK)
             break;
         size_t len = strlen(ex.prompt), n_ids = 0;
@@ -74,7 +74,7 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_task
         p->lens[i] = (int64_t)n_ids;
         p->longest = p->lens[i] > p->longest ? p->lens[i] : p->longest;
     }
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
     if (st != BT_OK)
         s_prompts_release(p);
     return st;
@@ -92,7 +92,7 @@ void bt_rollout_config_init(bt_rollout_config *cfg) {
 /*  Decodes every completion of out up to its EOS and scores them all with one bt_reward_score
     call: one request when there is a reward service. */
 static bt_status s_score(bt_rollout_batch *out, const s_prompts *p, const bt_tokenizer_t *tok,
-                         const bt_task_t *task, bt_reward_service_t *service) {
+                         const bt_source_t *task, bt_reward_service_t *service) {
     const int64_t n = out->n, G = out->group_size;
     const int64_t stride = out->max_new_tokens * (int64_t)bt_tokenizer_max_token_bytes(tok) + 1;
     char *texts = malloc((size_t)(n * stride)); /* (n, stride) decoded completions */
@@ -118,11 +118,11 @@ static bt_status s_score(bt_rollout_batch *out, const s_prompts *p, const bt_tok
 #define S_PURPOSE 0x726f6c6c6f7574ULL /* "rollout": the first field of every rollout draw's key */
 
 uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample) {
-    uint64_t step = bt_rng_key(seed >> BT_TASK_SEED_JOB_BITS, S_PURPOSE); /* any job of the step */
+    uint64_t step = bt_rng_key(seed >> BT_JOB_SEED_BITS, S_PURPOSE); /* any job of the step */
     return bt_rng_key(bt_rng_key(step, prompt_id), (uint64_t)sample);
 }
 
-bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
+bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
                             const uint64_t *indices, int64_t n_prompts,
                             const bt_rollout_config *cfg, int64_t version, uint64_t seed,
                             bt_rollout_batch *out) {
@@ -185,7 +185,7 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
     return st;
 }
 
-bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_task_t *task,
+bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task,
                                     const uint64_t *indices, int64_t n, bt_rollout_batch *out) {
     BT_ASSERT(tok && task && out && (indices || n == 0));
     bt_rollout_batch_release(out);

@@ -5,10 +5,10 @@
 #include "baton/config.h"
 #include "baton/evaluator.h"
 #include "baton/messages.h"
+#include "baton/msg.h"
 #include "baton/rollout.h"
 #include "baton/spec.h"
 #include "baton/trainer.h"
-#include "baton/wire.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -34,15 +34,15 @@ static int64_t s_now_ms(void) {
 /*  One strategy variant's state (a run without variants has one): its config, its policy (rollout
     and eval) or trainer, its task and evaluation suite. */
 typedef struct {
-    const bt_run_config *cfg; /* the base, or own: a config is 100 KB, so one copy per variant */
-    bt_run_config *own;       /* the variant's config (heap) when the run has variants, or NULL */
-    bt_model *model;                           /* rollout and eval: the variant's current policy */
-    bt_trainer_t *trainer;                     /* trainer: owns the policy */
-    bt_group *group;                           /* trainer: its data-parallel group, or NULL */
-    bt_task_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
+    const bt_config *cfg;  /* the base, or own: a config is 100 KB, so one copy per variant */
+    bt_config *own;        /* the variant's config (heap) when the run has variants, or NULL */
+    bt_model *model;       /* rollout and eval: the variant's current policy */
+    bt_trainer_t *trainer; /* trainer: owns the policy */
+    bt_group *group;       /* trainer: its data-parallel group, or NULL */
+    bt_source_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
                                                   data.sources) */
     int n_sources;
-    bt_task_t *task;     /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
+    bt_source_t *task;   /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
     int64_t version;     /* of the weights in model (rollout and eval) */
     bt_eval_suite suite; /* eval: the datasets, their own sources loaded */
     /* trainer: the last train or sft job applied, so the same job handed out again (its result
@@ -52,7 +52,7 @@ typedef struct {
 } s_variant;
 
 typedef struct {
-    bt_run_config *base; /* the WELCOME config (heap); variants apply their sets to it */
+    bt_config *base; /* the WELCOME config (heap); variants apply their sets to it */
     s_variant v[BT_CONFIG_MAX_VARIANTS];
     int n_variants;
     s_variant *cur; /* the variant of the message being handled */
@@ -77,9 +77,9 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     c->cur->applied_task = -1;
     c->cur->n_sources = bt_config_n_sources(c->cur->cfg);
     for (int k = 0; k < c->cur->n_sources; k++) {
-        BT_TRY(bt_config_new_source_task(c->cur->cfg, k, &c->cur->sources[k], NULL));
+        BT_TRY(bt_config_new_source(c->cur->cfg, k, &c->cur->sources[k], NULL));
         if (c->opt->reward)
-            bt_task_set_reward_fn(c->cur->sources[k], c->opt->reward, c->opt->reward_user);
+            bt_source_set_reward_fn(c->cur->sources[k], c->opt->reward, c->opt->reward_user);
     }
     c->cur->task = c->cur->sources[0];
     /* every worker starts from the same version-0 weights: loaded, or drawn from run.seed */
@@ -120,9 +120,9 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     tc.micro_batch = c->cur->cfg->grpo.micro_batch;
     tc.batching = c->cur->cfg->grpo.batching;
     tc.pack_tokens = c->cur->cfg->grpo.pack_tokens;
-    const bt_run_config *vc = c->cur->cfg; /* a KL reference when a KL penalty may apply */
-    tc.reference = vc->grpo.kl_coef > 0 ||
-                   (vc->pbt.enabled && (vc->pbt.explore_mask & (1 << BT_PBT_KL_COEF)));
+    const bt_config *vc = c->cur->cfg; /* a KL reference when a KL penalty may apply */
+    tc.reference =
+        vc->grpo.kl_coef > 0 || (vc->pbt.enabled && (vc->pbt.explore_mask & (1 << BT_PBT_KL_COEF)));
     c->cur->trainer = bt_trainer_new(&m, &tc);
     return c->cur->trainer ? BT_OK : BT_EINVAL;
 }
@@ -166,7 +166,7 @@ static void s_variant_release(s_variant *v) {
     bt_group_destroy(&v->group);
     bt_model_destroy(&v->model);
     for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
-        bt_task_destroy(&v->sources[k]);
+        bt_source_destroy(&v->sources[k]);
     v->task = NULL;
     bt_eval_suite_release(&v->suite);
     free(v->own);
@@ -211,7 +211,7 @@ static bt_status s_task_rollout(s_compute *c, const bt_spec_task *t, bt_spec_res
     const bt_spec_rollout *job = &t->u.rollout;
     const uint64_t *idx = job->prompts;
     int64_t n = job->n_prompts;
-    const bt_run_config *cfg = c->cur->cfg;
+    const bt_config *cfg = c->cur->cfg;
     bt_rollout_config rc;
     bt_rollout_config_init(&rc);
     rc.group_size = cfg->grpo.group_size;
@@ -247,8 +247,7 @@ static bt_status s_canary(s_compute *c, double *loss) {
 static bt_status s_expect(s_compute *c, int64_t expect, bool *replayed);
 
 /*  The trainer's whole state into res, and its canary loss. */
-static bt_status s_snapshot(s_compute *c, const bt_spec_task *t, bt_spec_result *r,
-                            bt_msg_t *res) {
+static bt_status s_snapshot(s_compute *c, const bt_spec_task *t, bt_spec_result *r, bt_msg_t *res) {
     bool replayed;
     BT_TRY(s_expect(c, t->u.snapshot.expect_version, &replayed));
     if (replayed) /* a snapshot of a state it has moved past */
@@ -264,7 +263,8 @@ static bt_status s_snapshot(s_compute *c, const bt_spec_task *t, bt_spec_result 
 static bt_status s_task_restore(s_compute *c, const bt_spec_task *t, const bt_msg_t *task,
                                 bt_spec_result *r, bool *publish) {
     c->cur->applied_task = -1;
-    if (t->u.restore.initial) { /* the state every trainer starts from: built again; its group stays */
+    if (t->u.restore
+            .initial) { /* the state every trainer starts from: built again; its group stays */
         bt_group *group = c->cur->group;
         c->cur->group = NULL;
         bt_trainer_set_group(c->cur->trainer, NULL);
@@ -336,7 +336,7 @@ static bt_status s_task_train(s_compute *c, const bt_spec_task *t, bt_spec_resul
     bt_trainer_stats stats;
     bt_grpo_config gc;
     bt_config_grpo(c->cur->cfg, &gc);
-    gc.kl_coef = t->hyper.kl_coef; /* the controller's, which a tuner may have changed */
+    gc.kl_coef = t->hyper.kl_coef;     /* the controller's, which a tuner may have changed */
     gc.clip_high = t->hyper.clip_high; /* the config's, unless PBT explored it */
     st = bt_trainer_grpo_step(c->cur->trainer, b, a, t->hyper.lr, &gc, &stats);
     if (st == BT_OK)
@@ -345,8 +345,7 @@ static bt_status s_task_train(s_compute *c, const bt_spec_task *t, bt_spec_resul
     return st;
 }
 
-static bt_status s_task_sft(s_compute *c, const bt_spec_task *t, bt_spec_result *r,
-                            bool *publish) {
+static bt_status s_task_sft(s_compute *c, const bt_spec_task *t, bt_spec_result *r, bool *publish) {
     const bt_spec_sft *job = &t->u.sft;
     bool replayed;
     bt_status st;
@@ -463,7 +462,7 @@ static bt_status s_task_eval(s_compute *c, const bt_spec_task *t, bt_spec_result
     (the shim's "tried to allocate ..."), and the keys that size that allocation.  The same task
     needs the same memory again, so the controller stops the run on it instead of retrying. */
 static void s_oom_reason(const s_compute *c, bt_job_kind kind, char *reason, size_t cap) {
-    const bt_run_config *cfg = c->cur->cfg;
+    const bt_config *cfg = c->cur->cfg;
     char dev[32], what[160], hint[256];
     bt_device_format(c->dev, dev, sizeof dev);
     const char *asked = strstr(bt_last_error(), "tried to allocate");

@@ -23,10 +23,10 @@ extern "C" {
 typedef struct bt_run bt_run_t;
 
 /*  The resolved config (config.h has its fields; an embedder that reads them includes it). */
-typedef struct bt_run_config bt_run_config;
+typedef struct bt_config bt_config;
 
 /*  A host program's reward: the score of completion (len bytes, not NUL-terminated) for prompt,
-    whose reference answer is answer.  The same type as tasks.h's (a compiler checks that the two
+    whose reference answer is answer.  The same type as source.h's (a compiler checks that the two
     agree wherever both are included). */
 typedef double(bt_reward_fn)(const char *prompt, const char *completion, size_t len,
                              const char *answer, void *user);
@@ -62,13 +62,14 @@ typedef struct bt_controller_stats {
 } bt_controller_stats;
 
 /*  Parses and checks config_json (source names it in messages) with `--set` style overrides, and
-    checks that the files it names exist (bt_config_check_files).  Nothing is created on disk yet.  Caller owns the result; destroy with bt_run_destroy().  NULL
-    on bad input, the one-line reason in bt_last_error(). */
+    checks that the files it names exist (bt_config_check_files).  Nothing is created on disk yet.
+   Caller owns the result; destroy with bt_run_destroy().  NULL on bad input, the one-line reason in
+   bt_last_error(). */
 bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
                      int n_overrides);
 void bt_run_destroy(bt_run_t **self_p);
 /*  The resolved config.  Borrowed: valid while self lives. */
-const bt_run_config *bt_run_config_of(const bt_run_t *self);
+const bt_config *bt_run_config_of(const bt_run_t *self);
 /*  The run directory; default "runs/<run.name>".  Before bt_run_start. */
 void bt_run_set_dir(bt_run_t *self, const char *dir);
 /*  Workers as processes: this executable is started as `baton worker --connect ipc://RUN_DIR/

@@ -1,14 +1,14 @@
 /*  config.h — the run config: JSON parsed, checked and resolved into a plain struct before anything
     starts, plus the typed sub-configs the other modules take.  docs/config.md documents every key.
-    Threading: plain functions on caller-owned values; any thread.  Lifetime: a bt_run_config is a
+    Threading: plain functions on caller-owned values; any thread.  Lifetime: a bt_config is a
     value with no heap parts: copy it, keep it, drop it; nothing to release. */
 #ifndef BATON_CONFIG_H
 #define BATON_CONFIG_H
 
 #include "baton/grpo.h"
 #include "baton/model.h"
+#include "baton/source.h"
 #include "baton/status.h"
-#include "baton/tasks.h"
 #include "baton/tensor.h"
 #include "baton/trigger.h"
 #include "baton/tuner.h"
@@ -38,7 +38,7 @@ typedef enum bt_config_precision {
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train/eval, reward.service: with the NUL */
 #define BT_CONFIG_MAX_VARIANTS 8
 #define BT_CONFIG_MAX_VARIANT_SETS 16
-#define BT_CONFIG_SET_MAX 256 /* one "key.path=value" of a variant, with the NUL */
+#define BT_CONFIG_SET_MAX 256              /* one "key.path=value" of a variant, with the NUL */
 #define BT_CONFIG_VARIANT_SOURCES_MAX 2048 /* a variant's data.sources, compact JSON + NUL */
 
 #define BT_CONFIG_MAX_SOURCES 8 /* data.sources entries (= BT_TUNER_MAX_SOURCES) */
@@ -53,11 +53,12 @@ typedef enum bt_config_precision {
 #define BT_CONFIG_TEMPERATURE_MIN 1e-3
 #define BT_CONFIG_TEMPERATURE_MAX 1e3
 #define BT_CONFIG_TOKENS_MAX 1048576 /* 2^20 */
-#define BT_CONFIG_CLIP_MAX 1e3 /* grpo.clip_low, grpo.clip_high */
+#define BT_CONFIG_CLIP_MAX 1e3       /* grpo.clip_low, grpo.clip_high */
 
 /* ---- evaluation datasets and probes (eval.datasets, eval.probes) ---------------------------- */
-#define BT_EVALUATOR_MAX_SAMPLES 128 /* completions per example (eval.samples); the evaluator's
-                                        sums hold a histogram of this size */
+#define BT_EVALUATOR_MAX_SAMPLES                                                                   \
+    128 /* completions per example (eval.samples); the evaluator's                                 \
+           sums hold a histogram of this size */
 #define BT_EVAL_MAX_PROBES 16
 #define BT_EVAL_PROBE_MAX 256 /* bytes of a probe text, with the NUL */
 
@@ -134,7 +135,7 @@ typedef enum bt_pbt_key {
 /*  "grpo.lr", "grpo.kl_coef", "grpo.temperature", "grpo.clip_high". */
 const char *bt_pbt_key_name(bt_pbt_key key);
 
-typedef struct bt_run_config {
+typedef struct bt_config {
     struct {
         char name[BT_CONFIG_NAME_MAX];
         int64_t seed;
@@ -156,7 +157,7 @@ typedef struct bt_run_config {
         char chat_template[512]; /* "" none; "chatml", "llama3", or a text with {prompt} */
         char system_prompt[1024];
         char eval[BT_CONFIG_PATH_MAX];
-        bt_task_verifier verifier;
+        bt_source_verifier verifier;
         int64_t epoch_size;
     } task;
     struct {
@@ -280,8 +281,8 @@ typedef struct bt_run_config {
         double quantile;             /* the bottom (and top) fraction of the variants */
         double resample_probability; /* explore by a fresh draw instead of x0.8 / x1.2 */
         double lr_min, lr_max;       /* the learning rate's range (draws: log-uniform) */
-        char explore[BT_CONFIG_NAME_MAX]; /* the keys explored: "grpo.lr,grpo.kl_coef,..." */
-        int explore_mask;                 /* 1 << bt_pbt_key of each (resolved) */
+        char explore[BT_CONFIG_NAME_MAX];        /* the keys explored: "grpo.lr,grpo.kl_coef,..." */
+        int explore_mask;                        /* 1 << bt_pbt_key of each (resolved) */
         double kl_coef_min, kl_coef_max;         /* log-uniform draws */
         double temperature_min, temperature_max; /* uniform draws */
         double clip_high_min, clip_high_max;     /* uniform draws */
@@ -294,21 +295,21 @@ typedef struct bt_run_config {
     } debug;
     int n_variants; /* 0: no variants: one policy, named "main" */
     bt_config_variant_spec variants[BT_CONFIG_MAX_VARIANTS];
-} bt_run_config;
+} bt_config;
 
 /*  Data sources: data.n_sources, or 1 (the task.* keys) without data.sources. */
-int bt_config_n_sources(const bt_run_config *cfg);
+int bt_config_n_sources(const bt_config *cfg);
 /*  Source k's config: cfg with the source's task keys applied (k 0 without data.sources is cfg).
     Errors name "data.sources[k].KEY". */
-bt_status bt_config_source(const bt_run_config *cfg, int k, bt_run_config *out);
+bt_status bt_config_source(const bt_config *cfg, int k, bt_config *out);
 /*  Source k's name: data.sources[k].name, or "task" without data.sources. */
-const char *bt_config_source_name(const bt_run_config *cfg, int k);
+const char *bt_config_source_name(const bt_config *cfg, int k);
 /*  The index of the source whose epochs count (data.epoch_source). */
-int bt_config_epoch_source(const bt_run_config *cfg);
+int bt_config_epoch_source(const bt_config *cfg);
 
 /*  Every key at its default (unresolved: grpo.max_tokens, eval.max_new_tokens and
     model.num_key_value_heads are 0). */
-void bt_config_init(bt_run_config *cfg);
+void bt_config_init(bt_config *cfg);
 
 /*  Parses json_text (source names it in messages, e.g. a file name), then applies overrides in
     order, then checks the keys against each other and resolves the 0 = "follow another key"
@@ -321,11 +322,11 @@ void bt_config_init(bt_run_config *cfg);
       "--set grpo.stepz=50: unknown key (did you mean grpo.steps?)"
     On error *out holds partial values: do not use it. */
 bt_status bt_config_parse(const char *json_text, const char *source, const char *const *overrides,
-                          int n_overrides, bt_run_config *out);
+                          int n_overrides, bt_config *out);
 /*  bt_config_parse of the file at path, with path as the source.  Also BT_EIO when it cannot be
     read, BT_EFORMAT when it holds a NUL byte or more than 1 MiB. */
 bt_status bt_config_load(const char *path, const char *const *overrides, int n_overrides,
-                         bt_run_config *out);
+                         bt_config *out);
 
 /*  The files a parsed config names exist, checked before anything is created: model.path is a
     folder with config.json and model.safetensors (or its index), the JSONL files of a "jsonl" task
@@ -334,7 +335,7 @@ bt_status bt_config_load(const char *path, const char *const *overrides, int n_o
     its config.json's max_position_embeddings (as bt_config_parse checks model.* without it).  No
     dataset is read.  BT_EINVAL naming the key and the path, source first:
       "arith.json: task.train: "data/train.jsonl": no such file" */
-bt_status bt_config_check_files(const bt_run_config *cfg, const char *source);
+bt_status bt_config_check_files(const bt_config *cfg, const char *source);
 
 /*  Variant k's config (0 <= k < base->n_variants): base with variant k's sets applied in order (as
     --set overrides, over the base's own) and the checks between keys run again; n_variants and
@@ -346,57 +347,57 @@ bt_status bt_config_check_files(const bt_run_config *cfg, const char *source);
     partial values: do not use it.  A variant that sets data.sources replaces the base's sources
     with its own (applied first); the datasets stay the base's, and one that names a base source
     evaluates the variant's source of that name, which it must have. */
-bt_status bt_config_variant(const bt_run_config *base, int k, bt_run_config *out);
+bt_status bt_config_variant(const bt_config *base, int k, bt_config *out);
 
 /*  Whether two configs' SFT warm starts give the same trainer state and metrics (docs/config.md,
     "variants"): both run SFT (sft.steps > 0) and agree on every key it depends on (sft.*,
     model.*, run.seed, run.precision, the AdamW and batching keys of the trainer, whether it keeps
     a KL reference, the eval.* keys) and on what the demonstrations, the canary and the early-stop
     evaluation read: the first source's task and the first generate dataset with its source. */
-bool bt_config_same_warm_start(const bt_run_config *a, const bt_run_config *b);
+bool bt_config_same_warm_start(const bt_config *a, const bt_config *b);
 
 /*  The resolved config: every key with its value, pretty-printed JSON that parses back to the same
     struct.  Caller owns the result; free() it.  NULL when out of memory. */
-char *bt_config_to_json(const bt_run_config *cfg);
+char *bt_config_to_json(const bt_config *cfg);
 
 /*  The keys whose values differ between a and b, in the table's order: their paths (static strings)
     into keys[0 .. max), each array as a whole ("eval.datasets", "eval.probes", "data.sources",
     "variants").  Returns how many differ, which may exceed max. */
-int bt_config_diff(const bt_run_config *a, const bt_run_config *b, const char **keys, int max);
+int bt_config_diff(const bt_config *a, const bt_config *b, const char **keys, int max);
 /*  The value of key path as the resolved config writes it ("16", "\"cosine\"", "true") into buf;
     false for a path that is not one key (an array) or out of memory. */
-bool bt_config_value_text(const bt_run_config *cfg, const char *path, char *buf, size_t len);
+bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, size_t len);
 
 /*  The schema's key paths in order ("run.name", "run.seed", ...); NULL when i is out of range.
     Static strings. */
 const char *bt_config_key(int i);
 
 /*  Typed sub-configs of a parsed config.  String fields are borrowed: valid while cfg lives. */
-void bt_config_grpo(const bt_run_config *cfg, bt_grpo_config *out);
+void bt_config_grpo(const bt_config *cfg, bt_grpo_config *out);
 /*  SFT: "warmup" when sft.warmup_steps > 0, else "constant", over sft.steps.  GRPO: the
     grpo.lr_schedule over grpo.steps. */
-void bt_config_lr(const bt_run_config *cfg, bt_config_phase phase, bt_lr_schedule *out);
+void bt_config_lr(const bt_config *cfg, bt_config_phase phase, bt_lr_schedule *out);
 /*  AdamW of both phases: grpo.beta1, grpo.beta2, grpo.weight_decay, eps 1e-8. */
-void bt_config_adamw(const bt_run_config *cfg, bt_adamw_config *out);
+void bt_config_adamw(const bt_config *cfg, bt_adamw_config *out);
 /*  The dtype of the models' forward passes (bt_model_set_precision): BT_F32, or BT_BF16 for
     run.precision "bf16". */
-bt_dtype bt_config_precision_dtype(const bt_run_config *cfg);
-void bt_config_task_arith(const bt_run_config *cfg, bt_task_arith_config *out);
+bt_dtype bt_config_precision_dtype(const bt_config *cfg);
+void bt_config_task_arith(const bt_config *cfg, bt_source_arith_config *out);
 /*  heldout_path is NULL when task.eval is empty. */
-void bt_config_task_jsonl(const bt_run_config *cfg, bt_task_jsonl_config *out);
+void bt_config_task_jsonl(const bt_config *cfg, bt_source_jsonl_config *out);
 /*  The run's task (arithmetic or JSONL) as the config describes it.  Caller owns *out. */
-bt_status bt_config_new_task(const bt_run_config *cfg, bt_task_t **out);
+bt_status bt_config_new_task(const bt_config *cfg, bt_source_t **out);
 /*  Data source k's task (bt_config_source, then bt_config_new_task); *epoch_size (may be NULL)
     gets its records per epoch: the source's task.epoch_size, else the task's own (0: none).
     Caller owns *out. */
-bt_status bt_config_new_source_task(const bt_run_config *cfg, int k, bt_task_t **out,
-                                    uint64_t *epoch_size);
+bt_status bt_config_new_source(const bt_config *cfg, int k, bt_source_t **out,
+                               uint64_t *epoch_size);
 /*  The seed of shard `shard` of dataset ds evaluated at step, from run.seed. */
-uint64_t bt_config_eval_seed(const bt_run_config *cfg, int ds, int64_t step, int shard);
+uint64_t bt_config_eval_seed(const bt_config *cfg, int ds, int64_t step, int shard);
 /*  The tuner's rules (tuner.*) with their start values grpo.kl_coef, grpo.lr, grpo.temperature. */
-void bt_config_tuner(const bt_run_config *cfg, bt_tuner_config *out);
+void bt_config_tuner(const bt_config *cfg, bt_tuner_config *out);
 /*  The trigger of dataset i (eval.datasets[i].every_* with the eval.adaptive* keys). */
-void bt_config_trigger(const bt_run_config *cfg, int i, bt_trigger_config *out);
+void bt_config_trigger(const bt_config *cfg, int i, bt_trigger_config *out);
 
 #ifdef __cplusplus
 }

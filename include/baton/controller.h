@@ -33,8 +33,8 @@ typedef bool(bt_controller_gone_fn)(bt_role role, char *why, size_t cap, void *u
     log are borrowed and must outlive the controller.  Caller owns the result; destroy with
     bt_controller_destroy(). */
 bt_controller_t *bt_controller_new(void *zmq_ctx, const char *endpoint,
-                                   const bt_run_config *const *cfgs, int n,
-                                   const char *config_json, bt_runlog_t *log);
+                                   const bt_config *const *cfgs, int n, const char *config_json,
+                                   bt_runlog_t *log);
 void bt_controller_destroy(bt_controller_t **self_p);
 void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void *user);
 /*  The launcher's check whether workers of a role can still come (NULL: they always can, as under

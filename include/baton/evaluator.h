@@ -11,8 +11,8 @@
 #include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/reward_service.h"
+#include "baton/source.h"
 #include "baton/status.h"
-#include "baton/tasks.h"
 #include "baton/tensor.h"
 #include "baton/tokenizer.h"
 
@@ -49,12 +49,12 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
     cfg->samples completions each, generated in batches of up to cfg->batch sequences with the KV
     cache, decoded, and each batch scored with one bt_reward_score call (the task's verifier, or one
     request to cfg->reward_service); with cfg->robustness the perturbed prompts of each example too
-    (their first completion counts).  maj@k groups answers with bt_task_canonical_answer.  Sampled
+    (their first completion counts).  maj@k groups answers with bt_source_canonical_answer.  Sampled
     completion j of held-out example i draws its tokens from bt_evaluator_key(key, perturbation,
     i, j) alone (bt_generate), so an example gets the same completions in any shard and batch;
     greedy ignores key.  Only ids the tokenizer has are generated
     (bt_sample_config.vocab_limit).  Fills *out (compute_s and peak_rss_mb included). */
-bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_task_t *task,
+bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_source_t *task,
                            const bt_evaluator_config *cfg, uint64_t key, bt_evaluator_sums *out);
 
 /*  The key of completion `sample` of held-out example index in an evaluation keyed by key, clean
@@ -81,7 +81,7 @@ bt_status bt_evaluator_nll(bt_model *model, const bt_tokenizer_t *tok, const bt_
     (what the policy must produce), context = prompt.  Adds into out's nll_sum, nll_tokens, texts.
  */
 bt_status bt_evaluator_perplexity_task(bt_model *model, const bt_tokenizer_t *tok,
-                                       const bt_task_t *task, size_t start, size_t count,
+                                       const bt_source_t *task, size_t start, size_t count,
                                        bt_evaluator_sums *out);
 /*  Perplexity of texts[start, start + count) (context "", no EOS). */
 bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *tok,
@@ -127,9 +127,9 @@ typedef struct bt_eval_suite {
     int n_datasets;
     const bt_eval_probe *probes;
     int64_t n_probes;
-    const bt_task_t *task;
-    bt_task_t *own_task[BT_EVAL_MAX_DATASETS]; /* generate with a source: its JSONL task */
-    char **texts[BT_EVAL_MAX_DATASETS];        /* perplexity with a source: its texts */
+    const bt_source_t *task;
+    bt_source_t *own_task[BT_EVAL_MAX_DATASETS]; /* generate with a source: its JSONL task */
+    char **texts[BT_EVAL_MAX_DATASETS];          /* perplexity with a source: its texts */
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
 } bt_eval_suite;
@@ -137,14 +137,14 @@ typedef struct bt_eval_suite {
 /*  Fills *s and loads every dataset's own source: a JSONL task (verifier, seed) for generate, a
     {"text"} JSONL for perplexity.  On error *s is released. */
 bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
-                             const bt_eval_probe *probes, int64_t n_probes, const bt_task_t *task,
-                             bt_task_verifier verifier, uint64_t seed);
+                             const bt_eval_probe *probes, int64_t n_probes, const bt_source_t *task,
+                             bt_source_verifier verifier, uint64_t seed);
 void bt_eval_suite_release(bt_eval_suite *s);
 /*  The evaluation suite of a parsed config: its eval.datasets and eval.probes over task (borrowed),
     with each dataset's own source loaded (scored with task.verifier).  Release with
     bt_eval_suite_release.  (A bt_config_ function defined in evaluator.c: the config layer is
     below the suite loader.) */
-bt_status bt_config_eval_suite(const bt_run_config *cfg, const bt_task_t *task, bt_eval_suite *out);
+bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt_eval_suite *out);
 /*  A host's reward function for every task of the suite that it owns (the caller sets it on the
     run's task). */
 void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user);
@@ -152,7 +152,7 @@ void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user)
 size_t bt_eval_suite_size(const bt_eval_suite *s, int i);
 /*  Evaluates items [start, start + count) of dataset i into *out: generate (with robustness as
     given), perplexity, or every probe.  seed is the eval TASK's (bt_config_eval_seed): generate
-    keys its draws by seed >> BT_TASK_SEED_JOB_BITS (rollout.h), the evaluation's (run.seed,
+    keys its draws by seed >> BT_JOB_SEED_BITS (rollout.h), the evaluation's (run.seed,
     dataset, step) without the shard, so every shard of one evaluation draws an item's samples
     alike. */
 bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,

@@ -60,7 +60,7 @@ typedef struct bt_harness_model {
 /*  Read-only to the caller. */
 typedef struct bt_harness_result {
     bt_harness_mode mode;
-    bt_run_config cfg; /* the resolved config evaluated */
+    bt_config cfg; /* the resolved config evaluated */
     int n_models;
     bt_harness_model *models; /* [n_models], in argument order */
 } bt_harness_result;
@@ -77,7 +77,7 @@ typedef struct bt_harness_result {
     of its source or task files.  Generate datasets are scored as on an eval worker: by
     reward.service when set.  opt may be NULL (defaults).  Errors name the model or file
     at fault.  Caller owns *out (NULL on error): destroy with bt_harness_result_destroy(). */
-bt_status bt_harness_run(const bt_run_config *cfg, const char *const *models, int n_models,
+bt_status bt_harness_run(const bt_config *cfg, const char *const *models, int n_models,
                          const bt_harness_options *opt, bt_harness_result **out);
 /*  NULL-safe and idempotent; sets *self_p to NULL. */
 void bt_harness_result_destroy(bt_harness_result **self_p);

@@ -10,9 +10,9 @@
 
 #include "baton/config.h" /* BT_EVALUATOR_MAX_SAMPLES, BT_EVAL_MAX_PROBES */
 #include "baton/dtype.h"
+#include "baton/msg.h"
+#include "baton/source.h" /* BT_PERTURB_COUNT */
 #include "baton/status.h"
-#include "baton/tasks.h" /* BT_PERTURB_COUNT */
-#include "baton/wire.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,9 +23,9 @@ extern "C" {
 
 /* ---- batches of completions ----------------------------------------------------------------- */
 /*  n = n_prompts * group_size completions; completion c belongs to prompt c / group_size, so a
-    group's completions are consecutive.  Row c of a (n, stride) array is [c * stride, (c+1) * stride).
-    Every row keeps its own copy of its prompt, so batches can be cut and joined by rows. */
-/*  Prompt ids: BT_PROMPT_ID (tasks.h). */
+    group's completions are consecutive.  Row c of a (n, stride) array is [c * stride, (c+1) *
+   stride). Every row keeps its own copy of its prompt, so batches can be cut and joined by rows. */
+/*  Prompt ids: BT_PROMPT_ID (source.h). */
 typedef struct bt_rollout_batch {
     int64_t n_prompts;
     int64_t group_size;
@@ -60,11 +60,11 @@ bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t
 typedef struct bt_weights {
     int64_t version;
     int n;
-    char **names;                   /* (n) NUL-terminated */
-    int *ndim;                      /* (n) */
-    int64_t (*shape)[BT_MAX_DIMS];  /* (n) */
-    int64_t *numel;                 /* (n) */
-    float **data;                   /* (n) arrays of numel[i] elements, row-major */
+    char **names;                  /* (n) NUL-terminated */
+    int *ndim;                     /* (n) */
+    int64_t (*shape)[BT_MAX_DIMS]; /* (n) */
+    int64_t *numel;                /* (n) */
+    float **data;                  /* (n) arrays of numel[i] elements, row-major */
 } bt_weights;
 
 void bt_weights_init(bt_weights *w);
@@ -94,8 +94,8 @@ typedef struct bt_trainer_stats {
 /* ---- evaluation sums ------------------------------------------------------------------------ */
 /*  BT_EVALUATOR_MAX_SAMPLES: config.h (eval.samples is checked against it). */
 #define BT_EVALUATOR_LEN_BINS                                                                      \
-    1024                          /* response-length histogram; longer lengths land in the last    \
-                                   */
+    1024 /* response-length histogram; longer lengths land in the last                             \
+          */
 
 /*  Sums over a shard; add shards with bt_evaluator_sums_add.  Every field is a sum (or a max), so
     the result does not depend on how a dataset was split. */

@@ -6,8 +6,8 @@
 
     A draw: draw number d (0, 1, 2, ... over the run) picks source s with probability
     weight[s] / sum(weight), from splitmix64(seed, d) alone, then takes the next index of s's
-    stream (drawn[s]++); the prompt id is BT_PROMPT_ID(s, index) (tasks.h).  So each source's
-    epoch (tasks.h: a permutation of its records) is used exactly once whatever the weights do, and
+    stream (drawn[s]++); the prompt id is BT_PROMPT_ID(s, index) (source.h).  So each source's
+    epoch (source.h: a permutation of its records) is used exactly once whatever the weights do, and
     the position is drawn[] plus the draw count: a checkpoint keeps both.
 
     The curriculum (window N > 0): a record whose last N groups all had every sample correct (or
@@ -16,8 +16,8 @@
 #ifndef BATON_MIXTURE_H
 #define BATON_MIXTURE_H
 
+#include "baton/source.h"
 #include "baton/status.h"
-#include "baton/tasks.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -46,13 +46,13 @@ void bt_mixture_destroy(bt_mixture_t **self_p);
     until a prompt the curriculum keeps; each dropped one is written to dropped[*n_dropped] (up to
     cap_dropped; *n_dropped counts them all).  BT_ERANGE when max_draws draws drop everything
     ("every prompt ... is dropped by the curriculum"). */
-bt_status bt_mixture_next(bt_mixture_t *self, bt_task_t *const *sources, const double *weights,
+bt_status bt_mixture_next(bt_mixture_t *self, bt_source_t *const *sources, const double *weights,
                           int64_t max_draws, uint64_t *id, uint64_t *dropped, int64_t cap_dropped,
                           int64_t *n_dropped);
 
 /*  A group of prompt id was scored: correct of group_size samples right. */
-void bt_mixture_observe(bt_mixture_t *self, bt_task_t *const *sources, uint64_t id, int64_t correct,
-                        int64_t group_size);
+void bt_mixture_observe(bt_mixture_t *self, bt_source_t *const *sources, uint64_t id,
+                        int64_t correct, int64_t group_size);
 
 /*  The position: draws so far, and indices drawn per source. */
 typedef struct bt_mixture_position {

@@ -1,4 +1,4 @@
-/*  proto.h — the vocabulary of baton's protocol above the codec (wire.h): roles and job kinds as
+/*  proto.h — the vocabulary of baton's protocol above the codec (msg.h): roles and job kinds as
     enums with their wire names, the fields each message type requires, and sending and receiving
     under those rules.  What each TASK and RESULT kind carries: spec.h (reference:
    docs/protocol.md). Threading: plain functions and constant tables.  Lifetime: names are static
@@ -6,8 +6,8 @@
 #ifndef BATON_PROTO_H
 #define BATON_PROTO_H
 
+#include "baton/msg.h"
 #include "baton/status.h"
-#include "baton/wire.h"
 
 #include <stdbool.h>
 #include <stddef.h>

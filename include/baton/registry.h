@@ -8,8 +8,8 @@
 #ifndef BATON_REGISTRY_H
 #define BATON_REGISTRY_H
 
-#include "baton/status.h"
 #include "baton/proto.h" /* bt_role */
+#include "baton/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,12 +24,12 @@ typedef enum bt_worker_state {
     BT_WORKER_BUSY = 1,
     BT_WORKER_LOST = 2
 } bt_worker_state;
-typedef enum bt_task_state {
+typedef enum bt_source_state {
     BT_TASK_QUEUED = 0,
     BT_TASK_ASSIGNED = 1,
     BT_TASK_DONE = 2,
     BT_TASK_CANCELLED = 3 /* never handed out again; a result for it is refused */
-} bt_task_state;
+} bt_source_state;
 
 #define BT_PEER_MAX 256
 
@@ -93,7 +93,7 @@ void bt_registry_cancel(bt_registry_t *self, int64_t task);
 void bt_registry_cancel_pending(bt_registry_t *self);
 /*  Tasks of a role waiting to be handed out. */
 int64_t bt_registry_queued(const bt_registry_t *self, bt_role role);
-bt_task_state bt_registry_task_state(const bt_registry_t *self, int64_t task);
+bt_source_state bt_registry_task_state(const bt_registry_t *self, int64_t task);
 void *bt_registry_task_user(const bt_registry_t *self, int64_t task);
 /*  Times a task was handed out (a re-queued task is handed out again). */
 int32_t bt_registry_task_attempts(const bt_registry_t *self, int64_t task);

@@ -6,8 +6,8 @@
 #ifndef BATON_REWARD_SERVICE_H
 #define BATON_REWARD_SERVICE_H
 
+#include "baton/source.h"
 #include "baton/status.h"
-#include "baton/tasks.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -65,8 +65,8 @@ bt_status bt_reward_service_score(bt_reward_service_t *self, const char *kind,
                                   bool *correct);
 
 /*  Scores items[0..n): in one bt_reward_service_score request when service is not NULL, else each
-    with bt_task_score (the task's verifier, or a host's reward function set on the task). */
-bt_status bt_reward_score(bt_reward_service_t *service, const bt_task_t *task, const char *kind,
+    with bt_source_score (the task's verifier, or a host's reward function set on the task). */
+bt_status bt_reward_score(bt_reward_service_t *service, const bt_source_t *task, const char *kind,
                           const bt_reward_item *items, int64_t n, double *rewards, bool *correct);
 
 #ifdef __cplusplus

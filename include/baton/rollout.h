@@ -10,8 +10,8 @@
 #include "baton/model.h"
 #include "baton/reward_service.h"
 #include "baton/sample.h"
+#include "baton/source.h"
 #include "baton/status.h"
-#include "baton/tasks.h"
 #include "baton/tensor.h"
 #include "baton/tokenizer.h"
 
@@ -26,20 +26,20 @@ extern "C" {
 typedef struct bt_rollout_config {
     int64_t group_size;                  /* >= 1 completions per prompt */
     bt_sample_config sample;             /* max_new_tokens, temperature, top_k, top_p, use_cache */
-    bt_reward_service_t *reward_service; /* borrowed; NULL: the task scores (bt_task_score) */
+    bt_reward_service_t *reward_service; /* borrowed; NULL: the task scores (bt_source_score) */
 } bt_rollout_config;
 
 /*  group_size 8; sampling as bt_sample_config_init but max_new_tokens 8; no reward service. */
 void bt_rollout_config_init(bt_rollout_config *cfg);
 
 /*  A rollout or eval TASK's "seed" numbers the job within its step or evaluation in its low
-    BT_TASK_SEED_JOB_BITS bits (the controller's rollout jobs, bt_config_eval_seed's shards); the
+    BT_JOB_SEED_BITS bits (the controller's rollout jobs, bt_config_eval_seed's shards); the
     bits above name the work alone (run.seed, step, dataset).  Draws are keyed by those, seed >>
-    BT_TASK_SEED_JOB_BITS, so a completion does not depend on which job or shard carried it. */
-#define BT_TASK_SEED_JOB_BITS 6
+    BT_JOB_SEED_BITS, so a completion does not depend on which job or shard carried it. */
+#define BT_JOB_SEED_BITS 6
 
 /*  The key of completion `sample` of prompt id under a rollout TASK's seed: (seed >>
-    BT_TASK_SEED_JOB_BITS, "rollout", prompt_id, sample) chained with bt_rng_key. */
+    BT_JOB_SEED_BITS, "rollout", prompt_id, sample) chained with bt_rng_key. */
 uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample);
 
 /*  Samples cfg->group_size completions of each training example indices[0 .. n_prompts) in ONE
@@ -50,7 +50,7 @@ uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample);
     worker holds p.  Only ids the tokenizer has are sampled (bt_sample_config.vocab_limit).
     version is recorded in the result.  Fills *out, releasing what it held; on failure (a reward
     service's error included) *out is empty. */
-bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_t *task,
+bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
                             const uint64_t *indices, int64_t n_prompts,
                             const bt_rollout_config *cfg, int64_t version, uint64_t seed,
                             bt_rollout_batch *out);
@@ -59,7 +59,7 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_task_
     whose completion is the example's answer bytes followed by EOS (reward 1, correct, finished,
     log-probs 0, version -1), for bt_trainer_sft_step.  max_new_tokens is the longest answer + 1.
     Fills *out, releasing what it held; on failure *out is empty. */
-bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_task_t *task,
+bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task,
                                     const uint64_t *indices, int64_t n, bt_rollout_batch *out);
 
 /* ---- versioned weights ---------------------------------------------------------------------- */

@@ -27,7 +27,7 @@ typedef struct bt_runstate_eval {
     char trigger[32];
 } bt_runstate_eval;
 
-typedef struct bt_run_state {
+typedef struct bt_runstate {
     int64_t step;         /* GRPO steps done */
     int64_t version;      /* policy version after them */
     uint64_t cursor;      /* next training-stream index */
@@ -39,7 +39,7 @@ typedef struct bt_run_state {
     bool nan_injected;    /* debug.inject_nan_at_step has fired */
     double loss_ema;      /* |loss| EMA for spike detection, over loss_n steps */
     int64_t loss_n;
-    double tokens; /* completion tokens sampled so far */
+    double tokens;    /* completion tokens sampled so far */
     double clip_high; /* the ratio's upper clip the next updates use (PBT may have moved it); NaN
                          in a state.json from before it: the config's */
     int32_t n_triggers;
@@ -48,23 +48,23 @@ typedef struct bt_run_state {
     bt_runstate_eval pending[BT_RUNSTATE_MAX_PENDING];
     bool has_tuner; /* false in a state.json written before the tuner existed */
     bt_tuner tuner; /* its state; cfg is not saved (the run's config gives it) */
-} bt_run_state;
+} bt_runstate;
 
 /*  JSON text that reads back to the same struct, every double exact.  Caller owns the result;
     free() it.  NULL when out of memory. */
-char *bt_run_state_to_json(const bt_run_state *s);
+char *bt_runstate_to_json(const bt_runstate *s);
 /*  Parses state.json text; source names it in errors ("PATH: triggers[1].interval: ...").
     BT_EFORMAT for malformed JSON, a missing or mistyped field, or a value no run can have: a
     negative count, step, version or byte size, a non-finite number where one must be known, a
     pending evaluation after the checkpoint's step, tuner values outside what the workers accept:
       "PATH.metrics_size: expected an integer in [0, 9007199254740992], got -1" */
-bt_status bt_run_state_from_json(const char *text, const char *source, bt_run_state *out);
+bt_status bt_runstate_from_json(const char *text, const char *source, bt_runstate *out);
 /*  s against the run it would resume: its step within cfg's grpo.steps, one trigger per eval
     dataset and pending evaluations of existing ones, and metrics_size (events_size) no larger
     than the metrics_bytes (events_bytes) metrics.jsonl (events.jsonl) holds now.  BT_EINVAL
     saying what is wrong and what to do. */
-bt_status bt_run_state_check(const bt_run_state *s, const bt_run_config *cfg,
-                             int64_t metrics_bytes, int64_t events_bytes, const char *source);
+bt_status bt_runstate_check(const bt_runstate *s, const bt_config *cfg, int64_t metrics_bytes,
+                            int64_t events_bytes, const char *source);
 
 /*  A run with variants: the population's part of a checkpoint (population.json), beside each
     policy's state.json in a folder of its name.  Every policy stands at step when it is taken. */

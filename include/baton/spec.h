@@ -10,9 +10,9 @@
 
 #include "baton/config.h"
 #include "baton/messages.h"
+#include "baton/msg.h"
 #include "baton/proto.h"
 #include "baton/status.h"
-#include "baton/wire.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,7 +41,7 @@ typedef struct bt_spec_limits {
 
 /*  rollout: sample the group of each prompt. */
 typedef struct bt_spec_rollout {
-    int64_t seed;            /* [0, 2^53]: the job's key (BT_TASK_SEED_JOB_BITS, rollout.h) */
+    int64_t seed;            /* [0, 2^53]: the job's key (BT_JOB_SEED_BITS, rollout.h) */
     int64_t n_prompts;       /* tensor prompts (n_prompts) I64 */
     const uint64_t *prompts; /* prompt ids (BT_PROMPT_ID); to_msg: borrowed; from_msg: owned */
 } bt_spec_rollout;

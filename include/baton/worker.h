@@ -8,8 +8,8 @@
 
 #include "baton/proto.h"
 #include "baton/security.h"
+#include "baton/source.h"
 #include "baton/status.h"
-#include "baton/tasks.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
-/*  tasks.c — the arithmetic and JSONL tasks: training streams, held-out sets, verifiers.
+/*  source.c — the arithmetic and JSONL tasks: training streams, held-out sets, verifiers.
     Random numbers: splitmix64 used counter-based, so a draw depends on its (key, index) alone. */
 #define _POSIX_C_SOURCE 200809L
-#include "baton/tasks.h"
+#include "baton/source.h"
 
 #include "baton/buf.h"
 #include "baton/dataset.h"
@@ -43,7 +43,7 @@ struct bt_task {
     uint64_t *heldout_codes; /* (n_heldout_codes) problems, see s_code() */
     size_t n_heldout_codes;
     /* JSONL */
-    bt_task_verifier verifier;
+    bt_source_verifier verifier;
     bt_dataset_t *train_file;   /* the training records */
     bt_dataset_t *heldout_file; /* NULL: records 10, 20, 30, ... of train_file are held out */
     uint64_t n_train, n_heldout;
@@ -54,8 +54,8 @@ struct bt_task {
 };
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
-void bt_task_arith_config_init(bt_task_arith_config *cfg) {
-    *cfg = (bt_task_arith_config){
+void bt_source_arith_config_init(bt_source_arith_config *cfg) {
+    *cfg = (bt_source_arith_config){
         .seed = 0, .digits = 2, .operators = "+", .heldout_size = 500, .format_reward = 0.0};
 }
 
@@ -70,7 +70,7 @@ static bool s_is_reserved(uint64_t code) {
 }
 
 /*  Try `attempt` at problem `index` of the stream `key`. */
-static uint64_t s_arith_draw(const bt_task_t *self, uint64_t key, uint64_t index,
+static uint64_t s_arith_draw(const bt_source_t *self, uint64_t key, uint64_t index,
                              uint64_t attempt) {
     uint64_t state = bt_rng_key(bt_rng_key(key, index), attempt);
     uint64_t a = bt_rng_next(&state) % self->modulus;
@@ -87,7 +87,7 @@ static void s_decode(uint64_t code, int *op, int64_t *a, int64_t *b) {
 }
 
 /*  Writes "a<op>b=" and the answer into ex->storage. */
-static void s_arith_format(uint64_t code, bt_task_example *ex) {
+static void s_arith_format(uint64_t code, bt_source_example *ex) {
     int op;
     int64_t a, b;
     s_decode(code, &op, &a, &b);
@@ -99,7 +99,7 @@ static void s_arith_format(uint64_t code, bt_task_example *ex) {
     ex->answer = answer;
 }
 
-static bt_status s_arith_check(const bt_task_arith_config *cfg) {
+static bt_status s_arith_check(const bt_source_arith_config *cfg) {
     if (cfg->digits < 1 || cfg->digits > 9)
         return bt_fail(BT_EINVAL, "digits: expected 1..9, got %d", cfg->digits);
     const char *ops = cfg->operators ? cfg->operators : "";
@@ -122,7 +122,7 @@ static bt_status s_arith_check(const bt_task_arith_config *cfg) {
 
 /*  The reserved problems of a space small enough to enumerate; UINT64_MAX for a larger space, whose
     reserved tenth (>= 10^7) always exceeds S_HELDOUT_MAX. */
-static uint64_t s_arith_count_reserved(const bt_task_t *self) {
+static uint64_t s_arith_count_reserved(const bt_source_t *self) {
     if ((uint64_t)self->n_ops * self->modulus * self->modulus > S_ENUMERATE_MAX)
         return UINT64_MAX;
     uint64_t n = 0;
@@ -147,7 +147,7 @@ static bool s_set_insert(uint64_t *slots, size_t cap, uint64_t code) {
 }
 
 /*  The held-out set: the first `size` distinct reserved problems of the seed's held-out stream. */
-static bt_status s_arith_build_heldout(bt_task_t *self, const bt_task_arith_config *cfg) {
+static bt_status s_arith_build_heldout(bt_source_t *self, const bt_source_arith_config *cfg) {
     size_t size = cfg->heldout_size;
     uint64_t reserved = s_arith_count_reserved(self);
     if (size > reserved)
@@ -176,12 +176,12 @@ static bt_status s_arith_build_heldout(bt_task_t *self, const bt_task_arith_conf
     return BT_OK;
 }
 
-bt_status bt_task_new_arith(const bt_task_arith_config *cfg, bt_task_t **task_out) {
+bt_status bt_source_new_arith(const bt_source_arith_config *cfg, bt_source_t **task_out) {
     *task_out = NULL;
     bt_status st = s_arith_check(cfg);
     if (st != BT_OK)
         return st;
-    bt_task_t *self = calloc(1, sizeof *self);
+    bt_source_t *self = calloc(1, sizeof *self);
     if (!self)
         return bt_fail(BT_ENOMEM, "arithmetic task: out of memory");
     self->kind = S_ARITH;
@@ -194,14 +194,14 @@ bt_status bt_task_new_arith(const bt_task_arith_config *cfg, bt_task_t **task_ou
     self->format_reward = cfg->format_reward;
     st = s_arith_build_heldout(self, cfg);
     if (st != BT_OK) {
-        bt_task_destroy(&self);
+        bt_source_destroy(&self);
         return st;
     }
     *task_out = self;
     return BT_OK;
 }
 
-static void s_arith_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex) {
+static void s_arith_train_example(const bt_source_t *self, uint64_t index, bt_source_example *ex) {
     uint64_t key = bt_rng_key(self->seed, S_TAG_TRAIN), code;
     /* Nine problems in ten are not reserved, so this ends after about 1.1 tries. */
     for (uint64_t attempt = 0;; attempt++) {
@@ -218,7 +218,7 @@ static bool s_math_reference(const char *s, size_t *at, size_t *n);
 static size_t s_put(char *buf, size_t len, const char *text, size_t n);
 
 /*  Why a parsed line is not a record, or NULL when it is one. */
-static const char *s_record_problem(const cJSON *root, bt_task_verifier verifier) {
+static const char *s_record_problem(const cJSON *root, bt_source_verifier verifier) {
     if (!root)
         return "not valid JSON";
     if (!cJSON_IsObject(root))
@@ -235,11 +235,11 @@ static const char *s_record_problem(const cJSON *root, bt_task_verifier verifier
         return "\"answer\" is neither a string nor a number";
     if (cJSON_IsNumber(answer) && !isfinite(answer->valuedouble))
         return "\"answer\" is out of range";
-    if (verifier == BT_TASK_VERIFY_NUMERIC && cJSON_IsString(answer) &&
+    if (verifier == BT_SOURCE_VERIFY_NUMERIC && cJSON_IsString(answer) &&
         !s_is_one_number(answer->valuestring, strlen(answer->valuestring)))
         return "\"answer\" is not a number (verifier \"numeric\")";
     size_t at, n;
-    if (verifier == BT_TASK_VERIFY_MATH && cJSON_IsString(answer) &&
+    if (verifier == BT_SOURCE_VERIFY_MATH && cJSON_IsString(answer) &&
         !s_math_reference(answer->valuestring, &at, &n))
         return "\"answer\" holds no answer (verifier \"math\")";
     return NULL;
@@ -391,7 +391,7 @@ static bool s_is_key(const s_field *key, const char name[7]) {
 }
 
 /*  Whether s[0, n) is certainly a record (true), or must be asked of cJSON (false). */
-static bool s_fast_record(const char *s, size_t n, bt_task_verifier verifier, char *scratch) {
+static bool s_fast_record(const char *s, size_t n, bt_source_verifier verifier, char *scratch) {
     size_t i = s_fast_space(s, 0, n);
     if (i >= n || s[i] != '{')
         return false;
@@ -425,17 +425,17 @@ static bool s_fast_record(const char *s, size_t n, bt_task_verifier verifier, ch
     }
     if (answer.type != S_FIELD_STRING)
         return false;
-    if (verifier == BT_TASK_VERIFY_EXACT)
+    if (verifier == BT_SOURCE_VERIFY_EXACT)
         return true;
     size_t len = s_fast_unescape(&answer, scratch), at, m;
-    if (verifier == BT_TASK_VERIFY_NUMERIC)
+    if (verifier == BT_SOURCE_VERIFY_NUMERIC)
         return s_is_one_number(scratch, len);
     return s_math_reference(scratch, &at, &m);
 }
 
 /*  The dataset's record check (bt_dataset_check_fn): user points to the verifier. */
 static const char *s_check_record(const char *line, size_t len, char *scratch, void *user) {
-    bt_task_verifier verifier = *(const bt_task_verifier *)user;
+    bt_source_verifier verifier = *(const bt_source_verifier *)user;
     if (s_fast_record(line, len, verifier, scratch))
         return NULL;
     memcpy(scratch, line, len);
@@ -448,7 +448,7 @@ static const char *s_check_record(const char *line, size_t len, char *scratch, v
 
 /*  Maps path as a dataset of records checked under verifier; "PATH: no examples" when it has
     none. */
-static bt_status s_open_dataset(bt_task_t *self, const char *path, bt_dataset_t **out) {
+static bt_status s_open_dataset(bt_source_t *self, const char *path, bt_dataset_t **out) {
     bt_dataset_config dc = {.path = path,
                             .check = s_check_record,
                             .user = &self->verifier,
@@ -534,15 +534,15 @@ static char *s_strdup_or_null(const char *s) {
     return s ? strdup(s) : NULL;
 }
 
-bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_out) {
+bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **task_out) {
     *task_out = NULL;
     if (!cfg->train_path)
         return bt_fail(BT_EINVAL, "train_path: required");
-    if (cfg->verifier != BT_TASK_VERIFY_EXACT && cfg->verifier != BT_TASK_VERIFY_NUMERIC &&
-        cfg->verifier != BT_TASK_VERIFY_MATH)
+    if (cfg->verifier != BT_SOURCE_VERIFY_EXACT && cfg->verifier != BT_SOURCE_VERIFY_NUMERIC &&
+        cfg->verifier != BT_SOURCE_VERIFY_MATH)
         return bt_fail(BT_EINVAL, "verifier: expected exact, numeric or math, got %d",
                        cfg->verifier);
-    bt_task_t *self = calloc(1, sizeof *self);
+    bt_source_t *self = calloc(1, sizeof *self);
     if (!self)
         return bt_fail(BT_ENOMEM, "%s: out of memory", cfg->train_path);
     self->kind = S_JSONL;
@@ -566,7 +566,7 @@ bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_ou
             st = bt_fail(BT_ENOMEM, "%s: out of memory", cfg->train_path);
     }
     if (st != BT_OK) {
-        bt_task_destroy(&self);
+        bt_source_destroy(&self);
         return st;
     }
     *task_out = self;
@@ -575,8 +575,8 @@ bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_ou
 
 /*  Parses record rec of ds into ex: the prompt, chat template applied, and the answer (a number
     as its shortest exact text), both in one heap block. */
-static bt_status s_jsonl_example(const bt_task_t *self, const bt_dataset_t *ds, uint64_t rec,
-                                 bt_task_example *ex) {
+static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds, uint64_t rec,
+                                 bt_source_example *ex) {
     size_t len;
     char *line = NULL, *templated = NULL;
     BT_TRY(bt_dataset_record(ds, rec, &line, &len));
@@ -619,13 +619,14 @@ static bt_status s_jsonl_example(const bt_task_t *self, const bt_dataset_t *ds, 
 
 /*  Training record j (0 .. n_train) that stream index `index` shows: epoch index / n_train's
     permutation of the training records. */
-static uint64_t s_train_record(const bt_task_t *self, uint64_t index) {
+static uint64_t s_train_record(const bt_source_t *self, uint64_t index) {
     uint64_t epoch = index / self->n_train;
     return s_permute(index % self->n_train, self->n_train,
                      bt_rng_key(bt_rng_key(self->seed, S_TAG_EPOCH), epoch));
 }
 
-static bt_status s_jsonl_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex) {
+static bt_status s_jsonl_train_example(const bt_source_t *self, uint64_t index,
+                                       bt_source_example *ex) {
     uint64_t j = s_train_record(self, index);
     /* without a held-out file, training record j skips every tenth record */
     uint64_t rec = self->heldout_file ? j : j / 9 * 10 + j % 9;
@@ -633,10 +634,10 @@ static bt_status s_jsonl_train_example(const bt_task_t *self, uint64_t index, bt
 }
 
 /* ---- any task ------------------------------------------------------------------------------- */
-void bt_task_destroy(bt_task_t **self_p) {
+void bt_source_destroy(bt_source_t **self_p) {
     if (!self_p || !*self_p)
         return;
-    bt_task_t *self = *self_p;
+    bt_source_t *self = *self_p;
     bt_dataset_destroy(&self->train_file);
     bt_dataset_destroy(&self->heldout_file);
     free(self->chat_template);
@@ -646,40 +647,40 @@ void bt_task_destroy(bt_task_t **self_p) {
     *self_p = NULL;
 }
 
-void bt_task_example_init(bt_task_example *ex) {
+void bt_source_example_init(bt_source_example *ex) {
     memset(ex, 0, sizeof *ex);
 }
 
-void bt_task_example_release(bt_task_example *ex) {
+void bt_source_example_release(bt_source_example *ex) {
     free(ex->heap);
     ex->heap = NULL;
     ex->prompt = NULL;
     ex->answer = NULL;
 }
 
-bt_status bt_task_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex) {
-    bt_task_example_release(ex);
+bt_status bt_source_train_example(const bt_source_t *self, uint64_t index, bt_source_example *ex) {
+    bt_source_example_release(ex);
     if (self->kind == S_JSONL)
         return s_jsonl_train_example(self, index, ex);
     s_arith_train_example(self, index, ex);
     return BT_OK;
 }
 
-uint64_t bt_task_record(const bt_task_t *self, uint64_t index) {
+uint64_t bt_source_record(const bt_source_t *self, uint64_t index) {
     return self->kind == S_ARITH ? index : s_train_record(self, index);
 }
 
-uint64_t bt_task_epoch_size(const bt_task_t *self) {
+uint64_t bt_source_epoch_size(const bt_source_t *self) {
     return self->kind == S_ARITH ? 0 : self->n_train;
 }
 
-size_t bt_task_heldout_count(const bt_task_t *self) {
+size_t bt_source_heldout_count(const bt_source_t *self) {
     return self->kind == S_ARITH ? self->n_heldout_codes : (size_t)self->n_heldout;
 }
 
-bt_status bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *ex) {
-    BT_ASSERT(i < bt_task_heldout_count(self));
-    bt_task_example_release(ex);
+bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source_example *ex) {
+    BT_ASSERT(i < bt_source_heldout_count(self));
+    bt_source_example_release(ex);
     if (self->kind == S_ARITH) {
         s_arith_format(self->heldout_codes[i], ex);
         return BT_OK;
@@ -1036,7 +1037,7 @@ static bool s_math_same(const char *a, const char *b) {
     return strcmp(a, b) == 0;
 }
 
-bool bt_task_math_answer(const char *completion, size_t len, char *out, size_t cap) {
+bool bt_source_math_answer(const char *completion, size_t len, char *out, size_t cap) {
     size_t at, n;
     bool marked;
     if (!s_math_find(completion, len, &at, &n, &marked))
@@ -1044,7 +1045,7 @@ bool bt_task_math_answer(const char *completion, size_t len, char *out, size_t c
     return s_put(out, cap, completion + at, n) == n && n > 0;
 }
 
-bool bt_task_math_equal(const char *a, const char *b) {
+bool bt_source_math_equal(const char *a, const char *b) {
     char na[S_MATH_MAX], nb[S_MATH_MAX];
     return s_math_normalize(a, strlen(a), na) && s_math_normalize(b, strlen(b), nb) &&
            s_math_same(na, nb);
@@ -1063,15 +1064,15 @@ static void s_verify_math(const char *answer, const char *c, size_t len, bt_rewa
     d->well_formed = found && marked;
 }
 
-double bt_task_reward(const bt_task_t *self, const char *answer, const char *completion, size_t len,
-                      bt_reward_detail *detail) {
+double bt_source_reward(const bt_source_t *self, const char *answer, const char *completion,
+                        size_t len, bt_reward_detail *detail) {
     bt_reward_detail local;
     bt_reward_detail *d = detail ? detail : &local;
     if (self->kind == S_ARITH)
         s_verify_arith(answer, completion, len, d);
-    else if (self->verifier == BT_TASK_VERIFY_EXACT)
+    else if (self->verifier == BT_SOURCE_VERIFY_EXACT)
         s_verify_exact(answer, completion, len, d);
-    else if (self->verifier == BT_TASK_VERIFY_MATH)
+    else if (self->verifier == BT_SOURCE_VERIFY_MATH)
         s_verify_math(answer, completion, len, d);
     else
         s_verify_numeric(answer, completion, len, d);
@@ -1079,15 +1080,15 @@ double bt_task_reward(const bt_task_t *self, const char *answer, const char *com
     return (d->correct ? 1.0 : 0.0) + (d->well_formed ? format : 0.0);
 }
 
-void bt_task_set_reward_fn(bt_task_t *self, bt_reward_fn *fn, void *user) {
+void bt_source_set_reward_fn(bt_source_t *self, bt_reward_fn *fn, void *user) {
     self->reward_fn = fn;
     self->reward_user = user;
 }
 
-double bt_task_score(const bt_task_t *self, const char *prompt, const char *answer,
-                     const char *completion, size_t len, bt_reward_detail *detail) {
+double bt_source_score(const bt_source_t *self, const char *prompt, const char *answer,
+                       const char *completion, size_t len, bt_reward_detail *detail) {
     if (!self->reward_fn)
-        return bt_task_reward(self, answer, completion, len, detail);
+        return bt_source_reward(self, answer, completion, len, detail);
     double r = self->reward_fn(prompt, completion, len, answer, self->reward_user);
     if (detail)
         *detail = (bt_reward_detail){
@@ -1109,7 +1110,7 @@ static const char *const s_distractors[] = {
     "We saw %d birds this morning.",
 };
 
-const char *bt_task_perturbation_name(bt_task_perturbation p) {
+const char *bt_source_perturbation_name(bt_source_perturbation p) {
     return (unsigned)p < BT_PERTURB_COUNT ? s_perturbation_names[p] : "unknown";
 }
 
@@ -1130,8 +1131,8 @@ static size_t s_distractor(size_t i, char out[64]) {
     return (size_t)snprintf(out, 64, s_distractors[pick], number);
 }
 
-static size_t s_arith_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
-                              size_t len) {
+static size_t s_arith_perturb(const bt_source_t *self, size_t i, bt_source_perturbation p,
+                              char *buf, size_t len) {
     int op;
     int64_t a, b;
     s_decode(self->heldout_codes[i], &op, &a, &b);
@@ -1148,8 +1149,8 @@ static size_t s_arith_perturb(const bt_task_t *self, size_t i, bt_task_perturbat
     return n > 0 ? s_put(buf, len, text, (size_t)n) : 0;
 }
 
-/*  The perturbation of a held-out prompt (see bt_task_perturb) into buf. */
-static size_t s_prompt_perturb(const char *prompt, size_t i, bt_task_perturbation p, char *buf,
+/*  The perturbation of a held-out prompt (see bt_source_perturb) into buf. */
+static size_t s_prompt_perturb(const char *prompt, size_t i, bt_source_perturbation p, char *buf,
                                size_t len) {
     size_t plen = strlen(prompt), n = 0;
     if (p == BT_PERTURB_SPACING) {
@@ -1179,38 +1180,38 @@ static size_t s_prompt_perturb(const char *prompt, size_t i, bt_task_perturbatio
     return n;
 }
 
-static size_t s_jsonl_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
-                              size_t len) {
+static size_t s_jsonl_perturb(const bt_source_t *self, size_t i, bt_source_perturbation p,
+                              char *buf, size_t len) {
     if (p != BT_PERTURB_SPACING && p != BT_PERTURB_DISTRACTOR)
         return 0;
-    bt_task_example ex;
-    bt_task_example_init(&ex);
-    size_t n = bt_task_heldout_example(self, i, &ex) == BT_OK
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    size_t n = bt_source_heldout_example(self, i, &ex) == BT_OK
                    ? s_prompt_perturb(ex.prompt, i, p, buf, len)
                    : 0;
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
     return n;
 }
 
-size_t bt_task_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
-                       size_t len) {
-    BT_ASSERT(i < bt_task_heldout_count(self));
+size_t bt_source_perturb(const bt_source_t *self, size_t i, bt_source_perturbation p, char *buf,
+                         size_t len) {
+    BT_ASSERT(i < bt_source_heldout_count(self));
     return self->kind == S_ARITH ? s_arith_perturb(self, i, p, buf, len)
                                  : s_jsonl_perturb(self, i, p, buf, len);
 }
 
-size_t bt_task_canonical_answer(const bt_task_t *self, const char *completion, size_t len,
-                                char *buf, size_t buflen) {
+size_t bt_source_canonical_answer(const bt_source_t *self, const char *completion, size_t len,
+                                  char *buf, size_t buflen) {
     bt_reward_detail d; /* the verifier's own extraction; the empty answer is never matched */
-    bt_task_reward(self, "", completion, len, &d);
+    bt_source_reward(self, "", completion, len, &d);
     const char *text = completion + d.extracted_start;
     if (d.extracted_len == 0)
         return 0;
-    if (self->kind == S_ARITH || self->verifier == BT_TASK_VERIFY_EXACT)
+    if (self->kind == S_ARITH || self->verifier == BT_SOURCE_VERIFY_EXACT)
         return s_put(buf, buflen, text, d.extracted_len);
     double x;
     char form[S_MATH_MAX];
-    if (self->verifier == BT_TASK_VERIFY_MATH) {
+    if (self->verifier == BT_SOURCE_VERIFY_MATH) {
         if (!s_math_normalize(text, d.extracted_len, form))
             return 0;
         if (!s_math_value(form, &x))

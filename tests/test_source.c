@@ -1,8 +1,8 @@
-/*  test_tasks.c — the arithmetic and JSONL tasks: deterministic streams, held-out sets disjoint
+/*  test_source.c — the arithmetic and JSONL tasks: deterministic streams, held-out sets disjoint
    from training, answers checked by an independent computation, verifiers, dataset errors,
    perturbed prompts that keep their answers, and canonical answers for majority voting. */
 #define _DEFAULT_SOURCE /* setenv */
-#include "baton/tasks.h"
+#include "baton/source.h"
 
 #include "baton/config.h"
 #include "check.h"
@@ -22,15 +22,15 @@
 
 static char s_dir[64]; /* a fresh temp folder for the JSONL files */
 
-static bt_task_t *s_arith(uint64_t seed, int digits, const char *ops, size_t heldout) {
-    bt_task_arith_config cfg;
-    bt_task_arith_config_init(&cfg);
+static bt_source_t *s_arith(uint64_t seed, int digits, const char *ops, size_t heldout) {
+    bt_source_arith_config cfg;
+    bt_source_arith_config_init(&cfg);
     cfg.seed = seed;
     cfg.digits = digits;
     cfg.operators = ops;
     cfg.heldout_size = heldout;
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_arith(&cfg, &task));
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_arith(&cfg, &task));
     return task;
 }
 
@@ -52,66 +52,66 @@ static int s_cmp_str(const void *x, const void *y) {
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
 static void test_arith_determinism(void) {
-    bt_task_t *t1 = s_arith(7, 3, "+-*", 100), *t2 = s_arith(7, 3, "+-*", 100);
-    bt_task_t *t3 = s_arith(8, 3, "+-*", 100);
-    bt_task_example e1, e2, e3;
-    bt_task_example_init(&e1);
-    bt_task_example_init(&e2);
-    bt_task_example_init(&e3);
+    bt_source_t *t1 = s_arith(7, 3, "+-*", 100), *t2 = s_arith(7, 3, "+-*", 100);
+    bt_source_t *t3 = s_arith(8, 3, "+-*", 100);
+    bt_source_example e1, e2, e3;
+    bt_source_example_init(&e1);
+    bt_source_example_init(&e2);
+    bt_source_example_init(&e3);
     int differ = 0;
     for (uint64_t i = 0; i < 1000; i++) {
-        bt_task_train_example(t1, i, &e1);
-        bt_task_train_example(t2, i, &e2);
-        bt_task_train_example(t3, i, &e3);
+        bt_source_train_example(t1, i, &e1);
+        bt_source_train_example(t2, i, &e2);
+        bt_source_train_example(t3, i, &e3);
         CHECK(strcmp(e1.prompt, e2.prompt) == 0 && strcmp(e1.answer, e2.answer) == 0);
         differ += strcmp(e1.prompt, e3.prompt) != 0;
     }
     CHECK(differ > 900);
     for (size_t i = 0; i < 100; i++) {
-        bt_task_heldout_example(t1, i, &e1);
-        bt_task_heldout_example(t2, i, &e2);
+        bt_source_heldout_example(t1, i, &e1);
+        bt_source_heldout_example(t2, i, &e2);
         CHECK(strcmp(e1.prompt, e2.prompt) == 0);
     }
-    CHECK(bt_task_epoch_size(t1) == 0);
-    bt_task_example_release(&e1);
-    bt_task_example_release(&e2);
-    bt_task_example_release(&e3);
-    bt_task_destroy(&t1);
-    bt_task_destroy(&t2);
-    bt_task_destroy(&t3);
+    CHECK(bt_source_epoch_size(t1) == 0);
+    bt_source_example_release(&e1);
+    bt_source_example_release(&e2);
+    bt_source_example_release(&e3);
+    bt_source_destroy(&t1);
+    bt_source_destroy(&t2);
+    bt_source_destroy(&t3);
     CHECK(t1 == NULL);
-    bt_task_destroy(&t1); /* idempotent */
+    bt_source_destroy(&t1); /* idempotent */
 }
 
 /*  Example i is the same whether fetched in order, backwards or far out of order. */
 static void test_arith_out_of_order(void) {
-    bt_task_t *task = s_arith(3, 4, "+-", 10);
+    bt_source_t *task = s_arith(3, 4, "+-", 10);
     enum { N = 500 };
     static char prompts[N][32];
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (uint64_t i = 0; i < N; i++) {
-        bt_task_train_example(task, i, &ex);
+        bt_source_train_example(task, i, &ex);
         snprintf(prompts[i], sizeof prompts[i], "%s", ex.prompt);
     }
-    bt_task_train_example(task, UINT64_MAX - 5, &ex);
+    bt_source_train_example(task, UINT64_MAX - 5, &ex);
     for (uint64_t i = N; i-- > 0;) {
-        bt_task_train_example(task, (i * 7919) % N, &ex);
+        bt_source_train_example(task, (i * 7919) % N, &ex);
         CHECK(strcmp(ex.prompt, prompts[(i * 7919) % N]) == 0);
     }
-    bt_task_example_release(&ex);
-    bt_task_destroy(&task);
+    bt_source_example_release(&ex);
+    bt_source_destroy(&task);
 }
 
 static void test_arith_heldout_disjoint(void) {
-    bt_task_t *task = s_arith(11, 2, "+-*", 2000);
-    size_t n = bt_task_heldout_count(task);
+    bt_source_t *task = s_arith(11, 2, "+-*", 2000);
+    size_t n = bt_source_heldout_count(task);
     CHECK(n == 2000);
     char **held = malloc(n * sizeof *held);
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (size_t i = 0; i < n; i++) {
-        bt_task_heldout_example(task, i, &ex);
+        bt_source_heldout_example(task, i, &ex);
         held[i] = strdup(ex.prompt);
     }
     qsort(held, n, sizeof *held, s_cmp_str);
@@ -119,7 +119,7 @@ static void test_arith_heldout_disjoint(void) {
         CHECK(strcmp(held[i - 1], held[i]) != 0); /* distinct */
     int leaks = 0;
     for (uint64_t i = 0; i < 100000; i++) {
-        bt_task_train_example(task, i, &ex);
+        bt_source_train_example(task, i, &ex);
         const char *key = ex.prompt;
         leaks += bsearch(&key, held, n, sizeof *held, s_cmp_str) != NULL;
     }
@@ -127,27 +127,27 @@ static void test_arith_heldout_disjoint(void) {
     for (size_t i = 0; i < n; i++)
         free(held[i]);
     free(held);
-    bt_task_example_release(&ex);
-    bt_task_destroy(&task);
+    bt_source_example_release(&ex);
+    bt_source_destroy(&task);
 }
 
 /*  Answers recomputed from the prompt text; operands within digits; only the given operators. */
 static void s_check_answers(int digits, const char *ops) {
-    bt_task_t *task = s_arith(5, digits, ops, 10);
+    bt_source_t *task = s_arith(5, digits, ops, 10);
     long long limit = 1;
     for (int i = 0; i < digits; i++)
         limit *= 10;
     int seen[3] = {0}, wrong = 0, out_of_range = 0, bad_op = 0;
     long long max_operand = 0;
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (uint64_t i = 0; i < 3000; i++) {
         long long a, b;
         char op;
         if (i % 3 == 0)
-            bt_task_heldout_example(task, i % 10, &ex);
+            bt_source_heldout_example(task, i % 10, &ex);
         else
-            bt_task_train_example(task, i, &ex);
+            bt_source_train_example(task, i, &ex);
         if (!s_parse_prompt(ex.prompt, &a, &op, &b)) {
             CHECK(!"prompt shaped A<op>B=");
             continue;
@@ -163,8 +163,8 @@ static void s_check_answers(int digits, const char *ops) {
     CHECK(max_operand >= limit / 10); /* the largest operands use all the digits */
     for (const char *p = ops; *p; p++)
         CHECK(seen[strchr("+-*", *p) - "+-*"] > 500);
-    bt_task_example_release(&ex);
-    bt_task_destroy(&task);
+    bt_source_example_release(&ex);
+    bt_source_destroy(&task);
 }
 
 static void test_arith_answers(void) {
@@ -172,29 +172,29 @@ static void test_arith_answers(void) {
     s_check_answers(2, "-");
     s_check_answers(3, "+-*");
     s_check_answers(9, "*-");
-    bt_task_t *task = s_arith(1, 2, "-", 10);
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_t *task = s_arith(1, 2, "-", 10);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     bool negative = false;
     for (uint64_t i = 0; i < 100 && !negative; i++) {
-        bt_task_train_example(task, i, &ex);
+        bt_source_train_example(task, i, &ex);
         negative = ex.answer[0] == '-';
     }
     CHECK(negative);
-    bt_task_example_release(&ex);
-    bt_task_destroy(&task);
+    bt_source_example_release(&ex);
+    bt_source_destroy(&task);
 }
 
 static void s_check_config_error(int digits, const char *ops, size_t heldout, double format,
                                  const char *field) {
-    bt_task_arith_config cfg;
-    bt_task_arith_config_init(&cfg);
+    bt_source_arith_config cfg;
+    bt_source_arith_config_init(&cfg);
     cfg.digits = digits;
     cfg.operators = ops;
     cfg.heldout_size = heldout;
     cfg.format_reward = format;
-    bt_task_t *task = NULL;
-    CHECK(bt_task_new_arith(&cfg, &task) == BT_EINVAL);
+    bt_source_t *task = NULL;
+    CHECK(bt_source_new_arith(&cfg, &task) == BT_EINVAL);
     CHECK(task == NULL);
     CHECK_STR_CONTAINS(bt_last_error(), field);
 }
@@ -209,27 +209,27 @@ static void test_arith_config_errors(void) {
     s_check_config_error(2, "++", 1, 0.0, "operators");
     s_check_config_error(2, "", 1, 0.0, "operators");
     s_check_config_error(2, "+", 1, -1.0, "format_reward");
-    bt_task_t *small = s_arith(0, 1, "+", 5); /* a 1-digit space still has a training stream */
-    bt_task_example ex;
-    bt_task_example_init(&ex);
-    bt_task_train_example(small, 12345, &ex);
+    bt_source_t *small = s_arith(0, 1, "+", 5); /* a 1-digit space still has a training stream */
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    bt_source_train_example(small, 12345, &ex);
     CHECK(strlen(ex.prompt) == 4);
-    bt_task_example_release(&ex);
-    bt_task_destroy(&small);
+    bt_source_example_release(&ex);
+    bt_source_destroy(&small);
 }
 
-static double s_reward(const bt_task_t *task, const char *answer, const char *completion,
+static double s_reward(const bt_source_t *task, const char *answer, const char *completion,
                        bt_reward_detail *d) {
-    return bt_task_reward(task, answer, completion, strlen(completion), d);
+    return bt_source_reward(task, answer, completion, strlen(completion), d);
 }
 
 static void test_arith_reward(void) {
-    bt_task_arith_config cfg;
-    bt_task_arith_config_init(&cfg);
-    bt_task_t *plain = NULL, *shaped = NULL;
-    CHECK_OK(bt_task_new_arith(&cfg, &plain));
+    bt_source_arith_config cfg;
+    bt_source_arith_config_init(&cfg);
+    bt_source_t *plain = NULL, *shaped = NULL;
+    CHECK_OK(bt_source_new_arith(&cfg, &plain));
     cfg.format_reward = 0.25;
-    CHECK_OK(bt_task_new_arith(&cfg, &shaped));
+    CHECK_OK(bt_source_new_arith(&cfg, &shaped));
     bt_reward_detail d;
     CHECK(s_reward(plain, "85", "85", &d) == 1.0 && d.correct && d.well_formed);
     CHECK(s_reward(plain, "85", " 85", &d) == 1.0 && d.correct && d.well_formed);
@@ -243,13 +243,13 @@ static void test_arith_reward(void) {
     CHECK(s_reward(plain, "85", "850", &d) == 0.0 && !d.correct);
     CHECK(s_reward(plain, "85", "the answer is 85", &d) == 0.0 && !d.correct);
     CHECK(s_reward(plain, "85", "85", NULL) == 1.0);
-    CHECK(bt_task_reward(plain, "85", "8512", 2, &d) == 1.0 && d.well_formed); /* len bounds it */
+    CHECK(bt_source_reward(plain, "85", "8512", 2, &d) == 1.0 && d.well_formed); /* len bounds it */
     CHECK_NEAR(s_reward(shaped, "85", "85", &d), 1.25, 0);
     CHECK_NEAR(s_reward(shaped, "85", "84", &d), 0.25, 0);
     CHECK_NEAR(s_reward(shaped, "85", "85abc", &d), 1.0, 0);
     CHECK_NEAR(s_reward(shaped, "85", "", &d), 0.0, 0);
-    bt_task_destroy(&plain);
-    bt_task_destroy(&shaped);
+    bt_source_destroy(&plain);
+    bt_source_destroy(&shaped);
 }
 
 /* ---- perturbations and canonical answers ------------------------------------------------- */
@@ -270,20 +270,21 @@ static void s_unperturb(const char *text, char *out, size_t len) {
 /*  Every held-out problem, every perturbation: the answer recomputed from the perturbed text alone
     is the example's answer, and the task's verifier accepts it. */
 static void s_check_arith_perturb(int digits, const char *ops, size_t heldout) {
-    bt_task_t *task = s_arith(13, digits, ops, heldout), *twin = s_arith(13, digits, ops, heldout);
+    bt_source_t *task = s_arith(13, digits, ops, heldout),
+                *twin = s_arith(13, digits, ops, heldout);
     int wrong = 0, order_minus = 0, sentences_differ = 0;
     char first_sentence[64] = "";
-    for (size_t i = 0; i < bt_task_heldout_count(task); i++) {
-        bt_task_example ex;
-        bt_task_example_init(&ex);
-        bt_task_heldout_example(task, i, &ex);
+    for (size_t i = 0; i < bt_source_heldout_count(task); i++) {
+        bt_source_example ex;
+        bt_source_example_init(&ex);
+        bt_source_heldout_example(task, i, &ex);
         long long a0 = 0, b0 = 0;
         char op0 = 0;
         CHECK(s_parse_prompt(ex.prompt, &a0, &op0, &b0));
         for (int p = 0; p < BT_PERTURB_COUNT; p++) {
             char buf[128], again[128], compact[128];
             memset(buf, 'X', sizeof buf);
-            size_t n = bt_task_perturb(task, i, (bt_task_perturbation)p, buf, sizeof buf);
+            size_t n = bt_source_perturb(task, i, (bt_source_perturbation)p, buf, sizeof buf);
             if (p == BT_PERTURB_ORDER && op0 == '-') {
                 CHECK(n == 0 && buf[0] == 'X'); /* a - b has no swapped form */
                 order_minus++;
@@ -316,43 +317,44 @@ static void s_check_arith_perturb(int digits, const char *ops, size_t heldout) {
                     sentences_differ += strncmp(buf, first_sentence, n - plen) != 0;
             }
             /* deterministic, in this task and in another built from the same config */
-            CHECK(bt_task_perturb(task, i, (bt_task_perturbation)p, again, sizeof again) == n);
+            CHECK(bt_source_perturb(task, i, (bt_source_perturbation)p, again, sizeof again) == n);
             CHECK(memcmp(buf, again, n + 1) == 0);
-            CHECK(bt_task_perturb(twin, i, (bt_task_perturbation)p, again, sizeof again) == n);
+            CHECK(bt_source_perturb(twin, i, (bt_source_perturbation)p, again, sizeof again) == n);
             CHECK(memcmp(buf, again, n + 1) == 0);
             /* room for the text and its NUL, or nothing is written */
             memset(again, 'X', sizeof again);
-            CHECK(bt_task_perturb(task, i, (bt_task_perturbation)p, again, n) == 0);
+            CHECK(bt_source_perturb(task, i, (bt_source_perturbation)p, again, n) == 0);
             CHECK(again[0] == 'X');
-            CHECK(bt_task_perturb(task, i, (bt_task_perturbation)p, again, n + 1) == n);
+            CHECK(bt_source_perturb(task, i, (bt_source_perturbation)p, again, n + 1) == n);
         }
-        bt_task_example_release(&ex);
+        bt_source_example_release(&ex);
     }
     CHECK(wrong == 0);
     CHECK((order_minus > 0) == (strchr(ops, '-') != NULL));
     CHECK(sentences_differ > 0);
-    bt_task_destroy(&task);
-    bt_task_destroy(&twin);
+    bt_source_destroy(&task);
+    bt_source_destroy(&twin);
 }
 
 static void test_arith_perturb(void) {
     s_check_arith_perturb(1, "+", 5);
     s_check_arith_perturb(3, "+-*", 300);
     s_check_arith_perturb(9, "*-", 200); /* products near 10^18 */
-    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_SPACING), "spacing") == 0);
-    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_ORDER), "order") == 0);
-    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_DISTRACTOR), "distractor") == 0);
-    CHECK(strcmp(bt_task_perturbation_name(BT_PERTURB_COUNT), "unknown") == 0);
+    CHECK(strcmp(bt_source_perturbation_name(BT_PERTURB_SPACING), "spacing") == 0);
+    CHECK(strcmp(bt_source_perturbation_name(BT_PERTURB_ORDER), "order") == 0);
+    CHECK(strcmp(bt_source_perturbation_name(BT_PERTURB_DISTRACTOR), "distractor") == 0);
+    CHECK(strcmp(bt_source_perturbation_name(BT_PERTURB_COUNT), "unknown") == 0);
 }
 
 /*  The canonical answer of completion, or "" when there is none (then buf must be untouched).
     Static buffers, so that two results can be compared. */
-static const char *s_canon(const bt_task_t *task, const char *completion) {
+static const char *s_canon(const bt_source_t *task, const char *completion) {
     static char bufs[2][64];
     static int next = 0;
     char *buf = bufs[next++ % 2];
     memset(buf, 'X', sizeof bufs[0]);
-    size_t n = bt_task_canonical_answer(task, completion, strlen(completion), buf, sizeof bufs[0]);
+    size_t n =
+        bt_source_canonical_answer(task, completion, strlen(completion), buf, sizeof bufs[0]);
     if (n == 0) {
         CHECK(buf[0] == 'X');
         return "";
@@ -362,7 +364,7 @@ static const char *s_canon(const bt_task_t *task, const char *completion) {
 }
 
 static void test_canonical_answer_arith(void) {
-    bt_task_t *task = s_arith(0, 2, "+", 10);
+    bt_source_t *task = s_arith(0, 2, "+", 10);
     CHECK(strcmp(s_canon(task, "  85"), "85") == 0);
     CHECK(strcmp(s_canon(task, "85"), "85") == 0);
     CHECK(strcmp(s_canon(task, "85 is it"), "85") == 0);
@@ -379,12 +381,13 @@ static void test_canonical_answer_arith(void) {
         CHECK(d.correct == (strcmp(s_canon(task, said[j]), "85") == 0));
     }
     char small[2] = {'X', 'X'};
-    CHECK(bt_task_canonical_answer(task, "85", 2, small, sizeof small) == 0 && small[0] == 'X');
-    CHECK(bt_task_canonical_answer(task, "8512", 2, small, sizeof small) == 0); /* len bounds it */
+    CHECK(bt_source_canonical_answer(task, "85", 2, small, sizeof small) == 0 && small[0] == 'X');
+    CHECK(bt_source_canonical_answer(task, "8512", 2, small, sizeof small) ==
+          0); /* len bounds it */
     char fits[3];
-    CHECK(bt_task_canonical_answer(task, "8512", 2, fits, sizeof fits) == 2);
+    CHECK(bt_source_canonical_answer(task, "8512", 2, fits, sizeof fits) == 2);
     CHECK(strcmp(fits, "85") == 0);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
 }
 
 /* ---- JSONL datasets ------------------------------------------------------------------------ */
@@ -411,11 +414,11 @@ static const char *s_write_numbered(const char *name, int n) {
     return path;
 }
 
-static bt_status s_open(const char *train, const char *heldout, bt_task_verifier verifier,
-                        uint64_t seed, bt_task_t **task) {
-    bt_task_jsonl_config cfg = {
+static bt_status s_open(const char *train, const char *heldout, bt_source_verifier verifier,
+                        uint64_t seed, bt_source_t **task) {
+    bt_source_jsonl_config cfg = {
         .train_path = train, .heldout_path = heldout, .verifier = verifier, .seed = seed};
-    return bt_task_new_jsonl(&cfg, task);
+    return bt_source_new_jsonl(&cfg, task);
 }
 
 static void test_jsonl_parse(void) {
@@ -425,31 +428,31 @@ static void test_jsonl_parse(void) {
                                                "{\"answer\": 1234, \"prompt\": \"a\\nb\"}\n"
                                                "{\"prompt\": \"half\", \"answer\": 0.5}");
     const char *held = s_write("parse_held.jsonl", "{\"prompt\": \"p\", \"answer\": -2e-3}\n");
-    bt_task_t *task = NULL;
-    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 1, &task));
-    CHECK(bt_task_epoch_size(task) == 3);
-    CHECK(bt_task_heldout_count(task) == 1);
+    bt_source_t *task = NULL;
+    CHECK_OK(s_open(train, held, BT_SOURCE_VERIFY_EXACT, 1, &task));
+    CHECK(bt_source_epoch_size(task) == 3);
+    CHECK(bt_source_heldout_count(task) == 1);
     int found = 0;
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (uint64_t i = 0; i < 3; i++) {
-        CHECK_OK(bt_task_train_example(task, i, &ex));
+        CHECK_OK(bt_source_train_example(task, i, &ex));
         found += strcmp(ex.prompt, "capital of France?") == 0 && strcmp(ex.answer, "Paris") == 0;
         found += strcmp(ex.prompt, "a\nb") == 0 && strcmp(ex.answer, "1234") == 0;
         found += strcmp(ex.prompt, "half") == 0 && strcmp(ex.answer, "0.5") == 0;
     }
     CHECK(found == 3);
-    CHECK_OK(bt_task_heldout_example(task, 0, &ex));
+    CHECK_OK(bt_source_heldout_example(task, 0, &ex));
     CHECK(strcmp(ex.answer, "-0.002") == 0);
-    bt_task_example_release(&ex);
-    bt_task_destroy(&task);
+    bt_source_example_release(&ex);
+    bt_source_destroy(&task);
 }
 
 static void test_jsonl_verifiers(void) {
     const char *path = s_write("verify.jsonl", "{\"prompt\": \"x\", \"answer\": \"1\"}\n");
-    bt_task_t *exact = NULL, *numeric = NULL;
-    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_EXACT, 0, &exact));
-    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_NUMERIC, 0, &numeric));
+    bt_source_t *exact = NULL, *numeric = NULL;
+    CHECK_OK(s_open(path, NULL, BT_SOURCE_VERIFY_EXACT, 0, &exact));
+    CHECK_OK(s_open(path, NULL, BT_SOURCE_VERIFY_NUMERIC, 0, &numeric));
     bt_reward_detail d;
     CHECK(s_reward(exact, "Paris", " Paris \n", &d) == 1.0 && d.well_formed);
     CHECK(s_reward(exact, " Paris", "Paris", &d) == 1.0);
@@ -474,8 +477,8 @@ static void test_jsonl_verifiers(void) {
     CHECK(s_reward(numeric, "1", "2024-01", &d) == 1.0); /* not -01 */
     CHECK(s_reward(numeric, "5", "no number here", &d) == 0.0 && d.extracted_len == 0);
     CHECK(s_reward(numeric, "5", " 5 ", &d) == 1.0 && d.well_formed);
-    bt_task_destroy(&exact);
-    bt_task_destroy(&numeric);
+    bt_source_destroy(&exact);
+    bt_source_destroy(&numeric);
 }
 
 /*  Each epoch shows every training line exactly once, in an order that changes between epochs. */
@@ -483,18 +486,18 @@ static void test_jsonl_epochs(void) {
     enum { N = 30 };
     const char *train = s_write_numbered("epochs.jsonl", N);
     const char *held = s_write("epochs_held.jsonl", "{\"prompt\": \"h\", \"answer\": \"0\"}\n");
-    bt_task_t *task = NULL, *again = NULL;
-    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 9, &task));
-    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 9, &again));
-    CHECK(bt_task_epoch_size(task) == N);
+    bt_source_t *task = NULL, *again = NULL;
+    CHECK_OK(s_open(train, held, BT_SOURCE_VERIFY_EXACT, 9, &task));
+    CHECK_OK(s_open(train, held, BT_SOURCE_VERIFY_EXACT, 9, &again));
+    CHECK(bt_source_epoch_size(task) == N);
     int order[3][N];
-    bt_task_example ex, ex2;
-    bt_task_example_init(&ex);
-    bt_task_example_init(&ex2);
+    bt_source_example ex, ex2;
+    bt_source_example_init(&ex);
+    bt_source_example_init(&ex2);
     for (int e = 0; e < 3; e++) {
         int count[N + 1] = {0};
         for (int k = 0; k < N; k++) {
-            CHECK_OK(bt_task_train_example(task, (uint64_t)(e * N + k), &ex));
+            CHECK_OK(bt_source_train_example(task, (uint64_t)(e * N + k), &ex));
             order[e][k] = atoi(ex.prompt + 1);
             CHECK(order[e][k] >= 1 && order[e][k] <= N && atoi(ex.answer) == order[e][k]);
             count[order[e][k]]++;
@@ -505,13 +508,13 @@ static void test_jsonl_epochs(void) {
     CHECK(memcmp(order[0], order[1], sizeof order[0]) != 0);
     CHECK(memcmp(order[1], order[2], sizeof order[0]) != 0);
     for (int i = 3 * N; i-- > 0;) { /* out of order, across epochs, in another task */
-        CHECK_OK(bt_task_train_example(again, (uint64_t)i, &ex2));
+        CHECK_OK(bt_source_train_example(again, (uint64_t)i, &ex2));
         CHECK(atoi(ex2.prompt + 1) == order[i / N][i % N]);
     }
-    bt_task_example_release(&ex);
-    bt_task_example_release(&ex2);
-    bt_task_destroy(&task);
-    bt_task_destroy(&again);
+    bt_source_example_release(&ex);
+    bt_source_example_release(&ex2);
+    bt_source_destroy(&task);
+    bt_source_destroy(&again);
 }
 
 /*  Without a held-out file, records 10, 20, ... are held out and never trained on. */
@@ -519,33 +522,33 @@ static void test_jsonl_split(void) {
     char text[2048] = "\n"; /* a blank first line does not count as a record */
     for (int k = 1; k <= 25; k++)
         sprintf(text + strlen(text), "{\"prompt\": \"q%d\", \"answer\": \"%d\"}\n", k, k);
-    bt_task_t *task = NULL;
-    CHECK_OK(s_open(s_write("split.jsonl", text), NULL, BT_TASK_VERIFY_EXACT, 2, &task));
-    CHECK(bt_task_heldout_count(task) == 2);
-    CHECK(bt_task_epoch_size(task) == 23);
-    bt_task_example ex;
-    bt_task_example_init(&ex);
-    CHECK_OK(bt_task_heldout_example(task, 0, &ex));
+    bt_source_t *task = NULL;
+    CHECK_OK(s_open(s_write("split.jsonl", text), NULL, BT_SOURCE_VERIFY_EXACT, 2, &task));
+    CHECK(bt_source_heldout_count(task) == 2);
+    CHECK(bt_source_epoch_size(task) == 23);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    CHECK_OK(bt_source_heldout_example(task, 0, &ex));
     CHECK(strcmp(ex.prompt, "q10") == 0);
-    CHECK_OK(bt_task_heldout_example(task, 1, &ex));
+    CHECK_OK(bt_source_heldout_example(task, 1, &ex));
     CHECK(strcmp(ex.prompt, "q20") == 0);
     for (uint64_t i = 0; i < 23; i++) {
-        CHECK_OK(bt_task_train_example(task, i, &ex));
+        CHECK_OK(bt_source_train_example(task, i, &ex));
         CHECK(atoi(ex.prompt + 1) % 10 != 0);
     }
-    bt_task_example_release(&ex);
-    bt_task_destroy(&task);
+    bt_source_example_release(&ex);
+    bt_source_destroy(&task);
 }
 
 /*  The record numbers k of the prompts "q<k>" of epoch e of task (n training records), into
     order[n]; checks that each of the n records in want[] (sorted) appears exactly once. */
-static void s_epoch(const bt_task_t *task, uint64_t e, uint64_t n, int *order, const int *want) {
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+static void s_epoch(const bt_source_t *task, uint64_t e, uint64_t n, int *order, const int *want) {
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     char *seen = calloc((size_t)n, 1);
     int wrong = 0;
     for (uint64_t k = 0; k < n; k++) {
-        CHECK_OK(bt_task_train_example(task, e * n + k, &ex));
+        CHECK_OK(bt_source_train_example(task, e * n + k, &ex));
         order[k] = ex.prompt ? atoi(ex.prompt + 1) : -1;
         /* want is sorted: find the slot of this record */
         size_t lo = 0, hi = (size_t)n;
@@ -563,7 +566,7 @@ static void s_epoch(const bt_task_t *task, uint64_t e, uint64_t n, int *order, c
     }
     CHECK(wrong == 0); /* every training record exactly once, with its own answer */
     free(seen);
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
 }
 
 /*  Epoch e is a permutation of the training records for n in {1, 2, 3, 7, 64, 1000, 12345}, with
@@ -576,19 +579,19 @@ static void test_jsonl_permutations(void) {
         int n = sizes[s];
         const char *train = s_write_numbered("perm.jsonl", n);
         for (int split = 0; split < 2; split++) {
-            bt_task_t *task = NULL, *twin = NULL, *other = NULL;
-            CHECK_OK(s_open(train, split ? NULL : held, BT_TASK_VERIFY_EXACT, 5, &task));
-            CHECK_OK(s_open(train, split ? NULL : held, BT_TASK_VERIFY_EXACT, 5, &twin));
-            CHECK_OK(s_open(train, split ? NULL : held, BT_TASK_VERIFY_EXACT, 6, &other));
+            bt_source_t *task = NULL, *twin = NULL, *other = NULL;
+            CHECK_OK(s_open(train, split ? NULL : held, BT_SOURCE_VERIFY_EXACT, 5, &task));
+            CHECK_OK(s_open(train, split ? NULL : held, BT_SOURCE_VERIFY_EXACT, 5, &twin));
+            CHECK_OK(s_open(train, split ? NULL : held, BT_SOURCE_VERIFY_EXACT, 6, &other));
             if (!task || !twin || !other)
                 return;
-            uint64_t m = bt_task_epoch_size(task);
+            uint64_t m = bt_source_epoch_size(task);
             int *want = malloc((size_t)n * sizeof *want), n_want = 0;
             for (int k = 1; k <= n; k++)
                 if (!split || k % 10 != 0)
                     want[n_want++] = k;
             CHECK(m == (uint64_t)n_want);
-            CHECK(bt_task_heldout_count(task) == (size_t)(split ? n / 10 : 1));
+            CHECK(bt_source_heldout_count(task) == (size_t)(split ? n / 10 : 1));
             int *order[3], *again = malloc((size_t)m * sizeof *again);
             for (int e = 0; e < 3; e++) {
                 order[e] = malloc((size_t)m * sizeof *order[e]);
@@ -614,9 +617,9 @@ static void test_jsonl_permutations(void) {
                 free(order[e]);
             free(again);
             free(want);
-            bt_task_destroy(&task);
-            bt_task_destroy(&twin);
-            bt_task_destroy(&other);
+            bt_source_destroy(&task);
+            bt_source_destroy(&twin);
+            bt_source_destroy(&other);
         }
     }
 }
@@ -624,39 +627,39 @@ static void test_jsonl_permutations(void) {
 /*  Several threads share one task: each fetches the first epochs in its own order and must see
     what one thread alone sees. */
 typedef struct {
-    const bt_task_t *task;
+    const bt_source_t *task;
     const int *order; /* (total) the record of each index, fetched by one thread */
     int total, stride, wrong;
 } s_worker;
 
 static void *s_fetch_all(void *arg) {
     s_worker *w = arg;
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (int k = 0; k < w->total; k++) {
         int i = (k * w->stride) % w->total; /* stride is coprime with total: every index once */
-        w->wrong += bt_task_train_example(w->task, (uint64_t)i, &ex) != BT_OK ||
+        w->wrong += bt_source_train_example(w->task, (uint64_t)i, &ex) != BT_OK ||
                     atoi(ex.prompt + 1) != w->order[i] || atoi(ex.answer) != w->order[i];
     }
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
     return NULL;
 }
 
 static void test_jsonl_threads(void) {
     enum { N = 997, TOTAL = 3 * N, THREADS = 4 };
     const char *train = s_write_numbered("threads.jsonl", N);
-    bt_task_t *task = NULL;
-    CHECK_OK(s_open(train, NULL, BT_TASK_VERIFY_EXACT, 8, &task));
+    bt_source_t *task = NULL;
+    CHECK_OK(s_open(train, NULL, BT_SOURCE_VERIFY_EXACT, 8, &task));
     if (!task)
         return;
     static int order[TOTAL];
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (int i = 0; i < TOTAL; i++) {
-        CHECK_OK(bt_task_train_example(task, (uint64_t)i, &ex));
+        CHECK_OK(bt_source_train_example(task, (uint64_t)i, &ex));
         order[i] = atoi(ex.prompt + 1);
     }
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
     s_worker w[THREADS];
     pthread_t threads[THREADS];
     for (int t = 0; t < THREADS; t++) {
@@ -668,7 +671,7 @@ static void test_jsonl_threads(void) {
         pthread_join(threads[t], NULL);
         CHECK(w[t].wrong == 0);
     }
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
 }
 
 /*  Sets path's modification time 10 s back, so that the index built from it is saved. */
@@ -693,13 +696,13 @@ static void test_jsonl_index(void) {
     for (int k = 0; k <= N; k++)
         want[k] = k + 1;
     for (int round = 0; round < 2; round++) {
-        bt_task_t *task = NULL;
-        CHECK_OK(s_open(train, train, BT_TASK_VERIFY_EXACT, 3, &task));
+        bt_source_t *task = NULL;
+        CHECK_OK(s_open(train, train, BT_SOURCE_VERIFY_EXACT, 3, &task));
         if (!task)
             return;
-        CHECK(bt_task_epoch_size(task) == N && bt_task_heldout_count(task) == N);
+        CHECK(bt_source_epoch_size(task) == N && bt_source_heldout_count(task) == N);
         s_epoch(task, 0, N, order, want);
-        bt_task_destroy(&task);
+        bt_source_destroy(&task);
         CHECK(stat(index, round == 0 ? &first : &again) == 0);
     }
     CHECK(first.st_ino == again.st_ino && first.st_mtim.tv_sec == again.st_mtim.tv_sec &&
@@ -709,20 +712,20 @@ static void test_jsonl_index(void) {
     fprintf(f, "{\"prompt\": \"q%d\", \"answer\": \"%d\"}\n", N + 1, N + 1);
     fclose(f);
     s_age(train);
-    bt_task_t *task = NULL;
-    CHECK_OK(s_open(train, NULL, BT_TASK_VERIFY_EXACT, 3, &task));
-    CHECK(task && bt_task_epoch_size(task) == N + 1 - 5); /* 51 records, 5 held out */
-    bt_task_destroy(&task);
+    bt_source_t *task = NULL;
+    CHECK_OK(s_open(train, NULL, BT_SOURCE_VERIFY_EXACT, 3, &task));
+    CHECK(task && bt_source_epoch_size(task) == N + 1 - 5); /* 51 records, 5 held out */
+    bt_source_destroy(&task);
 
     f = fopen(index, "r+b"); /* corrupt an offset: the record it points at would be wrong */
     CHECK(f && fseek(f, 88 + 8 * 3, SEEK_SET) == 0 && fputc(0, f) == 0);
     fclose(f);
-    CHECK_OK(s_open(train, train, BT_TASK_VERIFY_EXACT, 3, &task));
-    CHECK(task && bt_task_epoch_size(task) == N + 1);
+    CHECK_OK(s_open(train, train, BT_SOURCE_VERIFY_EXACT, 3, &task));
+    CHECK(task && bt_source_epoch_size(task) == N + 1);
     int order51[N + 1];
     if (task)
         s_epoch(task, 2, N + 1, order51, want);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
 }
 
 /*  A JSON string literal for value: printable ASCII as it is, '"' and '\\' escaped, other bytes
@@ -747,11 +750,11 @@ static void s_json_string(const char *value, bool unicode, char *out, size_t cap
 }
 
 /*  Whether a one-line dataset holding line opens under verifier. */
-static bool s_accepts(const char *line, bt_task_verifier verifier) {
+static bool s_accepts(const char *line, bt_source_verifier verifier) {
     const char *path = s_write("one.jsonl", line);
-    bt_task_t *task = NULL;
+    bt_source_t *task = NULL;
     bt_status st = s_open(path, NULL, verifier, 0, &task);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
     return st == BT_OK;
 }
 
@@ -802,7 +805,7 @@ static void test_jsonl_fast_check_agrees(void) {
         }
         bool want = s_cjson_accepts(line);
         accepted += want;
-        if (s_accepts(line, BT_TASK_VERIFY_EXACT) != want) {
+        if (s_accepts(line, BT_SOURCE_VERIFY_EXACT) != want) {
             disagree++;
             fprintf(stderr, "record check disagrees with cJSON (%s): %s\n",
                     want ? "cJSON accepts" : "cJSON refuses", line);
@@ -817,7 +820,7 @@ static void test_jsonl_fast_check_agrees(void) {
         "50%",       "\"7\"",      "x\\y #### 2", "\\frac{1}{2}"};
     for (size_t a = 0; a < sizeof answers / sizeof *answers; a++) {
         for (int v = 0; v < 2; v++) {
-            bt_task_verifier verifier = v ? BT_TASK_VERIFY_MATH : BT_TASK_VERIFY_NUMERIC;
+            bt_source_verifier verifier = v ? BT_SOURCE_VERIFY_MATH : BT_SOURCE_VERIFY_NUMERIC;
             char plain[128], unicode[256];
             s_json_string(answers[a], false, plain, sizeof plain);
             s_json_string(answers[a], true, unicode, sizeof unicode);
@@ -830,10 +833,10 @@ static void test_jsonl_fast_check_agrees(void) {
             CHECK(fast == slow);
         }
     }
-    CHECK(s_accepts("{\"prompt\": \"q\", \"answer\": \"work\\n#### 72\"}", BT_TASK_VERIFY_MATH));
-    CHECK(!s_accepts("{\"prompt\": \"q\", \"answer\": \"work\\n#### \"}", BT_TASK_VERIFY_MATH));
-    CHECK(s_accepts("{\"prompt\": \"q\", \"answer\": \"1,234.5\"}", BT_TASK_VERIFY_NUMERIC));
-    CHECK(!s_accepts("{\"prompt\": \"q\", \"answer\": \"one\"}", BT_TASK_VERIFY_NUMERIC));
+    CHECK(s_accepts("{\"prompt\": \"q\", \"answer\": \"work\\n#### 72\"}", BT_SOURCE_VERIFY_MATH));
+    CHECK(!s_accepts("{\"prompt\": \"q\", \"answer\": \"work\\n#### \"}", BT_SOURCE_VERIFY_MATH));
+    CHECK(s_accepts("{\"prompt\": \"q\", \"answer\": \"1,234.5\"}", BT_SOURCE_VERIFY_NUMERIC));
+    CHECK(!s_accepts("{\"prompt\": \"q\", \"answer\": \"one\"}", BT_SOURCE_VERIFY_NUMERIC));
 }
 
 /*  Undoes the JSONL spacing perturbation: drops the leading space and halves every run of spaces.
@@ -860,49 +863,49 @@ static void test_jsonl_perturb(void) {
                                       "{\"prompt\": \"q1\", \"answer\": \"1\"}\n"
                                       "{\"prompt\": \"a  b\\nnext line\", \"answer\": \"x\"}\n");
     const char *train = s_write("perturb.jsonl", "{\"prompt\": \"t\", \"answer\": \"1\"}\n");
-    bt_task_t *task = NULL, *twin = NULL;
-    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 4, &task));
-    CHECK_OK(s_open(train, held, BT_TASK_VERIFY_EXACT, 4, &twin));
-    for (size_t i = 0; i < bt_task_heldout_count(task); i++) {
-        bt_task_example ex;
-        bt_task_example_init(&ex);
-        CHECK_OK(bt_task_heldout_example(task, i, &ex));
+    bt_source_t *task = NULL, *twin = NULL;
+    CHECK_OK(s_open(train, held, BT_SOURCE_VERIFY_EXACT, 4, &task));
+    CHECK_OK(s_open(train, held, BT_SOURCE_VERIFY_EXACT, 4, &twin));
+    for (size_t i = 0; i < bt_source_heldout_count(task); i++) {
+        bt_source_example ex;
+        bt_source_example_init(&ex);
+        CHECK_OK(bt_source_heldout_example(task, i, &ex));
         size_t plen = strlen(ex.prompt);
         char buf[128], again[128], orig[128];
         memset(buf, 'X', sizeof buf);
-        CHECK(bt_task_perturb(task, i, BT_PERTURB_ORDER, buf, sizeof buf) == 0 && buf[0] == 'X');
+        CHECK(bt_source_perturb(task, i, BT_PERTURB_ORDER, buf, sizeof buf) == 0 && buf[0] == 'X');
 
-        size_t n = bt_task_perturb(task, i, BT_PERTURB_SPACING, buf, sizeof buf);
+        size_t n = bt_source_perturb(task, i, BT_PERTURB_SPACING, buf, sizeof buf);
         CHECK(n > plen && n == strlen(buf) && strcmp(buf, ex.prompt) != 0);
         CHECK(s_unspace(buf, orig, sizeof orig) && strcmp(orig, ex.prompt) == 0);
-        CHECK(bt_task_perturb(twin, i, BT_PERTURB_SPACING, again, sizeof again) == n);
+        CHECK(bt_source_perturb(twin, i, BT_PERTURB_SPACING, again, sizeof again) == n);
         CHECK(strcmp(buf, again) == 0);
-        CHECK(bt_task_perturb(task, i, BT_PERTURB_SPACING, again, n) == 0);
+        CHECK(bt_source_perturb(task, i, BT_PERTURB_SPACING, again, n) == 0);
 
-        n = bt_task_perturb(task, i, BT_PERTURB_DISTRACTOR, buf, sizeof buf);
+        n = bt_source_perturb(task, i, BT_PERTURB_DISTRACTOR, buf, sizeof buf);
         CHECK(n > plen + 2 && n == strlen(buf) && strcmp(buf, ex.prompt) != 0);
         CHECK(strcmp(buf + n - plen, ex.prompt) == 0); /* the original, after a sentence */
         CHECK(strncmp(buf + n - plen - 2, ". ", 2) == 0);
-        CHECK(bt_task_perturb(twin, i, BT_PERTURB_DISTRACTOR, again, sizeof again) == n);
+        CHECK(bt_source_perturb(twin, i, BT_PERTURB_DISTRACTOR, again, sizeof again) == n);
         CHECK(strcmp(buf, again) == 0);
         memset(again, 'X', sizeof again);
-        CHECK(bt_task_perturb(task, i, BT_PERTURB_DISTRACTOR, again, n) == 0 && again[0] == 'X');
-        bt_task_example_release(&ex);
+        CHECK(bt_source_perturb(task, i, BT_PERTURB_DISTRACTOR, again, n) == 0 && again[0] == 'X');
+        bt_source_example_release(&ex);
     }
     char buf[128];
-    bt_task_perturb(task, 0, BT_PERTURB_SPACING, buf, sizeof buf);
+    bt_source_perturb(task, 0, BT_PERTURB_SPACING, buf, sizeof buf);
     CHECK(strcmp(buf, " What  is  2  plus  3?") == 0);
-    bt_task_perturb(task, 2, BT_PERTURB_SPACING, buf, sizeof buf);
+    bt_source_perturb(task, 2, BT_PERTURB_SPACING, buf, sizeof buf);
     CHECK(strcmp(buf, " a    b\nnext  line") == 0);
-    bt_task_destroy(&task);
-    bt_task_destroy(&twin);
+    bt_source_destroy(&task);
+    bt_source_destroy(&twin);
 }
 
 static void test_canonical_answer_jsonl(void) {
     const char *path = s_write("canon.jsonl", "{\"prompt\": \"x\", \"answer\": \"1\"}\n");
-    bt_task_t *exact = NULL, *numeric = NULL;
-    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_EXACT, 0, &exact));
-    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_NUMERIC, 0, &numeric));
+    bt_source_t *exact = NULL, *numeric = NULL;
+    CHECK_OK(s_open(path, NULL, BT_SOURCE_VERIFY_EXACT, 0, &exact));
+    CHECK_OK(s_open(path, NULL, BT_SOURCE_VERIFY_NUMERIC, 0, &numeric));
     CHECK(strcmp(s_canon(exact, "  Paris \n"), "Paris") == 0);
     CHECK(strcmp(s_canon(exact, "Paris"), "Paris") == 0);
     CHECK(strcmp(s_canon(exact, "New  York"), "New  York") == 0);
@@ -923,12 +926,12 @@ static void test_canonical_answer_jsonl(void) {
     bt_reward_detail d;
     CHECK(s_reward(numeric, "1234.5", s_canon(numeric, "it is 1,234.50"), &d) == 1.0);
     CHECK(d.well_formed);
-    bt_task_destroy(&exact);
-    bt_task_destroy(&numeric);
+    bt_source_destroy(&exact);
+    bt_source_destroy(&numeric);
 }
 
 /*  A bad line 3 (after a good line and a blank one) is reported as PATH:3: <reason>. */
-static void s_check_bad_line(const char *bad, bt_task_verifier verifier, const char *reason) {
+static void s_check_bad_line(const char *bad, bt_source_verifier verifier, const char *reason) {
     size_t len = strlen(bad) + 64;
     char *text = malloc(len);
     snprintf(text, len, "{\"prompt\": \"ok\", \"answer\": \"1\"}\n\n%s\n", bad);
@@ -936,7 +939,7 @@ static void s_check_bad_line(const char *bad, bt_task_verifier verifier, const c
     free(text);
     char where[160];
     snprintf(where, sizeof where, "%s:3: ", path);
-    bt_task_t *task = NULL;
+    bt_source_t *task = NULL;
     CHECK(s_open(path, NULL, verifier, 0, &task) == BT_EFORMAT);
     CHECK(task == NULL);
     CHECK_STR_CONTAINS(bt_last_error(), where);
@@ -944,7 +947,7 @@ static void s_check_bad_line(const char *bad, bt_task_verifier verifier, const c
 }
 
 static void test_jsonl_errors(void) {
-    bt_task_verifier exact = BT_TASK_VERIFY_EXACT;
+    bt_source_verifier exact = BT_SOURCE_VERIFY_EXACT;
     s_check_bad_line("{\"prompt\": \"x\",", exact, "not valid JSON");
     s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"1\"} trailing", exact, "not valid JSON");
     s_check_bad_line("[\"x\", \"1\"]", exact, "expected a JSON object");
@@ -953,7 +956,7 @@ static void test_jsonl_errors(void) {
     s_check_bad_line("{\"prompt\": \"x\"}", exact, "missing \"answer\"");
     s_check_bad_line("{\"prompt\": \"x\", \"answer\": [1]}", exact,
                      "\"answer\" is neither a string nor a number");
-    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"one\"}", BT_TASK_VERIFY_NUMERIC,
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"one\"}", BT_SOURCE_VERIFY_NUMERIC,
                      "\"answer\" is not a number");
     size_t big = (1u << 20) + 16;
     char *long_line = malloc(big + 1);
@@ -962,7 +965,7 @@ static void test_jsonl_errors(void) {
     s_check_bad_line(long_line, exact, "line longer than");
     free(long_line);
 
-    bt_task_t *task = NULL;
+    bt_source_t *task = NULL;
     const char *empty = s_write("empty.jsonl", "\n  \n");
     CHECK(s_open(empty, NULL, exact, 0, &task) == BT_EFORMAT && task == NULL);
     CHECK_STR_CONTAINS(bt_last_error(), "no examples");
@@ -973,10 +976,10 @@ static void test_jsonl_errors(void) {
 }
 
 /* ---- the math verifier ---------------------------------------------------------------------- */
-/*  The answer bt_task_math_answer finds in completion, or "" when there is none. */
+/*  The answer bt_source_math_answer finds in completion, or "" when there is none. */
 static const char *s_math(const char *completion) {
     static char out[256];
-    if (!bt_task_math_answer(completion, strlen(completion), out, sizeof out))
+    if (!bt_source_math_answer(completion, strlen(completion), out, sizeof out))
         return "";
     return out;
 }
@@ -984,8 +987,8 @@ static const char *s_math(const char *completion) {
 /*  Whether completion's answer equals the reference answer, as the verifier decides. */
 static bool s_math_says(const char *completion, const char *reference) {
     char got[256];
-    return bt_task_math_answer(completion, strlen(completion), got, sizeof got) &&
-           bt_task_math_equal(got, reference);
+    return bt_source_math_answer(completion, strlen(completion), got, sizeof got) &&
+           bt_source_math_equal(got, reference);
 }
 
 static void test_math_answer(void) {
@@ -1007,9 +1010,9 @@ static void test_math_answer(void) {
     CHECK(strcmp(s_math("no digits here"), "") == 0);
     CHECK(strcmp(s_math(""), "") == 0);
     char tiny[3];
-    CHECK(!bt_task_math_answer("#### 1234", 9, tiny, sizeof tiny)); /* does not fit */
-    CHECK(bt_task_math_answer("#### 12", 7, tiny, sizeof tiny) && strcmp(tiny, "12") == 0);
-    CHECK(!bt_task_math_answer("#### 1234", 4, tiny, sizeof tiny)); /* len bounds the input */
+    CHECK(!bt_source_math_answer("#### 1234", 9, tiny, sizeof tiny)); /* does not fit */
+    CHECK(bt_source_math_answer("#### 12", 7, tiny, sizeof tiny) && strcmp(tiny, "12") == 0);
+    CHECK(!bt_source_math_answer("#### 1234", 4, tiny, sizeof tiny)); /* len bounds the input */
 }
 
 static void test_math_equal(void) {
@@ -1034,19 +1037,19 @@ static void test_math_equal(void) {
     CHECK(!s_math_says("#### ", "0") && !s_math_says("#### ", ""));
     CHECK(s_math_says("\\boxed{1} or rather \\boxed{2}", "2"));
     CHECK(s_math_says("then \\boxed{3", "3"));
-    CHECK(bt_task_math_equal("1/3", "\\frac{1}{3}"));
-    CHECK(!bt_task_math_equal("1/3", "0.333333")); /* relative 1e-9 */
-    CHECK(!bt_task_math_equal("1000000000", "1000000002"));
-    CHECK(bt_task_math_equal("1e9", "1000000000.4")); /* within relative 1e-9 */
-    CHECK(!bt_task_math_equal("1,2", "12"));          /* a list, not a number */
-    CHECK(bt_task_math_equal("1,2", "1, 2"));
-    CHECK(!bt_task_math_equal("1 234", "1234")); /* digits apart stay apart */
-    CHECK(bt_task_math_equal("1/0", "1/0") && !bt_task_math_equal("1/0", "0")); /* no number */
-    CHECK(!bt_task_math_equal("0/0", "0/1"));
-    CHECK(!bt_task_math_equal("1e999", "1e998")); /* infinite: the strings */
-    CHECK(bt_task_math_equal("-0", "0"));
-    CHECK(!bt_task_math_equal("", "") && !bt_task_math_equal("$", "$"));
-    CHECK(!bt_task_math_equal("Paris", "paris"));
+    CHECK(bt_source_math_equal("1/3", "\\frac{1}{3}"));
+    CHECK(!bt_source_math_equal("1/3", "0.333333")); /* relative 1e-9 */
+    CHECK(!bt_source_math_equal("1000000000", "1000000002"));
+    CHECK(bt_source_math_equal("1e9", "1000000000.4")); /* within relative 1e-9 */
+    CHECK(!bt_source_math_equal("1,2", "12"));          /* a list, not a number */
+    CHECK(bt_source_math_equal("1,2", "1, 2"));
+    CHECK(!bt_source_math_equal("1 234", "1234")); /* digits apart stay apart */
+    CHECK(bt_source_math_equal("1/0", "1/0") && !bt_source_math_equal("1/0", "0")); /* no number */
+    CHECK(!bt_source_math_equal("0/0", "0/1"));
+    CHECK(!bt_source_math_equal("1e999", "1e998")); /* infinite: the strings */
+    CHECK(bt_source_math_equal("-0", "0"));
+    CHECK(!bt_source_math_equal("", "") && !bt_source_math_equal("$", "$"));
+    CHECK(!bt_source_math_equal("Paris", "paris"));
 
     /* very long inputs: linear scans, bounded answers, no crash */
     size_t big = 1u << 20;
@@ -1055,17 +1058,17 @@ static void test_math_equal(void) {
         text[i] = "{\\boxed{9#"[i % 10];
     text[big] = '\0';
     char out[64];
-    bt_task_math_answer(text, big, out, sizeof out);
+    bt_source_math_answer(text, big, out, sizeof out);
     memset(text, '7', big);
-    CHECK(!bt_task_math_answer(text, big, out, sizeof out)); /* a number too long for out */
-    CHECK(!bt_task_math_equal(text, text));                  /* a normal form too long */
+    CHECK(!bt_source_math_answer(text, big, out, sizeof out)); /* a number too long for out */
+    CHECK(!bt_source_math_equal(text, text));                  /* a normal form too long */
     memcpy(text, "#### ", 5);
-    CHECK(!bt_task_math_answer(text, big, out, sizeof out));
+    CHECK(!bt_source_math_answer(text, big, out, sizeof out));
     free(text);
 }
 
 /*  A GSM8K-style dataset: the reference holds the reasoning and "#### 72", as the real "answer"
-    field does, and a plain number works too; scored through bt_task_score. */
+    field does, and a plain number works too; scored through bt_source_score. */
 static void test_math_gsm8k(void) {
     const char *path =
         s_write("gsm8k.jsonl",
@@ -1075,14 +1078,14 @@ static void test_math_gsm8k(void) {
                 "48+24 = <<48+24=72>>72 clips altogether.\\n#### 72\"}\n"
                 "{\"prompt\": \"What is 1,000 + 234?\", \"answer\": 1234}\n"
                 "{\"prompt\": \"Write one half.\", \"answer\": \"\\\\frac{1}{2}\"}\n");
-    bt_task_t *task = NULL;
-    CHECK_OK(s_open(path, NULL, BT_TASK_VERIFY_MATH, 0, &task));
-    CHECK(bt_task_epoch_size(task) == 3);
+    bt_source_t *task = NULL;
+    CHECK_OK(s_open(path, NULL, BT_SOURCE_VERIFY_MATH, 0, &task));
+    CHECK(bt_source_epoch_size(task) == 3);
     char *gsm = NULL, *sum = NULL, *half = NULL; /* copies: an example's strings are its own */
-    bt_task_example ex;
-    bt_task_example_init(&ex);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
     for (uint64_t i = 0; i < 3; i++) {
-        CHECK_OK(bt_task_train_example(task, i, &ex));
+        CHECK_OK(bt_source_train_example(task, i, &ex));
         if (strstr(ex.prompt, "Natalia"))
             gsm = strdup(ex.answer);
         else if (strstr(ex.prompt, "1,000"))
@@ -1093,20 +1096,20 @@ static void test_math_gsm8k(void) {
     CHECK(gsm && sum && half);
     bt_reward_detail d;
     const char *good = "She sold 48 / 2 = 24 in May, so 48 + 24 = 72.\n#### 72";
-    CHECK(bt_task_score(task, "q", gsm, good, strlen(good), &d) == 1.0);
+    CHECK(bt_source_score(task, "q", gsm, good, strlen(good), &d) == 1.0);
     CHECK(d.correct && d.well_formed && d.extracted_len == 2);
     CHECK(memcmp(good + d.extracted_start, "72", 2) == 0);
     const char *loose = "48 + 24 = 72 clips";
-    CHECK(bt_task_score(task, "q", gsm, loose, strlen(loose), &d) == 1.0 && !d.well_formed);
+    CHECK(bt_source_score(task, "q", gsm, loose, strlen(loose), &d) == 1.0 && !d.well_formed);
     const char *wrong = "#### 24";
-    CHECK(bt_task_score(task, "q", gsm, wrong, strlen(wrong), &d) == 0.0 && !d.correct);
+    CHECK(bt_source_score(task, "q", gsm, wrong, strlen(wrong), &d) == 0.0 && !d.correct);
     const char *empty = "so 72 ####";
-    CHECK(bt_task_score(task, "q", gsm, empty, strlen(empty), &d) == 0.0);
+    CHECK(bt_source_score(task, "q", gsm, empty, strlen(empty), &d) == 0.0);
     CHECK(d.extracted_len == 0);
     const char *boxed = "\\boxed{1,234}";
-    CHECK(bt_task_score(task, "q", sum, boxed, strlen(boxed), &d) == 1.0);
+    CHECK(bt_source_score(task, "q", sum, boxed, strlen(boxed), &d) == 1.0);
     const char *frac = "one half is 1/2";
-    CHECK(bt_task_score(task, "q", half, frac, strlen(frac), &d) == 1.0);
+    CHECK(bt_source_score(task, "q", half, frac, strlen(frac), &d) == 1.0);
 
     /* majority voting groups equal normal forms */
     CHECK(strcmp(s_canon(task, "#### 72"), "72") == 0);
@@ -1118,16 +1121,16 @@ static void test_math_gsm8k(void) {
     CHECK(strcmp(s_canon(task, "\\boxed{2^{10}}"), "2^{10}") == 0);
     CHECK(strcmp(s_canon(task, "\\boxed{ x + 1 }"), s_canon(task, "#### x+1")) == 0);
     CHECK(strcmp(s_canon(task, "#### "), "") == 0);
-    bt_task_example_release(&ex);
+    bt_source_example_release(&ex);
     free(gsm);
     free(sum);
     free(half);
-    bt_task_destroy(&task);
+    bt_source_destroy(&task);
 
     /* a reference that holds no answer is a malformed line */
-    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"work #### \"}", BT_TASK_VERIFY_MATH,
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \"work #### \"}", BT_SOURCE_VERIFY_MATH,
                      "holds no answer");
-    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \" \"}", BT_TASK_VERIFY_MATH,
+    s_check_bad_line("{\"prompt\": \"x\", \"answer\": \" \"}", BT_SOURCE_VERIFY_MATH,
                      "holds no answer");
 }
 
@@ -1136,14 +1139,14 @@ static void test_math_config(void) {
     const char *dir = getenv("BATON_SOURCE_DIR");
     char path[1024];
     snprintf(path, sizeof path, "%s/configs/gsm8k.json", dir ? dir : ".");
-    bt_run_config cfg;
+    bt_config cfg;
     CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
-    CHECK(cfg.task.kind == BT_CONFIG_TASK_JSONL && cfg.task.verifier == BT_TASK_VERIFY_MATH);
+    CHECK(cfg.task.kind == BT_CONFIG_TASK_JSONL && cfg.task.verifier == BT_SOURCE_VERIFY_MATH);
     CHECK(strcmp(cfg.task.train, "data/gsm8k_train.jsonl") == 0);
     CHECK(strcmp(cfg.task.eval, "data/gsm8k_test.jsonl") == 0);
-    bt_task_jsonl_config jsonl;
+    bt_source_jsonl_config jsonl;
     bt_config_task_jsonl(&cfg, &jsonl);
-    CHECK(jsonl.verifier == BT_TASK_VERIFY_MATH);
+    CHECK(jsonl.verifier == BT_SOURCE_VERIFY_MATH);
 }
 
 /*  Chat templates: the ChatML and Llama 3 presets give their formats exactly (with and without a
@@ -1171,23 +1174,23 @@ static void test_chat_templates(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "holding {prompt} once");
     CHECK(bt_chat_apply("{prompt}{prompt}", "", "p", &out) == BT_EINVAL);
     const char *path = s_write("chat.jsonl", "{\"prompt\": \"What is 6*7?\", \"answer\": 42}\n");
-    bt_task_jsonl_config cfg = {.train_path = path,
-                                .heldout_path = path,
-                                .verifier = BT_TASK_VERIFY_NUMERIC,
-                                .chat_template = "chatml",
-                                .system_prompt = "Answer with a number."};
-    bt_task_t *task = NULL;
-    CHECK_OK(bt_task_new_jsonl(&cfg, &task));
-    bt_task_example ex;
-    bt_task_example_init(&ex);
-    CHECK_OK(bt_task_train_example(task, 0, &ex));
+    bt_source_jsonl_config cfg = {.train_path = path,
+                                  .heldout_path = path,
+                                  .verifier = BT_SOURCE_VERIFY_NUMERIC,
+                                  .chat_template = "chatml",
+                                  .system_prompt = "Answer with a number."};
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_jsonl(&cfg, &task));
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    CHECK_OK(bt_source_train_example(task, 0, &ex));
     CHECK(!strcmp(ex.prompt, "<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>"
                              "user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n"));
-    CHECK_OK(bt_task_heldout_example(task, 0, &ex));
+    CHECK_OK(bt_source_heldout_example(task, 0, &ex));
     CHECK(strstr(ex.prompt, "<|im_start|>user\nWhat is 6*7?<|im_end|>") != NULL);
-    bt_task_example_release(&ex);
-    bt_task_destroy(&task);
-    bt_run_config rc;
+    bt_source_example_release(&ex);
+    bt_source_destroy(&task);
+    bt_config rc;
     const char *arith[] = {"task.chat_template=chatml"};
     CHECK(bt_config_parse("{}", "c.json", arith, 1, &rc) == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "task.chat_template: applies to \"jsonl\" tasks");

@@ -1,15 +1,15 @@
-/*  tasks.h — tasks: the prompts of training and evaluation, and the verifiers that score
+/*  source.h — tasks: the prompts of training and evaluation, and the verifiers that score
    completions. Threading: a task is read-only after construction, so any thread may call any
    function on it.  Lifetime: one per dataset per run.
 
     Two kinds:
-    - Arithmetic (bt_task_new_arith): prompts such as "37+48=" (no spaces), answer "85"; subtraction
-      may give "-12".  Example i of the training stream is drawn from splitmix64(seed, i) alone.  A
-      hash of the problem (a, op, b), independent of the seed, reserves about 10% of all problems
-   for held-out use: the training stream skips them, and the held-out set is the first heldout_size
-      distinct reserved problems of a second stream of the seed.  So no training stream of any seed
-      ever shows a held-out problem.
-    - JSONL dataset (bt_task_new_jsonl): one {"prompt": "...", "answer": ...} object per line; the
+    - Arithmetic (bt_source_new_arith): prompts such as "37+48=" (no spaces), answer "85";
+   subtraction may give "-12".  Example i of the training stream is drawn from splitmix64(seed, i)
+   alone.  A hash of the problem (a, op, b), independent of the seed, reserves about 10% of all
+   problems for held-out use: the training stream skips them, and the held-out set is the first
+   heldout_size distinct reserved problems of a second stream of the seed.  So no training stream of
+   any seed ever shows a held-out problem.
+    - JSONL dataset (bt_source_new_jsonl): one {"prompt": "...", "answer": ...} object per line; the
       answer is a string or a number (kept as its text).  The file is indexed once (mapped for
       one pass; include/baton/dataset.h: the index is saved as PATH.btidx and rebuilt when the
       file changes); a record is read and parsed when an example asks for it.
@@ -35,32 +35,32 @@
 extern "C" {
 #endif
 
-/*  A prompt id names a data source and an index of that source's training stream (tasks.h):
+/*  A prompt id names a data source and an index of that source's training stream (source.h):
     (source << 48) | index.  Without data.sources the source is 0 and the id is the index. */
 #define BT_PROMPT_SOURCE_SHIFT 48
 #define BT_PROMPT_ID(source, index) (((uint64_t)(source) << BT_PROMPT_SOURCE_SHIFT) | (index))
 #define BT_PROMPT_SOURCE(id) ((int)((id) >> BT_PROMPT_SOURCE_SHIFT))
 #define BT_PROMPT_INDEX(id) ((id) & ((UINT64_C(1) << BT_PROMPT_SOURCE_SHIFT) - 1))
 
-typedef struct bt_task bt_task_t;
+typedef struct bt_task bt_source_t;
 
-/*  One example.  Initialise it with bt_task_example_init() (all-zero memory, as calloc gives,
-    is an initialised example), fill it with bt_task_train_example() or bt_task_heldout_example()
-    as often as needed (each fill frees what it held before), and free it with
-    bt_task_example_release().
-    prompt and answer are owned by the example: valid until it is refilled or released.  They
-    point into the example itself (storage[] or heap), so copy the strings, never the struct. */
-typedef struct bt_task_example {
+/*  One example.  Initialise it with bt_source_example_init() (all-zero memory, as calloc gives,
+    is an initialised example), fill it with bt_source_train_example() or
+   bt_source_heldout_example() as often as needed (each fill frees what it held before), and free it
+   with bt_source_example_release(). prompt and answer are owned by the example: valid until it is
+   refilled or released.  They point into the example itself (storage[] or heap), so copy the
+   strings, never the struct. */
+typedef struct bt_source_example {
     const char *prompt; /* NUL-terminated; NULL when empty */
     const char *answer; /* NUL-terminated; what the verifier compares against; NULL when empty */
     char *heap;         /* private: a JSONL example's prompt and answer, or NULL */
     char storage[64];   /* private: arithmetic examples are written here */
-} bt_task_example;
+} bt_source_example;
 
 /*  An empty example. */
-void bt_task_example_init(bt_task_example *ex);
+void bt_source_example_init(bt_source_example *ex);
 /*  Frees what ex holds and leaves it empty (initialised); idempotent. */
-void bt_task_example_release(bt_task_example *ex);
+void bt_source_example_release(bt_source_example *ex);
 
 /*  Scoring detail of one completion. */
 typedef struct bt_reward_detail {
@@ -71,40 +71,41 @@ typedef struct bt_reward_detail {
 } bt_reward_detail;
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
-typedef struct bt_task_arith_config {
+typedef struct bt_source_arith_config {
     uint64_t seed;
     int digits;            /* max digits per operand, 1..9: operands uniform in [0, 10^digits) */
     const char *operators; /* non-empty subset of "+-*", no repeats; copied */
     size_t heldout_size;   /* 0..1000000, and at most the reserved problems of a small space */
     double format_reward;  /* >= 0: added to the reward when the completion is well formed */
-} bt_task_arith_config;
+} bt_source_arith_config;
 
 /*  Defaults: seed 0, digits 2, operators "+", heldout_size 500, format_reward 0. */
-void bt_task_arith_config_init(bt_task_arith_config *cfg);
+void bt_source_arith_config_init(bt_source_arith_config *cfg);
 
 /*  Builds the held-out set (a problem space of up to 10^7 problems is enumerated to check that it
     holds heldout_size reserved problems).  BT_EINVAL names the offending field, e.g.
     "heldout_size: 50 exceeds the 11 held-out problems of 1-digit \"+\" ...".
-    Caller owns *task_out; destroy with bt_task_destroy().  *task_out is NULL on error. */
-bt_status bt_task_new_arith(const bt_task_arith_config *cfg, bt_task_t **task_out);
+    Caller owns *task_out; destroy with bt_source_destroy().  *task_out is NULL on error. */
+bt_status bt_source_new_arith(const bt_source_arith_config *cfg, bt_source_t **task_out);
 
 /* ---- JSONL datasets ------------------------------------------------------------------------ */
 /*  Values appear in configs: append only. */
-typedef enum bt_task_verifier {
-    BT_TASK_VERIFY_EXACT = 0,   /* trimmed completion == trimmed answer */
-    BT_TASK_VERIFY_NUMERIC = 1, /* the last number in the completion equals the numeric answer */
-    BT_TASK_VERIFY_MATH = 2     /* bt_task_math_answer() of the completion, bt_task_math_equal() */
-} bt_task_verifier;
+typedef enum bt_source_verifier {
+    BT_SOURCE_VERIFY_EXACT = 0,   /* trimmed completion == trimmed answer */
+    BT_SOURCE_VERIFY_NUMERIC = 1, /* the last number in the completion equals the numeric answer */
+    BT_SOURCE_VERIFY_MATH =
+        2 /* bt_source_math_answer() of the completion, bt_source_math_equal() */
+} bt_source_verifier;
 
-typedef struct bt_task_jsonl_config {
+typedef struct bt_source_jsonl_config {
     const char *train_path;   /* required */
     const char *heldout_path; /* NULL: records 10, 20, 30, ... of train_path (counting non-blank
                                  lines from 1) are held out and the others are trained on */
-    bt_task_verifier verifier;
+    bt_source_verifier verifier;
     uint64_t seed;             /* shuffles each epoch */
     const char *chat_template; /* NULL or "": prompts as written; else see bt_chat_apply */
     const char *system_prompt; /* the template's {system}; NULL: "" */
-} bt_task_jsonl_config;
+} bt_source_jsonl_config;
 
 /*  Chat prompts, without a Jinja engine: template is a preset or a text holding "{prompt}" once
     and "{system}" at most once, each replaced by its text.  Presets ({system}'s block left out when
@@ -128,33 +129,33 @@ bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt
     neither string nor number, not a number under the numeric verifier, holding no answer under
     the math verifier ("#### " with nothing after it, blank), or a line too long);
     BT_EFORMAT "PATH: no examples" for an empty file; BT_EINVAL for a bad chat template.
-    Caller owns *task_out; destroy with bt_task_destroy().  *task_out is NULL on error. */
-bt_status bt_task_new_jsonl(const bt_task_jsonl_config *cfg, bt_task_t **task_out);
+    Caller owns *task_out; destroy with bt_source_destroy().  *task_out is NULL on error. */
+bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **task_out);
 
 /* ---- any task ------------------------------------------------------------------------------- */
 /*  NULL-safe and idempotent; sets *self_p to NULL. */
-void bt_task_destroy(bt_task_t **self_p);
+void bt_source_destroy(bt_source_t **self_p);
 
-/*  Fills ex (see bt_task_example) with the index-th example of the endless training stream.
+/*  Fills ex (see bt_source_example) with the index-th example of the endless training stream.
     Deterministic: depends only on the config and index, never on earlier calls.  A JSONL record
     is read and parsed, and its chat template applied, now.  Arithmetic tasks always return BT_OK;
     a JSONL task returns BT_ENOMEM, or, when the file was changed in place since it was indexed,
     BT_EFORMAT "PATH: record K: <reason>" or BT_EIO (truncated).  On error ex is empty. */
-bt_status bt_task_train_example(const bt_task_t *self, uint64_t index, bt_task_example *ex);
+bt_status bt_source_train_example(const bt_source_t *self, uint64_t index, bt_source_example *ex);
 
 /*  Which training record the index-th example of the stream is: its position among the
     training lines of a JSONL task (the same record in every epoch), the index itself for the
     arithmetic stream. */
-uint64_t bt_task_record(const bt_task_t *self, uint64_t index);
+uint64_t bt_source_record(const bt_source_t *self, uint64_t index);
 
 /*  Training records per epoch of a JSONL task; 0 for an endless arithmetic stream. */
-uint64_t bt_task_epoch_size(const bt_task_t *self);
+uint64_t bt_source_epoch_size(const bt_source_t *self);
 
 /*  The held-out set: disjoint from the training stream, fixed order. */
-size_t bt_task_heldout_count(const bt_task_t *self);
-/*  Fills ex with held-out example i, as bt_task_train_example does.  Requires
-    i < bt_task_heldout_count(self). */
-bt_status bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_example *ex);
+size_t bt_source_heldout_count(const bt_source_t *self);
+/*  Fills ex with held-out example i, as bt_source_train_example does.  Requires
+    i < bt_source_heldout_count(self). */
+bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source_example *ex);
 
 /*  Scores completion[0, len) (need not be NUL-terminated) against an example's answer:
     1.0 when correct, 0.0 otherwise, plus format_reward when well formed (arithmetic only).
@@ -164,13 +165,13 @@ bt_status bt_task_heldout_example(const bt_task_t *self, size_t i, bt_task_examp
     - numeric: the last number in the completion (sign, decimals, exponent; thousands commas such as
       "1,234.5" ignored) equals the answer within relative 1e-6 or absolute 1e-9; well formed when
       the trimmed completion is exactly one number.
-    - math: bt_task_math_answer() of the completion and the reference answer (read the same way
+    - math: bt_source_math_answer() of the completion and the reference answer (read the same way
       when it holds "####" or "\boxed{", else taken whole, so a GSM8K "answer" field with its
-      reasoning and "#### 72" works as it is) are bt_task_math_equal(); well formed when the
+      reasoning and "#### 72" works as it is) are bt_source_math_equal(); well formed when the
       completion marks its answer with "####" or \boxed{}.
     detail may be NULL. */
-double bt_task_reward(const bt_task_t *self, const char *answer, const char *completion, size_t len,
-                      bt_reward_detail *detail);
+double bt_source_reward(const bt_source_t *self, const char *answer, const char *completion,
+                        size_t len, bt_reward_detail *detail);
 
 /* ---- the math verifier ------------------------------------------------------------------------
  */
@@ -183,10 +184,10 @@ double bt_task_reward(const bt_task_t *self, const char *answer, const char *com
     3. else the last number: as for the numeric verifier, or "A/B", or "\frac{A}{B}".
     Writes the answer as written, NUL-terminated, into out; false, with out unspecified, when there
     is none or it and its NUL do not fit in cap. */
-bool bt_task_math_answer(const char *completion, size_t len, char *out, size_t cap);
+bool bt_source_math_answer(const char *completion, size_t len, char *out, size_t cap);
 
-/*  Whether two answers (NUL-terminated, as bt_task_math_answer gives them) are the same.  Both are
-    normalised: white space removed (except that a run of it between two digits stays one space,
+/*  Whether two answers (NUL-terminated, as bt_source_math_answer gives them) are the same.  Both
+   are normalised: white space removed (except that a run of it between two digits stays one space,
     so "1 234" is not 1234), "\left", "\right", "\!" and "\," removed, then leading "$" or "\$"
     and trailing "$", "\$" or "." stripped.  A normal form longer than 255 bytes or empty matches
     nothing.  When both are numbers they are compared as numbers, within relative 1e-9; else the
@@ -197,44 +198,44 @@ bool bt_task_math_answer(const char *completion, size_t len, char *out, size_t c
     - such a number, "/" and an unsigned one: a fraction ("3/4" equals 0.75);
     - [+-]? \frac{A}{B}, \dfrac or \tfrac, A and B numbers.
     A zero denominator ("1/0") or an infinite value is no number: compared as a string. */
-bool bt_task_math_equal(const char *a, const char *b);
+bool bt_source_math_equal(const char *a, const char *b);
 
 /*  A host program's reward: the score of completion (len bytes, not NUL-terminated) for prompt,
     whose reference answer is answer. */
 typedef double(bt_reward_fn)(const char *prompt, const char *completion, size_t len,
                              const char *answer, void *user);
-/*  From now on bt_task_score calls fn (NULL: the task's own verifier again). */
-void bt_task_set_reward_fn(bt_task_t *self, bt_reward_fn *fn, void *user);
+/*  From now on bt_source_score calls fn (NULL: the task's own verifier again). */
+void bt_source_set_reward_fn(bt_source_t *self, bt_reward_fn *fn, void *user);
 /*  The reward of a completion: the host's function when one is set (detail->correct is then
-    reward >= 1, well_formed true), else bt_task_reward. */
-double bt_task_score(const bt_task_t *self, const char *prompt, const char *answer,
-                     const char *completion, size_t len, bt_reward_detail *detail);
+    reward >= 1, well_formed true), else bt_source_reward. */
+double bt_source_score(const bt_source_t *self, const char *prompt, const char *answer,
+                       const char *completion, size_t len, bt_reward_detail *detail);
 
 /* ---- robustness and majority voting ---------------------------------------------------------- */
 /*  Values appear in metric names: append only. */
-typedef enum bt_task_perturbation {
+typedef enum bt_source_perturbation {
     BT_PERTURB_SPACING = 0,
     BT_PERTURB_ORDER = 1,
     BT_PERTURB_DISTRACTOR = 2,
     BT_PERTURB_COUNT = 3
-} bt_task_perturbation;
+} bt_source_perturbation;
 
 /*  "spacing", "order", "distractor"; "unknown" out of range.  Static string. */
-const char *bt_task_perturbation_name(bt_task_perturbation p);
+const char *bt_source_perturbation_name(bt_source_perturbation p);
 
 /*  The prompt of held-out example i with its surface form changed and its answer kept, written
     NUL-terminated into buf.  Returns its length; 0, with buf untouched, when the task has no such
     perturbation for this example or when the prompt and its NUL do not fit in len.  Deterministic:
-    depends only on the task's config, i and p.  Requires i < bt_task_heldout_count(self).
+    depends only on the task's config, i and p.  Requires i < bt_source_heldout_count(self).
     - arithmetic ("37+48="): spacing "37 + 48 ="; order "48+37=" for '+' and '*', 0 for '-' (the
    same text when a == b); distractor: one of a few short sentences with a number, both drawn from
       splitmix64 of i, then a space and the problem: "I have 7 cats. 37+48=".
     - JSONL: spacing: one space before the prompt and every space in it doubled ("Add 2 and 3." ->
       " Add  2  and  3."); other white space is kept; order: 0 (not defined); distractor: the
       sentence arithmetic would use for i, then a space, then the prompt (the prompt as
-      bt_task_heldout_example gives it, chat template applied; 0 when that fails). */
-size_t bt_task_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, char *buf,
-                       size_t len);
+      bt_source_heldout_example gives it, chat template applied; 0 when that fails). */
+size_t bt_source_perturb(const bt_source_t *self, size_t i, bt_source_perturbation p, char *buf,
+                         size_t len);
 
 /*  The answer that completion[0, len) (need not be NUL-terminated) gives, as text on which equal
     answers compare equal, for majority voting: what the task's own verifier extracts (a host's
@@ -245,12 +246,12 @@ size_t bt_task_perturb(const bt_task_t *self, size_t i, bt_task_perturbation p, 
     - numeric: the value of the last number (thousands commas dropped), printed with the fewest of
       15 or 17 significant digits that read back exactly ("1,234.50" -> "1234.5"; -0 -> "0"). Values
       within the verifier's tolerance but not equal are different answers.
-    - math: the normal form of bt_task_math_answer() (see bt_task_math_equal); a number printed
+    - math: the normal form of bt_source_math_answer() (see bt_source_math_equal); a number printed
       as for numeric ("\frac{3}{4}", "3/4" and "0.75" -> "0.75"; "50%" -> "50").
     Writes it NUL-terminated into buf and returns its length; 0, with buf untouched, when no answer
     can be extracted or it and its NUL do not fit in buflen. */
-size_t bt_task_canonical_answer(const bt_task_t *self, const char *completion, size_t len,
-                                char *buf, size_t buflen);
+size_t bt_source_canonical_answer(const bt_source_t *self, const char *completion, size_t len,
+                                  char *buf, size_t buflen);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,12 @@
-/*  test_wire.c — messages over real ZeroMQ sockets: a ROUTER bound to inproc:// (the controller)
+/*  test_msg.c — messages over real ZeroMQ sockets: a ROUTER bound to inproc:// (the controller)
     and a DEALER connected to it (a worker), both in this thread.  Round trips of every type, bytes
     of every tensor exact, zero-copy sends, shared tensors, field errors, and hostile messages sent
     as raw frames, each rejected with its reason while the socket keeps working; the fuzz seed
     corpora, each file with its verdict. */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/msg.h"
 #include "baton/proto.h"
 #include "baton/status.h"
-#include "baton/wire.h"
 
 #include "check.h"
 #include "fuzz.h"
@@ -376,10 +376,9 @@ static void test_send_refuses_incomplete(void) {
     CHECK_OK(bt_msg_set_str(m, "kind", "pretrain"));
     CHECK(bt_proto_send(&m, s_router, WORKER_ID, strlen(WORKER_ID)) == BT_EFORMAT);
     CHECK(m == NULL);
-    CHECK_STR_CONTAINS(
-        bt_last_error(),
-        "TASK: field 'kind': expected one of rollout, train, sft, eval, restore, snapshot, group, got "
-        "\"pretrain\"");
+    CHECK_STR_CONTAINS(bt_last_error(), "TASK: field 'kind': expected one of rollout, train, sft, "
+                                        "eval, restore, snapshot, group, got "
+                                        "\"pretrain\"");
     m = bt_msg_new(BT_MSG_FAIL);
     CHECK(bt_proto_send(&m, s_dealer, NULL, 0) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "FAIL: field 'task': missing");
@@ -607,7 +606,8 @@ static void test_malformed_rejected(void) {
     }
 }
 
-/*  Cases whose header is built: over BT_WIRE_HEADER_MAX, too many tensors, a frame above the frame limit. */
+/*  Cases whose header is built: over BT_WIRE_HEADER_MAX, too many tensors, a frame above the frame
+ * limit. */
 static void test_limits_rejected(void) {
     char *big = malloc(BT_WIRE_HEADER_MAX + 64);
     int len = snprintf(big, 64, "{" ENV ",\"type\":\"PING\"}");
@@ -639,7 +639,7 @@ static void test_limits_rejected(void) {
     s_expect_rejected("too many tensors", want);
     free(big);
 
-    bt_wire_set_frame_max(16);
+    bt_msg_set_frame_max(16);
     const char *h = "{" ENV ",\"type\":\"PING\",\"tensors\":[{\"name\":\"a\",\"dtype\":\"F32\","
                     "\"shape\":[8]}]}";
     size_t size = 32;
@@ -650,8 +650,8 @@ static void test_limits_rejected(void) {
     bt_msg_t *m = bt_msg_new(BT_MSG_PING);
     CHECK(bt_msg_add_tensor(m, "a", BT_F32, 1, shape, data) == BT_EINVAL);
     bt_msg_destroy(&m);
-    bt_wire_set_frame_max(BT_WIRE_FRAME_MAX_DEFAULT);
-    CHECK(bt_wire_frame_max() == BT_WIRE_FRAME_MAX_DEFAULT);
+    bt_msg_set_frame_max(BT_WIRE_FRAME_MAX_DEFAULT);
+    CHECK(bt_msg_frame_max() == BT_WIRE_FRAME_MAX_DEFAULT);
 }
 
 /*  Sends each file of tests/corpus/NAME, the frames of one message in the layout of tests/fuzz.h,

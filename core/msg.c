@@ -1,7 +1,7 @@
-/*  wire.c — messages as ZeroMQ multipart messages: a JSON header (cJSON, parsed, validated, copied
+/*  msg.c — messages as ZeroMQ multipart messages: a JSON header (cJSON, parsed, validated, copied
     and deleted inside this file) and raw tensor frames kept as zmq_msg_t, so a tensor is never
     copied on receive nor, when added zero-copy or shared, on send. */
-#include "baton/wire.h"
+#include "baton/msg.h"
 #include "baton/buf.h"
 #include "baton/dtype.h"
 
@@ -50,10 +50,10 @@ struct bt_msg {
 
 static size_t s_frame_max = BT_WIRE_FRAME_MAX_DEFAULT;
 
-void bt_wire_set_frame_max(size_t bytes) {
+void bt_msg_set_frame_max(size_t bytes) {
     s_frame_max = bytes;
 }
-size_t bt_wire_frame_max(void) {
+size_t bt_msg_frame_max(void) {
     return s_frame_max;
 }
 

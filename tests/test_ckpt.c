@@ -1,10 +1,10 @@
-/*  test_checkpoint.c — the checkpoint store: a saved folder is a model folder bt_model_load opens
+/*  test_ckpt.c — the checkpoint store: a saved folder is a model folder bt_model_load opens
     bit-exactly, MANIFEST describes the bytes on disk, retention keeps what it promises, LATEST only
     ever names a verified full checkpoint, corrupt or partial folders are reported and skipped,
     the mirror gets the same folder, and the background writer hands results back once each.
     Nothing here depends on timing: the writer is held mid-save by a log sink that blocks. */
 #define _XOPEN_SOURCE 700
-#include "baton/checkpoint.h"
+#include "baton/ckpt.h"
 
 #include "baton/fileio.h"
 #include "baton/model.h"

@@ -1,8 +1,8 @@
-/*  checkpoint.c — checkpoint folders: snapshots, MANIFEST, save / verify / find, retention, and the
-    background writer.  See checkpoint.h for the layout on disk and the order of a save. */
+/*  ckpt.c — checkpoint folders: snapshots, MANIFEST, save / verify / find, retention, and the
+    background writer.  See ckpt.h for the layout on disk and the order of a save. */
 #define _DEFAULT_SOURCE /* syscall(SYS_gettid) */
 #define _POSIX_C_SOURCE 200809L
-#include "baton/checkpoint.h"
+#include "baton/ckpt.h"
 
 #include "baton/dtype.h"
 #include "baton/fileio.h"
@@ -112,7 +112,7 @@ static bool s_part_ok(const char *part, size_t n) {
     return true;
 }
 
-/*  A file name as checkpoint.h defines it: a plain name, or FOLDER/NAME (one folder level). */
+/*  A file name as ckpt.h defines it: a plain name, or FOLDER/NAME (one folder level). */
 static bool s_name_ok(const char *name) {
     size_t n = strlen(name);
     if (n == 0 || n >= BT_CKPT_NAME_MAX || strcmp(name, "MANIFEST") == 0)
@@ -366,7 +366,7 @@ static int s_by_name(const void *a, const void *b) {
     return strcmp(((const s_entry *)a)->name, ((const s_entry *)b)->name);
 }
 
-/*  Parses MANIFEST text (see checkpoint.h); path names it in errors. */
+/*  Parses MANIFEST text (see ckpt.h); path names it in errors. */
 static bt_status s_manifest_parse(const char *text, const char *path, s_manifest *m) {
     const char *p = text;
     m->n = 0;

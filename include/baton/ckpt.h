@@ -1,4 +1,4 @@
-/*  checkpoint.h — the checkpoint store: durable, verified, atomically installed checkpoint folders,
+/*  ckpt.h — the checkpoint store: durable, verified, atomically installed checkpoint folders,
     written on a background thread and found again (skipping corrupt ones) to resume a run.
     Threading: a snapshot belongs to one thread at a time; a writer is driven by one thread and runs
     its saves on a thread of its own; the other functions are plain and run on the calling thread.

@@ -1,4 +1,4 @@
-/*  wire.h — the codec of baton's messages: one ZeroMQ multipart message each, a JSON header frame
+/*  msg.h — the codec of baton's messages: one ZeroMQ multipart message each, a JSON header frame
     followed by raw tensor frames; built, sent, received and checked here (reference:
     docs/protocol.md).  It knows frames, the header and the message types, never what a field means:
     the fields each type requires, roles and job kinds are proto/'s (proto.h).
@@ -30,13 +30,13 @@
 extern "C" {
 #endif
 
-#define BT_WIRE_VERSION 1        /* "v" of every header */
+#define BT_WIRE_VERSION 1            /* "v" of every header */
 #define BT_WIRE_HEADER_MAX (1 << 20) /* bytes of frame 0 */
-#define BT_WIRE_TENSORS_MAX 1024 /* tensors (frames after the header) per message */
-#define BT_WIRE_FIELDS_MAX 256   /* entries of "f" */
-#define BT_WIRE_STR_MAX 4096     /* bytes of any string value, "run" included */
-#define BT_WIRE_NAME_MAX 128     /* bytes of a field key or tensor name: A-Z a-z 0-9 _ . - */
-#define BT_WIRE_PEER_MAX 256     /* bytes of a ROUTER peer id buffer (ZeroMQ ids are <= 255) */
+#define BT_WIRE_TENSORS_MAX 1024     /* tensors (frames after the header) per message */
+#define BT_WIRE_FIELDS_MAX 256       /* entries of "f" */
+#define BT_WIRE_STR_MAX 4096         /* bytes of any string value, "run" included */
+#define BT_WIRE_NAME_MAX 128         /* bytes of a field key or tensor name: A-Z a-z 0-9 _ . - */
+#define BT_WIRE_PEER_MAX 256         /* bytes of a ROUTER peer id buffer (ZeroMQ ids are <= 255) */
 #define BT_WIRE_FRAME_MAX_DEFAULT ((size_t)1 << 30)
 /*  Integers travel as JSON numbers: exact, and accepted, only up to 2^53 in magnitude.  The id,
     shapes and every integer field are bounded by it. */
@@ -146,7 +146,7 @@ typedef void(bt_msg_free_fn)(void *data, void *hint);
 
 /*  Appends a tensor holding a copy of data (numel * element size bytes; NULL when that is 0).
     BT_EINVAL for a bad or repeated name, an unknown dtype, ndim outside 0..BT_MAX_DIMS, a negative
-    dim, more than BT_WIRE_TENSORS_MAX tensors, or a size above bt_wire_frame_max(); BT_ENOMEM. */
+    dim, more than BT_WIRE_TENSORS_MAX tensors, or a size above bt_msg_frame_max(); BT_ENOMEM. */
 bt_status bt_msg_add_tensor(bt_msg_t *self, const char *name, bt_dtype dtype, int ndim,
                             const int64_t *shape, const void *data);
 /*  As bt_msg_add_tensor(), without copying: the frame sent is data itself.  Takes ownership of
@@ -170,8 +170,8 @@ bt_status bt_msg_get_tensor(const bt_msg_t *self, const char *name, bt_dtype dty
 
 /*  Largest tensor frame sent or accepted, in bytes (default BT_WIRE_FRAME_MAX_DEFAULT).
     Process-wide: set it before starting threads. */
-void bt_wire_set_frame_max(size_t bytes);
-size_t bt_wire_frame_max(void);
+void bt_msg_set_frame_max(size_t bytes);
+size_t bt_msg_frame_max(void);
 
 /* ---- sockets -------------------------------------------------------------------------------- */
 /*  Sends *msg_p on a DEALER socket (peer_id NULL) or to peer_id on a ROUTER socket (asserted).
