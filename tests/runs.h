@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,11 +88,22 @@ static inline char *runs_events(const char *dir) {
     snprintf(path, sizeof path, "%s/events.jsonl", dir);
     if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
         return NULL;
-    static const char *const invocation[] = {
-        "worker_joined",       "worker_left",        "workers_ready",      "trainer_active",
-        "resumed",             "counters",           "variant_share",      "workers_expired",
-        "controller_stalled",  "checkpoint_saved",   "checkpoint_failed",  "checkpoint_deferred",
-        "checkpoint_skipped",  "checkpoint_rejected", "checkpoint_cleaned", "config_changed"};
+    static const char *const invocation[] = {"worker_joined",
+                                             "worker_left",
+                                             "workers_ready",
+                                             "trainer_active",
+                                             "resumed",
+                                             "counters",
+                                             "variant_share",
+                                             "workers_expired",
+                                             "controller_stalled",
+                                             "checkpoint_saved",
+                                             "checkpoint_failed",
+                                             "checkpoint_deferred",
+                                             "checkpoint_skipped",
+                                             "checkpoint_rejected",
+                                             "checkpoint_cleaned",
+                                             "config_changed"};
     size_t cap = strlen(text) + 2, n = 0;
     char **lines = calloc(cap, sizeof *lines), *out = calloc(cap, 1);
     for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
@@ -105,8 +117,9 @@ static inline char *runs_events(const char *dir) {
             cJSON_Delete(j);
             continue;
         }
-        const char *varying[] = {"time", "seconds", "ms", "held_ms", "deadline_ms", "dir",
-                                 "folder"}; /* paths name the run directory */
+        const char *varying[] = {
+            "time",        "seconds", "ms",    "held_ms",
+            "deadline_ms", "dir",     "folder"}; /* paths name the run directory */
         for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
             cJSON_DeleteItemFromObject(j, varying[k]);
         lines[n++] = cJSON_PrintUnformatted(j);
@@ -256,6 +269,68 @@ static inline bool runs_trained_once(const char *dir, uint64_t first, uint64_t c
 
 static inline void runs_sleep_ms(long ms) {
     nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+}
+
+/*  Kills the child pid with SIGKILL and reaps it. */
+static inline void runs_kill(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/*  Whether the child pid is still running (not reaped yet). */
+static inline bool runs_alive(pid_t pid) {
+    return waitpid(pid, NULL, WNOHANG) == 0;
+}
+
+/*  The highest train step in DIR/metrics.jsonl (of variant's lines; NULL: any); -1 when the file
+    cannot be read. */
+static inline int runs_last_step(const char *dir, const char *variant) {
+    char path[256], *text = NULL, tag[96];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(tag, sizeof tag, "\"variant\":\"%s\"", variant ? variant : "");
+    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
+        return -1;
+    int best = -1;
+    const char *key = "{\"kind\":\"train\",\"step\":";
+    for (char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        const char *end = strchr(p, '\n');
+        const char *at = variant ? strstr(p, tag) : p;
+        int s = atoi(p + strlen(key));
+        if (at && (!end || at < end) && s > best)
+            best = s;
+    }
+    free(text);
+    return best;
+}
+
+/*  The step DIR/ckpt/LATEST names, -1 when there is none. */
+static inline int runs_latest(const char *dir) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/ckpt/LATEST", dir);
+    if (bt_file_read(path, 256, &text, NULL) != BT_OK)
+        return -1;
+    int step = strncmp(text, "step-", 5) == 0 ? atoi(text + 5) : -1;
+    free(text);
+    return step;
+}
+
+/*  Waits while pid runs until the save of a checkpoint after step `after` is in flight (its
+    .tmp-step-* folder exists); false if the run ended first. */
+static inline bool runs_wait_saving(pid_t pid, const char *dir, int after) {
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    while (runs_alive(pid)) {
+        DIR *d = opendir(ckpt);
+        bool found = false;
+        for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d))
+            found = !strncmp(e->d_name, ".tmp-step-", 10) && atoi(e->d_name + 10) > after;
+        if (d)
+            closedir(d);
+        if (found)
+            return true;
+        runs_sleep_ms(2);
+    }
+    return false;
 }
 
 /*  True when the file at path holds what; when not, says so on stderr with the file's text. */

@@ -48,70 +48,22 @@ static pid_t s_start(const char *config, const char *dir, const char *const *ext
     return runs_spawn(args);
 }
 
-static void s_kill(pid_t pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
-static bool s_alive(pid_t pid) {
-    return waitpid(pid, NULL, WNOHANG) == 0;
-}
-
-static void s_nap(void) {
-    nanosleep(&(struct timespec){0, 2000000}, NULL);
-}
-
-/*  The fewest train steps any variant has written (a variant without a line: 0). */
+/*  The fewest train steps any variant has written. */
 static int s_least_step(const char *dir) {
     int least = 1 << 30;
     for (int k = 0; k < 3; k++) {
-        char *m = runs_metrics_of(dir, s_names[k]);
-        int best = 0;
-        for (char *p = m ? strstr(m, "{\"kind\":\"train\",\"step\":") : NULL; p;
-             p = strstr(p + 1, "{\"kind\":\"train\",\"step\":")) {
-            int s = atoi(p + strlen("{\"kind\":\"train\",\"step\":"));
-            best = s > best ? s : best;
-        }
-        free(m);
-        least = best < least ? best : least;
+        int s = runs_last_step(dir, s_names[k]);
+        least = s < least ? s : least;
     }
     return least;
 }
 
 static bool s_wait_step(pid_t pid, const char *dir, int step) {
-    while (s_alive(pid))
+    while (runs_alive(pid))
         if (s_least_step(dir) >= step)
             return true;
         else
-            s_nap();
-    return false;
-}
-
-static int s_latest(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/ckpt/LATEST", dir);
-    if (bt_file_read(path, 256, &text, NULL) != BT_OK)
-        return -1;
-    int step = strncmp(text, "step-", 5) == 0 ? atoi(text + 5) : -1;
-    free(text);
-    return step;
-}
-
-/*  Waits until a save after step `after` is in flight (its .tmp-step-* folder exists). */
-static bool s_wait_saving(pid_t pid, const char *dir, int after) {
-    char ckpt[256];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-    while (s_alive(pid)) {
-        DIR *d = opendir(ckpt);
-        bool found = false;
-        for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d))
-            found = !strncmp(e->d_name, ".tmp-step-", 10) && atoi(e->d_name + 10) > after;
-        if (d)
-            closedir(d);
-        if (found)
-            return true;
-        s_nap();
-    }
+            runs_sleep_ms(2);
     return false;
 }
 
@@ -131,7 +83,7 @@ static bool s_exists(const char *path) {
 /*  The checkpoint's layout: population.json, and each policy's model, optimizer and states in
     a folder of its name. */
 static void test_layout(const char *ref) {
-    int latest = s_latest(ref);
+    int latest = runs_latest(ref);
     CHECK(latest == 12);
     const char *files[] = {"config.json", "model.safetensors", "optimizer.safetensors",
                            "state.json", "data.json"};
@@ -166,17 +118,17 @@ static void test_kill_and_resume(const char *ref) {
     const char *const slow[] = {"--resume", "--set", "debug.save_pause_ms=400", NULL};
     pid_t pid = s_start(s_config, dir, NULL);
     CHECK(s_wait_step(pid, dir, k1));
-    while (s_alive(pid) && s_latest(dir) < 0)
-        s_nap();
-    s_kill(pid);
-    int latest = s_latest(dir);
+    while (runs_alive(pid) && runs_latest(dir) < 0)
+        runs_sleep_ms(2);
+    runs_kill(pid);
+    int latest = runs_latest(dir);
     CHECK(latest >= 3);
     pid = s_start(s_config, dir, slow); /* saves pause 0.4 s before they are verified */
-    CHECK(s_wait_saving(pid, dir, latest));
-    s_kill(pid);
+    CHECK(runs_wait_saving(pid, dir, latest));
+    runs_kill(pid);
     pid = s_start(s_config, dir, resume);
     CHECK(s_wait_step(pid, dir, 10)); /* past the step-8 round, after the step-9 checkpoint */
-    s_kill(pid);
+    runs_kill(pid);
     pid = s_start(s_config, dir, resume);
     CHECK(runs_wait(pid) == 0);
     for (int k = 0; k < 3; k++) {

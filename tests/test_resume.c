@@ -50,72 +50,13 @@ static pid_t s_start(const char *dir, const char *const *extra) {
     return runs_spawn(args);
 }
 
-static void s_kill(pid_t pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
-/*  The highest train step in DIR/metrics.jsonl. */
-static int s_last_step(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    if (bt_file_read(path, 1 << 24, &text, NULL) != BT_OK)
-        return -1;
-    int best = -1;
-    for (char *p = strstr(text, "{\"kind\":\"train\",\"step\":"); p;
-         p = strstr(p + 1, "{\"kind\":\"train\",\"step\":")) {
-        int s = atoi(p + strlen("{\"kind\":\"train\",\"step\":"));
-        best = s > best ? s : best;
-    }
-    free(text);
-    return best;
-}
-
-static bool s_alive(pid_t pid) {
-    return waitpid(pid, NULL, WNOHANG) == 0;
-}
-
-static void s_nap(void) {
-    nanosleep(&(struct timespec){0, 2000000}, NULL);
-}
-
 /*  Waits (polling) until the run has written train step >= step; false if it ended first. */
 static bool s_wait_step(pid_t pid, const char *dir, int step) {
-    while (s_alive(pid))
-        if (s_last_step(dir) >= step)
+    while (runs_alive(pid))
+        if (runs_last_step(dir, NULL) >= step)
             return true;
         else
-            s_nap();
-    return false;
-}
-
-/*  The step LATEST names, -1 when there is none. */
-static int s_latest(const char *dir) {
-    char path[256], *text = NULL;
-    snprintf(path, sizeof path, "%s/ckpt/LATEST", dir);
-    if (bt_file_read(path, 256, &text, NULL) != BT_OK)
-        return -1;
-    int step = strncmp(text, "step-", 5) == 0 ? atoi(text + 5) : -1;
-    free(text);
-    return step;
-}
-
-/*  Waits until the save of a checkpoint after step `after` is in flight (its .tmp-step-* folder
-    exists). */
-static bool s_wait_saving(pid_t pid, const char *dir, int after) {
-    char ckpt[256];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-    while (s_alive(pid)) {
-        DIR *d = opendir(ckpt);
-        bool found = false;
-        for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d))
-            found = !strncmp(e->d_name, ".tmp-step-", 10) && atoi(e->d_name + 10) > after;
-        if (d)
-            closedir(d);
-        if (found)
-            return true;
-        s_nap();
-    }
+            runs_sleep_ms(2);
     return false;
 }
 
@@ -149,17 +90,17 @@ static void test_kill_and_resume(const char *reference) {
     fprintf(stderr, "killed at step %d (seed %u), then during a save, then at step 14\n", k1, seed);
     pid_t pid = s_start(dir, NULL);
     CHECK(s_wait_step(pid, dir, k1));
-    while (s_alive(pid) && s_latest(dir) < 0) /* the step-3 checkpoint is being written */
-        s_nap();
-    s_kill(pid);
-    int latest = s_latest(dir);
+    while (runs_alive(pid) && runs_latest(dir) < 0) /* the step-3 checkpoint is being written */
+        runs_sleep_ms(2);
+    runs_kill(pid);
+    int latest = runs_latest(dir);
     CHECK(latest >= 3);
     pid = s_start(dir, s_resume_slow); /* saves pause 0.4 s before they are verified */
-    CHECK(s_wait_saving(pid, dir, latest));
-    s_kill(pid);
+    CHECK(runs_wait_saving(pid, dir, latest));
+    runs_kill(pid);
     pid = s_start(dir, s_resume);
     CHECK(s_wait_step(pid, dir, 14));
-    s_kill(pid);
+    runs_kill(pid);
     pid = s_start(dir, s_resume);
     CHECK(runs_wait(pid) == 0);
     char *events = s_events(dir);
@@ -219,7 +160,7 @@ static void test_corrupt_fallback(const char *reference) {
     snprintf(dir, sizeof dir, "%s/ref", s_tmp);
     s_unfinish(dir);
     /* (a full checkpoint due while the writer is busy is taken a step later: ask, not assume) */
-    int newest = s_latest(dir), before = s_step_below(dir, newest);
+    int newest = runs_latest(dir), before = s_step_below(dir, newest);
     CHECK(newest > 0 && before > 0);
     snprintf(name, sizeof name, "step-%08d", newest);
     snprintf(prev, sizeof prev, "step-%08d", before);
@@ -244,7 +185,7 @@ static void test_corrupt_fallback(const char *reference) {
     free(got);
 
     /* that resume saved checkpoints again; now delete a file from the newest */
-    newest = s_latest(dir);
+    newest = runs_latest(dir);
     snprintf(name, sizeof name, "step-%08d", newest);
     snprintf(path, sizeof path, "%s/ckpt/%s/optimizer.safetensors", dir, name);
     CHECK(remove(path) == 0);
@@ -318,7 +259,7 @@ static void test_nan_rollback(void) {
         CHECK(strstr(rb, "non-finite") != NULL);
     }
     free(events);
-    CHECK(s_last_step(dir) == 16);
+    CHECK(runs_last_step(dir, NULL) == 16);
     char path[256], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     CHECK_OK(bt_file_read(path, 1 << 24, &text, NULL));
@@ -354,7 +295,7 @@ static void test_nan_rollback(void) {
         closedir(d);
     CHECK(light >= 1);
     char latest[1024], *m = NULL; /* LATEST names a full one */
-    snprintf(latest, sizeof latest, "%s/step-%08d/MANIFEST", ckpt, s_latest(dir));
+    snprintf(latest, sizeof latest, "%s/step-%08d/MANIFEST", ckpt, runs_latest(dir));
     CHECK_OK(bt_file_read(latest, 1 << 16, &m, NULL));
     CHECK(m && !strncmp(m, "kind full", 9));
     free(m);
@@ -424,7 +365,7 @@ static void test_resume_checks(const char *ref) {
     snprintf(other, sizeof other, "%s/other", s_tmp);
     s_copy(ref, dir);
     s_unfinish(dir); /* a finished run has nothing to resume */
-    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, s_latest(dir));
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
     int64_t metrics = s_size(dir, "metrics.jsonl");
 
     s_edit_state(folder, "\"metrics_size\":\t", "\"metrics_size\":\t1099511627776,\"was\":\t");
@@ -463,7 +404,7 @@ static void test_resume_checks(const char *ref) {
     free(events);
     /* keys that may change: the run goes on to the new grpo.steps, and says what changed */
     CHECK(s_cli(other, "--resume --set grpo.steps=18 --set workers.eval=2", out, sizeof out) == 0);
-    CHECK(s_last_step(other) == 18);
+    CHECK(runs_last_step(other, NULL) == 18);
     events = s_events(other);
     CHECK_STR_CONTAINS(events, "{\"event\":\"config_changed\",\"time\":0,\"keys\":[\"grpo.steps\","
                                "\"workers.eval\"],\"from\":[\"16\",\"1\"],\"to\":[\"18\",\"2\"]}");
@@ -545,8 +486,8 @@ static void test_signal(const char *reference) {
     const char *args[] = {"run", s_config, "--run-dir", dir, "--procs", NULL};
     pid_t pid = runs_spawn_in(NULL, args, log);
     CHECK(s_wait_step(pid, dir, 5)); /* of 16: after the step-3 checkpoint */
-    while (s_alive(pid) && s_latest(dir) < 3)
-        s_nap();
+    while (runs_alive(pid) && runs_latest(dir) < 3)
+        runs_sleep_ms(2);
     CHECK(s_workers_of(dir) == 3);
     kill(pid, SIGINT);
     int status = 0;
@@ -559,7 +500,7 @@ static void test_signal(const char *reference) {
     CHECK_STR_CONTAINS(text, " --procs --resume\n");
     free(text);
     text = NULL;
-    int stopped = s_last_step(dir);
+    int stopped = runs_last_step(dir, NULL);
     CHECK(stopped >= 5 && stopped < 16);
     const char *again[] = {"run", s_config, "--run-dir", dir, "--procs", "--resume", NULL};
     CHECK(runs_wait(runs_spawn(again)) == 0);
@@ -573,13 +514,13 @@ static void test_signal(const char *reference) {
     snprintf(dir, sizeof dir, "%s/signalled_twice", s_tmp);
     snprintf(log, sizeof log, "%s/signalled_twice.log", s_tmp);
     pid = runs_spawn_in(NULL, args, log);
-    for (bool joining = false; !joining && s_alive(pid); s_nap()) {
+    for (bool joining = false; !joining && runs_alive(pid); runs_sleep_ms(2)) {
         joining = bt_file_read(log, 1 << 20, &text, NULL) == BT_OK && strstr(text, "join step");
         free(text);
         text = NULL;
     }
     kill(pid, SIGINT);
-    for (bool seen = false; !seen && s_alive(pid); s_nap()) {
+    for (bool seen = false; !seen && runs_alive(pid); runs_sleep_ms(2)) {
         seen = bt_file_read(log, 1 << 20, &text, NULL) == BT_OK &&
                strstr(text, "stopping after the current step");
         free(text);
@@ -589,7 +530,7 @@ static void test_signal(const char *reference) {
     waitpid(pid, &status, 0);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
     for (int i = 0; i < 1000 && s_workers_of(dir) > 0; i++)
-        s_nap(); /* each dies of its parent's death (PR_SET_PDEATHSIG), a moment later */
+        runs_sleep_ms(2); /* each dies of its parent's death (PR_SET_PDEATHSIG), a moment later */
     CHECK(s_workers_of(dir) == 0);
 }
 
@@ -602,7 +543,7 @@ int main(void) {
     snprintf(ref, sizeof s_reference_dir, "%s/ref", s_tmp);
     CHECK(runs_wait(s_start(ref, NULL)) == 0); /* the uninterrupted run */
     char *reference = runs_metrics(ref);
-    CHECK(reference && s_last_step(ref) == 16);
+    CHECK(reference && runs_last_step(ref, NULL) == 16);
     test_tuner_decisions(ref);
     test_resume_checks(ref);
     test_finished_resume(ref);
