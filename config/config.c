@@ -5,6 +5,7 @@
 
 #include "baton/buf.h"
 #include "baton/fileio.h"
+#include "baton/jsonl.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -416,23 +417,9 @@ static void s_format_number(double x, char *buf, size_t len) {
     snprintf(buf, len, "%s", bt_buf_format_number(text, x, integer ? 17 : 1));
 }
 
-/*  A JSON value as an error message shows it. */
-static void s_describe(const cJSON *v, char *buf, size_t len) {
-    if (cJSON_IsNumber(v))
-        s_format_number(v->valuedouble, buf, len);
-    else if (cJSON_IsString(v))
-        snprintf(buf, len, "\"%.40s%s\"", v->valuestring, strlen(v->valuestring) > 40 ? "..." : "");
-    else if (cJSON_IsBool(v))
-        snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    else if (cJSON_IsNull(v))
-        snprintf(buf, len, "null");
-    else
-        snprintf(buf, len, "%s", cJSON_IsArray(v) ? "an array" : "an object");
-}
-
 static bt_status s_expected(const char *where, const char *what, const cJSON *found) {
     char got[64];
-    s_describe(found, got, sizeof got);
+    bt_jsonl_describe(found, got, sizeof got);
     return bt_fail(BT_EINVAL, "%s: expected %s, got %s", where, what, got);
 }
 

@@ -4,7 +4,10 @@
 
 #include "baton/buf.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /*  The line as a buffer: writes through it land in line->buf; s_keep records them. */
@@ -85,4 +88,21 @@ void bt_jsonl_bool(bt_jsonl *line, const char *key, bool value) {
     bt_buf b = s_key(line, key);
     bt_buf_puts(&b, value ? "true" : "false");
     s_keep(line, &b);
+}
+
+void bt_jsonl_describe(const cJSON *v, char *buf, size_t len) {
+    char text[BT_BUF_NUMBER_LEN];
+    if (cJSON_IsNumber(v)) {
+        double x = v->valuedouble;
+        bool integer = x == floor(x) && fabs(x) < 1e17; /* all 17 digits: no exponent */
+        snprintf(buf, len, "%s", bt_buf_format_number(text, x, integer ? 17 : 1));
+    } else if (cJSON_IsString(v)) {
+        snprintf(buf, len, "\"%.40s%s\"", v->valuestring, strlen(v->valuestring) > 40 ? "..." : "");
+    } else if (cJSON_IsBool(v)) {
+        snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    } else if (cJSON_IsNull(v)) {
+        snprintf(buf, len, "null");
+    } else {
+        snprintf(buf, len, "%s", cJSON_IsArray(v) ? "an array" : "an object");
+    }
 }

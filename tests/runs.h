@@ -18,6 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
+/*  The config section of the tiny model most run tests train (one layer, 32 wide, 64 positions),
+    as string-literal text to splice into a config: `"{..." RUNS_MODEL_TINY " \"task\": ..."`. */
+#define RUNS_MODEL_TINY                                                                            \
+    " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"       \
+    "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
+
 /*  Runs a shell command; its stdout (add 2>&1 for stderr) goes into out, NUL-terminated, cut at
     cap - 1 bytes; returns the exit status (-1 when it did not exit normally). */
 static inline int runs_capture(const char *cmd, char *out, size_t cap) {

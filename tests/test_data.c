@@ -31,8 +31,7 @@ static char s_tmp[64];
 
 static const char s_json[] =
     "{\"run\": {\"name\": \"d\", \"seed\": 5},"
-    " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
-    "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
+    RUNS_MODEL_TINY
     " \"task\": {\"digits\": 1},"
     " \"data\": {\"sources\": ["
     "  {\"name\": \"a\", \"kind\": \"jsonl\", \"path\": \"%s/a.jsonl\", \"weight\": 2},"

@@ -448,8 +448,7 @@ static void test_request_bytes(void) {
 
 static const char s_json[] =
     "{\"run\": {\"name\": \"rs\", \"seed\": 5},"
-    " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
-    "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
+    RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": "
     "6,"
     "  \"format_reward\": 0.25},"

@@ -14,8 +14,7 @@ static char s_even[128], s_heavy[128]; /* the solo configs of test_mixtures */
 /*  The shared part of every config here: a tiny model, two eval-free seconds of work per run. */
 static const char s_base[] =
     "\"run\": {\"name\": \"d\", \"seed\": 11},"
-    " \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64, \"num_hidden_layers\": 1,"
-    "  \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"max_position_embeddings\": 64},"
+    RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"heldout_size\": 6,"
     "  \"format_reward\": 0.5},"
     " \"grpo\": {\"steps\": 6, \"group_size\": 4, \"prompts_per_step\": 6, \"max_new_tokens\": 3,"

@@ -2,9 +2,11 @@
     survives a lost reply (ZMQ_REQ_RELAXED + ZMQ_REQ_CORRELATE), and the reply checked as hostile
     input.  cJSON stays in this file: the reply is parsed, checked, copied out and deleted. */
 #include "baton/reward_service.h"
+#include "baton/jsonl.h"
 
 #include "baton/buf.h"
 #include "baton/dtype.h"
+#include "baton/jsonl.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -144,20 +146,6 @@ static bt_status s_await(bt_reward_service_t *self, zmq_msg_t *reply, bool *time
     }
 }
 
-/*  A JSON value as an error message shows it. */
-static void s_describe(const cJSON *v, char *buf, size_t len) {
-    if (cJSON_IsNumber(v))
-        snprintf(buf, len, "%.17g", v->valuedouble);
-    else if (cJSON_IsString(v))
-        snprintf(buf, len, "\"%.40s%s\"", v->valuestring, strlen(v->valuestring) > 40 ? "..." : "");
-    else if (cJSON_IsBool(v))
-        snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    else if (cJSON_IsNull(v))
-        snprintf(buf, len, "null");
-    else
-        snprintf(buf, len, "%s", cJSON_IsArray(v) ? "an array" : "an object");
-}
-
 static bt_status s_bad_reply(const bt_reward_service_t *self, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -182,7 +170,7 @@ static const cJSON *s_array(const bt_reward_service_t *self, const cJSON *root, 
     char got[64] = "nothing";
     if (!cJSON_IsArray(arr)) {
         if (arr)
-            s_describe(arr, got, sizeof got);
+            bt_jsonl_describe(arr, got, sizeof got);
         *st = s_bad_reply(self, "\"%s\": expected an array of %lld %s, got %s", key, (long long)n,
                           many, got);
         return NULL;
@@ -195,7 +183,7 @@ static const cJSON *s_array(const bt_reward_service_t *self, const cJSON *root, 
     int64_t i = 0;
     for (const cJSON *v = arr->child; v; v = v->next, i++)
         if (!is(v) || (cJSON_IsNumber(v) && !isfinite(v->valuedouble))) {
-            s_describe(v, got, sizeof got);
+            bt_jsonl_describe(v, got, sizeof got);
             *st = s_bad_reply(self, "%s[%lld]: expected %s, got %s", key, (long long)i, one, got);
             return NULL;
         }
@@ -242,7 +230,7 @@ static bt_status s_parse_reply(const bt_reward_service_t *self, const char *text
     const cJSON *arr = NULL, *flags = NULL;
     char got[64];
     if (!cJSON_IsObject(root)) {
-        s_describe(root, got, sizeof got);
+        bt_jsonl_describe(root, got, sizeof got);
         st = s_bad_reply(self, "expected a JSON object, got %s", got);
     } else if (cJSON_IsString(error)) {
         st = bt_fail(BT_EFORMAT, "reward service %s: the service says: %.300s", self->endpoint,

@@ -33,6 +33,12 @@ void bt_jsonl_strs(bt_jsonl *line, const char *key, const char *const *values, s
 void bt_jsonl_num(bt_jsonl *line, const char *key, double value);
 void bt_jsonl_bool(bt_jsonl *line, const char *key, bool value);
 
+struct cJSON;
+/*  A JSON value as an error message shows what it got: a number as its shortest exact text (an
+    integer below 1e17 in full), a string quoted (cut after 40 bytes with "..."), true, false,
+    null, "an array", "an object". */
+void bt_jsonl_describe(const struct cJSON *v, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
