@@ -136,6 +136,7 @@ static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", N
 #define S_TEMP_MAX BT_CONFIG_TEMPERATURE_MAX
 #define S_TOKENS_MAX BT_CONFIG_TOKENS_MAX
 #define S_COEF_MAX BT_CONFIG_CLIP_MAX
+#define S_TOKENS_COUNT_MAX 1e15 /* every_tokens: a count a double holds exactly */
 #define S_WEIGHT_MAX 1e6
 #define S_SECONDS_MAX 1e9 /* about 31 years */
 
@@ -225,6 +226,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("eval.every_steps", eval.every_steps, 10, 0, S_INF),
     S_INT_KEY("eval.every_epochs", eval.every_epochs, 0, 0, S_INF),
     S_NUM_KEY("eval.every_seconds", eval.every_seconds, 0, 0, S_SECONDS_MAX, 0),
+    S_NUM_KEY("eval.every_tokens", eval.every_tokens, 0, 0, S_TOKENS_COUNT_MAX, 0),
     S_INT_KEY("eval.heldout_count", eval.heldout_count, 200, 1, S_INF),
     S_INT_KEY("eval.samples", eval.samples, 1, 1, BT_EVALUATOR_MAX_SAMPLES),
     S_NUM_KEY("eval.temperature", eval.temperature, 0.0, 0, S_TEMP_MAX, 0),
@@ -369,6 +371,12 @@ static const s_key s_dataset_keys[] = {
      .def = NAN,
      .lo = 0,
      .hi = S_SECONDS_MAX},
+    {.path = "every_tokens",
+     .type = S_NUM,
+     S_DS(every_tokens),
+     .def = NAN,
+     .lo = 0,
+     .hi = S_TOKENS_COUNT_MAX},
 };
 static const s_key s_probe_keys[] = {
     {.path = "name",
@@ -989,6 +997,8 @@ static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
         d->every_epochs = cfg->eval.every_epochs;
     if (isnan(d->every_seconds))
         d->every_seconds = cfg->eval.every_seconds;
+    if (isnan(d->every_tokens))
+        d->every_tokens = cfg->eval.every_tokens;
     if (!d->name[0])
         return bt_fail(BT_EINVAL, "%s.name: expected a name, got \"\"", where);
     for (int j = 0; j < i; j++)
@@ -1930,6 +1940,7 @@ void bt_config_trigger(const bt_config *cfg, int i, bt_trigger_config *out) {
     out->every_steps = d->every_steps;
     out->every_epochs = d->every_epochs;
     out->every_seconds = d->every_seconds;
+    out->every_tokens = d->every_tokens;
     out->adaptive = cfg->eval.adaptive;
     int64_t steps = d->every_steps > 0 ? d->every_steps : 1;
     out->floor = cfg->eval.adaptive_floor < steps ? cfg->eval.adaptive_floor : steps;

@@ -1,5 +1,5 @@
-/*  trigger.c — evaluation triggers: step, epoch and training-time intervals, the adaptive step
-    interval, and the training clock. */
+/*  trigger.c — evaluation triggers: step, epoch, training-time and token intervals, the adaptive
+    step interval, and the training clock. */
 #include "baton/trigger.h"
 
 #include <math.h>
@@ -28,6 +28,9 @@ bt_status bt_trigger_config_validate(const bt_trigger_config *cfg) {
     if (!(cfg->every_seconds >= 0.0 && isfinite(cfg->every_seconds)))
         return bt_fail(BT_EINVAL, "every_seconds: expected a number >= 0, got %g",
                        cfg->every_seconds);
+    if (!(cfg->every_tokens >= 0.0 && isfinite(cfg->every_tokens)))
+        return bt_fail(BT_EINVAL, "every_tokens: expected a number >= 0, got %g",
+                       cfg->every_tokens);
     if (!cfg->adaptive)
         return BT_OK;
     if (cfg->every_steps < 1)
@@ -57,12 +60,14 @@ void bt_trigger_init(bt_trigger *t, const bt_trigger_config *cfg) {
     t->interval = cfg->every_steps;
 }
 
-/*  "steps+seconds" for reason bits. */
-static const char *s_reasons_str(int reasons, char *buf, size_t len) {
-    snprintf(buf, len, "%s%s%s", (reasons & BT_TRIGGER_STEPS) ? "+steps" : "",
+const char *bt_trigger_reasons_str(int reasons, char *buf, size_t len) {
+    snprintf(buf, len, "%s%s%s%s", (reasons & BT_TRIGGER_STEPS) ? "+steps" : "",
              (reasons & BT_TRIGGER_EPOCHS) ? "+epochs" : "",
-             (reasons & BT_TRIGGER_SECONDS) ? "+seconds" : "");
-    return buf[0] ? buf + 1 : buf; /* past the leading '+' */
+             (reasons & BT_TRIGGER_SECONDS) ? "+seconds" : "",
+             (reasons & BT_TRIGGER_TOKENS) ? "+tokens" : "");
+    if (buf[0]) /* past the leading '+' */
+        memmove(buf, buf + 1, strlen(buf));
+    return buf;
 }
 
 static void s_event(bt_trigger_event *ev, const char *kind, const bt_trigger *t, int64_t step,
@@ -86,43 +91,51 @@ static void s_event(bt_trigger_event *ev, const char *kind, const bt_trigger *t,
 }
 
 /*  The reason bits due at this check, without changing anything. */
-static int s_due(const bt_trigger *t, int64_t step, int64_t epoch, double seconds) {
+static int s_due(const bt_trigger *t, const bt_trigger_at *at) {
     int due = 0;
-    if (t->cfg.every_steps > 0 && step - t->last_step >= t->interval)
+    if (t->cfg.every_steps > 0 && at->step - t->last_step >= t->interval)
         due |= BT_TRIGGER_STEPS;
-    if (t->cfg.every_epochs > 0 && epoch - t->last_epoch >= t->cfg.every_epochs)
+    if (t->cfg.every_epochs > 0 && at->epoch - t->last_epoch >= t->cfg.every_epochs)
         due |= BT_TRIGGER_EPOCHS;
-    if (t->cfg.every_seconds > 0.0 && seconds - t->last_seconds >= t->cfg.every_seconds)
+    if (t->cfg.every_seconds > 0.0 && at->seconds - t->last_seconds >= t->cfg.every_seconds)
         due |= BT_TRIGGER_SECONDS;
+    if (t->cfg.every_tokens > 0.0 && at->tokens - t->last_tokens >= t->cfg.every_tokens)
+        due |= BT_TRIGGER_TOKENS;
     return due;
 }
 
-static void s_fire(bt_trigger *t, int reasons, int64_t step, int64_t epoch, double seconds) {
+/*  *last advanced to the last multiple of every (counted from it) that is <= now; the second
+    step fixes a floor() one short from rounding (every 1.1692 from 863.369 to 894.9374), which
+    would fire twice. */
+static void s_advance_multiple(double *last, double every, double now) {
+    *last += every * floor((now - *last) / every);
+    if (now - *last >= every)
+        *last += every;
+}
+
+static void s_fire(bt_trigger *t, int reasons, const bt_trigger_at *at) {
     if (reasons & BT_TRIGGER_STEPS)
-        t->last_step = step;
+        t->last_step = at->step;
     if (reasons & BT_TRIGGER_EPOCHS)
-        t->last_epoch = epoch;
-    if ((reasons & BT_TRIGGER_SECONDS) && t->cfg.every_seconds > 0.0) {
-        /* to the last multiple <= seconds; the second line fixes a floor() one short from
-           rounding (every 1.1692 from 863.369 to 894.9374), which would fire twice */
-        double every = t->cfg.every_seconds;
-        t->last_seconds += every * floor((seconds - t->last_seconds) / every);
-        if (seconds - t->last_seconds >= every)
-            t->last_seconds += every;
-    }
+        t->last_epoch = at->epoch;
+    if ((reasons & BT_TRIGGER_SECONDS) && t->cfg.every_seconds > 0.0)
+        s_advance_multiple(&t->last_seconds, t->cfg.every_seconds, at->seconds);
+    if ((reasons & BT_TRIGGER_TOKENS) && t->cfg.every_tokens > 0.0)
+        s_advance_multiple(&t->last_tokens, t->cfg.every_tokens, at->tokens);
     t->pending = false;
     t->pending_reasons = 0;
     t->fired++;
 }
 
-int bt_trigger_check(bt_trigger *t, int64_t step, int64_t epoch, double seconds, bool busy,
-                     bt_trigger_event *ev, int *n_ev) {
+int bt_trigger_check(bt_trigger *t, const bt_trigger_at *at, bool busy, bt_trigger_event *ev,
+                     int *n_ev) {
     if (n_ev)
         *n_ev = 0;
-    int due = s_due(t, step, epoch, seconds);
+    int64_t step = at->step;
+    int due = s_due(t, at);
     if (!t->cfg.adaptive) {
         if (due)
-            s_fire(t, due, step, epoch, seconds);
+            s_fire(t, due, at);
         return due;
     }
     if (!due && !t->pending)
@@ -137,21 +150,23 @@ int bt_trigger_check(bt_trigger *t, int64_t step, int64_t epoch, double seconds,
                 char buf[32];
                 s_event(ev, "deferred", t, step, t->interval,
                         "evaluation due at step %lld (%s) deferred: evaluators busy",
-                        (long long)step, s_reasons_str(t->pending_reasons, buf, sizeof buf));
+                        (long long)step,
+                        bt_trigger_reasons_str(t->pending_reasons, buf, sizeof buf));
                 *n_ev = 1;
             }
         }
         return 0;
     }
     int reasons = due | t->pending_reasons;
-    s_fire(t, reasons, step, epoch, seconds);
+    s_fire(t, reasons, at);
     return reasons;
 }
 
-void bt_trigger_mark(bt_trigger *t, int64_t step, int64_t epoch, double seconds) {
-    t->last_step = step;
-    t->last_epoch = epoch;
-    t->last_seconds = seconds;
+void bt_trigger_mark(bt_trigger *t, const bt_trigger_at *at) {
+    t->last_step = at->step;
+    t->last_epoch = at->epoch;
+    t->last_seconds = at->seconds;
+    t->last_tokens = at->tokens;
     t->pending = false;
     t->pending_reasons = 0;
 }

@@ -227,30 +227,31 @@ bt_status bt_evals_wait(bt_policy *p, const bt_evaluation *ev) {
     return BT_OK;
 }
 
+bt_trigger_at bt_evals_trigger_at(const bt_policy *p) {
+    return (bt_trigger_at){.step = p->step,
+                           .epoch = bt_policy_epoch(p),
+                           .seconds = bt_train_clock_seconds(&p->clock, bt_now()),
+                           .tokens = p->tokens};
+}
+
 /*  Marks the evaluations whose triggers fire after a training step (every dataset on the last
     step); bt_evals_start_due starts them. */
 void bt_evals_after_step(bt_policy *p, bool last) {
     const bt_config *c = p->cfg;
     if (c->workers.eval == 0)
         return;
-    double secs = bt_train_clock_seconds(&p->clock, bt_now());
+    bt_trigger_at at = bt_evals_trigger_at(p);
     bool busy = bt_registry_queued(p->ctl->reg, BT_ROLE_EVAL) > 0;
     for (int i = 0; i < c->eval.n_datasets; i++) {
         bt_trigger_event e;
         int n_ev = 0;
-        int why =
-            bt_trigger_check(&p->triggers[i], p->step, bt_policy_epoch(p), secs, busy, &e, &n_ev);
+        int why = bt_trigger_check(&p->triggers[i], &at, busy, &e, &n_ev);
         if (n_ev)
             bt_evals_trigger_event(p, c->eval.datasets[i].name, &e);
         if (!why && !last)
             continue;
         char *trigger = p->due_trigger[i];
-        trigger[0] = '\0';
-        const char *names[] = {"steps", "epochs", "seconds"};
-        for (int b = 0; b < 3; b++)
-            if (why & (1 << b))
-                snprintf(trigger + strlen(trigger), 32 - strlen(trigger), "%s%s",
-                         trigger[0] ? "+" : "", names[b]);
+        bt_trigger_reasons_str(why, trigger, sizeof p->due_trigger[i]);
         if (!why)
             snprintf(trigger, 32, "final");
         p->evals_due[i] = true;

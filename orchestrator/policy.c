@@ -128,7 +128,8 @@ static void s_sft_end(bt_policy *self) {
     self->warm_accuracy = self->last_accuracy; /* what a follower takes */
     self->warm_drawn = bt_mixture_get_position(self->mix).drawn[0] - self->warm_pos.drawn[0];
     for (int i = 0; i < c->eval.n_datasets && c->workers.eval > 0; i++) {
-        bt_trigger_mark(&self->triggers[i], 0, bt_policy_epoch(self), 0);
+        bt_trigger_mark(&self->triggers[i],
+                        &(bt_trigger_at){.epoch = bt_policy_epoch(self), .tokens = self->tokens});
         self->evals_due[i] = true;
         snprintf(self->due_trigger[i], sizeof self->due_trigger[i], "start");
     }

@@ -482,6 +482,8 @@ void bt_evals_trigger_event(bt_policy *p, const char *dataset, const bt_trigger_
 bt_status bt_evals_poll(bt_policy *p);
 /*  BT_OK once ev (NULL: every evaluation of p) has finished; BT_PENDING before. */
 bt_status bt_evals_wait(bt_policy *p, const bt_evaluation *ev);
+/*  Where p's training stands for its triggers: step, epoch, training seconds, tokens. */
+bt_trigger_at bt_evals_trigger_at(const bt_policy *p);
 /*  Marks the datasets whose triggers fire after the step (every one on the last step). */
 void bt_evals_after_step(bt_policy *p, bool last);
 /*  Starts the marked evaluations; BT_PENDING while a slot is missing. */

@@ -18,12 +18,15 @@ typedef struct s_field {
     size_t offset;
     double lo, hi;
     bool nullable;
+    bool optional; /* absent in a state.json from before it: left 0 */
 } s_field;
 
 #define S_WIRE 9007199254740992.0 /* 2^53: integers a double holds exactly */
 #define S_ANY INFINITY            /* any finite double */
 #define S_F(type, f, k, l, h, n)                                                                   \
-    { #f, k, offsetof(type, f), l, h, n }
+    { #f, k, offsetof(type, f), l, h, n, false }
+#define S_OPTIONAL(type, f, k, l, h)                                                               \
+    { #f, k, offsetof(type, f), l, h, false, true }
 /*  Counts and steps are >= 0; the tuner's values lie where the workers accept them (kl_coef in
     [0, 1e6], lr in [0, 1e3], temperature in [1e-3, 1e3]: the config's ranges). */
 static const s_field s_state[] = {
@@ -47,7 +50,7 @@ static const s_field s_trigger[] = {
     S_F(bt_trigger, last_seconds, S_F64, 0, S_ANY, false),
     S_F(bt_trigger, pending, S_BOOL, 0, 0, false),
     S_F(bt_trigger, pending_reasons, S_I32, 0,
-        BT_TRIGGER_STEPS | BT_TRIGGER_EPOCHS | BT_TRIGGER_SECONDS, false),
+        BT_TRIGGER_STEPS | BT_TRIGGER_EPOCHS | BT_TRIGGER_SECONDS | BT_TRIGGER_TOKENS, false),
     S_F(bt_trigger, has_value, S_BOOL, 0, 0, false),
     S_F(bt_trigger, has_rate, S_BOOL, 0, 0, false),
     S_F(bt_trigger, last_value, S_F64, -S_ANY, S_ANY, true),
@@ -55,6 +58,7 @@ static const s_field s_trigger[] = {
     S_F(bt_trigger, rate_ema, S_F64, -S_ANY, S_ANY, true),
     S_F(bt_trigger, fired, S_I64, 0, S_WIRE, false),
     S_F(bt_trigger, deferred, S_I64, 0, S_WIRE, false),
+    S_OPTIONAL(bt_trigger, last_tokens, S_F64, 0, S_ANY),
 };
 static const s_field s_tuner[] = {
     S_F(bt_tuner, kl_coef, S_F64, 0, BT_CONFIG_KL_MAX, false),
@@ -215,6 +219,8 @@ static bt_status s_get_fields(const cJSON *obj, const s_field *fields, int n, vo
         const s_field *f = &fields[i];
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, f->name);
         char *p = (char *)base + f->offset;
+        if (!v && f->optional)
+            continue;
         bool ok = f->kind == S_BOOL  ? cJSON_IsBool(v)
                   : f->kind == S_F64 ? cJSON_IsNumber(v) || cJSON_IsNull(v)
                                      : cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble);

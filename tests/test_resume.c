@@ -4,9 +4,10 @@
     newest checkpoint makes the resume fall back to the previous one, with an event naming the
     reason; a NaN injected into an update rolls back at most 10 steps and the run finishes.  The
     runs have the tuner's plateau rule on: its learning-rate decisions reach AdamW at the next step
-    and its state survives the kills; and a KL penalty whose reference (the policy after SFT) a
-    checkpoint must carry.  A resume refuses what it cannot continue (a state.json no run writes, a
-    metrics.jsonl that lost its tail, another run's checkpoint, a changed config), is a no-op on a
+    and its state survives the kills; a KL penalty whose reference (the policy after SFT) a
+    checkpoint must carry; and a dataset evaluated every 150 sampled tokens, whose trigger state
+    a checkpoint carries too.  A resume refuses what it cannot continue (a state.json no run writes,
+   a metrics.jsonl that lost its tail, another run's checkpoint, a changed config), is a no-op on a
     finished run, and a run stopped by SIGINT resumes to the same metrics. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
@@ -27,15 +28,15 @@
 static char s_tmp[64], s_config[128];
 
 static const char s_json[] =
-    "{\"run\": {\"name\": \"r\", \"seed\": 3},"
-    RUNS_MODEL_TINY
+    "{\"run\": {\"name\": \"r\", \"seed\": 3}," RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\","
     "  \"heldout_size\": 10, \"format_reward\": 0.5},"
     " \"sft\": {\"steps\": 3, \"batch_size\": 16, \"lr\": 0.003},"
     " \"grpo\": {\"steps\": 16, \"group_size\": 4, \"prompts_per_step\": 6, \"max_new_tokens\": 3,"
     "  \"lr\": 0.001, \"kl_coef\": 0.02},"
     " \"eval\": {\"every_steps\": 4, \"heldout_count\": 10, \"datasets\": [{\"name\": \"greedy\"},"
-    "  {\"name\": \"sampled\", \"samples\": 4, \"temperature\": 1.0}]},"
+    "  {\"name\": \"sampled\", \"samples\": 4, \"temperature\": 1.0,"
+    "  \"every_steps\": 0, \"every_tokens\": 150}]},"
     " \"checkpoint\": {\"full_every_steps\": 3, \"keep_last\": 3},"
     " \"tuner\": {\"lr_plateau\": {\"enabled\": true, \"dataset\": \"greedy\", \"patience\": 1,"
     "  \"factor\": 0.5, \"min_lr\": 1e-6}},"
@@ -543,6 +544,9 @@ int main(void) {
     CHECK(runs_wait(s_start(ref, NULL)) == 0); /* the uninterrupted run */
     char *reference = runs_metrics(ref);
     CHECK(reference && runs_last_step(ref, NULL) == 16);
+    /* the sampled dataset is evaluated every 150 completion tokens: its trigger state (the
+       multiple it last fired for) is in each checkpoint, so the resumed runs fire where this did */
+    CHECK_STR_CONTAINS(reference, "\"dataset\":\"sampled\",\"trigger\":\"tokens\"");
     test_tuner_decisions(ref);
     test_resume_checks(ref);
     test_finished_resume(ref);

@@ -3,6 +3,8 @@
 #include "baton/runstate.h"
 #include "check.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdlib.h>
 
 int main(void) {
@@ -27,6 +29,8 @@ int main(void) {
     a.triggers[1] = a.triggers[0];
     a.triggers[1].interval = 5;
     a.triggers[1].last_seconds = 1.0 / 3.0;
+    a.triggers[1].last_tokens = 12345.0;
+    a.clip_high = 0.336;
     a.triggers[1].pending = true;
     a.triggers[1].pending_reasons = BT_TRIGGER_STEPS | BT_TRIGGER_SECONDS;
     a.triggers[1].has_value = a.triggers[1].has_rate = true;
@@ -50,7 +54,9 @@ int main(void) {
         CHECK(x->has_value == y->has_value && x->has_rate == y->has_rate);
         CHECK(x->last_value == y->last_value && x->last_value_step == y->last_value_step);
         CHECK(x->rate_ema == y->rate_ema && x->fired == y->fired && x->deferred == y->deferred);
+        CHECK(x->last_tokens == y->last_tokens);
     }
+    CHECK(b.clip_high == a.clip_high);
     CHECK(b.pending[0].dataset == 1 && b.pending[0].step == 120);
     CHECK(strcmp(b.pending[0].trigger, "steps+seconds") == 0);
     CHECK(!b.has_tuner); /* a state without one (written before the tuner existed) */
@@ -110,7 +116,7 @@ int main(void) {
         {"\"loss_n\":\t7", "\"loss_n\":\t-7", "s.json.loss_n: expected an integer"},
         {"\"interval\":\t5", "\"interval\":\t-5", "triggers[1].interval: expected an integer"},
         {"\"pending_reasons\":\t5", "\"pending_reasons\":\t64",
-         "triggers[1].pending_reasons: expected an integer in [0, 7], got 64"},
+         "triggers[1].pending_reasons: expected an integer in [0, 15], got 64"},
         {"\"dataset\":\t1", "\"dataset\":\t99",
          "pending_evals[0].dataset: expected an integer in [0, 7], got 99"},
         {"\"step\":\t120", "\"step\":\t124",
@@ -162,6 +168,23 @@ int main(void) {
         CHECK(c.events_size == -1 && c.metrics_size == 4096);
         CHECK_OK(bt_runstate_check(&c, &cfg, 4096, 0, "old.json"));
         free(old);
+    }
+    { /* from before last_tokens and clip_high: the token trigger counts from 0, the clip is
+         the config's (NaN) */
+        char *text2 = bt_runstate_to_json(&a);
+        cJSON *root = cJSON_Parse(text2), *t;
+        cJSON_DeleteItemFromObject(root, "clip_high");
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(root, "triggers"))
+            cJSON_DeleteItemFromObject(t, "last_tokens");
+        char *old = cJSON_Print(root);
+        CHECK(old && !strstr(old, "last_tokens") && !strstr(old, "clip_high"));
+        bt_runstate c;
+        CHECK_OK(bt_runstate_from_json(old, "old.json", &c));
+        CHECK(c.triggers[1].last_tokens == 0 && isnan(c.clip_high));
+        CHECK(c.triggers[1].last_seconds == a.triggers[1].last_seconds);
+        cJSON_free(old);
+        cJSON_Delete(root);
+        free(text2);
     }
     CHECK(bt_runstate_check(&b, &cfg, 4096, 776, "s.json") == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "s.json: events_size: the checkpoint was taken when "

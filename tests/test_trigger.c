@@ -21,7 +21,7 @@ static void s_test_steps(void) {
     int64_t fired[S_MAX_FIRES];
     int n = 0;
     for (int64_t s = 1; s <= 20; s++) {
-        int r = bt_trigger_check(&t, s, 0, 0.0, false, NULL, NULL);
+        int r = bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, false, NULL, NULL);
         CHECK(r == 0 || r == BT_TRIGGER_STEPS);
         if (r)
             fired[n++] = s;
@@ -36,10 +36,10 @@ static void s_test_steps(void) {
     n = 0;
     for (int64_t s = 1; s <= 20; s++) {
         if (s == 4) {
-            bt_trigger_mark(&t, 4, 0, 0.0);
+            bt_trigger_mark(&t, &(bt_trigger_at){4, 0, 0.0, 0});
             continue;
         }
-        if (bt_trigger_check(&t, s, 0, 0.0, false, NULL, NULL))
+        if (bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, false, NULL, NULL))
             fired[n++] = s;
     }
     int64_t want[] = {3, 7, 10, 13, 16, 19};
@@ -51,7 +51,7 @@ static void s_test_steps(void) {
     cfg.every_steps = 0;
     bt_trigger_init(&t, &cfg);
     for (int64_t s = 1; s <= 100; s++)
-        CHECK(bt_trigger_check(&t, s, 0, 0.0, false, NULL, NULL) == 0);
+        CHECK(bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, false, NULL, NULL) == 0);
 }
 
 /*  Completed epochs as a function of the step: epoch = step * num / den (at most one per step). */
@@ -71,7 +71,8 @@ static void s_test_epochs(void) {
                 int64_t epoch = s * num / den, prev = (s - 1) * num / den;
                 /* fires exactly when the epoch count crosses a multiple of every */
                 int want = epoch / every > prev / every ? BT_TRIGGER_EPOCHS : 0;
-                int got = bt_trigger_check(&t, s, epoch, 0.0, false, NULL, NULL);
+                int got =
+                    bt_trigger_check(&t, &(bt_trigger_at){s, epoch, 0.0, 0}, false, NULL, NULL);
                 CHECK(got == want);
                 fires += got != 0;
             }
@@ -101,7 +102,7 @@ static void s_test_seconds(void) {
         now += s_gap(i);
         /* fires at the first check at or after each multiple of 10 s, once per check */
         int want = floor(now / 10.0) > floor(prev / 10.0) ? BT_TRIGGER_SECONDS : 0;
-        int got = bt_trigger_check(&t, i, 0, now, false, NULL, NULL);
+        int got = bt_trigger_check(&t, &(bt_trigger_at){i, 0, now, 0}, false, NULL, NULL);
         CHECK(got == want);
         fires += got != 0;
     }
@@ -109,19 +110,22 @@ static void s_test_seconds(void) {
 
     /* a mark at 13 s: the next multiple is 23 s */
     bt_trigger_init(&t, &cfg);
-    bt_trigger_mark(&t, 0, 0, 13.0);
-    CHECK(bt_trigger_check(&t, 1, 0, 22.75, false, NULL, NULL) == 0);
-    CHECK(bt_trigger_check(&t, 2, 0, 23.0, false, NULL, NULL) == BT_TRIGGER_SECONDS);
-    CHECK(bt_trigger_check(&t, 3, 0, 32.5, false, NULL, NULL) == 0);
-    CHECK(bt_trigger_check(&t, 4, 0, 33.5, false, NULL, NULL) == BT_TRIGGER_SECONDS);
+    bt_trigger_mark(&t, &(bt_trigger_at){0, 0, 13.0, 0});
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){1, 0, 22.75, 0}, false, NULL, NULL) == 0);
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){2, 0, 23.0, 0}, false, NULL, NULL) ==
+          BT_TRIGGER_SECONDS);
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){3, 0, 32.5, 0}, false, NULL, NULL) == 0);
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){4, 0, 33.5, 0}, false, NULL, NULL) ==
+          BT_TRIGGER_SECONDS);
 
     /* a second check at the same time never fires again, also where (seconds - last) / every
        rounds one short of the whole number of intervals */
     cfg.every_seconds = 1.1692;
     bt_trigger_init(&t, &cfg);
-    bt_trigger_mark(&t, 0, 0, 863.369);
-    CHECK(bt_trigger_check(&t, 1, 0, 894.9374, false, NULL, NULL) == BT_TRIGGER_SECONDS);
-    CHECK(bt_trigger_check(&t, 2, 0, 894.9374, false, NULL, NULL) == 0);
+    bt_trigger_mark(&t, &(bt_trigger_at){0, 0, 863.369, 0});
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){1, 0, 894.9374, 0}, false, NULL, NULL) ==
+          BT_TRIGGER_SECONDS);
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){2, 0, 894.9374, 0}, false, NULL, NULL) == 0);
     CHECK(t.last_seconds <= 894.9374);
     cfg.every_seconds = 10.0;
 
@@ -134,7 +138,7 @@ static void s_test_seconds(void) {
         double sec = 1.5 * (double)s, prev = 1.5 * (double)(s - 1);
         int want = (s % 5 == 0 ? BT_TRIGGER_STEPS : 0) |
                    (floor(sec / 10.0) > floor(prev / 10.0) ? BT_TRIGGER_SECONDS : 0);
-        int got = bt_trigger_check(&t, s, 0, sec, false, NULL, NULL);
+        int got = bt_trigger_check(&t, &(bt_trigger_at){s, 0, sec, 0}, false, NULL, NULL);
         CHECK(got == want);
         both += got == (BT_TRIGGER_STEPS | BT_TRIGGER_SECONDS);
     }
@@ -183,7 +187,8 @@ static void s_test_clock(void) {
             bt_train_clock_init(&c, saved);
             bt_train_clock_start(&c, wall - 1.0);
         }
-        int got = bt_trigger_check(&t, s, 0, bt_train_clock_seconds(&c, wall), false, NULL, NULL);
+        int got = bt_trigger_check(&t, &(bt_trigger_at){s, 0, bt_train_clock_seconds(&c, wall), 0},
+                                   false, NULL, NULL);
         CHECK(got == (s % 10 == 0 ? BT_TRIGGER_SECONDS : 0));
     }
 }
@@ -230,7 +235,7 @@ static void s_simulate(const bt_trigger_config *cfg, int64_t split, s_log *log) 
     log->text[0] = '\0';
     bt_trigger t;
     bt_trigger_init(&t, cfg);
-    bt_trigger_mark(&t, 0, 0, 0.0);
+    bt_trigger_mark(&t, &(bt_trigger_at){0, 0, 0.0, 0});
     bt_trigger_observe(&t, 0, s_metric_mixed(0), NULL, 0);
     bt_train_clock c;
     bt_train_clock_init(&c, 0.0);
@@ -240,8 +245,9 @@ static void s_simulate(const bt_trigger_config *cfg, int64_t split, s_log *log) 
         wall += s % 3 ? 1.25 : 0.5;
         bt_trigger_event ev[2];
         int n_ev;
-        int r = bt_trigger_check(&t, s, s * 7 / 20, bt_train_clock_seconds(&c, wall), s % 11 < 3,
-                                 ev, &n_ev);
+        int r = bt_trigger_check(
+            &t, &(bt_trigger_at){s, s * 7 / 20, bt_train_clock_seconds(&c, wall), 0}, s % 11 < 3,
+            ev, &n_ev);
         for (int i = 0; i < n_ev; i++)
             s_logf(log, "%lld check %s %s\n", (long long)s, ev[i].kind, ev[i].reason);
         if (r) {
@@ -306,11 +312,11 @@ typedef struct s_trace {
 /*  Evaluates at step 0 and whenever the step trigger fires, feeding metric(step) each time. */
 static void s_drive(bt_trigger *t, int64_t steps, double (*metric)(int64_t), s_trace *tr) {
     memset(tr, 0, sizeof *tr);
-    bt_trigger_mark(t, 0, 0, 0.0);
+    bt_trigger_mark(t, &(bt_trigger_at){0, 0, 0.0, 0});
     CHECK(bt_trigger_observe(t, 0, metric(0), NULL, 0) == 0);
     for (int64_t s = 1; s <= steps; s++) {
         int n_ev = -1;
-        int r = bt_trigger_check(t, s, 0, 0.0, false, NULL, &n_ev);
+        int r = bt_trigger_check(t, &(bt_trigger_at){s, 0, 0.0, 0}, false, NULL, &n_ev);
         CHECK(n_ev == 0);
         if (!r)
             continue;
@@ -471,7 +477,7 @@ static void s_test_busy(void) {
     /* due at 5 while busy through 8: one "deferred" event, the evaluation at 9 */
     for (int64_t s = 1; s <= 9; s++) {
         bool busy = s >= 5 && s <= 8;
-        int r = bt_trigger_check(&t, s, 0, 0.0, busy, &ev, &n_ev);
+        int r = bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, busy, &ev, &n_ev);
         CHECK(r == (s == 9 ? BT_TRIGGER_STEPS : 0));
         CHECK(n_ev == (s == 5));
         if (s == 5) {
@@ -484,7 +490,7 @@ static void s_test_busy(void) {
     CHECK(t.fired == 1 && t.deferred == 1);
     /* the next interval counts from the evaluation at 9 */
     for (int64_t s = 10; s <= 14; s++)
-        CHECK(bt_trigger_check(&t, s, 0, 0.0, false, &ev, &n_ev) ==
+        CHECK(bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, false, &ev, &n_ev) ==
               (s == 14 ? BT_TRIGGER_STEPS : 0));
 
     /* the reason is remembered: deferred at 5, an earlier evaluation's flat metric doubles the
@@ -494,7 +500,7 @@ static void s_test_busy(void) {
     for (int64_t s = 1; s <= 6; s++) {
         if (s == 6)
             CHECK(bt_trigger_observe(&t, 4, 0.5, &ev, 1) == 1 && t.interval == 10);
-        CHECK(bt_trigger_check(&t, s, 0, 0.0, s == 5, NULL, NULL) ==
+        CHECK(bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, s == 5, NULL, NULL) ==
               (s == 6 ? BT_TRIGGER_STEPS : 0));
     }
 
@@ -506,7 +512,8 @@ static void s_test_busy(void) {
     for (int64_t s = 1; s <= 7; s++) {
         if (s == 6)
             CHECK(bt_trigger_observe(&t, 4, 0.5, &ev, 1) == 1 && t.interval == 10);
-        int r = bt_trigger_check(&t, s, 0, (double)s, s == 5 || s == 6, &ev, &n_ev);
+        int r = bt_trigger_check(&t, &(bt_trigger_at){s, 0, (double)s, 0}, s == 5 || s == 6, &ev,
+                                 &n_ev);
         deferred_events += n_ev;
         CHECK(r == (s == 7 ? (BT_TRIGGER_STEPS | BT_TRIGGER_SECONDS) : 0));
     }
@@ -516,16 +523,17 @@ static void s_test_busy(void) {
     cfg.every_seconds = 0.0;
     bt_trigger_init(&t, &cfg);
     for (int64_t s = 1; s <= 5; s++)
-        bt_trigger_check(&t, s, 0, 0.0, true, NULL, NULL);
+        bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, true, NULL, NULL);
     CHECK(t.pending);
-    bt_trigger_mark(&t, 5, 0, 0.0);
-    CHECK(!t.pending && bt_trigger_check(&t, 6, 0, 0.0, false, NULL, NULL) == 0);
+    bt_trigger_mark(&t, &(bt_trigger_at){5, 0, 0.0, 0});
+    CHECK(!t.pending &&
+          bt_trigger_check(&t, &(bt_trigger_at){6, 0, 0.0, 0}, false, NULL, NULL) == 0);
 
     /* fixed mode ignores busy: fires on schedule, no events */
     cfg.adaptive = false;
     bt_trigger_init(&t, &cfg);
     for (int64_t s = 1; s <= 20; s++) {
-        int r = bt_trigger_check(&t, s, 0, 0.0, true, &ev, &n_ev);
+        int r = bt_trigger_check(&t, &(bt_trigger_at){s, 0, 0.0, 0}, true, &ev, &n_ev);
         CHECK(r == (s % 5 == 0 ? BT_TRIGGER_STEPS : 0) && n_ev == 0);
     }
     CHECK(t.deferred == 0 && !t.pending);
@@ -585,10 +593,58 @@ static void s_test_config(void) {
     CHECK_OK(bt_trigger_config_validate(&c));
 }
 
+/*  Tokens: fires at the first check at or after each multiple of every_tokens (counted from the
+    last mark), once when a step's tokens span several multiples, independently of the step
+    trigger; the reasons read "steps+tokens" when both fire. */
+static void s_test_tokens(void) {
+    bt_trigger_config cfg;
+    bt_trigger_config_init(&cfg);
+    cfg.every_steps = 0;
+    cfg.every_tokens = 100.0;
+    CHECK_OK(bt_trigger_config_validate(&cfg));
+    bt_trigger t;
+    bt_trigger_init(&t, &cfg);
+    /* tokens after each step, and what a check should return: the multiples of 100 crossed */
+    const double tokens[] = {40, 99, 100, 150, 350, 399, 400, 401};
+    const int want[] = {0, 0, BT_TRIGGER_TOKENS, 0, BT_TRIGGER_TOKENS, 0, BT_TRIGGER_TOKENS, 0};
+    for (int i = 0; i < 8; i++)
+        CHECK(bt_trigger_check(&t, &(bt_trigger_at){.step = i + 1, .tokens = tokens[i]}, false,
+                               NULL, NULL) == want[i]);
+    CHECK(t.last_tokens == 400.0 && t.fired == 3);
+    /* a mark at 1,050 tokens: the next multiple is 1,150 */
+    bt_trigger_mark(&t, &(bt_trigger_at){.step = 9, .tokens = 1050});
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){.step = 10, .tokens = 1149}, false, NULL, NULL) ==
+          0);
+    CHECK(bt_trigger_check(&t, &(bt_trigger_at){.step = 11, .tokens = 1150}, false, NULL, NULL) ==
+          BT_TRIGGER_TOKENS);
+    /* with a step trigger beside it: each on its own schedule, both bits when both are due */
+    cfg.every_steps = 2;
+    bt_trigger_init(&t, &cfg);
+    int both = 0, steps_only = 0, tokens_only = 0;
+    for (int s = 1; s <= 12; s++) {
+        int r = bt_trigger_check(&t, &(bt_trigger_at){.step = s, .tokens = 35.0 * s}, false, NULL,
+                                 NULL);
+        bool step_due = s % 2 == 0, token_due = floor(35.0 * s / 100) > floor(35.0 * (s - 1) / 100);
+        CHECK(r == ((step_due ? BT_TRIGGER_STEPS : 0) | (token_due ? BT_TRIGGER_TOKENS : 0)));
+        both += step_due && token_due;
+        steps_only += step_due && !token_due;
+        tokens_only += !step_due && token_due;
+    }
+    CHECK(both > 0 && steps_only > 0 && tokens_only > 0);
+    char buf[64];
+    CHECK(strcmp(bt_trigger_reasons_str(BT_TRIGGER_STEPS | BT_TRIGGER_TOKENS, buf, sizeof buf),
+                 "steps+tokens") == 0);
+    CHECK(strcmp(bt_trigger_reasons_str(0, buf, sizeof buf), "") == 0);
+    cfg.every_tokens = -1;
+    CHECK(bt_trigger_config_validate(&cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "every_tokens: expected a number >= 0, got -1");
+}
+
 int main(void) {
     s_test_steps();
     s_test_epochs();
     s_test_seconds();
+    s_test_tokens();
     s_test_clock();
     s_test_resume();
     s_test_adaptive();

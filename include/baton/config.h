@@ -96,6 +96,7 @@ typedef struct bt_eval_dataset {
     bool robustness;                   /* generate: also the task's perturbed prompts */
     int64_t every_steps, every_epochs; /* 0: off */
     double every_seconds;              /* 0: off */
+    double every_tokens;               /* completion tokens sampled for training; 0: off */
     int data_source; /* resolved, not a key: the data.sources entry `source` names (its held-out
                         set, scored by its verifier); -1: none */
 } bt_eval_dataset;
@@ -210,6 +211,7 @@ typedef struct bt_config {
         int64_t every_steps;
         int64_t every_epochs;
         double every_seconds;
+        double every_tokens;
         int64_t heldout_count;
         int64_t samples;
         double temperature;

@@ -1,4 +1,5 @@
-/*  trigger.h — when a training run evaluates: every N steps, epochs or training seconds, with a
+/*  trigger.h — when a training run evaluates: every N steps, epochs, training seconds or sampled
+    tokens, with a
     step interval that can adapt to how fast the metric moves; pure computation, no clock read.
     Threading: one thread at a time.  Lifetime: plain values; copying one is checkpointing it. */
 #ifndef BATON_TRIGGER_H
@@ -17,6 +18,7 @@ typedef struct bt_trigger_config {
     int64_t every_steps;  /* fire every N training steps; 0: off */
     int64_t every_epochs; /* fire every N completed epochs; 0: off */
     double every_seconds; /* fire every N seconds of training time; 0: off */
+    double every_tokens;  /* fire every N completion tokens sampled for training; 0: off */
     bool adaptive;        /* adapt the step interval to the metric (bt_trigger_observe) */
     int64_t floor;        /* adaptive: least step interval, 1 <= floor <= every_steps */
     int64_t ceiling;      /* adaptive: greatest step interval, >= every_steps */
@@ -26,7 +28,7 @@ typedef struct bt_trigger_config {
     double ema;           /* adaptive: EMA weight of the newest rate, in (0, 1] */
 } bt_trigger_config;
 
-/*  every_steps 10, epochs and seconds off, not adaptive; floor 1, ceiling 80, fast 0.01,
+/*  every_steps 10, epochs, seconds and tokens off, not adaptive; floor 1, ceiling 80, fast 0.01,
     plateau 0.001, drop 0.05, ema 0.5. */
 void bt_trigger_config_init(bt_trigger_config *cfg);
 /*  BT_EINVAL with a message naming the field, e.g.
@@ -42,6 +44,7 @@ typedef struct bt_trigger {
     int64_t last_epoch;  /* epoch count at which the epoch trigger last fired or was marked (0) */
     double last_seconds; /* the multiple of every_seconds the time trigger last fired for, counted
                             from the last mark (0) */
+    double last_tokens;  /* the same for every_tokens and the token count */
     bool pending;        /* adaptive: due, but deferred because the evaluators were busy */
     int pending_reasons; /* adaptive: BT_TRIGGER_* bits remembered while pending */
     bool has_value;      /* a metric was observed: last_value, last_value_step are set */
@@ -58,8 +61,21 @@ typedef struct bt_trigger {
 typedef enum bt_trigger_reason {
     BT_TRIGGER_STEPS = 1,
     BT_TRIGGER_EPOCHS = 2,
-    BT_TRIGGER_SECONDS = 4
+    BT_TRIGGER_SECONDS = 4,
+    BT_TRIGGER_TOKENS = 8
 } bt_trigger_reason;
+
+/*  Where training stands at a check: the trigger's four counters. */
+typedef struct bt_trigger_at {
+    int64_t step;  /* training steps done */
+    int64_t epoch; /* completed epochs of the epoch source */
+    double
+        seconds; /* training seconds (bt_train_clock: the time a run was stopped does not count) */
+    double tokens; /* completion tokens sampled for training so far */
+} bt_trigger_at;
+
+/*  "steps+seconds": the names of the reason bits, joined by '+' ("" for none). */
+const char *bt_trigger_reasons_str(int reasons, char *buf, size_t len);
 
 typedef struct bt_trigger_event {
     const char *kind; /* static string: "interval" (the step interval changed), "alarm" (the
@@ -74,15 +90,15 @@ typedef struct bt_trigger_event {
 /*  cfg must have passed bt_trigger_config_validate.  Counts every interval from 0. */
 void bt_trigger_init(bt_trigger *t, const bt_trigger_config *cfg);
 
-/*  Called at a step boundary: step = training steps done, epoch = completed epochs, seconds =
-    training seconds (bt_train_clock: the time a run was stopped does not count), busy = the
-    evaluators still have queued work.  The three conditions are independent:
+/*  Called at a step boundary with where training stands (at), busy = the evaluators still have
+    queued work.  The four conditions are independent:
       steps   when every_steps > 0 and step - last_step >= interval; then last_step = step
       epochs  when every_epochs > 0 and epoch - last_epoch >= every_epochs; then last_epoch = epoch
       seconds when every_seconds > 0 and seconds - last_seconds >= every_seconds; then last_seconds
               advances by whole multiples of every_seconds to the last one <= seconds, so the
               trigger fires at the first check at or after each multiple (once when a gap spans
               several) and does not drift late by a step per evaluation.
+      tokens  the same with every_tokens, tokens and last_tokens.
     Only the conditions that fire update their 'last'.  Returns the OR of the reason bits that
     fired; 0: do not evaluate.
     Fixed mode ignores busy (the caller queues evaluations).  Adaptive mode, when due but busy:
@@ -90,12 +106,12 @@ void bt_trigger_init(bt_trigger *t, const bt_trigger_config *cfg);
     a "deferred" event.  The deferred evaluation fires at the first later check that is not busy,
     with the remembered reasons OR the ones due then.
     ev (room for one event) and n_ev may be NULL; *n_ev is set to 0 or 1. */
-int bt_trigger_check(bt_trigger *t, int64_t step, int64_t epoch, double seconds, bool busy,
-                     bt_trigger_event *ev, int *n_ev);
+int bt_trigger_check(bt_trigger *t, const bt_trigger_at *at, bool busy, bt_trigger_event *ev,
+                     int *n_ev);
 
-/*  Records an evaluation the caller ran outside the trigger (step 0, the final step), so all three
+/*  Records an evaluation the caller ran outside the trigger (step 0, the final step), so all four
     intervals count from it; clears a pending deferral. */
-void bt_trigger_mark(bt_trigger *t, int64_t step, int64_t epoch, double seconds);
+void bt_trigger_mark(bt_trigger *t, const bt_trigger_at *at);
 
 /*  Feeds the primary metric (higher is better) of the evaluation made at step.  Without adaptive,
     only records it and returns 0.  Adaptive (rates per step):
