@@ -163,6 +163,11 @@ static void s_check_full(const bt_config *cfg) {
     CHECK_OK(bt_evaluator_nll(m, tok, items, 3, nll, ntok));
     CHECK_REL(s_value(r, 0, "probes", "probe.two.logp"), -nll[0], 1e-5);
     CHECK(s_value(r, 0, "probes", "pair.order.ok") == (nll[1] / ntok[1] < nll[2] / ntok[2]));
+    /* both perplexities and their log-ratio margin, positive when the pair is ordered right */
+    CHECK_REL(s_value(r, 0, "probes", "pair.order.better_ppl"), exp(nll[1] / ntok[1]), 1e-5);
+    CHECK_REL(s_value(r, 0, "probes", "pair.order.worse_ppl"), exp(nll[2] / ntok[2]), 1e-5);
+    CHECK_REL(s_value(r, 0, "probes", "pair.order.margin"), nll[2] / ntok[2] - nll[1] / ntok[1],
+              1e-5);
     bt_source_destroy(&task);
     bt_tokenizer_destroy(&tok);
     bt_model_destroy(&m);

@@ -623,6 +623,13 @@ static double s_metrics_probes(s_metrics *m, const bt_evaluator_sums *s,
             double w = s->probe_nll[i][1] / (double)s->probe_tokens[i][1];
             snprintf(key, sizeof key, "pair.%s.ok", p->name);
             s_put(m, key, b < w);
+            snprintf(key, sizeof key, "pair.%s.better_ppl", p->name);
+            s_put(m, key, exp(b));
+            snprintf(key, sizeof key, "pair.%s.worse_ppl", p->name);
+            s_put(m, key, exp(w));
+            snprintf(key, sizeof key, "pair.%s.margin",
+                     p->name); /* log(PPL(worse) / PPL(better)) */
+            s_put(m, key, w - b);
             right += b < w;
             pairs++;
         } else {

@@ -97,7 +97,7 @@ typedef struct bt_eval_metric {
     double value;  /* NaN when undefined (no examples) */
 } bt_eval_metric;
 
-#define BT_EVAL_MAX_METRICS 64
+#define BT_EVAL_MAX_METRICS 96 /* 16 pair probes x 4, and the rest */
 
 /*  The metrics of aggregated sums of a dataset of the given kind, in a fixed order (docs/config.md
     lists them): generate: examples, accuracy, accuracy_stderr, [pass@1, pass@1_stderr, pass@k,
