@@ -363,6 +363,7 @@ static const s_key s_dataset_keys[] = {
      .lo = 0,
      .hi = S_TOKENS_MAX},
     {.path = "robustness", .type = S_BOOL, S_DS(robustness), .def = 0},
+    {.path = "stride", .type = S_INT, S_DS(stride), .def = 0, .lo = 0, .hi = S_INF},
     {.path = "every_steps", .type = S_INT, S_DS(every_steps), .def = -1, .lo = 0, .hi = S_INF},
     {.path = "every_epochs", .type = S_INT, S_DS(every_epochs), .def = -1, .lo = 0, .hi = S_INF},
     {.path = "every_seconds",

@@ -443,15 +443,124 @@ bt_status bt_evaluator_perplexity_task(bt_model *model, const bt_tokenizer_t *to
     return st;
 }
 
+/*  One window of a rolling perplexity: its input is seq[start, start + len) of seq = BOS + the
+    text's tokens, and its last pred positions are scored (each predicts the id after it). */
+typedef struct s_window {
+    int64_t start, len, pred;
+} s_window;
+
+/*  lm-evaluation-harness's rolling windows (utils.get_rolling_token_windows, with context_len =
+    max_len - stride + 1) of a text of n tokens: the first window predicts its first
+    min(max_len, n) tokens from BOS on; each next one predicts the next stride (or fewer, at the
+    end) with the max_len ids before each as its input.  Writes them into out (room for
+    n / stride + 2) and returns how many. */
+static int64_t s_windows(int64_t n, int64_t max_len, int64_t stride, s_window *out) {
+    int64_t k = 0, first = n < max_len ? n : max_len, predicted = first;
+    out[k++] = (s_window){.start = 0, .len = first, .pred = first};
+    while (predicted < n) {
+        int64_t pred = n - predicted < stride ? n - predicted : stride, end = predicted + pred;
+        out[k++] = (s_window){.start = end - max_len, .len = max_len, .pred = pred};
+        predicted = end;
+    }
+    return k;
+}
+
+/*  The NLL of seq[1, n] (seq = BOS + a text's n tokens) by rolling windows of max_len ids, rows
+    windows per forward pass; *nll summed in float64. */
+static bt_status s_nll_rolling(bt_model *model, bt_ctx *ctx, const int32_t *seq, int64_t n,
+                               int64_t max_len, int64_t stride, int64_t pad, double *nll) {
+    s_window *w = malloc(sizeof *w * (size_t)(n / stride + 2));
+    int64_t T = max_len + 1, rows = BT_EVALUATOR_NLL_CHUNK; /* the input and its last target */
+    int64_t *ids = calloc((size_t)(rows * T), sizeof *ids), *mask = calloc((size_t)(rows * T), 8);
+    float *lp = malloc(sizeof *lp * (size_t)(rows * max_len));
+    bt_status st = w && ids && mask && lp ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    int64_t k = st == BT_OK ? s_windows(n, max_len, stride, w) : 0;
+    *nll = 0.0;
+    for (int64_t first = 0; first < k && st == BT_OK; first += rows) {
+        int64_t m = k - first < rows ? k - first : rows;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t t = 0; t < T; t++) {
+                bool in = t <= w[first + r].len; /* the window's ids and the target after them */
+                ids[r * T + t] = in ? seq[w[first + r].start + t] : pad;
+                mask[r * T + t] = in;
+            }
+        bt_device dev = bt_model_device(model);
+        const int64_t shape[2] = {m, T};
+        bool grad = bt_set_grad_enabled(false);
+        bt_tensor *tid = bt_from_host(ctx, BT_I64, dev, 2, shape, ids);
+        bt_tensor *tmask = bt_from_host(ctx, BT_I64, dev, 2, shape, mask);
+        bt_tensor *logp = tid && tmask ? bt_model_token_logprobs(model, ctx, tid, tmask, 1.0, NULL)
+                                       : NULL; /* (m, T - 1): element t predicts id t + 1 */
+        bt_set_grad_enabled(grad);
+        st = logp ? bt_to_host(logp, lp, sizeof *lp * (size_t)(m * max_len)) : BT_ETORCH;
+        for (int64_t r = 0; r < m && st == BT_OK; r++)
+            for (int64_t t = w[first + r].len - w[first + r].pred; t < w[first + r].len; t++)
+                *nll -= (double)lp[r * max_len + t];
+        bt_ctx_reset(ctx);
+    }
+    free(w);
+    free(ids);
+    free(mask);
+    free(lp);
+    return st;
+}
+
+/*  Text i's ids (BOS + its tokens) into *seq (caller frees) and its token count into *n. */
+static bt_status s_encode_text(const bt_tokenizer_t *tok, const char *text, int32_t **seq,
+                               int64_t *n) {
+    size_t len = strlen(text), got = 0;
+    *seq = malloc((len + 2) * sizeof **seq);
+    if (!*seq)
+        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    bt_status st = bt_tokenizer_encode(tok, text, len, true, *seq, len + 1, &got);
+    *n = (int64_t)got - 1;
+    return st == BT_OK && *n < 1 ? bt_fail(BT_EINVAL, "evaluator: an empty text to score") : st;
+}
+
 bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *tok,
                                         const char *const *texts, size_t start, size_t count,
-                                        bt_evaluator_sums *out) {
-    bt_nll_item *items = calloc(count + 1, sizeof *items);
-    if (!items)
-        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
-    for (size_t i = 0; i < count; i++)
-        items[i] = (bt_nll_item){.context = "", .continuation = texts[start + i]};
-    bt_status st = s_perplexity(model, tok, items, (int64_t)count, out);
+                                        int64_t stride, bt_evaluator_sums *out) {
+    int64_t max_len = bt_model_get_config(model)->max_position_embeddings;
+    stride = stride > 0 && stride < max_len ? stride : max_len;
+    bt_nll_item *items = calloc(BT_EVALUATOR_NLL_CHUNK, sizeof *items);
+    double nll[BT_EVALUATOR_NLL_CHUNK];
+    int64_t tokens[BT_EVALUATOR_NLL_CHUNK];
+    bt_ctx *ctx = bt_ctx_new();
+    bt_status st = items && ctx ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    double t0 = bt_now();
+    /* texts that fit in one window go in chunks of the indices' multiples of the chunk size (so a
+       shard computes each as a single pass does), the longer ones by rolling windows */
+    for (size_t at = start; at < start + count && st == BT_OK;) {
+        size_t end = (at / BT_EVALUATOR_NLL_CHUNK + 1) * BT_EVALUATOR_NLL_CHUNK;
+        end = end < start + count ? end : start + count;
+        int64_t n_items = 0;
+        for (; at < end && st == BT_OK; at++) {
+            int32_t *seq = NULL;
+            int64_t n = 0;
+            st = s_encode_text(tok, texts[at], &seq, &n);
+            if (st == BT_OK && n <= max_len) {
+                items[n_items++] = (bt_nll_item){.context = "", .continuation = texts[at]};
+            } else if (st == BT_OK) {
+                double sum = 0.0;
+                st =
+                    s_nll_rolling(model, ctx, seq, n, max_len, stride, bt_tokenizer_pad(tok), &sum);
+                out->nll_sum += sum;
+                out->nll_tokens += n;
+                out->texts++;
+            }
+            free(seq);
+        }
+        if (st == BT_OK && n_items > 0)
+            st = bt_evaluator_nll(model, tok, items, n_items, nll, tokens);
+        for (int64_t i = 0; i < n_items && st == BT_OK; i++) {
+            out->nll_sum += nll[i];
+            out->nll_tokens += tokens[i];
+            out->texts++;
+        }
+    }
+    out->compute_s += bt_now() - t0;
+    out->peak_rss_mb = bt_evaluator_peak_rss_mb();
+    bt_ctx_destroy(&ctx);
     free(items);
     return st;
 }
@@ -743,7 +852,7 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
             return bt_fail(BT_EINVAL, "evaluator: texts [%zu, %zu) exceed the %zu of %s", start,
                            start + count, s->n_texts[i], d->source);
         return bt_evaluator_perplexity_texts(model, tok, (const char *const *)s->texts[i], start,
-                                             count, out);
+                                             count, d->stride, out);
     }
     if (d->kind == BT_EVAL_PERPLEXITY)
         return bt_evaluator_perplexity_task(model, tok, s->task, start, count, out);

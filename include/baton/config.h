@@ -93,7 +93,9 @@ typedef struct bt_eval_dataset {
     int64_t samples;                 /* completions per example (generate) */
     double temperature;              /* 0: greedy */
     int64_t max_new_tokens;
-    bool robustness;                   /* generate: also the task's perturbed prompts */
+    int64_t stride;  /* perplexity: tokens each rolling window after the first scores; 0: the
+                        context length (disjoint windows) */
+    bool robustness; /* generate: also the task's perturbed prompts */
     int64_t every_steps, every_epochs; /* 0: off */
     double every_seconds;              /* 0: off */
     double every_tokens;               /* completion tokens sampled for training; 0: off */

@@ -83,10 +83,17 @@ bt_status bt_evaluator_nll(bt_model *model, const bt_tokenizer_t *tok, const bt_
 bt_status bt_evaluator_perplexity_task(bt_model *model, const bt_tokenizer_t *tok,
                                        const bt_source_t *task, size_t start, size_t count,
                                        bt_evaluator_sums *out);
-/*  Perplexity of texts[start, start + count) (context "", no EOS). */
+/*  Perplexity of texts[start, start + count) (context "", no EOS): the NLL of each text's tokens
+    given BOS and the tokens before them.  A text longer than the model's context
+    (max_position_embeddings, L) is scored by rolling windows as lm-evaluation-harness's
+    loglikelihood_rolling does (utils.get_rolling_token_windows): the first window scores its
+    first L tokens from BOS on, each next one the next `stride` tokens (stride 0 or >= L: L, the
+    harness's disjoint windows) with the L tokens before each as its context.  Texts that fit go
+    BT_EVALUATOR_NLL_CHUNK at a time by index (chunks start at its multiples), so a shard that
+    starts at one computes each text as a single pass does. */
 bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *tok,
                                         const char *const *texts, size_t start, size_t count,
-                                        bt_evaluator_sums *out);
+                                        int64_t stride, bt_evaluator_sums *out);
 /*  All probes into out's probe fields. */
 bt_status bt_evaluator_probes(bt_model *model, const bt_tokenizer_t *tok,
                               const bt_eval_probe *probes, int64_t n, bt_evaluator_sums *out);

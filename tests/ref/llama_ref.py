@@ -39,10 +39,10 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def main():
-    folder, ids = sys.argv[1], [int(t) for t in sys.argv[2:]]
+def logits(folder, ids, w=None):
+    """The logits (len(ids), vocab) of one sequence, float64."""
     cfg = json.load(open(folder + "/config.json"))
-    w = load(folder + "/model.safetensors")
+    w = w if w is not None else load(folder + "/model.safetensors")
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     Hkv, eps = cfg.get("num_key_value_heads", H), cfg.get("rms_norm_eps", 1e-6)
     D = cfg.get("head_dim") or C // H
@@ -83,7 +83,8 @@ def main():
         x = x + ((g / (1 + np.exp(-g))) * up) @ w[p + "mlp.down_proj.weight"].T
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    print(json.dumps((x @ head.T).tolist()))
+    return x @ head.T
 
 
-main()
+if __name__ == "__main__":
+    print(json.dumps(logits(sys.argv[1], [int(t) for t in sys.argv[2:]]).tolist()))
