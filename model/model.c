@@ -21,6 +21,7 @@
     12 /* parameters per decoder layer, at most (Qwen2's 3 biases; Qwen3's 2 norms) */
 #define S_CONFIG_MAX (1 << 20)     /* largest config.json read, in bytes */
 #define S_POSITION_MAX 2147483647. /* upper clamp for positions */
+#define S_HEAD_DIM_MAX 1024        /* head_dim a scaled rope table is computed for */
 
 /* ---- config.json ------------------------------------------------------------------------------
  */
@@ -182,7 +183,7 @@ static bt_status s_check_supported(const cJSON *root, const char *src) {
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
         return s_type_error(src, "hidden_act", "\"silu\"", act);
-    const char *off[] = {"attention_bias", "mlp_bias", "rope_scaling"};
+    const char *off[] = {"attention_bias", "mlp_bias"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, off[i]);
         if (item && !cJSON_IsFalse(item) && !cJSON_IsNull(item))
@@ -212,6 +213,9 @@ static bt_status s_parse_fields(const cJSON *root, const char *src, bt_model_con
         st = s_get_number(root, src, "rope_theta", &c->rope_theta);
     if (st == BT_OK)
         st = s_get_int(root, src, "max_position_embeddings", false, &c->max_position_embeddings);
+    if (st == BT_OK)
+        st = bt_rope_scaling_parse(cJSON_GetObjectItemCaseSensitive(root, "rope_scaling"), src,
+                                   &c->rope_scaling);
     if (st == BT_OK)
         st = s_get_bool(root, src, "tie_word_embeddings", &c->tie_word_embeddings);
     if (st == BT_OK)
@@ -289,6 +293,9 @@ char *bt_model_config_to_json(const bt_model_config *c) {
     cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(root, "max_position_embeddings", (double)c->max_position_embeddings);
+    cJSON *scaling = bt_rope_scaling_to_json(&c->rope_scaling);
+    if (scaling)
+        cJSON_AddItemToObject(root, "rope_scaling", scaling);
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddItemToObject(root, "bos_token_id", s_token_json(c->bos_token_id));
     cJSON_AddItemToObject(root, "eos_token_id", s_token_json(c->eos_token_id));
@@ -669,9 +676,28 @@ static bt_tensor *s_positions(bt_ctx *ctx, bt_tensor *mask, bt_tensor *base) {
     return base ? bt_add(ctx, pos, base) : pos;
 }
 
+/*  The rotary tables of positions: the plain frequencies, or those of config.json's rope_scaling
+    (dynamic: by the pass's sequence length, its largest position + 1). */
 static bt_status s_rope_tables(const bt_model *m, bt_ctx *ctx, bt_tensor *positions, s_pass *p) {
-    int64_t D = bt_model_head_dim(&m->cfg);
-    return bt_rope_tables(ctx, positions, D, m->cfg.rope_theta, BT_F32, &p->cos, &p->sin);
+    const bt_model_config *c = &m->cfg;
+    int64_t D = bt_model_head_dim(c);
+    if (c->rope_scaling.kind == BT_ROPE_SCALING_NONE)
+        return bt_rope_tables(ctx, positions, D, c->rope_theta, NULL, 1.0, BT_F32, &p->cos,
+                              &p->sin);
+    int64_t seq_len = 0;
+    if (c->rope_scaling.kind == BT_ROPE_SCALING_DYNAMIC) {
+        double top = 0;
+        bt_tensor *max = bt_max(ctx, bt_max(ctx, positions, 1, false), 0, false);
+        if (!max || bt_item(max, &top) != BT_OK)
+            return BT_ETORCH;
+        seq_len = (int64_t)top + 1;
+    }
+    double inv[S_HEAD_DIM_MAX / 2], scale = 1.0;
+    if (D > S_HEAD_DIM_MAX)
+        return bt_fail(BT_EINVAL, "model: head_dim %lld exceeds %d", (long long)D, S_HEAD_DIM_MAX);
+    bt_rope_scaling_inv_freq(&c->rope_scaling, c->rope_theta, D, c->max_position_embeddings,
+                             seq_len, inv, &scale);
+    return bt_rope_tables(ctx, positions, D, c->rope_theta, inv, scale, BT_F32, &p->cos, &p->sin);
 }
 
 /*  Allowed (B, 1, T, Tk) for queries in slots offset..offset+T-1 over keys in slots 0..Tk-1:

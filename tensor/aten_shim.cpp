@@ -81,7 +81,9 @@ static const bool s_malloc_tuned = [] {
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static bool s_error_is_empty() { return bt_last_error()[0] == '\0'; }
+static bool s_error_is_empty() {
+    return bt_last_error()[0] == '\0';
+}
 
 /*  An op was given a NULL input: keep the error that produced it, or say what happened. */
 static bt_tensor *s_null_input(const char *op) {
@@ -203,8 +205,9 @@ static bt_dtype s_bt_dtype(at::ScalarType s) {
     case at::kInt: return BT_I32;
     case at::kByte: return BT_U8;
     case at::kBool: return BT_BOOL;
-    default: throw std::invalid_argument(std::string("dtype not supported by baton: ") +
-                                         c10::toString(s));
+    default:
+        throw std::invalid_argument(std::string("dtype not supported by baton: ") +
+                                    c10::toString(s));
     }
 }
 
@@ -240,7 +243,9 @@ static at::IntArrayRef s_shape_view(int ndim, const int64_t *shape) {
 
 /* ---- dtypes and devices ---------------------------------------------------------------------- */
 
-extern "C" bt_device bt_cpu(void) { return bt_device{BT_DEVICE_CPU, 0}; }
+extern "C" bt_device bt_cpu(void) {
+    return bt_device{BT_DEVICE_CPU, 0};
+}
 
 extern "C" bt_status bt_device_parse(const char *text, bt_device *out) {
     if (!text || !out)
@@ -304,7 +309,9 @@ extern "C" void bt_set_num_threads(int n) {
         s_set_threads(n);
 }
 
-extern "C" int bt_get_num_threads(void) { return at::get_num_threads(); }
+extern "C" int bt_get_num_threads(void) {
+    return at::get_num_threads();
+}
 
 extern "C" bt_status bt_threads_from_env(void) {
     const char *env = getenv("BATON_THREADS");
@@ -319,7 +326,9 @@ extern "C" bt_status bt_threads_from_env(void) {
     return BT_OK;
 }
 
-extern "C" const char *bt_torch_version(void) { return TORCH_VERSION; }
+extern "C" const char *bt_torch_version(void) {
+    return TORCH_VERSION;
+}
 
 extern "C" bool bt_torch_has_cuda(void) {
     try {
@@ -334,7 +343,9 @@ extern "C" bool bt_torch_has_cuda(void) {
 /*  libtorch 2.4 made autocast's controls per device type (the CPU- and CUDA-named ones before it
     are deprecated since). */
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-static bool s_autocast_enabled(at::DeviceType t) { return at::autocast::is_autocast_enabled(t); }
+static bool s_autocast_enabled(at::DeviceType t) {
+    return at::autocast::is_autocast_enabled(t);
+}
 static at::ScalarType s_autocast_dtype(at::DeviceType t) {
     return at::autocast::get_autocast_dtype(t);
 }
@@ -459,7 +470,9 @@ extern "C" void bt_ctx_destroy(bt_ctx **self_p) {
     *self_p = nullptr;
 }
 
-extern "C" size_t bt_ctx_size(const bt_ctx *self) { return self ? self->items.size() : 0; }
+extern "C" size_t bt_ctx_size(const bt_ctx *self) {
+    return self ? self->items.size() : 0;
+}
 
 /* ---- creation and host I/O ------------------------------------------------------------------- */
 
@@ -535,7 +548,9 @@ extern "C" void *bt_data_ptr(bt_tensor *t) {
 
 /* ---- queries --------------------------------------------------------------------------------- */
 
-extern "C" int bt_ndim(const bt_tensor *t) { return t ? (int)t->t.dim() : -1; }
+extern "C" int bt_ndim(const bt_tensor *t) {
+    return t ? (int)t->t.dim() : -1;
+}
 
 extern "C" int64_t bt_dim(const bt_tensor *t, int dim) {
     if (!t)
@@ -545,9 +560,13 @@ extern "C" int64_t bt_dim(const bt_tensor *t, int dim) {
     return (d >= 0 && d < n) ? t->t.size(d) : -1;
 }
 
-extern "C" int64_t bt_numel(const bt_tensor *t) { return t ? t->t.numel() : -1; }
+extern "C" int64_t bt_numel(const bt_tensor *t) {
+    return t ? t->t.numel() : -1;
+}
 
-extern "C" bt_dtype bt_dtype_of(const bt_tensor *t) { return s_bt_dtype(t->t.scalar_type()); }
+extern "C" bt_dtype bt_dtype_of(const bt_tensor *t) {
+    return s_bt_dtype(t->t.scalar_type());
+}
 
 extern "C" bt_device bt_device_of(const bt_tensor *t) {
     if (t->t.is_cuda())
@@ -651,7 +670,7 @@ extern "C" bt_status bt_copy_(bt_tensor *dst, bt_tensor *src) {
 #define SCALAR_OP(name, expr)                                                                      \
     extern "C" bt_tensor *name(bt_ctx *ctx, bt_tensor *t, double s) {                              \
         NEED1(#name, t);                                                                           \
-        return s_op(ctx, #name, [&] { return expr; });                                            \
+        return s_op(ctx, #name, [&] { return expr; });                                             \
     }
 
 BINARY_OP(bt_add, a->t + b->t)
@@ -666,7 +685,7 @@ BINARY_OP(bt_eq, at::eq(a->t, b->t))
 BINARY_OP(bt_matmul, at::matmul(a->t, b->t))
 BINARY_OP(bt_linear, at::linear(a->t, b->t))
 SCALAR_OP(bt_add_scalar, t->t + s)
-SCALAR_OP(bt_mul_scalar, t->t * s)
+SCALAR_OP(bt_mul_scalar, t->t *s)
 SCALAR_OP(bt_pow_scalar, at::pow(t->t, s))
 SCALAR_OP(bt_gt_scalar, t->t.gt(s))
 SCALAR_OP(bt_lt_scalar, t->t.lt(s))
@@ -707,7 +726,8 @@ extern "C" bt_tensor *bt_embedding(bt_ctx *ctx, bt_tensor *weight, bt_tensor *id
 extern "C" bt_tensor *bt_rms_norm(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, double eps) {
     NEED2("bt_rms_norm", x, w);
     return s_op(ctx, "bt_rms_norm", [&] {
-        /* as Hugging Face LlamaRMSNorm: normalise in (at least) float32, scale in the input dtype */
+        /* as Hugging Face LlamaRMSNorm: normalise in (at least) float32, scale in the input dtype
+         */
         at::Tensor h = x->t.scalar_type() == at::kDouble ? x->t : x->t.to(at::kFloat);
         at::Tensor y = h * at::rsqrt(h.pow(2).mean(-1, true) + eps);
         return w->t * y.to(x->t.scalar_type());
@@ -715,8 +735,8 @@ extern "C" bt_tensor *bt_rms_norm(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, doubl
 }
 
 extern "C" bt_status bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t head_dim,
-                                    double theta, bt_dtype dtype, bt_tensor **cos_out,
-                                    bt_tensor **sin_out) {
+                                    double theta, const double *inv_freq, double scale,
+                                    bt_dtype dtype, bt_tensor **cos_out, bt_tensor **sin_out) {
     if (!positions)
         return s_null_input_status("bt_rope_tables");
     if (!ctx || !cos_out || !sin_out || head_dim <= 0 || head_dim % 2)
@@ -724,12 +744,20 @@ extern "C" bt_status bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t h
     return s_status("bt_rope_tables", [&] {
         /* RoFormer (Su et al. 2021): inv_freq_i = theta^(-2i/D), i < D/2 */
         auto fopt = at::TensorOptions().dtype(at::kFloat).device(positions->t.device());
-        at::Tensor inv = at::pow(theta, -at::arange(0, head_dim, 2, fopt) / (double)head_dim);
-        at::Tensor freqs = positions->t.to(at::kFloat).unsqueeze(-1) * inv;  /* (B, T, D/2) */
-        at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);           /* (B, 1, T, D) */
+        at::Tensor inv =
+            inv_freq ? at::from_blob(const_cast<double *>(inv_freq), {head_dim / 2}, at::kDouble)
+                           .to(fopt)
+                     : at::pow(theta, -at::arange(0, head_dim, 2, fopt) / (double)head_dim);
+        at::Tensor freqs = positions->t.to(at::kFloat).unsqueeze(-1) * inv; /* (B, T, D/2) */
+        at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);          /* (B, 1, T, D) */
         at::ScalarType st = s_scalar_type(dtype);
-        *cos_out = s_wrap(ctx, emb.cos().to(st));
-        *sin_out = s_wrap(ctx, emb.sin().to(st));
+        at::Tensor c = emb.cos(), s = emb.sin();
+        if (scale != 1.0) {
+            c = c * scale;
+            s = s * scale;
+        }
+        *cos_out = s_wrap(ctx, c.to(st));
+        *sin_out = s_wrap(ctx, s.to(st));
     });
 }
 
@@ -760,8 +788,8 @@ static at::Tensor s_repeat_kv(const at::Tensor &kv, int64_t heads) {
         return kv;
     if (hkv <= 0 || heads % hkv)
         throw std::invalid_argument("query heads (" + std::to_string(heads) +
-                                    ") not a multiple of key/value heads (" +
-                                    std::to_string(hkv) + ")");
+                                    ") not a multiple of key/value heads (" + std::to_string(hkv) +
+                                    ")");
     auto s = kv.sizes();
     return kv.unsqueeze(2)
         .expand({s[0], hkv, heads / hkv, s[2], s[3]})
@@ -864,9 +892,7 @@ extern "C" bt_status bt_sort(bt_ctx *ctx, bt_tensor *t, int dim, bool descending
 
 extern "C" bt_tensor *bt_multinomial(bt_ctx *ctx, bt_gen *gen, bt_tensor *probs) {
     NEED2("bt_multinomial", gen, probs);
-    return s_op(ctx, "bt_multinomial", [&] {
-        return at::multinomial(probs->t, 1, false, gen->g);
-    });
+    return s_op(ctx, "bt_multinomial", [&] { return at::multinomial(probs->t, 1, false, gen->g); });
 }
 
 /* ---- autograd -------------------------------------------------------------------------------- */
@@ -877,7 +903,9 @@ extern "C" bt_status bt_set_requires_grad(bt_tensor *t, bool requires_grad) {
     return s_status("bt_set_requires_grad", [&] { t->t.requires_grad_(requires_grad); });
 }
 
-extern "C" bool bt_requires_grad(const bt_tensor *t) { return t && t->t.requires_grad(); }
+extern "C" bool bt_requires_grad(const bt_tensor *t) {
+    return t && t->t.requires_grad();
+}
 
 extern "C" bt_status bt_backward(bt_tensor *t) {
     if (!t)
@@ -993,7 +1021,9 @@ extern "C" bt_status bt_adamw_step(bt_adamw *self, double lr) {
     });
 }
 
-extern "C" int64_t bt_adamw_steps(const bt_adamw *self) { return self ? self->steps : 0; }
+extern "C" int64_t bt_adamw_steps(const bt_adamw *self) {
+    return self ? self->steps : 0;
+}
 
 extern "C" void bt_adamw_set_steps(bt_adamw *self, int64_t steps) {
     if (self)
@@ -1172,9 +1202,15 @@ extern "C" void bt_group_destroy(bt_group **self_p) {
     *self_p = nullptr;
 }
 
-extern "C" int bt_group_rank(const bt_group *self) { return self ? self->rank : -1; }
-extern "C" bool bt_group_broken(const bt_group *self) { return self && self->broken; }
-extern "C" int bt_group_world(const bt_group *self) { return self ? self->world : 0; }
+extern "C" int bt_group_rank(const bt_group *self) {
+    return self ? self->rank : -1;
+}
+extern "C" bool bt_group_broken(const bt_group *self) {
+    return self && self->broken;
+}
+extern "C" int bt_group_world(const bt_group *self) {
+    return self ? self->world : 0;
+}
 
 /*  Runs one collective on tensors flattened into a buffer per dtype, then copies the results
     back: one message per dtype instead of one per tensor. */
@@ -1214,9 +1250,8 @@ extern "C" bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *
                 p.mutable_grad() = at::zeros_like(p);
             grads.push_back(p.mutable_grad());
         }
-        s_flat_collective(grads, [&](std::vector<at::Tensor> &buf) {
-            self->pg->allreduce(buf)->wait();
-        });
+        s_flat_collective(grads,
+                          [&](std::vector<at::Tensor> &buf) { self->pg->allreduce(buf)->wait(); });
     });
 }
 
@@ -1238,7 +1273,8 @@ extern "C" bt_status bt_group_allreduce_f64(bt_group *self, double *values, int 
 
 extern "C" bt_status bt_group_broadcast(bt_group *self, bt_tensor *const *ts, int n, int root) {
     if (!self || !ts || n < 1 || root < 0 || root >= self->world)
-        return bt_fail(BT_EINVAL, "bt_group_broadcast: NULL group, no tensors or root out of range");
+        return bt_fail(BT_EINVAL,
+                       "bt_group_broadcast: NULL group, no tensors or root out of range");
     return s_collective(self, "bt_group_broadcast", [&] {
         at::NoGradGuard no_grad;
         std::vector<at::Tensor> all;

@@ -1059,6 +1059,128 @@ static void test_reference_logits(void) {
     bt_ctx_destroy(&ctx);
 }
 
+/*  The logits of ids (n) by tests/ref/llama_ref.py on the model folder dir, into out (n x V);
+    false when the reference did not answer. */
+static bool s_ref_logits(const char *dir, const int64_t *ids, int n, int64_t V, double *out) {
+    const char *src = getenv("BATON_SOURCE_DIR");
+    char cmd[1024];
+    int len = snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/llama_ref.py %s",
+                       src ? src : ".", dir);
+    for (int i = 0; i < n; i++)
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %lld", (long long)ids[i]);
+    FILE *p = popen(cmd, "r");
+    static char text[1 << 21];
+    size_t got = p ? fread(text, 1, sizeof text - 1, p) : 0;
+    text[got] = '\0';
+    if (p)
+        pclose(p);
+    cJSON *rows = cJSON_Parse(text);
+    bool ok = cJSON_GetArraySize(rows) == n;
+    for (int t = 0; ok && t < n; t++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, t);
+        ok = cJSON_GetArraySize(row) == V;
+        for (int64_t v = 0; ok && v < V; v++)
+            out[t * V + v] = cJSON_GetArrayItem(row, (int)v)->valuedouble;
+    }
+    cJSON_Delete(rows);
+    return ok;
+}
+
+/*  config.json's rope_scaling, each kind Hugging Face models ship, against llama_ref.py's
+    float64 rotary scalings (written from transformers' modeling_rope_utils): a model with a
+    context of 8 positions run on 12 tokens (past it, where dynamic and yarn differ from plain
+    rope), max |diff| of the logits < 1e-4; each kind's logits differ from the unscaled model's
+    (the scaling took effect), the saved config.json reads back the same rope_scaling, and what
+    no kind takes is refused by name. */
+static void test_rope_scaling(void) {
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        fprintf(stderr, "test_model: /usr/bin/python3 missing, rope scaling not checked\n");
+        return;
+    }
+    const char *kinds[] = {
+        "{\"rope_type\": \"linear\", \"factor\": 2.0}", "{\"type\": \"dynamic\", \"factor\": 2.0}",
+        "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 8}",
+        "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+        " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}"};
+    enum { T = 12 };
+    const int64_t ids[T] = {256, 49, 43, 55, 61, 3, 200, 17, 90, 33, 120, 7},
+                  ones[T] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    bt_ctx *ctx = bt_ctx_new();
+    bt_model_config cfg = s_config(2);
+    cfg.max_position_embeddings = 8;
+    cfg.head_dim = 16; /* 8 frequencies: yarn's ramp and llama3's band both fall inside */
+    cfg.num_attention_heads = 2;
+    cfg.num_key_value_heads = 1;
+    cfg.rope_theta = 500.0;
+    bt_model *plain = bt_model_new(&cfg, bt_cpu(), 29);
+    float *base =
+        s_host(bt_model_forward(plain, ctx, s_i64(ctx, 1, T, ids), s_i64(ctx, 1, T, ones)));
+    double *want = malloc(sizeof *want * T * V);
+    for (int k = 0; k < 4; k++) {
+        char dir[] = "/tmp/bt_rope_XXXXXX", json[1024];
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(json, sizeof json,
+                 "{\"vocab_size\": %d, \"hidden_size\": 32, \"intermediate_size\": 88,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+                 " \"num_key_value_heads\": 1, \"head_dim\": 16, \"rope_theta\": 500,"
+                 " \"max_position_embeddings\": 8, \"rope_scaling\": %s}",
+                 V, kinds[k]);
+        bt_model_config scaled;
+        CHECK_OK(bt_model_config_parse(json, "c.json", &scaled));
+        bt_model *m = bt_model_new(&scaled, bt_cpu(), 29); /* plain's weights */
+        CHECK_OK(bt_model_save(m, NULL, dir));
+        float *got =
+            s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, T, ids), s_i64(ctx, 1, T, ones)));
+        CHECK(got && s_ref_logits(dir, ids, T, V, want));
+        double worst = 0, moved = 0;
+        for (int i = 0; got && i < T * V; i++) {
+            worst = fmax(worst, fabs(want[i] - got[i]));
+            moved = fmax(moved, fabs((double)got[i] - base[i]));
+        }
+        printf("rope_scaling %s: max |diff| %.3g against the reference, %.3g from plain rope\n",
+               kinds[k], worst, moved);
+        CHECK(worst < 1e-4 && moved > 100 * worst && moved > 1e-5); /* the scaling shows */
+        bt_model *back = bt_model_load(dir, bt_cpu());
+        CHECK(back && memcmp(&bt_model_get_config(back)->rope_scaling, &scaled.rope_scaling,
+                             sizeof scaled.rope_scaling) == 0);
+        bt_model_destroy(&back);
+        free(got);
+        bt_model_destroy(&m);
+        bt_ctx_reset(ctx);
+        s_remove_dir(dir);
+    }
+    const struct {
+        const char *scaling, *error;
+    } bad[] = {
+        {"{\"rope_type\": \"longrope\", \"factor\": 2}",
+         "c.json: rope_scaling.rope_type: expected one of default, linear, dynamic, yarn, llama3, "
+         "got \"longrope\""},
+        {"{\"rope_type\": \"yarn\", \"factor\": 4, \"mscale\": 1}",
+         "c.json: rope_scaling.mscale: not a key of rope_type yarn"},
+        {"{\"rope_type\": \"linear\"}",
+         "c.json: rope_scaling.factor: expected a positive number, got nothing"},
+        {"{\"rope_type\": \"llama3\", \"factor\": 8, \"original_max_position_embeddings\": 8,"
+         " \"low_freq_factor\": 1}",
+         "c.json: rope_scaling.high_freq_factor: expected a positive number, got nothing"},
+        {"{\"type\": \"dynamic\", \"factor\": 0}",
+         "c.json: rope_scaling.factor: expected a positive number, got 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"vocab_size\": 8, \"hidden_size\": 8, \"intermediate_size\": 8,"
+                 " \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"rope_scaling\": %s}",
+                 bad[i].scaling);
+        bt_model_config c;
+        CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EINVAL);
+        CHECK_STR_CONTAINS(bt_last_error(), bad[i].error);
+    }
+    free(want);
+    free(base);
+    bt_model_destroy(&plain);
+    bt_ctx_destroy(&ctx);
+}
+
 /*  ||a - b|| / ||b|| over n values. */
 static double s_rel_norm(const float *a, const float *b, size_t n) {
     double d2 = 0, b2 = 0;
@@ -1173,6 +1295,7 @@ int main(void) {
     test_save_load();
     test_sharded();
     test_reference_logits();
+    test_rope_scaling();
     test_bf16();
     return check_exit();
 }

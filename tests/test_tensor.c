@@ -9,7 +9,8 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
-/* ---- an independent source of test data (not libtorch's generator) ---------------------------- */
+/* ---- an independent source of test data (not libtorch's generator) ----------------------------
+ */
 static uint64_t s_lcg = 88172645463325252ull;
 static double s_uniform(double lo, double hi) {
     s_lcg ^= s_lcg << 13;
@@ -120,22 +121,48 @@ out:
 }
 
 /* ---- the ops under test ---------------------------------------------------------------------- */
-static bt_tensor *op_add(bt_ctx *c, bt_tensor **x) { return bt_add(c, x[0], x[1]); }
-static bt_tensor *op_sub(bt_ctx *c, bt_tensor **x) { return bt_sub(c, x[0], x[1]); }
-static bt_tensor *op_mul(bt_ctx *c, bt_tensor **x) { return bt_mul(c, x[0], x[1]); }
-static bt_tensor *op_div(bt_ctx *c, bt_tensor **x) { return bt_div(c, x[0], x[1]); }
-static bt_tensor *op_matmul(bt_ctx *c, bt_tensor **x) { return bt_matmul(c, x[0], x[1]); }
-static bt_tensor *op_linear(bt_ctx *c, bt_tensor **x) { return bt_linear(c, x[0], x[1]); }
+static bt_tensor *op_add(bt_ctx *c, bt_tensor **x) {
+    return bt_add(c, x[0], x[1]);
+}
+static bt_tensor *op_sub(bt_ctx *c, bt_tensor **x) {
+    return bt_sub(c, x[0], x[1]);
+}
+static bt_tensor *op_mul(bt_ctx *c, bt_tensor **x) {
+    return bt_mul(c, x[0], x[1]);
+}
+static bt_tensor *op_div(bt_ctx *c, bt_tensor **x) {
+    return bt_div(c, x[0], x[1]);
+}
+static bt_tensor *op_matmul(bt_ctx *c, bt_tensor **x) {
+    return bt_matmul(c, x[0], x[1]);
+}
+static bt_tensor *op_linear(bt_ctx *c, bt_tensor **x) {
+    return bt_linear(c, x[0], x[1]);
+}
 static bt_tensor *op_scalars(bt_ctx *c, bt_tensor **x) {
     return bt_add_scalar(c, bt_mul_scalar(c, bt_neg(c, x[0]), 3.0), 0.5);
 }
-static bt_tensor *op_pow(bt_ctx *c, bt_tensor **x) { return bt_pow_scalar(c, x[0], 2.5); }
-static bt_tensor *op_exp(bt_ctx *c, bt_tensor **x) { return bt_exp(c, x[0]); }
-static bt_tensor *op_ln(bt_ctx *c, bt_tensor **x) { return bt_ln(c, x[0]); }
-static bt_tensor *op_sqrt(bt_ctx *c, bt_tensor **x) { return bt_sqrt(c, x[0]); }
-static bt_tensor *op_rsqrt(bt_ctx *c, bt_tensor **x) { return bt_rsqrt(c, x[0]); }
-static bt_tensor *op_abs(bt_ctx *c, bt_tensor **x) { return bt_abs(c, x[0]); }
-static bt_tensor *op_clamp(bt_ctx *c, bt_tensor **x) { return bt_clamp(c, x[0], -0.5, 0.5); }
+static bt_tensor *op_pow(bt_ctx *c, bt_tensor **x) {
+    return bt_pow_scalar(c, x[0], 2.5);
+}
+static bt_tensor *op_exp(bt_ctx *c, bt_tensor **x) {
+    return bt_exp(c, x[0]);
+}
+static bt_tensor *op_ln(bt_ctx *c, bt_tensor **x) {
+    return bt_ln(c, x[0]);
+}
+static bt_tensor *op_sqrt(bt_ctx *c, bt_tensor **x) {
+    return bt_sqrt(c, x[0]);
+}
+static bt_tensor *op_rsqrt(bt_ctx *c, bt_tensor **x) {
+    return bt_rsqrt(c, x[0]);
+}
+static bt_tensor *op_abs(bt_ctx *c, bt_tensor **x) {
+    return bt_abs(c, x[0]);
+}
+static bt_tensor *op_clamp(bt_ctx *c, bt_tensor **x) {
+    return bt_clamp(c, x[0], -0.5, 0.5);
+}
 static bt_tensor *op_minmax(bt_ctx *c, bt_tensor **x) {
     return bt_add(c, bt_minimum(c, x[0], x[1]), bt_mul_scalar(c, bt_maximum(c, x[0], x[1]), 2));
 }
@@ -145,17 +172,25 @@ static bt_tensor *op_where(bt_ctx *c, bt_tensor **x) {
 static bt_tensor *op_masked_fill(bt_ctx *c, bt_tensor **x) {
     return bt_masked_fill(c, x[0], bt_lt_scalar(c, x[1], 0.0), 7.0);
 }
-static bt_tensor *op_silu(bt_ctx *c, bt_tensor **x) { return bt_silu(c, x[0]); }
-static bt_tensor *op_softmax(bt_ctx *c, bt_tensor **x) { return bt_softmax(c, x[0], -1); }
-static bt_tensor *op_log_softmax(bt_ctx *c, bt_tensor **x) { return bt_log_softmax(c, x[0], 1); }
-static bt_tensor *op_rms_norm(bt_ctx *c, bt_tensor **x) { return bt_rms_norm(c, x[0], x[1], 1e-5); }
+static bt_tensor *op_silu(bt_ctx *c, bt_tensor **x) {
+    return bt_silu(c, x[0]);
+}
+static bt_tensor *op_softmax(bt_ctx *c, bt_tensor **x) {
+    return bt_softmax(c, x[0], -1);
+}
+static bt_tensor *op_log_softmax(bt_ctx *c, bt_tensor **x) {
+    return bt_log_softmax(c, x[0], 1);
+}
+static bt_tensor *op_rms_norm(bt_ctx *c, bt_tensor **x) {
+    return bt_rms_norm(c, x[0], x[1], 1e-5);
+}
 static bt_tensor *op_views(bt_ctx *c, bt_tensor **x) {
     /* (2,3,4) -> transpose, slice, permute, reshape, cat, unsqueeze, expand */
-    bt_tensor *t = bt_transpose(c, x[0], 0, 2);                 /* (4,3,2) */
-    bt_tensor *s = bt_slice(c, t, 0, 1, 4, 2);                  /* (2,3,2) */
+    bt_tensor *t = bt_transpose(c, x[0], 0, 2); /* (4,3,2) */
+    bt_tensor *s = bt_slice(c, t, 0, 1, 4, 2);  /* (2,3,2) */
     int64_t perm[3] = {2, 0, 1}, flat[2] = {4, 3}, big[3] = {2, 4, 3};
     bt_tensor *p = bt_reshape(c, bt_permute(c, s, 3, perm), 2, flat); /* (4,3) */
-    bt_tensor *e = bt_expand(c, bt_unsqueeze(c, p, 0), 3, big);        /* (2,4,3) */
+    bt_tensor *e = bt_expand(c, bt_unsqueeze(c, p, 0), 3, big);       /* (2,4,3) */
     bt_tensor *parts[2] = {e, bt_contiguous(c, bt_transpose(c, x[0], 1, 2))};
     return bt_cat(c, parts, 2, 1); /* (2,8,3) */
 }
@@ -195,8 +230,8 @@ static bt_tensor *op_rope(bt_ctx *c, bt_tensor **x) {
     const int64_t pos[6] = {0, 1, 2, 5, 6, 7};
     int64_t shape[2] = {2, 3};
     bt_tensor *cs = NULL, *sn = NULL;
-    if (bt_rope_tables(c, bt_reshape(c, s_ids(c, 6, pos), 2, shape), 4, 10000.0, BT_F64, &cs,
-                       &sn) != BT_OK)
+    if (bt_rope_tables(c, bt_reshape(c, s_ids(c, 6, pos), 2, shape), 4, 10000.0, NULL, 1.0, BT_F64,
+                       &cs, &sn) != BT_OK)
         return NULL;
     return bt_rope(c, x[0], cs, sn);
 }
@@ -301,8 +336,9 @@ static void test_clip(void) {
     bt_set_requires_grad(p[0], true);
     bt_set_requires_grad(p[1], true);
     double ga[2] = {3, 0}, gb[1] = {4}; /* global norm 5 */
-    bt_tensor *l = bt_add(c, bt_sum_all(c, bt_mul(c, p[0], bt_from_host(c, BT_F64, bt_cpu(), 1, s2, ga))),
-                          bt_sum_all(c, bt_mul(c, p[1], bt_from_host(c, BT_F64, bt_cpu(), 1, s1, gb))));
+    bt_tensor *l =
+        bt_add(c, bt_sum_all(c, bt_mul(c, p[0], bt_from_host(c, BT_F64, bt_cpu(), 1, s2, ga))),
+               bt_sum_all(c, bt_mul(c, p[1], bt_from_host(c, BT_F64, bt_cpu(), 1, s1, gb))));
     CHECK_OK(bt_backward(l));
     double norm = 0;
     CHECK_OK(bt_clip_grad_norm(p, 2, 1.0, &norm));
@@ -337,8 +373,8 @@ static void test_generator(void) {
     /* multinomial draws are reproducible after a restore too */
     double w[4] = {0.1, 0.2, 0.3, 0.4};
     int64_t ws[2] = {1, 4};
-    bt_tensor *probs = bt_expand(c, bt_from_host(c, BT_F64, bt_cpu(), 2, ws, w), 2,
-                                 (int64_t[]){64, 4});
+    bt_tensor *probs =
+        bt_expand(c, bt_from_host(c, BT_F64, bt_cpu(), 2, ws, w), 2, (int64_t[]){64, 4});
     int64_t s1[64], s2[64];
     CHECK_OK(bt_gen_get_state(g, state, n));
     CHECK_OK(bt_to_host(bt_multinomial(c, g, bt_contiguous(c, probs)), s1, sizeof s1));
@@ -472,9 +508,9 @@ static void test_autocast(void) {
     CHECK(outer.active);
     bt_tensor *Y = bt_linear(c, X, W);
     CHECK(Y && bt_dtype_of(Y) == BT_BF16);
-    CHECK(bt_dtype_of(W) == BT_F32);                          /* the weight itself is untouched */
-    CHECK(bt_dtype_of(bt_add(c, X, X)) == BT_F32);            /* not a product: its own dtype */
-    CHECK_OK(bt_autocast_enter(bt_cpu(), BT_F32, &inner));    /* an empty scope changes nothing */
+    CHECK(bt_dtype_of(W) == BT_F32);                       /* the weight itself is untouched */
+    CHECK(bt_dtype_of(bt_add(c, X, X)) == BT_F32);         /* not a product: its own dtype */
+    CHECK_OK(bt_autocast_enter(bt_cpu(), BT_F32, &inner)); /* an empty scope changes nothing */
     CHECK(!inner.active && bt_dtype_of(bt_matmul(c, X, bt_transpose(c, W, 0, 1))) == BT_BF16);
     bt_autocast_exit(&inner);
     CHECK_OK(bt_autocast_enter(bt_cpu(), BT_BF16, &inner));

@@ -12,6 +12,7 @@
 #ifndef BATON_MODEL_H
 #define BATON_MODEL_H
 
+#include "baton/rope_scaling.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
 #include "baton/tokenizer.h"
@@ -34,13 +35,14 @@ typedef struct bt_model_config {
     double rms_norm_eps;
     double rope_theta;
     int64_t max_position_embeddings;
-    bool tie_word_embeddings; /* lm_head shares model.embed_tokens.weight */
-    bool qkv_bias;            /* q/k/v projections have biases: Qwen2 (model_type "qwen2") */
-    bool qk_norm;             /* RMSNorm of each query and key head: Qwen3 (model_type "qwen3") */
-    int64_t head_dim;         /* 0: hidden_size / num_attention_heads (Qwen3 sets its own) */
-    int64_t bos_token_id;     /* -1 when none */
-    int64_t eos_token_id;     /* -1 when none */
-    int64_t pad_token_id;     /* -1 when none */
+    bt_rope_scaling rope_scaling; /* config.json's rope_scaling (kind none: absent) */
+    bool tie_word_embeddings;     /* lm_head shares model.embed_tokens.weight */
+    bool qkv_bias;                /* q/k/v projections have biases: Qwen2 (model_type "qwen2") */
+    bool qk_norm;         /* RMSNorm of each query and key head: Qwen3 (model_type "qwen3") */
+    int64_t head_dim;     /* 0: hidden_size / num_attention_heads (Qwen3 sets its own) */
+    int64_t bos_token_id; /* -1 when none */
+    int64_t eos_token_id; /* -1 when none */
+    int64_t pad_token_id; /* -1 when none */
 } bt_model_config;
 
 /*  The attention head width: head_dim, or hidden_size / num_attention_heads when 0. */

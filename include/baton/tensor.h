@@ -1,7 +1,7 @@
 /*  tensor.h — the ATen shim: tensors, autograd, AdamW and generators from libtorch behind a C API.
     Threading: a context, its tensors, a generator and an optimizer belong to one thread at a time;
-    grad mode and the last error are per thread.  Lifetime: a tensor lives until its context is reset
-    or destroyed; parameters live in a long-lived context.
+    grad mode and the last error are per thread.  Lifetime: a tensor lives until its context is
+   reset or destroyed; parameters live in a long-lived context.
 
     Errors: a function returning bt_status returns BT_OK or a negative code.  A function returning a
     tensor returns NULL on failure.  Either way the message is in bt_last_error().  An op given a
@@ -33,24 +33,25 @@ typedef struct bt_device {
     int32_t index; /* CUDA ordinal; 0 for the CPU */
 } bt_device;
 
-/* ---- devices (dtypes: dtype.h) ---------------------------------------------------------------------- */
-bt_device   bt_cpu(void);
+/* ---- devices (dtypes: dtype.h)
+ * ---------------------------------------------------------------------- */
+bt_device bt_cpu(void);
 /*  Parses "cpu", "cuda" or "cuda:N".  Does not check that the device exists. */
-bt_status   bt_device_parse(const char *text, bt_device *out);
+bt_status bt_device_parse(const char *text, bt_device *out);
 /*  Writes "cpu" or "cuda:N" into buf. */
-void        bt_device_format(bt_device device, char *buf, size_t len);
-bool        bt_cuda_is_available(void);
-int         bt_cuda_device_count(void);
+void bt_device_format(bt_device device, char *buf, size_t len);
+bool bt_cuda_is_available(void);
+int bt_cuda_device_count(void);
 
 /* ---- runtime -------------------------------------------------------------------------------- */
-void        bt_set_num_threads(int n);
-int         bt_get_num_threads(void);
+void bt_set_num_threads(int n);
+int bt_get_num_threads(void);
 /*  Applies BATON_THREADS (an integer in [1, 4096]) when set; unset leaves libtorch's default.
     BT_EINVAL naming the variable when it is malformed. */
-bt_status   bt_threads_from_env(void);
+bt_status bt_threads_from_env(void);
 /*  "1.13.0" or similar.  Static string. */
 const char *bt_torch_version(void);
-bool        bt_torch_has_cuda(void);
+bool bt_torch_has_cuda(void);
 
 /* ---- mixed precision (as torch.autocast) ----------------------------------------------------
     Inside a scope, on the scope's device type and this thread only, the matrix products (linear,
@@ -70,14 +71,14 @@ typedef struct bt_autocast {
     changes nothing.  BT_EINVAL for another dtype.  Leave it with bt_autocast_exit, on the same
     thread, inner scopes first. */
 bt_status bt_autocast_enter(bt_device device, bt_dtype dtype, bt_autocast *scope);
-void      bt_autocast_exit(bt_autocast *scope);
+void bt_autocast_exit(bt_autocast *scope);
 
 /* ---- device memory ------------------------------------------------------------------------- */
 /*  Gives the device memory that libtorch's caching allocator holds but no tensor uses back to the
     driver (CUDA's emptyCache), so another process or role on the GPU can have it; call it after
     freeing a model, a trainer or a large batch.  A no-op on the CPU and in a build without CUDA.
     Memory still in use is untouched. */
-void      bt_device_release_cache(bt_device device);
+void bt_device_release_cache(bt_device device);
 /*  Bytes in use by tensors now and at the most since the process started, and bytes the caching
     allocator holds (in use or cached), on a CUDA device; any pointer may be NULL.  All 0 on the
     CPU and in a build without CUDA (use the process's RSS there). */
@@ -86,11 +87,11 @@ bt_status bt_device_memory(bt_device device, size_t *allocated, size_t *peak, si
 /* ---- contexts (arenas of tensors) ----------------------------------------------------------- */
 /*  Caller owns the result; destroy with bt_ctx_destroy(). */
 bt_ctx *bt_ctx_new(void);
-void    bt_ctx_destroy(bt_ctx **self_p);
+void bt_ctx_destroy(bt_ctx **self_p);
 /*  Releases every tensor made in the context; their handles become invalid. */
-void    bt_ctx_reset(bt_ctx *self);
+void bt_ctx_reset(bt_ctx *self);
 /*  Number of live tensor handles in the context. */
-size_t  bt_ctx_size(const bt_ctx *self);
+size_t bt_ctx_size(const bt_ctx *self);
 
 /* ---- creation and host I/O ------------------------------------------------------------------ */
 bt_tensor *bt_zeros(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim, const int64_t *shape);
@@ -105,19 +106,19 @@ bt_tensor *bt_from_host(bt_ctx *ctx, bt_dtype dtype, bt_device device, int ndim,
                         const int64_t *shape, const void *data);
 /*  Copies the tensor's elements, in its own dtype and row-major order, into dst; nbytes must equal
     numel * element size. */
-bt_status  bt_to_host(const bt_tensor *t, void *dst, size_t nbytes);
+bt_status bt_to_host(const bt_tensor *t, void *dst, size_t nbytes);
 /*  The value of a one-element tensor as a double. */
-bt_status  bt_item(const bt_tensor *t, double *out);
+bt_status bt_item(const bt_tensor *t, double *out);
 /*  Raw pointer to the first element (host or device memory).  Fails unless t is contiguous.
     Borrowed: valid while t lives. */
-void      *bt_data_ptr(bt_tensor *t);
+void *bt_data_ptr(bt_tensor *t);
 
 /* ---- queries -------------------------------------------------------------------------------- */
-int       bt_ndim(const bt_tensor *t);
+int bt_ndim(const bt_tensor *t);
 /*  Size of dimension dim; negative dims count from the end. */
-int64_t   bt_dim(const bt_tensor *t, int dim);
-int64_t   bt_numel(const bt_tensor *t);
-bt_dtype  bt_dtype_of(const bt_tensor *t);
+int64_t bt_dim(const bt_tensor *t, int dim);
+int64_t bt_numel(const bt_tensor *t);
+bt_dtype bt_dtype_of(const bt_tensor *t);
 bt_device bt_device_of(const bt_tensor *t);
 
 /* ---- conversion, copies, views -------------------------------------------------------------- */
@@ -138,7 +139,7 @@ bt_tensor *bt_cat(bt_ctx *ctx, bt_tensor *const *ts, int n, int dim);
 bt_tensor *bt_index_select(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index);
 /*  In place: copies src (broadcast) into dst, which may be a view.  Not recorded by autograd
     when grad mode is off. */
-bt_status  bt_copy_(bt_tensor *dst, bt_tensor *src);
+bt_status bt_copy_(bt_tensor *dst, bt_tensor *src);
 
 /* ---- elementwise (broadcasting) ------------------------------------------------------------- */
 bt_tensor *bt_add(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
@@ -182,9 +183,12 @@ bt_tensor *bt_embedding(bt_ctx *ctx, bt_tensor *weight, bt_tensor *ids);
     (float64 for float64 input). */
 bt_tensor *bt_rms_norm(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, double eps);
 /*  Rotary tables for positions (B, T) BT_I64: cos and sin of shape (B, 1, T, head_dim), Hugging
-    Face "rotate_half" layout (frequency i used at i and i + head_dim/2). */
-bt_status  bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t head_dim, double theta,
-                          bt_dtype dtype, bt_tensor **cos_out, bt_tensor **sin_out);
+    Face "rotate_half" layout (frequency i used at i and i + head_dim/2).  The inverse frequencies
+    are theta^(-2i / head_dim) (in float32), or with inv_freq (head_dim / 2 values, not NULL) those
+    (rope scaling: rope_scaling.h); both tables are multiplied by scale (1: none). */
+bt_status bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t head_dim, double theta,
+                         const double *inv_freq, double scale, bt_dtype dtype, bt_tensor **cos_out,
+                         bt_tensor **sin_out);
 /*  x (B, H, T, D) rotated: x * cos + rotate_half(x) * sin. */
 bt_tensor *bt_rope(bt_ctx *ctx, bt_tensor *x, bt_tensor *cos, bt_tensor *sin);
 bt_tensor *bt_silu(bt_ctx *ctx, bt_tensor *t);
@@ -210,28 +214,28 @@ bt_tensor *bt_mean_all(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_max(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim);
 bt_tensor *bt_argmax(bt_ctx *ctx, bt_tensor *t, int dim, bool keepdim);
 bt_tensor *bt_cumsum(bt_ctx *ctx, bt_tensor *t, int dim);
-bt_status  bt_topk(bt_ctx *ctx, bt_tensor *t, int64_t k, int dim, bt_tensor **values,
-                   bt_tensor **indices);
-bt_status  bt_sort(bt_ctx *ctx, bt_tensor *t, int dim, bool descending, bt_tensor **values,
-                   bt_tensor **indices);
+bt_status bt_topk(bt_ctx *ctx, bt_tensor *t, int64_t k, int dim, bt_tensor **values,
+                  bt_tensor **indices);
+bt_status bt_sort(bt_ctx *ctx, bt_tensor *t, int dim, bool descending, bt_tensor **values,
+                  bt_tensor **indices);
 /*  One draw per row of probs (B, V) (unnormalised weights allowed): result (B, 1) BT_I64. */
 bt_tensor *bt_multinomial(bt_ctx *ctx, bt_gen *gen, bt_tensor *probs);
 
 /* ---- autograd ------------------------------------------------------------------------------- */
-bt_status  bt_set_requires_grad(bt_tensor *t, bool requires_grad);
-bool       bt_requires_grad(const bt_tensor *t);
+bt_status bt_set_requires_grad(bt_tensor *t, bool requires_grad);
+bool bt_requires_grad(const bt_tensor *t);
 /*  Backpropagates from a one-element tensor; gradients accumulate into leaves. */
-bt_status  bt_backward(bt_tensor *t);
+bt_status bt_backward(bt_tensor *t);
 /*  The accumulated gradient of a leaf (shares storage), or zeros when none has been computed. */
 bt_tensor *bt_grad(bt_ctx *ctx, bt_tensor *t);
 /*  Drops the gradients of n tensors (set to none). */
-void       bt_zero_grad(bt_tensor *const *ts, int n);
+void bt_zero_grad(bt_tensor *const *ts, int n);
 /*  Turns recording on or off for this thread; returns the previous setting. */
-bool       bt_set_grad_enabled(bool enabled);
+bool bt_set_grad_enabled(bool enabled);
 /*  Global gradient-norm clipping (as torch.nn.utils.clip_grad_norm_): the norm over all gradients
     is computed in float64 into *total_norm; if it exceeds max_norm every gradient is scaled by
     max_norm / (total_norm + 1e-6).  Tensors without a gradient are skipped. */
-bt_status  bt_clip_grad_norm(bt_tensor *const *params, int n, double max_norm, double *total_norm);
+bt_status bt_clip_grad_norm(bt_tensor *const *params, int n, double max_norm, double *total_norm);
 
 /* ---- AdamW (Loshchilov & Hutter 2019, as torch.optim.AdamW) --------------------------------- */
 typedef struct bt_adamw_config {
@@ -245,21 +249,21 @@ bt_adamw_config bt_adamw_defaults(void);
 /*  The parameter handles are borrowed and must outlive the optimizer.  Caller owns the result;
     destroy with bt_adamw_destroy(). */
 bt_adamw *bt_adamw_new(bt_tensor *const *params, int n, bt_adamw_config config);
-void      bt_adamw_destroy(bt_adamw **self_p);
+void bt_adamw_destroy(bt_adamw **self_p);
 /*  One update with learning rate lr of every parameter that has a gradient. */
 bt_status bt_adamw_step(bt_adamw *self, double lr);
-int64_t   bt_adamw_steps(const bt_adamw *self);
-void      bt_adamw_set_steps(bt_adamw *self, int64_t steps);
+int64_t bt_adamw_steps(const bt_adamw *self);
+void bt_adamw_set_steps(bt_adamw *self, int64_t steps);
 /*  First and second moment of parameter i, for checkpoints.  Borrowed: valid while self lives;
     writing into them (bt_copy_) restores a saved state. */
 bt_status bt_adamw_moments(bt_adamw *self, int i, bt_tensor **exp_avg, bt_tensor **exp_avg_sq);
 
 /* ---- generators ----------------------------------------------------------------------------- */
 /*  A seeded random generator on device.  Caller owns the result; destroy with bt_gen_destroy(). */
-bt_gen   *bt_gen_new(uint64_t seed, bt_device device);
-void      bt_gen_destroy(bt_gen **self_p);
+bt_gen *bt_gen_new(uint64_t seed, bt_device device);
+void bt_gen_destroy(bt_gen **self_p);
 /*  Size in bytes of the serialised state. */
-size_t    bt_gen_state_size(const bt_gen *self);
+size_t bt_gen_state_size(const bt_gen *self);
 bt_status bt_gen_get_state(const bt_gen *self, void *buf, size_t len);
 bt_status bt_gen_set_state(bt_gen *self, const void *buf, size_t len);
 
@@ -272,9 +276,9 @@ typedef struct bt_store bt_store;
 typedef struct bt_group bt_group;
 
 /*  A rendezvous store listening on every interface at port (0: a free port, written to
-    *port_out).  Caller owns the result; destroy with bt_store_destroy(). */
+ *port_out).  Caller owns the result; destroy with bt_store_destroy(). */
 bt_store *bt_store_serve(int port, int *port_out);
-void      bt_store_destroy(bt_store **self_p);
+void bt_store_destroy(bt_store **self_p);
 
 typedef struct bt_group_config {
     const char *store_host; /* where the store listens, as this rank reaches it */
@@ -291,12 +295,12 @@ typedef enum bt_reduce { BT_REDUCE_SUM = 0, BT_REDUCE_MAX = 1 } bt_reduce;
 /*  Joins the group; blocks until all world ranks joined or timeout_ms passed.  Caller owns the
     result; destroy with bt_group_destroy().  NULL on failure, the reason in bt_last_error(). */
 bt_group *bt_group_new(const bt_group_config *cfg);
-void      bt_group_destroy(bt_group **self_p);
-int       bt_group_rank(const bt_group *self);
-int       bt_group_world(const bt_group *self);
+void bt_group_destroy(bt_group **self_p);
+int bt_group_rank(const bt_group *self);
+int bt_group_world(const bt_group *self);
 /*  True once a collective failed: the group cannot be used again.  Destroy it soon: that closes
     its connections, so peers still waiting in a collective fail at once instead of timing out. */
-bool      bt_group_broken(const bt_group *self);
+bool bt_group_broken(const bt_group *self);
 /*  Sums the gradients of params over the ranks, in place, as one flat buffer per dtype; a
     parameter without a gradient takes part with zeros (and has one afterwards). */
 bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *params, int n);

@@ -3,12 +3,13 @@
 (config.json + model.safetensors in float32), written from the Hugging Face modelling code's
 definitions, not from baton's: RMSNorm, rotary embeddings by rotate_half, grouped-query causal
 attention (Qwen2: q/k/v biases; Qwen3: head_dim of its own and an RMSNorm of each query and key
-head before the rotation), SwiGLU. Prints the logits of one sequence of token ids as a JSON array
-of rows.
+head before the rotation), SwiGLU, and the rotary scalings of config.json's rope_scaling.
+Prints the logits of one sequence of token ids as a JSON array of rows.
 
     python3 llama_ref.py MODEL_DIR ID [ID ...]
 """
 import json
+import math
 import struct
 import sys
 
@@ -39,6 +40,54 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+def rope_inv_freq(cfg, dim, seq_len):
+    """Rotary inverse frequencies and the cos/sin scale, as transformers' modeling_rope_utils
+    defines them for config.json's rope_scaling (default, linear, dynamic, yarn, llama3)."""
+    base = cfg.get("rope_theta", 10000.0)
+    max_pos = cfg.get("max_position_embeddings", 2048)
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    factor = rs.get("factor", 1.0)
+    if kind == "dynamic":  # NTK-aware: the base grows with the sequence past the context
+        seq_len = max(seq_len, max_pos)
+        base = base * ((factor * seq_len / max_pos) - (factor - 1)) ** (dim / (dim - 2))
+    inv = 1.0 / (base ** (np.arange(0, dim, 2) / dim))
+    if kind in ("default", "dynamic"):
+        return inv, 1.0
+    if kind == "linear":
+        return inv / factor, 1.0
+    if kind == "yarn":
+        original = rs.get("original_max_position_embeddings") or max_pos
+        beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+        attention = rs.get("attention_factor")
+        if attention is None:
+            attention = 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+        def correction_dim(rotations):
+            return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+        low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+        if rs.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+        extrapolation_factor = 1 - ramp
+        return (inv / factor) * (1 - extrapolation_factor) + inv * extrapolation_factor, attention
+    if kind == "llama3":
+        old = rs["original_max_position_embeddings"]
+        low_wavelen, high_wavelen = old / rs["low_freq_factor"], old / rs["high_freq_factor"]
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old / wavelen - rs["low_freq_factor"]) / (
+            rs["high_freq_factor"] - rs["low_freq_factor"])
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return np.where(medium, smoothed, scaled), 1.0
+    raise SystemExit("llama_ref.py: rope_scaling %r is not one it knows" % kind)
+
+
 def logits(folder, ids, w=None):
     """The logits (len(ids), vocab) of one sequence, float64."""
     cfg = json.load(open(folder + "/config.json"))
@@ -47,10 +96,10 @@ def logits(folder, ids, w=None):
     Hkv, eps = cfg.get("num_key_value_heads", H), cfg.get("rms_norm_eps", 1e-6)
     D = cfg.get("head_dim") or C // H
     T = len(ids)
-    inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (np.arange(0, D, 2) / D))
+    inv, attention = rope_inv_freq(cfg, D, T)
     freqs = np.outer(np.arange(T), inv)
     emb = np.concatenate([freqs, freqs], axis=-1)
-    cos, sin = np.cos(emb), np.sin(emb)
+    cos, sin = np.cos(emb) * attention, np.sin(emb) * attention
     x = w["model.embed_tokens.weight"][ids]
     for l in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % l
