@@ -772,16 +772,44 @@ int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt
 /* ---- a run's evaluation suite -----------------------------------------------------------------
  */
 
+/*  The probes with their prompts in the chat template, into s->own_probes (target probes only:
+    a pair's texts are scored as they are). */
+static bt_status s_template_probes(bt_eval_suite *s, const bt_source_jsonl_config *own) {
+    if (!own->chat_template || !own->chat_template[0] || s->n_probes == 0)
+        return BT_OK;
+    s->own_probes = calloc((size_t)s->n_probes, sizeof *s->own_probes);
+    if (!s->own_probes)
+        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    for (int64_t i = 0; i < s->n_probes; i++) {
+        s->own_probes[i] = s->probes[i];
+        if (s->probes[i].better[0])
+            continue;
+        char *text = NULL;
+        BT_TRY(bt_chat_apply(own->chat_template, own->system_prompt, s->probes[i].prompt, &text));
+        size_t len = strlen(text);
+        if (len < sizeof s->own_probes[i].prompt)
+            memcpy(s->own_probes[i].prompt, text, len + 1);
+        free(text);
+        if (len >= sizeof s->own_probes[i].prompt)
+            return bt_fail(BT_EINVAL,
+                           "eval.probes[%lld].prompt: %zu bytes in the chat template, more than "
+                           "the %d a probe holds",
+                           (long long)i, len, BT_EVAL_PROBE_MAX - 1);
+    }
+    s->probes = s->own_probes;
+    return BT_OK;
+}
+
 bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
                              const bt_eval_probe *probes, int64_t n_probes, const bt_source_t *task,
-                             bt_source_verifier verifier, uint64_t seed) {
+                             const bt_source_jsonl_config *own) {
     BT_ASSERT(n_datasets >= 0 && n_datasets <= BT_EVAL_MAX_DATASETS);
     *s = (bt_eval_suite){.datasets = datasets,
                          .n_datasets = n_datasets,
                          .probes = probes,
                          .n_probes = n_probes,
                          .task = task};
-    bt_status st = BT_OK;
+    bt_status st = s_template_probes(s, own);
     for (int i = 0; i < n_datasets && st == BT_OK; i++) {
         const bt_eval_dataset *d = &datasets[i];
         if (!d->source[0] || d->kind == BT_EVAL_PROBES || d->data_source >= 0)
@@ -789,10 +817,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
         if (d->kind == BT_EVAL_PERPLEXITY) {
             st = bt_texts_load(d->source, &s->texts[i], &s->n_texts[i]);
         } else {
-            bt_source_jsonl_config j = {.train_path = d->source,
-                                        .heldout_path = d->source,
-                                        .verifier = verifier,
-                                        .seed = seed};
+            bt_source_jsonl_config j = *own;
+            j.train_path = j.heldout_path = d->source;
             st = bt_source_new_jsonl(&j, &s->own_task[i]);
         }
     }
@@ -802,6 +828,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
 }
 
 void bt_eval_suite_release(bt_eval_suite *s) {
+    free(s->own_probes);
+    s->own_probes = NULL;
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
         bt_source_destroy(&s->own_task[i]);
         bt_texts_free(&s->texts[i], s->n_texts[i]);
@@ -810,9 +838,12 @@ void bt_eval_suite_release(bt_eval_suite *s) {
 }
 
 bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt_eval_suite *out) {
+    bt_source_jsonl_config own = {.verifier = cfg->task.verifier,
+                                  .seed = (uint64_t)cfg->task.seed,
+                                  .chat_template = cfg->task.chat_template,
+                                  .system_prompt = cfg->task.system_prompt};
     BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
-                              cfg->eval.n_probes, task, cfg->task.verifier,
-                              (uint64_t)cfg->task.seed));
+                              cfg->eval.n_probes, task, &own));
     bt_status st = BT_OK;
     for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
         if (cfg->eval.datasets[i].data_source >= 0)

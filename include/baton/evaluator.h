@@ -139,13 +139,16 @@ typedef struct bt_eval_suite {
     char **texts[BT_EVAL_MAX_DATASETS];          /* perplexity with a source: its texts */
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
+    bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
 } bt_eval_suite;
 
-/*  Fills *s and loads every dataset's own source: a JSONL task (verifier, seed) for generate, a
-    {"text"} JSONL for perplexity.  On error *s is released. */
+/*  Fills *s and loads every dataset's own source: a JSONL task for generate, with own's verifier,
+    seed, chat template and system prompt (its paths are ignored: each dataset's source is both),
+    a {"text"} JSONL for perplexity.  With a chat template, target probes' prompts are templated
+    too (pairs' texts are scored as written).  On error *s is released. */
 bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
                              const bt_eval_probe *probes, int64_t n_probes, const bt_source_t *task,
-                             bt_source_verifier verifier, uint64_t seed);
+                             const bt_source_jsonl_config *own);
 void bt_eval_suite_release(bt_eval_suite *s);
 /*  The evaluation suite of a parsed config: its eval.datasets and eval.probes over task (borrowed),
     with each dataset's own source loaded (scored with task.verifier).  Release with
