@@ -364,6 +364,10 @@ static const s_key s_dataset_keys[] = {
      .hi = S_TOKENS_MAX},
     {.path = "robustness", .type = S_BOOL, S_DS(robustness), .def = 0},
     {.path = "stride", .type = S_INT, S_DS(stride), .def = 0, .lo = 0, .hi = S_INF},
+    {.path = "num_fewshot", .type = S_INT, S_DS(num_fewshot), .def = 0, .lo = 0, .hi = 64},
+    {.path = "fewshot_source", .type = S_STR, S_DS(fewshot_source), .def_str = ""},
+    {.path = "fewshot_separator", .type = S_STR, S_DS(fewshot_separator), .def_str = "\n\n"},
+    {.path = "fewshot_delimiter", .type = S_STR, S_DS(fewshot_delimiter), .def_str = " "},
     {.path = "every_steps", .type = S_INT, S_DS(every_steps), .def = -1, .lo = 0, .hi = S_INF},
     {.path = "every_epochs", .type = S_INT, S_DS(every_epochs), .def = -1, .lo = 0, .hi = S_INF},
     {.path = "every_seconds",
@@ -1020,6 +1024,11 @@ static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
         return bt_fail(BT_EINVAL, "%s.kind: \"probes\" needs eval.probes, and it is empty", where);
     if (d->kind == BT_EVAL_PROBES && !from_task)
         return bt_fail(BT_EINVAL, "%s.source: probes come from eval.probes, expected \"\"", where);
+    if (d->num_fewshot > 0 && d->kind != BT_EVAL_GENERATE)
+        return bt_fail(BT_EINVAL,
+                       "%s.num_fewshot: few-shot prompts are for generate datasets, "
+                       "expected 0, got %lld",
+                       where, (long long)d->num_fewshot);
     if (d->kind == BT_EVAL_PERPLEXITY && d->data_source >= 0)
         return bt_fail(BT_EINVAL,
                        "%s.source: perplexity of a data source is not supported, "
@@ -1604,6 +1613,9 @@ bt_status bt_config_check_files(const bt_config *cfg, const char *source) {
         snprintf(key, sizeof key, "eval.datasets[%d].source", i);
         if (d->source[0] && d->data_source < 0)
             st = s_check_path(source, key, d->source, false);
+        snprintf(key, sizeof key, "eval.datasets[%d].fewshot_source", i);
+        if (st == BT_OK && d->fewshot_source[0])
+            st = s_check_path(source, key, d->fewshot_source, false);
     }
     if (st == BT_OK && cfg->model_path[0]) { /* the model's own context */
         bt_model_config mc;

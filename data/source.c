@@ -21,6 +21,7 @@
 #define S_TAG_RESERVE 0x72657365727665ULL /* "reserve": the held-out membership hash */
 #define S_TAG_EPOCH 0x65706f6368ULL       /* "epoch": the JSONL epoch shuffles */
 #define S_TAG_ASIDE 0x6173696465ULL       /* "aside": the distractor sentences */
+#define S_TAG_FEWSHOT 0x66657773686f74ULL /* "fewshot": the exemplars of a held-out item */
 #define S_RESERVE_ONE_IN 10               /* one problem in ten is reserved for held-out use */
 #define S_ENUMERATE_MAX 10000000ULL       /* problem spaces up to this size are counted exactly */
 #define S_HELDOUT_MAX 1000000             /* largest arithmetic held-out set */
@@ -51,6 +52,11 @@ struct bt_task {
     char *system_prompt;     /* NULL: "" */
     bt_reward_fn *reward_fn; /* a host's reward, or NULL */
     void *reward_user;
+    /* few-shot held-out prompts (bt_source_set_fewshot) */
+    int64_t fewshot_k; /* 0: none */
+    char *fewshot_separator, *fewshot_delimiter;
+    const bt_source_t *fewshot_pool; /* the exemplars' source; NULL: this one's held-out set */
+    uint64_t fewshot_seed;
 };
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
@@ -576,7 +582,7 @@ bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **t
 /*  Parses record rec of ds into ex: the prompt, chat template applied, and the answer (a number
     as its shortest exact text), both in one heap block. */
 static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds, uint64_t rec,
-                                 bt_source_example *ex) {
+                                 bool raw, bt_source_example *ex) {
     size_t len;
     char *line = NULL, *templated = NULL;
     BT_TRY(bt_dataset_record(ds, rec, &line, &len));
@@ -597,7 +603,7 @@ static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds
     if (cJSON_IsNumber(answer))
         s_format_number(answer->valuedouble, number);
     const char *answer_text = cJSON_IsString(answer) ? answer->valuestring : number;
-    if (self->chat_template) {
+    if (self->chat_template && !raw) {
         st = bt_chat_apply(self->chat_template, self->system_prompt, prompt, &templated);
         prompt = templated;
     }
@@ -630,7 +636,7 @@ static bt_status s_jsonl_train_example(const bt_source_t *self, uint64_t index,
     uint64_t j = s_train_record(self, index);
     /* without a held-out file, training record j skips every tenth record */
     uint64_t rec = self->heldout_file ? j : j / 9 * 10 + j % 9;
-    return s_jsonl_example(self, self->train_file, rec, ex);
+    return s_jsonl_example(self, self->train_file, rec, false, ex);
 }
 
 /* ---- any task ------------------------------------------------------------------------------- */
@@ -642,6 +648,8 @@ void bt_source_destroy(bt_source_t **self_p) {
     bt_dataset_destroy(&self->heldout_file);
     free(self->chat_template);
     free(self->system_prompt);
+    free(self->fewshot_separator);
+    free(self->fewshot_delimiter);
     free(self->heldout_codes);
     free(self);
     *self_p = NULL;
@@ -678,16 +686,104 @@ size_t bt_source_heldout_count(const bt_source_t *self) {
     return self->kind == S_ARITH ? self->n_heldout_codes : (size_t)self->n_heldout;
 }
 
-bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source_example *ex) {
-    BT_ASSERT(i < bt_source_heldout_count(self));
+/*  Held-out example i as written (raw: without the chat template). */
+static bt_status s_heldout(const bt_source_t *self, size_t i, bool raw, bt_source_example *ex) {
     bt_source_example_release(ex);
     if (self->kind == S_ARITH) {
         s_arith_format(self->heldout_codes[i], ex);
         return BT_OK;
     }
     if (self->heldout_file)
-        return s_jsonl_example(self, self->heldout_file, i, ex);
-    return s_jsonl_example(self, self->train_file, (uint64_t)i * 10 + 9, ex);
+        return s_jsonl_example(self, self->heldout_file, i, raw, ex);
+    return s_jsonl_example(self, self->train_file, (uint64_t)i * 10 + 9, raw, ex);
+}
+
+bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f) {
+    const bt_source_t *pool = f->pool ? f->pool : self;
+    size_t n = bt_source_heldout_count(pool) - (f->pool ? 0 : 1); /* never the item itself */
+    if (f->k < 0 || f->k > BT_SOURCE_FEWSHOT_MAX || (size_t)f->k > n)
+        return bt_fail(BT_EINVAL,
+                       "num_fewshot: expected an integer in [0, %d] and at most the %zu exemplars "
+                       "the %s holds, got %lld",
+                       BT_SOURCE_FEWSHOT_MAX, n,
+                       f->pool ? "fewshot_source" : "dataset's other items", (long long)f->k);
+    free(self->fewshot_separator);
+    free(self->fewshot_delimiter);
+    self->fewshot_separator = strdup(f->separator ? f->separator : "\n\n");
+    self->fewshot_delimiter = strdup(f->delimiter ? f->delimiter : " ");
+    if (!self->fewshot_separator || !self->fewshot_delimiter)
+        return bt_fail(BT_ENOMEM, "source: out of memory");
+    self->fewshot_k = f->k;
+    self->fewshot_pool = f->pool;
+    self->fewshot_seed = f->seed;
+    return BT_OK;
+}
+
+/*  The few-shot prompt of held-out item i into b: k exemplars of the pool (drawn from the seed and
+    i alone, distinct, never item i of its own set), each prompt, delimiter, answer, separator;
+    then item i's prompt.  The answer of item i into *answer (caller frees). */
+static bt_status s_fewshot(const bt_source_t *self, size_t i, bt_buf *b, char **answer) {
+    const bt_source_t *pool = self->fewshot_pool ? self->fewshot_pool : self;
+    size_t n = bt_source_heldout_count(pool), picked[BT_SOURCE_FEWSHOT_MAX];
+    uint64_t state = bt_rng_key(bt_rng_key(self->fewshot_seed, S_TAG_FEWSHOT), i);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    bt_status st = BT_OK;
+    for (int64_t k = 0; k < self->fewshot_k && st == BT_OK; k++) {
+        size_t j = 0;
+        bool fresh = false;
+        while (!fresh) { /* rejection: distinct, and not the item itself */
+            j = (size_t)(bt_rng_next(&state) % n);
+            fresh = !(pool == self && j == i);
+            for (int64_t q = 0; q < k && fresh; q++)
+                fresh = picked[q] != j;
+        }
+        picked[k] = j;
+        st = s_heldout(pool, j, true, &ex);
+        if (st == BT_OK && !(bt_buf_puts(b, ex.prompt ? ex.prompt : "") &&
+                             bt_buf_puts(b, self->fewshot_delimiter) &&
+                             bt_buf_puts(b, ex.answer ? ex.answer : "") &&
+                             bt_buf_puts(b, self->fewshot_separator)))
+            st = bt_fail(BT_ENOMEM, "source: out of memory");
+    }
+    if (st == BT_OK)
+        st = s_heldout(self, i, true, &ex);
+    if (st == BT_OK && !bt_buf_puts(b, ex.prompt ? ex.prompt : ""))
+        st = bt_fail(BT_ENOMEM, "source: out of memory");
+    *answer = st == BT_OK ? strdup(ex.answer ? ex.answer : "") : NULL;
+    bt_source_example_release(&ex);
+    return st == BT_OK && !*answer ? bt_fail(BT_ENOMEM, "source: out of memory") : st;
+}
+
+bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source_example *ex) {
+    BT_ASSERT(i < bt_source_heldout_count(self));
+    if (self->fewshot_k == 0)
+        return s_heldout(self, i, false, ex);
+    bt_source_example_release(ex);
+    bt_buf b = {0};
+    char *answer = NULL, *templated = NULL;
+    bt_status st = s_fewshot(self, i, &b, &answer);
+    const char *prompt = b.len ? b.data : "";
+    if (st == BT_OK && self->chat_template) { /* the whole few-shot prompt is the user's turn */
+        st = bt_chat_apply(self->chat_template, self->system_prompt, prompt, &templated);
+        prompt = templated;
+    }
+    if (st == BT_OK) {
+        size_t plen = strlen(prompt), alen = strlen(answer);
+        ex->heap = malloc(plen + alen + 2);
+        if (ex->heap) {
+            memcpy(ex->heap, prompt, plen + 1);
+            memcpy(ex->heap + plen + 1, answer, alen + 1);
+            ex->prompt = ex->heap;
+            ex->answer = ex->heap + plen + 1;
+        } else {
+            st = bt_fail(BT_ENOMEM, "source: out of memory");
+        }
+    }
+    free(templated);
+    free(answer);
+    bt_buf_release(&b);
+    return st;
 }
 
 /* ---- verifiers ------------------------------------------------------------------------------ */

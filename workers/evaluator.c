@@ -832,9 +832,36 @@ void bt_eval_suite_release(bt_eval_suite *s) {
     s->own_probes = NULL;
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
         bt_source_destroy(&s->own_task[i]);
+        bt_source_destroy(&s->fewshot_pool[i]);
         bt_texts_free(&s->texts[i], s->n_texts[i]);
         s->n_texts[i] = 0;
     }
+}
+
+/*  Dataset i's few-shot prompts: its own source (the run's first, when it evaluates the task's
+    held-out set: the run's task is shared with training), its exemplars from fewshot_source
+    (loaded here, scored like its own source) or its other items, drawn from run.seed. */
+static bt_status s_fewshot(bt_eval_suite *s, const bt_config *cfg, int i,
+                           const bt_source_jsonl_config *own) {
+    const bt_eval_dataset *d = &cfg->eval.datasets[i];
+    if (!s->own_task[i])
+        BT_TRY(bt_config_new_source(cfg, 0, &s->own_task[i], NULL));
+    if (d->fewshot_source[0]) {
+        bt_source_jsonl_config j = *own;
+        j.train_path = j.heldout_path = d->fewshot_source;
+        BT_TRY(bt_source_new_jsonl(&j, &s->fewshot_pool[i]));
+    }
+    bt_source_fewshot f = {.k = d->num_fewshot,
+                           .separator = d->fewshot_separator,
+                           .delimiter = d->fewshot_delimiter,
+                           .pool = s->fewshot_pool[i],
+                           .seed = (uint64_t)cfg->run.seed};
+    bt_status st = bt_source_set_fewshot(s->own_task[i], &f);
+    if (st == BT_OK)
+        return st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", bt_last_error());
+    return bt_fail(st, "eval.datasets[%d].%s", i, why);
 }
 
 bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt_eval_suite *out) {
@@ -849,6 +876,9 @@ bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt
         if (cfg->eval.datasets[i].data_source >= 0)
             st = bt_config_new_source(cfg, cfg->eval.datasets[i].data_source, &out->own_task[i],
                                       NULL);
+    for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
+        if (cfg->eval.datasets[i].num_fewshot > 0)
+            st = s_fewshot(out, cfg, i, &own);
     if (st != BT_OK)
         bt_eval_suite_release(out);
     return st;

@@ -93,12 +93,16 @@ typedef struct bt_eval_dataset {
     int64_t samples;                 /* completions per example (generate) */
     double temperature;              /* 0: greedy */
     int64_t max_new_tokens;
-    int64_t stride;  /* perplexity: tokens each rolling window after the first scores; 0: the
-                        context length (disjoint windows) */
-    bool robustness; /* generate: also the task's perturbed prompts */
-    int64_t every_steps, every_epochs; /* 0: off */
-    double every_seconds;              /* 0: off */
-    double every_tokens;               /* completion tokens sampled for training; 0: off */
+    int64_t stride;      /* perplexity: tokens each rolling window after the first scores; 0: the
+                            context length (disjoint windows) */
+    int64_t num_fewshot; /* generate: exemplars before each prompt; 0: none */
+    char fewshot_source[BT_EVAL_SOURCE_MAX]; /* their JSONL file; "": the dataset's other items */
+    char fewshot_separator[32];              /* between exemplars ("\n\n") */
+    char fewshot_delimiter[32];              /* between an exemplar's prompt and answer (" ") */
+    bool robustness;                         /* generate: also the task's perturbed prompts */
+    int64_t every_steps, every_epochs;       /* 0: off */
+    double every_seconds;                    /* 0: off */
+    double every_tokens;                     /* completion tokens sampled for training; 0: off */
     int data_source; /* resolved, not a key: the data.sources entry `source` names (its held-out
                         set, scored by its verifier); -1: none */
 } bt_eval_dataset;

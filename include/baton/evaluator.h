@@ -140,6 +140,7 @@ typedef struct bt_eval_suite {
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
     bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
+    bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS]; /* a dataset's fewshot_source, or NULL */
 } bt_eval_suite;
 
 /*  Fills *s and loads every dataset's own source: a JSONL task for generate, with own's verifier,

@@ -157,6 +157,26 @@ size_t bt_source_heldout_count(const bt_source_t *self);
     i < bt_source_heldout_count(self). */
 bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source_example *ex);
 
+#define BT_SOURCE_FEWSHOT_MAX 64 /* exemplars before one held-out prompt */
+
+/*  Few-shot held-out prompts (lm-evaluation-harness's num_fewshot): k exemplars, each its prompt,
+    delimiter and answer, then separator, before the item's prompt; the whole in the chat template
+    when the source has one (the exemplars as the user's turn).  The exemplars of held-out item i
+    are drawn from (seed, i) alone, distinct, from pool's held-out set, or with pool NULL from
+    this source's other held-out items (never item i): the same for an item whatever the shard. */
+typedef struct bt_source_fewshot {
+    int64_t k;               /* 0: none */
+    const char *separator;   /* NULL: "\n\n" (the harness's fewshot_delimiter) */
+    const char *delimiter;   /* NULL: " " (the harness's target_delimiter) */
+    const bt_source_t *pool; /* borrowed, must outlive self; NULL: self */
+    uint64_t seed;
+} bt_source_fewshot;
+
+/*  From now on held-out examples are few-shot prompts; training examples are unchanged.
+    BT_EINVAL when k is negative, above BT_SOURCE_FEWSHOT_MAX or above the exemplars the pool
+    holds; BT_ENOMEM. */
+bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f);
+
 /*  Scores completion[0, len) (need not be NUL-terminated) against an example's answer:
     1.0 when correct, 0.0 otherwise, plus format_reward when well formed (arithmetic only).
     - arithmetic: after leading white space, an optional '-' and digits; correct when that text
