@@ -579,6 +579,19 @@ bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **t
     return BT_OK;
 }
 
+/*  Copies prompt and answer into ex's own heap block (ex empty). */
+static bt_status s_example_hold(bt_source_example *ex, const char *prompt, const char *answer) {
+    size_t plen = strlen(prompt), alen = strlen(answer);
+    ex->heap = malloc(plen + alen + 2);
+    if (!ex->heap)
+        return bt_fail(BT_ENOMEM, "source: out of memory");
+    memcpy(ex->heap, prompt, plen + 1);
+    memcpy(ex->heap + plen + 1, answer, alen + 1);
+    ex->prompt = ex->heap;
+    ex->answer = ex->heap + plen + 1;
+    return BT_OK;
+}
+
 /*  Parses record rec of ds into ex: the prompt, chat template applied, and the answer (a number
     as its shortest exact text), both in one heap block. */
 static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds, uint64_t rec,
@@ -607,17 +620,8 @@ static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds
         st = bt_chat_apply(self->chat_template, self->system_prompt, prompt, &templated);
         prompt = templated;
     }
-    if (st == BT_OK) {
-        size_t plen = strlen(prompt), alen = strlen(answer_text);
-        ex->heap = malloc(plen + alen + 2);
-        if (ex->heap) {
-            memcpy(ex->heap, prompt, plen + 1);
-            memcpy(ex->heap + plen + 1, answer_text, alen + 1);
-            ex->prompt = ex->heap;
-            ex->answer = ex->heap + plen + 1;
-        } else
-            st = bt_fail(BT_ENOMEM, "dataset: out of memory");
-    }
+    if (st == BT_OK)
+        st = s_example_hold(ex, prompt, answer_text);
     free(templated);
     cJSON_Delete(root);
     return st;
@@ -768,18 +772,8 @@ bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source
         st = bt_chat_apply(self->chat_template, self->system_prompt, prompt, &templated);
         prompt = templated;
     }
-    if (st == BT_OK) {
-        size_t plen = strlen(prompt), alen = strlen(answer);
-        ex->heap = malloc(plen + alen + 2);
-        if (ex->heap) {
-            memcpy(ex->heap, prompt, plen + 1);
-            memcpy(ex->heap + plen + 1, answer, alen + 1);
-            ex->prompt = ex->heap;
-            ex->answer = ex->heap + plen + 1;
-        } else {
-            st = bt_fail(BT_ENOMEM, "source: out of memory");
-        }
-    }
+    if (st == BT_OK)
+        st = s_example_hold(ex, prompt, answer);
     free(templated);
     free(answer);
     bt_buf_release(&b);

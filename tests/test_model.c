@@ -978,12 +978,38 @@ static void test_sharded(void) {
     s_remove_dir(dir);
 }
 
+/*  The logits of ids (n) by tests/ref/llama_ref.py on the model folder dir, into out (n x V);
+    false when the reference did not answer. */
+static bool s_ref_logits(const char *dir, const int64_t *ids, int n, int64_t V, double *out) {
+    const char *src = getenv("BATON_SOURCE_DIR");
+    char cmd[1024];
+    int len = snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/llama_ref.py %s",
+                       src ? src : ".", dir);
+    for (int i = 0; i < n; i++)
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %lld", (long long)ids[i]);
+    FILE *p = popen(cmd, "r");
+    static char text[1 << 21];
+    size_t got = p ? fread(text, 1, sizeof text - 1, p) : 0;
+    text[got] = '\0';
+    if (p)
+        pclose(p);
+    cJSON *rows = cJSON_Parse(text);
+    bool ok = cJSON_GetArraySize(rows) == n;
+    for (int t = 0; ok && t < n; t++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, t);
+        ok = cJSON_GetArraySize(row) == V;
+        for (int64_t v = 0; ok && v < V; v++)
+            out[t * V + v] = cJSON_GetArrayItem(row, (int)v)->valuedouble;
+    }
+    cJSON_Delete(rows);
+    return ok;
+}
+
 /*  Logits against an independent float64 numpy forward pass written from the Hugging Face modelling
     definitions (tests/ref/llama_ref.py): a Llama model, a Qwen2 one (q/k/v biases) and a Qwen3 one
     (head_dim 16 with hidden 32 and 4 heads, q/k norms), every norm weight and bias random,
     grouped-query attention, six tokens; max |diff| < 1e-4. */
 static void test_reference_logits(void) {
-    const char *src = getenv("BATON_SOURCE_DIR");
     if (access("/usr/bin/python3", X_OK) != 0) {
         fprintf(stderr, "test_model: /usr/bin/python3 missing, reference logits not checked\n");
         return;
@@ -1015,25 +1041,11 @@ static void test_reference_logits(void) {
         CHECK_OK(bt_model_save(m, NULL, dir));
         float *got =
             s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, 6, ids), s_i64(ctx, 1, 6, ones)));
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/llama_ref.py %s 256 49 43 55 61 3",
-                 src ? src : ".", dir);
-        FILE *p = popen(cmd, "r");
-        static char text[1 << 20];
-        size_t n = p ? fread(text, 1, sizeof text - 1, p) : 0;
-        text[n] = '\0';
-        if (p)
-            pclose(p);
-        cJSON *rows = cJSON_Parse(text);
-        CHECK(cJSON_GetArraySize(rows) == 6);
+        double want[6 * V];
+        CHECK(s_ref_logits(dir, ids, 6, V, want));
         double worst = 0;
-        for (int t = 0; t < 6 && got && cJSON_GetArraySize(rows) == 6; t++) {
-            const cJSON *row = cJSON_GetArrayItem(rows, t);
-            CHECK(cJSON_GetArraySize(row) == V);
-            for (int v = 0; v < V && v < cJSON_GetArraySize(row); v++)
-                worst = fmax(worst, fabs(cJSON_GetArrayItem(row, v)->valuedouble - got[t * V + v]));
-        }
-        cJSON_Delete(rows);
+        for (int i = 0; got && i < 6 * V; i++)
+            worst = fmax(worst, fabs(want[i] - got[i]));
         free(got);
         const char *family[] = {"Llama", "Qwen2", "Qwen3"};
         printf("reference logits (%s): max |diff| %.3g\n", family[qwen], worst);
@@ -1057,33 +1069,6 @@ static void test_reference_logits(void) {
     }
     bt_gen_destroy(&gen);
     bt_ctx_destroy(&ctx);
-}
-
-/*  The logits of ids (n) by tests/ref/llama_ref.py on the model folder dir, into out (n x V);
-    false when the reference did not answer. */
-static bool s_ref_logits(const char *dir, const int64_t *ids, int n, int64_t V, double *out) {
-    const char *src = getenv("BATON_SOURCE_DIR");
-    char cmd[1024];
-    int len = snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/llama_ref.py %s",
-                       src ? src : ".", dir);
-    for (int i = 0; i < n; i++)
-        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %lld", (long long)ids[i]);
-    FILE *p = popen(cmd, "r");
-    static char text[1 << 21];
-    size_t got = p ? fread(text, 1, sizeof text - 1, p) : 0;
-    text[got] = '\0';
-    if (p)
-        pclose(p);
-    cJSON *rows = cJSON_Parse(text);
-    bool ok = cJSON_GetArraySize(rows) == n;
-    for (int t = 0; ok && t < n; t++) {
-        const cJSON *row = cJSON_GetArrayItem(rows, t);
-        ok = cJSON_GetArraySize(row) == V;
-        for (int64_t v = 0; ok && v < V; v++)
-            out[t * V + v] = cJSON_GetArrayItem(row, (int)v)->valuedouble;
-    }
-    cJSON_Delete(rows);
-    return ok;
 }
 
 /*  config.json's rope_scaling, each kind Hugging Face models ship, against llama_ref.py's

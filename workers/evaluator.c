@@ -323,6 +323,21 @@ bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_
 
 /* ---- negative log-likelihood ----------------------------------------------------------------- */
 
+/*  lp (n x (T - 1)) = log P(ids[:, t + 1] | ids[:, <= t]) of the padded rows ids (n x T) under
+    mask, in one forward pass without autograd. */
+static bt_status s_logprobs(bt_model *model, bt_ctx *ctx, const int64_t *ids, const int64_t *mask,
+                            int64_t n, int64_t T, float *lp) {
+    bt_device dev = bt_model_device(model);
+    const int64_t shape[2] = {n, T};
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *tid = bt_from_host(ctx, BT_I64, dev, 2, shape, ids);
+    bt_tensor *tmask = bt_from_host(ctx, BT_I64, dev, 2, shape, mask);
+    bt_tensor *logp =
+        tid && tmask ? bt_model_token_logprobs(model, ctx, tid, tmask, 1.0, NULL) : NULL;
+    bt_set_grad_enabled(grad);
+    return logp ? bt_to_host(logp, lp, (size_t)(n * (T - 1)) * sizeof *lp) : BT_ETORCH;
+}
+
 /*  Items [0, n), n <= BT_EVALUATOR_NLL_CHUNK, in one padded forward pass. */
 static bt_status s_nll_chunk(bt_model *model, const bt_tokenizer_t *tok, bt_ctx *ctx,
                              const bt_nll_item *items, int64_t n, double *nll, int64_t *tokens) {
@@ -357,17 +372,8 @@ static bt_status s_nll_chunk(bt_model *model, const bt_tokenizer_t *tok, bt_ctx 
             ids[i * T + t] = t < len[i] ? enc[i][t] : bt_tokenizer_pad(tok);
             mask[i * T + t] = t < len[i];
         }
-    if (st == BT_OK) {
-        bt_device dev = bt_model_device(model);
-        const int64_t shape[2] = {n, T};
-        bool grad = bt_set_grad_enabled(false);
-        bt_tensor *tid = bt_from_host(ctx, BT_I64, dev, 2, shape, ids);
-        bt_tensor *tmask = bt_from_host(ctx, BT_I64, dev, 2, shape, mask);
-        bt_tensor *logp = tid && tmask ? bt_model_token_logprobs(model, ctx, tid, tmask, 1.0, NULL)
-                                       : NULL; /* (n, T-1) */
-        bt_set_grad_enabled(grad);
-        st = logp ? bt_to_host(logp, lp, (size_t)(n * (T - 1)) * sizeof *lp) : BT_ETORCH;
-    }
+    if (st == BT_OK)
+        st = s_logprobs(model, ctx, ids, mask, n, T, lp);
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         double sum = 0.0; /* element t predicts token t + 1 */
         for (int64_t t = ctx_len[i] - 1; t < len[i] - 1; t++)
@@ -484,15 +490,7 @@ static bt_status s_nll_rolling(bt_model *model, bt_ctx *ctx, const int32_t *seq,
                 ids[r * T + t] = in ? seq[w[first + r].start + t] : pad;
                 mask[r * T + t] = in;
             }
-        bt_device dev = bt_model_device(model);
-        const int64_t shape[2] = {m, T};
-        bool grad = bt_set_grad_enabled(false);
-        bt_tensor *tid = bt_from_host(ctx, BT_I64, dev, 2, shape, ids);
-        bt_tensor *tmask = bt_from_host(ctx, BT_I64, dev, 2, shape, mask);
-        bt_tensor *logp = tid && tmask ? bt_model_token_logprobs(model, ctx, tid, tmask, 1.0, NULL)
-                                       : NULL; /* (m, T - 1): element t predicts id t + 1 */
-        bt_set_grad_enabled(grad);
-        st = logp ? bt_to_host(logp, lp, sizeof *lp * (size_t)(m * max_len)) : BT_ETORCH;
+        st = s_logprobs(model, ctx, ids, mask, m, T, lp); /* element t predicts id t + 1 */
         for (int64_t r = 0; r < m && st == BT_OK; r++)
             for (int64_t t = w[first + r].len - w[first + r].pred; t < w[first + r].len; t++)
                 *nll -= (double)lp[r * max_len + t];
@@ -523,11 +521,8 @@ bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *t
     int64_t max_len = bt_model_get_config(model)->max_position_embeddings;
     stride = stride > 0 && stride < max_len ? stride : max_len;
     bt_nll_item *items = calloc(BT_EVALUATOR_NLL_CHUNK, sizeof *items);
-    double nll[BT_EVALUATOR_NLL_CHUNK];
-    int64_t tokens[BT_EVALUATOR_NLL_CHUNK];
     bt_ctx *ctx = bt_ctx_new();
     bt_status st = items && ctx ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");
-    double t0 = bt_now();
     /* texts that fit in one window go in chunks of the indices' multiples of the chunk size (so a
        shard computes each as a single pass does), the longer ones by rolling windows */
     for (size_t at = start; at < start + count && st == BT_OK;) {
@@ -541,24 +536,19 @@ bt_status bt_evaluator_perplexity_texts(bt_model *model, const bt_tokenizer_t *t
             if (st == BT_OK && n <= max_len) {
                 items[n_items++] = (bt_nll_item){.context = "", .continuation = texts[at]};
             } else if (st == BT_OK) {
-                double sum = 0.0;
+                double sum = 0.0, t0 = bt_now();
                 st =
                     s_nll_rolling(model, ctx, seq, n, max_len, stride, bt_tokenizer_pad(tok), &sum);
                 out->nll_sum += sum;
                 out->nll_tokens += n;
                 out->texts++;
+                out->compute_s += bt_now() - t0;
             }
             free(seq);
         }
         if (st == BT_OK && n_items > 0)
-            st = bt_evaluator_nll(model, tok, items, n_items, nll, tokens);
-        for (int64_t i = 0; i < n_items && st == BT_OK; i++) {
-            out->nll_sum += nll[i];
-            out->nll_tokens += tokens[i];
-            out->texts++;
-        }
+            st = s_perplexity(model, tok, items, n_items, out);
     }
-    out->compute_s += bt_now() - t0;
     out->peak_rss_mb = bt_evaluator_peak_rss_mb();
     bt_ctx_destroy(&ctx);
     free(items);
