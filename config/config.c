@@ -102,7 +102,7 @@ static bool s_is_metric(const char *s) {
 }
 
 static const char *const s_task_kinds[] = {"arithmetic", "jsonl", NULL};
-static const char *const s_verifiers[] = {"exact", "numeric", "math", NULL};
+static const char *const s_verifiers[] = {"exact", "numeric", "math", "code", NULL};
 static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
 static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_norm", NULL};
 static const char *const s_adv_norms[] = {"std", "none", NULL};
