@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
@@ -224,9 +223,11 @@ static int s_child(void *arg) {
     if (chdir(j->jail ? "/tmp" : j->dir) < 0)
         s_die(S_STEP_CWD);
     s_child_limits(j->cfg);
-    gid_t g = j->uid;
-    if (j->drop_uid &&
-        (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 || setresuid(j->uid, j->uid, j->uid) < 0))
+    /* raw system calls: glibc's setresuid() would wait for the caller's other threads, which
+       the child does not have */
+    uint32_t u = j->uid;
+    if (j->drop_uid && (syscall(SYS_setgroups, 0, NULL) < 0 ||
+                        syscall(SYS_setresgid, u, u, u) < 0 || syscall(SYS_setresuid, u, u, u) < 0))
         s_die(S_STEP_UID);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
         s_die(S_STEP_UID);
