@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,12 +309,30 @@ static void test_record_errors(void) {
     remove(strcat(path, ".btidx"));
 }
 
-/*  Two threads each run a correct and a wrong solution at the same time. */
+/*  Two threads each run a correct and a wrong solution four times at the same time, while a
+    third keeps starting and joining threads (whose glibc locks a cloned child must not need). */
+static atomic_bool s_scoring;
+
+static void *s_nothing(void *arg) {
+    return arg;
+}
+
+static void *s_churn(void *arg) {
+    while (atomic_load(&s_scoring)) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, s_nothing, NULL) == 0)
+            pthread_join(t, NULL);
+    }
+    return arg;
+}
+
 static void *s_thread(void *arg) {
     const bt_source_t *src = arg;
     int *ok = malloc(sizeof *ok);
-    *ok = s_score(src, 0, "def larger(a, b):\n    return max(a, b)\n") == 1.0 &&
-          s_score(src, 0, "def larger(a, b):\n    return min(a, b)\n") == 0.0;
+    *ok = 1;
+    for (int i = 0; i < 4; i++)
+        *ok &= s_score(src, 0, "def larger(a, b):\n    return max(a, b)\n") == 1.0 &&
+               s_score(src, 0, "def larger(a, b):\n    return min(a, b)\n") == 0.0;
     return ok;
 }
 
@@ -321,7 +340,9 @@ static void test_threads(void) {
     bt_source_t *src =
         s_code_source("mbpp2.jsonl", "{\"text\": \"larger\", \"test_list\": [\"assert "
                                      "larger(1, 2) == 2\", \"assert larger(3, 1) == 3\"]}\n");
-    pthread_t t[2];
+    pthread_t t[2], churn;
+    atomic_store(&s_scoring, true);
+    pthread_create(&churn, NULL, s_churn, NULL);
     for (int i = 0; i < 2; i++)
         pthread_create(&t[i], NULL, s_thread, src);
     for (int i = 0; i < 2; i++) {
@@ -330,6 +351,8 @@ static void test_threads(void) {
         CHECK(*(int *)ok);
         free(ok);
     }
+    atomic_store(&s_scoring, false);
+    pthread_join(churn, NULL);
     CHECK(s_entries(s_tmp) == 0);
     bt_source_destroy(&src);
 }
