@@ -59,7 +59,6 @@ struct bt_task {
     const bt_source_t *fewshot_pool; /* the exemplars' source; NULL: this one's held-out set */
     uint64_t fewshot_seed;
     bt_sandbox_config sandbox; /* the code verifier's limits */
-    char *python;              /* sandbox.python's copy, or NULL */
 };
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
@@ -545,23 +544,20 @@ static char *s_strdup_or_null(const char *s) {
     return s ? strdup(s) : NULL;
 }
 
-/*  The code verifier's sandbox limits, copied, and one run of a trivial program, so a machine
-    that cannot run completions fails now, not with every reward. */
-static bt_status s_code_setup(bt_source_t *self, const bt_sandbox_config *sandbox) {
-    if (sandbox)
-        self->sandbox = *sandbox;
-    else
-        bt_sandbox_config_init(&self->sandbox);
-    if (self->sandbox.python) {
-        if (!(self->python = strdup(sandbox->python)))
-            return bt_fail(BT_ENOMEM, "sandbox: out of memory");
-        self->sandbox.python = self->python;
+/*  The code verifier's sandbox limits, and one run of a trivial program, so a machine that cannot
+    run completions fails now, not with every reward. */
+static bt_status s_code_setup(bt_source_t *self, const bt_source_jsonl_config *cfg) {
+    bt_sandbox_config_init(&self->sandbox);
+    if (cfg->code_timeout_s > 0) {
+        self->sandbox.timeout_s = cfg->code_timeout_s;
+        self->sandbox.cpu_s = (int)ceil(cfg->code_timeout_s);
     }
+    if (cfg->code_memory_bytes > 0)
+        self->sandbox.memory_bytes = cfg->code_memory_bytes;
     bt_sandbox_result r;
     BT_TRY(bt_sandbox_run(&self->sandbox, "pass\n", 5, &r));
     if (r.verdict != BT_SANDBOX_PASS)
-        return bt_fail(BT_EIO, "sandbox: %s cannot run \"pass\" (%s): %.200s",
-                       self->python ? self->python : "/usr/bin/python3",
+        return bt_fail(BT_EIO, "sandbox: /usr/bin/python3 cannot run \"pass\" (%s): %.200s",
                        bt_sandbox_verdict_name(r.verdict), r.head);
     return BT_OK;
 }
@@ -589,7 +585,7 @@ bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **t
         self->n_train = self->heldout_file ? n : n - n / 10;
     }
     if (st == BT_OK && cfg->verifier == BT_SOURCE_VERIFY_CODE)
-        st = s_code_setup(self, cfg->sandbox);
+        st = s_code_setup(self, cfg);
     if (st == BT_OK && cfg->chat_template && cfg->chat_template[0]) {
         char *probe = NULL; /* a bad template fails now, not at the first example */
         st = bt_chat_apply(cfg->chat_template, cfg->system_prompt, "", &probe);
@@ -711,7 +707,6 @@ void bt_source_destroy(bt_source_t **self_p) {
     free(self->fewshot_separator);
     free(self->fewshot_delimiter);
     free(self->heldout_codes);
-    free(self->python);
     free(self);
     *self_p = NULL;
 }

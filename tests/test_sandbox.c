@@ -287,6 +287,31 @@ static void test_mbpp_shape(void) {
     bt_source_destroy(&src);
 }
 
+/*  task.code_timeout_s reaches the sandbox: a completion that never ends scores 0 within it. */
+static void test_code_timeout(void) {
+    char path[160];
+    snprintf(path, sizeof path, "%s/slow.jsonl", s_dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"text\": \"f\", \"test_list\": [\"assert f() == 1\"]}\n", f);
+    fclose(f);
+    bt_source_jsonl_config jc = {.train_path = path,
+                                 .heldout_path = path,
+                                 .verifier = BT_SOURCE_VERIFY_CODE,
+                                 .code_timeout_s = 1.5};
+    bt_source_t *src = NULL;
+    CHECK_OK(bt_source_new_jsonl(&jc, &src));
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    CHECK_OK(bt_source_heldout_example(src, 0, &ex));
+    const char *loop = "def f():\n    while True:\n        pass\n";
+    bt_reward_detail d;
+    CHECK(bt_source_reward(src, ex.answer, loop, strlen(loop), &d) == 0.0);
+    CHECK(!d.correct && !d.well_formed); /* killed, not ended by itself */
+    bt_source_example_release(&ex);
+    bt_source_destroy(&src);
+    CHECK(s_entries(s_tmp) == 0);
+}
+
 static void test_record_errors(void) {
     char path[160];
     snprintf(path, sizeof path, "%s/bad.jsonl", s_dir);
@@ -377,6 +402,7 @@ int main(void) {
     test_output_flood();
     test_humaneval_shape();
     test_mbpp_shape();
+    test_code_timeout();
     test_record_errors();
     test_threads();
     char cmd[128];

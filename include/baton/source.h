@@ -25,7 +25,6 @@
 #ifndef BATON_TASKS_H
 #define BATON_TASKS_H
 
-#include "baton/sandbox.h"
 #include "baton/status.h"
 
 #include <stdbool.h>
@@ -104,11 +103,12 @@ typedef struct bt_source_jsonl_config {
     const char *heldout_path; /* NULL: records 10, 20, 30, ... of train_path (counting non-blank
                                  lines from 1) are held out and the others are trained on */
     bt_source_verifier verifier;
-    uint64_t seed;                    /* shuffles each epoch */
-    const char *chat_template;        /* NULL or "": prompts as written; else see bt_chat_apply */
-    const char *system_prompt;        /* the template's {system}; NULL: "" */
-    const bt_sandbox_config *sandbox; /* the code verifier's limits; NULL: the defaults of
-                                         bt_sandbox_config_init; copied */
+    uint64_t seed;             /* shuffles each epoch */
+    const char *chat_template; /* NULL or "": prompts as written; else see bt_chat_apply */
+    const char *system_prompt; /* the template's {system}; NULL: "" */
+    double code_timeout_s;     /* the code verifier's wall clock and CPU limit (rounded up) per
+                                  program; 0: bt_sandbox_config_init's 10 s */
+    size_t code_memory_bytes;  /* its address-space limit; 0: the default 1 GiB */
 } bt_source_jsonl_config;
 
 /*  Chat prompts, without a Jinja engine: template is a preset or a text holding "{prompt}" once
