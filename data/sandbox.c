@@ -452,14 +452,16 @@ static void s_wait(const s_job *j, int out_rd, int pid, double deadline, bt_sand
     bool killed = false, exited = false;
     while (!killed && !exited) {
         double left = deadline - bt_now();
-        int ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
+        if (left <= 0) { /* checked first: a program that always has output pending ends too */
+            r->verdict = BT_SANDBOX_TIMEOUT;
+            killed = true;
+            break;
+        }
+        int ms = (int)(left * 1000) + 1;
         if (pidfd < 0 && ms > 5)
             ms = 5; /* no pidfd (Linux < 5.3): look at the child every 5 ms */
         int ready = poll(fds, pidfd < 0 ? 1 : 2, ms);
-        if (ready == 0 && left <= 0) {
-            r->verdict = BT_SANDBOX_TIMEOUT;
-            killed = true;
-        } else if (ready > 0 && fds[0].revents) {
+        if (ready > 0 && fds[0].revents) {
             ssize_t n = read(out_rd, buf, sizeof buf);
             if (n > 0 && !s_take(r, buf, (size_t)n, j->cfg->output_limit)) {
                 r->verdict = BT_SANDBOX_OUTPUT;

@@ -114,6 +114,10 @@ static void test_infinite_loop(void) {
     CHECK(r.verdict == BT_SANDBOX_TIMEOUT || r.verdict == BT_SANDBOX_SIGNAL);
     r = s_run(&cfg, "import time\ntime.sleep(3600)\n"); /* no CPU: only the wall clock ends it */
     CHECK(r.verdict == BT_SANDBOX_TIMEOUT);
+    /* output always pending, too little to pass the output limit, almost no CPU */
+    r = s_run(&cfg, "import sys, time\nwhile True:\n    sys.stdout.write('.')\n"
+                    "    sys.stdout.flush()\n    time.sleep(0.01)\n");
+    CHECK(r.verdict == BT_SANDBOX_TIMEOUT && r.output_bytes > 0);
 }
 
 static void test_fork_bomb(void) {
