@@ -179,7 +179,7 @@ static const s_key s_keys[] = {
     S_ENUM_KEY("task.verifier", task.verifier, BT_SOURCE_VERIFY_EXACT, s_verifiers),
     S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
     S_NUM_KEY("task.code_timeout_s", task.code_timeout_s, 10, 0, 3600, S_LO_OPEN),
-    S_INT_KEY("task.code_memory_mb", task.code_memory_mb, 1024, 64, 1048576),
+    S_INT_KEY("task.code_memory_mb", task.code_memory_mb, 512, 64, 1048576),
 
     S_STR_KEY("reward.service", reward.service, "", s_is_endpoint,
               "\"\" or an endpoint \"tcp://HOST:PORT\" or \"ipc://PATH\""),

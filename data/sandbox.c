@@ -84,11 +84,11 @@ void bt_sandbox_config_init(bt_sandbox_config *cfg) {
     *cfg = (bt_sandbox_config){.python = NULL,
                                .timeout_s = 10.0,
                                .cpu_s = 10,
-                               .memory_bytes = 1024 * S_MIB,
+                               .memory_bytes = 512 * S_MIB,
                                .file_bytes = 16 * S_MIB,
                                .disk_limit = 64 * S_MIB,
                                .open_files = 64,
-                               .processes = 32,
+                               .processes = 8,
                                .output_limit = S_MIB};
 }
 

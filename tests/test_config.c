@@ -580,7 +580,7 @@ static void test_sub_configs(void) {
     CHECK_OK(bt_config_parse(json, "arith.json", eval, 1, &cfg));
     bt_config_task_jsonl(&cfg, &jsonl);
     CHECK(jsonl.heldout_path && strcmp(jsonl.heldout_path, "e.jsonl") == 0);
-    CHECK(jsonl.code_timeout_s == 10 && jsonl.code_memory_bytes == (size_t)1024 << 20);
+    CHECK(jsonl.code_timeout_s == 10 && jsonl.code_memory_bytes == (size_t)512 << 20);
     const char *code[] = {"task.verifier=code", "task.code_timeout_s=2.5",
                           "task.code_memory_mb=256"};
     CHECK_OK(bt_config_parse(json, "arith.json", code, 3, &cfg));

@@ -26,8 +26,10 @@
       write what the calling user can, and reach the network; a process that leaves its process
       group (setsid) outlives the timeout's kill.  Use it only for trusted completions; a WARN
       log line says so once per process.
-    Not prevented in either: use of CPU up to the limits, and reading /usr.  No seccomp filter:
-    the kernel's system calls are reachable from the program (namespaces narrow what they see). */
+    Not prevented in either: use of CPU and memory up to the limits (per process, see the
+    defaults), reading /usr, and making namespaces of its own inside its own (where the kernel lets
+    any user do so; they reach nothing the jail does not).  No seccomp filter: the kernel's system
+    calls are reachable from the program (namespaces narrow what they see). */
 #ifndef BATON_SANDBOX_H
 #define BATON_SANDBOX_H
 
@@ -42,7 +44,8 @@ extern "C" {
 #endif
 
 /*  As root, run i runs as uid and gid BT_SANDBOX_UID_BASE + (i mod BT_SANDBOX_UID_SPAN): ids no
-    account uses (above the 2^31 container ranges' usual start, below (uid_t)-1). */
+    account of a Debian machine uses (accounts and the usual /etc/subuid ranges stay below 2^31),
+    below (uid_t)-1. */
 #define BT_SANDBOX_UID_BASE 3000000000u
 #define BT_SANDBOX_UID_SPAN 65536u
 #define BT_SANDBOX_HEAD 4096 /* bytes of output kept in a result, NUL excluded */
@@ -59,8 +62,10 @@ typedef struct bt_sandbox_config {
     size_t output_limit; /* stdout + stderr beyond this many bytes kill the run */
 } bt_sandbox_config;
 
-/*  Defaults: python NULL, timeout_s 10, cpu_s 10, memory_bytes 1 GiB, file_bytes 16 MiB,
-    disk_limit 64 MiB, open_files 64, processes 32, output_limit 1 MiB. */
+/*  Defaults: python NULL, timeout_s 10, cpu_s 10, memory_bytes 512 MiB, file_bytes 16 MiB,
+    disk_limit 64 MiB, open_files 64, processes 8, output_limit 1 MiB.  The limits are per
+    process (there is no cgroup): a run's processes together may hold up to processes x
+    memory_bytes (4 GiB by default) plus disk_limit of tmpfs. */
 void bt_sandbox_config_init(bt_sandbox_config *cfg);
 
 /*  Values appear in logs and results: append only. */

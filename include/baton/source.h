@@ -108,7 +108,7 @@ typedef struct bt_source_jsonl_config {
     const char *system_prompt; /* the template's {system}; NULL: "" */
     double code_timeout_s;     /* the code verifier's wall clock and CPU limit (rounded up) per
                                   program; 0: bt_sandbox_config_init's 10 s */
-    size_t code_memory_bytes;  /* its address-space limit; 0: the default 1 GiB */
+    size_t code_memory_bytes;  /* its address-space limit; 0: the default 512 MiB */
 } bt_source_jsonl_config;
 
 /*  Chat prompts, without a Jinja engine: template is a preset or a text holding "{prompt}" once
