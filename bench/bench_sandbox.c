@@ -7,7 +7,10 @@
     printed beside it for the scaling.  One JSON line per pool size:
       {"bench":"sandbox","executors":N,"runs":R,"isolation":"namespaces","sandbox_per_s":A,
        "bare_per_s":B,"ratio":A/B,"sandbox_ms":M}
-    Environment: BATON_BENCH_RUNS (runs per executor and mode, default 40). */
+    Environment: BATON_BENCH_RUNS (runs per executor and mode, default 40); BATON_BENCH_RSS_MB
+    (default 0): memory the bench process holds and has touched first, as a worker holding a model
+    does, since every run clones this process (its page tables are copied, its pages marked
+    copy-on-write); the line then carries "rss_mb". */
 #define _GNU_SOURCE
 #include "baton/code.h"
 #include "baton/sandbox.h"
@@ -86,6 +89,11 @@ static double s_pool(int n, int runs, bool sandboxed, bt_sandbox_isolation *isol
 
 int main(void) {
     int runs = getenv("BATON_BENCH_RUNS") ? atoi(getenv("BATON_BENCH_RUNS")) : 40;
+    size_t rss_mb =
+        getenv("BATON_BENCH_RSS_MB") ? strtoull(getenv("BATON_BENCH_RSS_MB"), 0, 10) : 0;
+    char *held = rss_mb ? malloc(rss_mb << 20) : NULL;
+    if (held)
+        memset(held, 1, rss_mb << 20);
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int sizes[2] = {1, cores > 1 ? cores : 1};
     for (int k = 0; k < (cores > 1 ? 2 : 1); k++) {
@@ -98,9 +106,11 @@ int main(void) {
             return 1;
         }
         printf("{\"bench\":\"sandbox\",\"executors\":%d,\"runs\":%d,\"isolation\":\"%s\","
-               "\"sandbox_per_s\":%.1f,\"bare_per_s\":%.1f,\"ratio\":%.3f,\"sandbox_ms\":%.2f}\n",
+               "\"sandbox_per_s\":%.1f,\"bare_per_s\":%.1f,\"ratio\":%.3f,\"sandbox_ms\":%.2f,"
+               "\"rss_mb\":%zu}\n",
                n, n * runs, iso == BT_SANDBOX_NAMESPACES ? "namespaces" : "plain", sandbox, bare,
-               sandbox / bare, 1000.0 * n / sandbox);
+               sandbox / bare, 1000.0 * n / sandbox, held ? rss_mb : 0);
     }
+    free(held);
     return 0;
 }
