@@ -227,28 +227,35 @@ static void test_output_flood(void) {
 }
 
 /*  Writes lines as a JSONL file under the test folder and opens it with the code verifier, every
-    record held out. */
-static bt_source_t *s_code_source(const char *name, const char *lines) {
+    record held out, each program limited to timeout_s (0: the default). */
+static bt_source_t *s_code_source(const char *name, const char *lines, double timeout_s) {
     char path[160];
     snprintf(path, sizeof path, "%s/%s", s_dir, name);
     FILE *f = fopen(path, "w");
     fputs(lines, f);
     fclose(f);
-    bt_source_jsonl_config jc = {
-        .train_path = path, .heldout_path = path, .verifier = BT_SOURCE_VERIFY_CODE};
+    bt_source_jsonl_config jc = {.train_path = path,
+                                 .heldout_path = path,
+                                 .verifier = BT_SOURCE_VERIFY_CODE,
+                                 .code_timeout_s = timeout_s};
     bt_source_t *src = NULL;
     CHECK_OK(bt_source_new_jsonl(&jc, &src));
     return src;
 }
 
-/*  The verifier's score of completion for held-out record i. */
-static double s_score(const bt_source_t *src, size_t i, const char *completion) {
+/*  The verifier's score of completion for held-out record i; d (may be NULL) its detail. */
+static double s_score_detail(const bt_source_t *src, size_t i, const char *completion,
+                             bt_reward_detail *d) {
     bt_source_example ex;
     bt_source_example_init(&ex);
     CHECK_OK(bt_source_heldout_example(src, i, &ex));
-    double r = bt_source_reward(src, ex.answer, completion, strlen(completion), NULL);
+    double r = bt_source_reward(src, ex.answer, completion, strlen(completion), d);
     bt_source_example_release(&ex);
     return r;
+}
+
+static double s_score(const bt_source_t *src, size_t i, const char *completion) {
+    return s_score_detail(src, i, completion, NULL);
 }
 
 static void test_humaneval_shape(void) {
@@ -256,7 +263,8 @@ static void test_humaneval_shape(void) {
         "humaneval.jsonl",
         "{\"task_id\": \"t/0\", \"prompt\": \"def sum_to(n):\\n    \\\"\\\"\\\"1 + 2 + ... + "
         "n.\\\"\\\"\\\"\\n\", \"entry_point\": \"sum_to\", \"test\": \"def check(candidate):\\n"
-        "    assert candidate(1) == 1\\n    assert candidate(4) == 10\\n\"}\n");
+        "    assert candidate(1) == 1\\n    assert candidate(4) == 10\\n\"}\n",
+        0);
     bt_source_example ex;
     bt_source_example_init(&ex);
     CHECK_OK(bt_source_heldout_example(src, 0, &ex));
@@ -273,10 +281,12 @@ static void test_humaneval_shape(void) {
 }
 
 static void test_mbpp_shape(void) {
-    bt_source_t *src = s_code_source(
-        "mbpp.jsonl", "{\"task_id\": 2, \"text\": \"Write a function to find the larger of two "
+    bt_source_t *src =
+        s_code_source("mbpp.jsonl",
+                      "{\"task_id\": 2, \"text\": \"Write a function to find the larger of two "
                       "numbers.\", \"code\": \"\", \"test_list\": [\"assert larger(1, 2) == 2\", "
-                      "\"assert larger(5, -1) == 5\", \"assert larger(-3, -7) == -3\"]}\n");
+                      "\"assert larger(5, -1) == 5\", \"assert larger(-3, -7) == -3\"]}\n",
+                      0);
     bt_source_example ex;
     bt_source_example_init(&ex);
     CHECK_OK(bt_source_heldout_example(src, 0, &ex));
@@ -293,25 +303,11 @@ static void test_mbpp_shape(void) {
 
 /*  task.code_timeout_s reaches the sandbox: a completion that never ends scores 0 within it. */
 static void test_code_timeout(void) {
-    char path[160];
-    snprintf(path, sizeof path, "%s/slow.jsonl", s_dir);
-    FILE *f = fopen(path, "w");
-    fputs("{\"text\": \"f\", \"test_list\": [\"assert f() == 1\"]}\n", f);
-    fclose(f);
-    bt_source_jsonl_config jc = {.train_path = path,
-                                 .heldout_path = path,
-                                 .verifier = BT_SOURCE_VERIFY_CODE,
-                                 .code_timeout_s = 1.5};
-    bt_source_t *src = NULL;
-    CHECK_OK(bt_source_new_jsonl(&jc, &src));
-    bt_source_example ex;
-    bt_source_example_init(&ex);
-    CHECK_OK(bt_source_heldout_example(src, 0, &ex));
-    const char *loop = "def f():\n    while True:\n        pass\n";
+    bt_source_t *src = s_code_source(
+        "slow.jsonl", "{\"text\": \"f\", \"test_list\": [\"assert f() == 1\"]}\n", 1.5);
     bt_reward_detail d;
-    CHECK(bt_source_reward(src, ex.answer, loop, strlen(loop), &d) == 0.0);
+    CHECK(s_score_detail(src, 0, "def f():\n    while True:\n        pass\n", &d) == 0.0);
     CHECK(!d.correct && !d.well_formed); /* killed, not ended by itself */
-    bt_source_example_release(&ex);
     bt_source_destroy(&src);
     CHECK(s_entries(s_tmp) == 0);
 }
@@ -366,9 +362,10 @@ static void *s_thread(void *arg) {
 }
 
 static void test_threads(void) {
-    bt_source_t *src =
-        s_code_source("mbpp2.jsonl", "{\"text\": \"larger\", \"test_list\": [\"assert "
-                                     "larger(1, 2) == 2\", \"assert larger(3, 1) == 3\"]}\n");
+    bt_source_t *src = s_code_source("mbpp2.jsonl",
+                                     "{\"text\": \"larger\", \"test_list\": [\"assert "
+                                     "larger(1, 2) == 2\", \"assert larger(3, 1) == 3\"]}\n",
+                                     0);
     pthread_t t[2], churn;
     atomic_store(&s_scoring, true);
     pthread_create(&churn, NULL, s_churn, NULL);
