@@ -756,6 +756,12 @@ static bt_status s_heldout(const bt_source_t *self, size_t i, bool raw, bt_sourc
 
 bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f) {
     const bt_source_t *pool = f->pool ? f->pool : self;
+    if (f->k > 0 && ((self->kind == S_JSONL && self->verifier == BT_SOURCE_VERIFY_CODE) ||
+                     (pool->kind == S_JSONL && pool->verifier == BT_SOURCE_VERIFY_CODE)))
+        return bt_fail(BT_EINVAL,
+                       "num_fewshot: expected 0 for a code dataset (its answers are "
+                       "tests, not solutions to show), got %lld",
+                       (long long)f->k);
     size_t n = bt_source_heldout_count(pool) - (f->pool ? 0 : 1); /* never the item itself */
     if (f->k < 0 || f->k > BT_SOURCE_FEWSHOT_MAX || (size_t)f->k > n)
         return bt_fail(BT_EINVAL,

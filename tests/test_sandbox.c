@@ -277,6 +277,9 @@ static void test_humaneval_shape(void) {
                   "It adds them up.") == 1.0);
     char buf[64];
     CHECK(bt_source_canonical_answer(src, "    return 1\n", 13, buf, sizeof buf) == 0);
+    bt_source_fewshot few = {.k = 1};
+    CHECK(bt_source_set_fewshot(src, &few) == BT_EINVAL); /* no exemplars: answers are tests */
+    CHECK_STR_CONTAINS(bt_last_error(), "num_fewshot: expected 0 for a code dataset");
     bt_source_destroy(&src);
 }
 

@@ -181,7 +181,8 @@ typedef struct bt_source_fewshot {
 
 /*  From now on held-out examples are few-shot prompts; training examples are unchanged.
     BT_EINVAL when k is negative, above BT_SOURCE_FEWSHOT_MAX or above the exemplars the pool
-    holds; BT_ENOMEM. */
+    holds, or k > 0 for a code source or pool (its answers are test harnesses, no exemplars);
+    BT_ENOMEM. */
 bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f);
 
 /*  Scores completion[0, len) (need not be NUL-terminated) against an example's answer:
