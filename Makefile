@@ -5,7 +5,7 @@ JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-dev libcjson-dev \
            libxxhash-dev libgloo-dev \
-           python3-numpy python3-zmq iproute2 unicode-data bzip2
+           python3 python3-numpy python3-zmq iproute2 unicode-data bzip2
 
 CONFIG  ?= configs/arith.json
 ARGS    ?=

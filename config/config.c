@@ -102,7 +102,7 @@ static bool s_is_metric(const char *s) {
 }
 
 static const char *const s_task_kinds[] = {"arithmetic", "jsonl", NULL};
-static const char *const s_verifiers[] = {"exact", "numeric", "math", NULL};
+static const char *const s_verifiers[] = {"exact", "numeric", "math", "code", NULL};
 static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
 static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_norm", NULL};
 static const char *const s_adv_norms[] = {"std", "none", NULL};
@@ -178,6 +178,8 @@ static const s_key s_keys[] = {
     S_STR_KEY("task.eval", task.eval, "", NULL, NULL),
     S_ENUM_KEY("task.verifier", task.verifier, BT_SOURCE_VERIFY_EXACT, s_verifiers),
     S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
+    S_NUM_KEY("task.code_timeout_s", task.code_timeout_s, 10, 0, 3600, S_LO_OPEN),
+    S_INT_KEY("task.code_memory_mb", task.code_memory_mb, 512, 64, 1048576),
 
     S_STR_KEY("reward.service", reward.service, "", s_is_endpoint,
               "\"\" or an endpoint \"tcp://HOST:PORT\" or \"ipc://PATH\""),
@@ -803,6 +805,8 @@ static const struct {
     {"chat_template", "task.chat_template"},
     {"system_prompt", "task.system_prompt"},
     {"epoch_size", "task.epoch_size"},
+    {"code_timeout_s", "task.code_timeout_s"},
+    {"code_memory_mb", "task.code_memory_mb"},
 };
 #define S_N_SOURCE_KEYS ((int)(sizeof s_source_keys / sizeof s_source_keys[0]))
 
@@ -1970,5 +1974,7 @@ void bt_config_task_jsonl(const bt_config *cfg, bt_source_jsonl_config *out) {
                                     .verifier = cfg->task.verifier,
                                     .seed = (uint64_t)cfg->task.seed,
                                     .chat_template = cfg->task.chat_template,
-                                    .system_prompt = cfg->task.system_prompt};
+                                    .system_prompt = cfg->task.system_prompt,
+                                    .code_timeout_s = cfg->task.code_timeout_s,
+                                    .code_memory_bytes = (size_t)cfg->task.code_memory_mb << 20};
 }

@@ -4,6 +4,7 @@
 #include "baton/source.h"
 
 #include "baton/buf.h"
+#include "baton/code.h"
 #include "baton/dataset.h"
 #include "baton/rng.h"
 
@@ -57,6 +58,7 @@ struct bt_task {
     char *fewshot_separator, *fewshot_delimiter;
     const bt_source_t *fewshot_pool; /* the exemplars' source; NULL: this one's held-out set */
     uint64_t fewshot_seed;
+    bt_sandbox_config sandbox; /* the code verifier's limits */
 };
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
@@ -442,6 +444,8 @@ static bool s_fast_record(const char *s, size_t n, bt_source_verifier verifier, 
 /*  The dataset's record check (bt_dataset_check_fn): user points to the verifier. */
 static const char *s_check_record(const char *line, size_t len, char *scratch, void *user) {
     bt_source_verifier verifier = *(const bt_source_verifier *)user;
+    if (verifier == BT_SOURCE_VERIFY_CODE)
+        return bt_code_parse(line, len, NULL);
     if (s_fast_record(line, len, verifier, scratch))
         return NULL;
     memcpy(scratch, line, len);
@@ -540,13 +544,31 @@ static char *s_strdup_or_null(const char *s) {
     return s ? strdup(s) : NULL;
 }
 
+/*  The code verifier's sandbox limits, and one run of a trivial program, so a machine that cannot
+    run completions fails now, not with every reward. */
+static bt_status s_code_setup(bt_source_t *self, const bt_source_jsonl_config *cfg) {
+    bt_sandbox_config_init(&self->sandbox);
+    if (cfg->code_timeout_s > 0) {
+        self->sandbox.timeout_s = cfg->code_timeout_s;
+        self->sandbox.cpu_s = (int)ceil(cfg->code_timeout_s);
+    }
+    if (cfg->code_memory_bytes > 0)
+        self->sandbox.memory_bytes = cfg->code_memory_bytes;
+    bt_sandbox_result r;
+    BT_TRY(bt_sandbox_run(&self->sandbox, "pass\n", 5, &r));
+    if (r.verdict != BT_SANDBOX_PASS)
+        return bt_fail(BT_EIO, "sandbox: /usr/bin/python3 cannot run \"pass\" (%s): %.200s",
+                       bt_sandbox_verdict_name(r.verdict), r.head);
+    return BT_OK;
+}
+
 bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **task_out) {
     *task_out = NULL;
     if (!cfg->train_path)
         return bt_fail(BT_EINVAL, "train_path: required");
     if (cfg->verifier != BT_SOURCE_VERIFY_EXACT && cfg->verifier != BT_SOURCE_VERIFY_NUMERIC &&
-        cfg->verifier != BT_SOURCE_VERIFY_MATH)
-        return bt_fail(BT_EINVAL, "verifier: expected exact, numeric or math, got %d",
+        cfg->verifier != BT_SOURCE_VERIFY_MATH && cfg->verifier != BT_SOURCE_VERIFY_CODE)
+        return bt_fail(BT_EINVAL, "verifier: expected exact, numeric, math or code, got %d",
                        cfg->verifier);
     bt_source_t *self = calloc(1, sizeof *self);
     if (!self)
@@ -562,6 +584,8 @@ bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **t
         self->n_heldout = self->heldout_file ? bt_dataset_count(self->heldout_file) : n / 10;
         self->n_train = self->heldout_file ? n : n - n / 10;
     }
+    if (st == BT_OK && cfg->verifier == BT_SOURCE_VERIFY_CODE)
+        st = s_code_setup(self, cfg);
     if (st == BT_OK && cfg->chat_template && cfg->chat_template[0]) {
         char *probe = NULL; /* a bad template fails now, not at the first example */
         st = bt_chat_apply(cfg->chat_template, cfg->system_prompt, "", &probe);
@@ -579,34 +603,68 @@ bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **t
     return BT_OK;
 }
 
-/*  Copies prompt and answer into ex's own heap block (ex empty). */
-static bt_status s_example_hold(bt_source_example *ex, const char *prompt, const char *answer) {
-    size_t plen = strlen(prompt), alen = strlen(answer);
-    ex->heap = malloc(plen + alen + 2);
-    if (!ex->heap)
-        return bt_fail(BT_ENOMEM, "source: out of memory");
-    memcpy(ex->heap, prompt, plen + 1);
-    memcpy(ex->heap + plen + 1, answer, alen + 1);
-    ex->prompt = ex->heap;
-    ex->answer = ex->heap + plen + 1;
-    return BT_OK;
+/*  Fills ex with prompt (chat template applied unless raw) and answer, both in one heap block. */
+static bt_status s_set_example(const bt_source_t *self, const char *prompt, const char *answer,
+                               bool raw, bt_source_example *ex) {
+    char *templated = NULL;
+    bt_status st = BT_OK;
+    if (self->chat_template && !raw) {
+        st = bt_chat_apply(self->chat_template, self->system_prompt, prompt, &templated);
+        prompt = templated;
+    }
+    if (st == BT_OK) {
+        size_t plen = strlen(prompt), alen = strlen(answer);
+        ex->heap = malloc(plen + alen + 2);
+        if (ex->heap) {
+            memcpy(ex->heap, prompt, plen + 1);
+            memcpy(ex->heap + plen + 1, answer, alen + 1);
+            ex->prompt = ex->heap;
+            ex->answer = ex->heap + plen + 1;
+        } else
+            st = bt_fail(BT_ENOMEM, "dataset: out of memory");
+    }
+    free(templated);
+    return st;
+}
+
+/*  A record that the index check took but that reads otherwise now. */
+static bt_status s_changed(const bt_dataset_t *ds, uint64_t rec, const char *problem) {
+    return bt_fail(BT_EFORMAT, "%s: record %" PRIu64 ": %s (the file changed since it was indexed)",
+                   bt_dataset_path(ds), rec + 1, problem);
+}
+
+/*  A code record: its prompt, and its harness as the answer. */
+static bt_status s_code_example(const bt_source_t *self, const bt_dataset_t *ds, uint64_t rec,
+                                const char *line, size_t len, bool raw, bt_source_example *ex) {
+    bt_code_record r = {0};
+    const char *problem = bt_code_parse(line, len, &r);
+    if (problem && !strcmp(problem, "out of memory"))
+        return bt_fail(BT_ENOMEM, "%s: record %" PRIu64 ": out of memory", bt_dataset_path(ds),
+                       rec + 1);
+    if (problem)
+        return s_changed(ds, rec, problem);
+    bt_status st = s_set_example(self, r.prompt, r.harness, raw, ex);
+    bt_code_record_release(&r);
+    return st;
 }
 
 /*  Parses record rec of ds into ex: the prompt, chat template applied, and the answer (a number
-    as its shortest exact text), both in one heap block. */
+    as its shortest exact text; the code verifier's harness), both in one heap block. */
 static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds, uint64_t rec,
                                  bool raw, bt_source_example *ex) {
     size_t len;
-    char *line = NULL, *templated = NULL;
+    char *line = NULL;
     BT_TRY(bt_dataset_record(ds, rec, &line, &len));
+    if (self->verifier == BT_SOURCE_VERIFY_CODE) {
+        bt_status st = s_code_example(self, ds, rec, line, len, raw, ex);
+        free(line);
+        return st;
+    }
     cJSON *root = cJSON_ParseWithOpts(line, NULL, true);
     free(line);
     const char *problem = s_record_problem(root, self->verifier);
-    bt_status st = BT_OK;
     if (problem) {
-        st = bt_fail(BT_EFORMAT,
-                     "%s: record %" PRIu64 ": %s (the file changed since it was indexed)",
-                     bt_dataset_path(ds), rec + 1, problem);
+        bt_status st = s_changed(ds, rec, problem);
         cJSON_Delete(root);
         return st;
     }
@@ -615,14 +673,8 @@ static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds
     char number[32];
     if (cJSON_IsNumber(answer))
         s_format_number(answer->valuedouble, number);
-    const char *answer_text = cJSON_IsString(answer) ? answer->valuestring : number;
-    if (self->chat_template && !raw) {
-        st = bt_chat_apply(self->chat_template, self->system_prompt, prompt, &templated);
-        prompt = templated;
-    }
-    if (st == BT_OK)
-        st = s_example_hold(ex, prompt, answer_text);
-    free(templated);
+    bt_status st =
+        s_set_example(self, prompt, cJSON_IsString(answer) ? answer->valuestring : number, raw, ex);
     cJSON_Delete(root);
     return st;
 }
@@ -704,6 +756,12 @@ static bt_status s_heldout(const bt_source_t *self, size_t i, bool raw, bt_sourc
 
 bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f) {
     const bt_source_t *pool = f->pool ? f->pool : self;
+    if (f->k > 0 && ((self->kind == S_JSONL && self->verifier == BT_SOURCE_VERIFY_CODE) ||
+                     (pool->kind == S_JSONL && pool->verifier == BT_SOURCE_VERIFY_CODE)))
+        return bt_fail(BT_EINVAL,
+                       "num_fewshot: expected 0 for a code dataset (its answers are "
+                       "tests, not solutions to show), got %lld",
+                       (long long)f->k);
     size_t n = bt_source_heldout_count(pool) - (f->pool ? 0 : 1); /* never the item itself */
     if (f->k < 0 || f->k > BT_SOURCE_FEWSHOT_MAX || (size_t)f->k > n)
         return bt_fail(BT_EINVAL,
@@ -765,16 +823,10 @@ bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source
         return s_heldout(self, i, false, ex);
     bt_source_example_release(ex);
     bt_buf b = {0};
-    char *answer = NULL, *templated = NULL;
+    char *answer = NULL;
     bt_status st = s_fewshot(self, i, &b, &answer);
-    const char *prompt = b.len ? b.data : "";
-    if (st == BT_OK && self->chat_template) { /* the whole few-shot prompt is the user's turn */
-        st = bt_chat_apply(self->chat_template, self->system_prompt, prompt, &templated);
-        prompt = templated;
-    }
-    if (st == BT_OK)
-        st = s_example_hold(ex, prompt, answer);
-    free(templated);
+    if (st == BT_OK) /* the whole few-shot prompt is the user's turn of the chat template */
+        st = s_set_example(self, b.len ? b.data : "", answer, false, ex);
     free(answer);
     bt_buf_release(&b);
     return st;
@@ -1154,6 +1206,18 @@ static void s_verify_math(const char *answer, const char *c, size_t len, bt_rewa
     d->well_formed = found && marked;
 }
 
+/*  Runs the completion's code with the harness's tests in the sandbox. */
+static void s_verify_code(const bt_source_t *self, const char *harness, const char *c, size_t len,
+                          bt_reward_detail *d) {
+    bt_sandbox_result r;
+    bt_code_extract(c, len, &d->extracted_start, &d->extracted_len);
+    bt_status st = bt_code_run(&self->sandbox, harness, c, len, &r);
+    if (st != BT_OK)
+        bt_log(BT_LOG_WARN, "code verifier: %s; the completion scores 0", bt_last_error());
+    d->correct = st == BT_OK && r.verdict == BT_SANDBOX_PASS;
+    d->well_formed = st == BT_OK && (r.verdict == BT_SANDBOX_PASS || r.verdict == BT_SANDBOX_EXIT);
+}
+
 double bt_source_reward(const bt_source_t *self, const char *answer, const char *completion,
                         size_t len, bt_reward_detail *detail) {
     bt_reward_detail local;
@@ -1164,6 +1228,8 @@ double bt_source_reward(const bt_source_t *self, const char *answer, const char 
         s_verify_exact(answer, completion, len, d);
     else if (self->verifier == BT_SOURCE_VERIFY_MATH)
         s_verify_math(answer, completion, len, d);
+    else if (self->verifier == BT_SOURCE_VERIFY_CODE)
+        s_verify_code(self, answer, completion, len, d);
     else
         s_verify_numeric(answer, completion, len, d);
     double format = self->kind == S_ARITH ? self->format_reward : 0.0;
@@ -1293,6 +1359,8 @@ size_t bt_source_perturb(const bt_source_t *self, size_t i, bt_source_perturbati
 size_t bt_source_canonical_answer(const bt_source_t *self, const char *completion, size_t len,
                                   char *buf, size_t buflen) {
     bt_reward_detail d; /* the verifier's own extraction; the empty answer is never matched */
+    if (self->kind == S_JSONL && self->verifier == BT_SOURCE_VERIFY_CODE)
+        return 0;
     bt_source_reward(self, "", completion, len, &d);
     const char *text = completion + d.extracted_start;
     if (d.extracted_len == 0)

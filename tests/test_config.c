@@ -580,6 +580,16 @@ static void test_sub_configs(void) {
     CHECK_OK(bt_config_parse(json, "arith.json", eval, 1, &cfg));
     bt_config_task_jsonl(&cfg, &jsonl);
     CHECK(jsonl.heldout_path && strcmp(jsonl.heldout_path, "e.jsonl") == 0);
+    CHECK(jsonl.code_timeout_s == 10 && jsonl.code_memory_bytes == (size_t)512 << 20);
+    const char *code[] = {"task.verifier=code", "task.code_timeout_s=2.5",
+                          "task.code_memory_mb=256"};
+    CHECK_OK(bt_config_parse(json, "arith.json", code, 3, &cfg));
+    bt_config_task_jsonl(&cfg, &jsonl);
+    CHECK(jsonl.verifier == BT_SOURCE_VERIFY_CODE && jsonl.code_timeout_s == 2.5);
+    CHECK(jsonl.code_memory_bytes == (size_t)256 << 20);
+    const char *zero[] = {"task.code_timeout_s=0"};
+    CHECK(bt_config_parse(json, "arith.json", zero, 1, &cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "task.code_timeout_s");
 }
 
 static void test_load(void) {

@@ -166,6 +166,8 @@ typedef struct bt_config {
         char eval[BT_CONFIG_PATH_MAX];
         bt_source_verifier verifier;
         int64_t epoch_size;
+        double code_timeout_s; /* the code verifier's limits per program */
+        int64_t code_memory_mb;
     } task;
     struct {
         char service[BT_CONFIG_PATH_MAX]; /* "": the task's verifier */

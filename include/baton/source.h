@@ -94,7 +94,8 @@ typedef enum bt_source_verifier {
     BT_SOURCE_VERIFY_EXACT = 0,   /* trimmed completion == trimmed answer */
     BT_SOURCE_VERIFY_NUMERIC = 1, /* the last number in the completion equals the numeric answer */
     BT_SOURCE_VERIFY_MATH =
-        2 /* bt_source_math_answer() of the completion, bt_source_math_equal() */
+        2, /* bt_source_math_answer() of the completion, bt_source_math_equal() */
+    BT_SOURCE_VERIFY_CODE = 3 /* the completion passes the record's tests in the sandbox */
 } bt_source_verifier;
 
 typedef struct bt_source_jsonl_config {
@@ -105,6 +106,9 @@ typedef struct bt_source_jsonl_config {
     uint64_t seed;             /* shuffles each epoch */
     const char *chat_template; /* NULL or "": prompts as written; else see bt_chat_apply */
     const char *system_prompt; /* the template's {system}; NULL: "" */
+    double code_timeout_s;     /* the code verifier's wall clock and CPU limit (rounded up) per
+                                  program; 0: bt_sandbox_config_init's 10 s */
+    size_t code_memory_bytes;  /* its address-space limit; 0: the default 512 MiB */
 } bt_source_jsonl_config;
 
 /*  Chat prompts, without a Jinja engine: template is a preset or a text holding "{prompt}" once
@@ -127,7 +131,10 @@ bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt
     Errors: BT_EIO when a file cannot be read; BT_EFORMAT "PATH:LINE: <reason>" for a malformed line
     (not JSON, not an object, missing "prompt", "prompt" not a string, missing "answer", "answer"
     neither string nor number, not a number under the numeric verifier, holding no answer under
-    the math verifier ("#### " with nothing after it, blank), or a line too long);
+    the math verifier ("#### " with nothing after it, blank), or a line too long; under the code
+    verifier a line is a HumanEval or an MBPP record instead, bt_code_parse's reasons);
+    the code verifier also runs a trivial program in the sandbox once and returns its error
+    (BT_EIO: no python3, no temporary directory) or BT_EIO "sandbox: ... cannot run \"pass\"";
     BT_EFORMAT "PATH: no examples" for an empty file; BT_EINVAL for a bad chat template.
     Caller owns *task_out; destroy with bt_source_destroy().  *task_out is NULL on error. */
 bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **task_out);
@@ -174,7 +181,8 @@ typedef struct bt_source_fewshot {
 
 /*  From now on held-out examples are few-shot prompts; training examples are unchanged.
     BT_EINVAL when k is negative, above BT_SOURCE_FEWSHOT_MAX or above the exemplars the pool
-    holds; BT_ENOMEM. */
+    holds, or k > 0 for a code source or pool (its answers are test harnesses, no exemplars);
+    BT_ENOMEM. */
 bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f);
 
 /*  Scores completion[0, len) (need not be NUL-terminated) against an example's answer:
@@ -189,6 +197,11 @@ bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f);
       when it holds "####" or "\boxed{", else taken whole, so a GSM8K "answer" field with its
       reasoning and "#### 72" works as it is) are bt_source_math_equal(); well formed when the
       completion marks its answer with "####" or \boxed{}.
+    - code: answer is the example's harness (include/baton/code.h); the completion's code
+      (bt_code_extract: the first fenced block, else all of it) with the harness's tests is run in
+      the sandbox (include/baton/sandbox.h): correct when it passes (exit status 0 within every
+      limit); well formed when it ran to an exit of its own (passed or failed, not killed).  Blocks
+      for up to the sandbox's timeout.  A sandbox that cannot start scores 0 with a WARN log line.
     detail may be NULL. */
 double bt_source_reward(const bt_source_t *self, const char *answer, const char *completion,
                         size_t len, bt_reward_detail *detail);
@@ -268,6 +281,7 @@ size_t bt_source_perturb(const bt_source_t *self, size_t i, bt_source_perturbati
       within the verifier's tolerance but not equal are different answers.
     - math: the normal form of bt_source_math_answer() (see bt_source_math_equal); a number printed
       as for numeric ("\frac{3}{4}", "3/4" and "0.75" -> "0.75"; "50%" -> "50").
+    - code: none (0): programs are not voted on.
     Writes it NUL-terminated into buf and returns its length; 0, with buf untouched, when no answer
     can be extracted or it and its NUL do not fit in buflen. */
 size_t bt_source_canonical_answer(const bt_source_t *self, const char *completion, size_t len,
