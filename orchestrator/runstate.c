@@ -247,13 +247,20 @@ static bt_status s_get_fields(const cJSON *obj, const s_field *fields, int n, vo
     return BT_OK;
 }
 
+/*  text parsed into *root, which must be a JSON object (the caller deletes it). */
+static bt_status s_object(const char *text, const char *source, cJSON **root) {
+    *root = cJSON_Parse(text);
+    if (cJSON_IsObject(*root))
+        return BT_OK;
+    cJSON_Delete(*root);
+    *root = NULL;
+    return bt_fail(BT_EFORMAT, "%s: not a JSON object", source);
+}
+
 bt_status bt_runstate_from_json(const char *text, const char *source, bt_runstate *out) {
     memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_Parse(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return bt_fail(BT_EFORMAT, "%s: not a JSON object", source);
-    }
+    cJSON *root = NULL;
+    BT_TRY(s_object(text, source, &root));
     bt_status st = s_get_fields(root, s_state, S_N(s_state), out, source);
     const cJSON *triggers = cJSON_GetObjectItemCaseSensitive(root, "triggers");
     const cJSON *pending = cJSON_GetObjectItemCaseSensitive(root, "pending_evals");
@@ -371,11 +378,8 @@ char *bt_runstate_population_to_json(const bt_runstate_population *p) {
 bt_status bt_runstate_population_from_json(const char *text, const char *source,
                                            bt_runstate_population *out) {
     memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_Parse(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return bt_fail(BT_EFORMAT, "%s: not a JSON object", source);
-    }
+    cJSON *root = NULL;
+    BT_TRY(s_object(text, source, &root));
     bt_status st = s_get_fields(root, s_population, S_N(s_population), out, source);
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "policies");
     if (st == BT_OK && (!cJSON_IsArray(list) || cJSON_GetArraySize(list) < 1 ||
