@@ -27,6 +27,14 @@ typedef enum s_family_kind {
     S_ROBUSTNESS,
     S_SOURCES,
     S_WEIGHTS,
+    S_LOSS,
+    S_KL,
+    S_ENTROPY,
+    S_GRAD_NORM,
+    S_LR,
+    S_CLIP,
+    S_EVAL_LENGTH,
+    S_MARGINS,
     S_FAMILIES
 } s_family_kind;
 
@@ -41,6 +49,29 @@ static const struct {
     {"robustness", "Robustness (clean accuracy and perturbed variants)", "accuracy"},
     {"sources", "Training accuracy by data source", "accuracy"},
     {"weights", "Data mixture weights", "weight"},
+    {"loss", "Training loss", "loss"},
+    {"kl", "KL to the reference (training)", "kl"},
+    {"entropy", "Policy entropy (training)", "entropy"},
+    {"grad_norm", "Gradient norm (training)", "grad_norm"},
+    {"lr", "Learning rate", "lr"},
+    {"clip_frac", "Clipped ratio fraction (training)", "clip_frac"},
+    {"eval_response_length", "Response length (evaluation)", "response_len_mean"},
+    {"margins", "Pair-probe margins", "log(PPL(worse) / PPL(better))"},
+};
+
+/*  The training line's fields drawn as a curve per variant, and their charts. */
+static const struct {
+    s_family_kind family;
+    const char *field;
+} s_train_fields[] = {
+    {S_RESPONSE_LENGTH, "response_len_mean"},
+    {S_REWARD, "reward_mean"},
+    {S_LOSS, "loss"},
+    {S_KL, "kl"},
+    {S_ENTROPY, "entropy"},
+    {S_GRAD_NORM, "grad_norm"},
+    {S_LR, "lr"},
+    {S_CLIP, "clip_frac"},
 };
 
 enum { S_LABEL = 256, S_MAX_DATASETS = 16 };
@@ -297,10 +328,10 @@ static void s_train(s_report *r, s_run *u, const cJSON *o) {
         w->tokens = s_num(o, "tokens");
     char label[S_LABEL];
     s_label(label, u, s_str(o, "variant", "main"), NULL, NULL);
-    if (s_has(o, "response_len_mean"))
-        s_add(r, S_RESPONSE_LENGTH, label, step, s_num(o, "response_len_mean"), NULL);
-    if (s_has(o, "reward_mean"))
-        s_add(r, S_REWARD, label, step, s_num(o, "reward_mean"), NULL);
+    for (size_t i = 0; i < sizeof s_train_fields / sizeof *s_train_fields; i++)
+        if (s_has(o, s_train_fields[i].field))
+            s_add(r, s_train_fields[i].family, label, step, s_num(o, s_train_fields[i].field),
+                  NULL);
     for (const cJSON *f = o->child; f; f = f->next) { /* data.sources: accuracy.NAME, weight.NAME */
         const char *k = f->string ? f->string : "";
         bool acc = !strncmp(k, "accuracy.", 9), weight = !strncmp(k, "weight.", 7);
@@ -325,6 +356,10 @@ static void s_eval_fields(s_report *r, s_run *u, const cJSON *o, double step) {
             snprintf(name, sizeof name, "%.*s", (int)(n - 11), k + 6);
             s_label(label, u, variant, name, NULL);
             s_add(r, S_PROBES, label, step, y, NULL);
+        } else if (n > 12 && !strncmp(k, "pair.", 5) && !strcmp(k + n - 7, ".margin")) {
+            snprintf(name, sizeof name, "%.*s", (int)(n - 12), k + 5);
+            s_label(label, u, variant, name, NULL);
+            s_add(r, S_MARGINS, label, step, y, NULL);
         } else if (!strncmp(k, "robust.", 7)) {
             if (!clean && s_has(o, "accuracy")) {
                 s_label(label, u, variant, dataset, "clean");
@@ -352,6 +387,8 @@ static void s_eval(s_report *r, s_run *u, const cJSON *o) {
         s_add(r, S_ACCURACY, label, step, s_num(o, "accuracy"), s_str(o, "trigger", ""));
     if (s_has(o, "perplexity"))
         s_add(r, S_PERPLEXITY, label, step, s_num(o, "perplexity"), NULL);
+    if (s_has(o, "response_len_mean"))
+        s_add(r, S_EVAL_LENGTH, label, step, s_num(o, "response_len_mean"), NULL);
     s_eval_fields(r, u, o, step);
 }
 
@@ -560,23 +597,26 @@ static void s_chart_axes(bt_buf *b, const s_frame *fr, s_family_kind family) {
             "<line class=\"axis\" stroke=\"#333333\" x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\"/>"
             "<text x=\"%.6g\" y=\"%d\" text-anchor=\"middle\">%.6g</text>\n",
             s_px(fr, v), S_B, s_px(fr, v), S_B + 5, s_px(fr, v), S_B + 18, v);
-    bt_buf_printf(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
-          S_L, S_B, S_R, S_B);
-    bt_buf_printf(b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
-          S_L, S_T, S_L, S_B);
-    bt_buf_printf(b, "<text class=\"axis-title\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
-          (S_L + S_R) / 2, S_B + 36);
+    bt_buf_printf(
+        b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
+        S_L, S_B, S_R, S_B);
+    bt_buf_printf(
+        b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
+        S_L, S_T, S_L, S_B);
+    bt_buf_printf(
+        b, "<text class=\"axis-title\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
+        (S_L + S_R) / 2, S_B + 36);
     bt_buf_printf(b,
-          "<text class=\"axis-title\" transform=\"rotate(-90)\" x=\"%d\" y=\"14\" "
-          "text-anchor=\"middle\">",
-          -(S_T + S_B) / 2);
+                  "<text class=\"axis-title\" transform=\"rotate(-90)\" x=\"%d\" y=\"14\" "
+                  "text-anchor=\"middle\">",
+                  -(S_T + S_B) / 2);
     s_esc(b, s_family[family].y_title);
     bt_buf_printf(b, "</text>\n");
 }
 
 static void s_stroke(bt_buf *b, int k) {
     bt_buf_printf(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s", s_palette[k % S_PALETTE],
-          k >= S_PALETTE ? " stroke-dasharray=\"6 3\"" : "");
+                  k >= S_PALETTE ? " stroke-dasharray=\"6 3\"" : "");
 }
 
 /*  Evaluation markers: a small circle per point, its details in a hover <title>. */
@@ -584,10 +624,12 @@ static void s_chart_markers(bt_buf *b, const s_frame *fr, const s_series *s, int
     for (const s_point *p = s->pts; p < s->pts + s->n; p++) {
         if (!isfinite(p->x) || !isfinite(p->y))
             continue;
-        bt_buf_printf(b, "<circle class=\"marker\" cx=\"%.6g\" cy=\"%.6g\" r=\"3\" fill=\"%s\"><title>",
-              s_px(fr, p->x), s_py(fr, p->y), s_palette[k % S_PALETTE]);
+        bt_buf_printf(
+            b, "<circle class=\"marker\" cx=\"%.6g\" cy=\"%.6g\" r=\"3\" fill=\"%s\"><title>",
+            s_px(fr, p->x), s_py(fr, p->y), s_palette[k % S_PALETTE]);
         s_esc(b, s->label);
-        bt_buf_printf(b, ": step %.6g, accuracy %.6g%s", p->x, p->y, *p->trigger ? ", trigger " : "");
+        bt_buf_printf(b, ": step %.6g, accuracy %.6g%s", p->x, p->y,
+                      *p->trigger ? ", trigger " : "");
         s_esc(b, p->trigger);
         bt_buf_printf(b, "</title></circle>\n");
     }
@@ -628,21 +670,23 @@ static void s_chart_marks(bt_buf *b, const s_report *r, const s_frame *fr) {
         bt_buf_printf(b, "<g class=\"event\"><title>");
         s_esc(b, m->tip);
         bt_buf_printf(b,
-              "</title><line x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\" stroke=\"%s\" "
-              "stroke-width=\"2\"/>",
-              x, S_B, x, S_B - 10, colour[m->kind]);
+                      "</title><line x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\" stroke=\"%s\" "
+                      "stroke-width=\"2\"/>",
+                      x, S_B, x, S_B - 10, colour[m->kind]);
         if (m->kind == S_EV_ALARM)
-            bt_buf_printf(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
-                  S_B - 13, colour[m->kind]);
+            bt_buf_printf(
+                b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
+                S_B - 13, colour[m->kind]);
         else if (m->kind == S_EV_TUNER) {
-            bt_buf_printf(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x, S_B - 13,
-                  colour[m->kind]);
+            bt_buf_printf(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x,
+                          S_B - 13, colour[m->kind]);
             s_esc(b, m->param);
             bt_buf_printf(b, "</text>");
         } else if (m->kind == S_EV_INTERVAL && isfinite(m->new_every))
-            bt_buf_printf(b,
-                  "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">&#8594;%.6g</text>",
-                  x, S_B - 13, colour[m->kind], m->new_every);
+            bt_buf_printf(
+                b,
+                "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">&#8594;%.6g</text>",
+                x, S_B - 13, colour[m->kind], m->new_every);
         bt_buf_printf(b, "</g>\n");
     }
 }
@@ -673,10 +717,10 @@ static void s_chart(bt_buf *b, const s_report *r, s_family_kind family) {
     int h = S_H + (n + 1) / 2 * S_ROW;
     bt_buf_printf(b, "<h2>%s</h2>\n", s_family[family].title);
     bt_buf_printf(b,
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-family=\"%s\" "
-          "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n<title>%s vs "
-          "step</title>\n",
-          s_family[family].name, S_W, h, S_W, h, s_family[family].y_title);
+                  "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-family=\"%s\" "
+                  "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n<title>%s vs "
+                  "step</title>\n",
+                  s_family[family].name, S_W, h, S_W, h, s_family[family].y_title);
     s_chart_axes(b, &fr, family);
     int k = 0;
     for (const s_series *s = r->series; s < r->series + r->n_series; s++)
@@ -691,13 +735,15 @@ static void s_chart(bt_buf *b, const s_report *r, s_family_kind family) {
 /*  ---- the page ---------------------------------------------------------------------------- */
 
 static void s_head(bt_buf *b, const s_report *r) {
-    bt_buf_printf(b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
-             "<meta charset=\"utf-8\"/>\n<title>baton report: ");
+    bt_buf_printf(
+        b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+           "<meta charset=\"utf-8\"/>\n<title>baton report: ");
     for (int i = 0; i < r->n_runs; i++) {
         bt_buf_printf(b, i ? ", " : "");
         s_esc(b, r->runs[i].name);
     }
-    bt_buf_printf(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>baton report</h1>\n", s_css);
+    bt_buf_printf(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>baton report</h1>\n",
+                  s_css);
 }
 
 /*  "dataset value (step S)" per dataset, "; "-separated, or "-". */
@@ -734,7 +780,7 @@ static void s_reach_cell(bt_buf *b, const s_row *u) {
 
 static void s_runs_table(bt_buf *b, const s_report *r) {
     bt_buf_printf(b, "<table class=\"runs\">\n<tr><th>run</th><th>directory</th><th>final step</th>"
-             "<th>last accuracy</th><th>best accuracy</th><th>tokens</th>");
+                     "<th>last accuracy</th><th>best accuracy</th><th>tokens</th>");
     if (isfinite(r->target))
         bt_buf_printf(b, "<th>first at accuracy &#8805; %.6g</th>", r->target);
     bt_buf_printf(b, "</tr>\n");
@@ -777,8 +823,9 @@ static void s_runs_table(bt_buf *b, const s_report *r) {
 static void s_lineage_table(bt_buf *b, const s_report *r) {
     if (!r->n_copies)
         return;
-    bt_buf_printf(b, "<h2>lineage</h2>\n<table class=\"lineage\">\n<tr><th>run</th><th>step</th>"
-             "<th>variant</th><th>copied</th><th>learning rate</th><th>explore</th></tr>\n");
+    bt_buf_printf(b,
+                  "<h2>lineage</h2>\n<table class=\"lineage\">\n<tr><th>run</th><th>step</th>"
+                  "<th>variant</th><th>copied</th><th>learning rate</th><th>explore</th></tr>\n");
     for (const s_copy *c = r->copies; c < r->copies + r->n_copies; c++) {
         bt_buf_printf(b, "<tr><td>");
         s_esc(b, c->run);
@@ -802,7 +849,7 @@ static void s_notes(bt_buf *b, const s_report *r) {
             bt_buf_printf(b, "<p class=\"note\">");
             s_esc(b, u->name);
             bt_buf_printf(b, ": %d malformed line%s skipped in %s</p>\n", n, n == 1 ? "" : "s",
-                  events ? "events.jsonl" : "metrics.jsonl");
+                          events ? "events.jsonl" : "metrics.jsonl");
         }
     }
 }

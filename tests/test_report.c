@@ -230,6 +230,35 @@ static void s_check_train_only(void) {
     s_chart(html, "weights", chart, sizeof chart);
     CHECK(s_count(chart, "<polyline") == 2);
     free(html);
+    /* the training signals, the evaluation response length per dataset and the pair-probe
+       margins: a chart each, a curve per variant (dataset, probe), absent fields drawing none */
+    snprintf(dir, sizeof dir, "%s/signals", s_tmp);
+    CHECK(mkdir(dir, 0755) == 0);
+    s_write(dir, "metrics.jsonl",
+            "{\"kind\":\"train\",\"step\":1,\"loss\":0.5,\"kl\":0.01,\"entropy\":2.5,"
+            "\"grad_norm\":1.5,\"lr\":0.001,\"clip_frac\":0.1}\n"
+            "{\"kind\":\"train\",\"step\":2,\"loss\":0.4,\"kl\":0.02,\"entropy\":2.4,"
+            "\"grad_norm\":1.2,\"lr\":0.0009,\"clip_frac\":0.2}\n"
+            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"dataset\":\"gsm\","
+            "\"response_len_mean\":12,\"pair.order.margin\":0.25,\"pair.carry.margin\":-0.5}\n"
+            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":2,\"dataset\":\"gsm\","
+            "\"response_len_mean\":10,\"pair.order.margin\":0.5,\"pair.carry.margin\":-0.25}\n");
+    snprintf(out, sizeof out, "%s/signals.html", s_tmp);
+    const char *one[] = {dir};
+    CHECK_OK(bt_report_write(one, 1, out, NAN));
+    html = s_read(out);
+    const char *signals[] = {
+        "loss", "kl", "entropy", "grad_norm", "lr", "clip_frac", "eval_response_length"};
+    for (size_t f = 0; html && f < sizeof signals / sizeof *signals; f++) {
+        s_chart(html, signals[f], chart, sizeof chart);
+        CHECK(s_count(chart, "<polyline") == 1);
+    }
+    s_chart(html ? html : "", "margins", chart, sizeof chart);
+    CHECK(s_count(chart, "<polyline") == 2);
+    CHECK_STR_CONTAINS(chart, "order");
+    CHECK_STR_CONTAINS(chart, "carry");
+    CHECK(html && !strstr(html, "data-family=\"reward\"")); /* no reward_mean: no chart */
+    free(html);
     snprintf(out, sizeof out, "%s/no/such/dir/r.html", s_tmp);
     CHECK(bt_report_write(dirs, 1, out, NAN) == BT_EIO);
     CHECK_STR_CONTAINS(bt_last_error(), out);
