@@ -1,6 +1,6 @@
 /*  test_population_resume.c — a run with three variants and population-based training keeps
     checkpoints and resumes exactly: SIGKILLed at a random step, then in the middle of a save,
-    then after the second PBT round, and resumed each time, it writes for every variant exactly
+    then after the third PBT round, and resumed each time, it writes for every variant exactly
     the metrics of the uninterrupted run (sorted, timing fields removed) and the same decisions
     (pbt and pbt_explore events, with the explored learning rates, KL coefficients, temperatures
     and clips that the train lines then apply).  A checkpoint holds each policy's files in a
@@ -23,12 +23,11 @@ static char s_tmp[64], s_config[128];
 static const char *const s_names[] = {"cold", "base", "hot"};
 
 static const char s_json[] =
-    "{\"run\": {\"name\": \"p\", \"seed\": 5},"
-    RUNS_MODEL_TINY
+    "{\"run\": {\"name\": \"p\", \"seed\": 5}," RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\","
     "  \"heldout_size\": 6, \"format_reward\": 0.5},"
     " \"sft\": {\"steps\": 20, \"batch_size\": 8, \"lr\": 0.003},"
-    " \"grpo\": {\"steps\": 12, \"group_size\": 4, \"prompts_per_step\": 6, \"max_new_tokens\": 3,"
+    " \"grpo\": {\"steps\": 18, \"group_size\": 4, \"prompts_per_step\": 6, \"max_new_tokens\": 3,"
     "  \"lr\": 0.001},"
     " \"eval\": {\"every_steps\": 4, \"heldout_count\": 6},"
     " \"checkpoint\": {\"full_every_steps\": 3, \"keep_last\": 3},"
@@ -83,7 +82,7 @@ static bool s_exists(const char *path) {
     a folder of its name. */
 static void test_layout(const char *ref) {
     int latest = runs_latest(ref);
-    CHECK(latest == 12);
+    CHECK(latest == 18);
     const char *files[] = {"config.json", "model.safetensors", "optimizer.safetensors",
                            "state.json", "data.json"};
     char path[512];
@@ -111,8 +110,9 @@ static void test_kill_and_resume(const char *ref) {
     snprintf(dir, sizeof dir, "%s/killed", s_tmp);
     unsigned seed = (unsigned)time(NULL);
     srand(seed);
-    int k1 = 4 + rand() % 5; /* a random step in 4..8, after the step-3 checkpoint */
-    fprintf(stderr, "killed at step %d (seed %u), then during a save, then at step 10\n", k1, seed);
+    int k1 = 4 + rand() % 5; /* a random step in 4..8, after the step-3 checkpoint and 10 steps
+                                 before the last, so a loaded machine cannot finish first */
+    fprintf(stderr, "killed at step %d (seed %u), then during a save, then at step 13\n", k1, seed);
     const char *const resume[] = {"--resume", NULL};
     const char *const slow[] = {"--resume", "--set", "debug.save_pause_ms=400", NULL};
     pid_t pid = s_start(s_config, dir, NULL);
@@ -126,7 +126,7 @@ static void test_kill_and_resume(const char *ref) {
     CHECK(runs_wait_saving(pid, dir, latest));
     runs_kill(pid);
     pid = s_start(s_config, dir, resume);
-    CHECK(s_wait_step(pid, dir, 10)); /* past the step-8 round, after the step-9 checkpoint */
+    CHECK(s_wait_step(pid, dir, 13)); /* past the step-12 round, after the step-12 checkpoint */
     runs_kill(pid);
     pid = s_start(s_config, dir, resume);
     CHECK(runs_wait(pid) == 0);
@@ -177,7 +177,7 @@ int main(void) {
     char ref[128];
     snprintf(ref, sizeof ref, "%s/ref", s_tmp);
     CHECK(runs_wait(s_start(s_config, ref, NULL)) == 0); /* the uninterrupted run */
-    CHECK(s_least_step(ref) == 12);
+    CHECK(s_least_step(ref) == 18);
     char *events = runs_events(ref);
     test_decisions(events ? events : "");
     free(events);
