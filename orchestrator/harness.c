@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define S_CACHE_FORMAT "baton-eval-cache-2" /* bump when metrics or keys change meaning */
+#define S_CACHE_FORMAT "baton-eval-cache-3" /* bump when metrics or keys change meaning */
 
 /* ---- modes ----------------------------------------------------------------------------------- */
 
@@ -143,6 +143,13 @@ static bt_status s_hash_dataset(s_data *d, int i) {
              (long long)c->task.heldout_size, c->task.format_reward, c->task.train, c->task.eval,
              (int)c->task.verifier, c->reward.service);
     uint64_t h = s_hash_str(S_HASH_START, text);
+    /* the prompting: chat template, few-shot exemplars (and their file), rolling windows */
+    snprintf(text, sizeof text, "template %s|system %s|fewshot %lld|%s|%s|stride %lld",
+             c->task.chat_template, c->task.system_prompt, (long long)e->num_fewshot,
+             e->fewshot_separator, e->fewshot_delimiter, (long long)e->stride);
+    h = s_hash_str(h, text);
+    if (e->fewshot_source[0])
+        BT_TRY(s_hash_file(h, e->fewshot_source, &h));
     if (e->kind == BT_EVAL_PROBES)
         h = s_hash_probes(h, c);
     else if (e->source[0])

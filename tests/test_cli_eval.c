@@ -279,6 +279,16 @@ static bt_harness_result *s_check_incremental(const bt_config *cfg) {
     const bt_eval_metric *ppl = r ? &r->models[1].datasets[2].metrics[3] : NULL;
     CHECK(ppl && !strcmp(ppl->name, "perplexity"));
     CHECK(ppl && ppl->value != s_value(b, 1, "ppl", "perplexity"));
+    /* a dataset prompted otherwise (one few-shot exemplar) is evaluated again, the others not */
+    bt_config *fewshot = malloc(sizeof *fewshot);
+    *fewshot = *cfg;
+    fewshot->eval.datasets[0].num_fewshot = 1;
+    bt_harness_result *again = NULL;
+    CHECK_OK(bt_harness_run(fewshot, models, 1, &opt, &again));
+    for (int i = 0; again && i < 4; i++)
+        CHECK(again->models[0].datasets[i].cached == (i != 0));
+    bt_harness_result_destroy(&again);
+    free(fewshot);
     cJSON_Delete(a);
     cJSON_Delete(b);
     cJSON_Delete(full);
