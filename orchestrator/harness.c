@@ -144,9 +144,11 @@ static bt_status s_hash_dataset(s_data *d, int i) {
              (int)c->task.verifier, c->reward.service);
     uint64_t h = s_hash_str(S_HASH_START, text);
     /* the prompting: chat template, few-shot exemplars (and their file), rolling windows */
-    snprintf(text, sizeof text, "template %s|system %s|fewshot %lld|%s|%s|stride %lld",
+    snprintf(text, sizeof text,
+             "template %s|system %s|fewshot %lld|%s|%s|stride %lld|code %.17g %lld",
              c->task.chat_template, c->task.system_prompt, (long long)e->num_fewshot,
-             e->fewshot_separator, e->fewshot_delimiter, (long long)e->stride);
+             e->fewshot_separator, e->fewshot_delimiter, (long long)e->stride,
+             c->task.code_timeout_s, (long long)c->task.code_memory_mb);
     h = s_hash_str(h, text);
     if (e->fewshot_source[0])
         BT_TRY(s_hash_file(h, e->fewshot_source, &h));
