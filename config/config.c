@@ -333,7 +333,7 @@ enum { S_NKEYS = sizeof s_keys / sizeof s_keys[0] };
 
 /*  The keys of one eval.datasets entry and one eval.probes entry: offsets within the entry.  An
     unset dataset field (-1, NaN) takes the flat eval.* key of the same name. */
-static const char *const s_eval_kinds[] = {"generate", "perplexity", "probes", NULL};
+static const char *const s_eval_kinds[] = {"generate", "perplexity", "probes", "choices", NULL};
 #define S_DS(f) .offset = offsetof(bt_eval_dataset, f), .size = sizeof(((bt_eval_dataset *)0)->f)
 #define S_PR(f) .offset = offsetof(bt_eval_probe, f), .size = sizeof(((bt_eval_probe *)0)->f)
 static const s_key s_dataset_keys[] = {
@@ -1028,6 +1028,11 @@ static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
         return bt_fail(BT_EINVAL, "%s.kind: \"probes\" needs eval.probes, and it is empty", where);
     if (d->kind == BT_EVAL_PROBES && !from_task)
         return bt_fail(BT_EINVAL, "%s.source: probes come from eval.probes, expected \"\"", where);
+    if (d->kind == BT_EVAL_CHOICES && (from_task || d->data_source >= 0))
+        return bt_fail(BT_EINVAL,
+                       "%s.source: \"choices\" reads a JSONL file of {\"context\", \"choices\", "
+                       "\"answer\"} lines, got \"%s\"",
+                       where, d->source);
     if (d->num_fewshot > 0 && d->kind != BT_EVAL_GENERATE)
         return bt_fail(BT_EINVAL,
                        "%s.num_fewshot: few-shot prompts are for generate datasets, "

@@ -61,7 +61,6 @@ bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t
     return BT_OK;
 }
 
-
 /*  The batch's fields and tensors; flags holds correct (n) then finished (n) as bytes. */
 static bt_status s_batch_put(const bt_rollout_batch *b, const uint8_t *flags, bt_msg_t *msg) {
     int64_t n = b->n, P = b->n_prompts;
@@ -357,6 +356,46 @@ bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) 
 
 /* ---- evaluation sums ------------------------------------------------------------------------ */
 
+/*  The choices sums as one array: items, correct, correct_norm, p_right, then the bins' counts,
+    confidences and correct counts. */
+static void s_choices_pack(const bt_evaluator_sums *s, int64_t *v) {
+    v[0] = s->mc_items;
+    v[1] = s->mc_correct;
+    v[2] = s->mc_correct_norm;
+    v[3] = s->mc_p_right_fx;
+    for (int b = 0; b < BT_CHOICES_BINS; b++) {
+        v[4 + b] = s->mc_bin_n[b];
+        v[4 + BT_CHOICES_BINS + b] = s->mc_bin_conf_fx[b];
+        v[4 + 2 * BT_CHOICES_BINS + b] = s->mc_bin_correct[b];
+    }
+}
+
+/*  The inverse, checking what no evaluation can hold: negative counts, more right than items,
+    probabilities above one per item. */
+static bt_status s_choices_unpack(const int64_t *v, bt_evaluator_sums *s) {
+    int64_t n = v[0], fx = (int64_t)BT_CHOICES_FIXED, binned = 0;
+    bool ok = n >= 0 && n <= BT_WIRE_INT_MAX / fx && v[1] >= 0 && v[1] <= n && v[2] >= 0 &&
+              v[2] <= n && v[3] >= 0 && v[3] <= n * fx;
+    for (int b = 0; ok && b < BT_CHOICES_BINS; b++) {
+        int64_t bn = v[4 + b], conf = v[4 + BT_CHOICES_BINS + b],
+                right = v[4 + 2 * BT_CHOICES_BINS + b];
+        ok = bn >= 0 && bn <= n && conf >= 0 && conf <= bn * fx && right >= 0 && right <= bn;
+        binned += ok ? bn : 0;
+    }
+    if (!ok || binned != n)
+        return bt_fail(BT_EFORMAT, "RESULT: choices: counts no evaluation can have");
+    s->mc_items = n;
+    s->mc_correct = v[1];
+    s->mc_correct_norm = v[2];
+    s->mc_p_right_fx = v[3];
+    for (int b = 0; b < BT_CHOICES_BINS; b++) {
+        s->mc_bin_n[b] = v[4 + b];
+        s->mc_bin_conf_fx[b] = v[4 + BT_CHOICES_BINS + b];
+        s->mc_bin_correct[b] = v[4 + 2 * BT_CHOICES_BINS + b];
+    }
+    return BT_OK;
+}
+
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {
     int64_t k1[1] = {s->samples + 1}, bins[1] = {BT_EVALUATOR_LEN_BINS};
     int64_t rob[2] = {2, BT_PERTURB_COUNT}, probes[2] = {s->n_probes, 2};
@@ -382,6 +421,9 @@ bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {
     BT_TRY(bt_msg_add_tensor(msg, "correct_hist", BT_I64, 1, k1, s->correct_hist));
     BT_TRY(bt_msg_add_tensor(msg, "length_hist", BT_I64, 1, bins, s->length_hist));
     BT_TRY(bt_msg_add_tensor(msg, "robust", BT_I64, 2, rob, robust));
+    int64_t mc[BT_CHOICES_SUMS], mc_shape[1] = {BT_CHOICES_SUMS};
+    s_choices_pack(s, mc);
+    BT_TRY(bt_msg_add_tensor(msg, "choices", BT_I64, 1, mc_shape, mc));
     if (s->n_probes) {
         BT_TRY(bt_msg_add_tensor(msg, "probe_nll", BT_F64, 2, probes, s->probe_nll));
         BT_TRY(bt_msg_add_tensor(msg, "probe_tokens", BT_I64, 2, probes, s->probe_tokens));
@@ -425,6 +467,9 @@ bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
     for (int p = 0; p < BT_PERTURB_COUNT; p++)
         if (out->robust_correct[p] > out->robust_examples[p])
             return bt_fail(BT_EFORMAT, "RESULT: robust: more correct than evaluated");
+    bt_msg_tensor mc;
+    BT_TRY(s_get(msg, "choices", BT_I64, BT_CHOICES_SUMS, -1, &mc));
+    BT_TRY(s_choices_unpack(mc.data, out));
     if (out->n_probes) {
         bt_msg_tensor pn, pt;
         BT_TRY(s_get(msg, "probe_nll", BT_F64, out->n_probes, 2, &pn));

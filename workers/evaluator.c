@@ -56,6 +56,15 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
         memcpy(total->probe_nll, part->probe_nll, sizeof total->probe_nll);
         memcpy(total->probe_tokens, part->probe_tokens, sizeof total->probe_tokens);
     }
+    total->mc_items += part->mc_items;
+    total->mc_correct += part->mc_correct;
+    total->mc_correct_norm += part->mc_correct_norm;
+    total->mc_p_right_fx += part->mc_p_right_fx;
+    for (int b = 0; b < BT_CHOICES_BINS; b++) {
+        total->mc_bin_n[b] += part->mc_bin_n[b];
+        total->mc_bin_conf_fx[b] += part->mc_bin_conf_fx[b];
+        total->mc_bin_correct[b] += part->mc_bin_correct[b];
+    }
     total->generated_tokens += part->generated_tokens;
     total->compute_s += part->compute_s;
     total->peak_rss_mb = fmax(total->peak_rss_mb, part->peak_rss_mb);
@@ -743,11 +752,30 @@ static double s_metrics_probes(s_metrics *m, const bt_evaluator_sums *s,
     return pairs ? right / pairs : targets ? logp / targets : NAN;
 }
 
+/*  acc and acc_norm with their standard errors (the sample standard deviation over items, as
+    lm-evaluation-harness's mean_stderr), the mean probability of the right choice, and the
+    expected calibration error over the bins of the top probability.  Returns acc. */
+static double s_metrics_choices(s_metrics *m, const bt_evaluator_sums *s) {
+    double n = (double)s->mc_items, acc = s->mc_correct / n, norm = s->mc_correct_norm / n;
+    double ece = 0;
+    for (int b = 0; b < BT_CHOICES_BINS; b++)
+        ece += fabs(s->mc_bin_conf_fx[b] / BT_CHOICES_FIXED - (double)s->mc_bin_correct[b]);
+    s_put(m, "items", n);
+    s_put(m, "acc", n > 0 ? acc : NAN);
+    s_put(m, "acc_stderr", n > 1 ? sqrt(acc * (1 - acc) / (n - 1)) : NAN);
+    s_put(m, "acc_norm", n > 0 ? norm : NAN);
+    s_put(m, "acc_norm_stderr", n > 1 ? sqrt(norm * (1 - norm) / (n - 1)) : NAN);
+    s_put(m, "prob_right", n > 0 ? s->mc_p_right_fx / BT_CHOICES_FIXED / n : NAN);
+    s_put(m, "ece", n > 0 ? ece / n : NAN);
+    return n > 0 ? acc : NAN;
+}
+
 int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt_eval_probe *probes,
                          int64_t n_probes, bt_eval_metric *out, int max, double *primary) {
     s_metrics m = {out, 0, max};
     double p = kind == BT_EVAL_GENERATE     ? s_metrics_generate(&m, s)
                : kind == BT_EVAL_PERPLEXITY ? s_metrics_perplexity(&m, s)
+               : kind == BT_EVAL_CHOICES    ? s_metrics_choices(&m, s)
                                             : s_metrics_probes(&m, s, probes, n_probes);
     double tokens = s->generated_tokens + (double)s->nll_tokens; /* generated or scored */
     for (int64_t i = 0; i < s->n_probes; i++)
@@ -806,6 +834,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
             continue; /* a data source's task is the caller's to set (bt_config_eval_suite) */
         if (d->kind == BT_EVAL_PERPLEXITY) {
             st = bt_texts_load(d->source, &s->texts[i], &s->n_texts[i]);
+        } else if (d->kind == BT_EVAL_CHOICES) {
+            st = bt_choices_load(d->source, &s->choices[i]);
         } else {
             bt_source_jsonl_config j = *own;
             j.train_path = j.heldout_path = d->source;
@@ -823,6 +853,7 @@ void bt_eval_suite_release(bt_eval_suite *s) {
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
         bt_source_destroy(&s->own_task[i]);
         bt_source_destroy(&s->fewshot_pool[i]);
+        bt_choices_free(&s->choices[i]);
         bt_texts_free(&s->texts[i], s->n_texts[i]);
         s->n_texts[i] = 0;
     }
@@ -884,6 +915,7 @@ size_t bt_eval_suite_size(const bt_eval_suite *s, int i) {
     BT_ASSERT(i >= 0 && i < s->n_datasets);
     const bt_eval_dataset *d = &s->datasets[i];
     size_t size = d->kind == BT_EVAL_PROBES ? (size_t)s->n_probes
+                  : s->choices[i]           ? bt_choices_count(s->choices[i])
                   : s->texts[i]             ? s->n_texts[i]
                   : s->own_task[i]          ? bt_source_heldout_count(s->own_task[i])
                                             : bt_source_heldout_count(s->task);
@@ -898,6 +930,8 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     bt_evaluator_sums_init(out, d->samples);
     if (d->kind == BT_EVAL_PROBES)
         return bt_evaluator_probes(model, tok, s->probes, s->n_probes, out);
+    if (d->kind == BT_EVAL_CHOICES)
+        return bt_choices_run(s->choices[i], model, tok, d->fewshot_delimiter, start, count, out);
     if (d->kind == BT_EVAL_PERPLEXITY && s->texts[i]) {
         if (start > s->n_texts[i] || count > s->n_texts[i] - start)
             return bt_fail(BT_EINVAL, "evaluator: texts [%zu, %zu) exceed the %zu of %s", start,

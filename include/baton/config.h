@@ -66,7 +66,8 @@ typedef enum bt_config_precision {
 typedef enum bt_eval_kind {
     BT_EVAL_GENERATE = 0,   /* "generate": sample completions and score them with the verifier */
     BT_EVAL_PERPLEXITY = 1, /* "perplexity": NLL of held-out text under the policy */
-    BT_EVAL_PROBES = 2      /* "probes": the eval.probes of the config */
+    BT_EVAL_PROBES = 2,     /* "probes": the eval.probes of the config */
+    BT_EVAL_CHOICES = 3     /* "choices": multiple choice by log-likelihood (choices.h) */
 } bt_eval_kind;
 
 /*  One probability probe: a target probe (prompt, target) tracks log P(target | prompt); a pair

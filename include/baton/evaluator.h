@@ -7,6 +7,7 @@
 #ifndef BATON_EVALUATOR_H
 #define BATON_EVALUATOR_H
 
+#include "baton/choices.h"
 #include "baton/config.h"
 #include "baton/messages.h"
 #include "baton/model.h"
@@ -141,6 +142,7 @@ typedef struct bt_eval_suite {
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
     bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
     bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS]; /* a dataset's fewshot_source, or NULL */
+    bt_choice_set *choices[BT_EVAL_MAX_DATASETS];    /* a choices dataset's items */
 } bt_eval_suite;
 
 /*  Fills *s and loads every dataset's own source: a JSONL task for generate, with own's verifier,

@@ -99,6 +99,10 @@ typedef struct bt_trainer_stats {
 
 /*  Sums over a shard; add shards with bt_evaluator_sums_add.  Every field is a sum (or a max), so
     the result does not depend on how a dataset was split. */
+#define BT_CHOICES_BINS 10                        /* calibration bins of [0, 1] */
+#define BT_CHOICES_FIXED 4294967296.0             /* 2^32: a probability's fixed-point unit */
+#define BT_CHOICES_SUMS (4 + 3 * BT_CHOICES_BINS) /* the choices fields, as the wire packs them */
+
 typedef struct bt_evaluator_sums {
     /* generate */
     int64_t examples;    /* held-out examples evaluated */
@@ -123,6 +127,13 @@ typedef struct bt_evaluator_sums {
     double probe_nll[BT_EVAL_MAX_PROBES][2]; /* target probe: [0] = -log P(target | prompt);
                                                 pair: NLL sums of better [0] and worse [1] */
     int64_t probe_tokens[BT_EVAL_MAX_PROBES][2];
+    /* choices (choices.h): counts, and sums of probabilities in fixed point (x BT_CHOICES_FIXED,
+       so that shards add up exactly) */
+    int64_t mc_items, mc_correct, mc_correct_norm; /* items; right by argmax, by acc_norm's */
+    int64_t mc_p_right_fx;                         /* P(the right choice) */
+    int64_t mc_bin_n[BT_CHOICES_BINS];       /* items whose top probability falls in the bin */
+    int64_t mc_bin_conf_fx[BT_CHOICES_BINS]; /* their top probabilities */
+    int64_t mc_bin_correct[BT_CHOICES_BINS]; /* of those, right by argmax */
     /* efficiency */
     double generated_tokens; /* tokens generated, robustness prompts included */
     double compute_s;        /* seconds the shards computed, summed */
