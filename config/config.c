@@ -370,6 +370,8 @@ static const s_key s_dataset_keys[] = {
     {.path = "fewshot_source", .type = S_STR, S_DS(fewshot_source), .def_str = ""},
     {.path = "fewshot_separator", .type = S_STR, S_DS(fewshot_separator), .def_str = "\n\n"},
     {.path = "fewshot_delimiter", .type = S_STR, S_DS(fewshot_delimiter), .def_str = " "},
+    {.path = "choices_letters", .type = S_BOOL, S_DS(choices_letters), .def = 0},
+    {.path = "shuffle_choices", .type = S_BOOL, S_DS(shuffle_choices), .def = 0},
     {.path = "every_steps", .type = S_INT, S_DS(every_steps), .def = -1, .lo = 0, .hi = S_INF},
     {.path = "every_epochs", .type = S_INT, S_DS(every_epochs), .def = -1, .lo = 0, .hi = S_INF},
     {.path = "every_seconds",

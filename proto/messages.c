@@ -368,6 +368,8 @@ static void s_choices_pack(const bt_evaluator_sums *s, int64_t *v) {
         v[4 + BT_CHOICES_BINS + b] = s->mc_bin_conf_fx[b];
         v[4 + 2 * BT_CHOICES_BINS + b] = s->mc_bin_correct[b];
     }
+    v[4 + 3 * BT_CHOICES_BINS] = s->mc_shuffled;
+    v[5 + 3 * BT_CHOICES_BINS] = s->mc_shuffled_correct;
 }
 
 /*  The inverse, checking what no evaluation can hold: negative counts, more right than items,
@@ -382,8 +384,13 @@ static bt_status s_choices_unpack(const int64_t *v, bt_evaluator_sums *s) {
         ok = bn >= 0 && bn <= n && conf >= 0 && conf <= bn * fx && right >= 0 && right <= bn;
         binned += ok ? bn : 0;
     }
+    int64_t shuffled = v[4 + 3 * BT_CHOICES_BINS], shuffled_right = v[5 + 3 * BT_CHOICES_BINS];
+    ok =
+        ok && (shuffled == 0 || shuffled == n) && shuffled_right >= 0 && shuffled_right <= shuffled;
     if (!ok || binned != n)
         return bt_fail(BT_EFORMAT, "RESULT: choices: counts no evaluation can have");
+    s->mc_shuffled = shuffled;
+    s->mc_shuffled_correct = shuffled_right;
     s->mc_items = n;
     s->mc_correct = v[1];
     s->mc_correct_norm = v[2];

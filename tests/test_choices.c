@@ -64,6 +64,8 @@ static char *s_request(const bt_choice_set *set, const bt_tokenizer_t *tok) {
     return bt_buf_detach(&b, NULL);
 }
 
+static const bt_choices_options s_text = {.delimiter = " "};
+
 static double s_metric(const bt_evaluator_sums *s, const char *name) {
     bt_eval_metric m[BT_EVAL_MAX_METRICS];
     int n = bt_evaluator_metrics(s, BT_EVAL_CHOICES, NULL, 0, m, BT_EVAL_MAX_METRICS, NULL);
@@ -109,7 +111,7 @@ int main(void) {
     for (int i = 0; ref && i < N; i++) {
         double ll[BT_CHOICES_MAX];
         int n = 0, answer = -1;
-        CHECK_OK(bt_choices_loglik(set, (size_t)i, m, tok, " ", ll, &n, &answer, NULL));
+        CHECK_OK(bt_choices_loglik(set, (size_t)i, m, tok, &s_text, NULL, ll, &n, &answer, NULL));
         CHECK(answer == s_answers[i]);
         const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(ref, "loglik"), i);
         CHECK(cJSON_GetArraySize(row) == n);
@@ -137,9 +139,9 @@ int main(void) {
     bt_evaluator_sums_init(&all, 1);
     bt_evaluator_sums_init(&a, 1);
     bt_evaluator_sums_init(&b, 1);
-    CHECK_OK(bt_choices_run(set, m, tok, " ", 0, N, &all));
-    CHECK_OK(bt_choices_run(set, m, tok, " ", 0, 2, &a));
-    CHECK_OK(bt_choices_run(set, m, tok, " ", 2, N - 2, &b));
+    CHECK_OK(bt_choices_run(set, m, tok, &s_text, 0, N, &all));
+    CHECK_OK(bt_choices_run(set, m, tok, &s_text, 0, 2, &a));
+    CHECK_OK(bt_choices_run(set, m, tok, &s_text, 2, N - 2, &b));
     CHECK_OK(bt_evaluator_sums_add(&a, &b));
     CHECK(all.mc_items == N && a.mc_items == N && all.mc_correct == a.mc_correct &&
           all.mc_correct_norm == a.mc_correct_norm && all.mc_p_right_fx == a.mc_p_right_fx &&
@@ -168,6 +170,57 @@ int main(void) {
     CHECK(back.mc_items == all.mc_items && back.mc_p_right_fx == all.mc_p_right_fx &&
           !memcmp(back.mc_bin_conf_fx, all.mc_bin_conf_fx, sizeof all.mc_bin_conf_fx));
     bt_msg_destroy(&msg);
+    /* MMLU style: the context lists the choices as letters, the continuations are the letters */
+    static const char *const ctx0 = "2+2=\nA. 4\nB. 5\nC. 22\nAnswer:";
+    bt_nll_item letter_items[3] = {{ctx0, " A", false}, {ctx0, " B", false}, {ctx0, " C", false}};
+    double want_ll[3];
+    int64_t ntok[3];
+    CHECK_OK(bt_evaluator_nll(m, tok, letter_items, 3, want_ll, ntok));
+    bt_choices_options letters = {.delimiter = " ", .letters = true, .shuffle = true, .seed = 7};
+    double ll[BT_CHOICES_MAX];
+    int n = 0, answer = -1;
+    CHECK_OK(bt_choices_loglik(set, 0, m, tok, &letters, NULL, ll, &n, &answer, NULL));
+    CHECK(n == 3 && answer == 0);
+    for (int j = 0; j < 3; j++)
+        CHECK(ll[j] == -want_ll[j]);
+    /* shuffled: the set written in each item's seeded order, scored without shuffling, is right
+       as often as the shuffled pass says; contamination_gap is acc less that */
+    static const char *const ctx[N] = {"2+2=", "3+4=", "The sky is", "9-3=", "1+1="};
+    static const char *const ch[N][4] = {
+        {"4", "5", "22"}, {"1", "7", "34", "12"}, {"blue", "green"}, {"6", "3", "93"}, {"11", "2"}};
+    static const int nch[N] = {3, 4, 2, 3, 2};
+    bt_buf lines = {0};
+    for (int i = 0; i < N; i++) {
+        int order[BT_CHOICES_MAX], seen = 0, moved = -1;
+        bt_choices_order(7, (size_t)i, nch[i], order);
+        bt_buf_printf(&lines, "{\"context\": \"%s\", \"choices\": [", ctx[i]);
+        for (int k = 0; k < nch[i]; k++) {
+            seen |= 1 << order[k];
+            moved = order[k] == s_answers[i] ? k : moved;
+            bt_buf_printf(&lines, "%s\"%s\"", k ? ", " : "", ch[i][order[k]]);
+        }
+        bt_buf_printf(&lines, "], \"answer\": %d}\n", moved);
+        CHECK(seen == (1 << nch[i]) - 1); /* a permutation */
+    }
+    char spath[160];
+    snprintf(spath, sizeof spath, "%s/shuffled.jsonl", dir);
+    CHECK_OK(bt_file_write(spath, lines.data, lines.len));
+    bt_buf_release(&lines);
+    bt_choice_set *shuffled = NULL;
+    CHECK_OK(bt_choices_load(spath, &shuffled));
+    bt_evaluator_sums with, plain;
+    bt_evaluator_sums_init(&with, 1);
+    bt_evaluator_sums_init(&plain, 1);
+    CHECK_OK(bt_choices_run(set, m, tok, &letters, 0, N, &with));
+    bt_choices_options unshuffled = letters;
+    unshuffled.shuffle = false;
+    CHECK_OK(bt_choices_run(shuffled, m, tok, &unshuffled, 0, N, &plain));
+    CHECK(with.mc_shuffled == N && with.mc_shuffled_correct == plain.mc_correct);
+    CHECK(s_metric(&with, "contamination_gap") ==
+          s_metric(&with, "acc") - (double)plain.mc_correct / N);
+    printf("letters: acc %.2f, acc_shuffled %.2f, contamination_gap %.2f\n", s_metric(&with, "acc"),
+           s_metric(&with, "acc_shuffled"), s_metric(&with, "contamination_gap"));
+    bt_choices_free(&shuffled);
     /* malformed lines */
     const char *bad[][2] = {
         {"{\"context\": \"x\", \"choices\": [\"a\"], \"answer\": 0}\n",

@@ -2,14 +2,18 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/choices.h"
 
+#include "baton/buf.h"
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
+#include "baton/rng.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define S_TAG_SHUFFLE 0x73687566666c65ULL /* "shuffle": the order of an item's choices */
 
 typedef struct s_item {
     char *context;
@@ -120,36 +124,58 @@ bt_status bt_choices_load(const char *path, bt_choice_set **out) {
     return st;
 }
 
-bt_status bt_choices_loglik(const bt_choice_set *self, size_t i, bt_model *model,
-                            const bt_tokenizer_t *tok, const char *delimiter, double *ll, int *n,
-                            int *answer, int64_t *scored) {
-    const s_item *it = &self->items[i];
-    bt_nll_item items[BT_CHOICES_MAX];
-    char *cont[BT_CHOICES_MAX] = {0};
-    bt_status st = BT_OK;
-    for (int j = 0; j < it->n && st == BT_OK; j++) {
-        size_t a = strlen(delimiter), b = strlen(it->choices[j]);
-        cont[j] = malloc(a + b + 1);
-        if (!cont[j]) {
-            st = bt_fail(BT_ENOMEM, "choices: out of memory");
-            break;
-        }
-        memcpy(cont[j], delimiter, a);
-        memcpy(cont[j] + a, it->choices[j], b + 1);
-        items[j] = (bt_nll_item){.context = it->context, .continuation = cont[j]};
+void bt_choices_order(uint64_t seed, size_t i, int n, int *order) {
+    uint64_t state = bt_rng_key(bt_rng_key(seed, S_TAG_SHUFFLE), i);
+    for (int k = 0; k < n; k++)
+        order[k] = k;
+    for (int k = n - 1; k > 0; k--) { /* Fisher-Yates */
+        int r = (int)(bt_rng_next(&state) % (uint64_t)(k + 1)), t = order[k];
+        order[k] = order[r];
+        order[r] = t;
     }
+}
+
+/*  Item it's context and k-th continuation as o puts them, into b (contexts) and cont. */
+static bool s_texts(const s_item *it, const bt_choices_options *o, const int *order, bt_buf *ctx,
+                    bt_buf *cont) {
+    bool ok = bt_buf_puts(ctx, it->context);
+    for (int k = 0; o->letters && k < it->n; k++)
+        ok = ok && bt_buf_printf(ctx, "\n%c. %s", 'A' + k, it->choices[order ? order[k] : k]);
+    if (o->letters)
+        ok = ok && bt_buf_puts(ctx, "\nAnswer:");
+    for (int k = 0; k < it->n; k++) {
+        const char *text =
+            o->letters ? (char[2]){(char)('A' + k), 0} : it->choices[order ? order[k] : k];
+        ok = ok && bt_buf_puts(&cont[k], o->delimiter) && bt_buf_puts(&cont[k], text);
+    }
+    return ok;
+}
+
+bt_status bt_choices_loglik(const bt_choice_set *self, size_t i, bt_model *model,
+                            const bt_tokenizer_t *tok, const bt_choices_options *o,
+                            const int *order, double *ll, int *n, int *answer, int64_t *scored) {
+    const s_item *it = &self->items[i];
+    bt_buf ctx = {0}, cont[BT_CHOICES_MAX] = {{0}};
+    bt_nll_item items[BT_CHOICES_MAX];
+    bt_status st =
+        s_texts(it, o, order, &ctx, cont) ? BT_OK : bt_fail(BT_ENOMEM, "choices: out of memory");
+    for (int k = 0; k < it->n; k++)
+        items[k] = (bt_nll_item){.context = ctx.data ? ctx.data : "", .continuation = cont[k].data};
     double nll[BT_CHOICES_MAX] = {0};
     int64_t tokens[BT_CHOICES_MAX] = {0};
     if (st == BT_OK)
         st = bt_evaluator_nll(model, tok, items, it->n, nll, tokens);
-    for (int j = 0; j < it->n; j++) {
-        ll[j] = -nll[j];
-        if (scored && st == BT_OK)
-            *scored += tokens[j];
-        free(cont[j]);
-    }
-    *n = it->n;
     *answer = it->answer;
+    for (int k = 0; k < it->n; k++) {
+        ll[k] = -nll[k];
+        if (scored && st == BT_OK)
+            *scored += tokens[k];
+        if (order && order[k] == it->answer)
+            *answer = k;
+        bt_buf_release(&cont[k]);
+    }
+    bt_buf_release(&ctx);
+    *n = it->n;
     return st;
 }
 
@@ -169,20 +195,25 @@ static int s_argmax(const double *x, int n) {
     return best;
 }
 
+/*  The length of the k-th continuation's choice in characters: the letter's under letters. */
+static size_t s_choice_chars(const s_item *it, const bt_choices_options *o, int k) {
+    return o->letters ? 1 : s_chars(it->choices[k]);
+}
+
 bt_status bt_choices_run(const bt_choice_set *self, bt_model *model, const bt_tokenizer_t *tok,
-                         const char *delimiter, size_t start, size_t count,
+                         const bt_choices_options *o, size_t start, size_t count,
                          bt_evaluator_sums *out) {
     if (start > self->n || count > self->n - start)
         return bt_fail(BT_EINVAL, "choices: items [%zu, %zu) exceed the %zu of the set", start,
                        start + count, self->n);
     double t0 = bt_now();
     for (size_t i = start; i < start + count; i++) {
+        const s_item *it = &self->items[i];
         double ll[BT_CHOICES_MAX], norm[BT_CHOICES_MAX], p[BT_CHOICES_MAX], sum = 0;
-        int n = 0, answer = 0;
-        BT_TRY(bt_choices_loglik(self, i, model, tok, delimiter, ll, &n, &answer,
-                                 &out->nll_tokens)); /* scored tokens: tokens_per_s */
+        int n = 0, answer = 0, order[BT_CHOICES_MAX];
+        BT_TRY(bt_choices_loglik(self, i, model, tok, o, NULL, ll, &n, &answer, &out->nll_tokens));
         for (int j = 0; j < n; j++)
-            norm[j] = ll[j] / (double)s_chars(self->items[i].choices[j]);
+            norm[j] = ll[j] / (double)s_choice_chars(it, o, j);
         int pred = s_argmax(ll, n), pred_norm = s_argmax(norm, n);
         for (int j = 0; j < n; j++) /* the softmax over the choices' log-likelihoods */
             sum += p[j] = exp(ll[j] - ll[pred]);
@@ -195,6 +226,12 @@ bt_status bt_choices_run(const bt_choice_set *self, bt_model *model, const bt_to
         out->mc_bin_n[bin]++;
         out->mc_bin_conf_fx[bin] += (int64_t)llround(top * BT_CHOICES_FIXED);
         out->mc_bin_correct[bin] += pred == answer;
+        if (!o->shuffle)
+            continue;
+        bt_choices_order(o->seed, i, n, order);
+        BT_TRY(bt_choices_loglik(self, i, model, tok, o, order, ll, &n, &answer, &out->nll_tokens));
+        out->mc_shuffled++;
+        out->mc_shuffled_correct += s_argmax(ll, n) == answer;
     }
     out->compute_s += bt_now() - t0;
     out->peak_rss_mb = bt_evaluator_peak_rss_mb();

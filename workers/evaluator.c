@@ -65,6 +65,8 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
         total->mc_bin_conf_fx[b] += part->mc_bin_conf_fx[b];
         total->mc_bin_correct[b] += part->mc_bin_correct[b];
     }
+    total->mc_shuffled += part->mc_shuffled;
+    total->mc_shuffled_correct += part->mc_shuffled_correct;
     total->generated_tokens += part->generated_tokens;
     total->compute_s += part->compute_s;
     total->peak_rss_mb = fmax(total->peak_rss_mb, part->peak_rss_mb);
@@ -767,6 +769,11 @@ static double s_metrics_choices(s_metrics *m, const bt_evaluator_sums *s) {
     s_put(m, "acc_norm_stderr", n > 1 ? sqrt(norm * (1 - norm) / (n - 1)) : NAN);
     s_put(m, "prob_right", n > 0 ? s->mc_p_right_fx / BT_CHOICES_FIXED / n : NAN);
     s_put(m, "ece", n > 0 ? ece / n : NAN);
+    if (s->mc_shuffled > 0) { /* a memorised order loses accuracy when the order changes */
+        double shuffled = (double)s->mc_shuffled_correct / (double)s->mc_shuffled;
+        s_put(m, "acc_shuffled", shuffled);
+        s_put(m, "contamination_gap", acc - shuffled);
+    }
     return n > 0 ? acc : NAN;
 }
 
@@ -931,7 +938,12 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     if (d->kind == BT_EVAL_PROBES)
         return bt_evaluator_probes(model, tok, s->probes, s->n_probes, out);
     if (d->kind == BT_EVAL_CHOICES)
-        return bt_choices_run(s->choices[i], model, tok, d->fewshot_delimiter, start, count, out);
+        return bt_choices_run(s->choices[i], model, tok,
+                              &(bt_choices_options){.delimiter = d->fewshot_delimiter,
+                                                    .letters = d->choices_letters,
+                                                    .shuffle = d->shuffle_choices,
+                                                    .seed = seed >> BT_JOB_SEED_BITS},
+                              start, count, out);
     if (d->kind == BT_EVAL_PERPLEXITY && s->texts[i]) {
         if (start > s->n_texts[i] || count > s->n_texts[i] - start)
             return bt_fail(BT_EINVAL, "evaluator: texts [%zu, %zu) exceed the %zu of %s", start,

@@ -100,10 +100,12 @@ typedef struct bt_eval_dataset {
     char fewshot_source[BT_EVAL_SOURCE_MAX]; /* their JSONL file; "": the dataset's other items */
     char fewshot_separator[32];              /* between exemplars ("\n\n") */
     char fewshot_delimiter[32];              /* between an exemplar's prompt and answer (" ") */
-    bool robustness;                         /* generate: also the task's perturbed prompts */
-    int64_t every_steps, every_epochs;       /* 0: off */
-    double every_seconds;                    /* 0: off */
-    double every_tokens;                     /* completion tokens sampled for training; 0: off */
+    bool choices_letters; /* choices: the context lists the choices, the answers are letters */
+    bool shuffle_choices; /* choices: also scored in a seeded random order */
+    bool robustness;      /* generate: also the task's perturbed prompts */
+    int64_t every_steps, every_epochs; /* 0: off */
+    double every_seconds;              /* 0: off */
+    double every_tokens;               /* completion tokens sampled for training; 0: off */
     int data_source; /* resolved, not a key: the data.sources entry `source` names (its held-out
                         set, scored by its verifier); -1: none */
 } bt_eval_dataset;
