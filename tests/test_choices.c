@@ -28,27 +28,28 @@ static const char s_items[] =
     "{\"context\": \"1+1=\", \"choices\": [\"11\", \"2\"], \"answer\": 1}\n";
 enum { N = 5 };
 static const int s_answers[N] = {0, 1, 0, 0, 1};
+/*  The set's items as the file writes them: what the reference and the shuffled copy are built
+    from. */
+static const char *const s_ctx[N] = {"2+2=", "3+4=", "The sky is", "9-3=", "1+1="};
+static const char *const s_ch[N][4] = {
+    {"4", "5", "22"}, {"1", "7", "34", "12"}, {"blue", "green"}, {"6", "3", "93"}, {"11", "2"}};
+static const int s_nch[N] = {3, 4, 2, 3, 2};
 
 /*  The reference's JSON for the set: the token ids the C side scores, from the tokenizer. */
-static char *s_request(const bt_choice_set *set, const bt_tokenizer_t *tok) {
-    (void)set;
-    static const char *const ctx[N] = {"2+2=", "3+4=", "The sky is", "9-3=", "1+1="};
-    static const char *const ch[N][4] = {
-        {"4", "5", "22"}, {"1", "7", "34", "12"}, {"blue", "green"}, {"6", "3", "93"}, {"11", "2"}};
-    static const int nch[N] = {3, 4, 2, 3, 2};
+static char *s_request(const bt_tokenizer_t *tok) {
     bt_buf b = {0};
     bt_buf_puts(&b, "[");
     for (int i = 0; i < N; i++) {
         int32_t ids[64];
         size_t got = 0;
-        bt_tokenizer_encode(tok, ctx[i], strlen(ctx[i]), true, ids, 64, &got);
+        bt_tokenizer_encode(tok, s_ctx[i], strlen(s_ctx[i]), true, ids, 64, &got);
         bt_buf_printf(&b, "%s{\"context\": [", i ? ", " : "");
         for (size_t t = 0; t < got; t++)
             bt_buf_printf(&b, "%s%d", t ? ", " : "", ids[t]);
         bt_buf_puts(&b, "], \"continuations\": [");
-        for (int j = 0; j < nch[i]; j++) {
+        for (int j = 0; j < s_nch[i]; j++) {
             char cont[16];
-            snprintf(cont, sizeof cont, " %s", ch[i][j]);
+            snprintf(cont, sizeof cont, " %s", s_ch[i][j]);
             bt_tokenizer_encode(tok, cont, strlen(cont), false, ids, 64, &got);
             bt_buf_printf(&b, "%s[", j ? ", " : "");
             for (size_t t = 0; t < got; t++)
@@ -56,8 +57,8 @@ static char *s_request(const bt_choice_set *set, const bt_tokenizer_t *tok) {
             bt_buf_puts(&b, "]");
         }
         bt_buf_puts(&b, "], \"lengths\": [");
-        for (int j = 0; j < nch[i]; j++)
-            bt_buf_printf(&b, "%s%zu", j ? ", " : "", strlen(ch[i][j]));
+        for (int j = 0; j < s_nch[i]; j++)
+            bt_buf_printf(&b, "%s%zu", j ? ", " : "", strlen(s_ch[i][j]));
         bt_buf_printf(&b, "], \"answer\": %d}", s_answers[i]);
     }
     bt_buf_puts(&b, "]");
@@ -96,7 +97,7 @@ int main(void) {
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
     CHECK_OK(bt_model_save(m, NULL, dir));
     /* the reference's log-likelihoods, acc and acc_norm */
-    char *req = s_request(set, tok), reqpath[160];
+    char *req = s_request(tok), reqpath[160];
     snprintf(reqpath, sizeof reqpath, "%s/req.json", dir);
     CHECK_OK(bt_file_write(reqpath, req, strlen(req)));
     free(req);
@@ -185,22 +186,18 @@ int main(void) {
         CHECK(ll[j] == -want_ll[j]);
     /* shuffled: the set written in each item's seeded order, scored without shuffling, is right
        as often as the shuffled pass says; contamination_gap is acc less that */
-    static const char *const ctx[N] = {"2+2=", "3+4=", "The sky is", "9-3=", "1+1="};
-    static const char *const ch[N][4] = {
-        {"4", "5", "22"}, {"1", "7", "34", "12"}, {"blue", "green"}, {"6", "3", "93"}, {"11", "2"}};
-    static const int nch[N] = {3, 4, 2, 3, 2};
     bt_buf lines = {0};
     for (int i = 0; i < N; i++) {
         int order[BT_CHOICES_MAX], seen = 0, moved = -1;
-        bt_choices_order(7, (size_t)i, nch[i], order);
-        bt_buf_printf(&lines, "{\"context\": \"%s\", \"choices\": [", ctx[i]);
-        for (int k = 0; k < nch[i]; k++) {
+        bt_choices_order(7, (size_t)i, s_nch[i], order);
+        bt_buf_printf(&lines, "{\"context\": \"%s\", \"choices\": [", s_ctx[i]);
+        for (int k = 0; k < s_nch[i]; k++) {
             seen |= 1 << order[k];
             moved = order[k] == s_answers[i] ? k : moved;
-            bt_buf_printf(&lines, "%s\"%s\"", k ? ", " : "", ch[i][order[k]]);
+            bt_buf_printf(&lines, "%s\"%s\"", k ? ", " : "", s_ch[i][order[k]]);
         }
         bt_buf_printf(&lines, "], \"answer\": %d}\n", moved);
-        CHECK(seen == (1 << nch[i]) - 1); /* a permutation */
+        CHECK(seen == (1 << s_nch[i]) - 1); /* a permutation */
     }
     char spath[160];
     snprintf(spath, sizeof spath, "%s/shuffled.jsonl", dir);
