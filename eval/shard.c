@@ -33,6 +33,15 @@ void bt_shard_split(int64_t total, int64_t align, const double *speeds, int n, i
         counts[best]++;
         rem[best] = -1;
     }
+    if (blocks >= n) /* every worker gets work, so a worker once measured slow is measured again */
+        for (int i = 0; i < n; i++)
+            if (counts[i] == 0) {
+                int most = 0;
+                for (int j = 1; j < n; j++)
+                    most = counts[j] > counts[most] ? j : most;
+                counts[most]--;
+                counts[i]++;
+            }
     int64_t start = 0; /* blocks to items; the shard reaching the end takes the partial block */
     for (int i = 0; i < n; i++) {
         int64_t end = (start + counts[i]) * align;
