@@ -333,6 +333,7 @@ enum { S_NKEYS = sizeof s_keys / sizeof s_keys[0] };
 
 /*  The keys of one eval.datasets entry and one eval.probes entry: offsets within the entry.  An
     unset dataset field (-1, NaN) takes the flat eval.* key of the same name. */
+static const char *const s_ds_verifiers[] = {"task", "exact", "numeric", "math", "code", NULL};
 static const char *const s_eval_kinds[] = {"generate", "perplexity", "probes", "choices", NULL};
 #define S_DS(f) .offset = offsetof(bt_eval_dataset, f), .size = sizeof(((bt_eval_dataset *)0)->f)
 #define S_PR(f) .offset = offsetof(bt_eval_probe, f), .size = sizeof(((bt_eval_probe *)0)->f)
@@ -365,6 +366,7 @@ static const s_key s_dataset_keys[] = {
      .lo = 0,
      .hi = S_TOKENS_MAX},
     {.path = "robustness", .type = S_BOOL, S_DS(robustness), .def = 0},
+    {.path = "verifier", .type = S_ENUM, S_DS(verifier), .def = 0, .names = s_ds_verifiers},
     {.path = "stride", .type = S_INT, S_DS(stride), .def = 0, .lo = 0, .hi = S_INF},
     {.path = "num_fewshot", .type = S_INT, S_DS(num_fewshot), .def = 0, .lo = 0, .hi = 64},
     {.path = "fewshot_source", .type = S_STR, S_DS(fewshot_source), .def_str = ""},
@@ -1040,6 +1042,16 @@ static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
                        "%s.num_fewshot: few-shot prompts are for generate datasets, "
                        "expected 0, got %lld",
                        where, (long long)d->num_fewshot);
+    if (d->verifier && (d->kind != BT_EVAL_GENERATE || from_task))
+        return bt_fail(BT_EINVAL,
+                       "%s.verifier: a verifier of its own is for a generate dataset with a JSONL "
+                       "source (a data source or the task's held-out set has its verifier)",
+                       where);
+    if (d->verifier - 1 == BT_SOURCE_VERIFY_CODE && (d->num_fewshot > 0 || d->robustness))
+        return bt_fail(BT_EINVAL,
+                       "%s: a code record's answer is its tests, so num_fewshot and robustness do "
+                       "not apply to the code verifier",
+                       where);
     if (d->kind == BT_EVAL_PERPLEXITY && d->data_source >= 0)
         return bt_fail(BT_EINVAL,
                        "%s.source: perplexity of a data source is not supported, "

@@ -143,12 +143,15 @@ static bt_status s_hash_dataset(s_data *d, int i) {
              (long long)c->task.heldout_size, c->task.format_reward, c->task.train, c->task.eval,
              (int)c->task.verifier, c->reward.service);
     uint64_t h = s_hash_str(S_HASH_START, text);
-    /* the prompting: chat template, few-shot exemplars (and their file), rolling windows */
+    /* the prompting and scoring: chat template, few-shot exemplars (and their file), rolling
+       windows, the dataset's verifier and code limits, how choices are put */
     snprintf(text, sizeof text,
-             "template %s|system %s|fewshot %lld|%s|%s|stride %lld|code %.17g %lld",
+             "template %s|system %s|fewshot %lld|%s|%s|stride %lld|code %.17g %lld|verifier %d|"
+             "letters %d|shuffle %d",
              c->task.chat_template, c->task.system_prompt, (long long)e->num_fewshot,
              e->fewshot_separator, e->fewshot_delimiter, (long long)e->stride,
-             c->task.code_timeout_s, (long long)c->task.code_memory_mb);
+             c->task.code_timeout_s, (long long)c->task.code_memory_mb, e->verifier,
+             (int)e->choices_letters, (int)e->shuffle_choices);
     h = s_hash_str(h, text);
     if (e->fewshot_source[0])
         BT_TRY(s_hash_file(h, e->fewshot_source, &h));

@@ -825,6 +825,16 @@ static bt_status s_template_probes(bt_eval_suite *s, const bt_source_jsonl_confi
     return BT_OK;
 }
 
+/*  The JSONL task of a dataset's file: own's, with the dataset's verifier when it has one. */
+static bt_source_jsonl_config s_dataset_jsonl(const bt_source_jsonl_config *own,
+                                              const bt_eval_dataset *d, const char *path) {
+    bt_source_jsonl_config j = *own;
+    j.train_path = j.heldout_path = path;
+    if (d->verifier)
+        j.verifier = (bt_source_verifier)(d->verifier - 1);
+    return j;
+}
+
 bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
                              const bt_eval_probe *probes, int64_t n_probes, const bt_source_t *task,
                              const bt_source_jsonl_config *own) {
@@ -844,8 +854,7 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
         } else if (d->kind == BT_EVAL_CHOICES) {
             st = bt_choices_load(d->source, &s->choices[i]);
         } else {
-            bt_source_jsonl_config j = *own;
-            j.train_path = j.heldout_path = d->source;
+            bt_source_jsonl_config j = s_dataset_jsonl(own, d, d->source);
             st = bt_source_new_jsonl(&j, &s->own_task[i]);
         }
     }
@@ -875,8 +884,7 @@ static bt_status s_fewshot(bt_eval_suite *s, const bt_config *cfg, int i,
     if (!s->own_task[i])
         BT_TRY(bt_config_new_source(cfg, 0, &s->own_task[i], NULL));
     if (d->fewshot_source[0]) {
-        bt_source_jsonl_config j = *own;
-        j.train_path = j.heldout_path = d->fewshot_source;
+        bt_source_jsonl_config j = s_dataset_jsonl(own, d, d->fewshot_source);
         BT_TRY(bt_source_new_jsonl(&j, &s->fewshot_pool[i]));
     }
     bt_source_fewshot f = {.k = d->num_fewshot,
@@ -893,10 +901,9 @@ static bt_status s_fewshot(bt_eval_suite *s, const bt_config *cfg, int i,
 }
 
 bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt_eval_suite *out) {
-    bt_source_jsonl_config own = {.verifier = cfg->task.verifier,
-                                  .seed = (uint64_t)cfg->task.seed,
-                                  .chat_template = cfg->task.chat_template,
-                                  .system_prompt = cfg->task.system_prompt};
+    bt_source_jsonl_config own;
+    bt_config_task_jsonl(cfg, &own); /* its verifier, seed, template and code limits */
+    own.train_path = own.heldout_path = NULL;
     BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
                               cfg->eval.n_probes, task, &own));
     bt_status st = BT_OK;
@@ -961,7 +968,7 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     ec.temperature = d->temperature;
     ec.max_new_tokens = d->max_new_tokens;
     ec.robustness = robustness;
-    ec.reward_service = s->reward_service;
+    ec.reward_service = d->verifier ? NULL : s->reward_service; /* its own verifier scores */
     if (ec.batch < d->samples)
         ec.batch = d->samples;
     return bt_evaluator_run(model, tok, s->own_task[i] ? s->own_task[i] : s->task, &ec,

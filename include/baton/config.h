@@ -103,6 +103,8 @@ typedef struct bt_eval_dataset {
     bool choices_letters; /* choices: the context lists the choices, the answers are letters */
     bool shuffle_choices; /* choices: also scored in a seeded random order */
     bool robustness;      /* generate: also the task's perturbed prompts */
+    int verifier; /* generate with a JSONL source: 0 ("task") scores it by task.verifier, else by
+                     bt_source_verifier verifier - 1, locally (never by a reward service) */
     int64_t every_steps, every_epochs; /* 0: off */
     double every_seconds;              /* 0: off */
     double every_tokens;               /* completion tokens sampled for training; 0: off */
