@@ -35,6 +35,9 @@ typedef enum s_family_kind {
     S_CLIP,
     S_EVAL_LENGTH,
     S_MARGINS,
+    S_CHOICES,
+    S_SUBJECTS,
+    S_CONTAMINATION,
     S_FAMILIES
 } s_family_kind;
 
@@ -57,6 +60,9 @@ static const struct {
     {"clip_frac", "Clipped ratio fraction (training)", "clip_frac"},
     {"eval_response_length", "Response length (evaluation)", "response_len_mean"},
     {"margins", "Pair-probe margins", "log(PPL(worse) / PPL(better))"},
+    {"choices", "Multiple choice: acc and acc_norm per benchmark", "accuracy"},
+    {"subjects", "Multiple choice by subject", "accuracy"},
+    {"contamination", "Contamination gap (acc - acc in shuffled order)", "contamination_gap"},
 };
 
 /*  The training line's fields drawn as a curve per variant, and their charts. */
@@ -343,7 +349,8 @@ static void s_train(s_report *r, s_run *u, const cJSON *o) {
     }
 }
 
-/*  probe.<name>.logp fields, and robust.* fields beside the clean accuracy. */
+/*  probe.<name>.logp, pair.<name>.margin and subject.<name>.acc / .acc_norm fields, and robust.*
+    fields beside the clean accuracy. */
 static void s_eval_fields(s_report *r, s_run *u, const cJSON *o, double step) {
     const char *variant = s_str(o, "variant", "main"), *dataset = s_str(o, "dataset", "eval");
     char label[S_LABEL], name[64];
@@ -360,6 +367,11 @@ static void s_eval_fields(s_report *r, s_run *u, const cJSON *o, double step) {
             snprintf(name, sizeof name, "%.*s", (int)(n - 12), k + 5);
             s_label(label, u, variant, name, NULL);
             s_add(r, S_MARGINS, label, step, y, NULL);
+        } else if (n > 12 && !strncmp(k, "subject.", 8) &&
+                   (!strcmp(k + n - 4, ".acc") || !strcmp(k + n - 9, ".acc_norm"))) {
+            snprintf(name, sizeof name, "%.*s", (int)(n - 8), k + 8); /* NAME.acc */
+            s_label(label, u, variant, dataset, name);
+            s_add(r, S_SUBJECTS, label, step, y, NULL);
         } else if (!strncmp(k, "robust.", 7)) {
             if (!clean && s_has(o, "accuracy")) {
                 s_label(label, u, variant, dataset, "clean");
@@ -389,6 +401,14 @@ static void s_eval(s_report *r, s_run *u, const cJSON *o) {
         s_add(r, S_PERPLEXITY, label, step, s_num(o, "perplexity"), NULL);
     if (s_has(o, "response_len_mean"))
         s_add(r, S_EVAL_LENGTH, label, step, s_num(o, "response_len_mean"), NULL);
+    if (s_has(o, "contamination_gap"))
+        s_add(r, S_CONTAMINATION, label, step, s_num(o, "contamination_gap"), NULL);
+    static const char *const choices[] = {"acc", "acc_norm", "acc_shuffled"};
+    for (int i = 0; i < 3; i++)
+        if (s_has(o, choices[i])) {
+            s_label(label, u, s_str(o, "variant", "main"), dataset, choices[i]);
+            s_add(r, S_CHOICES, label, step, s_num(o, choices[i]), NULL);
+        }
     s_eval_fields(r, u, o, step);
 }
 

@@ -242,7 +242,15 @@ static void s_check_train_only(void) {
             "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"dataset\":\"gsm\","
             "\"response_len_mean\":12,\"pair.order.margin\":0.25,\"pair.carry.margin\":-0.5}\n"
             "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":2,\"dataset\":\"gsm\","
-            "\"response_len_mean\":10,\"pair.order.margin\":0.5,\"pair.carry.margin\":-0.25}\n");
+            "\"response_len_mean\":10,\"pair.order.margin\":0.5,\"pair.carry.margin\":-0.25}\n"
+            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"dataset\":\"mmlu\",\"acc\":0.5,"
+            "\"acc_norm\":0.25,\"acc_shuffled\":0.25,\"contamination_gap\":0.25,"
+            "\"subject.algebra.acc\":0.5,\"subject.algebra.acc_norm\":0.5,"
+            "\"subject.anatomy.acc\":1,\"subject.anatomy.items\":2}\n"
+            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":2,\"dataset\":\"mmlu\",\"acc\":0.75,"
+            "\"acc_norm\":0.5,\"acc_shuffled\":0.5,\"contamination_gap\":0.25,"
+            "\"subject.algebra.acc\":0.75,\"subject.algebra.acc_norm\":0.5,"
+            "\"subject.anatomy.acc\":0.5,\"subject.anatomy.items\":2}\n");
     snprintf(out, sizeof out, "%s/signals.html", s_tmp);
     const char *one[] = {dir};
     CHECK_OK(bt_report_write(one, 1, out, NAN));
@@ -257,6 +265,18 @@ static void s_check_train_only(void) {
     CHECK(s_count(chart, "<polyline") == 2);
     CHECK_STR_CONTAINS(chart, "order");
     CHECK_STR_CONTAINS(chart, "carry");
+    /* multiple choice: acc, acc_norm and the shuffled acc of the benchmark; per subject its acc
+       and acc_norm (not its item count); the contamination gap */
+    s_chart(html ? html : "", "choices", chart, sizeof chart);
+    CHECK(s_count(chart, "<polyline") == 3);
+    CHECK_STR_CONTAINS(chart, "mmlu / acc_norm");
+    s_chart(html ? html : "", "subjects", chart, sizeof chart);
+    CHECK(s_count(chart, "<polyline") == 3);
+    CHECK_STR_CONTAINS(chart, "mmlu / algebra.acc_norm");
+    CHECK_STR_CONTAINS(chart, "mmlu / anatomy.acc");
+    CHECK(!strstr(chart, "items"));
+    s_chart(html ? html : "", "contamination", chart, sizeof chart);
+    CHECK(s_count(chart, "<polyline") == 1);
     CHECK(html && !strstr(html, "data-family=\"reward\"")); /* no reward_mean: no chart */
     free(html);
     snprintf(out, sizeof out, "%s/no/such/dir/r.html", s_tmp);
