@@ -340,8 +340,15 @@ static bt_status s_train_begin(bt_policy *self) {
     const bt_config *c = self->cfg;
     bt_status st = BT_OK;
     if (s_select(self, &st) == 0 || st != BT_OK) {
-        self->ts = (bt_trainer_stats){
-            .loss = NAN, .kl = NAN, .clip_frac = NAN, .entropy = NAN, .grad_norm = NAN};
+        self->ts = (bt_trainer_stats){.loss = NAN,
+                                      .kl = NAN,
+                                      .clip_frac = NAN,
+                                      .entropy = NAN,
+                                      .grad_norm = NAN,
+                                      .mismatch_kl = NAN,
+                                      .ratio_std = NAN,
+                                      .ratio_min = NAN,
+                                      .ratio_max = NAN};
         self->updated = false;
         return st;
     }

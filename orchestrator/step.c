@@ -56,6 +56,10 @@ static bt_status s_train_line(bt_policy *self, double length, int64_t n,
     bt_jsonl_num(&line, "loss", ts->loss);
     bt_jsonl_num(&line, "kl", ts->kl);
     bt_jsonl_num(&line, "clip_frac", ts->clip_frac);
+    bt_jsonl_num(&line, "mismatch_kl", ts->mismatch_kl);
+    bt_jsonl_num(&line, "ratio_std", ts->ratio_std);
+    bt_jsonl_num(&line, "ratio_min", ts->ratio_min);
+    bt_jsonl_num(&line, "ratio_max", ts->ratio_max);
     bt_jsonl_num(&line, "entropy", ts->entropy);
     bt_jsonl_num(&line, "grad_norm", ts->grad_norm);
     bt_jsonl_num(&line, "lr", self->updated ? ts->lr : self->step_lr); /* the one AdamW applied */

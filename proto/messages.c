@@ -326,6 +326,10 @@ bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg) {
     BT_TRY(s_set_stat(msg, "stats.pg_loss", s->pg_loss, &bad));
     BT_TRY(s_set_stat(msg, "stats.kl", s->kl, &bad));
     BT_TRY(s_set_stat(msg, "stats.clip_frac", s->clip_frac, &bad));
+    BT_TRY(s_set_stat(msg, "stats.mismatch_kl", s->mismatch_kl, &bad));
+    BT_TRY(s_set_stat(msg, "stats.ratio_std", s->ratio_std, &bad));
+    BT_TRY(s_set_stat(msg, "stats.ratio_min", s->ratio_min, &bad));
+    BT_TRY(s_set_stat(msg, "stats.ratio_max", s->ratio_max, &bad));
     BT_TRY(s_set_stat(msg, "stats.entropy", s->entropy, &bad));
     BT_TRY(s_set_stat(msg, "stats.grad_norm", s->grad_norm, &bad));
     BT_TRY(s_set_stat(msg, "stats.tokens", s->tokens, &bad));
@@ -345,6 +349,10 @@ bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) 
     BT_TRY(s_get_stat(msg, "stats.pg_loss", -big, big, f, &out->pg_loss));
     BT_TRY(s_get_stat(msg, "stats.kl", -big, big, f, &out->kl));
     BT_TRY(s_get_stat(msg, "stats.clip_frac", 0, 1, f, &out->clip_frac));
+    BT_TRY(s_get_stat(msg, "stats.mismatch_kl", 0, big, f, &out->mismatch_kl));
+    BT_TRY(s_get_stat(msg, "stats.ratio_std", 0, big, f, &out->ratio_std));
+    BT_TRY(s_get_stat(msg, "stats.ratio_min", 0, big, f, &out->ratio_min));
+    BT_TRY(s_get_stat(msg, "stats.ratio_max", 0, big, f, &out->ratio_max));
     BT_TRY(s_get_stat(msg, "stats.entropy", -big, big, f, &out->entropy));
     BT_TRY(s_get_stat(msg, "stats.grad_norm", 0, big, f, &out->grad_norm));
     BT_TRY(s_get_stat(msg, "stats.tokens", 0, big, f, &out->tokens));

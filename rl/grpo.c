@@ -74,6 +74,12 @@ bt_status bt_grpo_config_validate(const bt_grpo_config *cfg) {
                        (long long)cfg->max_tokens);
     if (cfg->adv_norm != BT_ADV_NORM_STD && cfg->adv_norm != BT_ADV_NORM_NONE)
         return bt_fail(BT_EINVAL, "grpo.adv_norm: unknown value %d", (int)cfg->adv_norm);
+    if (!(cfg->tis_cap >= 0.0 && isfinite(cfg->tis_cap)))
+        return bt_fail(BT_EINVAL, "grpo.tis_cap: expected a number >= 0, got %g", cfg->tis_cap);
+    if (cfg->tis_cap > 0 && cfg->decoupled)
+        return bt_fail(BT_EINVAL,
+                       "grpo.tis_cap: truncated importance sampling and the decoupled objective "
+                       "(grpo.async_objective) both weight by the behaviour importance: set one");
     if (!(cfg->behav_weight_cap >= 0.0))
         return bt_fail(BT_EINVAL, "grpo.behav_weight_cap: expected a number >= 0, got %g",
                        cfg->behav_weight_cap);
@@ -89,7 +95,12 @@ void bt_grpo_stats_add(bt_grpo_stats *total, const bt_grpo_stats *part) {
     total->clip_low_tokens += part->clip_low_tokens;
     total->clip_high_tokens += part->clip_high_tokens;
     total->ratio_sum += part->ratio_sum;
+    total->ratio_sumsq += part->ratio_sumsq;
     total->ratio_max = fmax(total->ratio_max, part->ratio_max);
+    total->ratio_min = total->ratio_min == 0  ? part->ratio_min
+                       : part->ratio_min == 0 ? total->ratio_min
+                                              : fmin(total->ratio_min, part->ratio_min);
+    total->mismatch_sum += part->mismatch_sum;
     total->entropy_sum += part->entropy_sum;
 }
 
@@ -171,30 +182,41 @@ static bt_tensor *s_masked_sum(bt_ctx *ctx, bt_tensor *t, bt_tensor *m) {
 }
 
 /* Adds the micro-batch's sums to *stats with one host copy: clip counts from clip_ratio (the
-   ratio the clip saw), ratio sums from ratio.  kl and entropy may be NULL. */
+   ratio the clip saw), ratio sums and the mismatch from log_ratio (log pi_theta / pi_behav, 0 on
+   padding) in float64, where rho - 1 - log rho of a ratio near 1 keeps its digits.  kl and
+   entropy may be NULL. */
 static bt_status s_add_stats(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *clip_ratio,
-                             bt_tensor *ratio, bt_tensor *a, bt_tensor *pg, bt_tensor *kl,
+                             bt_tensor *log_ratio, bt_tensor *a, bt_tensor *pg, bt_tensor *kl,
                              bt_tensor *entropy, bt_tensor *mask, bt_grpo_stats *stats) {
     bool grad = bt_set_grad_enabled(false);
     bt_tensor *m = bt_to_dtype(ctx, mask, BT_F64); /* (B, T) */
     bt_tensor *zero = bt_zeros(ctx, BT_F64, bt_device_of(mask), 1, (const int64_t[]){1});
+    bt_tensor *lr = bt_to_dtype(ctx, bt_detach(ctx, log_ratio), BT_F64);
+    bt_tensor *ratio = bt_exp(ctx, lr); /* (B, T) float64 */
+    bt_tensor *k3 = bt_sub(ctx, bt_add_scalar(ctx, ratio, -1.0), lr);
+    bt_tensor *pad = bt_eq_scalar(ctx, mask, 0.0);
+    bt_tensor *neg = bt_reshape(ctx, bt_masked_fill(ctx, bt_neg(ctx, ratio), pad, -INFINITY), 1,
+                                (const int64_t[]){-1}); /* -rho, -inf on padding */
     bt_tensor *low =
         bt_logical_and(ctx, bt_lt_scalar(ctx, a, 0.0),
                        bt_lt_scalar(ctx, clip_ratio, 1.0 - cfg->clip_low)); /* (B, T) */
     bt_tensor *high = bt_logical_and(ctx, bt_gt_scalar(ctx, a, 0.0),
                                      bt_gt_scalar(ctx, clip_ratio, 1.0 + cfg->clip_high));
-    bt_tensor *ratio_m = bt_mul(ctx, bt_to_dtype(ctx, ratio, BT_F64), m); /* (B, T) */
+    bt_tensor *ratio_m = bt_mul(ctx, ratio, m);                           /* (B, T) */
     bt_tensor *flat = bt_reshape(ctx, ratio_m, 1, (const int64_t[]){-1}); /* (B * T) */
-    bt_tensor *parts[8] = {s_as_1(ctx, bt_sum_all(ctx, m)),
-                           s_masked_sum(ctx, pg, m),
-                           kl ? s_masked_sum(ctx, kl, m) : zero,
-                           s_masked_sum(ctx, low, m),
-                           s_masked_sum(ctx, high, m),
-                           s_as_1(ctx, bt_sum_all(ctx, ratio_m)),
-                           s_as_1(ctx, bt_max(ctx, flat, 0, false)),
-                           entropy ? s_masked_sum(ctx, entropy, m) : zero};
-    double v[8];
-    bt_status st = bt_to_host(bt_cat(ctx, parts, 8, 0), v, sizeof v);
+    bt_tensor *parts[11] = {s_as_1(ctx, bt_sum_all(ctx, m)),
+                            s_masked_sum(ctx, pg, m),
+                            kl ? s_masked_sum(ctx, kl, m) : zero,
+                            s_masked_sum(ctx, low, m),
+                            s_masked_sum(ctx, high, m),
+                            s_as_1(ctx, bt_sum_all(ctx, ratio_m)),
+                            s_as_1(ctx, bt_max(ctx, flat, 0, false)),
+                            entropy ? s_masked_sum(ctx, entropy, m) : zero,
+                            s_masked_sum(ctx, bt_mul(ctx, ratio, ratio), m),
+                            s_as_1(ctx, bt_max(ctx, neg, 0, false)),
+                            s_masked_sum(ctx, k3, m)};
+    double v[11];
+    bt_status st = bt_to_host(bt_cat(ctx, parts, 11, 0), v, sizeof v);
     bt_set_grad_enabled(grad);
     if (st != BT_OK)
         return st;
@@ -204,7 +226,10 @@ static bt_status s_add_stats(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *
                           .clip_low_tokens = v[3],
                           .clip_high_tokens = v[4],
                           .ratio_sum = v[5],
+                          .ratio_sumsq = v[8],
                           .ratio_max = v[6],
+                          .ratio_min = v[0] > 0 ? -v[9] : 0,
+                          .mismatch_sum = v[10],
                           .entropy_sum = v[7]};
     bt_grpo_stats_add(stats, &part);
     return BT_OK;
@@ -228,12 +253,17 @@ bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
     /* Padding may hold any value: zero the log-ratios there so that exp() stays finite. */
     bt_tensor *pad = bt_eq_scalar(ctx, mask, 0.0);                      /* (B, T) */
     bt_tensor *a = bt_ndim(adv) == 1 ? bt_unsqueeze(ctx, adv, 1) : adv; /* (B, 1) or (B, T) */
-    bt_tensor *ratio = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, logp, old_logp), pad, 0.0));
+    bt_tensor *log_ratio = bt_masked_fill(ctx, bt_sub(ctx, logp, old_logp), pad, 0.0);
+    bt_tensor *ratio = bt_exp(ctx, log_ratio);
     bt_tensor *clip_ratio = ratio, *pg; /* (B, T) */
-    if (cfg->decoupled) { /* AReaL: clip against pi_prox, weight by pi_prox/pi_behav */
+    if (cfg->decoupled || cfg->tis_cap > 0) {
+        /* AReaL: clip against pi_prox, weight by pi_prox/pi_behav (dropped above the cap); TIS:
+           the same weight truncated at its cap */
         bt_tensor *prox = bt_detach(ctx, logp);
         bt_tensor *w = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, prox, old_logp), pad, 0.0));
-        if (cfg->behav_weight_cap > 0)
+        if (cfg->tis_cap > 0)
+            w = bt_clamp(ctx, w, 0.0, cfg->tis_cap);
+        else if (cfg->behav_weight_cap > 0)
             w = bt_masked_fill(ctx, w, bt_gt_scalar(ctx, w, cfg->behav_weight_cap), 0.0);
         clip_ratio = bt_exp(ctx, bt_masked_fill(ctx, bt_sub(ctx, logp, prox), pad, 0.0));
         pg = bt_mul(ctx, s_clipped_pg(ctx, cfg, clip_ratio, a), w);
@@ -252,7 +282,7 @@ bt_tensor *bt_grpo_loss(bt_ctx *ctx, const bt_grpo_config *cfg, bt_tensor *logp,
     bt_tensor *sum = bt_sum_all(ctx, bt_to_dtype(ctx, weighted, BT_F64));
     bt_tensor *loss = bt_mul_scalar(ctx, sum, 1.0 / normaliser);
     if (loss && stats &&
-        s_add_stats(ctx, cfg, clip_ratio, ratio, a, pg, kl, ent, mask, stats) != BT_OK)
+        s_add_stats(ctx, cfg, clip_ratio, log_ratio, a, pg, kl, ent, mask, stats) != BT_OK)
         return NULL;
     return loss;
 }

@@ -195,6 +195,16 @@ static void test_loss_hand_computed(void) {
     CHECK(st.clip_low_tokens == 1.0 && st.clip_high_tokens == 1.0);
     CHECK_NEAR(st.ratio_sum, 1.0 + exp(0.5) + 2.0 * exp(-0.5) + exp(0.125), 1e-6);
     CHECK_NEAR(st.ratio_max, exp(0.5), 1e-6);
+    CHECK_NEAR(st.ratio_min, exp(-0.5), 1e-6);
+    /* the spread and the sampler/trainer mismatch: rho^2 and rho - 1 - log rho by hand */
+    const double lr[5] = {0.0, 0.5, -0.5, -0.5, 0.125};
+    double sumsq = 0, mismatch = 0;
+    for (int t = 0; t < 5; t++) {
+        sumsq += exp(2 * lr[t]);
+        mismatch += exp(lr[t]) - 1 - lr[t];
+    }
+    CHECK_REL(st.ratio_sumsq, sumsq, 1e-6);
+    CHECK_REL(st.mismatch_sum, mismatch, 1e-6);
     CHECK(st.kl_sum == 0.0 && st.entropy_sum == 0.0);
 
     /* stats add up over calls */
@@ -349,6 +359,61 @@ static void test_decoupled(void) {
     double l_std = s_run(ctx, &cfg, &f, false, false, 5.0, NULL, g_std, ge);
     CHECK_REL(l_dec, l_std, 1e-7);
     CHECK(s_rel_diff(g_dec, g_std, 6) < 1e-6);
+    bt_ctx_destroy(&ctx);
+}
+
+/*  Truncated importance sampling on the fixture, by hand: as the decoupled objective, but each
+    token's weight w_t = exp(logp - old) is truncated at the cap instead of dropped: cap 1.5 turns
+    the e^0.5 token's weight into 1.5.  d loss / d logp_t = -min(w_t, cap) A / 5.  A cap above
+    every weight is the decoupled objective without a cap; on-policy it is the standard loss.
+    The mismatch statistic is the same whatever the objective; it is 0 on-policy. */
+static void test_tis(void) {
+    bt_ctx *ctx = bt_ctx_new();
+    s_fixture f = s_fixture_new(ctx);
+    bt_grpo_config cfg = bt_test_grpo_config();
+    cfg.kl_coef = 0.0;
+    cfg.tis_cap = 1.5;
+    const double w[5] = {1.0, exp(0.5), exp(-0.5), exp(-0.5), exp(0.125)};
+    const double A[5] = {1, 1, 1, -2, -2};
+    bt_grpo_stats st = {0};
+    float g[6], ge[6];
+    double loss = s_run(ctx, &cfg, &f, false, false, 5.0, &st, g, ge), want = 0;
+    for (int t = 0; t < 5; t++) {
+        double wt = w[t] > 1.5 ? 1.5 : w[t];
+        want += -wt * A[t] / 5.0;
+        CHECK(fabs(g[t] + wt * A[t] / 5.0) <= 1e-6);
+    }
+    CHECK(g[5] == 0.0f);
+    CHECK_REL(loss, want, 1e-6);
+    CHECK(st.clip_low_tokens == 0 && st.clip_high_tokens == 0);
+    CHECK_NEAR(st.ratio_max, exp(0.5), 1e-6); /* the statistics describe pi_theta / pi_behav */
+    float g_dec[6];
+    cfg.tis_cap = 100.0;
+    double l_tis = s_run(ctx, &cfg, &f, false, false, 5.0, NULL, g, ge);
+    cfg.tis_cap = 0.0;
+    cfg.decoupled = true;
+    cfg.behav_weight_cap = 0.0;
+    double l_dec = s_run(ctx, &cfg, &f, false, false, 5.0, NULL, g_dec, ge);
+    CHECK_REL(l_tis, l_dec, 1e-7);
+    CHECK(s_rel_diff(g, g_dec, 6) < 1e-6);
+    /* both at once is refused */
+    cfg.tis_cap = 2.0;
+    CHECK(bt_grpo_config_validate(&cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "grpo.tis_cap");
+    cfg.decoupled = false;
+    CHECK_OK(bt_grpo_config_validate(&cfg));
+    /* on-policy: w = 1, the standard loss and gradients, no mismatch */
+    const int64_t bt[2] = {2, 3};
+    float lp[6], g_std[6];
+    CHECK_OK(bt_to_host(f.logp, lp, sizeof lp));
+    f.old_logp = s_f32(ctx, 2, bt, lp);
+    bt_grpo_stats on = {0};
+    l_tis = s_run(ctx, &cfg, &f, false, false, 5.0, &on, g, ge);
+    cfg.tis_cap = 0.0;
+    double l_std = s_run(ctx, &cfg, &f, false, false, 5.0, NULL, g_std, ge);
+    CHECK_REL(l_tis, l_std, 1e-7);
+    CHECK(s_rel_diff(g, g_std, 6) < 1e-6);
+    CHECK(on.mismatch_sum == 0.0 && on.ratio_min == 1.0 && on.ratio_max == 1.0);
     bt_ctx_destroy(&ctx);
 }
 
@@ -634,6 +699,7 @@ int main(void) {
     test_loss_hand_computed();
     test_packed_row();
     test_decoupled();
+    test_tis();
     test_sft_loss();
     const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
                                  BT_LOSS_AGG_TOKEN_SUM_NORM};

@@ -88,6 +88,26 @@ static void test_determinism_and_fields(void) {
         snprintf(k, sizeof k, "\"%s\":", keys[i]);
         CHECK_STR_CONTAINS(train, k);
     }
+    /* the sampler's log-probs (KV-cached decoding) against the trainer's (a packed forward): in
+       float32 on one device they agree to rounding, so the KL between them is ~0 and every
+       importance ratio is 1 within 1e-4 */
+    int trains = 0;
+    for (const char *t = ma ? strstr(ma, "{\"kind\":\"train\"") : NULL; t;
+         t = strstr(t + 1, "{\"kind\":\"train\"")) {
+        char line[4096];
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(t, "\n"), t);
+        cJSON *j = cJSON_Parse(line);
+        double kl = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "mismatch_kl"));
+        double lo = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "ratio_min"));
+        double hi = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "ratio_max"));
+        double sd = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "ratio_std"));
+        printf("train: mismatch_kl %.3g, ratio in [%.9f, %.9f], std %.3g\n", kl, lo, hi, sd);
+        CHECK(kl >= 0 && kl < 1e-8);
+        CHECK(lo > 1 - 1e-4 && hi < 1 + 1e-4 && lo <= hi && sd >= 0 && sd < 1e-4);
+        trains++;
+        cJSON_Delete(j);
+    }
+    CHECK(trains == 4);
     CHECK_STR_CONTAINS(ma, "\"dataset\":\"heldout\"");
     CHECK_STR_CONTAINS(ma, "\"examples\":6,\"accuracy\":");
     /* versions: 3 SFT updates, then one per GRPO step */

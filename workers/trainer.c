@@ -461,29 +461,36 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
                   gs.entropy_sum,
                   gs.tokens,
                   s_plan_slots(&plan),
-                  gs.ratio_max};
+                  gs.ratio_sumsq,
+                  gs.mismatch_sum,
+                  gs.ratio_max,
+                  gs.tokens > 0 ? -gs.ratio_min : -INFINITY}; /* the smallest, as a max */
     s_plan_release(&plan);
-    bt_status rs = s_reduce_stats(self, v, 9, 1);
+    bt_status rs = s_reduce_stats(self, v, 11, 2);
     st = st != BT_OK ? st : rs;
     if (st == BT_OK)
         st = s_update(self, lr, &grad_norm);
     else
         bt_zero_grad(bt_model_params(self->policy), bt_model_num_params(self->policy));
     if (st == BT_OK && stats) {
-        double tok = v[7] > 0 ? v[7] : 1.0;
-        *stats = (bt_trainer_stats){.loss = v[1],
-                                    .pg_loss = v[2] / tok,
-                                    .kl = v[3] / tok,
-                                    .clip_frac = v[4] / tok,
-                                    .ratio_mean = v[5] / tok,
-                                    .ratio_max = v[9],
-                                    .entropy = v[6] / tok,
-                                    .grad_norm = grad_norm,
-                                    .tokens = v[7],
-                                    .slots = v[8],
-                                    .lr = lr,
-                                    .sequences = batch->n,
-                                    .version = self->version};
+        double tok = v[7] > 0 ? v[7] : 1.0, mean = v[5] / tok;
+        *stats =
+            (bt_trainer_stats){.loss = v[1],
+                               .pg_loss = v[2] / tok,
+                               .kl = v[3] / tok,
+                               .clip_frac = v[4] / tok,
+                               .ratio_mean = mean,
+                               .ratio_std = sqrt(fmax(v[9] / tok - mean * mean, 0.0)),
+                               .ratio_max = v[11],
+                               .ratio_min = v[7] > 0 ? -v[12] : 0,
+                               .mismatch_kl = fmax(v[10] / tok, 0.0), /* >= 0 but for rounding */
+                               .entropy = v[6] / tok,
+                               .grad_norm = grad_norm,
+                               .tokens = v[7],
+                               .slots = v[8],
+                               .lr = lr,
+                               .sequences = batch->n,
+                               .version = self->version};
     }
     return st;
 }

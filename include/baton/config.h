@@ -219,6 +219,7 @@ typedef struct bt_config {
         int64_t max_staleness;   /* 0: synchronous; eta > 0: rollouts run up to eta steps ahead */
         int async_objective;     /* 0 "ppo": clip pi_theta / pi_behav; 1 "decoupled" (AReaL) */
         double behav_weight_cap; /* asynchronous: the decoupled objective's importance cap */
+        double tis_cap;          /* truncated importance sampling cap (grpo.h); 0: off */
     } grpo;
     struct {
         int64_t every_steps;

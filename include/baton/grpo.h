@@ -51,13 +51,13 @@ typedef enum bt_loss_agg {
 /*  The grpo.* keys of the loss (bt_config_grpo fills it from a config; the defaults are written
     once, in config/config.c's key table).  No library default: a caller states every field. */
 typedef struct bt_grpo_config {
-    double clip_low;              /* eps_low: ratio floor 1 - clip_low when A < 0 */
-    double clip_high;             /* eps_high: ratio cap 1 + clip_high when A > 0 (DAPO) */
-    double kl_coef;               /* beta, weight of the KL to the reference policy */
+    double clip_low;  /* eps_low: ratio floor 1 - clip_low when A < 0 */
+    double clip_high; /* eps_high: ratio cap 1 + clip_high when A > 0 (DAPO) */
+    double kl_coef;   /* beta, weight of the KL to the reference policy */
     bt_kl_estimator kl_estimator;
-    double entropy_coef;          /* weight of the entropy bonus */
+    double entropy_coef; /* weight of the entropy bonus */
     bt_loss_agg loss_agg;
-    int64_t max_tokens;           /* Dr. GRPO's constant per-sequence normaliser (token_sum_norm: >= 1) */
+    int64_t max_tokens; /* Dr. GRPO's constant per-sequence normaliser (token_sum_norm: >= 1) */
     bt_adv_norm adv_norm;
     /* AReaL's decoupled objective (Fu et al. 2025) for batches sampled by older policies: the
        clipped ratio is taken against the proximal policy and the surrogate is weighted by the
@@ -65,6 +65,12 @@ typedef struct bt_grpo_config {
        so the proximal policy is the policy being updated: pi_prox = stop_grad(pi_theta). */
     bool decoupled;
     double behav_weight_cap; /* decoupled: tokens with w > cap leave the loss; 0: no cap */
+    /* Truncated importance sampling (TIS, as verl and TRL apply it) for a sampler whose log-probs
+       differ from the trainer's (another engine, bf16, a GPU kernel): the surrogate of each token
+       is weighted by w = min(pi_theta / pi_behav, tis_cap) in value, with the ratio clipped
+       against stop_grad(pi_theta), so w = 1 gives the standard loss and its gradients.  0: off.
+       Not with decoupled (both reweight by the behaviour importance). */
+    double tis_cap;
 } bt_grpo_config;
 
 /*  BT_EINVAL with a message naming the field when a value is out of range. */
@@ -80,11 +86,14 @@ typedef struct bt_grpo_stats {
     double clip_low_tokens;  /* A < 0 and rho < 1 - clip_low: the clipped branch is active */
     double clip_high_tokens; /* A > 0 and rho > 1 + clip_high: the clipped branch is active */
     double ratio_sum;        /* rho, summed over tokens */
+    double ratio_sumsq;      /* rho^2, summed over tokens */
     double ratio_max;        /* largest rho of any token (0 when there is none) */
+    double ratio_min;        /* smallest rho of any token (0 when there is none) */
+    double mismatch_sum;     /* rho - 1 - log rho (k3 of KL(pi_behav || pi_theta)), in float64 */
     double entropy_sum;      /* 0 without an entropy tensor */
 } bt_grpo_stats;
 
-/*  Adds part's sums into total; ratio_max takes the larger. */
+/*  Adds part's sums into total; ratio_max takes the larger, ratio_min the smaller. */
 void bt_grpo_stats_add(bt_grpo_stats *total, const bt_grpo_stats *part);
 
 /*  The loss divisor of a whole batch (all micro-batches, all ranks): total tokens for TOKEN_MEAN,
@@ -100,7 +109,9 @@ double bt_grpo_normaliser(const bt_grpo_config *cfg, const int64_t *completion_l
     With cfg->decoupled, rho = exp(logp - stop_grad(logp)) (1 in value, gradient of logp) and the
     surrogate term is multiplied by w = exp(stop_grad(logp) - old_logp) [w <= behav_weight_cap]:
     on a batch the policy itself sampled (w = 1) it is the standard loss with its gradients.
-    Statistics keep their meaning: ratio_* describe pi_theta / pi_behav, clip_* the clip.
+    With cfg->tis_cap > 0 the same, with w = min(exp(stop_grad(logp) - old_logp), tis_cap).
+    Statistics keep their meaning: ratio_* and mismatch_sum describe pi_theta / pi_behav, clip_*
+    the clip.
     summed over tokens where mask is 1 (SEQ_MEAN weights sequence i's tokens by 1 / len_i, len_i
     its completion tokens), divided by normaliser.  A row is one sequence, or several back to back
     (packed rows): then adv and seq_len give each token its own sequence's values.

@@ -74,19 +74,23 @@ void bt_weights_release(bt_weights *w);
 /* ---- trainer statistics --------------------------------------------------------------------- */
 /*  One update's statistics.  Token means are over completion tokens. */
 typedef struct bt_trainer_stats {
-    double loss;       /* the batch loss that was differentiated (sum over micro-batches) */
-    double pg_loss;    /* clipped surrogate, token mean (GRPO) */
-    double kl;         /* KL estimate to the reference, token mean (0 without) */
-    double clip_frac;  /* tokens on a clipped branch / tokens (GRPO) */
-    double ratio_mean; /* rho, token mean (GRPO) */
-    double ratio_max;  /* (GRPO) */
-    double entropy;    /* policy entropy at the training temperature, token mean */
-    double grad_norm;  /* global gradient norm before clipping */
-    double tokens;     /* completion tokens */
-    double slots;      /* token slots the forward passes computed (rows x width, summed over the
-                          micro-batches and ranks): the batch's prompt and completion tokens plus
-                          padding */
-    double lr;         /* the learning rate AdamW applied */
+    double loss;        /* the batch loss that was differentiated (sum over micro-batches) */
+    double pg_loss;     /* clipped surrogate, token mean (GRPO) */
+    double kl;          /* KL estimate to the reference, token mean (0 without) */
+    double clip_frac;   /* tokens on a clipped branch / tokens (GRPO) */
+    double ratio_mean;  /* rho = pi_theta / pi_behav, token mean (GRPO) */
+    double ratio_std;   /* its standard deviation over tokens (GRPO) */
+    double ratio_max;   /* (GRPO) */
+    double ratio_min;   /* (GRPO) */
+    double mismatch_kl; /* KL(pi_behav || pi_theta) per token, k3 estimate, before the update: the
+                           sampler's log-probs against the trainer's recomputed ones (GRPO) */
+    double entropy;     /* policy entropy at the training temperature, token mean */
+    double grad_norm;   /* global gradient norm before clipping */
+    double tokens;      /* completion tokens */
+    double slots;       /* token slots the forward passes computed (rows x width, summed over the
+                           micro-batches and ranks): the batch's prompt and completion tokens plus
+                           padding */
+    double lr;          /* the learning rate AdamW applied */
     int64_t sequences;
     int64_t version; /* after the update */
 } bt_trainer_stats;
