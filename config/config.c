@@ -1038,9 +1038,9 @@ static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
                        "%s.source: \"choices\" reads a JSONL file of {\"context\", \"choices\", "
                        "\"answer\"} lines, got \"%s\"",
                        where, d->source);
-    if (d->num_fewshot > 0 && d->kind != BT_EVAL_GENERATE)
+    if (d->num_fewshot > 0 && d->kind != BT_EVAL_GENERATE && d->kind != BT_EVAL_CHOICES)
         return bt_fail(BT_EINVAL,
-                       "%s.num_fewshot: few-shot prompts are for generate datasets, "
+                       "%s.num_fewshot: few-shot prompts are for generate and choices datasets, "
                        "expected 0, got %lld",
                        where, (long long)d->num_fewshot);
     if (d->verifier && (d->kind != BT_EVAL_GENERATE || from_task))

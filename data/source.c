@@ -762,13 +762,7 @@ bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f) {
                        "num_fewshot: expected 0 for a code dataset (its answers are "
                        "tests, not solutions to show), got %lld",
                        (long long)f->k);
-    size_t n = bt_source_heldout_count(pool) - (f->pool ? 0 : 1); /* never the item itself */
-    if (f->k < 0 || f->k > BT_SOURCE_FEWSHOT_MAX || (size_t)f->k > n)
-        return bt_fail(BT_EINVAL,
-                       "num_fewshot: expected an integer in [0, %d] and at most the %zu exemplars "
-                       "the %s holds, got %lld",
-                       BT_SOURCE_FEWSHOT_MAX, n,
-                       f->pool ? "fewshot_source" : "dataset's other items", (long long)f->k);
+    BT_TRY(bt_source_fewshot_check(f->k, bt_source_heldout_count(pool), !f->pool));
     free(self->fewshot_separator);
     free(self->fewshot_delimiter);
     self->fewshot_separator = strdup(f->separator ? f->separator : "\n\n");
@@ -781,26 +775,47 @@ bt_status bt_source_set_fewshot(bt_source_t *self, const bt_source_fewshot *f) {
     return BT_OK;
 }
 
-/*  The few-shot prompt of held-out item i into b: k exemplars of the pool (drawn from the seed and
-    i alone, distinct, never item i of its own set), each prompt, delimiter, answer, separator;
-    then item i's prompt.  The answer of item i into *answer (caller frees). */
-static bt_status s_fewshot(const bt_source_t *self, size_t i, bt_buf *b, char **answer) {
-    const bt_source_t *pool = self->fewshot_pool ? self->fewshot_pool : self;
-    size_t n = bt_source_heldout_count(pool), picked[BT_SOURCE_FEWSHOT_MAX];
-    uint64_t state = bt_rng_key(bt_rng_key(self->fewshot_seed, S_TAG_FEWSHOT), i);
-    bt_source_example ex;
-    bt_source_example_init(&ex);
-    bt_status st = BT_OK;
-    for (int64_t k = 0; k < self->fewshot_k && st == BT_OK; k++) {
+bt_status bt_source_fewshot_check(int64_t k, size_t n, bool own) {
+    size_t lends = n - (own && n > 0); /* never the item itself */
+    if (k < 0 || k > BT_SOURCE_FEWSHOT_MAX || (size_t)k > lends)
+        return bt_fail(BT_EINVAL,
+                       "num_fewshot: expected an integer in [0, %d] and at most the %zu exemplars "
+                       "the %s holds, got %lld",
+                       BT_SOURCE_FEWSHOT_MAX, lends,
+                       own ? "dataset's other items" : "fewshot_source", (long long)k);
+    return BT_OK;
+}
+
+void bt_source_fewshot_pick(uint64_t seed, size_t i, size_t n, bool own, int64_t k,
+                            size_t *picked) {
+    BT_ASSERT(k >= 0 && k <= BT_SOURCE_FEWSHOT_MAX && (size_t)k + own <= n);
+    uint64_t state = bt_rng_key(bt_rng_key(seed, S_TAG_FEWSHOT), i);
+    for (int64_t q = 0; q < k; q++) {
         size_t j = 0;
         bool fresh = false;
         while (!fresh) { /* rejection: distinct, and not the item itself */
             j = (size_t)(bt_rng_next(&state) % n);
-            fresh = !(pool == self && j == i);
-            for (int64_t q = 0; q < k && fresh; q++)
-                fresh = picked[q] != j;
+            fresh = !(own && j == i);
+            for (int64_t r = 0; r < q && fresh; r++)
+                fresh = picked[r] != j;
         }
-        picked[k] = j;
+        picked[q] = j;
+    }
+}
+
+/*  The few-shot prompt of held-out item i into b: k exemplars of the pool
+    (bt_source_fewshot_pick), each prompt, delimiter, answer, separator; then item i's prompt.  The
+    answer of item i into *answer (caller frees). */
+static bt_status s_fewshot(const bt_source_t *self, size_t i, bt_buf *b, char **answer) {
+    const bt_source_t *pool = self->fewshot_pool ? self->fewshot_pool : self;
+    size_t picked[BT_SOURCE_FEWSHOT_MAX];
+    bt_source_fewshot_pick(self->fewshot_seed, i, bt_source_heldout_count(pool), pool == self,
+                           self->fewshot_k, picked);
+    bt_source_example ex;
+    bt_source_example_init(&ex);
+    bt_status st = BT_OK;
+    for (int64_t k = 0; k < self->fewshot_k && st == BT_OK; k++) {
+        size_t j = picked[k];
         st = s_heldout(pool, j, true, &ex);
         if (st == BT_OK && !(bt_buf_puts(b, ex.prompt ? ex.prompt : "") &&
                              bt_buf_puts(b, self->fewshot_delimiter) &&

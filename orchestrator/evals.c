@@ -2,19 +2,17 @@
     listeners a finished evaluation goes to; see rooms.h. */
 #include "rooms.h"
 
-/*  What each dataset evaluates and when (its trigger). */
+/*  What each dataset evaluates and when (its trigger); the suite stays loaded for the names its
+    metrics need (released by bt_policy_destroy). */
 bt_status bt_evals_setup(bt_policy *p) {
     const bt_config *c = p->cfg;
-    bt_eval_suite suite;
-    bt_status st = bt_config_eval_suite(c, p->sources[0], &suite);
+    bt_status st = bt_config_eval_suite(c, p->sources[0], &p->suite);
     for (int i = 0; i < c->eval.n_datasets && st == BT_OK; i++) {
-        p->ds_size[i] = (int64_t)bt_eval_suite_size(&suite, i);
+        p->ds_size[i] = (int64_t)bt_eval_suite_size(&p->suite, i);
         bt_trigger_config tc;
         bt_config_trigger(c, i, &tc);
         bt_trigger_init(&p->triggers[i], &tc);
     }
-    if (st == BT_OK)
-        bt_eval_suite_release(&suite);
     for (int w = 0; w < S_TRACK; w++)
         p->worker_version[w] = -1;
     p->eval_wait.since = NAN;
@@ -163,8 +161,8 @@ static bt_status s_finish(bt_policy *p, bt_evaluation *ev) {
                          .seconds = bt_now() - ev->t_start,
                          .shards = ev->n_jobs,
                          .shard_items = sizes};
-    done.n_metrics = bt_evaluator_metrics(&sum, d->kind, c->eval.probes, c->eval.n_probes, metrics,
-                                          BT_EVAL_MAX_METRICS, &done.primary);
+    done.n_metrics =
+        bt_eval_suite_metrics(&p->suite, ev->ds, &sum, metrics, BT_EVAL_MAX_METRICS, &done.primary);
     bt_controller_t *ctl = p->ctl;
     for (int i = 0; i < ctl->n_listeners; i++)
         BT_TRY(ctl->listeners[i](&done, ctl->listener_user[i]));

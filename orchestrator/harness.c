@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define S_CACHE_FORMAT "baton-eval-cache-3" /* bump when metrics or keys change meaning */
+#define S_CACHE_FORMAT "baton-eval-cache-4" /* bump when metrics or keys change meaning */
 
 /* ---- modes ----------------------------------------------------------------------------------- */
 
@@ -333,8 +333,8 @@ static bt_status s_run_dataset(const s_data *d, const char *spec, bt_harness_mod
         BT_TRY(s_load_model(d, spec, model));
     bt_evaluator_sums sums;
     BT_TRY(s_evaluate(d, *model, i, &sums));
-    ds->n_metrics = bt_evaluator_metrics(&sums, c->eval.datasets[i].kind, c->eval.probes,
-                                         c->eval.n_probes, ds->metrics, BT_EVAL_MAX_METRICS, NULL);
+    ds->n_metrics =
+        bt_eval_suite_metrics(&d->suite, i, &sums, ds->metrics, BT_EVAL_MAX_METRICS, NULL);
     ds->seconds = bt_now() - t0;
     return incremental ? s_cache_write(path, spec, ds) : BT_OK;
 }

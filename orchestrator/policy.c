@@ -73,6 +73,7 @@ void bt_policy_destroy(bt_policy **self_p) {
     bt_msg_destroy(&self->snap_new);
     bt_msg_destroy(&self->resume_state);
     bt_store_destroy(&self->store);
+    bt_eval_suite_release(&self->suite); /* before the task it borrows */
     for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
         bt_source_destroy(&self->sources[k]);
     bt_mixture_destroy(&self->mix);

@@ -251,7 +251,8 @@ typedef struct bt_policy {
     bt_trigger triggers[BT_EVAL_MAX_DATASETS];
     bt_train_clock clock;
     int64_t ds_size[BT_EVAL_MAX_DATASETS]; /* items each dataset evaluates */
-    uint64_t epoch_size;                   /* training-stream indices per epoch; 0: none */
+    bt_eval_suite suite; /* the datasets as loaded: what their metrics name (choices' subjects) */
+    uint64_t epoch_size; /* training-stream indices per epoch; 0: none */
     bt_evaluation evals[S_MAX_EVALS];
     int64_t worker_version[S_TRACK];             /* eval workers: weights held; -1: unknown */
     double speed[S_TRACK][BT_EVAL_MAX_DATASETS]; /* eval workers: items per second (EMA) */

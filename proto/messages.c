@@ -365,7 +365,8 @@ bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) 
 /* ---- evaluation sums ------------------------------------------------------------------------ */
 
 /*  The choices sums as one array: items, correct, correct_norm, p_right, then the bins' counts,
-    confidences and correct counts. */
+    confidences and correct counts, the shuffled pass's items and correct count, then the
+    subjects' items, correct and correct_norm counts. */
 static void s_choices_pack(const bt_evaluator_sums *s, int64_t *v) {
     v[0] = s->mc_items;
     v[1] = s->mc_correct;
@@ -378,10 +379,16 @@ static void s_choices_pack(const bt_evaluator_sums *s, int64_t *v) {
     }
     v[4 + 3 * BT_CHOICES_BINS] = s->mc_shuffled;
     v[5 + 3 * BT_CHOICES_BINS] = s->mc_shuffled_correct;
+    int64_t *subj = v + 6 + 3 * BT_CHOICES_BINS;
+    for (int k = 0; k < BT_CHOICES_SUBJECTS; k++) {
+        subj[k] = s->mc_subject_n[k];
+        subj[BT_CHOICES_SUBJECTS + k] = s->mc_subject_correct[k];
+        subj[2 * BT_CHOICES_SUBJECTS + k] = s->mc_subject_correct_norm[k];
+    }
 }
 
 /*  The inverse, checking what no evaluation can hold: negative counts, more right than items,
-    probabilities above one per item. */
+    probabilities above one per item, more items in the subjects than in all. */
 static bt_status s_choices_unpack(const int64_t *v, bt_evaluator_sums *s) {
     int64_t n = v[0], fx = (int64_t)BT_CHOICES_FIXED, binned = 0;
     bool ok = n >= 0 && n <= BT_WIRE_INT_MAX / fx && v[1] >= 0 && v[1] <= n && v[2] >= 0 &&
@@ -395,7 +402,15 @@ static bt_status s_choices_unpack(const int64_t *v, bt_evaluator_sums *s) {
     int64_t shuffled = v[4 + 3 * BT_CHOICES_BINS], shuffled_right = v[5 + 3 * BT_CHOICES_BINS];
     ok =
         ok && (shuffled == 0 || shuffled == n) && shuffled_right >= 0 && shuffled_right <= shuffled;
-    if (!ok || binned != n)
+    const int64_t *subj = v + 6 + 3 * BT_CHOICES_BINS;
+    int64_t in_subjects = 0;
+    for (int k = 0; ok && k < BT_CHOICES_SUBJECTS; k++) {
+        int64_t sn = subj[k], right = subj[BT_CHOICES_SUBJECTS + k],
+                right_norm = subj[2 * BT_CHOICES_SUBJECTS + k];
+        ok = sn >= 0 && sn <= n && right >= 0 && right <= sn && right_norm >= 0 && right_norm <= sn;
+        in_subjects += ok ? sn : 0;
+    }
+    if (!ok || binned != n || in_subjects > n)
         return bt_fail(BT_EFORMAT, "RESULT: choices: counts no evaluation can have");
     s->mc_shuffled = shuffled;
     s->mc_shuffled_correct = shuffled_right;
@@ -407,6 +422,11 @@ static bt_status s_choices_unpack(const int64_t *v, bt_evaluator_sums *s) {
         s->mc_bin_n[b] = v[4 + b];
         s->mc_bin_conf_fx[b] = v[4 + BT_CHOICES_BINS + b];
         s->mc_bin_correct[b] = v[4 + 2 * BT_CHOICES_BINS + b];
+    }
+    for (int k = 0; k < BT_CHOICES_SUBJECTS; k++) {
+        s->mc_subject_n[k] = subj[k];
+        s->mc_subject_correct[k] = subj[BT_CHOICES_SUBJECTS + k];
+        s->mc_subject_correct_norm[k] = subj[2 * BT_CHOICES_SUBJECTS + k];
     }
     return BT_OK;
 }

@@ -175,7 +175,7 @@ int main(void) {
         bt_generation_release(&g);
     }
     bt_eval_metric metrics[BT_EVAL_MAX_METRICS];
-    int n = bt_evaluator_metrics(&s, BT_EVAL_GENERATE, NULL, 0, metrics, BT_EVAL_MAX_METRICS, NULL);
+    int n = bt_eval_suite_metrics(&suite, 0, &s, metrics, BT_EVAL_MAX_METRICS, NULL);
     double accuracy = NAN, examples = NAN;
     for (int k = 0; k < n; k++) {
         accuracy = strcmp(metrics[k].name, "accuracy") ? accuracy : metrics[k].value;

@@ -155,7 +155,9 @@ int main(void) {
     const char *ppl = "{\"eval\": {\"datasets\": [{\"name\": \"p\", \"kind\": \"perplexity\","
                       " \"num_fewshot\": 1}]}}";
     CHECK(bt_config_parse(ppl, "ppl.json", NULL, 0, bad) == BT_EINVAL);
-    CHECK_STR_CONTAINS(bt_last_error(), "num_fewshot: few-shot prompts are for generate datasets");
+    CHECK_STR_CONTAINS(bt_last_error(),
+                       "num_fewshot: few-shot prompts are for generate and choices "
+                       "datasets");
     free(bad);
     bt_eval_suite_release(&suite);
     bt_source_destroy(&task);

@@ -6,8 +6,10 @@
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
 #include "baton/rng.h"
+#include "baton/source.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,11 +21,19 @@ typedef struct s_item {
     char *context;
     char *choices[BT_CHOICES_MAX];
     int n, answer;
+    int subject; /* index into the set's subjects; -1: none */
 } s_item;
 
 struct bt_choice_set {
     s_item *items;
     size_t n;
+    char subjects[BT_CHOICES_SUBJECTS][BT_CHOICES_SUBJECT_LEN + 1]; /* by first appearance */
+    int n_subjects;
+    char *chat_template, *system_prompt; /* bt_choices_set_chat; NULL: contexts as written */
+    int64_t fewshot_k;                   /* bt_choices_set_fewshot; 0: none */
+    char *fewshot_separator;
+    const bt_choice_set *fewshot_pool; /* the exemplars' set: this one or a fewshot_source */
+    uint64_t fewshot_seed;
 };
 
 void bt_choices_free(bt_choice_set **self_p) {
@@ -36,12 +46,24 @@ void bt_choices_free(bt_choice_set **self_p) {
             free(self->items[i].choices[j]);
     }
     free(self->items);
+    free(self->chat_template);
+    free(self->system_prompt);
+    free(self->fewshot_separator);
     free(self);
     *self_p = NULL;
 }
 
 size_t bt_choices_count(const bt_choice_set *self) {
     return self->n;
+}
+
+int bt_choices_subjects(const bt_choice_set *self) {
+    return self->n_subjects;
+}
+
+const char *bt_choices_subject_name(const bt_choice_set *self, int s) {
+    BT_ASSERT(s >= 0 && s < self->n_subjects);
+    return self->subjects[s];
 }
 
 /*  The answer member: an index below n, or a letter "A".. naming one. */
@@ -71,6 +93,7 @@ static const char *s_parse(const cJSON *root, s_item *it) {
         return "expected \"choices\": an array of 2 to 26 non-empty strings";
     if (!s_answer(cJSON_GetObjectItemCaseSensitive(root, "answer"), n, &it->answer))
         return "expected \"answer\": the index of a choice, or its letter (\"A\" for the first)";
+    it->subject = -1;
     if (!(it->context = strdup(ctx->valuestring)))
         return "out of memory";
     for (const cJSON *c = list->child; c; c = c->next) {
@@ -81,6 +104,54 @@ static const char *s_parse(const cJSON *root, s_item *it) {
             return "out of memory";
     }
     return NULL;
+}
+
+/*  True when name can be part of a metric name: 1 to BT_CHOICES_SUBJECT_LEN letters, digits, '_'
+    and '-' (no '.', which separates the parts, nor bytes a JSON key or chart would escape). */
+static bool s_subject_ok(const char *name) {
+    size_t len = strlen(name);
+    if (len == 0 || len > BT_CHOICES_SUBJECT_LEN)
+        return false;
+    for (size_t k = 0; k < len; k++)
+        if (!isalnum((unsigned char)name[k]) && name[k] != '_' && name[k] != '-')
+            return false;
+    return true;
+}
+
+/*  The line's "subject" (absent or null: none) into it->subject, numbering a new name next. */
+static bt_status s_subject(bt_choice_set *self, const cJSON *root, s_item *it, const char *path,
+                           size_t line_no) {
+    const cJSON *subject = cJSON_GetObjectItemCaseSensitive(root, "subject");
+    if (!subject || cJSON_IsNull(subject))
+        return BT_OK;
+    const char *name = cJSON_GetStringValue(subject);
+    if (!name || !s_subject_ok(name)) {
+        char shown[BT_CHOICES_SUBJECT_LEN + 8] = "not a string";
+        if (name) { /* printable, for the message */
+            size_t k = 0;
+            for (; name[k] && k < sizeof shown - 1; k++)
+                shown[k] = isprint((unsigned char)name[k]) ? name[k] : '?';
+            shown[k] = '\0';
+        }
+        return bt_fail(BT_EFORMAT,
+                       "%s:%zu: \"subject\": expected 1 to %d letters, digits, '_' or '-' (it "
+                       "names the metrics subject.NAME.acc), got %s%s%s",
+                       path, line_no, BT_CHOICES_SUBJECT_LEN, name ? "\"" : "", shown,
+                       name ? "\"" : "");
+    }
+    for (int s = 0; s < self->n_subjects; s++)
+        if (!strcmp(self->subjects[s], name)) {
+            it->subject = s;
+            return BT_OK;
+        }
+    if (self->n_subjects == BT_CHOICES_SUBJECTS)
+        return bt_fail(BT_EFORMAT,
+                       "%s:%zu: \"subject\": \"%s\" is one subject too many: a choices file may "
+                       "name at most %d (the per-subject breakdown's sums are of fixed size)",
+                       path, line_no, name, BT_CHOICES_SUBJECTS);
+    snprintf(self->subjects[self->n_subjects], sizeof self->subjects[0], "%s", name);
+    it->subject = self->n_subjects++;
+    return BT_OK;
 }
 
 bt_status bt_choices_load(const char *path, bt_choice_set **out) {
@@ -111,6 +182,8 @@ bt_status bt_choices_load(const char *path, bt_choice_set **out) {
                                                      : "not a JSON object";
             if (why)
                 st = bt_fail(BT_EFORMAT, "%s:%zu: %s", path, line_no, why);
+            else if (it)
+                st = s_subject(self, root, it, path, line_no);
             cJSON_Delete(root);
         }
         line = next;
@@ -135,20 +208,79 @@ void bt_choices_order(uint64_t seed, size_t i, int n, int *order) {
     }
 }
 
-/*  Item it's context and k-th continuation as o puts them, into b (contexts) and cont. */
-static bool s_texts(const s_item *it, const bt_choices_options *o, const int *order, bt_buf *ctx,
-                    bt_buf *cont) {
-    bool ok = bt_buf_puts(ctx, it->context);
-    for (int k = 0; o->letters && k < it->n; k++)
-        ok = ok && bt_buf_printf(ctx, "\n%c. %s", 'A' + k, it->choices[order ? order[k] : k]);
-    if (o->letters)
-        ok = ok && bt_buf_puts(ctx, "\nAnswer:");
-    for (int k = 0; k < it->n; k++) {
-        const char *text =
-            o->letters ? (char[2]){(char)('A' + k), 0} : it->choices[order ? order[k] : k];
-        ok = ok && bt_buf_puts(&cont[k], o->delimiter) && bt_buf_puts(&cont[k], text);
+bt_status bt_choices_set_chat(bt_choice_set *self, const char *tmpl, const char *system) {
+    free(self->chat_template);
+    free(self->system_prompt);
+    self->chat_template = self->system_prompt = NULL;
+    if (!tmpl || !tmpl[0])
+        return BT_OK;
+    self->chat_template = strdup(tmpl);
+    self->system_prompt = strdup(system ? system : "");
+    if (!self->chat_template || !self->system_prompt)
+        return bt_fail(BT_ENOMEM, "choices: out of memory");
+    return BT_OK;
+}
+
+bt_status bt_choices_set_fewshot(bt_choice_set *self, const bt_choices_fewshot *f) {
+    const bt_choice_set *pool = f->pool ? f->pool : self;
+    BT_TRY(bt_source_fewshot_check(f->k, pool->n, pool == self));
+    char *separator = strdup(f->separator ? f->separator : "\n\n");
+    if (!separator)
+        return bt_fail(BT_ENOMEM, "choices: out of memory");
+    free(self->fewshot_separator);
+    self->fewshot_separator = separator;
+    self->fewshot_k = f->k;
+    self->fewshot_pool = pool;
+    self->fewshot_seed = f->seed;
+    return BT_OK;
+}
+
+int64_t bt_choices_exemplars(const bt_choice_set *self, size_t i, size_t *picked) {
+    const bt_choice_set *pool = self->fewshot_pool;
+    if (self->fewshot_k > 0)
+        bt_source_fewshot_pick(self->fewshot_seed, i, pool->n, pool == self, self->fewshot_k,
+                               picked);
+    return self->fewshot_k;
+}
+
+/*  Item it's own context into b: as written, and with letters its choices (in order; NULL: as
+    written) as "A. text" lines and "Answer:", lm-evaluation-harness's MMLU doc_to_text. */
+static bool s_context(const s_item *it, bool letters, const int *order, bt_buf *b) {
+    bool ok = bt_buf_puts(b, it->context);
+    for (int k = 0; letters && k < it->n; k++)
+        ok = ok && bt_buf_printf(b, "\n%c. %s", 'A' + k, it->choices[order ? order[k] : k]);
+    return ok && (!letters || bt_buf_puts(b, "\nAnswer:"));
+}
+
+/*  The context item i is scored after, into ctx: its exemplars (each context, delimiter, right
+    choice or its letter, separator), its own context, the whole in the chat template when the set
+    has one. */
+static bt_status s_prompt(const bt_choice_set *self, size_t i, const bt_choices_options *o,
+                          const int *order, bt_buf *ctx) {
+    size_t picked[BT_SOURCE_FEWSHOT_MAX];
+    int64_t k = bt_choices_exemplars(self, i, picked);
+    bt_buf b = {0};
+    bool ok = true;
+    for (int64_t q = 0; q < k && ok; q++) {
+        const s_item *ex = &self->fewshot_pool->items[picked[q]];
+        ok = s_context(ex, o->letters, NULL, &b) && bt_buf_puts(&b, o->delimiter) &&
+             (o->letters ? bt_buf_printf(&b, "%c", 'A' + ex->answer)
+                         : bt_buf_puts(&b, ex->choices[ex->answer])) &&
+             bt_buf_puts(&b, self->fewshot_separator);
     }
-    return ok;
+    ok = ok && s_context(&self->items[i], o->letters, order, &b);
+    bt_status st = ok ? BT_OK : bt_fail(BT_ENOMEM, "choices: out of memory");
+    if (st != BT_OK || !self->chat_template) {
+        *ctx = b;
+        return st;
+    }
+    char *text = NULL;
+    st = bt_chat_apply(self->chat_template, self->system_prompt, b.data ? b.data : "", &text);
+    bt_buf_release(&b);
+    if (st == BT_OK && !bt_buf_puts(ctx, text))
+        st = bt_fail(BT_ENOMEM, "choices: out of memory");
+    free(text);
+    return st;
 }
 
 bt_status bt_choices_loglik(const bt_choice_set *self, size_t i, bt_model *model,
@@ -157,8 +289,15 @@ bt_status bt_choices_loglik(const bt_choice_set *self, size_t i, bt_model *model
     const s_item *it = &self->items[i];
     bt_buf ctx = {0}, cont[BT_CHOICES_MAX] = {{0}};
     bt_nll_item items[BT_CHOICES_MAX];
-    bt_status st =
-        s_texts(it, o, order, &ctx, cont) ? BT_OK : bt_fail(BT_ENOMEM, "choices: out of memory");
+    /* under a chat template the generation prompt ends the context: no delimiter (the harness) */
+    const char *delimiter = self->chat_template ? "" : o->delimiter;
+    bt_status st = s_prompt(self, i, o, order, &ctx);
+    for (int k = 0; k < it->n && st == BT_OK; k++) {
+        const char *text =
+            o->letters ? (char[2]){(char)('A' + k), 0} : it->choices[order ? order[k] : k];
+        if (!bt_buf_puts(&cont[k], delimiter) || !bt_buf_puts(&cont[k], text))
+            st = bt_fail(BT_ENOMEM, "choices: out of memory");
+    }
     for (int k = 0; k < it->n; k++)
         items[k] = (bt_nll_item){.context = ctx.data ? ctx.data : "", .continuation = cont[k].data};
     double nll[BT_CHOICES_MAX] = {0};
@@ -226,6 +365,11 @@ bt_status bt_choices_run(const bt_choice_set *self, bt_model *model, const bt_to
         out->mc_bin_n[bin]++;
         out->mc_bin_conf_fx[bin] += (int64_t)llround(top * BT_CHOICES_FIXED);
         out->mc_bin_correct[bin] += pred == answer;
+        if (it->subject >= 0) {
+            out->mc_subject_n[it->subject]++;
+            out->mc_subject_correct[it->subject] += pred == answer;
+            out->mc_subject_correct_norm[it->subject] += pred_norm == answer;
+        }
         if (!o->shuffle)
             continue;
         bt_choices_order(o->seed, i, n, order);

@@ -67,6 +67,11 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
     }
     total->mc_shuffled += part->mc_shuffled;
     total->mc_shuffled_correct += part->mc_shuffled_correct;
+    for (int k = 0; k < BT_CHOICES_SUBJECTS; k++) {
+        total->mc_subject_n[k] += part->mc_subject_n[k];
+        total->mc_subject_correct[k] += part->mc_subject_correct[k];
+        total->mc_subject_correct_norm[k] += part->mc_subject_correct_norm[k];
+    }
     total->generated_tokens += part->generated_tokens;
     total->compute_s += part->compute_s;
     total->peak_rss_mb = fmax(total->peak_rss_mb, part->peak_rss_mb);
@@ -755,9 +760,11 @@ static double s_metrics_probes(s_metrics *m, const bt_evaluator_sums *s,
 }
 
 /*  acc and acc_norm with their standard errors (the sample standard deviation over items, as
-    lm-evaluation-harness's mean_stderr), the mean probability of the right choice, and the
-    expected calibration error over the bins of the top probability.  Returns acc. */
-static double s_metrics_choices(s_metrics *m, const bt_evaluator_sums *s) {
+    lm-evaluation-harness's mean_stderr), the mean probability of the right choice, the expected
+    calibration error over the bins of the top probability, and acc and acc_norm of each subject
+    of set (NULL: none) that has items.  Returns acc. */
+static double s_metrics_choices(s_metrics *m, const bt_evaluator_sums *s,
+                                const bt_choice_set *set) {
     double n = (double)s->mc_items, acc = s->mc_correct / n, norm = s->mc_correct_norm / n;
     double ece = 0;
     for (int b = 0; b < BT_CHOICES_BINS; b++)
@@ -774,15 +781,29 @@ static double s_metrics_choices(s_metrics *m, const bt_evaluator_sums *s) {
         s_put(m, "acc_shuffled", shuffled);
         s_put(m, "contamination_gap", acc - shuffled);
     }
+    char key[64];
+    for (int k = 0; set && k < bt_choices_subjects(set) && k < BT_CHOICES_SUBJECTS; k++) {
+        double items = (double)s->mc_subject_n[k];
+        if (items == 0)
+            continue;
+        const char *name = bt_choices_subject_name(set, k);
+        snprintf(key, sizeof key, "subject.%s.items", name);
+        s_put(m, key, items);
+        snprintf(key, sizeof key, "subject.%s.acc", name);
+        s_put(m, key, (double)s->mc_subject_correct[k] / items);
+        snprintf(key, sizeof key, "subject.%s.acc_norm", name);
+        s_put(m, key, (double)s->mc_subject_correct_norm[k] / items);
+    }
     return n > 0 ? acc : NAN;
 }
 
 int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt_eval_probe *probes,
-                         int64_t n_probes, bt_eval_metric *out, int max, double *primary) {
+                         int64_t n_probes, const bt_choice_set *choices, bt_eval_metric *out,
+                         int max, double *primary) {
     s_metrics m = {out, 0, max};
     double p = kind == BT_EVAL_GENERATE     ? s_metrics_generate(&m, s)
                : kind == BT_EVAL_PERPLEXITY ? s_metrics_perplexity(&m, s)
-               : kind == BT_EVAL_CHOICES    ? s_metrics_choices(&m, s)
+               : kind == BT_EVAL_CHOICES    ? s_metrics_choices(&m, s, choices)
                                             : s_metrics_probes(&m, s, probes, n_probes);
     double tokens = s->generated_tokens + (double)s->nll_tokens; /* generated or scored */
     for (int64_t i = 0; i < s->n_probes; i++)
@@ -853,6 +874,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
             st = bt_texts_load(d->source, &s->texts[i], &s->n_texts[i]);
         } else if (d->kind == BT_EVAL_CHOICES) {
             st = bt_choices_load(d->source, &s->choices[i]);
+            if (st == BT_OK) /* like a generate dataset's own source */
+                st = bt_choices_set_chat(s->choices[i], own->chat_template, own->system_prompt);
         } else {
             bt_source_jsonl_config j = s_dataset_jsonl(own, d, d->source);
             st = bt_source_new_jsonl(&j, &s->own_task[i]);
@@ -870,29 +893,43 @@ void bt_eval_suite_release(bt_eval_suite *s) {
         bt_source_destroy(&s->own_task[i]);
         bt_source_destroy(&s->fewshot_pool[i]);
         bt_choices_free(&s->choices[i]);
+        bt_choices_free(&s->choices_pool[i]);
         bt_texts_free(&s->texts[i], s->n_texts[i]);
         s->n_texts[i] = 0;
     }
 }
 
-/*  Dataset i's few-shot prompts: its own source (the run's first, when it evaluates the task's
-    held-out set: the run's task is shared with training), its exemplars from fewshot_source
-    (loaded here, scored like its own source) or its other items, drawn from run.seed. */
+/*  Dataset i's few-shot prompts, exemplars drawn from run.seed: a generate dataset's own source
+    (the run's first, when it evaluates the task's held-out set: the run's task is shared with
+    training) gets them from fewshot_source (loaded here, scored like its own source) or its other
+    items; a choices dataset's set from fewshot_source (a choices file, loaded here) or its other
+    items. */
 static bt_status s_fewshot(bt_eval_suite *s, const bt_config *cfg, int i,
                            const bt_source_jsonl_config *own) {
     const bt_eval_dataset *d = &cfg->eval.datasets[i];
-    if (!s->own_task[i])
-        BT_TRY(bt_config_new_source(cfg, 0, &s->own_task[i], NULL));
-    if (d->fewshot_source[0]) {
-        bt_source_jsonl_config j = s_dataset_jsonl(own, d, d->fewshot_source);
-        BT_TRY(bt_source_new_jsonl(&j, &s->fewshot_pool[i]));
+    bt_status st;
+    if (d->kind == BT_EVAL_CHOICES) {
+        if (d->fewshot_source[0])
+            BT_TRY(bt_choices_load(d->fewshot_source, &s->choices_pool[i]));
+        bt_choices_fewshot f = {.k = d->num_fewshot,
+                                .separator = d->fewshot_separator,
+                                .pool = s->choices_pool[i],
+                                .seed = (uint64_t)cfg->run.seed};
+        st = bt_choices_set_fewshot(s->choices[i], &f);
+    } else {
+        if (!s->own_task[i])
+            BT_TRY(bt_config_new_source(cfg, 0, &s->own_task[i], NULL));
+        if (d->fewshot_source[0]) {
+            bt_source_jsonl_config j = s_dataset_jsonl(own, d, d->fewshot_source);
+            BT_TRY(bt_source_new_jsonl(&j, &s->fewshot_pool[i]));
+        }
+        bt_source_fewshot f = {.k = d->num_fewshot,
+                               .separator = d->fewshot_separator,
+                               .delimiter = d->fewshot_delimiter,
+                               .pool = s->fewshot_pool[i],
+                               .seed = (uint64_t)cfg->run.seed};
+        st = bt_source_set_fewshot(s->own_task[i], &f);
     }
-    bt_source_fewshot f = {.k = d->num_fewshot,
-                           .separator = d->fewshot_separator,
-                           .delimiter = d->fewshot_delimiter,
-                           .pool = s->fewshot_pool[i],
-                           .seed = (uint64_t)cfg->run.seed};
-    bt_status st = bt_source_set_fewshot(s->own_task[i], &f);
     if (st == BT_OK)
         return st;
     char why[512];
@@ -934,6 +971,13 @@ size_t bt_eval_suite_size(const bt_eval_suite *s, int i) {
                   : s->own_task[i]          ? bt_source_heldout_count(s->own_task[i])
                                             : bt_source_heldout_count(s->task);
     return d->count > 0 && (size_t)d->count < size ? (size_t)d->count : size;
+}
+
+int bt_eval_suite_metrics(const bt_eval_suite *s, int i, const bt_evaluator_sums *sums,
+                          bt_eval_metric *out, int max, double *primary) {
+    BT_ASSERT(i >= 0 && i < s->n_datasets);
+    return bt_evaluator_metrics(sums, s->datasets[i].kind, s->probes, s->n_probes, s->choices[i],
+                                out, max, primary);
 }
 
 bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,

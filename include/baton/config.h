@@ -96,7 +96,7 @@ typedef struct bt_eval_dataset {
     int64_t max_new_tokens;
     int64_t stride;      /* perplexity: tokens each rolling window after the first scores; 0: the
                             context length (disjoint windows) */
-    int64_t num_fewshot; /* generate: exemplars before each prompt; 0: none */
+    int64_t num_fewshot; /* generate, choices: exemplars before each prompt; 0: none */
     char fewshot_source[BT_EVAL_SOURCE_MAX]; /* their JSONL file; "": the dataset's other items */
     char fewshot_separator[32];              /* between exemplars ("\n\n") */
     char fewshot_delimiter[32];              /* between an exemplar's prompt and answer (" ") */

@@ -105,19 +105,26 @@ typedef struct bt_eval_metric {
     double value;  /* NaN when undefined (no examples) */
 } bt_eval_metric;
 
-#define BT_EVAL_MAX_METRICS 96 /* 16 pair probes x 4, and the rest */
+/*  Metrics of one evaluation at most: choices has 3 per subject and 11 more, probes 16 pairs x 4
+    and 3, generate 19. */
+#define BT_EVAL_MAX_METRICS (3 * BT_CHOICES_SUBJECTS + 16)
 
 /*  The metrics of aggregated sums of a dataset of the given kind, in a fixed order (docs/config.md
     lists them): generate: examples, accuracy, accuracy_stderr, [pass@1, pass@1_stderr, pass@k,
     pass@k_stderr, maj@k when samples > 1], reward_mean, reward_std, response_len_mean,
     response_len_p50, response_len_p90, truncated_frac, [robust.<perturbation>]; perplexity:
     texts, tokens, nll_per_token, perplexity; probes: probe.<name>.logp or pair.<name>.ok per
-    probe, [pairs_accuracy]; then tokens_per_s (tokens generated, or scored by perplexity and
-    probes, per second of compute) and peak_rss_mb for every kind.  Writes at most max
-    into out and returns how many.  *primary (may be NULL) gets the metric adaptive triggers follow,
-    higher is better: accuracy, -nll_per_token, pairs_accuracy or else the mean probe log-prob. */
+    probe, [pairs_accuracy]; choices: items, acc, acc_stderr, acc_norm, acc_norm_stderr,
+    prob_right, ece, [acc_shuffled, contamination_gap], then subject.<name>.items, .acc and
+    .acc_norm for each subject of choices (may be NULL: none) with items, in its order; then
+    tokens_per_s (tokens generated, or scored by perplexity, probes and choices, per second of
+    compute) and peak_rss_mb for every kind.  Writes at most max into out and returns how many.
+    *primary (may be NULL) gets the metric adaptive triggers follow, higher is better: accuracy
+    (generate), -nll_per_token (perplexity), pairs_accuracy or else the mean probe log-prob
+    (probes), acc (choices). */
 int bt_evaluator_metrics(const bt_evaluator_sums *s, bt_eval_kind kind, const bt_eval_probe *probes,
-                         int64_t n_probes, bt_eval_metric *out, int max, double *primary);
+                         int64_t n_probes, const bt_choice_set *choices, bt_eval_metric *out,
+                         int max, double *primary);
 
 /*  Reads a JSONL file of {"text": "..."} objects (blank lines skipped) for perplexity.  BT_EIO
     when it cannot be read; BT_EFORMAT "PATH:LINE: ..." for a line without a non-empty string
@@ -141,20 +148,24 @@ typedef struct bt_eval_suite {
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
     bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
-    bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS]; /* a dataset's fewshot_source, or NULL */
-    bt_choice_set *choices[BT_EVAL_MAX_DATASETS];    /* a choices dataset's items */
+    bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS];   /* a dataset's fewshot_source, or NULL */
+    bt_choice_set *choices[BT_EVAL_MAX_DATASETS];      /* a choices dataset's items */
+    bt_choice_set *choices_pool[BT_EVAL_MAX_DATASETS]; /* a choices fewshot_source, or NULL */
 } bt_eval_suite;
 
 /*  Fills *s and loads every dataset's own source: a JSONL task for generate, with own's verifier,
     seed, chat template and system prompt (its paths are ignored: each dataset's source is both),
-    a {"text"} JSONL for perplexity.  With a chat template, target probes' prompts are templated
-    too (pairs' texts are scored as written).  On error *s is released. */
+    a {"text"} JSONL for perplexity, a choices file (its contexts in own's chat template).  With a
+    chat template, target probes' prompts are templated too (pairs' texts are scored as written).
+    On error *s is released. */
 bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, int n_datasets,
                              const bt_eval_probe *probes, int64_t n_probes, const bt_source_t *task,
                              const bt_source_jsonl_config *own);
 void bt_eval_suite_release(bt_eval_suite *s);
 /*  The evaluation suite of a parsed config: its eval.datasets and eval.probes over task (borrowed),
-    with each dataset's own source loaded (scored with task.verifier).  Release with
+    with each dataset's own source loaded (scored with task.verifier) and its few-shot prompts set
+    (exemplars drawn from run.seed, so every evaluation of the run shows an item the same ones).
+    Release with
     bt_eval_suite_release.  (A bt_config_ function defined in evaluator.c: the config layer is
     below the suite loader.) */
 bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt_eval_suite *out);
@@ -171,6 +182,10 @@ size_t bt_eval_suite_size(const bt_eval_suite *s, int i);
 bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
                             const bt_tokenizer_t *tok, size_t start, size_t count, bool robustness,
                             uint64_t seed, bt_evaluator_sums *out);
+
+/*  bt_evaluator_metrics of sums of dataset i of the suite (its kind, probes and subjects). */
+int bt_eval_suite_metrics(const bt_eval_suite *s, int i, const bt_evaluator_sums *sums,
+                          bt_eval_metric *out, int max, double *primary);
 
 /*  Peak resident set of this process in MiB (getrusage). */
 double bt_evaluator_peak_rss_mb(void);

@@ -103,9 +103,11 @@ typedef struct bt_trainer_stats {
 
 /*  Sums over a shard; add shards with bt_evaluator_sums_add.  Every field is a sum (or a max), so
     the result does not depend on how a dataset was split. */
-#define BT_CHOICES_BINS 10                        /* calibration bins of [0, 1] */
-#define BT_CHOICES_FIXED 4294967296.0             /* 2^32: a probability's fixed-point unit */
-#define BT_CHOICES_SUMS (6 + 3 * BT_CHOICES_BINS) /* the choices fields, as the wire packs them */
+#define BT_CHOICES_BINS 10            /* calibration bins of [0, 1] */
+#define BT_CHOICES_FIXED 4294967296.0 /* 2^32: a probability's fixed-point unit */
+#define BT_CHOICES_SUBJECTS 64        /* distinct "subject"s of one choices set */
+/*  The choices fields, as the wire packs them. */
+#define BT_CHOICES_SUMS (6 + 3 * BT_CHOICES_BINS + 3 * BT_CHOICES_SUBJECTS)
 
 typedef struct bt_evaluator_sums {
     /* generate */
@@ -135,10 +137,13 @@ typedef struct bt_evaluator_sums {
        so that shards add up exactly) */
     int64_t mc_items, mc_correct, mc_correct_norm; /* items; right by argmax, by acc_norm's */
     int64_t mc_p_right_fx;                         /* P(the right choice) */
-    int64_t mc_bin_n[BT_CHOICES_BINS];        /* items whose top probability falls in the bin */
-    int64_t mc_bin_conf_fx[BT_CHOICES_BINS];  /* their top probabilities */
-    int64_t mc_bin_correct[BT_CHOICES_BINS];  /* of those, right by argmax */
-    int64_t mc_shuffled, mc_shuffled_correct; /* shuffle_choices: items, right in the new order */
+    int64_t mc_bin_n[BT_CHOICES_BINS];         /* items whose top probability falls in the bin */
+    int64_t mc_bin_conf_fx[BT_CHOICES_BINS];   /* their top probabilities */
+    int64_t mc_bin_correct[BT_CHOICES_BINS];   /* of those, right by argmax */
+    int64_t mc_shuffled, mc_shuffled_correct;  /* shuffle_choices: items, right in the new order */
+    int64_t mc_subject_n[BT_CHOICES_SUBJECTS]; /* [s]: items of the set's subject s (choices.h) */
+    int64_t mc_subject_correct[BT_CHOICES_SUBJECTS];      /* of those, right by argmax */
+    int64_t mc_subject_correct_norm[BT_CHOICES_SUBJECTS]; /* and by acc_norm's */
     /* efficiency */
     double generated_tokens; /* tokens generated, robustness prompts included */
     double compute_s;        /* seconds the shards computed, summed */

@@ -179,6 +179,15 @@ typedef struct bt_source_fewshot {
     uint64_t seed;
 } bt_source_fewshot;
 
+/*  The exemplars of item i: k distinct indices into a pool of n items, drawn from (seed, i) alone
+    (so the same whatever the shard layout), never i itself when own (the pool is the item's own
+    set).  bt_source_fewshot_check(k, n, own) must have passed.  Shared by every few-shot kind. */
+void bt_source_fewshot_pick(uint64_t seed, size_t i, size_t n, bool own, int64_t k, size_t *picked);
+/*  BT_EINVAL "num_fewshot: expected an integer in [0, 64] and at most the N exemplars the
+    fewshot_source (or: dataset's other items) holds, got K" unless k exemplars can be drawn from
+    a pool of n items (own: the item's own set, which lends n - 1). */
+bt_status bt_source_fewshot_check(int64_t k, size_t n, bool own);
+
 /*  From now on held-out examples are few-shot prompts; training examples are unchanged.
     BT_EINVAL when k is negative, above BT_SOURCE_FEWSHOT_MAX or above the exemplars the pool
     holds, or k > 0 for a code source or pool (its answers are test harnesses, no exemplars);
