@@ -607,17 +607,9 @@ bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out) {
     size_t len = 0;
     BT_TRY(bt_file_read(path, (size_t)1 << 30, &data, &len));
     size_t cap = 0, n = 0, line_no = 0;
-    char **texts = NULL;
+    char **texts = NULL, *at = data, *line;
     bt_status st = BT_OK;
-    for (char *line = data; line && *line && st == BT_OK;) {
-        char *next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        line_no++;
-        if (line[strspn(line, " \t\r")] == '\0') {
-            line = next;
-            continue;
-        }
+    while (st == BT_OK && (line = bt_text_next_line(&at, &line_no))) {
         cJSON *root = cJSON_Parse(line);
         const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "text"));
         if (!text || !text[0])
@@ -632,7 +624,6 @@ bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out) {
         if (st == BT_OK && !(texts[n++] = strdup(text)))
             st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
         cJSON_Delete(root);
-        line = next;
     }
     free(data);
     if (st == BT_OK && n == 0)
