@@ -2,11 +2,13 @@
     listeners a finished evaluation goes to; see rooms.h. */
 #include "rooms.h"
 
-/*  What each dataset evaluates and when (its trigger). */
+/*  What each dataset evaluates and when (its trigger), and the probes that name the metrics. */
 bt_status bt_evals_setup(bt_policy *p) {
     const bt_config *c = p->cfg;
     bt_eval_suite suite;
     bt_status st = bt_config_eval_suite(c, p->sources[0], &suite);
+    if (st == BT_OK)
+        st = bt_config_probes(c, &p->probes, &p->n_probes);
     for (int i = 0; i < c->eval.n_datasets && st == BT_OK; i++) {
         p->ds_size[i] = (int64_t)bt_eval_suite_size(&suite, i);
         bt_trigger_config tc;
@@ -163,7 +165,7 @@ static bt_status s_finish(bt_policy *p, bt_evaluation *ev) {
                          .seconds = bt_now() - ev->t_start,
                          .shards = ev->n_jobs,
                          .shard_items = sizes};
-    done.n_metrics = bt_evaluator_metrics(&sum, d->kind, c->eval.probes, c->eval.n_probes, metrics,
+    done.n_metrics = bt_evaluator_metrics(&sum, d->kind, p->probes, p->n_probes, metrics,
                                           BT_EVAL_MAX_METRICS, &done.primary);
     bt_controller_t *ctl = p->ctl;
     for (int i = 0; i < ctl->n_listeners; i++)
@@ -300,6 +302,13 @@ void bt_evals_listen(bt_controller_t *self, bt_eval_listener *fn, void *user) {
 
 /* ---- the listeners every run has ---------------------------------------------------------------
  */
+
+/*  Every probe a pair with the longest name, its four metrics at their longest, and 4096 bytes
+    for the rest of the line. */
+_Static_assert(BT_JSONL_MAX >= 4096 + BT_EVAL_MAX_PROBES * 4 *
+                                          (sizeof ",\"pair.\":" + BT_EVAL_NAME_MAX +
+                                           sizeof ".better_ppl" + BT_BUF_NUMBER_LEN),
+               "an eval line of every probe fits a bt_jsonl");
 
 /*  The eval line of metrics.jsonl. */
 static bt_status s_log_line(const bt_eval_done *e, void *user) {

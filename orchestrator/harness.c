@@ -116,9 +116,11 @@ static size_t s_count(const s_data *d, int i) {
     return n;
 }
 
-static uint64_t s_hash_probes(uint64_t h, const bt_config *cfg) {
-    for (int i = 0; i < cfg->eval.n_probes; i++) {
-        const bt_eval_probe *p = &cfg->eval.probes[i];
+/*  The probes as written, eval.probes then eval.probes_source's: a file's content counts, not
+    its name or its layout. */
+static uint64_t s_hash_probes(uint64_t h, const bt_eval_suite *suite) {
+    for (int64_t i = 0; i < suite->n_probes; i++) {
+        const bt_eval_probe *p = &suite->listed[i];
         h = s_hash_str(s_hash_str(h, p->name), p->prompt);
         h = s_hash_str(s_hash_str(s_hash_str(h, p->target), p->better), p->worse);
     }
@@ -153,7 +155,7 @@ static bt_status s_hash_dataset(s_data *d, int i) {
     if (e->fewshot_source[0])
         BT_TRY(s_hash_file(h, e->fewshot_source, &h));
     if (e->kind == BT_EVAL_PROBES)
-        h = s_hash_probes(h, c);
+        h = s_hash_probes(h, &d->suite);
     else if (e->source[0])
         BT_TRY(s_hash_file(h, e->source, &h));
     else if (c->task.kind == BT_CONFIG_TASK_JSONL) {
@@ -330,8 +332,8 @@ static bt_status s_run_dataset(const s_data *d, const char *spec, bt_harness_mod
         BT_TRY(s_load_model(d, spec, model));
     bt_evaluator_sums sums;
     BT_TRY(s_evaluate(d, *model, i, &sums));
-    ds->n_metrics = bt_evaluator_metrics(&sums, c->eval.datasets[i].kind, c->eval.probes,
-                                         c->eval.n_probes, ds->metrics, BT_EVAL_MAX_METRICS, NULL);
+    ds->n_metrics = bt_evaluator_metrics(&sums, c->eval.datasets[i].kind, d->suite.listed,
+                                         d->suite.n_probes, ds->metrics, BT_EVAL_MAX_METRICS, NULL);
     ds->seconds = bt_now() - t0;
     return incremental ? s_cache_write(path, spec, ds) : BT_OK;
 }

@@ -77,6 +77,7 @@ void bt_policy_destroy(bt_policy **self_p) {
         bt_source_destroy(&self->sources[k]);
     bt_mixture_destroy(&self->mix);
     free(self->saved_data);
+    free(self->probes);
     bt_buf_release(&self->warm_lines);
     free(self);
     *self_p = NULL;

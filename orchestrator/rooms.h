@@ -253,6 +253,8 @@ typedef struct bt_policy {
     int64_t ds_size[BT_EVAL_MAX_DATASETS]; /* items each dataset evaluates */
     uint64_t epoch_size;                   /* training-stream indices per epoch; 0: none */
     bt_evaluation evals[S_MAX_EVALS];
+    bt_eval_probe *probes; /* [n_probes] (bt_config_probes): they name the probes metrics; owned */
+    int64_t n_probes;
     int64_t worker_version[S_TRACK];             /* eval workers: weights held; -1: unknown */
     double speed[S_TRACK][BT_EVAL_MAX_DATASETS]; /* eval workers: items per second (EMA) */
     double wait_busy[S_TRACK];                   /* eval worker compute inside an eval wait */

@@ -808,9 +808,9 @@ static bt_status s_template_probes(bt_eval_suite *s, const bt_source_jsonl_confi
         free(text);
         if (len >= sizeof s->own_probes[i].prompt)
             return bt_fail(BT_EINVAL,
-                           "eval.probes[%lld].prompt: %zu bytes in the chat template, more than "
-                           "the %d a probe holds",
-                           (long long)i, len, BT_EVAL_PROBE_MAX - 1);
+                           "probe \"%s\": prompt: %zu bytes in the chat template, more than the "
+                           "%d a probe holds",
+                           s->probes[i].name, len, BT_EVAL_PROBE_MAX - 1);
     }
     s->probes = s->own_probes;
     return BT_OK;
@@ -824,6 +824,7 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
                          .n_datasets = n_datasets,
                          .probes = probes,
                          .n_probes = n_probes,
+                         .listed = probes,
                          .task = task};
     bt_status st = s_template_probes(s, own);
     for (int i = 0; i < n_datasets && st == BT_OK; i++) {
@@ -848,6 +849,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
 void bt_eval_suite_release(bt_eval_suite *s) {
     free(s->own_probes);
     s->own_probes = NULL;
+    free(s->own_listed);
+    s->own_listed = NULL;
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
         bt_source_destroy(&s->own_task[i]);
         bt_source_destroy(&s->fewshot_pool[i]);
@@ -888,9 +891,16 @@ bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt
                                   .seed = (uint64_t)cfg->task.seed,
                                   .chat_template = cfg->task.chat_template,
                                   .system_prompt = cfg->task.system_prompt};
-    BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
-                              cfg->eval.n_probes, task, &own));
-    bt_status st = BT_OK;
+    bt_eval_probe *probes = NULL; /* eval.probes and the probes_source file's */
+    int64_t n_probes = 0;
+    BT_TRY(bt_config_probes(cfg, &probes, &n_probes));
+    bt_status st = bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, probes,
+                                      n_probes, task, &own);
+    if (st != BT_OK) {
+        free(probes);
+        return st;
+    }
+    out->own_listed = probes;
     for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
         if (cfg->eval.datasets[i].data_source >= 0)
             st = bt_config_new_source(cfg, cfg->eval.datasets[i].data_source, &out->own_task[i],
