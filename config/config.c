@@ -241,6 +241,7 @@ static const s_key s_keys[] = {
     S_NUM_KEY("eval.adaptive_plateau", eval.adaptive_plateau, 0.001, 0, S_COEF_MAX, 0),
     S_NUM_KEY("eval.adaptive_drop", eval.adaptive_drop, 0.05, 0, S_COEF_MAX, S_LO_OPEN),
     S_NUM_KEY("eval.adaptive_ema", eval.adaptive_ema, 0.5, 0, 1, S_LO_OPEN),
+    S_STR_KEY("eval.probes_source", eval.probes_source, "", NULL, NULL),
 
     S_BOOL_KEY("tuner.kl.enabled", tuner.kl.enabled, false),
     S_NUM_KEY("tuner.kl.target", tuner.kl.target, 0.01, 0, S_COEF_MAX, S_LO_OPEN),
@@ -458,16 +459,18 @@ static void s_range_text(const s_key *k, char *buf, size_t len) {
         snprintf(buf, len, "%s", noun);
 }
 
-static void *s_field(const s_key *k, bt_config *cfg) {
-    return (char *)cfg + k->offset;
+/*  The field of k in the struct at base: a bt_config, or for an array entry's keys moved to 0, a
+    standalone entry (a probe of eval.probes_source). */
+static void *s_field(const s_key *k, void *base) {
+    return (char *)base + k->offset;
 }
 static const void *s_cfield(const s_key *k, const bt_config *cfg) {
     return (const char *)cfg + k->offset;
 }
 
 /*  Stores a value already checked against k (an enum as its index). */
-static void s_store(const s_key *k, bt_config *cfg, double x) {
-    void *p = s_field(k, cfg);
+static void s_store(const s_key *k, void *base, double x) {
+    void *p = s_field(k, base);
     if (k->type == S_INT)
         *(int64_t *)p = (int64_t)x;
     else if (k->type == S_NUM)
@@ -481,7 +484,7 @@ static void s_store(const s_key *k, bt_config *cfg, double x) {
 }
 
 /*  Checks v against k and stores it; errors start with where ("SOURCE: key.path"). */
-static bt_status s_set(const s_key *k, const cJSON *v, const char *where, bt_config *cfg) {
+static bt_status s_set(const s_key *k, const cJSON *v, const char *where, void *cfg) {
     char what[160];
     if (k->type == S_BOOL) {
         if (!cJSON_IsBool(v))
@@ -598,7 +601,7 @@ static s_key s_at(const s_key *k, size_t base) {
 }
 
 /*  Every field of an array entry at its default. */
-static void s_entry_init(const s_key *keys, int n, size_t base, bt_config *cfg) {
+static void s_entry_init(const s_key *keys, int n, size_t base, void *cfg) {
     for (int i = 0; i < n; i++) {
         s_key k = s_at(&keys[i], base);
         if (k.type == S_STR)
@@ -606,6 +609,27 @@ static void s_entry_init(const s_key *keys, int n, size_t base, bt_config *cfg) 
         else
             s_store(&k, cfg, k.def);
     }
+}
+
+/*  The members of one array entry (an object), each a key of keys[], into the entry at `at` bytes
+    into base; errors start with where, the entry ("SOURCE: eval.probes[2]"), then sep. */
+static bt_status s_apply_entry(const cJSON *entry, const char *where, const char *sep,
+                               const s_key *keys, int n_keys, size_t at, void *base) {
+    char key[512];
+    s_entry_init(keys, n_keys, at, base);
+    for (const cJSON *item = entry->child; item; item = item->next) {
+        snprintf(key, sizeof key, "%s%s%s", where, sep, item->string);
+        const s_key *k = NULL;
+        for (int i = 0; i < n_keys && !k; i++)
+            k = strcmp(keys[i].path, item->string) == 0 ? &keys[i] : NULL;
+        if (!k)
+            return bt_fail(BT_EINVAL, "%s: unknown key", key);
+        if (s_is_duplicate(entry, item))
+            return bt_fail(BT_EINVAL, "%s: duplicate key", key);
+        s_key moved = s_at(k, at);
+        BT_TRY(s_set(&moved, item, key, base));
+    }
+    return BT_OK;
 }
 
 /*  eval.datasets or eval.probes: an array of objects whose keys come from keys[]. */
@@ -617,8 +641,9 @@ static bt_status s_apply_array(const cJSON *arr, const char *src, const char *pa
     if (!cJSON_IsArray(arr))
         return s_expected(where, "an array of objects", arr);
     if (cJSON_GetArraySize(arr) > max) {
-        char what[64];
-        snprintf(what, sizeof what, "at most %d entries", max);
+        char what[96];
+        snprintf(what, sizeof what, "at most %d entries%s", max,
+                 keys == s_probe_keys ? " (more probes go in an eval.probes_source file)" : "");
         return bt_fail(BT_EINVAL, "%s: expected %s, got %d", where, what, cJSON_GetArraySize(arr));
     }
     *count = 0;
@@ -627,19 +652,7 @@ static bt_status s_apply_array(const cJSON *arr, const char *src, const char *pa
         snprintf(where, sizeof where, "%s: %s[%d]", src, path, *count);
         if (!cJSON_IsObject(entry))
             return s_expected(where, "an object", entry);
-        s_entry_init(keys, n_keys, at, cfg);
-        for (const cJSON *item = entry->child; item; item = item->next) {
-            snprintf(where, sizeof where, "%s: %s[%d].%s", src, path, *count, item->string);
-            const s_key *k = NULL;
-            for (int i = 0; i < n_keys && !k; i++)
-                k = strcmp(keys[i].path, item->string) == 0 ? &keys[i] : NULL;
-            if (!k)
-                return bt_fail(BT_EINVAL, "%s: unknown key", where);
-            if (s_is_duplicate(entry, item))
-                return bt_fail(BT_EINVAL, "%s: duplicate key", where);
-            s_key moved = s_at(k, at);
-            BT_TRY(s_set(&moved, item, where, cfg));
-        }
+        BT_TRY(s_apply_entry(entry, where, ".", keys, n_keys, at, cfg));
     }
     return BT_OK;
 }
@@ -651,7 +664,7 @@ static bt_status s_apply_eval_array(const cJSON *item, const char *src, bt_confi
                              BT_EVAL_MAX_DATASETS, &cfg->eval.n_datasets, cfg);
     return s_apply_array(item, src, "eval.probes", s_probe_keys, S_NPROBE_KEYS,
                          offsetof(bt_config, eval.probes), sizeof(bt_eval_probe),
-                         BT_EVAL_MAX_PROBES, &cfg->eval.n_probes, cfg);
+                         BT_EVAL_CONFIG_PROBES, &cfg->eval.n_probes, cfg);
 }
 
 static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_config *cfg);
@@ -1029,10 +1042,16 @@ static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
     if (d->kind != BT_EVAL_GENERATE && (d->samples != 1 || d->robustness))
         return bt_fail(BT_EINVAL, "%s: samples and robustness apply to kind \"generate\" only",
                        where);
-    if (d->kind == BT_EVAL_PROBES && cfg->eval.n_probes == 0)
-        return bt_fail(BT_EINVAL, "%s.kind: \"probes\" needs eval.probes, and it is empty", where);
+    if (d->kind == BT_EVAL_PROBES && cfg->eval.n_probes == 0 && !cfg->eval.probes_source[0])
+        return bt_fail(BT_EINVAL,
+                       "%s.kind: \"probes\" needs eval.probes or eval.probes_source, and both are "
+                       "empty",
+                       where);
     if (d->kind == BT_EVAL_PROBES && !from_task)
-        return bt_fail(BT_EINVAL, "%s.source: probes come from eval.probes, expected \"\"", where);
+        return bt_fail(BT_EINVAL,
+                       "%s.source: probes come from eval.probes and eval.probes_source, expected "
+                       "\"\"",
+                       where);
     if (d->kind == BT_EVAL_CHOICES && (from_task || d->data_source >= 0))
         return bt_fail(BT_EINVAL,
                        "%s.source: \"choices\" reads a JSONL file of {\"context\", \"choices\", "
@@ -1078,16 +1097,19 @@ static bt_status s_check_dataset(bt_config *cfg, int i, const char *src) {
     return BT_OK;
 }
 
+/*  A probe has one of the two forms: (prompt, non-empty target) or non-empty (better, worse). */
+static bool s_is_probe(const bt_eval_probe *p) {
+    bool target = p->prompt[0] || p->target[0], pair = p->better[0] || p->worse[0];
+    return target != pair && (!target || p->target[0]) && (!pair || (p->better[0] && p->worse[0]));
+}
+#define S_PROBE_FORMS                                                                              \
+    "either \"prompt\" and a non-empty \"target\", or non-empty \"better\" and \"worse\""
+
 static bt_status s_check_eval(bt_config *cfg, const char *src) {
     for (int i = 0; i < cfg->eval.n_probes; i++) {
         bt_eval_probe *p = &cfg->eval.probes[i];
-        bool target = p->prompt[0] || p->target[0], pair = p->better[0] || p->worse[0];
-        if (target == pair || (target && !p->target[0]) ||
-            (pair && (!p->better[0] || !p->worse[0])))
-            return bt_fail(BT_EINVAL,
-                           "%s: eval.probes[%d]: expected either \"prompt\" and a non-empty "
-                           "\"target\", or non-empty \"better\" and \"worse\"",
-                           src, i);
+        if (!s_is_probe(p))
+            return bt_fail(BT_EINVAL, "%s: eval.probes[%d]: expected " S_PROBE_FORMS, src, i);
         if (!p->name[0])
             snprintf(p->name, sizeof p->name, "p%d", i);
         for (int j = 0; j < i; j++)
@@ -1119,7 +1141,7 @@ static bt_status s_check_eval(bt_config *cfg, const char *src) {
         if (k == cfg->data.n_sources - 1)
             cfg->eval.n_datasets = cfg->data.n_sources;
     }
-    if (cfg->eval.n_probes > 0 && !probes) {
+    if ((cfg->eval.n_probes > 0 || cfg->eval.probes_source[0]) && !probes) {
         int i = cfg->eval.n_datasets;
         if (i == BT_EVAL_MAX_DATASETS)
             return bt_fail(BT_EINVAL,
@@ -1604,6 +1626,78 @@ static bt_status s_check_source_files(const bt_config *cfg, const char *prefix, 
     return st;
 }
 
+/* ---- the probes file ------------------------------------------------------------------------ */
+
+/*  Line line_no of the probes file: one probe, all[n], checked against all[0..n) (whose file
+    lines are lines[]; 0: eval.probes).  Errors start with "PATH:LINE: ". */
+static bt_status s_probe_line(const char *path, size_t line_no, const char *text,
+                              bt_eval_probe *all, const size_t *lines, int64_t n) {
+    char where[BT_CONFIG_PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s:%zu", path, line_no);
+    cJSON *root = cJSON_Parse(text);
+    bt_status st = cJSON_IsObject(root)
+                       ? s_apply_entry(root, where, ": ", s_probe_keys, S_NPROBE_KEYS, 0, &all[n])
+                       : bt_fail(BT_EINVAL, "%s: expected a JSON object of a probe", where);
+    cJSON_Delete(root);
+    BT_TRY(st);
+    bt_eval_probe *p = &all[n];
+    if (!s_is_probe(p))
+        return bt_fail(BT_EINVAL, "%s: expected " S_PROBE_FORMS, where);
+    if (!p->name[0])
+        snprintf(p->name, sizeof p->name, "p%lld", (long long)n);
+    for (int64_t j = 0; j < n; j++) {
+        if (strcmp(all[j].name, p->name) != 0)
+            continue;
+        if (lines[j] == 0)
+            return bt_fail(BT_EINVAL, "%s: name: \"%s\" is used twice (eval.probes[%lld] first)",
+                           where, p->name, (long long)j);
+        return bt_fail(BT_EINVAL, "%s: name: \"%s\" is used twice (line %zu first)", where, p->name,
+                       lines[j]);
+    }
+    return BT_OK;
+}
+
+bt_status bt_config_probes(const bt_config *cfg, bt_eval_probe **out, int64_t *n_out) {
+    const char *path = cfg->eval.probes_source;
+    int64_t n = cfg->eval.n_probes, cap = path[0] ? BT_EVAL_MAX_PROBES : n;
+    *out = NULL;
+    *n_out = 0;
+    if (cap == 0)
+        return BT_OK;
+    bt_eval_probe *all = calloc((size_t)cap, sizeof *all);
+    size_t *lines = calloc((size_t)cap, sizeof *lines); /* each probe's line; 0: eval.probes */
+    char *text = NULL, *at, *line;
+    bt_status st = all && lines ? BT_OK : bt_fail(BT_ENOMEM, "probes: out of memory");
+    if (st == BT_OK)
+        memcpy(all, cfg->eval.probes, (size_t)n * sizeof *all);
+    if (st == BT_OK && path[0])
+        st = bt_file_read(path, (size_t)1 << 30, &text, NULL);
+    size_t line_no = 0;
+    for (at = text; st == BT_OK && (line = bt_text_next_line(&at, &line_no)); n++) {
+        if (n == BT_EVAL_MAX_PROBES)
+            st = bt_fail(BT_EINVAL,
+                         "%s:%zu: one probe too many: at most %d in all, eval.probes' %d and %lld "
+                         "lines of this file",
+                         path, line_no, BT_EVAL_MAX_PROBES, cfg->eval.n_probes,
+                         (long long)(BT_EVAL_MAX_PROBES - cfg->eval.n_probes));
+        else
+            st = s_probe_line(path, line_no, line, all, lines, n);
+        if (st == BT_OK)
+            lines[n] = line_no;
+    }
+    free(text);
+    free(lines);
+    if (st == BT_OK && path[0] && n == cfg->eval.n_probes)
+        st = bt_fail(BT_EINVAL, "%s: no probes", path);
+    if (st != BT_OK) {
+        free(all);
+        return st;
+    }
+    *out = all;
+    *n_out = n;
+    return BT_OK;
+}
+
 bt_status bt_config_check_files(const bt_config *cfg, const char *source) {
     char key[96], path[BT_CONFIG_PATH_MAX + 64];
     if (cfg->model_path[0]) {
@@ -1640,6 +1734,14 @@ bt_status bt_config_check_files(const bt_config *cfg, const char *source) {
         snprintf(key, sizeof key, "eval.datasets[%d].fewshot_source", i);
         if (st == BT_OK && d->fewshot_source[0])
             st = s_check_path(source, key, d->fewshot_source, false);
+    }
+    if (st == BT_OK && cfg->eval.probes_source[0]) {
+        bt_eval_probe *probes = NULL;
+        int64_t n = 0;
+        st = s_check_path(source, "eval.probes_source", cfg->eval.probes_source, false);
+        if (st == BT_OK && bt_config_probes(cfg, &probes, &n) != BT_OK)
+            st = s_reraise(source, "eval.probes_source: ", "");
+        free(probes);
     }
     if (st == BT_OK && cfg->model_path[0]) { /* the model's own context */
         bt_model_config mc;

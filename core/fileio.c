@@ -50,6 +50,19 @@ out_close:
     return rc;
 }
 
+char *bt_text_next_line(char **at, size_t *line_no) {
+    while (*at && **at) {
+        char *line = *at, *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        *at = next;
+        (*line_no)++;
+        if (line[strspn(line, " \t\r")] != '\0')
+            return line;
+    }
+    return NULL;
+}
+
 FILE *bt_file_create(const char *path) {
     FILE *f = fopen(path, "wb");
     if (!f)

@@ -299,6 +299,13 @@ void bt_evals_listen(bt_controller_t *self, bt_eval_listener *fn, void *user) {
 /* ---- the listeners every run has ---------------------------------------------------------------
  */
 
+/*  Every probe a pair with the longest name, its four metrics at their longest, and 4096 bytes
+    for the rest of the line. */
+_Static_assert(BT_JSONL_MAX >= 4096 + BT_EVAL_MAX_PROBES * 4 *
+                                          (sizeof ",\"pair.\":" + BT_EVAL_NAME_MAX +
+                                           sizeof ".better_ppl" + BT_BUF_NUMBER_LEN),
+               "an eval line of every probe fits a bt_jsonl");
+
 /*  The eval line of metrics.jsonl. */
 static bt_status s_log_line(const bt_eval_done *e, void *user) {
     const bt_policy *p = e->pol;

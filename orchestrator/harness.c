@@ -116,9 +116,11 @@ static size_t s_count(const s_data *d, int i) {
     return n;
 }
 
-static uint64_t s_hash_probes(uint64_t h, const bt_config *cfg) {
-    for (int i = 0; i < cfg->eval.n_probes; i++) {
-        const bt_eval_probe *p = &cfg->eval.probes[i];
+/*  The probes as written, eval.probes then eval.probes_source's: a file's content counts, not
+    its name or its layout. */
+static uint64_t s_hash_probes(uint64_t h, const bt_eval_suite *suite) {
+    for (int64_t i = 0; i < suite->n_probes; i++) {
+        const bt_eval_probe *p = &suite->listed[i];
         h = s_hash_str(s_hash_str(h, p->name), p->prompt);
         h = s_hash_str(s_hash_str(s_hash_str(h, p->target), p->better), p->worse);
     }
@@ -156,7 +158,7 @@ static bt_status s_hash_dataset(s_data *d, int i) {
     if (e->fewshot_source[0])
         BT_TRY(s_hash_file(h, e->fewshot_source, &h));
     if (e->kind == BT_EVAL_PROBES)
-        h = s_hash_probes(h, c);
+        h = s_hash_probes(h, &d->suite);
     else if (e->source[0])
         BT_TRY(s_hash_file(h, e->source, &h));
     else if (c->task.kind == BT_CONFIG_TASK_JSONL) {

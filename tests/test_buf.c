@@ -142,16 +142,16 @@ static void test_jsonl_line(void) {
                             "\"bad\":null,\"n\":-3,\"ok\":true,\"u\":[1,18446744073709551615],"
                             "\"s\":[\"p\",\"q\"],\"null\":\"\""));
     CHECK(line.len == strlen(line.buf));
-    char big[5000];
+    static char big[BT_JSONL_MAX + 1000];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     bt_jsonl_str(&line, "big", big);
     CHECK(line.overflow && line.len < sizeof line.buf); /* refused when written */
     bt_jsonl_init(&line);
     CHECK(!line.overflow && line.len == 0);
-    big[4095 - 7] = '\0'; /* {"k":"..."} and its NUL fill the 4096 bytes */
+    big[BT_JSONL_MAX - 1 - 7] = '\0'; /* {"k":"..."} and its NUL fill the BT_JSONL_MAX bytes */
     bt_jsonl_str(&line, "k", big);
-    CHECK(!line.overflow && line.len == 4095);
+    CHECK(!line.overflow && line.len == BT_JSONL_MAX - 1);
     bt_jsonl_bool(&line, "b", true);
     CHECK(line.overflow);
 }

@@ -158,8 +158,29 @@ static void test_replace(void) {
     remove(path);
 }
 
+/*  JSONL lines come out in order with their line numbers, blank ones passed over but counted. */
+static void test_next_line_skips_blanks_and_counts_them(void) {
+    char text[] = "{\"a\": 1}\n\n \t\r\n{\"b\": 2}\r\n{\"c\": 3}";
+    char *at = text, *line;
+    size_t n = 0;
+    line = bt_text_next_line(&at, &n);
+    CHECK(line && !strcmp(line, "{\"a\": 1}") && n == 1);
+    line = bt_text_next_line(&at, &n);
+    CHECK(line && !strcmp(line, "{\"b\": 2}\r") && n == 4); /* the line as written, its \r too */
+    line = bt_text_next_line(&at, &n);
+    CHECK(line && !strcmp(line, "{\"c\": 3}") && n == 5); /* the last, without a newline */
+    CHECK(bt_text_next_line(&at, &n) == NULL && n == 5);
+    char blank[] = "\n  \n";
+    at = blank;
+    n = 0;
+    CHECK(bt_text_next_line(&at, &n) == NULL && n == 2);
+    at = NULL; /* bt_file_read never gives NULL, but a caller's empty state may */
+    CHECK(bt_text_next_line(&at, &n) == NULL);
+}
+
 int main(void) {
     test_hash();
+    test_next_line_skips_blanks_and_counts_them();
     test_replace();
     snprintf(s_dir, sizeof s_dir, "/tmp/bt_fileio_XXXXXX");
     if (!mkdtemp(s_dir)) {

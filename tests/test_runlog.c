@@ -29,7 +29,7 @@ int main(void) {
     bt_jsonl_str(&line, "event", "worker_joined");
     CHECK_OK(bt_runlog_event(log, &line));
     bt_jsonl_init(&line); /* a record that does not fit is refused, not truncated */
-    for (int i = 0; i < 400; i++)
+    for (int i = 0; i < BT_JSONL_MAX / 8; i++) /* ,"field":N is 10 bytes or more */
         bt_jsonl_num(&line, "field", i);
     CHECK(bt_runlog_metric(log, &line) == BT_ERANGE);
     bt_runlog_destroy(&log);

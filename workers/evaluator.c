@@ -612,17 +612,9 @@ bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out) {
     size_t len = 0;
     BT_TRY(bt_file_read(path, (size_t)1 << 30, &data, &len));
     size_t cap = 0, n = 0, line_no = 0;
-    char **texts = NULL;
+    char **texts = NULL, *at = data, *line;
     bt_status st = BT_OK;
-    for (char *line = data; line && *line && st == BT_OK;) {
-        char *next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        line_no++;
-        if (line[strspn(line, " \t\r")] == '\0') {
-            line = next;
-            continue;
-        }
+    while (st == BT_OK && (line = bt_text_next_line(&at, &line_no))) {
         cJSON *root = cJSON_Parse(line);
         const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "text"));
         if (!text || !text[0])
@@ -637,7 +629,6 @@ bt_status bt_texts_load(const char *path, char ***texts_out, size_t *n_out) {
         if (st == BT_OK && !(texts[n++] = strdup(text)))
             st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
         cJSON_Delete(root);
-        line = next;
     }
     free(data);
     if (st == BT_OK && n == 0)
@@ -838,9 +829,9 @@ static bt_status s_template_probes(bt_eval_suite *s, const bt_source_jsonl_confi
         free(text);
         if (len >= sizeof s->own_probes[i].prompt)
             return bt_fail(BT_EINVAL,
-                           "eval.probes[%lld].prompt: %zu bytes in the chat template, more than "
-                           "the %d a probe holds",
-                           (long long)i, len, BT_EVAL_PROBE_MAX - 1);
+                           "probe \"%s\": prompt: %zu bytes in the chat template, more than the "
+                           "%d a probe holds",
+                           s->probes[i].name, len, BT_EVAL_PROBE_MAX - 1);
     }
     s->probes = s->own_probes;
     return BT_OK;
@@ -864,6 +855,7 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
                          .n_datasets = n_datasets,
                          .probes = probes,
                          .n_probes = n_probes,
+                         .listed = probes,
                          .task = task};
     bt_status st = s_template_probes(s, own);
     for (int i = 0; i < n_datasets && st == BT_OK; i++) {
@@ -889,6 +881,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
 void bt_eval_suite_release(bt_eval_suite *s) {
     free(s->own_probes);
     s->own_probes = NULL;
+    free(s->own_listed);
+    s->own_listed = NULL;
     for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++) {
         bt_source_destroy(&s->own_task[i]);
         bt_source_destroy(&s->fewshot_pool[i]);
@@ -941,9 +935,16 @@ bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt
     bt_source_jsonl_config own;
     bt_config_task_jsonl(cfg, &own); /* its verifier, seed, template and code limits */
     own.train_path = own.heldout_path = NULL;
-    BT_TRY(bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, cfg->eval.probes,
-                              cfg->eval.n_probes, task, &own));
-    bt_status st = BT_OK;
+    bt_eval_probe *probes = NULL; /* eval.probes and the probes_source file's */
+    int64_t n_probes = 0;
+    BT_TRY(bt_config_probes(cfg, &probes, &n_probes));
+    bt_status st = bt_eval_suite_load(out, cfg->eval.datasets, cfg->eval.n_datasets, probes,
+                                      n_probes, task, &own);
+    if (st != BT_OK) {
+        free(probes);
+        return st;
+    }
+    out->own_listed = probes;
     for (int i = 0; i < cfg->eval.n_datasets && st == BT_OK; i++)
         if (cfg->eval.datasets[i].data_source >= 0)
             st = bt_config_new_source(cfg, cfg->eval.datasets[i].data_source, &out->own_task[i],

@@ -59,14 +59,19 @@ typedef enum bt_config_precision {
 #define BT_EVALUATOR_MAX_SAMPLES                                                                   \
     128 /* completions per example (eval.samples); the evaluator's                                 \
            sums hold a histogram of this size */
-#define BT_EVAL_MAX_PROBES 16
-#define BT_EVAL_PROBE_MAX 256 /* bytes of a probe text, with the NUL */
+/*  Probes one evaluation scores: eval.probes, then the lines of eval.probes_source.  256 pair
+    probes make an eval line of about 70 KB (four metrics each, BT_JSONL_MAX) and 1024+ named
+    metrics: past a few hundred, a set is a benchmark to score as a whole (a "choices" or
+    "perplexity" dataset), not probes each watched on its own. */
+#define BT_EVAL_MAX_PROBES 256
+#define BT_EVAL_CONFIG_PROBES 16 /* eval.probes entries in the config itself; more go in a file */
+#define BT_EVAL_PROBE_MAX 256    /* bytes of a probe text, with the NUL */
 
 /*  What a dataset measures.  Values appear in configs: append only. */
 typedef enum bt_eval_kind {
     BT_EVAL_GENERATE = 0,   /* "generate": sample completions and score them with the verifier */
     BT_EVAL_PERPLEXITY = 1, /* "perplexity": NLL of held-out text under the policy */
-    BT_EVAL_PROBES = 2,     /* "probes": the eval.probes of the config */
+    BT_EVAL_PROBES = 2,     /* "probes": eval.probes and eval.probes_source (bt_config_probes) */
     BT_EVAL_CHOICES = 3     /* "choices": multiple choice by log-likelihood (choices.h) */
 } bt_eval_kind;
 
@@ -240,7 +245,8 @@ typedef struct bt_config {
         int n_datasets; /* >= 1 after parsing */
         bt_eval_dataset datasets[BT_EVAL_MAX_DATASETS];
         int n_probes;
-        bt_eval_probe probes[BT_EVAL_MAX_PROBES];
+        bt_eval_probe probes[BT_EVAL_CONFIG_PROBES];
+        char probes_source[BT_CONFIG_PATH_MAX]; /* JSONL of more probes, after these; "": none */
     } eval;
     struct { /* the tuner.* keys; lr_plateau.dataset "" resolves to eval.datasets[0]'s name */
         bt_tuner_kl_config kl;
@@ -349,9 +355,19 @@ bt_status bt_config_load(const char *path, const char *const *overrides, int n_o
     or data source (task.train, task.eval, data.sources[k].path and .heldout) and each eval
     dataset's source file are readable regular files; with model.path, prompt and completion fit
     its config.json's max_position_embeddings (as bt_config_parse checks model.* without it).  No
-    dataset is read.  BT_EINVAL naming the key and the path, source first:
+    dataset is read, but eval.probes_source is (bt_config_probes), so that a bad line stops the
+    run before it starts.  BT_EINVAL naming the key and the path, source first:
       "arith.json: task.train: "data/train.jsonl": no such file" */
 bt_status bt_config_check_files(const bt_config *cfg, const char *source);
+
+/*  The probes a probes dataset evaluates: eval.probes, then one per non-blank line of the JSONL
+    file eval.probes_source, each an object of the eval.probes keys: {"name", "prompt", "target"}
+    or {"name", "better", "worse"} ("name" defaults to "p<index in the whole list>").  Names are
+    unique across both.  BT_EIO when the file cannot be read; BT_EINVAL "PATH:LINE: ..." for a
+    line that is not such an object, a name used before (saying where) or the probe past
+    BT_EVAL_MAX_PROBES, and "PATH: no probes" for a file without any.  Caller owns *out (NULL
+    when there are none): free() it. */
+bt_status bt_config_probes(const bt_config *cfg, bt_eval_probe **out, int64_t *n);
 
 /*  Variant k's config (0 <= k < base->n_variants): base with variant k's sets applied in order (as
     --set overrides, over the base's own) and the checks between keys run again; n_variants and

@@ -105,9 +105,11 @@ typedef struct bt_eval_metric {
     double value;  /* NaN when undefined (no examples) */
 } bt_eval_metric;
 
-/*  Metrics of one evaluation at most: choices has 3 per subject and 11 more, probes 16 pairs x 4
+/*  Metrics of one evaluation at most: choices has 3 per subject and 11 more, probes 4 per pair
     and 3, generate 19. */
-#define BT_EVAL_MAX_METRICS (3 * BT_CHOICES_SUBJECTS + 16)
+#define BT_EVAL_MAX_METRICS                                                                        \
+    (3 * BT_CHOICES_SUBJECTS + 16 > 4 * BT_EVAL_MAX_PROBES + 32 ? 3 * BT_CHOICES_SUBJECTS + 16     \
+                                                                : 4 * BT_EVAL_MAX_PROBES + 32)
 
 /*  The metrics of aggregated sums of a dataset of the given kind, in a fixed order (docs/config.md
     lists them): generate: examples, accuracy, accuracy_stderr, [pass@1, pass@1_stderr, pass@k,
@@ -136,18 +138,20 @@ void bt_texts_free(char ***texts_p, size_t n);
 /*  The evaluation of a run: its datasets and probes, the task whose held-out set a dataset without
     a source uses, the data of each dataset with its own source, loaded once, and the reward service
     that scores generate datasets, if any (set it after loading).  A value; fields are borrowed
-    except own_task and texts, which bt_eval_suite_release frees. */
+    except the own_* fields and texts, which bt_eval_suite_release frees. */
 typedef struct bt_eval_suite {
     const bt_eval_dataset *datasets;
     int n_datasets;
-    const bt_eval_probe *probes;
+    const bt_eval_probe *probes; /* as scored: target prompts in the chat template */
     int64_t n_probes;
+    const bt_eval_probe *listed; /* as written (their names name the metrics) */
     const bt_source_t *task;
     bt_source_t *own_task[BT_EVAL_MAX_DATASETS]; /* generate with a source: its JSONL task */
     char **texts[BT_EVAL_MAX_DATASETS];          /* perplexity with a source: its texts */
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
     bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
+    bt_eval_probe *own_listed; /* bt_config_eval_suite's: eval.probes and the probes_source's */
     bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS];   /* a dataset's fewshot_source, or NULL */
     bt_choice_set *choices[BT_EVAL_MAX_DATASETS];      /* a choices dataset's items */
     bt_choice_set *choices_pool[BT_EVAL_MAX_DATASETS]; /* a choices fewshot_source, or NULL */
@@ -162,10 +166,11 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
                              const bt_eval_probe *probes, int64_t n_probes, const bt_source_t *task,
                              const bt_source_jsonl_config *own);
 void bt_eval_suite_release(bt_eval_suite *s);
-/*  The evaluation suite of a parsed config: its eval.datasets and eval.probes over task (borrowed),
-    with each dataset's own source loaded (scored with task.verifier) and its few-shot prompts set
-    (exemplars drawn from run.seed, so every evaluation of the run shows an item the same ones).
-    Release with
+/*  The evaluation suite of a parsed config: its eval.datasets and probes (bt_config_probes:
+    eval.probes, then eval.probes_source's, read now) over task (borrowed), with each dataset's
+    own source loaded (scored with task.verifier, or the dataset's own verifier) and its few-shot
+    prompts set (exemplars drawn from run.seed, so every evaluation of the run shows an item the
+    same ones).  Release with
     bt_eval_suite_release.  (A bt_config_ function defined in evaluator.c: the config layer is
     below the suite loader.) */
 bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt_eval_suite *out);

@@ -20,6 +20,12 @@ extern "C" {
     BT_EFORMAT (larger than max bytes), BT_ENOMEM; each names path, and *out is left alone. */
 bt_status bt_file_read(const char *path, size_t max, char **out, size_t *len);
 
+/*  The next line of a text bt_file_read returned that holds more than blanks (' ', '\t', '\r'),
+    for line-at-a-time formats (JSONL): cuts it out at its '\n' (written as a NUL), moves *at past
+    it and counts the lines passed, blank ones included, in *line_no.  NULL at the end (*at NULL or
+    at the NUL).  Borrowed: the line lies in the caller's text. */
+char *bt_text_next_line(char **at, size_t *line_no);
+
 /*  Opens path for writing ("wb", truncating).  Hand the stream to bt_file_finish() whatever
    happens. Returns NULL with a BT_EIO last error "PATH: cannot create: ..." when it cannot. */
 FILE *bt_file_create(const char *path);

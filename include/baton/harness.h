@@ -73,7 +73,8 @@ typedef struct bt_harness_result {
     XXH3-64) the bytes of config.json and model.safetensors ("init" without model.path: the model
     config and run.seed) and what the dataset's numbers depend on: its entry (triggers aside),
     index and count, the task section, reward.service (the endpoint only: the cache cannot see a
-    service change how it scores), run.seed, run.device, the probes (probes datasets) and the bytes
+    service change how it scores), run.seed, run.device, the probes (probes datasets: eval.probes
+    and eval.probes_source's, as parsed, so that a changed line is evaluated again) and the bytes
     of its source or task files.  Generate datasets are scored as on an eval worker: by
     reward.service when set.  opt may be NULL (defaults).  Errors name the model or file
     at fault.  Caller owns *out (NULL on error): destroy with bt_harness_result_destroy(). */

@@ -13,10 +13,14 @@
 extern "C" {
 #endif
 
+/*  The longest line, its NUL included: an eval line of BT_EVAL_MAX_PROBES pair probes with the
+    longest names fits (orchestrator/evals.c checks it at compile time). */
+#define BT_JSONL_MAX (96 * 1024)
+
 /*  One JSON object being built: fields are appended in order.  A value struct: bt_jsonl_init,
     add fields, then write it with bt_runlog_metric / bt_runlog_event. */
 typedef struct bt_jsonl {
-    char buf[4096];
+    char buf[BT_JSONL_MAX];
     size_t len;
     bool overflow; /* a field did not fit: the line is refused when written */
 } bt_jsonl;
