@@ -121,7 +121,11 @@ int main(void) {
     const char *gap[] = {"contamination_gap", NULL};
     const char *generate[] = {"examples", "accuracy", "response_len_mean", NULL};
     const char *sampled[] = {"pass@1", "pass@4", NULL};
+    const char *subjects[] = {"subject.carry.items",    "subject.carry.acc",
+                              "subject.carry.acc_norm", "subject.no_carry.items",
+                              "subject.no_carry.acc",   NULL};
     CHECK(s_check_fields(two, "arith_mc", choices, 0, 24) == 3);
+    CHECK(s_check_fields(two, "arith_mc", subjects, 0, 12) == 3);
     CHECK(s_check_fields(two, "arith_mmlu", choices, 0, 16) == 3);
     CHECK(s_check_fields(two, "arith_mmlu", shuffled, 0, 1) == 3);
     CHECK(s_check_fields(two, "arith_mmlu", gap, -1, 1) == 3);
@@ -132,6 +136,7 @@ int main(void) {
     int n = s_eval_lines(two, "arith_mc", lines, 4);
     for (int i = 0; i < n; i++) {
         CHECK(cJSON_GetObjectItem(lines[i], "items")->valuedouble == 24);
+        CHECK(cJSON_GetObjectItem(lines[i], "subject.carry.items")->valuedouble == 12);
         cJSON_Delete(lines[i]);
     }
     n = s_eval_lines(two, "humaneval_tiny", lines, 4);
@@ -148,6 +153,8 @@ int main(void) {
     CHECK_OK(bt_file_read(path, 1 << 24, &html, NULL));
     const char *charts[] = {"data-family=\"choices\"",
                             "data-family=\"contamination\"",
+                            "data-family=\"subjects\"",
+                            "arith_mc / carry.acc",
                             "data-family=\"accuracy\"",
                             "data-family=\"margins\"",
                             "arith_mmlu / acc",
