@@ -580,19 +580,20 @@ bt_tensor *bt_model_find_param(const bt_model *self, const char *name) {
 typedef struct s_pass {
     int64_t B, T;         /* batch, new tokens */
     bt_tensor *cos, *sin; /* (B, 1, T, D) rotary tables */
-    bt_tensor *allowed;   /* (B, 1, T, offset + T) which keys each query may attend to */
+    bt_tensor *allowed;   /* (B, 1, T, Tk) which keys each query may attend to */
+    int64_t offset;       /* the first query's column (0 but in s_allowed's decode use) */
     bt_kv_cache *cache;   /* NULL for a full forward */
-    int64_t offset;       /* cache slots filled before this pass */
+    bt_tensor *write;     /* prefill: (B) the slots the rows' keys and values go to; decode: (B *
+                             Hkv) the rows of the cache's (slots * Hkv * max_len, D) view they go to */
+    int64_t keys;         /* decode: the columns attention reads, [0, keys) */
 } s_pass;
 
 struct bt_kv_cache {
     bt_ctx *ctx;
-    int64_t batch, max_len;
-    int64_t len; /* slots filled, the same for every row */
+    int64_t slots, max_len, heads; /* heads: Hkv */
     int n_layers;
-    bt_tensor **k, **v;  /* per layer (B, Hkv, max_len, D) */
-    bt_tensor *real;     /* (B, max_len) BT_BOOL: the slot holds a real token */
-    bt_tensor *next_pos; /* (B) BT_I64: real tokens so far = the next position */
+    bt_tensor **k, **v; /* per layer (slots, Hkv, max_len, D) */
+    int64_t *len;       /* (slots) host: tokens slot s holds, in columns [0, len) */
 };
 
 /*  (B, T, n * D) -> (B, n, T, D) */
@@ -607,12 +608,21 @@ static bt_tensor *s_merge_heads(bt_ctx *ctx, bt_tensor *y, const s_pass *p) {
     return bt_reshape(ctx, bt_transpose(ctx, y, 1, 2), 3, shape);
 }
 
-/*  Writes kv (B, Hkv, T, D) into slots [offset, offset + T) of store (B, Hkv, max_len, D) and
-    returns slots [0, offset + T). */
-static bt_tensor *s_cache_append(bt_ctx *ctx, bt_tensor *store, bt_tensor *kv, const s_pass *p) {
-    if (bt_copy_(bt_slice(ctx, store, 2, p->offset, p->offset + p->T, 1), kv) != BT_OK)
+/*  Writes kv (B, Hkv, T, D) of a prefill or a decode step into store (slots, Hkv, max_len, D) and
+    returns what attention reads: a prefill's own kv (its rows start at column 0), a decode step's
+    columns [0, keys) of every slot. */
+static bt_tensor *s_cache_write(bt_ctx *ctx, bt_tensor *store, bt_tensor *kv, const s_pass *p) {
+    kv = bt_to_dtype(ctx, kv, bt_dtype_of(store)); /* what the cache holds is what is attended */
+    if (p->keys == 0) { /* prefill: rows to slots p->write, columns [0, T) */
+        if (bt_index_copy_(bt_slice(ctx, store, 2, 0, p->T, 1), 0, p->write, kv) != BT_OK)
+            return NULL;
+        return kv;
+    }
+    const int64_t flat[] = {-1, bt_dim(store, 3)}, rows[] = {-1, bt_dim(kv, 3)};
+    if (bt_index_copy_(bt_reshape(ctx, store, 2, flat), 0, p->write,
+                       bt_reshape(ctx, kv, 2, rows)) != BT_OK)
         return NULL;
-    return bt_slice(ctx, store, 2, 0, p->offset + p->T, 1);
+    return bt_slice(ctx, store, 2, 0, p->keys, 1);
 }
 
 /*  x W^T (+ b when the layer has one), on the last dimension. */
@@ -638,9 +648,9 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
     v = s_split_heads(ctx, v, p, Hkv, D); /* (B, Hkv, T, D) */
     q = bt_rope(ctx, q, p->cos, p->sin);
     k = bt_rope(ctx, k, p->cos, p->sin);
-    if (p->cache) { /* (B, Hkv, offset + T, D) */
-        k = s_cache_append(ctx, p->cache->k[l], k, p);
-        v = s_cache_append(ctx, p->cache->v[l], v, p);
+    if (p->cache) {
+        k = s_cache_write(ctx, p->cache->k[l], k, p);
+        v = s_cache_write(ctx, p->cache->v[l], v, p);
     }
     bt_tensor *y = bt_attention(ctx, q, k, v, p->allowed); /* (B, H, T, D) */
     return bt_linear(ctx, s_merge_heads(ctx, y, p), w->o_proj);
@@ -821,39 +831,55 @@ bt_tensor *bt_model_token_logprobs_packed(bt_model *self, bt_ctx *ctx, bt_tensor
 /* ---- KV cache ---------------------------------------------------------------------------------
  */
 
-bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t batch, int64_t max_len) {
-    if (batch < 1 || max_len < 1) {
-        bt_fail(BT_EINVAL, "bt_kv_cache_new: need batch >= 1 and max_len >= 1, got %lld and %lld",
-                (long long)batch, (long long)max_len);
+/*  The cache's tensors for slots slots, in a new context; the old ones are kept until the caller
+    swaps. */
+static bt_status s_cache_alloc(const bt_model *model, bt_kv_cache *kv, int64_t slots, bt_ctx **ctx,
+                               bt_tensor **k, bt_tensor **v) {
+    const bt_model_config *c = &model->cfg;
+    *ctx = bt_ctx_new();
+    const int64_t shape[] = {slots, kv->heads, kv->max_len, bt_model_head_dim(c)};
+    bool ok = *ctx != NULL;
+    for (int l = 0; ok && l < kv->n_layers; l++) {
+        k[l] = bt_zeros(*ctx, model->compute, model->device, 4, shape);
+        v[l] = bt_zeros(*ctx, model->compute, model->device, 4, shape);
+        ok = k[l] && v[l];
+    }
+    if (!ok) {
+        bt_ctx_destroy(ctx);
+        return bt_last_error()[0] ? BT_ENOMEM : bt_fail(BT_ENOMEM, "kv cache: out of memory");
+    }
+    return BT_OK;
+}
+
+bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t slots, int64_t max_len) {
+    if (slots < 1 || max_len < 1 || max_len > model->cfg.max_position_embeddings) {
+        bt_fail(BT_EINVAL,
+                "bt_kv_cache_new: need slots >= 1 and max_len in [1, max_position_embeddings "
+                "%lld], got %lld and %lld",
+                (long long)model->cfg.max_position_embeddings, (long long)slots,
+                (long long)max_len);
         return NULL;
     }
-    const bt_model_config *c = &model->cfg;
-    int L = (int)c->num_hidden_layers;
+    int L = (int)model->cfg.num_hidden_layers;
     bt_kv_cache *kv = calloc(1, sizeof *kv);
     if (kv) {
-        kv->ctx = bt_ctx_new();
         kv->k = calloc((size_t)L, sizeof *kv->k);
         kv->v = calloc((size_t)L, sizeof *kv->v);
+        kv->len = calloc((size_t)slots, sizeof *kv->len);
     }
-    if (!kv || !kv->ctx || !kv->k || !kv->v) {
+    if (!kv || !kv->k || !kv->v || !kv->len) {
         bt_kv_cache_destroy(&kv);
         bt_fail(BT_ENOMEM, "bt_kv_cache_new: out of memory");
         return NULL;
     }
-    kv->batch = batch;
-    kv->max_len = max_len;
-    kv->n_layers = L;
-    const int64_t shape[] = {batch, c->num_key_value_heads, max_len, bt_model_head_dim(c)};
-    bool ok = true;
-    for (int l = 0; l < L; l++) {
-        kv->k[l] = bt_zeros(kv->ctx, model->compute, model->device, 4, shape);
-        kv->v[l] = bt_zeros(kv->ctx, model->compute, model->device, 4, shape);
-        ok = ok && kv->k[l] && kv->v[l];
-    }
-    const int64_t real_shape[] = {batch, max_len};
-    kv->real = bt_zeros(kv->ctx, BT_BOOL, model->device, 2, real_shape);
-    kv->next_pos = bt_zeros(kv->ctx, BT_I64, model->device, 1, &batch);
-    if (!ok || !kv->real || !kv->next_pos)
+    *kv = (bt_kv_cache){.slots = slots,
+                        .max_len = max_len,
+                        .heads = model->cfg.num_key_value_heads,
+                        .n_layers = L,
+                        .k = kv->k,
+                        .v = kv->v,
+                        .len = kv->len};
+    if (s_cache_alloc(model, kv, slots, &kv->ctx, kv->k, kv->v) != BT_OK)
         bt_kv_cache_destroy(&kv);
     return kv;
 }
@@ -865,53 +891,216 @@ void bt_kv_cache_destroy(bt_kv_cache **self_p) {
     bt_ctx_destroy(&kv->ctx);
     free(kv->k);
     free(kv->v);
+    free(kv->len);
     free(kv);
     *self_p = NULL;
 }
 
-/*  The cached forward under no-grad; updates the cache's bookkeeping only on success. */
-static bt_tensor *s_forward_cached(bt_model *m, bt_kv_cache *kv, bt_ctx *ctx, bt_tensor *ids,
-                                   bt_tensor *mask) {
-    s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1), .cache = kv, .offset = kv->len};
-    const int64_t base_shape[] = {p.B, 1}, last_shape[] = {p.B, m->cfg.hidden_size};
-    bt_tensor *m64 = bt_to_dtype(ctx, mask, BT_I64); /* (B, T) */
-    bt_tensor *base = bt_reshape(ctx, kv->next_pos, 2, base_shape);
-    if (s_rope_tables(m, ctx, s_positions(ctx, m64, base), &p) != BT_OK ||
-        bt_copy_(bt_slice(ctx, kv->real, 1, p.offset, p.offset + p.T, 1),
-                 bt_gt_scalar(ctx, m64, 0)) != BT_OK)
-        return NULL;
-    bt_tensor *real = bt_slice(ctx, kv->real, 1, 0, p.offset + p.T, 1); /* (B, offset + T) */
-    p.allowed = s_allowed(ctx, m->device, real, NULL, &p, p.offset + p.T);
-    bt_tensor *h = bt_slice(ctx, s_hidden(m, ctx, ids, &p), 1, p.T - 1, p.T, 1); /* (B, 1, C) */
-    bt_tensor *logits = bt_linear(ctx, bt_reshape(ctx, h, 2, last_shape), m->lm_head); /* (B, V) */
-    if (!logits ||
-        bt_copy_(kv->next_pos, bt_add(ctx, kv->next_pos, bt_sum(ctx, m64, 1, false))) != BT_OK)
-        return NULL;
-    kv->len += p.T;
-    return logits;
+int64_t bt_kv_cache_slots(const bt_kv_cache *self) {
+    return self->slots;
 }
 
-bt_tensor *bt_model_forward_cached(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
-                                   bt_tensor *mask) {
-    if (s_check_batch("bt_model_forward_cached", ids, mask) != BT_OK)
+int64_t bt_kv_cache_len(const bt_kv_cache *self, int64_t slot) {
+    BT_ASSERT(slot >= 0 && slot < self->slots);
+    return self->len[slot];
+}
+
+void bt_kv_cache_clear(bt_kv_cache *self, int64_t slot) {
+    BT_ASSERT(slot >= 0 && slot < self->slots);
+    self->len[slot] = 0;
+}
+
+size_t bt_kv_cache_bytes(const bt_kv_cache *self) {
+    size_t bytes = 0;
+    for (int l = 0; l < self->n_layers; l++)
+        bytes += (size_t)(bt_numel(self->k[l]) + bt_numel(self->v[l])) *
+                 bt_dtype_size(bt_dtype_of(self->k[l]));
+    return bytes;
+}
+
+bt_status bt_kv_cache_copy(bt_kv_cache *dst, bt_ctx *ctx, const int64_t *to, int64_t n,
+                           const bt_kv_cache *src, int64_t from) {
+    BT_ASSERT(from >= 0 && from < src->slots && n >= 1 && dst->n_layers == src->n_layers);
+    int64_t len = src->len[from];
+    for (int64_t i = 0; i < n; i++)
+        BT_ASSERT(to[i] >= 0 && to[i] < dst->slots);
+    if (len > dst->max_len)
+        return bt_fail(BT_ERANGE, "bt_kv_cache_copy: %lld tokens do not fit %lld columns",
+                       (long long)len, (long long)dst->max_len);
+    if (len > 0) {
+        bt_tensor *index = bt_from_host(ctx, BT_I64, bt_device_of(dst->k[0]), 1, &n, to);
+        for (int l = 0; l < dst->n_layers; l++) {
+            bt_tensor *kv[2][2] = {{dst->k[l], src->k[l]}, {dst->v[l], src->v[l]}};
+            for (int j = 0; j < 2; j++) {
+                bt_tensor *one = bt_slice(ctx, bt_slice(ctx, kv[j][1], 0, from, from + 1, 1), 2, 0,
+                                          len, 1); /* (1, Hkv, len, D) */
+                const int64_t shape[] = {n, bt_dim(one, 1), len, bt_dim(one, 3)};
+                BT_TRY(bt_index_copy_(bt_slice(ctx, kv[j][0], 2, 0, len, 1), 0, index,
+                                      bt_expand(ctx, one, 4, shape)));
+            }
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        dst->len[to[i]] = len;
+    return BT_OK;
+}
+
+bt_status bt_kv_cache_compact(bt_kv_cache *self, const bt_model *model, const int64_t *keep,
+                              int64_t n) {
+    BT_ASSERT(n >= 1 && n <= self->slots);
+    bt_ctx *ctx = bt_ctx_new(), *tmp = bt_ctx_new();
+    bt_tensor **k = calloc((size_t)self->n_layers, sizeof *k);
+    bt_tensor **v = calloc((size_t)self->n_layers, sizeof *v);
+    int64_t *len = calloc((size_t)n, sizeof *len);
+    bt_status st =
+        ctx && tmp && k && v && len ? BT_OK : bt_fail(BT_ENOMEM, "kv cache: out of memory");
+    bt_tensor *index = st == BT_OK ? bt_from_host(tmp, BT_I64, model->device, 1, &n, keep) : NULL;
+    for (int l = 0; l < self->n_layers && st == BT_OK; l++) {
+        k[l] = bt_contiguous(ctx, bt_index_select(ctx, self->k[l], 0, index));
+        v[l] = bt_contiguous(ctx, bt_index_select(ctx, self->v[l], 0, index));
+        st = k[l] && v[l] ? BT_OK : BT_ENOMEM;
+    }
+    bt_ctx_destroy(&tmp);
+    if (st != BT_OK) {
+        bt_ctx_destroy(&ctx);
+        free(k);
+        free(v);
+        free(len);
+        return st;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        BT_ASSERT(keep[i] >= 0 && keep[i] < self->slots);
+        len[i] = self->len[keep[i]];
+    }
+    bt_ctx_destroy(&self->ctx);
+    free(self->k);
+    free(self->v);
+    free(self->len);
+    *self = (bt_kv_cache){.ctx = ctx,
+                          .slots = n,
+                          .max_len = self->max_len,
+                          .heads = self->heads,
+                          .n_layers = self->n_layers,
+                          .k = k,
+                          .v = v,
+                          .len = len};
+    return BT_OK;
+}
+
+/*  Runs p (its cache, write and allowed set) over ids under the model's autocast scope and
+    no-grad; returns the final hidden states (B, T, C). */
+static bt_tensor *s_hidden_cached(bt_model *m, bt_ctx *ctx, bt_tensor *ids, s_pass *p,
+                                  bt_tensor *positions) {
+    bt_autocast scope;
+    if (bt_autocast_enter(m->device, m->compute, &scope) != BT_OK)
         return NULL;
-    int64_t B = bt_dim(ids, 0), T = bt_dim(ids, 1);
-    if (B != cache->batch || cache->len + T > cache->max_len) {
-        bt_fail(BT_ERANGE,
-                "bt_model_forward_cached: %lld rows of %lld tokens do not fit a cache of %lld rows "
-                "with %lld of %lld slots used",
-                (long long)B, (long long)T, (long long)cache->batch, (long long)cache->len,
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *h = s_rope_tables(m, ctx, positions, p) == BT_OK ? s_hidden(m, ctx, ids, p) : NULL;
+    bt_set_grad_enabled(grad);
+    bt_autocast_exit(&scope);
+    return h;
+}
+
+/*  logits (N, V) F32 of hidden rows (N, C), in the model's autocast scope. */
+static bt_tensor *s_head(bt_model *m, bt_ctx *ctx, bt_tensor *h) {
+    bt_autocast scope;
+    if (bt_autocast_enter(m->device, m->compute, &scope) != BT_OK)
+        return NULL;
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *logits = bt_linear(ctx, h, m->lm_head);
+    bt_set_grad_enabled(grad);
+    bt_autocast_exit(&scope);
+    return m->compute == BT_F32 ? logits : bt_to_dtype(ctx, logits, BT_F32);
+}
+
+bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
+                            const int64_t *lens, const int64_t *slots) {
+    if (!ids || bt_ndim(ids) != 2) {
+        bt_fail(BT_EINVAL, "bt_model_prefill: ids must be (N, T)");
+        return NULL;
+    }
+    int64_t N = bt_dim(ids, 0), T = bt_dim(ids, 1), C = self->cfg.hidden_size;
+    if (T > cache->max_len) {
+        bt_fail(BT_ERANGE, "bt_model_prefill: %lld tokens do not fit %lld columns", (long long)T,
                 (long long)cache->max_len);
         return NULL;
     }
-    bt_autocast scope;
-    if (bt_autocast_enter(self->device, self->compute, &scope) != BT_OK)
+    int64_t *host = malloc((size_t)(N * T + 2 * N) * sizeof *host);
+    if (!host) {
+        bt_fail(BT_ENOMEM, "bt_model_prefill: out of memory");
         return NULL;
-    bool grad = bt_set_grad_enabled(false);
-    bt_tensor *logits = s_forward_cached(self, cache, ctx, ids, mask);
-    bt_set_grad_enabled(grad);
-    bt_autocast_exit(&scope);
-    return self->compute == BT_F32 ? logits : bt_to_dtype(ctx, logits, BT_F32);
+    }
+    int64_t *real = host, *last = host + N * T, *where = last + N; /* (N, T), (N), (N) */
+    for (int64_t i = 0; i < N; i++) {
+        BT_ASSERT(lens[i] >= 1 && lens[i] <= T && slots[i] >= 0 && slots[i] < cache->slots);
+        for (int64_t t = 0; t < T; t++)
+            real[i * T + t] = t < lens[i];
+        last[i] = i * T + lens[i] - 1;
+        where[i] = slots[i];
+    }
+    const int64_t shape[] = {N, T};
+    bt_device dev = self->device;
+    s_pass p = {
+        .B = N, .T = T, .cache = cache, .write = bt_from_host(ctx, BT_I64, dev, 1, &N, where)};
+    bt_tensor *r = bt_from_host(ctx, BT_I64, dev, 2, shape, real);
+    p.allowed = s_allowed(ctx, dev, bt_gt_scalar(ctx, r, 0), NULL, &p, T);
+    const int64_t pshape[] = {1, T}, flat[] = {N * T, C};
+    bt_tensor *pos = bt_expand(ctx, bt_reshape(ctx, bt_arange(ctx, BT_I64, dev, T), 2, pshape), 2,
+                               shape); /* (N, T): rows start at column 0 */
+    bt_tensor *h = s_hidden_cached(self, ctx, bt_to_dtype(ctx, ids, BT_I64), &p, pos);
+    bt_tensor *at = bt_from_host(ctx, BT_I64, dev, 1, &N, last);
+    bt_tensor *logits = s_head(self, ctx, bt_index_select(ctx, bt_reshape(ctx, h, 2, flat), 0, at));
+    if (logits)
+        for (int64_t i = 0; i < N; i++)
+            cache->len[slots[i]] = lens[i];
+    free(host);
+    return logits;
+}
+
+bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, const int64_t *ids,
+                           const bool *active) {
+    int64_t S = cache->slots, H = cache->heads, keys = 1;
+    int64_t *host = malloc((size_t)(S * H + 2 * S) * sizeof *host);
+    if (!host) {
+        bt_fail(BT_ENOMEM, "bt_model_decode: out of memory");
+        return NULL;
+    }
+    int64_t *rows = host, *pos = host + S * H, *tok = pos + S;
+    for (int64_t s = 0; s < S; s++) {
+        int64_t at = active[s] ? cache->len[s] : 0; /* a free slot writes column 0 of itself */
+        if (at >= cache->max_len) {
+            free(host);
+            bt_fail(BT_ERANGE, "bt_model_decode: slot %lld is full (%lld columns)", (long long)s,
+                    (long long)cache->max_len);
+            return NULL;
+        }
+        for (int64_t h = 0; h < H; h++)
+            rows[s * H + h] = (s * H + h) * cache->max_len + at;
+        pos[s] = at;
+        tok[s] = active[s] ? ids[s] : 0;
+        keys = at + 1 > keys ? at + 1 : keys;
+    }
+    bt_device dev = self->device;
+    int64_t SH = S * H;
+    const int64_t col[] = {S, 1}, kshape[] = {1, keys}, ashape[] = {S, 1, 1, keys};
+    s_pass p = {.B = S,
+                .T = 1,
+                .cache = cache,
+                .write = bt_from_host(ctx, BT_I64, dev, 1, &SH, rows),
+                .keys = keys};
+    bt_tensor *positions = bt_from_host(ctx, BT_I64, dev, 2, col, pos); /* (S, 1) */
+    bt_tensor *kcol = bt_reshape(ctx, bt_arange(ctx, BT_I64, dev, keys), 2, kshape);
+    p.allowed =
+        bt_reshape(ctx, bt_logical_not(ctx, bt_gt_scalar(ctx, bt_sub(ctx, kcol, positions), 0)), 4,
+                   ashape); /* key column <= the slot's position */
+    const int64_t flat[] = {S, self->cfg.hidden_size};
+    bt_tensor *h =
+        s_hidden_cached(self, ctx, bt_from_host(ctx, BT_I64, dev, 2, col, tok), &p, positions);
+    bt_tensor *logits = s_head(self, ctx, bt_reshape(ctx, h, 2, flat));
+    for (int64_t s = 0; logits && s < S; s++)
+        cache->len[s] += active[s];
+    free(host);
+    return logits;
 }
 
 /* ---- model directories ------------------------------------------------------------------------

@@ -649,6 +649,12 @@ extern "C" bt_tensor *bt_index_select(bt_ctx *ctx, bt_tensor *t, int dim, bt_ten
     return s_op(ctx, "bt_index_select", [&] { return at::index_select(t->t, dim, index->t); });
 }
 
+extern "C" bt_status bt_index_copy_(bt_tensor *dst, int dim, bt_tensor *index, bt_tensor *src) {
+    if (!dst || !index || !src)
+        return s_null_input_status("bt_index_copy_");
+    return s_status("bt_index_copy_", [&] { dst->t.index_copy_(dim, index->t, src->t); });
+}
+
 extern "C" bt_status bt_copy_(bt_tensor *dst, bt_tensor *src) {
     if (!dst || !src)
         return s_null_input_status("bt_copy_");

@@ -86,11 +86,14 @@ static double s_max_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-/*  (a) Prefill of a ragged left-padded batch, then one token per step through the cache, gives the
-    logits of the full padded forward and of every row run alone. */
+/*  (a) The decode-slot cache: rows of a ragged batch prefilled into slots in another order (right
+    padding), then one token per step through bt_model_decode, give the logits of the full padded
+    forward and of every row run alone; a slot copied into another cache (a shared prompt) and a
+    compacted cache go on giving the same logits; a slot that is not active is left as it was. */
 static void test_cache_matches_full(void) {
     enum { B = 4, N = 6, TP = 7 };
     const int64_t prompt_lens[B] = {3, 7, 5, 1};
+    const int64_t slot_of[B] = {2, 0, 3, 1}; /* row b lives in slot slot_of[b] */
     int32_t seq[B][TP + N];
     const int32_t *rows[B];
     int64_t lens[B];
@@ -104,30 +107,57 @@ static void test_cache_matches_full(void) {
     bt_model *m = bt_model_new(&cfg, bt_cpu(), 1);
     bt_ctx *ctx = bt_ctx_new();
     bt_kv_cache *cache = bt_kv_cache_new(m, B, TP + N);
-    CHECK(m && cache);
-    if (!m || !cache)
+    bt_kv_cache *other = bt_kv_cache_new(m, 3, TP + N);
+    CHECK(m && cache && other);
+    if (!m || !cache || !other)
         goto out;
+    CHECK(bt_kv_cache_new(m, 1, cfg.max_position_embeddings + 1) == NULL);
 
-    static float cached[N + 1][B * V]; /* step j: after the prompt and j more tokens */
+    static float cached[N + 1][B * V]; /* step j: after the prompt and j more tokens, by row */
     int64_t ids[B * (TP + N)], mask[B * (TP + N)];
-    s_pad(B, TP, rows, prompt_lens, true, ids, mask);
-    float *l = s_host(
-        bt_model_forward_cached(m, cache, ctx, s_i64(ctx, B, TP, ids), s_i64(ctx, B, TP, mask)));
+    s_pad(B, TP, rows, prompt_lens, false, ids, mask);
+    float *l = s_host(bt_model_prefill(m, cache, ctx, s_i64(ctx, B, TP, ids), prompt_lens, slot_of));
     CHECK(l != NULL);
     if (l)
         memcpy(cached[0], l, sizeof cached[0]);
     free(l);
+    for (int b = 0; b < B; b++)
+        CHECK(bt_kv_cache_len(cache, slot_of[b]) == prompt_lens[b]);
+    /* row 1 (slot 0) is also copied into slot 2 of another cache and decoded there */
+    const int64_t to = 2;
+    CHECK_OK(bt_kv_cache_copy(other, ctx, &to, 1, cache, slot_of[1]));
+    CHECK(bt_kv_cache_len(other, 2) == prompt_lens[1]);
+    double vs_copy = 0;
     for (int j = 1; j <= N; j++) {
-        int64_t next[B], ones[B] = {1, 1, 1, 1};
+        int64_t next[B], one[3] = {0, 0, seq[1][prompt_lens[1] + j - 1]};
+        bool all[B] = {true, true, true, true}, only[3] = {false, false, true};
         for (int b = 0; b < B; b++)
-            next[b] = seq[b][prompt_lens[b] + j - 1];
-        l = s_host(
-            bt_model_forward_cached(m, cache, ctx, s_i64(ctx, B, 1, next), s_i64(ctx, B, 1, ones)));
+            next[slot_of[b]] = seq[b][prompt_lens[b] + j - 1];
+        if (j == N) { /* the last step: slots 0 and 3 (rows 1 and 2) kept, in the order 3, 0 */
+            const int64_t keep[2] = {3, 0};
+            CHECK_OK(bt_kv_cache_compact(cache, m, keep, 2));
+            CHECK(bt_kv_cache_slots(cache) == 2 && bt_kv_cache_len(cache, 0) == lens[2] - 1);
+            int64_t two[2] = {next[3], next[0]};
+            l = s_host(bt_model_decode(m, cache, ctx, two, all)); /* checked with the others */
+            if (l) {
+                memcpy(&cached[j][2 * V], &l[0], V * sizeof *l);
+                memcpy(&cached[j][1 * V], &l[V], V * sizeof *l);
+                for (int b = 0; b < B; b += 3) /* rows 0 and 3 were not computed */
+                    memset(&cached[j][b * V], 0, V * sizeof *l);
+            }
+        } else {
+            l = s_host(bt_model_decode(m, cache, ctx, next, all));
+            for (int b = 0; l && b < B; b++)
+                memcpy(&cached[j][b * V], &l[slot_of[b] * V], V * sizeof *l);
+        }
         CHECK(l != NULL);
-        if (l)
-            memcpy(cached[j], l, sizeof cached[j]);
         free(l);
+        float *c = s_host(bt_model_decode(m, other, ctx, one, only));
+        vs_copy = c ? fmax(vs_copy, s_max_diff(&c[2 * V], &cached[j][1 * V], V)) : 1;
+        free(c);
+        CHECK(bt_kv_cache_len(other, 0) == 0); /* inactive slots do not grow */
     }
+    CHECK(vs_copy < 1e-5);
 
     s_pad(B, TP + N, rows, lens, true, ids, mask);
     float *full = s_host(bt_model_forward(m, ctx, s_i64(ctx, B, TP + N, ids),
@@ -138,6 +168,8 @@ static void test_cache_matches_full(void) {
         float *alone = s_row_logits(m, ctx, seq[b], lens[b]); /* (1, lens[b], V) */
         CHECK(alone != NULL);
         for (int j = 0; j <= N && alone; j++) {
+            if (j == N && (b == 0 || b == 3))
+                continue; /* compacted away */
             const float *c = &cached[j][b * V];
             vs_full =
                 fmax(vs_full, s_max_diff(c, &full[((size_t)b * (TP + N) + TP - 1 + j) * V], V));
@@ -148,10 +180,12 @@ static void test_cache_matches_full(void) {
     }
     CHECK(vs_full < 1e-4);
     CHECK(vs_alone < 1e-4);
-    printf("cache vs full forward: max |diff| %.3g, vs rows alone %.3g\n", vs_full, vs_alone);
+    printf("slot cache vs full forward: max |diff| %.3g, vs rows alone %.3g, copied slot %.3g\n",
+           vs_full, vs_alone, vs_copy);
     free(full);
 out:
     bt_kv_cache_destroy(&cache);
+    bt_kv_cache_destroy(&other);
     bt_ctx_destroy(&ctx);
     bt_model_destroy(&m);
 }
@@ -1239,19 +1273,15 @@ static void test_bf16(void) {
     bt_kv_cache *cache = bt_kv_cache_new(m, 1, T);
     float *full = s_row_logits(m, ctx, seq[0], T); /* (1, T, V) */
     double cache_rel = 0;
-    int64_t pre[T], ones[T];
-    for (int t = 0; t < T; t++) {
+    int64_t pre[T], plen = T - N, slot = 0;
+    bool on = true;
+    for (int t = 0; t < T; t++)
         pre[t] = seq[0][t];
-        ones[t] = 1;
-    }
-    float *l = s_host(bt_model_forward_cached(m, cache, ctx, s_i64(ctx, 1, T - N, pre),
-                                              s_i64(ctx, 1, T - N, ones)));
+    float *l = s_host(bt_model_prefill(m, cache, ctx, s_i64(ctx, 1, T - N, pre), &plen, &slot));
     for (int j = 0; l && full && j <= N; j++) {
         cache_rel = fmax(cache_rel, s_rel_norm(l, &full[(size_t)(T - N - 1 + j) * V], V));
         free(l);
-        l = j < N ? s_host(bt_model_forward_cached(m, cache, ctx, s_i64(ctx, 1, 1, &pre[T - N + j]),
-                                                   s_i64(ctx, 1, 1, ones)))
-                  : NULL;
+        l = j < N ? s_host(bt_model_decode(m, cache, ctx, &pre[T - N + j], &on)) : NULL;
     }
     free(l);
     CHECK(full != NULL);

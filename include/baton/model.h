@@ -123,20 +123,44 @@ bt_tensor *bt_model_token_logprobs_packed(bt_model *self, bt_ctx *ctx, bt_tensor
                                           bt_tensor *segments, bt_tensor *positions,
                                           double temperature, bt_tensor **entropy);
 
-/*  Keys and values of past tokens for incremental decoding: per layer (B, Hkv, max_len, D) in the
-    model's precision (F32 or BF16, as autocast would cast them for attention), plus
-    which slots hold real tokens (B, max_len) and each row's next position (B).  Caller owns the
-    result; destroy with bt_kv_cache_destroy().  NULL on failure. */
+/*  Keys and values of past tokens for incremental decoding, in decode slots: per layer (slots,
+    Hkv, max_len, D) in the model's precision (F32 or BF16, as autocast would cast them for
+    attention), preallocated; slot s holds one sequence's first len(s) tokens in columns
+    [0, len(s)), position = column.  Host bookkeeping: the lengths.  Caller owns the result;
+    destroy with bt_kv_cache_destroy().  NULL on failure (max_len beyond max_position_embeddings
+    included). */
 typedef struct bt_kv_cache bt_kv_cache;
-bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t batch, int64_t max_len);
+bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t slots, int64_t max_len);
 void bt_kv_cache_destroy(bt_kv_cache **self_p);
+int64_t bt_kv_cache_slots(const bt_kv_cache *self);
+int64_t bt_kv_cache_len(const bt_kv_cache *self, int64_t slot);
+/*  Slot becomes empty (its length 0); its memory stays for the next sequence. */
+void bt_kv_cache_clear(bt_kv_cache *self, int64_t slot);
+/*  Bytes of its key and value tensors. */
+size_t bt_kv_cache_bytes(const bt_kv_cache *self);
+/*  Copies slot from of src (its len(from) columns) into slots to[0..n) of dst, whose lengths
+    become len(from): a shared prompt computed once, given to each of its sequences.  Tensors made
+    for it go in ctx. */
+bt_status bt_kv_cache_copy(bt_kv_cache *dst, bt_ctx *ctx, const int64_t *to, int64_t n,
+                           const bt_kv_cache *src, int64_t from);
+/*  Keeps slots keep[0..n) (distinct), in that order, as slots 0..n-1, and frees the others'
+    memory: the tail of a batch whose sequences ended computes only the live ones. */
+bt_status bt_kv_cache_compact(bt_kv_cache *self, const bt_model *model, const int64_t *keep,
+                              int64_t n);
 
-/*  Appends T tokens ids (B, T) with mask (B, T) to every row of cache and returns the logits
-    (B, V) F32 of the last of them.  Prefill with the (left-padded) prompts, then call it once per
-    new token with T = 1 (mask 0 for rows that have finished).  Each row's positions continue from
-    its count of real tokens so far.  Runs under no-grad.  On failure, discard the cache. */
-bt_tensor *bt_model_forward_cached(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
-                                   bt_tensor *mask);
+/*  Prefill: ids (N, T) BT_I64, row i's first lens[i] >= 1 tokens real (right padding after), run
+    through the model at positions 0.. (causal, each row alone); row i's keys and values go into
+    slot slots[i] (distinct), whose length becomes lens[i].  Returns the logits (N, V) F32 at each
+    row's last real token.  Runs under no-grad.  On failure the slots' contents are undefined. */
+bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
+                            const int64_t *lens, const int64_t *slots);
+/*  One decode step: each slot s with active[s] appends token ids[s] at column len(s) (its
+    position) and attends to its columns [0, len(s)]; returns the logits (slots, V) F32 of the
+    appended tokens (rows of inactive slots are meaningless) and adds one to each active slot's
+    length.  Host work is the slots' ids and lengths; it does not grow with the sequences.
+    BT_ERANGE (NULL) when an active slot is full.  Runs under no-grad. */
+bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, const int64_t *ids,
+                           const bool *active);
 
 /*  Writes dir/config.json, dir/model.safetensors (F32, Hugging Face names; lm_head.weight omitted
     when tied) and the files of tok (NULL: the byte-level tokenizer), creating dir if needed. */

@@ -31,11 +31,19 @@ typedef struct bt_sample_config {
                             checkpoint may pad vocab_size past its tokenizer (Qwen: 151,936
                             logits, 151,669 ids), and a padded id cannot be decoded; 0 = every
                             logit */
+    int64_t slots;       /* bt_generate's decode slots (sequences computed at once); 0: one per
+                            sequence of the call */
+    const int64_t *max_new_each; /* (batch) each sequence's own length limit, at most
+                                    max_new_tokens (more counts as it), or NULL: max_new_tokens */
 } bt_sample_config;
 
 /*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own, no
-    vocab_limit. */
+    vocab_limit, slots 0, no per-sequence limits. */
 void bt_sample_config_init(bt_sample_config *cfg);
+
+/*  BT_EINVAL naming the field when cfg is out of range, or sampled (temperature > 0) without draws
+    (have_draws false). */
+bt_status bt_sample_check_config(const bt_sample_config *cfg, bool have_draws);
 
 /*  Logits (B, V) with every token outside the filters set to -inf: first the top_k largest
     (ties with the k-th are kept), then, among those, the smallest set of most likely tokens whose
@@ -71,18 +79,26 @@ typedef struct bt_generation {
     float *logprobs;          /* (batch, max_new_tokens) log-prob of each, as bt_sample_next */
     int64_t *lengths;         /* (batch) generated tokens, the EOS included */
     bt_finish_reason *finish; /* (batch) */
+    /* what it cost: */
+    int64_t prefill_tokens; /* prompt tokens computed before decoding */
+    int64_t decode_steps;   /* model calls of one token per sequence */
+    int64_t slot_steps;     /* tokens those calls computed for live sequences */
+    size_t peak_kv_bytes;   /* largest KV cache held (engine; 0 for the reference) */
 } bt_generation;
 
 void bt_generation_init(bt_generation *g);
 void bt_generation_release(bt_generation *g);
 
-/*  Samples up to cfg->max_new_tokens tokens after each of batch prompts (prompts[b] holds
-    prompt_lens[b] >= 1 ids, as bt_tokenizer_encode writes them) under no-grad.  A row stops when it
-    samples a stop token; it then emits the pad id (pad_token_id, else eos_token_id, else 0) and is
-    masked out.  keys (batch) name each row's draws: the token of row b at step s is drawn with
-    bt_rng_uniform(bt_rng_key(keys[b], s)) (bt_sample_next), so a row's tokens depend on its prompt
-    and its key alone, whatever else shares the batch; keys may be NULL when greedy.  Fills *out,
-    releasing what it held; on failure *out is empty. */
+/*  Samples up to cfg->max_new_tokens tokens (row b: its max_new_each[b]) after each of batch
+    prompts (prompts[b] holds prompt_lens[b] >= 1 ids, as bt_tokenizer_encode writes them) under
+    no-grad.  A row stops when it samples a stop token or reaches its limit; the rest of its row
+    holds the pad id (pad_token_id, else eos_token_id, else 0).  keys (batch) name each row's
+    draws: the token of row b at step s is drawn with bt_rng_uniform(bt_rng_key(keys[b], s))
+    (bt_sample_next), so a row's tokens depend on its prompt and its key alone, whatever else
+    shares the batch and whatever slot it runs in; keys may be NULL when greedy.  With use_cache
+    the decode-slot engine runs it (generate.c: each distinct prompt prefilled once, cfg->slots
+    slots refilled as sequences end); without, the reference recomputes every row whole for every
+    token.  Fills *out, releasing what it held; on failure *out is empty. */
 bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int64_t *prompt_lens,
                       int64_t batch, const bt_sample_config *cfg, const uint64_t *keys,
                       bt_generation *out);

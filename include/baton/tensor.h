@@ -140,6 +140,9 @@ bt_tensor *bt_index_select(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index)
 /*  In place: copies src (broadcast) into dst, which may be a view.  Not recorded by autograd
     when grad mode is off. */
 bt_status bt_copy_(bt_tensor *dst, bt_tensor *src);
+/*  In place: dst's slices at index (BT_I64, 1-D) along dim become src's, in order (as
+    Tensor.index_copy_); dst may be a view. */
+bt_status bt_index_copy_(bt_tensor *dst, int dim, bt_tensor *index, bt_tensor *src);
 
 /* ---- elementwise (broadcasting) ------------------------------------------------------------- */
 bt_tensor *bt_add(bt_ctx *ctx, bt_tensor *a, bt_tensor *b);
