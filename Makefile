@@ -45,8 +45,11 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The benchmarks; bench_rollout's PyTorch peer needs Debian's python3-torch (installed here).
 bench: build
-	@for b in $(BUILD)/bench_*; do case "$$b" in *bench_logits) continue;; esac; [ -x "$$b" ] && "$$b"; done
+	@$(MAKE) --no-print-directory deps DEBS=python3-torch
+	@for b in $(BUILD)/bench_*; do case "$$b" in *bench_logits) continue;; esac; \
+	  [ -x "$$b" ] && BATON_SOURCE_DIR=$(CURDIR) "$$b"; done
 
 clean:
 	rm -rf $(BUILD)

@@ -11,6 +11,7 @@
     BATON_PYTHON (default /usr/bin/python3), BATON_BENCH_STEPS (default 100),
     BATON_BENCH_ETA (default 1), BATON_BENCH_REPEAT (default 1). */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/blas.h"
 #include "baton/fileio.h"
 #include "baton/status.h"
 
@@ -83,7 +84,9 @@ static int s_shell(const char *cmd) {
     return rc;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     const char *src = s_env("BATON_SOURCE_DIR", "."), *bin = s_env("BATON_BIN", "./build/baton");
     const char *python = s_env("BATON_PYTHON", "/usr/bin/python3");
     int steps = atoi(s_env("BATON_BENCH_STEPS", "100")), eta = atoi(s_env("BATON_BENCH_ETA", "1"));

@@ -19,6 +19,7 @@
        "rss_after_fetch_mb":..}
     Usage: bench_dataset (BATON_BENCH_LINES: the line count) */
 #define _DEFAULT_SOURCE /* setenv */
+#include "baton/blas.h"
 #include "baton/dataset.h"
 #include "baton/source.h"
 
@@ -80,7 +81,9 @@ static double s_read(const char *path) {
     return sum == 0xffffffffu ? -s : s;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     long lines = getenv("BATON_BENCH_LINES") ? atol(getenv("BATON_BENCH_LINES")) : 10000000;
     if (lines < 1)
         lines = 1;

@@ -8,6 +8,7 @@
    else libtorch's default (1 here). */
 #define _POSIX_C_SOURCE 200809L
 #include "../tests/grpo_reference.h"
+#include "baton/blas.h"
 #include "baton/evaluator.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
@@ -219,7 +220,9 @@ static int64_t s_drop_flat_groups(bt_rollout_batch *b, double *adv) {
     return kept;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     if (bt_threads_from_env() != BT_OK)
         s_die("environment");
     s_read_env();

@@ -6,6 +6,7 @@
     Environment: BATON_THREADS (default: libtorch's), BATON_DEVICE (default cpu). */
 #define _POSIX_C_SOURCE 200809L
 
+#include "baton/blas.h"
 #include "baton/model.h"
 #include "baton/rng.h"
 #include "baton/sample.h"
@@ -101,7 +102,9 @@ static bool s_time_sampler(bt_device device, double *keyed, double *peer) {
     return ok;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     const char *env_device = getenv("BATON_DEVICE");
     if (bt_threads_from_env() != BT_OK) {
         fprintf(stderr, "bench_generate: %s\n", bt_last_error());

@@ -5,13 +5,16 @@
     Environment: BATON_SOURCE_DIR (default "."), BATON_BENCH_STEPS (default 20). */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/baton.h"
+#include "baton/blas.h"
 #include "baton/fileio.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     const char *src = getenv("BATON_SOURCE_DIR") ? getenv("BATON_SOURCE_DIR") : ".";
     const char *steps = getenv("BATON_BENCH_STEPS") ? getenv("BATON_BENCH_STEPS") : "20";
     char path[1024], set_steps[64], *text = NULL;

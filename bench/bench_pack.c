@@ -8,12 +8,13 @@
     one JSON line per mode.
     Usage: bench_pack [SEQUENCES [ROUNDS]] (64 and 3: about 40 s on 2 cores).
     Threads: BATON_THREADS, else libtorch's default. */
+#include "../tests/grpo_reference.h"
+#include "baton/blas.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/rollout.h"
 #include "baton/tensor.h"
 #include "baton/trainer.h"
-#include "../tests/grpo_reference.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +72,7 @@ static void s_batch(int64_t n, bt_rollout_batch *b, double *adv) {
 }
 
 int main(int argc, char **argv) {
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     int64_t n = argc > 1 ? atoll(argv[1]) : 64;
     int rounds = argc > 2 ? atoi(argv[2]) : 3;
     if (n < S_GROUP || n % S_GROUP || rounds < 1) {

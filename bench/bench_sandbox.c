@@ -12,6 +12,7 @@
     does, since every run clones this process (its page tables are copied, its pages marked
     copy-on-write); the line then carries "rss_mb". */
 #define _GNU_SOURCE
+#include "baton/blas.h"
 #include "baton/code.h"
 #include "baton/sandbox.h"
 
@@ -87,7 +88,9 @@ static double s_pool(int n, int runs, bool sandboxed, bt_sandbox_isolation *isol
     return rate;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     int runs = getenv("BATON_BENCH_RUNS") ? atoi(getenv("BATON_BENCH_RUNS")) : 40;
     size_t rss_mb =
         getenv("BATON_BENCH_RSS_MB") ? strtoull(getenv("BATON_BENCH_RSS_MB"), 0, 10) : 0;

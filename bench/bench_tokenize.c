@@ -8,6 +8,7 @@
        "node_mb_s":B,"ratio":A/B}
     Usage: bench_tokenize (BATON_SOURCE_DIR: the repository; default: the build folder's parent) */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/blas.h"
 #include "baton/buf.h"
 #include "baton/fileio.h"
 #include "baton/tokenizer.h"
@@ -119,7 +120,9 @@ static void s_bench(const char *root, const char *src, const char *name, const s
            node_s > 0 ? node_s / baton_s : 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     char exe[4096], src[4200], root[4200];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = '\0';

@@ -3,14 +3,15 @@
     GEMM peak libtorch reaches on this machine, measured in the same run.  Prints JSON lines.
     Threads: BATON_THREADS, else libtorch's default. */
 #define _POSIX_C_SOURCE 200809L
+#include "../tests/grpo_reference.h"
+#include "baton/blas.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/tensor.h"
-#include "../tests/grpo_reference.h"
 
 #include <stdio.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /*  The GRPO settings these benchmarks were written against, stated here rather than taken from a
@@ -79,7 +80,9 @@ static double s_train_step(bt_model *m, bt_adamw *opt, const bt_grpo_config *gc,
     return bt_now() - t0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     if (bt_threads_from_env() != BT_OK)
         s_die("environment");
     int threads = bt_get_num_threads();

@@ -9,6 +9,7 @@
     warm-up, as is memcpy's.  Target: ratio = tcp / memcpy >= 0.25.  Prints one JSON line; rates
     in GB/s (10^9 bytes per second).  Environment: BATON_BENCH_MB (default 100, in MiB). */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/blas.h"
 #include "baton/msg.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
@@ -112,7 +113,9 @@ static double s_memcpy_best(size_t bytes) {
     return best;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     size_t mib = getenv("BATON_BENCH_MB") ? (size_t)atol(getenv("BATON_BENCH_MB")) : 100;
     size_t bytes = mib << 20;
     /* As main() of every baton process begins; it also links the ATen shim, whose allocator

@@ -1,6 +1,8 @@
 /*  main.c — `baton COMMAND [ARGS]`: dispatches to the subcommands in cli/. */
 #include "cli.h"
 
+#include "baton/blas.h"
+
 #include "baton/tensor.h"
 
 #include <signal.h>
@@ -50,6 +52,7 @@ int bt_cli_usage_error(const char *fmt, ...) {
 }
 
 int main(int argc, char **argv) {
+    bt_blas_reexec(argv); /* OpenBLAS's own kernel when it fell back to a generic one (blas.h) */
     /* A write to a socket whose peer died must fail, not kill: Gloo's collectives write with
        writev(2), which raises SIGPIPE when a rank's peer was killed; its default action ended the
        surviving rank without a word (test_dp's elastic run re-formed with 1 rank of 2).  Ignored,
