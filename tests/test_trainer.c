@@ -390,6 +390,42 @@ static void s_check_same_stats(const bt_trainer_stats *a, const bt_trainer_stats
     CHECK(a->lr == b->lr);
 }
 
+/*  GRPO steps of trainers tr[0..n) on b with each loss aggregation, KL, entropy and both clips
+    active; tr[n-1] is the control, whose advantage of completion 10 is 1% off.  Checks that every
+    statistic of tr[1..n-1) equals tr[0]'s and returns the largest relative gradient difference of
+    theirs from tr[0]'s; *control gets the smallest of the control's, st[0..n) the first
+    aggregation's statistics. */
+static double s_steps_agree(bt_trainer_t *const *tr, int n, const bt_rollout_batch *b,
+                            const double *adv, bt_trainer_stats *st, double *control) {
+    double adv_off[64], worst = 0;
+    CHECK(b->n <= 64 && n <= 8);
+    memcpy(adv_off, adv, (size_t)b->n * sizeof *adv);
+    adv_off[10] *= 1.01;
+    *control = 1;
+    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
+                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
+    for (int a = 0; a < 3; a++) {
+        bt_grpo_config gc = bt_test_grpo_config();
+        gc.kl_coef = 0.05;
+        gc.entropy_coef = 0.01;
+        gc.loss_agg = aggs[a];
+        gc.max_tokens = 40;
+        bt_trainer_stats here[8];
+        for (int k = 0; k < n; k++)
+            CHECK_OK(
+                bt_trainer_grpo_step(tr[k], b, k == n - 1 ? adv_off : adv, 0.0, &gc, &here[k]));
+        CHECK(here[0].kl > 0 && here[0].clip_frac > 0 && here[0].entropy > 0);
+        for (int k = 1; k < n - 1; k++) {
+            s_check_same_stats(&here[k], &here[0]);
+            worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
+        }
+        *control = fmin(*control, s_grad_rel_diff(tr[n - 1], tr[0]));
+        if (a == 0)
+            memcpy(st, here, (size_t)n * sizeof *st);
+    }
+    return worst;
+}
+
 /*  The same batch through every batching mode, unshared (grpo.share_prefix off): the gradients of
     GRPO steps (each loss
     aggregation, with KL, entropy and both clips active) and of an SFT step, and the step's
@@ -406,39 +442,18 @@ static void test_batching(void) {
         s_grad_trainer(BT_BATCHING_PAD, 5, 0, false)};   /* the control */
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    double adv[24], adv_off[24];
+    double adv[24], control = 1;
     s_spread_batch(bt_trainer_policy(tr[0]), 0.9, &b, adv);
-    memcpy(adv_off, adv, sizeof adv);
-    adv_off[10] *= 1.01;
     double real = 0;
     for (int64_t c = 0; c < 24; c++)
         real += (double)(b.prompt_lens[c] + b.lengths[c]);
-
-    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
-                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
-    double worst = 0, control = 1;
-    for (int a = 0; a < 3; a++) {
-        bt_grpo_config gc = bt_test_grpo_config();
-        gc.kl_coef = 0.05;
-        gc.entropy_coef = 0.01;
-        gc.loss_agg = aggs[a];
-        gc.max_tokens = 40;
-        bt_trainer_stats st[MODES + 1];
-        for (int k = 0; k <= MODES; k++)
-            CHECK_OK(bt_trainer_grpo_step(tr[k], &b, k == MODES ? adv_off : adv, 0.0, &gc, &st[k]));
-        CHECK(st[0].kl > 0 && st[0].clip_frac > 0 && st[0].entropy > 0);
-        for (int k = 1; k < MODES; k++) {
-            s_check_same_stats(&st[k], &st[0]);
-            worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
-        }
-        control = fmin(control, s_grad_rel_diff(tr[MODES], tr[0]));
-        if (a == 0) { /* padding: pad > bucket > pack, and every slot is a token or padding */
-            printf("token slots for %.0f tokens: pad %.0f, bucket %.0f, pack %.0f and %.0f\n", real,
-                   st[0].slots, st[1].slots, st[2].slots, st[3].slots);
-            CHECK(st[0].slots > st[1].slots && st[1].slots > st[2].slots);
-            CHECK(st[2].slots >= real && st[3].slots >= real);
-        }
-    }
+    bt_trainer_stats st[MODES + 1];
+    double worst = s_steps_agree(tr, MODES + 1, &b, adv, st, &control);
+    /* padding: pad > bucket > pack, and every slot is a token or padding */
+    printf("token slots for %.0f tokens: pad %.0f, bucket %.0f, pack %.0f and %.0f\n", real,
+           st[0].slots, st[1].slots, st[2].slots, st[3].slots);
+    CHECK(st[0].slots > st[1].slots && st[1].slots > st[2].slots);
+    CHECK(st[2].slots >= real && st[3].slots >= real);
     bt_trainer_stats sft[MODES];
     for (int k = 0; k < MODES; k++)
         CHECK_OK(bt_trainer_sft_step(tr[k], &b, 0.0, &sft[k]));
@@ -488,40 +503,19 @@ static void test_share_prefix(void) {
     const double want_shared[N] = {0, 116, 116, 78, 116, 116, 116};
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    double adv[24], adv_off[24];
+    double adv[24], control = 1;
     s_spread_batch_mixed(bt_trainer_policy(tr[0]), 0.9, &b, adv);
-    memcpy(adv_off, adv, sizeof adv);
-    adv_off[10] *= 1.01;
     double real = 0;
     for (int64_t c = 0; c < 24; c++)
         real += (double)(b.prompt_lens[c] + b.lengths[c]);
-    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
-                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
-    double worst = 0, control = 1;
-    for (int a = 0; a < 3; a++) {
-        bt_grpo_config gc = bt_test_grpo_config();
-        gc.kl_coef = 0.05;
-        gc.entropy_coef = 0.01;
-        gc.loss_agg = aggs[a];
-        gc.max_tokens = 40;
-        bt_trainer_stats st[N];
-        for (int k = 0; k < N; k++)
-            CHECK_OK(bt_trainer_grpo_step(tr[k], &b, k == N - 1 ? adv_off : adv, 0.0, &gc, &st[k]));
-        CHECK(st[0].kl > 0 && st[0].clip_frac > 0 && st[0].entropy > 0);
-        for (int k = 1; k < N - 1; k++) {
-            s_check_same_stats(&st[k], &st[0]);
-            worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
-        }
-        control = fmin(control, s_grad_rel_diff(tr[N - 1], tr[0]));
-        for (int k = 0; k < N; k++)
-            CHECK(st[k].shared == want_shared[k]);
-        if (a == 0)
-            printf("share_prefix: token slots %.0f unshared (pad), shared: pad %.0f, bucket %.0f "
-                   "and %.0f (micro_batch 3), pack %.0f and %.0f\n",
-                   st[0].slots, st[1].slots, st[2].slots, st[3].slots, st[4].slots, st[5].slots);
-        for (int k = 1; k < N; k++) /* every slot a token or padding, each shared prompt once */
-            CHECK(st[k].slots >= real - want_shared[k] && st[k].slots < st[0].slots);
-    }
+    bt_trainer_stats st[N];
+    double worst = s_steps_agree(tr, N, &b, adv, st, &control);
+    printf("share_prefix: token slots %.0f unshared (pad), shared: pad %.0f, bucket %.0f and %.0f "
+           "(micro_batch 3), pack %.0f and %.0f\n",
+           st[0].slots, st[1].slots, st[2].slots, st[3].slots, st[4].slots, st[5].slots);
+    for (int k = 0; k < N; k++) /* every slot a token or padding, each shared prompt once */
+        CHECK(st[k].shared == want_shared[k] && st[k].slots >= real - want_shared[k] &&
+              (k == 0 || st[k].slots < st[0].slots));
     bt_trainer_stats sft[2];
     for (int k = 0; k < 2; k++)
         CHECK_OK(bt_trainer_sft_step(tr[k], &b, 0.0, &sft[k]));
