@@ -8,12 +8,12 @@
     one JSON line per mode.
     Usage: bench_pack [SEQUENCES [ROUNDS]] (64 and 3: about 40 s on 2 cores).
     Threads: BATON_THREADS, else libtorch's default. */
+#include "../tests/grpo_reference.h"
 #include "baton/grpo.h"
 #include "baton/model.h"
 #include "baton/rollout.h"
 #include "baton/tensor.h"
 #include "baton/trainer.h"
-#include "../tests/grpo_reference.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -107,6 +107,7 @@ int main(int argc, char **argv) {
         bt_trainer_config_init(&tc);
         tc.micro_batch = 16;
         tc.batching = (bt_batching)k;
+        tc.share_prefix = false; /* the batchings alone: bench_share_prefix measures sharing */
         tr[k] = m ? bt_trainer_new(&m, &tc) : NULL;
         if (!tr[k])
             s_die("trainer");
