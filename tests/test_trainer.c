@@ -1,7 +1,8 @@
 /*  test_trainer.c — the rollout, trainer and evaluator cores on a tiny Llama model: the GRPO step's
     loss against bt_grpo_loss on independently built tensors and against its closed form at ratio 1,
     the completion mask against unpadded per-row log-probs, exact micro-batch accumulation, the
-    same gradients and statistics from every batching mode (pad, bucket, pack), SFT learning,
+    same gradients and statistics from every batching mode (pad, bucket, pack) and with each group's
+    prompt shared (grpo.share_prefix), data-parallel ranks against one trainer, SFT learning,
    rollout records against recomputation, evaluation shards, weight transfer, and bf16 autocast
    training (float32 master weights and AdamW state, float32-like loss curves). */
 #include "baton/evaluator.h"
