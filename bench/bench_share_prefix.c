@@ -8,7 +8,7 @@
     is the ratio of step times.  The two trainers take turns and start from the same weights; the
     loss of their first steps is printed as a check that they compute the same update.  Prints one
     JSON line per layout.
-    Usage: bench_share_prefix [GROUPS [ROUNDS [HIDDEN LAYERS]]] (2, 2, 512, 8: about 2 minutes on
+    Usage: bench_share_prefix [GROUPS [ROUNDS [HIDDEN LAYERS]]] (2, 2, 512, 8: about 4 minutes on
     2 cores).  Threads: BATON_THREADS, else libtorch's default. */
 #include "../tests/grpo_reference.h"
 #include "baton/grpo.h"
