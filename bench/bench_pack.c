@@ -109,6 +109,7 @@ int main(int argc, char **argv) {
         bt_trainer_config_init(&tc);
         tc.micro_batch = 16;
         tc.batching = (bt_batching)k;
+        tc.share_prefix = false; /* the batchings alone: bench_share_prefix measures sharing */
         tr[k] = m ? bt_trainer_new(&m, &tc) : NULL;
         if (!tr[k])
             s_die("trainer");

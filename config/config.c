@@ -220,6 +220,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("grpo.micro_batch", grpo.micro_batch, 64, 1, S_INF),
     S_ENUM_KEY("grpo.batching", grpo.batching, BT_BATCHING_BUCKET, s_batchings),
     S_INT_KEY("grpo.pack_tokens", grpo.pack_tokens, 0, 0, S_INF),
+    S_BOOL_KEY("grpo.share_prefix", grpo.share_prefix, true),
     S_BOOL_KEY("grpo.dynamic_sampling", grpo.dynamic_sampling, false),
     S_INT_KEY("grpo.max_staleness", grpo.max_staleness, 0, 0, 16),
     S_ENUM_KEY("grpo.async_objective", grpo.async_objective, 0, s_async_objectives),

@@ -733,6 +733,48 @@ static bt_tensor *s_allowed(bt_ctx *ctx, bt_device dev, bt_tensor *real, bt_tens
     return bt_logical_and(ctx, causal, bt_logical_or(ctx, key, self)); /* (B, 1, T, Tk) */
 }
 
+/*  Allowed (B, 1, T, T) of packed rows with shared prefixes: s_allowed's block-diagonal causal
+    mask, and a query whose prefix (B, T) BT_I64 names a segment also sees that segment's keys at
+    or before it.  seg (B, T) BT_I64; p a full forward's pass. */
+static bt_tensor *s_allowed_shared(bt_ctx *ctx, bt_device dev, bt_tensor *seg, bt_tensor *prefix,
+                                   const s_pass *p) {
+    const int64_t qshape[] = {p->T, 1}, kshape[] = {1, p->T};
+    const int64_t sq[] = {p->B, 1, p->T, 1}, sk[] = {p->B, 1, 1, p->T};
+    bt_tensor *slot = bt_arange(ctx, BT_I64, dev, p->T);
+    bt_tensor *ahead = bt_sub(ctx, bt_reshape(ctx, slot, 2, kshape),
+                              bt_reshape(ctx, slot, 2, qshape)); /* (T, T) */
+    bt_tensor *causal = bt_logical_not(ctx, bt_gt_scalar(ctx, ahead, 0));
+    bt_tensor *pq = bt_reshape(ctx, prefix, 4, sq); /* (B, 1, T, 1) */
+    bt_tensor *of_prefix = bt_logical_and(ctx, bt_eq(ctx, pq, bt_reshape(ctx, seg, 4, sk)),
+                                          bt_gt_scalar(ctx, pq, 0)); /* (B, 1, T, T) */
+    bt_tensor *own = s_allowed(ctx, dev, bt_gt_scalar(ctx, seg, 0), seg, p, p->T);
+    return bt_logical_or(ctx, own, bt_logical_and(ctx, causal, of_prefix)); /* (B, 1, T, T) */
+}
+
+/*  The output row that predicts each token of shared-prefix rows: for the token at column q
+    (1..T-1) the last key before q it may attend to under allowed (B, 1, T, T), or q - 1 when it
+    has none (a segment's first token without a prefix, padding).  Returns (B * (T-1)) BT_I64
+    indices into the (B * T) rows of the flattened output, element (b, q-1) at b * (T-1) + q-1.
+    Integer arithmetic throughout (a double scalar would promote to float). */
+static bt_tensor *s_sources(bt_ctx *ctx, bt_device dev, bt_tensor *allowed, int64_t B, int64_t T) {
+    const int64_t qshape[] = {T, 1}, kshape[] = {1, T}, bshape[] = {B, 1}, rows[] = {B, T};
+    const int64_t one_shape[] = {1}, flat[] = {B * (T - 1)};
+    bt_tensor *one = bt_full(ctx, BT_I64, dev, 1, one_shape, 1.0);
+    bt_tensor *width = bt_full(ctx, BT_I64, dev, 1, one_shape, (double)T);
+    bt_tensor *slot = bt_arange(ctx, BT_I64, dev, T);
+    bt_tensor *key = bt_reshape(ctx, slot, 2, kshape); /* (1, T) */
+    bt_tensor *before = bt_lt_scalar(ctx, bt_sub(ctx, key, bt_reshape(ctx, slot, 2, qshape)), 0);
+    bt_tensor *seen = bt_to_dtype(ctx, bt_logical_and(ctx, allowed, before), BT_I64);
+    bt_tensor *last =
+        bt_reshape(ctx, bt_max(ctx, bt_mul(ctx, seen, bt_add(ctx, key, one)), -1, false), 2,
+                   rows); /* (B, T): the last key seen before + 1, 0 for none */
+    bt_tensor *src = bt_where(ctx, bt_gt_scalar(ctx, last, 0), bt_sub(ctx, last, one),
+                              bt_sub(ctx, slot, one)); /* (B, T) */
+    bt_tensor *base =
+        bt_reshape(ctx, bt_mul(ctx, bt_arange(ctx, BT_I64, dev, B), width), 2, bshape);
+    return bt_reshape(ctx, bt_add(ctx, bt_slice(ctx, src, 1, 1, T, 1), base), 1, flat);
+}
+
 static bt_status s_check_batch(const char *op, bt_tensor *ids, bt_tensor *mask) {
     if (!ids || !mask)
         return bt_last_error()[0] ? BT_EINVAL : bt_fail(BT_EINVAL, "%s: NULL ids or mask", op);
@@ -742,17 +784,21 @@ static bt_status s_check_batch(const char *op, bt_tensor *ids, bt_tensor *mask) 
     return BT_OK;
 }
 
-/*  A full forward's rows: padded (mask) or packed (seg and pos; mask NULL). */
+/*  A full forward's rows: padded (mask) or packed (seg and pos, with prefix when prefixes are
+    shared; mask NULL). */
 typedef struct s_rows {
-    bt_tensor *mask; /* (B, T) or NULL */
-    bt_tensor *seg;  /* (B, T) segment ids, or NULL */
-    bt_tensor *pos;  /* (B, T) positions, or NULL */
+    bt_tensor *mask;   /* (B, T) or NULL */
+    bt_tensor *seg;    /* (B, T) segment ids, or NULL */
+    bt_tensor *prefix; /* (B, T) the segment each token's segment continues (0: none), or NULL */
+    bt_tensor *pos;    /* (B, T) positions, or NULL */
 } s_rows;
 
 static bt_status s_check_rows(const char *op, bt_tensor *ids, const s_rows *r) {
     if (r->mask)
         return s_check_batch(op, ids, r->mask);
     BT_TRY(s_check_batch(op, ids, r->seg));
+    if (r->prefix)
+        BT_TRY(s_check_batch(op, ids, r->prefix));
     return s_check_batch(op, ids, r->pos);
 }
 
@@ -765,7 +811,9 @@ static bt_tensor *s_forward(bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_ro
     bt_tensor *pos = r->pos ? bt_to_dtype(ctx, r->pos, BT_I64) : s_positions(ctx, m64, NULL);
     if (s_rope_tables(m, ctx, pos, &p) != BT_OK)
         return NULL;
-    p.allowed = s_allowed(ctx, m->device, bt_gt_scalar(ctx, m64, 0), seg, &p, p.T);
+    p.allowed = r->prefix
+                    ? s_allowed_shared(ctx, m->device, seg, bt_to_dtype(ctx, r->prefix, BT_I64), &p)
+                    : s_allowed(ctx, m->device, bt_gt_scalar(ctx, m64, 0), seg, &p, p.T);
     return bt_linear(ctx, s_hidden(m, ctx, ids, &p), m->lm_head); /* (B, T, V) */
 }
 
@@ -794,6 +842,14 @@ bt_tensor *bt_model_forward_packed(bt_model *self, bt_ctx *ctx, bt_tensor *ids, 
     return s_forward_scoped(self, ctx, ids, &r);
 }
 
+bt_tensor *bt_model_forward_shared(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *segments,
+                                   bt_tensor *prefix, bt_tensor *positions) {
+    const s_rows r = {.seg = segments, .prefix = prefix, .pos = positions};
+    if (s_check_rows("bt_model_forward_shared", ids, &r) != BT_OK)
+        return NULL;
+    return s_forward_scoped(self, ctx, ids, &r);
+}
+
 static bt_tensor *s_token_logprobs(bt_model *self, bt_ctx *ctx, const char *op, bt_tensor *ids,
                                    const s_rows *r, double temperature, bt_tensor **entropy) {
     if (s_check_rows(op, ids, r) != BT_OK)
@@ -804,7 +860,21 @@ static bt_tensor *s_token_logprobs(bt_model *self, bt_ctx *ctx, const char *op, 
                 (long long)T, temperature);
         return NULL;
     }
-    bt_tensor *logits = bt_slice(ctx, s_forward_scoped(self, ctx, ids, r), 1, 0, T - 1, 1);
+    bt_tensor *logits = s_forward_scoped(self, ctx, ids, r); /* (B, T, V) */
+    if (r->prefix) { /* a continuation's first token is predicted by its prefix's last row */
+        const s_pass p = {.B = B, .T = T};
+        int64_t V = bt_model_get_config(self)->vocab_size;
+        const int64_t all[] = {B * T, V}, picked[] = {B, T - 1, V};
+        bt_tensor *seg = bt_to_dtype(ctx, r->seg, BT_I64);
+        bt_tensor *allowed =
+            s_allowed_shared(ctx, self->device, seg, bt_to_dtype(ctx, r->prefix, BT_I64), &p);
+        logits = bt_reshape(ctx,
+                            bt_index_select(ctx, bt_reshape(ctx, logits, 2, all), 0,
+                                            s_sources(ctx, self->device, allowed, B, T)),
+                            3, picked); /* (B, T-1, V) */
+    } else {
+        logits = bt_slice(ctx, logits, 1, 0, T - 1, 1); /* (B, T-1, V) */
+    }
     bt_tensor *logp = bt_log_softmax(ctx, bt_mul_scalar(ctx, logits, 1.0 / temperature), -1);
     bt_tensor *next = bt_unsqueeze(ctx, bt_slice(ctx, ids, 1, 1, T, 1), -1); /* (B, T-1, 1) */
     const int64_t shape[] = {B, T - 1};
@@ -825,6 +895,15 @@ bt_tensor *bt_model_token_logprobs_packed(bt_model *self, bt_ctx *ctx, bt_tensor
                                           double temperature, bt_tensor **entropy) {
     const s_rows r = {.seg = segments, .pos = positions};
     return s_token_logprobs(self, ctx, "bt_model_token_logprobs_packed", ids, &r, temperature,
+                            entropy);
+}
+
+bt_tensor *bt_model_token_logprobs_shared(bt_model *self, bt_ctx *ctx, bt_tensor *ids,
+                                          bt_tensor *segments, bt_tensor *prefix,
+                                          bt_tensor *positions, double temperature,
+                                          bt_tensor **entropy) {
+    const s_rows r = {.seg = segments, .prefix = prefix, .pos = positions};
+    return s_token_logprobs(self, ctx, "bt_model_token_logprobs_shared", ids, &r, temperature,
                             entropy);
 }
 

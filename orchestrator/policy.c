@@ -397,8 +397,8 @@ static bt_status s_log_trained(bt_policy *self) {
 static bt_status s_train_end(bt_policy *self) {
     bt_status st = bt_trainer_stats_from_msg(self->tr.job.result, &self->ts);
     bt_group_release(self);
-    double real = 0; /* tokens of the trained rows: what the trainer's slots hold besides padding */
-    for (int64_t i = 0; i < self->batch.n; i++)
+    double real = -self->ts.shared; /* what the trainer's slots hold besides padding: the */
+    for (int64_t i = 0; i < self->batch.n; i++) /* rows' tokens, each shared prompt once */
         real += (double)(self->batch.prompt_lens[i] + self->batch.lengths[i]);
     self->padding = st == BT_OK && self->ts.slots > 0 ? 1.0 - real / self->ts.slots : NAN;
     if (st == BT_OK && self->cfg->debug.log_prompts)

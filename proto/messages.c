@@ -334,6 +334,7 @@ bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg) {
     BT_TRY(s_set_stat(msg, "stats.grad_norm", s->grad_norm, &bad));
     BT_TRY(s_set_stat(msg, "stats.tokens", s->tokens, &bad));
     BT_TRY(s_set_stat(msg, "stats.slots", s->slots, &bad));
+    BT_TRY(s_set_stat(msg, "stats.shared", s->shared, &bad));
     BT_TRY(bt_msg_set_double(msg, "stats.lr", s->lr));
     BT_TRY(bt_msg_set_int(msg, "stats.sequences", s->sequences));
     BT_TRY(bt_msg_set_bool(msg, "stats.finite", bad == 0));
@@ -357,6 +358,7 @@ bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) 
     BT_TRY(s_get_stat(msg, "stats.grad_norm", 0, big, f, &out->grad_norm));
     BT_TRY(s_get_stat(msg, "stats.tokens", 0, big, f, &out->tokens));
     BT_TRY(s_get_stat(msg, "stats.slots", 0, big, f, &out->slots));
+    BT_TRY(s_get_stat(msg, "stats.shared", 0, big, f, &out->shared));
     BT_TRY(bt_msg_get_double(msg, "stats.lr", 0, 1e3, &out->lr));
     BT_TRY(bt_msg_get_int(msg, "stats.sequences", 0, BT_WIRE_INT_MAX, &out->sequences));
     return bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &out->version);

@@ -307,6 +307,132 @@ static void test_packing(void) {
     bt_model_destroy(&m);
 }
 
+/*  (b'') Shared prefixes: row 0 holds a prompt of 6 tokens with responses of 4, 3 and 5 tokens,
+    then a plain sequence of 5; row 1 a prompt of 3 with responses of 2 and 6, then padding.  Each
+    response's logits, log-probs and entropies equal those of prompt ++ response alone, its first
+    token read from the prompt's last output row (element r-1 of a response at column r).  Without
+    the prefix marking, or with response positions restarting at 0, they do not.  Changing one
+    token of one response leaves every other sequence's log-probs as they were. */
+typedef struct s_share_layout {
+    int64_t row, col, prompt_col, P, L; /* a response of L at col after a prompt of P at prompt_col;
+                                           P = 0: a plain sequence of L at col */
+} s_share_layout;
+
+static void s_share_fill(const s_share_layout *sq, int n, int32_t (*tok)[16], int64_t T,
+                         int64_t *ids, int64_t *seg, int64_t *pre, int64_t *pos, int64_t *run_pos) {
+    for (int i = 0; i < n; i++) {
+        const s_share_layout *s = &sq[i];
+        for (int64_t t = 0; t < s->P + s->L; t++) { /* the prompt again for each: the same ids */
+            int64_t at = s->row * T + (t < s->P ? s->prompt_col + t : s->col + t - s->P);
+            ids[at] = tok[i][t];
+            seg[at] = (t < s->P ? s->prompt_col : s->col) + 1;
+            pre[at] = t < s->P || s->P == 0 ? 0 : s->prompt_col + 1;
+            pos[at] = t;
+            run_pos[at] = t < s->P || s->P == 0 ? t : t - s->P; /* restarting: wrong */
+        }
+    }
+}
+
+static void test_shared_prefix(void) {
+    enum { B = 2, T = 24, S = 6 };
+    const s_share_layout sq[S] = {{0, 6, 0, 6, 4},  {0, 10, 0, 6, 3}, {0, 13, 0, 6, 5},
+                                  {0, 18, 0, 0, 5}, {1, 3, 0, 3, 2},  {1, 5, 0, 3, 6}};
+    int32_t tok[S][16]; /* prompt ++ response, the prompt shared within a row's group */
+    for (int i = 0; i < S; i++)
+        for (int64_t t = 0; t < sq[i].P + sq[i].L; t++)
+            tok[i][t] = t < sq[i].P && i > 0 && sq[i - 1].P == sq[i].P && sq[i].P > 0
+                            ? tok[i - 1][t]
+                            : s_token();
+    int64_t ids[B * T], seg[B * T] = {0}, pre[B * T] = {0}, pos[B * T] = {0}, run_pos[B * T] = {0};
+    int64_t zeros[B * T] = {0};
+    for (int i = 0; i < B * T; i++)
+        ids[i] = PAD;
+    s_share_fill(sq, S, tok, T, ids, seg, pre, pos, run_pos);
+    bt_model_config cfg = s_config(2);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 6);
+    bt_ctx *ctx = bt_ctx_new();
+    CHECK(m != NULL);
+    bt_tensor *tids = s_i64(ctx, B, T, ids), *tseg = s_i64(ctx, B, T, seg);
+    /* logits: the marked layout, then without the marking, then with restarting positions */
+    const int64_t *pres[3] = {pre, zeros, pre}, *poss[3] = {pos, pos, run_pos};
+    double diff[3] = {0, 0, 0};
+    for (int k = 0; k < 3 && m; k++) {
+        float *shared =
+            s_host(bt_model_forward_shared(m, ctx, tids, tseg, s_i64(ctx, B, T, pres[k]),
+                                           s_i64(ctx, B, T, poss[k]))); /* (B,T,V) */
+        CHECK(shared != NULL);
+        for (int i = 0; i < S && shared; i++) {
+            const s_share_layout *s = &sq[i];
+            float *alone = s_row_logits(m, ctx, tok[i], s->P + s->L);
+            for (int64_t t = 0; t < s->P + s->L && alone; t++) {
+                int64_t col = t < s->P ? s->prompt_col + t : s->col + t - s->P;
+                diff[k] =
+                    fmax(diff[k], s_max_diff(&shared[(s->row * T + col) * V], &alone[t * V], V));
+            }
+            free(alone);
+        }
+        free(shared);
+    }
+    /* log-probs and entropies at temperature 0.7, and the same after one token changes */
+    float *lp[2] = {NULL, NULL}, *en = NULL;
+    double lp_diff = 0, en_diff = 0;
+    for (int k = 0; k < 2 && m; k++) {
+        bt_tensor *ent = NULL;
+        lp[k] = s_host(bt_model_token_logprobs_shared(m, ctx, s_i64(ctx, B, T, ids), tseg,
+                                                      s_i64(ctx, B, T, pre), s_i64(ctx, B, T, pos),
+                                                      0.7, k == 0 ? &ent : NULL));
+        CHECK(lp[k] != NULL);
+        if (k == 0)
+            en = s_host(ent);
+        ids[0 * T + 10 + 1] = (ids[0 * T + 10 + 1] + 1) % 256; /* token 1 of the second response */
+    }
+    for (int i = 0; i < S && lp[0] && en; i++) {
+        const s_share_layout *s = &sq[i];
+        int64_t n = s->P + s->L, row_ids[16], ones[16];
+        for (int64_t t = 0; t < n; t++) {
+            row_ids[t] = tok[i][t];
+            ones[t] = 1;
+        }
+        bt_tensor *ent = NULL;
+        float *alone = s_host(bt_model_token_logprobs(m, ctx, s_i64(ctx, 1, n, row_ids),
+                                                      s_i64(ctx, 1, n, ones), 0.7, &ent));
+        float *alone_en = s_host(ent);
+        for (int64_t t = 0; t + 1 < n && alone && alone_en; t++) { /* element t predicts t+1 */
+            int64_t col = t + 1 < s->P ? s->prompt_col + t : s->col + t - s->P;
+            int64_t e = s->row * (T - 1) + col;
+            lp_diff = fmax(lp_diff, fabs((double)lp[0][e] - alone[t]));
+            en_diff = fmax(en_diff, fabs((double)en[e] - alone_en[t]));
+        }
+        free(alone);
+        free(alone_en);
+    }
+    /* the change: only the second response's elements from the changed token on may move */
+    int moved = 0, others_changed = 0;
+    for (int64_t e = 0; e < B * (T - 1) && lp[0] && lp[1]; e++) {
+        bool own = e >= 10 && e < 10 + 3 - 1; /* elements 10..11 predict its tokens 1 and 2 */
+        if (own)
+            moved += lp[0][e] != lp[1][e];
+        else
+            others_changed += lp[0][e] != lp[1][e];
+    }
+    printf("shared prefixes vs each sequence alone: max |diff| %.3g (log-probs %.3g, entropies "
+           "%.3g); without the prefix marking %.3g, positions restarting %.3g; one token changed: "
+           "%d of its 2 log-probs moved, %d elsewhere\n",
+           diff[0], lp_diff, en_diff, diff[1], diff[2], moved, others_changed);
+    CHECK(diff[0] < 1e-5 && lp_diff < 1e-5 && en_diff < 1e-5);
+    CHECK(diff[1] > 1e-4 && diff[2] > 1e-4); /* ten times the tolerance above, at least */
+    CHECK(moved == 2 && others_changed == 0);
+    /* shapes are checked */
+    CHECK(bt_model_forward_shared(m, ctx, tids, tseg, s_i64(ctx, B, T - 1, pre),
+                                  s_i64(ctx, B, T, pos)) == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "bt_model_forward_shared");
+    free(lp[0]);
+    free(lp[1]);
+    free(en);
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&m);
+}
+
 /*  Copies src's parameter into dst's (same name), repeating each block of head_rows rows n_rep
     times (kv head j serves query heads j*n_rep .. j*n_rep + n_rep - 1); n_rep 1 copies as is. */
 static void s_copy_repeated(bt_model *dst, bt_tensor *src, const char *name, int64_t n_rep,
@@ -1301,6 +1427,7 @@ int main(void) {
     test_cache_matches_full();
     test_padding();
     test_packing();
+    test_shared_prefix();
     test_gqa();
     test_token_logprobs();
     test_filter();

@@ -81,6 +81,9 @@ static bt_sandbox_result s_run(const bt_sandbox_config *cfg, const char *program
     CHECK_OK(bt_sandbox_run(cfg, program, strlen(program), &r));
     CHECK(s_entries(s_tmp) == 0);
     CHECK(s_leftovers(&r) == 0);
+    printf("%-48.*s %-8s %6.2f s, %zu output bytes, nothing left behind\n",
+           (int)strcspn(program, "\n"), program, bt_sandbox_verdict_name(r.verdict), r.wall_s,
+           r.output_bytes);
     return r;
 }
 

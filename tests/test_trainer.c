@@ -1,7 +1,8 @@
 /*  test_trainer.c — the rollout, trainer and evaluator cores on a tiny Llama model: the GRPO step's
     loss against bt_grpo_loss on independently built tensors and against its closed form at ratio 1,
     the completion mask against unpadded per-row log-probs, exact micro-batch accumulation, the
-    same gradients and statistics from every batching mode (pad, bucket, pack), SFT learning,
+    same gradients and statistics from every batching mode (pad, bucket, pack) and with each group's
+    prompt shared (grpo.share_prefix), data-parallel ranks against one trainer, SFT learning,
    rollout records against recomputation, evaluation shards, weight transfer, and bf16 autocast
    training (float32 master weights and AdamW state, float32-like loss curves). */
 #include "baton/evaluator.h"
@@ -47,7 +48,8 @@ static bt_model *s_tiny_model(uint64_t seed) {
 }
 
 static bt_trainer_t *s_trainer_batching(uint64_t seed, int64_t micro_batch, bool reference,
-                                        bt_batching batching, int64_t pack_tokens) {
+                                        bt_batching batching, int64_t pack_tokens,
+                                        bool share_prefix) {
     bt_model *m = s_tiny_model(seed);
     bt_trainer_config cfg;
     bt_trainer_config_init(&cfg);
@@ -55,17 +57,19 @@ static bt_trainer_t *s_trainer_batching(uint64_t seed, int64_t micro_batch, bool
     cfg.reference = reference;
     cfg.batching = batching;
     cfg.pack_tokens = pack_tokens;
+    cfg.share_prefix = share_prefix;
     bt_trainer_t *t = bt_trainer_new(&m, &cfg);
     CHECK(t != NULL);
     CHECK(m == NULL); /* ownership taken */
     return t;
 }
 
-/*  The default batching ("bucket"). */
+/*  The default batching ("bucket", prompts shared). */
 static bt_trainer_t *s_trainer(uint64_t seed, int64_t micro_batch, bool reference) {
     bt_trainer_config cfg;
     bt_trainer_config_init(&cfg);
-    return s_trainer_batching(seed, micro_batch, reference, cfg.batching, cfg.pack_tokens);
+    return s_trainer_batching(seed, micro_batch, reference, cfg.batching, cfg.pack_tokens,
+                              cfg.share_prefix);
 }
 
 /*  Log-probs at temperature of row (prompt ++ completion) alone, unpadded (B = 1): out[j] is the
@@ -148,7 +152,7 @@ static void test_grpo_loss_matches(void) {
     const double temperature = 0.8;
     /* "pad" lays the batch out as the tensors below, so the two agree to the last bit; other
        layouts agree to float rounding (test_batching) */
-    bt_trainer_t *tr = s_trainer_batching(11, 8, true, BT_BATCHING_PAD, 0);
+    bt_trainer_t *tr = s_trainer_batching(11, 8, true, BT_BATCHING_PAD, 0, true);
     bt_model *m = bt_trainer_policy(tr);
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
@@ -325,8 +329,8 @@ static void s_spread_batch(bt_model *m, double temperature, bt_rollout_batch *b,
     step's gradients (summed over micro-batches, unclipped) and the weights have not moved, so the
     trainers of every mode see the same weights at every step.  The policy starts from other
     weights than the reference (seed 52 vs 51), so the KL term and its gradient are not zero. */
-static bt_trainer_t *s_grad_trainer(bt_batching batching, int64_t micro_batch,
-                                    int64_t pack_tokens) {
+static bt_trainer_t *s_grad_trainer(bt_batching batching, int64_t micro_batch, int64_t pack_tokens,
+                                    bool share_prefix) {
     bt_model *m = s_tiny_model(51);
     bt_trainer_config cfg;
     bt_trainer_config_init(&cfg);
@@ -336,6 +340,7 @@ static bt_trainer_t *s_grad_trainer(bt_batching batching, int64_t micro_batch,
     cfg.micro_batch = micro_batch;
     cfg.batching = batching;
     cfg.pack_tokens = pack_tokens;
+    cfg.share_prefix = share_prefix;
     cfg.reference = true;
     bt_trainer_t *t = bt_trainer_new(&m, &cfg);
     CHECK(t != NULL);
@@ -376,13 +381,66 @@ static void s_check_same_stats(const bt_trainer_stats *a, const bt_trainer_stats
     CHECK_REL(a->kl, b->kl, 1e-5);
     CHECK_REL(a->clip_frac, b->clip_frac, 1e-5);
     CHECK_REL(a->ratio_mean, b->ratio_mean, 1e-5);
+    CHECK_REL(a->ratio_std, b->ratio_std, 1e-5);
     CHECK_REL(a->ratio_max, b->ratio_max, 1e-5);
+    CHECK_REL(a->ratio_min, b->ratio_min, 1e-5);
+    CHECK_REL(a->mismatch_kl, b->mismatch_kl, 1e-5);
     CHECK_REL(a->entropy, b->entropy, 1e-5);
     CHECK_REL(a->grad_norm, b->grad_norm, 1e-5);
     CHECK(a->tokens == b->tokens && a->sequences == b->sequences && a->version == b->version);
+    CHECK(a->lr == b->lr);
 }
 
-/*  The same batch through every batching mode: the gradients of GRPO steps (each loss
+/*  Prompt and completion tokens of b: what the unshared layout computes besides padding. */
+static double s_real_tokens(const bt_rollout_batch *b) {
+    double real = 0;
+    for (int64_t c = 0; c < b->n; c++)
+        real += (double)(b->prompt_lens[c] + b->lengths[c]);
+    return real;
+}
+
+/*  GRPO steps of trainers tr[0..n) on b with each loss aggregation, KL, entropy and both clips
+    active; tr[n-1] is the control, whose advantage of completion 10 is 1% off.  Checks that every
+    statistic of tr[1..n-1) equals tr[0]'s and that their gradients agree with tr[0]'s to 1e-5
+    relative, while the control's differ by more than 1e-4 (so the comparison would see a sequence
+    attending across its neighbours or a wrong per-sequence weight); st[0..n) gets the first
+    aggregation's statistics. */
+static void s_steps_agree(const char *what, bt_trainer_t *const *tr, int n,
+                          const bt_rollout_batch *b, const double *adv, bt_trainer_stats *st) {
+    double adv_off[64], worst = 0, control = 1;
+    CHECK(b->n <= 64 && n <= 8);
+    memcpy(adv_off, adv, (size_t)b->n * sizeof *adv);
+    adv_off[10] *= 1.01;
+    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
+                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
+    for (int a = 0; a < 3; a++) {
+        bt_grpo_config gc = bt_test_grpo_config();
+        gc.kl_coef = 0.05;
+        gc.entropy_coef = 0.01;
+        gc.loss_agg = aggs[a];
+        gc.max_tokens = 40;
+        bt_trainer_stats here[8];
+        for (int k = 0; k < n; k++)
+            CHECK_OK(
+                bt_trainer_grpo_step(tr[k], b, k == n - 1 ? adv_off : adv, 0.0, &gc, &here[k]));
+        CHECK(here[0].kl > 0 && here[0].clip_frac > 0 && here[0].entropy > 0);
+        for (int k = 1; k < n - 1; k++) {
+            s_check_same_stats(&here[k], &here[0]);
+            worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
+        }
+        control = fmin(control, s_grad_rel_diff(tr[n - 1], tr[0]));
+        if (a == 0)
+            memcpy(st, here, (size_t)n * sizeof *st);
+    }
+    printf("%s: GRPO gradients differ by %.3g at most (relative L2 per parameter); a 1%% change "
+           "of one advantage: %.3g\n",
+           what, worst, control);
+    CHECK(worst < 1e-5);
+    CHECK(control > 1e-4);
+}
+
+/*  The same batch through every batching mode, unshared (grpo.share_prefix off): the gradients of
+    GRPO steps (each loss
     aggregation, with KL, entropy and both clips active) and of an SFT step, and the step's
     statistics, agree with "pad" to 1e-5 relative, while the token slots computed fall.  The
     comparison resolves a 1% change of one completion's advantage (a control trainer), so it would
@@ -390,45 +448,23 @@ static void s_check_same_stats(const bt_trainer_stats *a, const bt_trainer_stats
 static void test_batching(void) {
     enum { MODES = 4 };
     bt_trainer_t *tr[MODES + 1] = {
-        s_grad_trainer(BT_BATCHING_PAD, 5, 0), s_grad_trainer(BT_BATCHING_BUCKET, 5, 0),
-        s_grad_trainer(BT_BATCHING_PACK, 5, 0),   /* 5 rows of 52 tokens per micro-batch */
-        s_grad_trainer(BT_BATCHING_PACK, 5, 100), /* 1 row per micro-batch */
-        s_grad_trainer(BT_BATCHING_PAD, 5, 0)};   /* the control */
+        s_grad_trainer(BT_BATCHING_PAD, 5, 0, false),
+        s_grad_trainer(BT_BATCHING_BUCKET, 5, 0, false),
+        s_grad_trainer(BT_BATCHING_PACK, 5, 0, false),   /* 5 rows of 52 tokens per micro-batch */
+        s_grad_trainer(BT_BATCHING_PACK, 5, 100, false), /* 1 row per micro-batch */
+        s_grad_trainer(BT_BATCHING_PAD, 5, 0, false)};   /* the control */
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);
-    double adv[24], adv_off[24];
+    double adv[24], worst = 0;
     s_spread_batch(bt_trainer_policy(tr[0]), 0.9, &b, adv);
-    memcpy(adv_off, adv, sizeof adv);
-    adv_off[10] *= 1.01;
-    double real = 0;
-    for (int64_t c = 0; c < 24; c++)
-        real += (double)(b.prompt_lens[c] + b.lengths[c]);
-
-    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
-                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
-    double worst = 0, control = 1;
-    for (int a = 0; a < 3; a++) {
-        bt_grpo_config gc = bt_test_grpo_config();
-        gc.kl_coef = 0.05;
-        gc.entropy_coef = 0.01;
-        gc.loss_agg = aggs[a];
-        gc.max_tokens = 40;
-        bt_trainer_stats st[MODES + 1];
-        for (int k = 0; k <= MODES; k++)
-            CHECK_OK(bt_trainer_grpo_step(tr[k], &b, k == MODES ? adv_off : adv, 0.0, &gc, &st[k]));
-        CHECK(st[0].kl > 0 && st[0].clip_frac > 0 && st[0].entropy > 0);
-        for (int k = 1; k < MODES; k++) {
-            s_check_same_stats(&st[k], &st[0]);
-            worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
-        }
-        control = fmin(control, s_grad_rel_diff(tr[MODES], tr[0]));
-        if (a == 0) { /* padding: pad > bucket > pack, and every slot is a token or padding */
-            printf("token slots for %.0f tokens: pad %.0f, bucket %.0f, pack %.0f and %.0f\n", real,
-                   st[0].slots, st[1].slots, st[2].slots, st[3].slots);
-            CHECK(st[0].slots > st[1].slots && st[1].slots > st[2].slots);
-            CHECK(st[2].slots >= real && st[3].slots >= real);
-        }
-    }
+    double real = s_real_tokens(&b);
+    bt_trainer_stats st[MODES + 1];
+    s_steps_agree("batching modes vs pad", tr, MODES + 1, &b, adv, st);
+    /* padding: pad > bucket > pack, and every slot is a token or padding */
+    printf("token slots for %.0f tokens: pad %.0f, bucket %.0f, pack %.0f and %.0f\n", real,
+           st[0].slots, st[1].slots, st[2].slots, st[3].slots);
+    CHECK(st[0].slots > st[1].slots && st[1].slots > st[2].slots);
+    CHECK(st[2].slots >= real && st[3].slots >= real);
     bt_trainer_stats sft[MODES];
     for (int k = 0; k < MODES; k++)
         CHECK_OK(bt_trainer_sft_step(tr[k], &b, 0.0, &sft[k]));
@@ -437,13 +473,62 @@ static void test_batching(void) {
         CHECK_REL(sft[k].grad_norm, sft[0].grad_norm, 1e-5);
         worst = fmax(worst, s_grad_rel_diff(tr[k], tr[0]));
     }
-    printf("batching modes vs pad: gradients differ by %.3g at most (relative L2 per parameter); "
-           "a 1%% change of one advantage: %.3g\n",
-           worst, control);
+    printf("batching modes vs pad: SFT gradients differ by %.3g at most\n", worst);
     CHECK(worst < 1e-5);
-    CHECK(control > 1e-4);
     bt_rollout_batch_release(&b);
     for (int k = 0; k <= MODES; k++)
+        bt_trainer_destroy(&tr[k]);
+}
+
+/*  The spread batch with completion 9's prompt changed: group 2 (prompt 2 tokens) becomes the
+    runs {8}, {9}, {10, 11}, so a group whose prompts differ shares only what is the same. */
+static void s_spread_batch_mixed(bt_model *m, double temperature, bt_rollout_batch *b,
+                                 double *adv) {
+    s_spread_batch(m, temperature, b, adv);
+    int32_t *p = b->prompt_tokens + 9 * b->max_prompt_len;
+    p[1] = (int32_t)('0' + (p[1] - '0' + 1) % 10);
+    s_row_logprobs(m, p, b->prompt_lens[9], b->tokens + 9 * b->max_new_tokens, b->lengths[9],
+                   temperature, b->logprobs + 9 * b->max_new_tokens);
+}
+
+/*  grpo.share_prefix: GRPO steps with each group's prompt computed once give the unshared pass's
+    loss, gradients (every parameter) and statistics to 1e-5 relative, for every loss aggregation
+    with KL (the reference differs from the policy) and entropy terms, under every batching and
+    with groups cut by micro_batch 3 (items of 3 and 1 completions), while the slots fall by the
+    prompt tokens shared.  SFT steps do not share: bit-identical. */
+static void test_share_prefix(void) {
+    enum { N = 7 };
+    bt_trainer_t *tr[N] = {
+        s_grad_trainer(BT_BATCHING_PAD, 5, 0, false),   /* the reference: unshared */
+        s_grad_trainer(BT_BATCHING_PAD, 5, 0, true),    /* groups of 4, one a row */
+        s_grad_trainer(BT_BATCHING_BUCKET, 5, 0, true), /* the default batching */
+        s_grad_trainer(BT_BATCHING_BUCKET, 3, 0, true), /* groups cut into 3 + 1 */
+        s_grad_trainer(BT_BATCHING_PACK, 5, 0, true),   /* several items a row */
+        s_grad_trainer(BT_BATCHING_PACK, 5, 100, true), /* one row a micro-batch */
+        s_grad_trainer(BT_BATCHING_PAD, 5, 0, true)};   /* the control */
+    /* prompt tokens not recomputed: 3 * P a group of 4 (2 * P cut into 3 + 1) over the groups of
+       5, 12, 8, 3 and 10 tokens, and 2 for group 2's run {10, 11} of 2 tokens */
+    const double want_shared[N] = {0, 116, 116, 78, 116, 116, 116};
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    double adv[24];
+    s_spread_batch_mixed(bt_trainer_policy(tr[0]), 0.9, &b, adv);
+    double real = s_real_tokens(&b);
+    bt_trainer_stats st[N];
+    s_steps_agree("share_prefix vs unshared", tr, N, &b, adv, st);
+    printf("share_prefix: token slots %.0f unshared (pad), shared: pad %.0f, bucket %.0f and %.0f "
+           "(micro_batch 3), pack %.0f and %.0f\n",
+           st[0].slots, st[1].slots, st[2].slots, st[3].slots, st[4].slots, st[5].slots);
+    for (int k = 0; k < N; k++) /* every slot a token or padding, each shared prompt once */
+        CHECK(st[k].shared == want_shared[k] && st[k].slots >= real - want_shared[k] &&
+              (k == 0 || st[k].slots < st[0].slots));
+    bt_trainer_stats sft[2];
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(bt_trainer_sft_step(tr[k], &b, 0.0, &sft[k]));
+    CHECK(sft[1].loss == sft[0].loss && sft[1].slots == sft[0].slots && sft[1].shared == 0);
+    CHECK(s_grad_rel_diff(tr[1], tr[0]) == 0.0);
+    bt_rollout_batch_release(&b);
+    for (int k = 0; k < N; k++)
         bt_trainer_destroy(&tr[k]);
 }
 
@@ -453,12 +538,17 @@ static void test_batching(void) {
 /*  The ranks sum their gradients in another order than one trainer does, so gradients agree to
     float rounding; AdamW's first steps scale each element by about lr / |g|, which turns those
     rounding differences in tiny elements into weight differences proportional to lr (1e-2: up to
-    1.1e-5 relative with 3 ranks; 1e-3: 1.1e-6).  So this test steps at lr 1e-3. */
+    1.1e-5 relative with 3 ranks; 1e-3: 1.1e-6).  So this test steps at lr 1e-3, and at 1e-4 on
+    the spread batch, whose 22 rows (and shared prompts, which sum their gradients in yet another
+    order) reach 1.6e-5 at 1e-3 (3e-6 unshared) and 1.6e-6 at 1e-4. */
 #define S_DP_LR 1e-3
 
 typedef struct s_rank {
     int rank, world, port;
+    const char *tag; /* the batch's, for the group's store prefix */
     bt_rollout_batch *batch;
+    const double *adv;
+    double lr;
     bt_trainer_t *tr;
     bt_trainer_stats grpo[2], sft;
     bt_status st;
@@ -471,7 +561,7 @@ static void *s_rank_main(void *arg) {
     bt_set_num_threads(1);
     r->tr = s_trainer(r->rank == 0 ? 41 : 900 + (uint64_t)r->rank, 2, true);
     char prefix[16];
-    snprintf(prefix, sizeof prefix, "t%d", r->world);
+    snprintf(prefix, sizeof prefix, "t%d%s", r->world, r->tag);
     bt_group_config gc = {.store_host = "127.0.0.1",
                           .store_port = r->port,
                           .prefix = prefix,
@@ -488,9 +578,9 @@ static void *s_rank_main(void *arg) {
     bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.05;
     for (int step = 0; step < 2 && r->st == BT_OK; step++)
-        r->st = bt_trainer_grpo_step(r->tr, r->batch, s_adv, S_DP_LR, &cfg, &r->grpo[step]);
+        r->st = bt_trainer_grpo_step(r->tr, r->batch, r->adv, r->lr, &cfg, &r->grpo[step]);
     if (r->st == BT_OK)
-        r->st = bt_trainer_sft_step(r->tr, r->batch, S_DP_LR, &r->sft);
+        r->st = bt_trainer_sft_step(r->tr, r->batch, r->lr, &r->sft);
     bt_trainer_set_group(r->tr, NULL);
     bt_group_destroy(&g);
     return NULL;
@@ -505,28 +595,30 @@ static void s_check_stats(const bt_trainer_stats *a, const bt_trainer_stats *b) 
     CHECK(a->tokens == b->tokens && a->version == b->version);
 }
 
-/*  The hand batch has 8 rows with ragged lengths; K = 3 splits it 2/3/3, so the shares and their
-    micro-batches differ from the single trainer's (micro-batch 8).  Ranks other than 0 start from
-    other seeds: the sync must make their weights, moments and references rank 0's. */
-static void test_data_parallel(void) {
-    int port = 0;
-    bt_store *store = bt_store_serve(0, &port);
-    CHECK(store != NULL && port > 0);
-    bt_trainer_t *one = s_trainer(41, 8, true);
-    bt_rollout_batch b;
-    bt_rollout_batch_init(&b);
-    s_hand_batch(bt_trainer_policy(one), 1.0, &b);
+/*  K = 2 and 3 ranks (trainers of the default config: micro-batch 2, prompts shared) against one
+    trainer, one's two GRPO steps and an SFT step on batch b with advantages adv.  Ranks other
+    than 0 start from other seeds: the sync must make their weights, moments and references rank
+    0's. */
+static void s_data_parallel(int port, const char *tag, bt_rollout_batch *b, const double *adv,
+                            double lr, bt_trainer_t *one) {
     bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.05;
     bt_trainer_stats grpo[2], sft;
     for (int step = 0; step < 2; step++)
-        CHECK_OK(bt_trainer_grpo_step(one, &b, s_adv, S_DP_LR, &cfg, &grpo[step]));
-    CHECK_OK(bt_trainer_sft_step(one, &b, S_DP_LR, &sft));
+        CHECK_OK(bt_trainer_grpo_step(one, b, adv, lr, &cfg, &grpo[step]));
+    CHECK_OK(bt_trainer_sft_step(one, b, lr, &sft));
+    double worst = 0;
     for (int world = 2; world <= 3; world++) {
         s_rank ranks[3];
         pthread_t th[3];
         for (int r = 0; r < world; r++) {
-            ranks[r] = (s_rank){.rank = r, .world = world, .port = port, .batch = &b};
+            ranks[r] = (s_rank){.rank = r,
+                                .world = world,
+                                .port = port,
+                                .tag = tag,
+                                .batch = b,
+                                .adv = adv,
+                                .lr = lr};
             CHECK(pthread_create(&th[r], NULL, s_rank_main, &ranks[r]) == 0);
         }
         for (int r = 0; r < world; r++)
@@ -537,6 +629,7 @@ static void test_data_parallel(void) {
                 s_check_stats(&ranks[r].grpo[step], &grpo[step]);
             s_check_stats(&ranks[r].sft, &sft);
             double rel = s_weights_rel_diff(bt_trainer_policy(ranks[r].tr), bt_trainer_policy(one));
+            worst = fmax(worst, rel);
             CHECK(rel < 1e-5);
             CHECK(bt_trainer_version(ranks[r].tr) == 3);
             /* ranks stay bit-identical to each other: they apply the same summed gradients */
@@ -546,6 +639,29 @@ static void test_data_parallel(void) {
         for (int r = world - 1; r >= 0; r--)
             bt_trainer_destroy(&ranks[r].tr);
     }
+    printf("data parallel (%s batch, lr %g): 2 and 3 ranks' weights within %.3g of one trainer's\n",
+           tag, lr, worst);
+}
+
+/*  The hand batch has 8 rows with ragged lengths and a prompt each; K = 3 splits it 2/3/3, so the
+    shares and their micro-batches differ from the single trainer's (micro-batch 8).  The first 22
+    rows of the mixed spread batch (groups of 4 sharing prompts), trained by one unshared trainer,
+    split 11/11 and 7/7/8, which cuts groups: each rank shares what its rows share. */
+static void test_data_parallel(void) {
+    int port = 0;
+    bt_store *store = bt_store_serve(0, &port);
+    CHECK(store != NULL && port > 0);
+    bt_trainer_t *one = s_trainer(41, 8, true);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    s_hand_batch(bt_trainer_policy(one), 1.0, &b);
+    s_data_parallel(port, "hand", &b, s_adv, S_DP_LR, one);
+    bt_trainer_destroy(&one);
+    one = s_trainer_batching(41, 8, true, BT_BATCHING_BUCKET, 0, false);
+    double adv[24];
+    s_spread_batch_mixed(bt_trainer_policy(one), 0.9, &b, adv);
+    b.n = 22;
+    s_data_parallel(port, "spread", &b, adv, S_DP_LR / 10, one);
     bt_rollout_batch_release(&b);
     bt_trainer_destroy(&one);
     bt_store_destroy(&store);
@@ -1042,6 +1158,7 @@ int main(void) {
     test_completion_mask();
     test_micro_batches();
     test_batching();
+    test_share_prefix();
     test_data_parallel();
 
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();

@@ -22,6 +22,7 @@ void bt_trainer_config_init(bt_trainer_config *cfg) {
     cfg->micro_batch = 32;
     cfg->batching = BT_BATCHING_BUCKET;
     cfg->pack_tokens = 0;
+    cfg->share_prefix = true;
     cfg->reference = false;
 }
 
@@ -182,18 +183,22 @@ static bt_status s_check_batch(const bt_trainer_t *self, const bt_rollout_batch 
 
 /* ---- micro-batches -------------------------------------------------------------------------- */
 
-/*  Where one sequence sits: its micro-batch's row and the column of its first token. */
+/*  Where one item sits: its micro-batch's row and the column of its first token.  An item is the
+    sequences seq .. seq+n-1 of the batch: one sequence (n = 1) laid out as prompt ++ completion,
+    or (shared prefix) a run of sequences with the same prompt tokens, laid out as the prompt once,
+    then each completion in batch order. */
 typedef struct s_slot {
-    int64_t seq, row, col;
+    int64_t seq, n, row, col;
 } s_slot;
 
-/*  A step's micro-batches: micro-batch k is rows[k] rows of width[k] tokens holding the sequences
+/*  A step's micro-batches: micro-batch k is rows[k] rows of width[k] tokens holding the items
     slots[first[k] .. first[k+1]). */
 typedef struct s_plan {
     int64_t n;
     int64_t *first;        /* (n + 1) */
     int64_t *rows, *width; /* (n) */
-    s_slot *slots;         /* one per sequence */
+    s_slot *slots;         /* one per item */
+    double shared;         /* prompt tokens not computed again: (n - 1) * P per item */
 } s_plan;
 
 static void s_plan_release(s_plan *p) {
@@ -208,72 +213,115 @@ static int64_t s_seq_len(const bt_rollout_batch *b, int64_t c) {
     return b->prompt_lens[c] + b->lengths[c];
 }
 
+/*  Whether completions c and d of b have the same prompt tokens. */
+static bool s_same_prompt(const bt_rollout_batch *b, int64_t c, int64_t d) {
+    return b->prompt_lens[c] == b->prompt_lens[d] &&
+           !memcmp(b->prompt_tokens + c * b->max_prompt_len,
+                   b->prompt_tokens + d * b->max_prompt_len,
+                   (size_t)b->prompt_lens[c] * sizeof *b->prompt_tokens);
+}
+
 /*  Longest first, then batch order: a deterministic order whatever qsort does with ties. */
 typedef struct s_by_len {
-    int64_t len, seq;
+    int64_t len, item;
 } s_by_len;
 
 static int s_longest_first(const void *a, const void *b) {
     const s_by_len *x = a, *y = b;
     if (x->len != y->len)
         return x->len > y->len ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
+    return x->item < y->item ? -1 : x->item > y->item;
 }
 
-/*  Rows [lo, hi) of b into micro-batches as cfg batching says.  Every micro-batch gets rows and a
-    width of at least 2 (bt_model_token_logprobs needs two tokens). */
+/*  Rows [lo, hi) of b into micro-batches as cfg batching says; with share, each run of consecutive
+    sequences with the same prompt tokens (at most micro_batch of them) is one item.  pad and
+    bucket put one item in a row and at most micro_batch sequences in a micro-batch; pack packs
+    items into rows as wide as the widest and takes micro_batch rows (or pack_tokens slots) per
+    micro-batch.  Every micro-batch gets rows and a width of at least 2
+    (bt_model_token_logprobs needs two tokens). */
 static bt_status s_plan_make(const bt_trainer_config *cfg, const bt_rollout_batch *b, int64_t lo,
-                             int64_t hi, s_plan *p) {
-    int64_t n = hi - lo, n_rows = 0, widest = 2;
+                             int64_t hi, bool share, s_plan *p) {
+    int64_t n = hi - lo, n_items = 0, n_rows = 0, widest = 2;
+    size_t cap = (size_t)(n > 0 ? n : 1);
     *p = (s_plan){0};
-    s_by_len *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
-    int64_t *fill = malloc((size_t)(n > 0 ? n : 1) * sizeof *fill);    /* per row */
-    s_slot *placed = malloc((size_t)(n > 0 ? n : 1) * sizeof *placed); /* in order; row global */
-    p->slots = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->slots);
+    s_by_len *order = malloc(cap * sizeof *order);
+    s_slot *items = malloc(cap * sizeof *items);  /* in batch order, then placed */
+    int64_t *fill = malloc(cap * sizeof *fill);   /* per row: its width so far */
+    int64_t *seqs = calloc(cap, sizeof *seqs);    /* per row: its sequences */
+    int64_t *mb = malloc(cap * sizeof *mb);       /* per row: its micro-batch */
+    int64_t *local = malloc(cap * sizeof *local); /* per row: its row there */
+    p->slots = malloc(cap * sizeof *p->slots);
     p->first = malloc((size_t)(n + 2) * sizeof *p->first);
-    p->rows = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->rows);
-    p->width = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->width);
-    bt_status st = order && fill && placed && p->slots && p->first && p->rows && p->width
-                       ? BT_OK
-                       : bt_fail(BT_ENOMEM, "trainer: out of memory");
+    p->rows = malloc(cap * sizeof *p->rows);
+    p->width = malloc(cap * sizeof *p->width);
+    bt_status st =
+        order && items && fill && seqs && mb && local && p->slots && p->first && p->rows && p->width
+            ? BT_OK
+            : bt_fail(BT_ENOMEM, "trainer: out of memory");
     if (st != BT_OK)
         goto out_free;
-    for (int64_t i = 0; i < n; i++) {
-        order[i] = (s_by_len){s_seq_len(b, lo + i), lo + i};
-        widest = order[i].len > widest ? order[i].len : widest;
+    for (int64_t c = lo; c < hi; n_items++) { /* items, and their lengths */
+        int64_t k = 1, len = s_seq_len(b, c);
+        for (; share && k < cfg->micro_batch && c + k < hi && s_same_prompt(b, c, c + k); k++)
+            len += b->lengths[c + k];
+        p->shared += (double)((k - 1) * b->prompt_lens[c]);
+        items[n_items] = (s_slot){c, k, 0, 0};
+        order[n_items] = (s_by_len){len, n_items};
+        widest = len > widest ? len : widest;
+        c += k;
     }
     if (cfg->batching != BT_BATCHING_PAD)
-        qsort(order, (size_t)n, sizeof *order, s_longest_first);
-    /* rows: one sequence each, or first-fit decreasing into rows of the widest's width */
-    for (int64_t i = 0; i < n; i++) {
+        qsort(order, (size_t)n_items, sizeof *order, s_longest_first);
+    /* rows: one item each, or first-fit decreasing into rows of the widest's width */
+    for (int64_t i = 0; i < n_items; i++) {
+        s_slot *it = &items[order[i].item];
         int64_t r = n_rows;
         if (cfg->batching == BT_BATCHING_PACK)
             for (r = 0; r < n_rows && fill[r] + order[i].len > widest; r++)
                 ;
         if (r == n_rows)
             fill[n_rows++] = 0;
-        placed[i] = (s_slot){order[i].seq, r, fill[r]};
+        it->row = r;
+        it->col = fill[r];
         fill[r] += order[i].len;
+        seqs[r] += it->n;
     }
-    /* micro-batches: runs of rows_per consecutive rows */
-    int64_t rows_per = cfg->micro_batch;
-    if (cfg->batching == BT_BATCHING_PACK && cfg->pack_tokens > 0)
-        rows_per = cfg->pack_tokens / widest > 1 ? cfg->pack_tokens / widest : 1;
-    p->n = (n_rows + rows_per - 1) / rows_per;
-    for (int64_t k = 0; k <= p->n; k++)
+    /* micro-batches: consecutive rows, up to rows_per rows and seqs_per sequences each */
+    int64_t rows_per = n_rows, seqs_per = cfg->micro_batch;
+    if (cfg->batching == BT_BATCHING_PACK) {
+        rows_per = cfg->micro_batch;
+        seqs_per = n;
+        if (cfg->pack_tokens > 0)
+            rows_per = cfg->pack_tokens / widest > 1 ? cfg->pack_tokens / widest : 1;
+    }
+    for (int64_t r = 0, in_rows = 0, in_seqs = 0; r < n_rows; r++) {
+        if (in_rows > 0 && (in_rows == rows_per || in_seqs + seqs[r] > seqs_per)) {
+            p->n++;
+            in_rows = in_seqs = 0;
+        }
+        mb[r] = p->n;
+        local[r] = in_rows++;
+        in_seqs += seqs[r];
+    }
+    p->n += n_rows > 0;
+    for (int64_t k = 0; k <= p->n; k++) {
         p->first[k] = 0;
-    for (int64_t i = 0; i < n; i++) /* counting sort of the slots by micro-batch */
-        p->first[placed[i].row / rows_per + 1]++;
+        if (k < p->n)
+            p->rows[k] = p->width[k] = 0;
+    }
+    for (int64_t r = 0; r < n_rows; r++)
+        p->rows[mb[r]]++;
+    for (int64_t i = 0; i < n_items; i++) /* counting sort of the items by micro-batch */
+        p->first[mb[items[i].row] + 1]++;
     for (int64_t k = 0; k < p->n; k++) {
         p->first[k + 1] += p->first[k];
-        p->rows[k] = (k + 1) * rows_per < n_rows ? rows_per : n_rows - k * rows_per;
         p->width[k] = 2;
     }
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k = placed[i].row / rows_per, r = placed[i].row % rows_per;
-        s_slot *slot = &p->slots[p->first[k]++];
-        *slot = (s_slot){placed[i].seq, r, placed[i].col};
-        int64_t end = placed[i].col + s_seq_len(b, placed[i].seq);
+    for (int64_t i = 0; i < n_items; i++) { /* in placement order, as before items existed */
+        const s_slot *it = &items[order[i].item];
+        int64_t k = mb[it->row];
+        p->slots[p->first[k]++] = (s_slot){it->seq, it->n, local[it->row], it->col};
+        int64_t end = it->col + order[i].len;
         p->width[k] = end > p->width[k] ? end : p->width[k];
     }
     for (int64_t k = p->n; k > 0; k--) /* first[k] now holds the end of k: shift back */
@@ -281,8 +329,11 @@ static bt_status s_plan_make(const bt_trainer_config *cfg, const bt_rollout_batc
     p->first[0] = 0;
 out_free:
     free(order);
+    free(items);
     free(fill);
-    free(placed);
+    free(seqs);
+    free(mb);
+    free(local);
     if (st != BT_OK)
         s_plan_release(p);
     return st;
@@ -290,13 +341,15 @@ out_free:
 
 /*  Micro-batch k of a plan as tensors: R rows of width T. */
 typedef struct s_micro {
-    bt_tensor *ids;   /* (R, T) I64: the sequences, then pad */
-    bt_tensor *seg;   /* (R, T) I64: a sequence's column + 1 on its tokens, 0 on padding */
-    bt_tensor *pos;   /* (R, T) I64: positions, 0 at each sequence's first token */
-    bt_tensor *cmask; /* (R, T-1) F32: 1 where element t predicts a completion token */
-    bt_tensor *old;   /* (R, T-1) F32: behaviour log-probs there, 0 elsewhere */
-    bt_tensor *adv;   /* (R, T-1) F32: the sequence's advantage there, or NULL */
-    bt_tensor *len;   /* (R, T-1) F32: the sequence's completion length there, or NULL */
+    bt_tensor *ids;    /* (R, T) I64: the items, then pad */
+    bt_tensor *seg;    /* (R, T) I64: a segment's first column + 1 on its tokens, 0 on padding */
+    bt_tensor *prefix; /* (R, T) I64: on a shared prompt's completions its segment id, else 0;
+                          NULL when no item of the micro-batch shares its prompt */
+    bt_tensor *pos;    /* (R, T) I64: positions, 0 at each prompt's first token */
+    bt_tensor *cmask;  /* (R, T-1) F32: 1 where element t predicts a completion token */
+    bt_tensor *old;    /* (R, T-1) F32: behaviour log-probs there, 0 elsewhere */
+    bt_tensor *adv;    /* (R, T-1) F32: the sequence's advantage there, or NULL */
+    bt_tensor *len;    /* (R, T-1) F32: the sequence's completion length there, or NULL */
 } s_micro;
 
 static bt_status s_micro_build(bt_ctx *ctx, const bt_model *model, const bt_rollout_batch *b,
@@ -308,50 +361,61 @@ static bt_status s_micro_build(bt_ctx *ctx, const bt_model *model, const bt_roll
     const int64_t R = plan->rows[k], T = plan->width[k];
     size_t cells = (size_t)(R * T);
     int64_t *ids = malloc(cells * sizeof *ids), *seg = calloc(cells, sizeof *seg);
-    int64_t *pos = calloc(cells, sizeof *pos);
+    int64_t *pos = calloc(cells, sizeof *pos), *pre = calloc(cells, sizeof *pre);
     float *cmask = calloc(cells, sizeof *cmask), *old = calloc(cells, sizeof *old);
     float *adv = calloc(cells, sizeof *adv), *len = calloc(cells, sizeof *len);
+    bool shared = false;
     bt_status st = BT_OK;
-    if (!ids || !seg || !pos || !cmask || !old || !adv || !len)
+    if (!ids || !seg || !pos || !pre || !cmask || !old || !adv || !len)
         st = bt_fail(BT_ENOMEM, "trainer: out of memory");
     for (size_t i = 0; i < cells && st == BT_OK; i++)
         ids[i] = pad;
     for (int64_t i = plan->first[k]; i < plan->first[k + 1] && st == BT_OK; i++) {
         const s_slot *s = &plan->slots[i];
-        int64_t c = s->seq, P = b->prompt_lens[c], L = b->lengths[c];
-        const int32_t *prompt = b->prompt_tokens + c * b->max_prompt_len;
-        const int32_t *tokens = b->tokens + c * b->max_new_tokens;
-        const float *lp = b->logprobs + c * b->max_new_tokens;
-        int64_t *row = ids + s->row * T + s->col;
-        for (int64_t t = 0; t < P + L; t++) {
-            row[t] = t < P ? prompt[t] : tokens[t - P];
-            seg[s->row * T + s->col + t] = s->col + 1;
-            pos[s->row * T + s->col + t] = t;
+        int64_t P = b->prompt_lens[s->seq], at = s->row * T + s->col; /* the prompt's cell */
+        const int32_t *prompt = b->prompt_tokens + s->seq * b->max_prompt_len;
+        for (int64_t t = 0; t < P; t++) {
+            ids[at + t] = prompt[t];
+            seg[at + t] = s->col + 1;
+            pos[at + t] = t;
         }
-        for (int64_t j = 0; j < L; j++) { /* element col+P-1+j predicts completion token j */
-            int64_t e = s->row * (T - 1) + s->col + P - 1 + j;
-            cmask[e] = 1.0f;
-            old[e] = lp[j];
-            adv[e] = advantages ? (float)advantages[c] : 0.0f;
-            len[e] = (float)L;
+        shared = shared || s->n > 1;
+        for (int64_t c = s->seq, col = s->col + P; c < s->seq + s->n; c++) {
+            int64_t L = b->lengths[c], id = s->n > 1 ? col + 1 : s->col + 1;
+            const int32_t *tokens = b->tokens + c * b->max_new_tokens;
+            const float *lp = b->logprobs + c * b->max_new_tokens;
+            for (int64_t j = 0; j < L; j++) { /* element col-1+j predicts completion token j */
+                int64_t cell = s->row * T + col + j, e = s->row * (T - 1) + col - 1 + j;
+                ids[cell] = tokens[j];
+                seg[cell] = id;
+                pre[cell] = s->n > 1 ? s->col + 1 : 0;
+                pos[cell] = P + j;
+                cmask[e] = 1.0f;
+                old[e] = lp[j];
+                adv[e] = advantages ? (float)advantages[c] : 0.0f;
+                len[e] = (float)L;
+            }
+            col += L;
         }
     }
     if (st == BT_OK) {
         const int64_t s_ids[] = {R, T}, s_lp[] = {R, T - 1};
         m->ids = bt_from_host(ctx, BT_I64, dev, 2, s_ids, ids);
         m->seg = bt_from_host(ctx, BT_I64, dev, 2, s_ids, seg);
+        m->prefix = shared ? bt_from_host(ctx, BT_I64, dev, 2, s_ids, pre) : NULL;
         m->pos = bt_from_host(ctx, BT_I64, dev, 2, s_ids, pos);
         m->cmask = bt_from_host(ctx, BT_F32, dev, 2, s_lp, cmask);
         m->old = bt_from_host(ctx, BT_F32, dev, 2, s_lp, old);
         m->adv = advantages ? bt_from_host(ctx, BT_F32, dev, 2, s_lp, adv) : NULL;
         m->len = advantages ? bt_from_host(ctx, BT_F32, dev, 2, s_lp, len) : NULL;
-        if (!m->ids || !m->seg || !m->pos || !m->cmask || !m->old ||
+        if (!m->ids || !m->seg || (shared && !m->prefix) || !m->pos || !m->cmask || !m->old ||
             (advantages && (!m->adv || !m->len)))
             st = BT_ETORCH;
     }
     free(ids);
     free(seg);
     free(pos);
+    free(pre);
     free(cmask);
     free(old);
     free(adv);
@@ -398,15 +462,15 @@ static bt_status s_grpo_micro(bt_trainer_t *self, bt_ctx *ctx, const bt_rollout_
     bt_tensor *ref_logp = NULL; /* (R, T-1) */
     if (cfg->kl_coef != 0.0) {
         bool grad = bt_set_grad_enabled(false);
-        ref_logp = bt_model_token_logprobs_packed(self->reference, ctx, m.ids, m.seg, m.pos,
-                                                  temperature, NULL);
+        ref_logp = bt_model_token_logprobs_shared(self->reference, ctx, m.ids, m.seg, m.prefix,
+                                                  m.pos, temperature, NULL);
         bt_set_grad_enabled(grad);
         if (!ref_logp)
             return BT_ETORCH;
     }
     bt_tensor *entropy = NULL; /* (R, T-1) */
-    bt_tensor *logp = bt_model_token_logprobs_packed(self->policy, ctx, m.ids, m.seg, m.pos,
-                                                     temperature, &entropy); /* (R, T-1) */
+    bt_tensor *logp = bt_model_token_logprobs_shared(self->policy, ctx, m.ids, m.seg, m.prefix,
+                                                     m.pos, temperature, &entropy); /* (R, T-1) */
     bt_tensor *loss = bt_grpo_loss(ctx, cfg, logp, m.old, ref_logp, m.adv, m.cmask, m.len, entropy,
                                    normaliser, gs);
     double value = 0.0;
@@ -437,8 +501,11 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
     double temperature = batch->temperature > 0 ? batch->temperature : 1.0;
     int64_t lo, hi;
     s_rows(self, batch->n, &lo, &hi);
+    /* dynamic rope scaling follows a pass's longest position, so regrouping would change it */
+    bool share = self->cfg.share_prefix &&
+                 bt_model_get_config(self->policy)->rope_scaling.kind != BT_ROPE_SCALING_DYNAMIC;
     s_plan plan;
-    BT_TRY(s_plan_make(&self->cfg, batch, lo, hi, &plan));
+    BT_TRY(s_plan_make(&self->cfg, batch, lo, hi, share, &plan));
     bt_ctx *ctx = bt_ctx_new();
     if (!ctx) {
         s_plan_release(&plan);
@@ -463,10 +530,11 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
                   s_plan_slots(&plan),
                   gs.ratio_sumsq,
                   gs.mismatch_sum,
+                  plan.shared,
                   gs.ratio_max,
                   gs.tokens > 0 ? -gs.ratio_min : -INFINITY}; /* the smallest, as a max */
     s_plan_release(&plan);
-    bt_status rs = s_reduce_stats(self, v, 11, 2);
+    bt_status rs = s_reduce_stats(self, v, 12, 2);
     st = st != BT_OK ? st : rs;
     if (st == BT_OK)
         st = s_update(self, lr, &grad_norm);
@@ -481,13 +549,14 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
                                .clip_frac = v[4] / tok,
                                .ratio_mean = mean,
                                .ratio_std = sqrt(fmax(v[9] / tok - mean * mean, 0.0)),
-                               .ratio_max = v[11],
-                               .ratio_min = v[7] > 0 ? -v[12] : 0,
+                               .ratio_max = v[12],
+                               .ratio_min = v[7] > 0 ? -v[13] : 0,
                                .mismatch_kl = fmax(v[10] / tok, 0.0), /* >= 0 but for rounding */
                                .entropy = v[6] / tok,
                                .grad_norm = grad_norm,
                                .tokens = v[7],
                                .slots = v[8],
+                               .shared = v[11],
                                .lr = lr,
                                .sequences = batch->n,
                                .version = self->version};
@@ -512,7 +581,7 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, i
     if (!(*tokens > 0))
         return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
     s_plan plan;
-    BT_TRY(s_plan_make(&self->cfg, batch, lo, hi, &plan));
+    BT_TRY(s_plan_make(&self->cfg, batch, lo, hi, false, &plan));
     *slots = s_plan_slots(&plan);
     bt_ctx *ctx = bt_ctx_new();
     if (!ctx) {

@@ -89,7 +89,10 @@ typedef struct bt_trainer_stats {
     double tokens;      /* completion tokens */
     double slots;       /* token slots the forward passes computed (rows x width, summed over the
                            micro-batches and ranks): the batch's prompt and completion tokens plus
-                           padding */
+                           padding, less shared */
+    double shared;      /* prompt tokens a shared-prefix layout did not compute again (the
+                           trainer's share_prefix): (n - 1) * P for each prompt of P tokens that n
+                           sequences share in a pass */
     double lr;          /* the learning rate AdamW applied */
     int64_t sequences;
     int64_t version; /* after the update */

@@ -123,6 +123,27 @@ bt_tensor *bt_model_token_logprobs_packed(bt_model *self, bt_ctx *ctx, bt_tensor
                                           bt_tensor *segments, bt_tensor *positions,
                                           double temperature, bt_tensor **entropy);
 
+/*  Packed rows with shared prefixes, for training G responses to one prompt: the prompt is
+    computed once and each response attends to it.  prefix (B, T) of any integer dtype: on the
+    tokens of a segment that continues another (a response), that segment's id (the prompt's);
+    0 elsewhere.  A token attends to the tokens at or before it of its own segment and of the
+    segment its prefix names, so a response that continues a prompt gets the logits it gets as
+    prompt ++ response alone when its positions continue from the prompt's end (a prompt of P
+    tokens at 0..P-1, each of its responses at P, P+1, ...) and the prompt lies before it.
+    prefix NULL: exactly the packed pass.
+    Log-probs: element t is log P(ids[:, t+1]) under the output at the last token before t+1
+    that token t+1 attends to: token t within a segment, the prompt's last token at a
+    response's first (one shared output row predicts the first token of every response), token t
+    when there is none.  So with a prompt at columns c..c+P-1 and a response at r..r+L-1 right
+    after the prompt or after another segment, element r-1+j is the log-prob of response token
+    j, as in the packed pass; the elements of the prompt are as the packed pass's. */
+bt_tensor *bt_model_forward_shared(bt_model *self, bt_ctx *ctx, bt_tensor *ids, bt_tensor *segments,
+                                   bt_tensor *prefix, bt_tensor *positions);
+bt_tensor *bt_model_token_logprobs_shared(bt_model *self, bt_ctx *ctx, bt_tensor *ids,
+                                          bt_tensor *segments, bt_tensor *prefix,
+                                          bt_tensor *positions, double temperature,
+                                          bt_tensor **entropy);
+
 /*  Keys and values of past tokens for incremental decoding, in decode slots: per layer (slots,
     Hkv, max_len, D) in the model's precision (F32 or BF16, as autocast would cast them for
     attention), preallocated; slot s holds one sequence's first len(s) tokens in columns

@@ -12,7 +12,16 @@
     Batching (cfg.batching) only decides which sequences share a forward pass and where they sit;
     every sequence is computed as if alone (packed rows get restarting positions and a
     block-diagonal mask) and every loss divides by a constant of the whole batch, so the loss, the
-    gradients and the statistics do not depend on it (to float rounding). */
+    gradients and the statistics do not depend on it (to float rounding).
+
+    Shared prefixes (cfg.share_prefix, GRPO steps).  A run of consecutive completions with the
+    same prompt tokens is one item: the prompt once at c0, then each completion in batch order,
+    completion g at column r_g with positions P, P+1, ... and a segment of its own that attends to
+    the prompt's (bt_model_forward_shared).  Element r_g-1+j still predicts its token j: for j = 0
+    that element is the prompt's last (g = 0) or the previous completion's last token, whose own
+    prediction is never used, and its log-prob is read from the prompt's last output row.  So
+    P + sum L tokens are computed instead of sum (P + L), and only stats.slots and stats.shared
+    tell the layouts apart. */
 #ifndef BATON_TRAINER_H
 #define BATON_TRAINER_H
 
@@ -37,6 +46,10 @@ typedef struct bt_trainer_config {
     bt_batching batching;  /* BT_BATCHING_BUCKET: the fastest once a batch spans several
                               micro-batches (docs/architecture.md, bench_pack) */
     int64_t pack_tokens;   /* "pack": token slots per micro-batch; 0: micro_batch rows (0) */
+    bool share_prefix;     /* GRPO steps compute a run of consecutive sequences with the same
+                              prompt tokens (at most micro_batch) as one item: the prompt once,
+                              each completion attending to it (bt_model_forward_shared); not
+                              under dynamic rope scaling, nor for SFT (true) */
     bool reference;        /* keep a frozen copy of the initial policy, needed by any step
                               with kl_coef > 0 (false) */
 } bt_trainer_config;
@@ -77,7 +90,6 @@ void bt_trainer_set_group(bt_trainer_t *self, bt_group *group);
 /*  Copies rank root's whole state (weights, reference, AdamW moments and step count, version) to
     every rank of the group: what a re-formed group does first.  BT_OK at once without a group. */
 bt_status bt_trainer_sync(bt_trainer_t *self, int root);
-
 
 /*  One GRPO update on batch with advantages[c] for completion c (float64, rounded to float32):
     recomputes the policy's log-probs at the batch's sampling temperature (so rho = 1 when the
