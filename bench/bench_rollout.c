@@ -3,7 +3,7 @@
     per-sequence limits, greedy, on a Llama of hidden 512 with 8 layers (vocabulary 32,000), all
     fixed by seed so every implementation does identical work.  In one run:
     - the engine (bt_generate: shared prefill, continuous batching in `slots` slots, compaction),
-      at a slot per sequence and at 64 slots;
+      at 128 and at 64 slots (a slot per sequence, 256, ran out of this machine's 24 GB);
     - the static path baton had before (each row prefilled on its own, padded to the longest
       prompt; every row decoded every step until the longest response ends), written here with the
       same cache primitives, so its cost is the algorithm's, not an implementation's: its host work
@@ -14,8 +14,8 @@
       are put.
     Figures: useful tokens/s of each and their ratios, prefill tokens, peak KV-cache bytes, decode
     FLOP/s.  Prints JSON lines.  Environment: BATON_THREADS (default libtorch's), BATON_DEVICE
-    (cpu), BENCH_PROMPTS (32) and BENCH_CAP (512) to shrink the workload, BENCH_PEER=0 to skip the
-    peer. */
+    (cpu), BENCH_PRECISION (bf16: the model's forward passes in bf16; the peer stays float32),
+   BENCH_PROMPTS (32) and BENCH_CAP (512) to shrink the workload, BENCH_PEER=0 to skip the peer. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "baton/blas.h"
@@ -114,10 +114,14 @@ static double s_static(bt_model *m, const s_work *w, int32_t *out, size_t *kv_by
         input[b] = w->prompts[b][w->prompt_lens[b] - 1];
         active[b] = true;
     }
-    const int64_t shape[] = {n, Tp - 1};
-    bool ok = bt_model_prefill(m, cache, ctx, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids),
-                               lens, slots) != NULL;
-    bt_ctx_reset(ctx);
+    bool ok = true; /* prefilled 16 rows at a time: the activations of all at once do not fit */
+    for (int64_t r = 0; ok && r < n; r += 16) {
+        const int64_t shape[] = {n - r < 16 ? n - r : 16, Tp - 1};
+        ok = bt_model_prefill(m, cache, ctx,
+                              bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, &ids[r * (Tp - 1)]),
+                              &lens[r], &slots[r]) != NULL;
+        bt_ctx_reset(ctx);
+    }
     for (int64_t s = 0; ok && s < w->cap; s++) {
         bt_tensor *tokens, *logprobs;
         ok = bt_sample_next(ctx, bt_model_decode(m, cache, ctx, input, active), &sc, NULL, &tokens,
@@ -264,6 +268,10 @@ int main(int argc, char **argv) {
     cfg.eos_token_id = 2;
     cfg.pad_token_id = 0;
     bt_model *m = bt_model_new(&cfg, device, 18);
+    const char *precision = getenv("BENCH_PRECISION"); /* "bf16": autocast forward passes */
+    if (m && precision && strcmp(precision, "bf16") == 0 &&
+        bt_model_set_precision(m, BT_BF16) != BT_OK)
+        bt_model_destroy(&m);
     if (!m) {
         fprintf(stderr, "bench_rollout: %s\n", bt_last_error());
         return 1;
@@ -282,7 +290,8 @@ int main(int argc, char **argv) {
     bt_generation_init(&g64);
     bt_sample_config sc;
     int32_t *const *rows = w.prompts;
-    s_config_of(&sc, &w, 0);
+    int64_t wide = w.n < 128 ? w.n : 128;
+    s_config_of(&sc, &w, wide);
     double t0 = bt_now();
     bt_status st = bt_generate(m, (const int32_t *const *)rows, w.prompt_lens, w.n, &sc, NULL, &g);
     double engine_s = bt_now() - t0;
@@ -310,7 +319,7 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"rollout_engine\",\"slots\":%lld,\"seconds\":%.3f,"
            "\"useful_tokens_per_s\":%.1f,\"prefill_tokens\":%lld,\"decode_steps\":%lld,"
            "\"peak_kv_mb\":%.1f,\"decode_gflops\":%.2f,\"of_gemm_peak\":%.3f}\n",
-           (long long)w.n, engine_s, w.useful / engine_s, (long long)g.prefill_tokens,
+           (long long)wide, engine_s, w.useful / engine_s, (long long)g.prefill_tokens,
            (long long)g.decode_steps, g.peak_kv_bytes / 1048576.0, flops / engine_s / 1e9,
            flops / engine_s / peak);
     printf("{\"bench\":\"rollout_engine\",\"slots\":64,\"seconds\":%.3f,"

@@ -11,7 +11,9 @@
 #   3. two data-parallel trainer ranks over NCCL when two GPUs exist (one GPU: a single rank);
 #   4. the logits of randomly initialised tiny LlamaForCausalLM and Qwen2ForCausalLM models built
 #      with the transformers package there against baton's on the same safetensors, on cuda:0 and
-#      on the CPU (max |diff| < 1e-4 in float32).
+#      on the CPU (max |diff| < 1e-4 in float32);
+#   5. issue 18's realistic rollout workload (bench_rollout: the engine, the static path and the
+#      PyTorch-eager peer) on cuda:0 in float32 and in bf16.
 # Record the figures in bench/RESULTS.md ("GPU checks").
 set -u
 cd "$(dirname "$0")/.."
@@ -125,4 +127,14 @@ print(max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)))" 2>&1)
       say "logits_${arch}_$dev" false "see $OUT/baton-$arch-$dev.json"
     fi
   done
+done
+
+# ---- 5. the realistic rollout workload on cuda:0 ------------------------------------------------------
+for prec in f32 bf16; do
+  if BATON_DEVICE=cuda:0 BENCH_PRECISION=$prec BENCH_PEER=$([ $prec = f32 ] && echo 1 || echo 0) \
+     BATON_SOURCE_DIR="$ROOT" timeout 900 "$B/bench_rollout" >"$OUT/rollout-$prec.jsonl" 2>"$OUT/rollout-$prec.log"; then
+    say "rollout_$prec" true "$(tr '\n' ' ' <"$OUT/rollout-$prec.jsonl" | sed 's/"/\x27/g' | cut -c1-1500)"
+  else
+    say "rollout_$prec" false "see $OUT/rollout-$prec.log"
+  fi
 done
