@@ -302,8 +302,6 @@ static bt_status s_decode(s_engine *e, bt_ctx *ctx) {
     BT_TRY(bt_sample_next(ctx, logits, c->cfg, c->keys ? e->u : NULL, &tokens, &logprobs));
     BT_TRY(bt_to_host(tokens, e->tok, (size_t)e->S * sizeof *e->tok));
     BT_TRY(bt_to_host(logprobs, e->lp, (size_t)e->S * sizeof *e->lp));
-    size_t bytes = bt_kv_cache_bytes(e->slots) + (e->prefix ? bt_kv_cache_bytes(e->prefix) : 0);
-    e->out->peak_kv_bytes = bytes > e->out->peak_kv_bytes ? bytes : e->out->peak_kv_bytes;
     e->out->decode_steps++;
     for (int64_t s = 0; s < e->S; s++) {
         if (!e->active[s])
@@ -367,8 +365,10 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
         st = e.slots ? BT_OK : BT_ENOMEM;
     }
     if (st == BT_OK && shared > 0) {
-        e.P = shared < S_PREFIX_MAX ? shared : S_PREFIX_MAX;
-        e.P = e.P > S ? e.P : (S < shared ? S : shared); /* one admission's prompts always fit */
+        /* S_PREFIX_MAX, but never fewer than one admission's shared prompts (min(S, shared)) */
+        int64_t most = shared < S_PREFIX_MAX ? shared : S_PREFIX_MAX,
+                need = S < shared ? S : shared;
+        e.P = most > need ? most : need;
         e.prefix = bt_kv_cache_new(c->model, e.P, c->longest);
         e.prefix_prompt = malloc((size_t)e.P * sizeof *e.prefix_prompt);
         e.pre_us = malloc((size_t)e.P * sizeof *e.pre_us);
@@ -379,6 +379,9 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
         for (int64_t p = 0; st == BT_OK && p < e.P; p++)
             e.prefix_prompt[p] = -1;
     }
+    if (st == BT_OK) /* preallocated, and compaction only shrinks it: the peak is now */
+        out->peak_kv_bytes =
+            bt_kv_cache_bytes(e.slots) + (e.prefix ? bt_kv_cache_bytes(e.prefix) : 0);
     while (st == BT_OK) {
         st = s_admit(&e, ctx);
         int64_t live = 0;

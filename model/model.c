@@ -910,56 +910,39 @@ bt_tensor *bt_model_token_logprobs_shared(bt_model *self, bt_ctx *ctx, bt_tensor
 /* ---- KV cache ---------------------------------------------------------------------------------
  */
 
-/*  The cache's tensors for slots slots, in a new context; the old ones are kept until the caller
-    swaps. */
-static bt_status s_cache_alloc(const bt_model *model, bt_kv_cache *kv, int64_t slots, bt_ctx **ctx,
-                               bt_tensor **k, bt_tensor **v) {
-    const bt_model_config *c = &model->cfg;
-    *ctx = bt_ctx_new();
-    const int64_t shape[] = {slots, kv->heads, kv->max_len, bt_model_head_dim(c)};
-    bool ok = *ctx != NULL;
-    for (int l = 0; ok && l < kv->n_layers; l++) {
-        k[l] = bt_zeros(*ctx, model->compute, model->device, 4, shape);
-        v[l] = bt_zeros(*ctx, model->compute, model->device, 4, shape);
-        ok = k[l] && v[l];
-    }
-    if (!ok) {
-        bt_ctx_destroy(ctx);
-        return bt_last_error()[0] ? BT_ENOMEM : bt_fail(BT_ENOMEM, "kv cache: out of memory");
-    }
-    return BT_OK;
-}
-
 bt_kv_cache *bt_kv_cache_new(const bt_model *model, int64_t slots, int64_t max_len) {
-    if (slots < 1 || max_len < 1 || max_len > model->cfg.max_position_embeddings) {
+    const bt_model_config *c = &model->cfg;
+    if (slots < 1 || max_len < 1 || max_len > c->max_position_embeddings) {
         bt_fail(BT_EINVAL,
                 "bt_kv_cache_new: need slots >= 1 and max_len in [1, max_position_embeddings "
                 "%lld], got %lld and %lld",
-                (long long)model->cfg.max_position_embeddings, (long long)slots,
-                (long long)max_len);
+                (long long)c->max_position_embeddings, (long long)slots, (long long)max_len);
         return NULL;
     }
-    int L = (int)model->cfg.num_hidden_layers;
+    int L = (int)c->num_hidden_layers;
     bt_kv_cache *kv = calloc(1, sizeof *kv);
     if (kv) {
-        kv->k = calloc((size_t)L, sizeof *kv->k);
-        kv->v = calloc((size_t)L, sizeof *kv->v);
-        kv->len = calloc((size_t)slots, sizeof *kv->len);
+        *kv = (bt_kv_cache){.ctx = bt_ctx_new(),
+                            .slots = slots,
+                            .max_len = max_len,
+                            .heads = c->num_key_value_heads,
+                            .n_layers = L,
+                            .k = calloc((size_t)L, sizeof *kv->k),
+                            .v = calloc((size_t)L, sizeof *kv->v),
+                            .len = calloc((size_t)slots, sizeof *kv->len)};
     }
-    if (!kv || !kv->k || !kv->v || !kv->len) {
-        bt_kv_cache_destroy(&kv);
-        bt_fail(BT_ENOMEM, "bt_kv_cache_new: out of memory");
-        return NULL;
+    bool ok = kv && kv->ctx && kv->k && kv->v && kv->len;
+    const int64_t shape[] = {slots, c->num_key_value_heads, max_len, bt_model_head_dim(c)};
+    for (int l = 0; ok && l < L; l++) {
+        kv->k[l] = bt_zeros(kv->ctx, model->compute, model->device, 4, shape);
+        kv->v[l] = bt_zeros(kv->ctx, model->compute, model->device, 4, shape);
+        ok = kv->k[l] && kv->v[l];
     }
-    *kv = (bt_kv_cache){.slots = slots,
-                        .max_len = max_len,
-                        .heads = model->cfg.num_key_value_heads,
-                        .n_layers = L,
-                        .k = kv->k,
-                        .v = kv->v,
-                        .len = kv->len};
-    if (s_cache_alloc(model, kv, slots, &kv->ctx, kv->k, kv->v) != BT_OK)
+    if (!ok) {
         bt_kv_cache_destroy(&kv);
+        if (!bt_last_error()[0])
+            bt_fail(BT_ENOMEM, "bt_kv_cache_new: out of memory");
+    }
     return kv;
 }
 
