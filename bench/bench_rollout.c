@@ -3,7 +3,7 @@
     per-sequence limits, greedy, on a Llama of hidden 512 with 8 layers (vocabulary 32,000), all
     fixed by seed so every implementation does identical work.  In one run:
     - the engine (bt_generate: shared prefill, continuous batching in `slots` slots, compaction),
-      at 128 and at 64 slots (a slot per sequence, 256, ran out of this machine's 24 GB);
+      with a slot per sequence (as rollout workers run it; BENCH_SLOTS to change) and with 64;
     - the static path baton had before (each row prefilled on its own, padded to the longest
       prompt; every row decoded every step until the longest response ends), written here with the
       same cache primitives, so its cost is the algorithm's, not an implementation's: its host work
@@ -15,7 +15,8 @@
     Figures: useful tokens/s of each and their ratios, prefill tokens, peak KV-cache bytes, decode
     FLOP/s.  Prints JSON lines.  Environment: BATON_THREADS (default libtorch's), BATON_DEVICE
     (cpu), BENCH_PRECISION (bf16: the model's forward passes in bf16; the peer stays float32),
-   BENCH_PROMPTS (32) and BENCH_CAP (512) to shrink the workload, BENCH_PEER=0 to skip the peer. */
+   BENCH_PROMPTS (32) and BENCH_CAP (512) to shrink the workload, BENCH_SLOTS (a slot per
+   sequence), BENCH_PEER=0 to skip the peer. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "baton/blas.h"
@@ -188,6 +189,15 @@ static double s_decode_flops(const bt_model_config *c, const s_work *w) {
     return flops;
 }
 
+/*  The key/value columns the workload's decode steps must read: at step s a sequence of prompt
+    length P attends to P + s columns. */
+static int64_t s_columns_needed(const s_work *w) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < w->n; b++)
+        n += w->limits[b] * w->prompt_lens[b] + w->limits[b] * (w->limits[b] - 1) / 2;
+    return n;
+}
+
 /*  Runs the peer on dir's weights and the workload; its JSON line into buf. */
 static bool s_peer(const char *dir, const s_work *w, char *buf, size_t cap) {
     char path[256], cmd[1024];
@@ -208,8 +218,9 @@ static bool s_peer(const char *dir, const s_work *w, char *buf, size_t cap) {
     fprintf(f, "]}\n");
     fclose(f);
     const char *src = getenv("BATON_SOURCE_DIR");
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/bench/peer_torch.py %s %s %d", src ? src : ".",
-             dir, path, bt_get_num_threads());
+    snprintf(cmd, sizeof cmd, /* OpenBLAS's pool as baton's: python sizes only ATen's */
+             "OPENBLAS_NUM_THREADS=%d /usr/bin/python3 %s/bench/peer_torch.py %s %s %d",
+             bt_get_num_threads(), src ? src : ".", dir, path, bt_get_num_threads());
     FILE *p = popen(cmd, "r");
     size_t n = p ? fread(buf, 1, cap - 1, p) : 0;
     buf[n] = '\0';
@@ -290,7 +301,7 @@ int main(int argc, char **argv) {
     bt_generation_init(&g64);
     bt_sample_config sc;
     int32_t *const *rows = w.prompts;
-    int64_t wide = w.n < 128 ? w.n : 128;
+    int64_t wide = s_env("BENCH_SLOTS", w.n); /* default a slot per sequence, as rollouts run */
     s_config_of(&sc, &w, wide);
     double t0 = bt_now();
     bt_status st = bt_generate(m, (const int32_t *const *)rows, w.prompt_lens, w.n, &sc, NULL, &g);
@@ -318,10 +329,11 @@ int main(int argc, char **argv) {
     static_prefill = w.n * (Tp - 1);
     printf("{\"bench\":\"rollout_engine\",\"slots\":%lld,\"seconds\":%.3f,"
            "\"useful_tokens_per_s\":%.1f,\"prefill_tokens\":%lld,\"decode_steps\":%lld,"
-           "\"peak_kv_mb\":%.1f,\"decode_gflops\":%.2f,\"of_gemm_peak\":%.3f}\n",
+           "\"peak_kv_mb\":%.1f,\"decode_gflops\":%.2f,\"of_gemm_peak\":%.3f,"
+           "\"columns_read\":%lld,\"columns_needed\":%lld}\n",
            (long long)wide, engine_s, w.useful / engine_s, (long long)g.prefill_tokens,
            (long long)g.decode_steps, g.peak_kv_bytes / 1048576.0, flops / engine_s / 1e9,
-           flops / engine_s / peak);
+           flops / engine_s / peak, (long long)g.columns_read, (long long)s_columns_needed(&w));
     printf("{\"bench\":\"rollout_engine\",\"slots\":64,\"seconds\":%.3f,"
            "\"useful_tokens_per_s\":%.1f,\"prefill_tokens\":%lld,\"decode_steps\":%lld,"
            "\"peak_kv_mb\":%.1f,\"same_tokens\":%lld}\n",

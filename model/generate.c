@@ -394,6 +394,8 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
             st = s_decode(&e, ctx);
         bt_ctx_reset(ctx);
     }
+    if (e.slots)
+        out->columns_read = bt_kv_cache_columns_read(e.slots);
     bt_ctx_destroy(&ctx);
     s_engine_release(&e);
     return st;

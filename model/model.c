@@ -586,6 +586,10 @@ typedef struct s_pass {
     bt_tensor *write;     /* prefill: (B) the slots the rows' keys and values go to; decode: (B *
                              Hkv) the rows of the cache's (slots * Hkv * max_len, D) view they go to */
     int64_t keys;         /* decode: the columns attention reads, [0, keys) */
+    int64_t n_runs;       /* decode: attention in runs of consecutive slots, run r over slots */
+    const int64_t *run;   /* [run[r], run[r+1]) and columns [0, run_keys[r]); 0: one run */
+    const int64_t *run_keys;
+    bt_tensor **parts; /* (n_runs) scratch */
 } s_pass;
 
 struct bt_kv_cache {
@@ -594,6 +598,7 @@ struct bt_kv_cache {
     int n_layers;
     bt_tensor **k, **v; /* per layer (slots, Hkv, max_len, D) */
     int64_t *len;       /* (slots) host: tokens slot s holds, in columns [0, len) */
+    int64_t columns_read; /* decode steps' attention, over slots and steps */
 };
 
 /*  (B, T, n * D) -> (B, n, T, D) */
@@ -631,6 +636,19 @@ static bt_tensor *s_proj(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, bt_tensor *b) 
     return b ? bt_add(ctx, y, b) : y;
 }
 
+/*  A decode step's attention run by run: each run of slots reads its own longest length. */
+static bt_tensor *s_attention_runs(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v,
+                                   const s_pass *p) {
+    for (int64_t r = 0; r < p->n_runs; r++) {
+        int64_t a = p->run[r], b = p->run[r + 1], n = p->run_keys[r];
+        bt_tensor *kr = bt_slice(ctx, bt_slice(ctx, k, 0, a, b, 1), 2, 0, n, 1);
+        bt_tensor *vr = bt_slice(ctx, bt_slice(ctx, v, 0, a, b, 1), 2, 0, n, 1);
+        bt_tensor *mr = bt_slice(ctx, bt_slice(ctx, p->allowed, 0, a, b, 1), 3, 0, n, 1);
+        p->parts[r] = bt_attention(ctx, bt_slice(ctx, q, 0, a, b, 1), kr, vr, mr);
+    }
+    return bt_cat(ctx, p->parts, (int)p->n_runs, 0);
+}
+
 /*  Grouped-query self-attention of x (B, T, C) -> (B, T, C). */
 static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x,
                               const s_pass *p) {
@@ -652,7 +670,8 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
         k = s_cache_write(ctx, p->cache->k[l], k, p);
         v = s_cache_write(ctx, p->cache->v[l], v, p);
     }
-    bt_tensor *y = bt_attention(ctx, q, k, v, p->allowed); /* (B, H, T, D) */
+    bt_tensor *y = p->n_runs > 1 ? s_attention_runs(ctx, q, k, v, p)
+                                 : bt_attention(ctx, q, k, v, p->allowed); /* (B, H, T, D) */
     return bt_linear(ctx, s_merge_heads(ctx, y, p), w->o_proj);
 }
 
@@ -958,6 +977,10 @@ void bt_kv_cache_destroy(bt_kv_cache **self_p) {
     *self_p = NULL;
 }
 
+int64_t bt_kv_cache_columns_read(const bt_kv_cache *self) {
+    return self->columns_read;
+}
+
 int64_t bt_kv_cache_slots(const bt_kv_cache *self) {
     return self->slots;
 }
@@ -1045,7 +1068,8 @@ bt_status bt_kv_cache_compact(bt_kv_cache *self, const bt_model *model, const in
                           .n_layers = self->n_layers,
                           .k = k,
                           .v = v,
-                          .len = len};
+                          .len = len,
+                          .columns_read = self->columns_read};
     return BT_OK;
 }
 
@@ -1119,19 +1143,65 @@ bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_
     return logits;
 }
 
+/*  Splits slots [0, S) of a decode step, whose attention reads keys[s] columns each, into runs of
+    consecutive slots, each read to its own longest: the split that minimises the columns read
+    plus per_run for each run (the cost of a run's kernels, in columns), by dynamic programming
+    over the split points (O(S^2) host arithmetic, against a step's O(S x columns) tensor work).
+    run (n + 1) and run_keys (n) receive the runs; best and from are (S + 1) scratch.  Returns n. */
+static int64_t s_decode_runs(const int64_t *keys, int64_t S, int64_t per_run, int64_t *run,
+                             int64_t *run_keys, int64_t *best, int64_t *from) {
+    best[0] = 0;
+    for (int64_t j = 1; j <= S; j++) {
+        int64_t most = 0;
+        best[j] = INT64_MAX;
+        for (int64_t i = j - 1; i >= 0; i--) {
+            most = keys[i] > most ? keys[i] : most;
+            int64_t cost = best[i] + per_run + (j - i) * most;
+            if (cost < best[j]) {
+                best[j] = cost;
+                from[j] = i;
+            }
+        }
+    }
+    int64_t n = 0;
+    for (int64_t j = S; j > 0; j = from[j])
+        n++;
+    run[n] = S;
+    for (int64_t j = S, r = n - 1; j > 0; j = from[j], r--) {
+        run[r] = from[j];
+        run_keys[r] = 0;
+        for (int64_t s = from[j]; s < j; s++)
+            run_keys[r] = keys[s] > run_keys[r] ? keys[s] : run_keys[r];
+    }
+    return n;
+}
+
+/*  A run's kernels in columns of keys and values read.  CPU: a run's operator calls cost about
+    20 us and a column of one slot 300-430 ns (measured on libtorch 1.13, float32, head dim 64:
+    bench/RESULTS.md), about 50 columns; 64.  CUDA: a launch costs far more than a column, so a
+    step is one run unless its slots' lengths differ by tens of thousands. */
+static int64_t s_per_run(bt_device dev) {
+    return dev.type == BT_DEVICE_CPU ? 64 : 65536;
+}
+
 bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, const int64_t *ids,
                            const bool *active) {
     int64_t S = cache->slots, H = cache->heads, keys = 1;
-    int64_t *host = malloc((size_t)(S * H + 2 * S) * sizeof *host);
-    if (!host) {
+    int64_t *host = malloc((size_t)(S * H + 7 * S + 3) * sizeof *host);
+    bt_tensor **parts = malloc((size_t)S * sizeof *parts);
+    if (!host || !parts) {
+        free(host);
+        free(parts);
         bt_fail(BT_ENOMEM, "bt_model_decode: out of memory");
         return NULL;
     }
-    int64_t *rows = host, *pos = host + S * H, *tok = pos + S;
+    int64_t *rows = host, *pos = host + S * H, *tok = pos + S, *need = tok + S;
+    int64_t *run = need + S, *run_keys = run + S + 1, *best = run_keys + S, *from = best + S + 1;
     for (int64_t s = 0; s < S; s++) {
         int64_t at = active[s] ? cache->len[s] : 0; /* a free slot writes column 0 of itself */
         if (at >= cache->max_len) {
             free(host);
+            free(parts);
             bt_fail(BT_ERANGE, "bt_model_decode: slot %lld is full (%lld columns)", (long long)s,
                     (long long)cache->max_len);
             return NULL;
@@ -1140,6 +1210,7 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
             rows[s * H + h] = (s * H + h) * cache->max_len + at;
         pos[s] = at;
         tok[s] = active[s] ? ids[s] : 0;
+        need[s] = at + 1;
         keys = at + 1 > keys ? at + 1 : keys;
     }
     bt_device dev = self->device;
@@ -1149,7 +1220,11 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
                 .T = 1,
                 .cache = cache,
                 .write = bt_from_host(ctx, BT_I64, dev, 1, &SH, rows),
-                .keys = keys};
+                .keys = keys,
+                .run = run,
+                .run_keys = run_keys,
+                .parts = parts};
+    p.n_runs = s_decode_runs(need, S, s_per_run(dev), run, run_keys, best, from);
     bt_tensor *positions = bt_from_host(ctx, BT_I64, dev, 2, col, pos); /* (S, 1) */
     bt_tensor *kcol = bt_reshape(ctx, bt_arange(ctx, BT_I64, dev, keys), 2, kshape);
     p.allowed =
@@ -1161,7 +1236,10 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
     bt_tensor *logits = s_head(self, ctx, bt_reshape(ctx, h, 2, flat));
     for (int64_t s = 0; logits && s < S; s++)
         cache->len[s] += active[s];
+    for (int64_t r = 0; logits && r < p.n_runs; r++)
+        cache->columns_read += (run[r + 1] - run[r]) * run_keys[r];
     free(host);
+    free(parts);
     return logits;
 }
 

@@ -315,8 +315,10 @@ extern "C" int bt_get_num_threads(void) {
 
 extern "C" bt_status bt_threads_from_env(void) {
     const char *env = getenv("BATON_THREADS");
-    if (!env || !*env)
+    if (!env || !*env) { /* ATen's default, and OpenBLAS's pool the same size, not every CPU */
+        s_set_threads(at::get_num_threads());
         return BT_OK;
+    }
     char *end = nullptr;
     long n = strtol(env, &end, 10);
     if (*end || n < 1 || n > 4096)

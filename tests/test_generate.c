@@ -10,7 +10,10 @@
       but the last);
     - continuous batching: with two slots, one long sequence and seven of one token run in the
       long one's steps (static batches of two would need three more), every step's work is a
-      live sequence's token, and the KV memory is the slots' preallocation and the prefix store. */
+      live sequence's token, and the KV memory is the slots' preallocation and the prefix store;
+    - attention in runs: a prompt of 300 tokens beside three of 3 is read to its own length, the
+      short ones to theirs (the columns read are those two runs', not four slots x the longest),
+      and the tokens are the reference's. */
 #define _DEFAULT_SOURCE
 #include "baton/model.h"
 #include "baton/rng.h"
@@ -259,6 +262,60 @@ static void test_work(bt_model *m) {
     bt_generation_release(&g);
 }
 
+static void test_runs(void) {
+    bt_model_config cfg = s_config();
+    cfg.max_position_embeddings = 320;
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 22);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    enum { N = 4, LONG = 300, SHORT = 3, STEPS = 5 };
+    int32_t long_prompt[LONG], short_prompts[N - 1][SHORT];
+    for (int i = 0; i < LONG; i++)
+        long_prompt[i] = i == 0 ? 256 : 1 + (i * 37) % 127;
+    const int32_t *rows[N] = {long_prompt};
+    int64_t lens[N] = {LONG};
+    for (int b = 0; b < N; b++) {
+        if (b > 0) {
+            for (int i = 0; i < SHORT; i++)
+                short_prompts[b - 1][i] = i == 0 ? 256 : 40 + 9 * b + i;
+            rows[b] = short_prompts[b - 1];
+            lens[b] = SHORT;
+        }
+    }
+    bt_sample_config sc;
+    bt_sample_config_init(&sc);
+    sc.max_new_tokens = STEPS;
+    sc.temperature = 0;
+    sc.stops[0] = NEVER;
+    sc.n_stops = 1;
+    bt_generation eng, ref;
+    bt_generation_init(&eng);
+    bt_generation_init(&ref);
+    CHECK_OK(bt_generate(m, rows, lens, N, &sc, NULL, &eng));
+    sc.use_cache = false;
+    CHECK_OK(bt_generate(m, rows, lens, N, &sc, NULL, &ref));
+    /* step s: the long slot attends to LONG + s columns (its prompt but the last, the s tokens
+       since, the new one), each short one to SHORT + s */
+    int64_t runs = 0, one_run = 0;
+    for (int64_t s = 0; s < STEPS; s++) {
+        runs += (LONG + s) + (N - 1) * (SHORT + s);
+        one_run += N * (LONG + s);
+    }
+    int same = 0;
+    for (int64_t b = 0; b < N; b++)
+        same += eng.lengths[b] == STEPS &&
+                !memcmp(&eng.tokens[b * STEPS], &ref.tokens[b * STEPS], STEPS * sizeof(int32_t));
+    printf("attention in runs: %lld columns read (two runs: %lld; one run to the longest: %lld); "
+           "%d of %d sequences as the reference\n",
+           (long long)eng.columns_read, (long long)runs, (long long)one_run, same, N);
+    CHECK(eng.columns_read == runs && runs < one_run / 3);
+    CHECK(same == N);
+    bt_generation_release(&eng);
+    bt_generation_release(&ref);
+    bt_model_destroy(&m);
+}
+
 int main(void) {
     s_batch();
     bt_model_config cfg = s_config();
@@ -268,6 +325,7 @@ int main(void) {
         return check_exit();
     test_greedy_and_sampled(m);
     test_work(m);
+    test_runs();
     bt_model_destroy(&m);
     return check_exit();
 }

@@ -159,6 +159,9 @@ int64_t bt_kv_cache_len(const bt_kv_cache *self, int64_t slot);
 void bt_kv_cache_clear(bt_kv_cache *self, int64_t slot);
 /*  Bytes of its key and value tensors. */
 size_t bt_kv_cache_bytes(const bt_kv_cache *self);
+/*  Columns its decode steps' attention has read, summed over steps and slots (runs to their
+    longest): the attention work done, against the sum of the live lengths it needs. */
+int64_t bt_kv_cache_columns_read(const bt_kv_cache *self);
 /*  Copies slot from of src (its len(from) columns) into slots to[0..n) of dst, whose lengths
     become len(from): a shared prompt computed once, given to each of its sequences.  Tensors made
     for it go in ctx. */
@@ -179,7 +182,9 @@ bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_
     position) and attends to its columns [0, len(s)]; returns the logits (slots, V) F32 of the
     appended tokens (rows of inactive slots are meaningless) and adds one to each active slot's
     length.  Host work is the slots' ids and lengths; it does not grow with the sequences.
-    BT_ERANGE (NULL) when an active slot is full.  Runs under no-grad. */
+    Attention runs over consecutive slots of similar lengths, each run to its own longest
+    (docs/architecture.md, "Generation"), not every slot to the longest.  BT_ERANGE (NULL) when an
+    active slot is full.  Runs under no-grad. */
 bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, const int64_t *ids,
                            const bool *active);
 

@@ -84,6 +84,7 @@ typedef struct bt_generation {
     int64_t decode_steps;   /* model calls of one token per sequence */
     int64_t slot_steps;     /* tokens those calls computed for live sequences */
     size_t peak_kv_bytes;   /* largest KV cache held (engine; 0 for the reference) */
+    int64_t columns_read;   /* engine: key/value columns its attention read (decode steps) */
 } bt_generation;
 
 void bt_generation_init(bt_generation *g);

@@ -46,8 +46,9 @@ int bt_cuda_device_count(void);
 /* ---- runtime -------------------------------------------------------------------------------- */
 void bt_set_num_threads(int n);
 int bt_get_num_threads(void);
-/*  Applies BATON_THREADS (an integer in [1, 4096]) when set; unset leaves libtorch's default.
-    BT_EINVAL naming the variable when it is malformed. */
+/*  Applies BATON_THREADS (an integer in [1, 4096]) when set; unset keeps libtorch's default and
+    sizes OpenBLAS's own pool to it (OpenBLAS otherwise starts a thread per CPU, which spin after
+    each call).  BT_EINVAL naming the variable when it is malformed. */
 bt_status bt_threads_from_env(void);
 /*  "1.13.0" or similar.  Static string. */
 const char *bt_torch_version(void);
