@@ -108,6 +108,7 @@ static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_n
 static const char *const s_adv_norms[] = {"std", "none", NULL};
 static const char *const s_async_objectives[] = {"ppo", "decoupled", NULL};
 static const char *const s_batchings[] = {"pad", "bucket", "pack", NULL};
+static const char *const s_checkpointings[] = {"none", "layer", NULL};
 static const char *const s_pbt_metrics[] = {"accuracy", "reward", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 static const char *const s_tuner_modes[] = {"max", "min", NULL};
@@ -221,6 +222,7 @@ static const s_key s_keys[] = {
     S_ENUM_KEY("grpo.batching", grpo.batching, BT_BATCHING_BUCKET, s_batchings),
     S_INT_KEY("grpo.pack_tokens", grpo.pack_tokens, 0, 0, S_INF),
     S_BOOL_KEY("grpo.share_prefix", grpo.share_prefix, true),
+    S_ENUM_KEY("grpo.activation_checkpointing", grpo.activation_checkpointing, 0, s_checkpointings),
     S_BOOL_KEY("grpo.dynamic_sampling", grpo.dynamic_sampling, false),
     S_INT_KEY("grpo.max_staleness", grpo.max_staleness, 0, 0, 16),
     S_ENUM_KEY("grpo.async_objective", grpo.async_objective, 0, s_async_objectives),

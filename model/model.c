@@ -352,6 +352,7 @@ struct bt_model {
     bt_tensor *norm;    /* (C) */
     bt_tensor *lm_head; /* (V, C); the embedding when tied */
     bt_dtype compute;   /* BT_F32, or BT_BF16: forward passes under autocast */
+    bool checkpoint;    /* full forwards recording grad recompute each layer in backward */
 };
 
 static void s_add_spec(bt_model *m, int ndim, int64_t d0, int64_t d1, const char *fmt, int layer) {
@@ -555,6 +556,9 @@ bt_status bt_model_set_precision(bt_model *self, bt_dtype compute) {
 bt_dtype bt_model_precision(const bt_model *self) {
     return self->compute;
 }
+void bt_model_set_activation_checkpointing(bt_model *self, bool on) {
+    self->checkpoint = on;
+}
 int bt_model_num_params(const bt_model *self) {
     return self->n_params;
 }
@@ -690,11 +694,31 @@ static bt_tensor *s_block(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x, c
     return bt_add(ctx, h, s_mlp(ctx, w, bt_rms_norm(ctx, h, w->post_norm, eps)));
 }
 
-/*  Final hidden states (B, T, C), after model.norm, of ids (B, T). */
+/*  A checkpointed layer's closure, copied by bt_checkpoint: the pass's tensors (rotary tables,
+    mask) live in the forward's context, which outlives its backward. */
+typedef struct s_block_call {
+    const bt_model *m;
+    int l;
+    s_pass p; /* a full forward's: no cache, no runs */
+} s_block_call;
+
+static bt_tensor *s_block_checkpointed(bt_ctx *ctx, bt_tensor *x, void *user) {
+    const s_block_call *c = user;
+    return s_block(c->m, ctx, c->l, x, &c->p);
+}
+
+/*  Final hidden states (B, T, C), after model.norm, of ids (B, T); with checkpointing on, a full
+    forward's layers are recomputed in backward (without grad bt_checkpoint just runs them). */
 static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_pass *p) {
     bt_tensor *x = bt_embedding(ctx, m->embed, ids); /* (B, T, C) */
-    for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++)
-        x = s_block(m, ctx, l, x, p);
+    for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++) {
+        if (m->checkpoint && !p->cache) {
+            const s_block_call c = {.m = m, .l = l, .p = *p};
+            x = bt_checkpoint(ctx, s_block_checkpointed, &c, sizeof c, x);
+        } else {
+            x = s_block(m, ctx, l, x, p);
+        }
+    }
     return bt_rms_norm(ctx, x, m->norm, m->cfg.rms_norm_eps);
 }
 

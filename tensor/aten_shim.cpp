@@ -9,6 +9,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
 /* c10d's headers declare the Gloo (and NCCL) process groups only under these macros. */
@@ -961,6 +962,93 @@ extern "C" bt_status bt_clip_grad_norm(bt_tensor *const *params, int n, double m
         for (int i = 0; i < n; i++)
             if (params[i] && params[i]->t.grad().defined())
                 params[i]->t.mutable_grad().mul_(coef);
+    });
+}
+
+/*  Activation checkpointing (as torch.utils.checkpoint's reentrant form).  Forward runs fn without
+    recording (custom functions' forward always does) and saves only x and a copy of the user bytes;
+    backward re-runs fn on a detached x with grad on, under the autocast state forward had, and
+    backpropagates the incoming gradient through it: that accumulates into the parameters' .grad
+    as a plain backward would and yields x's gradient.  fn's temporaries live in a context local to
+    each call. */
+struct s_checkpoint : public torch::autograd::Function<s_checkpoint> {
+    /*  fn(tmp, x, user) -> y; the error fn left, as an exception (backward may run on one of the
+        engine's threads, whose last error the caller never reads). */
+    static at::Tensor run(bt_checkpoint_fn fn, const at::Tensor &x, const std::string &user) {
+        std::vector<max_align_t> aligned((user.size() + sizeof(max_align_t) - 1) /
+                                         sizeof(max_align_t));
+        if (!user.empty())
+            memcpy(aligned.data(), user.data(), user.size());
+        bt_ctx tmp;
+        bt_tensor xh{x};
+        bt_tensor *y = fn(&tmp, &xh, aligned.data());
+        at::Tensor out = y ? y->t : at::Tensor();
+        bt_ctx_reset(&tmp);
+        if (!out.defined())
+            throw std::runtime_error(bt_last_error()[0] ? bt_last_error() : "fn returned NULL");
+        return out;
+    }
+
+    static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x,
+                              bt_checkpoint_fn fn, const std::string &user) {
+        at::DeviceType dev = x.device().type();
+        ctx->save_for_backward({x});
+        ctx->saved_data["fn"] = (int64_t) reinterpret_cast<intptr_t>(fn);
+        ctx->saved_data["user"] = user;
+        ctx->saved_data["autocast"] = s_autocast_enabled(dev);
+        ctx->saved_data["dtype"] = (int64_t)s_autocast_dtype(dev);
+        /* casts made here carry no graph: none may be cached for a later op that records */
+        bool cache = at::autocast::is_autocast_cache_enabled();
+        at::autocast::set_autocast_cache_enabled(false);
+        try {
+            at::Tensor y = run(fn, x, user);
+            at::autocast::set_autocast_cache_enabled(cache);
+            return y;
+        } catch (...) {
+            at::autocast::set_autocast_cache_enabled(cache);
+            throw;
+        }
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                   torch::autograd::variable_list grads) {
+        at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+        auto fn = reinterpret_cast<bt_checkpoint_fn>((intptr_t)ctx->saved_data["fn"].toInt());
+        const std::string &user = ctx->saved_data["user"].toStringRef();
+        at::AutoGradMode grad(true);
+        at::Tensor y;
+        {
+            const bt_tensor xh{x};
+            bt_dtype dtype = ctx->saved_data["autocast"].toBool()
+                                 ? s_bt_dtype((at::ScalarType)ctx->saved_data["dtype"].toInt())
+                                 : BT_F32; /* BT_F32: an empty scope */
+            bt_autocast scope;
+            if (bt_autocast_enter(bt_device_of(&xh), dtype, &scope) != BT_OK)
+                throw std::runtime_error(bt_last_error());
+            try {
+                y = run(fn, x, user);
+            } catch (...) {
+                bt_autocast_exit(&scope);
+                throw;
+            }
+            bt_autocast_exit(&scope);
+        }
+        y.backward(grads[0]);
+        return {x.grad(), at::Tensor(), at::Tensor()};
+    }
+};
+
+extern "C" bt_tensor *bt_checkpoint(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user,
+                                    size_t user_size, bt_tensor *x) {
+    NEED1("bt_checkpoint", x);
+    if (!fn || (!user && user_size > 0)) {
+        bt_fail(BT_EINVAL, "bt_checkpoint: NULL fn or user");
+        return nullptr;
+    }
+    if (!c10::GradMode::is_enabled() || !x->t.requires_grad())
+        return fn(ctx, x, const_cast<void *>(user));
+    return s_op(ctx, "bt_checkpoint", [&] {
+        return s_checkpoint::apply(x->t, fn, std::string((const char *)user, user_size));
     });
 }
 

@@ -491,6 +491,47 @@ static void s_spread_batch_mixed(bt_model *m, double temperature, bt_rollout_bat
                    temperature, b->logprobs + 9 * b->max_new_tokens);
 }
 
+/*  grpo.activation_checkpointing "layer": one GRPO step (KL, entropy, shared prompts, the default
+    batching) with the policy's layers recomputed in backward leaves every weight as the plain
+    step does, to 1e-6 (largest difference over largest value, per parameter). */
+static void test_activation_checkpointing(void) {
+    bt_trainer_t *tr[2] = {s_grad_trainer(BT_BATCHING_BUCKET, 5, 0, true),
+                           s_grad_trainer(BT_BATCHING_BUCKET, 5, 0, true)};
+    bt_model_set_activation_checkpointing(bt_trainer_policy(tr[1]), true);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    double adv[24];
+    s_spread_batch_mixed(bt_trainer_policy(tr[0]), 0.9, &b, adv);
+    bt_grpo_config gc = bt_test_grpo_config();
+    gc.kl_coef = 0.05;
+    gc.entropy_coef = 0.01;
+    bt_trainer_stats st[2];
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(bt_trainer_grpo_step(tr[k], &b, adv, 1e-2, &gc, &st[k]));
+    s_check_same_stats(&st[1], &st[0]);
+    bt_ctx *ctx = bt_ctx_new();
+    double worst = 0;
+    bt_model *p0 = bt_trainer_policy(tr[0]), *p1 = bt_trainer_policy(tr[1]);
+    for (int i = 0; i < bt_model_num_params(p0); i++) {
+        bt_tensor *d = bt_abs(ctx, bt_sub(ctx, bt_model_params(p1)[i], bt_model_params(p0)[i]));
+        double diff = 0, top = 0;
+        CHECK_OK(bt_item(bt_max(ctx, bt_reshape(ctx, d, 1, (int64_t[]){-1}), 0, false), &diff));
+        CHECK_OK(bt_item(
+            bt_max(ctx, bt_reshape(ctx, bt_abs(ctx, bt_model_params(p0)[i]), 1, (int64_t[]){-1}), 0,
+                   false),
+            &top));
+        worst = fmax(worst, diff / top);
+    }
+    printf("activation checkpointing: weights after a GRPO step differ by %.3g at most (max abs "
+           "diff / max abs)\n",
+           worst);
+    CHECK(worst < 1e-6);
+    bt_ctx_destroy(&ctx);
+    bt_rollout_batch_release(&b);
+    bt_trainer_destroy(&tr[0]);
+    bt_trainer_destroy(&tr[1]);
+}
+
 /*  grpo.share_prefix: GRPO steps with each group's prompt computed once give the unshared pass's
     loss, gradients (every parameter) and statistics to 1e-5 relative, for every loss aggregation
     with KL (the reference differs from the policy) and entropy terms, under every batching and
@@ -1159,6 +1200,7 @@ int main(void) {
     test_micro_batches();
     test_batching();
     test_share_prefix();
+    test_activation_checkpointing();
     test_data_parallel();
 
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();

@@ -221,6 +221,8 @@ typedef struct bt_config {
         bt_batching batching; /* how sequences share micro-batches (pad, bucket, pack) */
         int64_t pack_tokens;  /* "pack": token slots per micro-batch; 0: micro_batch rows */
         bool share_prefix;    /* a group's prompt computed once per pass (bt_trainer_config) */
+        int activation_checkpointing; /* 0 "none"; 1 "layer": each decoder layer recomputed in
+                                         backward (bt_model_set_activation_checkpointing) */
         bool dynamic_sampling;
         int64_t max_staleness;   /* 0: synchronous; eta > 0: rollouts run up to eta steps ahead */
         int async_objective;     /* 0 "ppo": clip pi_theta / pi_behav; 1 "decoupled" (AReaL) */

@@ -85,6 +85,12 @@ bt_device bt_model_device(const bt_model *self);
     trainer does.  BT_EINVAL for another dtype. */
 bt_status bt_model_set_precision(bt_model *self, bt_dtype compute);
 bt_dtype bt_model_precision(const bt_model *self);
+/*  Activation checkpointing (grpo.activation_checkpointing "layer"; off by default): a full forward
+    pass with grad mode on keeps only each decoder layer's input and recomputes the layer during
+    backward (bt_checkpoint), so its activations are held one layer at a time; gradients are those
+    of the plain pass to float rounding.  The model has no dropout or other random op, so the
+    recomputation is exact.  No-grad passes (rollouts, decode, the KL reference) are unchanged. */
+void bt_model_set_activation_checkpointing(bt_model *self, bool on);
 
 /*  The parameters, in a fixed order: model.embed_tokens.weight, then per layer N
     model.layers.N.{input_layernorm, self_attn.q_proj, self_attn.k_proj, self_attn.v_proj,

@@ -236,6 +236,21 @@ bt_tensor *bt_grad(bt_ctx *ctx, bt_tensor *t);
 void bt_zero_grad(bt_tensor *const *ts, int n);
 /*  Turns recording on or off for this thread; returns the previous setting. */
 bool bt_set_grad_enabled(bool enabled);
+/*  Activation checkpointing: y = fn(x) recorded as one node that keeps only x.  fn builds y from x
+    with bt_ ops in the context it is given and reaches parameters and constants (rotary tables,
+    masks: tensors that need no gradient) through user; it returns NULL on failure, the reason in
+    bt_last_error().  It runs twice: now, without recording, and again during backward with
+    recording on (under the autocast scope it first ran in), on a detached copy of x, when the
+    incoming gradient is backpropagated through it: the parameters' gradients accumulate as a
+    plain backward's would, and x's flows on.  So fn must compute the same function both times
+    (no random ops).  Ownership: each run gets a context of its own, created and destroyed around
+    it; fn's temporaries and its result live in it, and only the result's values survive (in the
+    returned tensor, in ctx).  The user_size bytes at user are copied; the tensors they point to
+    are borrowed and must stay valid until the backward pass through the result has run or ctx is
+    reset.  With grad mode off or x needing no gradient, returns fn(ctx, x, user) itself. */
+typedef bt_tensor *(*bt_checkpoint_fn)(bt_ctx *ctx, bt_tensor *x, void *user);
+bt_tensor *bt_checkpoint(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user, size_t user_size,
+                         bt_tensor *x);
 /*  Global gradient-norm clipping (as torch.nn.utils.clip_grad_norm_): the norm over all gradients
     is computed in float64 into *total_norm; if it exceeds max_norm every gradient is scaled by
     max_norm / (total_norm + 1e-6).  Tensors without a gradient are skipped. */

@@ -1,0 +1,146 @@
+/*  test_activation_ckpt.c — activation checkpointing (grpo.activation_checkpointing "layer"):
+    bt_checkpoint recomputes its function in backward and gives a plain pass's gradients, and a
+    small Llama's token log-prob loss has every parameter's gradient equal with checkpointing on
+    and off, on padded and on packed rows (the trainer's SFT and GRPO paths). */
+#include "baton/model.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/*  fn of the bt_checkpoint test: y = silu(x w), counting its runs. */
+typedef struct s_lin {
+    bt_tensor *w; /* (4, 4) */
+    int *runs;
+} s_lin;
+
+static bt_tensor *s_silu_linear(bt_ctx *ctx, bt_tensor *x, void *user) {
+    const s_lin *c = user;
+    (*c->runs)++;
+    return bt_silu(ctx, bt_matmul(ctx, x, c->w));
+}
+
+/*  The largest |a - b| over the largest |b|, of two F32 tensors of equal size. */
+static double s_rel_max_diff(bt_tensor *a, bt_tensor *b) {
+    size_t n = (size_t)bt_numel(a);
+    CHECK(bt_numel(b) == (int64_t)n);
+    float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
+    CHECK_OK(bt_to_host(a, ha, n * sizeof *ha));
+    CHECK_OK(bt_to_host(b, hb, n * sizeof *hb));
+    double diff = 0, top = 0;
+    for (size_t k = 0; k < n; k++) {
+        diff = fmax(diff, fabs((double)ha[k] - hb[k]));
+        top = fmax(top, fabs((double)hb[k]));
+    }
+    free(ha);
+    free(hb);
+    CHECK(top > 0);
+    return diff / top;
+}
+
+/*  bt_checkpoint runs fn once forward and once more in backward (once only without grad), and
+    the gradients of x and of the parameter w equal a plain pass's. */
+static void test_checkpoint_call(void) {
+    bt_ctx *ctx = bt_ctx_new();
+    bt_gen *gen = bt_gen_new(3, bt_cpu());
+    const int64_t shape[] = {4, 4};
+    bt_tensor *w = bt_randn(ctx, gen, BT_F32, 2, shape), *x0 = bt_randn(ctx, gen, BT_F32, 2, shape);
+    bt_tensor *grad_w[2], *grad_x[2];
+    int runs = 0;
+    for (int ck = 0; ck < 2; ck++) {
+        bt_tensor *x = bt_clone(ctx, x0);
+        CHECK_OK(bt_set_requires_grad(x, true));
+        CHECK_OK(bt_set_requires_grad(w, true));
+        const s_lin c = {.w = w, .runs = &runs};
+        bt_tensor *y = ck ? bt_checkpoint(ctx, s_silu_linear, &c, sizeof c, x)
+                          : s_silu_linear(ctx, x, (void *)&c);
+        CHECK(runs == ck + 1); /* forward: once each */
+        CHECK_OK(bt_backward(bt_sum_all(ctx, bt_mul(ctx, y, y))));
+        CHECK(runs == (ck ? 3 : 1)); /* the checkpointed pass ran again in backward */
+        grad_w[ck] = bt_clone(ctx, bt_grad(ctx, w));
+        grad_x[ck] = bt_grad(ctx, x);
+        bt_zero_grad(&w, 1);
+    }
+    CHECK(s_rel_max_diff(grad_w[1], grad_w[0]) < 1e-6);
+    CHECK(s_rel_max_diff(grad_x[1], grad_x[0]) < 1e-6);
+    bool grad = bt_set_grad_enabled(false);
+    runs = 0;
+    const s_lin c = {.w = w, .runs = &runs};
+    CHECK(bt_checkpoint(ctx, s_silu_linear, &c, sizeof c, x0) != NULL && runs == 1);
+    bt_set_grad_enabled(grad);
+    bt_gen_destroy(&gen);
+    bt_ctx_destroy(&ctx);
+}
+
+enum { B = 3, T = 12 };
+
+/*  A small Llama: hidden 32, 3 layers, 4 heads, 2 key/value heads. */
+static bt_model *s_model(bool checkpoint) {
+    bt_model_config c;
+    bt_model_config_init(&c);
+    c.hidden_size = 32;
+    c.intermediate_size = 88;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.max_position_embeddings = 64;
+    bt_model *m = bt_model_new(&c, bt_cpu(), 7);
+    CHECK(m != NULL);
+    bt_model_set_activation_checkpointing(m, checkpoint);
+    return m;
+}
+
+/*  Every parameter's gradient of sum(w_t * logp_t) over B rows of T tokens, left-padded (packed
+    false: lengths 12, 7, 4) or packed (two segments a row, positions restarting), with
+    checkpointing on and off: equal to 1e-6 (largest difference over largest value). */
+static void s_model_grads_agree(bool packed) {
+    bt_ctx *ctx = bt_ctx_new();
+    int64_t ids[B * T], mask[B * T], seg[B * T], pos[B * T];
+    const int64_t lens[B] = {12, 7, 4};
+    float weight[B * (T - 1)];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int64_t i = b * T + t, cut = 5 + b;
+            ids[i] = (b * 37 + t * 11) % 250;
+            mask[i] = t >= T - lens[b];
+            seg[i] = t < cut ? 1 : 2;
+            pos[i] = t < cut ? t : t - cut;
+            if (t < T - 1)
+                weight[b * (T - 1) + t] = (float)((t % 3) - 1) * 0.5f + 0.1f * (float)b;
+        }
+    const int64_t shape[] = {B, T}, wshape[] = {B, T - 1};
+    bt_model *m[2] = {s_model(false), s_model(true)};
+    double worst = 0;
+    for (int k = 0; k < 2; k++) {
+        bt_tensor *tid = bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids);
+        bt_tensor *logp =
+            packed ? bt_model_token_logprobs_packed(
+                         m[k], ctx, tid, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, seg),
+                         bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, pos), 1.0, NULL)
+                   : bt_model_token_logprobs(m[k], ctx, tid,
+                                             bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, mask),
+                                             1.0, NULL);
+        bt_tensor *w = bt_from_host(ctx, BT_F32, bt_cpu(), 2, wshape, weight);
+        CHECK_OK(bt_backward(bt_sum_all(ctx, bt_mul(ctx, logp, w))));
+    }
+    for (int i = 0; i < bt_model_num_params(m[0]); i++) {
+        bt_tensor *plain = bt_grad(ctx, bt_model_params(m[0])[i]);
+        bt_tensor *ckpt = bt_grad(ctx, bt_model_params(m[1])[i]);
+        worst = fmax(worst, s_rel_max_diff(ckpt, plain));
+    }
+    printf("%s rows: gradients with checkpointing differ by %.3g at most (max abs diff / max abs, "
+           "%d parameters)\n",
+           packed ? "packed" : "padded", worst, bt_model_num_params(m[0]));
+    CHECK(worst < 1e-6);
+    bt_model_destroy(&m[0]);
+    bt_model_destroy(&m[1]);
+    bt_ctx_destroy(&ctx);
+}
+
+int main(void) {
+    test_checkpoint_call();
+    s_model_grads_agree(false);
+    s_model_grads_agree(true);
+    return check_exit();
+}
