@@ -605,9 +605,10 @@ static void test_load(void) {
     CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
     CHECK(cfg.task.kind == BT_CONFIG_TASK_ARITHMETIC && cfg.task.digits == 2);
     CHECK(strcmp(cfg.task.operators, "+") == 0);
-    /* the demo's promise: a warm start that stops while held-out accuracy is still <= 40%,
-       then GRPO, evaluated during training */
-    CHECK(cfg.sft.steps > 0 && cfg.sft.eval_every > 0 && cfg.sft.stop_accuracy <= 0.4);
+    /* the demo's promise: a warm start that stops while held-out accuracy is still <= 60%
+       (bench/RESULTS.md: weaker starts made GRPO's outcome depend on the seed), then GRPO, which
+       takes it past 90%, evaluated during training */
+    CHECK(cfg.sft.steps > 0 && cfg.sft.eval_every > 0 && cfg.sft.stop_accuracy <= 0.6);
     CHECK(cfg.grpo.steps > 0 && cfg.eval.every_steps > 0);
 
     CHECK(bt_config_load("/nonexistent/arith.json", NULL, 0, &cfg) == BT_EIO);
