@@ -109,6 +109,7 @@ static const char *const s_adv_norms[] = {"std", "none", NULL};
 static const char *const s_async_objectives[] = {"ppo", "decoupled", NULL};
 static const char *const s_batchings[] = {"pad", "bucket", "pack", NULL};
 static const char *const s_checkpointings[] = {"none", "layer", NULL};
+static const char *const s_shards[] = {"none", "optimizer", "gradients", "parameters", NULL};
 static const char *const s_pbt_metrics[] = {"accuracy", "reward", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 static const char *const s_tuner_modes[] = {"max", "min", NULL};
@@ -310,6 +311,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("workers.heartbeat_ms", workers.heartbeat_ms, 500, 1, 3600000),
     S_INT_KEY("workers.expiry_ms", workers.expiry_ms, 5000, 1, S_INF),
     S_INT_KEY("workers.collective_timeout_ms", workers.collective_timeout_ms, 60000, 100, S_INF),
+    S_ENUM_KEY("workers.shard", workers.shard, BT_SHARD_NONE, s_shards),
     S_INT_KEY("workers.standby_trainers", workers.standby_trainers, 0, 0, 64),
     S_INT_KEY("workers.controller_timeout_ms", workers.controller_timeout_ms, 60000, 100, S_INF),
     S_INT_KEY("workers.deadline_floor_ms", workers.deadline_floor_ms, 30000, 1, S_INF),

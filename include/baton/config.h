@@ -276,6 +276,7 @@ typedef struct bt_config {
         int64_t heartbeat_ms;
         int64_t expiry_ms;
         int64_t collective_timeout_ms;
+        bt_shard shard;                /* workers.shard (grpo.h) */
         int64_t standby_trainers;      /* trainers started beyond workers.trainer, idle until one
                                           is lost; then one takes over from the snapshot */
         int64_t controller_timeout_ms; /* a worker leaves when its controller is silent this long */
