@@ -2,6 +2,8 @@
     (workers.trainer > 1), formed and re-formed here; see rooms.h. */
 #include "rooms.h"
 
+#include "baton/trainer.h"
+
 /*  Without a trainer group: the worker holding the training state was lost.  When another
     trainer is live it takes over (bt_controller.trainer) and BT_ESTATE says the state must be
     restored; while none is, BT_OK (the job waits for the lost one to come back). */
@@ -149,8 +151,10 @@ static bt_status s_pick(bt_policy *p) {
         return BT_PENDING;
     }
     /* every rank of the last formation lost: the state went with them; a new group is formed
-       from the trainers there are and restored from the snapshot (BT_ESTATE) */
-    tr->fresh = p->generation > 0 && old == 0;
+       from the trainers there are and restored from the snapshot (BT_ESTATE).  A sharded state
+       (workers.shard) cannot be re-cut from what survivors hold (a lost rank's shard is gone),
+       so every re-formation of a sharded group restores */
+    tr->fresh = p->generation > 0 && (old == 0 || p->cfg->workers.shard != BT_SHARD_NONE);
     memcpy(p->ranks, order, sizeof order[0] * (size_t)n);
     p->world = p->world_last = n;
     p->generation++;
@@ -194,6 +198,11 @@ static bt_status s_form(bt_policy *p) {
     bt_jsonl_int(&line, "world", n);
     bt_jsonl_int(&line, "version", version);
     BT_TRY(bt_runlog_event(p->ctl->log, &line));
+    if (tr->fresh && p->cfg->workers.shard != BT_SHARD_NONE)
+        return bt_fail(BT_ESTATE,
+                       "controller: the trainer group re-formed, and its state is sharded "
+                       "(workers.shard): the new group of %d is restored from the snapshot",
+                       n);
     if (tr->fresh)
         return bt_fail(BT_ESTATE,
                        "controller: every trainer rank was lost with the training state; the "
@@ -208,8 +217,8 @@ static bt_status s_form(bt_policy *p) {
     return BT_OK;
 }
 
-/*  BT_TRAINER_NEXT: the job on every rank (a snapshot on rank 0 alone), the group formed first
-    when it is broken. */
+/*  BT_TRAINER_NEXT: the job on every rank (a snapshot on rank 0 alone unless the state is
+    sharded), the group formed first when it is broken. */
 static bt_status s_next(bt_policy *p) {
     bt_trainer_run *tr = &p->tr;
     if (tr->attempt > S_MAX_ATTEMPTS)
@@ -222,7 +231,8 @@ static bt_status s_next(bt_policy *p) {
         tr->state = BT_TRAINER_SETTLE;
         return BT_OK;
     }
-    int n = tr->job.kind == BT_JOB_SNAPSHOT ? 1 : p->world;
+    bool sharded = p->cfg->workers.shard != BT_SHARD_NONE; /* every rank holds a shard */
+    int n = tr->job.kind == BT_JOB_SNAPSHOT && !sharded ? 1 : p->world;
     for (int k = 0; k < n; k++) {
         tr->ranks[k] = tr->job;
         tr->ranks[k].publish = tr->job.publish && k == 0;
@@ -231,7 +241,8 @@ static bt_status s_next(bt_policy *p) {
     return s_ranks_submit(p, n);
 }
 
-/*  BT_TRAINER_RANKS: rank 0's result becomes the job's. */
+/*  BT_TRAINER_RANKS: rank 0's result becomes the job's; a sharded snapshot's holds every rank's
+    shards (bt_trainer_state_merge). */
 static bt_status s_ranks(bt_policy *p) {
     bt_trainer_run *tr = &p->tr;
     bool broken;
@@ -241,6 +252,8 @@ static bt_status s_ranks(bt_policy *p) {
         tr->state = BT_TRAINER_NEXT;
         return BT_OK;
     }
+    for (int k = 1; tr->job.kind == BT_JOB_SNAPSHOT && k < tr->set.n; k++)
+        BT_TRY(bt_trainer_state_merge(tr->ranks[0].result, tr->ranks[k].result));
     tr->job.result = tr->ranks[0].result;
     tr->job.compute_s = tr->ranks[0].compute_s;
     tr->job.worker = tr->ranks[0].worker;

@@ -1351,6 +1351,145 @@ extern "C" bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *
     });
 }
 
+/*  The flat concatenation of ts (their gradients with grads; none counts as zeros), padded with
+    zeros to len elements at least. */
+static at::Tensor s_flat_padded(bt_tensor *const *ts, int n, bool grads, int64_t len) {
+    std::vector<at::Tensor> flat;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const at::Tensor &p = ts[i]->t;
+        const at::Tensor &g = grads ? p.grad() : p;
+        flat.push_back(g.defined() ? g.detach().reshape({-1})
+                                   : at::zeros({p.numel()}, p.options()));
+        total += p.numel();
+    }
+    if (total < len)
+        flat.push_back(at::zeros({len - total}, ts[0]->t.options()));
+    return at::cat(flat);
+}
+
+static bool s_same_float32(bt_tensor *const *ts, int n, const bt_tensor *shard) {
+    if (shard && (shard->t.scalar_type() != at::kFloat || shard->t.dim() != 1))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (!ts[i] || ts[i]->t.scalar_type() != at::kFloat)
+            return false;
+    return true;
+}
+
+static int64_t s_total(bt_tensor *const *ts, int n) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += ts[i]->t.numel();
+    return total;
+}
+
+extern "C" bt_tensor *bt_flat_range(bt_ctx *ctx, bt_tensor *const *ts, int n, bool grads,
+                                    int64_t lo, int64_t len) {
+    if (!ts || n < 1 || lo < 0 || len < 0 || !s_same_float32(ts, n, nullptr)) {
+        bt_fail(BT_EINVAL, "bt_flat_range: need float32 tensors and 0 <= lo, 0 <= len");
+        return nullptr;
+    }
+    return s_op(ctx, "bt_flat_range", [&] {
+        at::NoGradGuard no_grad;
+        return s_flat_padded(ts, n, grads, lo + len).narrow(0, lo, len).clone();
+    });
+}
+
+extern "C" bt_status bt_set_grad(bt_tensor *t, bt_tensor *g) {
+    if (!t)
+        return s_null_input_status("bt_set_grad");
+    return s_status("bt_set_grad", [&] {
+        if (!g) {
+            t->t.mutable_grad().reset();
+            return;
+        }
+        if (!g->t.sizes().equals(t->t.sizes()) || g->t.scalar_type() != t->t.scalar_type())
+            throw std::invalid_argument("the gradient's shape or dtype differs from the tensor's");
+        t->t.mutable_grad() = g->t.detach();
+    });
+}
+
+/*  Rank and world of a group, or of a group of one (NULL). */
+static void s_rank_world(const bt_group *self, int *rank, int *world) {
+    *rank = self ? self->rank : 0;
+    *world = self ? self->world : 1;
+}
+
+extern "C" bt_status bt_group_reduce_scatter_grads(bt_group *self, bt_tensor *const *params, int n,
+                                                   bt_tensor *shard, bool accumulate) {
+    int rank, world;
+    s_rank_world(self, &rank, &world);
+    if (!params || n < 1 || !shard || !s_same_float32(params, n, shard) ||
+        world * shard->t.numel() < s_total(params, n))
+        return bt_fail(BT_EINVAL, "bt_group_reduce_scatter_grads: need float32 parameters and a "
+                                  "1-D float32 shard with world x its size >= their elements");
+    auto body = [&] {
+        at::NoGradGuard no_grad;
+        int64_t size = shard->t.numel();
+        at::Tensor flat = s_flat_padded(params, n, true, world * size), mine;
+        if (self && self->pg->getBackendName() == "nccl") {
+            std::vector<at::Tensor> out{at::empty({size}, flat.options())};
+            std::vector<std::vector<at::Tensor>> in(1);
+            for (int k = 0; k < world; k++)
+                in[0].push_back(flat.narrow(0, k * size, size));
+            self->pg->reduce_scatter(out, in)->wait();
+            mine = out[0];
+        } else if (self) { /* Gloo (libtorch 1.13) has no reduce-scatter: a reduce to each
+                              shard's owner moves the same bytes */
+            for (int k = 0; k < world; k++) {
+                std::vector<at::Tensor> buf{flat.narrow(0, k * size, size)};
+                c10d::ReduceOptions o;
+                o.rootRank = k;
+                self->pg->reduce(buf, o)->wait();
+            }
+            mine = flat.narrow(0, rank * size, size);
+        } else {
+            mine = flat.narrow(0, 0, size);
+        }
+        if (accumulate)
+            shard->t.add_(mine);
+        else
+            shard->t.copy_(mine);
+    };
+    return self ? s_collective(self, "bt_group_reduce_scatter_grads", body)
+                : s_status("bt_group_reduce_scatter_grads", body);
+}
+
+extern "C" bt_status bt_group_allgather_params(bt_group *self, bt_tensor *const *params, int n,
+                                               bt_tensor *shard) {
+    int rank, world;
+    s_rank_world(self, &rank, &world);
+    if (!params || n < 1 || !shard || !s_same_float32(params, n, shard) ||
+        world * shard->t.numel() < s_total(params, n))
+        return bt_fail(BT_EINVAL, "bt_group_allgather_params: need float32 parameters and a "
+                                  "1-D float32 shard with world x its size >= their elements");
+    auto body = [&] {
+        at::NoGradGuard no_grad;
+        int64_t size = shard->t.numel();
+        at::Tensor flat;
+        if (self) {
+            flat = at::empty({world * size}, shard->t.options());
+            std::vector<std::vector<at::Tensor>> out(1);
+            for (int k = 0; k < world; k++)
+                out[0].push_back(at::empty({size}, shard->t.options()));
+            std::vector<at::Tensor> in{shard->t.contiguous()};
+            self->pg->allgather(out, in)->wait();
+            flat = at::cat(out[0]);
+        } else {
+            flat = shard->t;
+        }
+        int64_t off = 0;
+        for (int i = 0; i < n; i++) {
+            at::Tensor &p = params[i]->t;
+            p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+            off += p.numel();
+        }
+    };
+    return self ? s_collective(self, "bt_group_allgather_params", body)
+                : s_status("bt_group_allgather_params", body);
+}
+
 extern "C" bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op) {
     if (!self || !values || n < 1)
         return bt_fail(BT_EINVAL, "bt_group_allreduce_f64: NULL group or no values");

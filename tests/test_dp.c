@@ -16,8 +16,7 @@
 static char s_tmp[64], s_config[128];
 
 static const char s_json[] =
-    "{\"run\": {\"name\": \"dp\", \"seed\": 5},"
-    RUNS_MODEL_TINY
+    "{\"run\": {\"name\": \"dp\", \"seed\": 5}," RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": "
     "6},"
     " \"sft\": {\"steps\": 3, \"batch_size\": 8, \"lr\": 0.003},"
@@ -68,8 +67,8 @@ static void s_check_same_variant(const char *ref_dir, const char *dir, const cha
         for (int k = 0; k < 6; k++) {
             double u = s_num(x, keys[k]), v = s_num(y, keys[k]);
             if (!(fabs(u - v) <= tol * (1 + fabs(u)))) {
-                fprintf(stderr, "%s %s step %d %s: %.17g vs %.17g\n", dir,
-                        variant ? variant : "", i + 1, keys[k], u, v);
+                fprintf(stderr, "%s %s step %d %s: %.17g vs %.17g\n", dir, variant ? variant : "",
+                        i + 1, keys[k], u, v);
                 CHECK(fabs(u - v) <= tol * (1 + fabs(u)));
             }
         }
@@ -82,13 +81,22 @@ static void s_check_same_run(const char *ref_dir, const char *dir, int steps) {
     s_check_same_variant(ref_dir, dir, NULL, steps, 1e-5);
 }
 
-static pid_t s_start_config(const char *config, const char *dir, const char *trainers,
-                            bool procs) {
-    const char *args[] = {
-        "run", config, "--run-dir", dir, "--set", trainers, procs ? "--procs" : NULL, NULL};
+/*  `baton run config` in dir with --set trainers and the arguments extra (NULL-terminated, up to
+    eight; NULL: none), in worker processes with procs. */
+static pid_t s_start_with(const char *config, const char *dir, const char *trainers, bool procs,
+                          const char *const *extra) {
+    const char *args[16] = {"run", config, "--run-dir", dir, "--set", trainers};
+    int n = 6;
+    for (int k = 0; extra && extra[k] && k < 8; k++)
+        args[n++] = extra[k];
+    args[n++] = procs ? "--procs" : NULL;
     char log[160]; /* the run's and its worker processes' output, shown when a check fails */
     snprintf(log, sizeof log, "%s.log", dir);
     return runs_spawn_in(NULL, args, log);
+}
+
+static pid_t s_start_config(const char *config, const char *dir, const char *trainers, bool procs) {
+    return s_start_with(config, dir, trainers, procs, NULL);
 }
 
 /*  SIGKILLs the run's trainer-1 process once dir's metrics hold `lines` train lines. */
@@ -114,7 +122,8 @@ static void test_variants(void) {
     snprintf(one, sizeof one, "%s/variants-one", s_tmp);
     snprintf(group, sizeof group, "%s/variants-group", s_tmp);
     char json[sizeof s_json + 256];
-    snprintf(json, sizeof json, "%.*s, \"variants\": [{\"name\": \"a\"}, {\"name\": \"b\", "
+    snprintf(json, sizeof json,
+             "%.*s, \"variants\": [{\"name\": \"a\"}, {\"name\": \"b\", "
              "\"set\": {\"grpo.lr\": 0.001, \"grpo.kl_coef\": 0.05}}]}",
              (int)strlen(s_json) - 1, s_json);
     CHECK_OK(bt_file_write(config, json, strlen(json)));
@@ -140,6 +149,62 @@ static void test_variants(void) {
     if (check_exit() != 0)
         fprintf(stderr, "events.jsonl of the variants run:\n%s\n", events ? events : "(none)");
     free(events);
+}
+
+/*  The events.jsonl of dir (caller frees). */
+static char *s_events(const char *dir) {
+    char path[256], *events = NULL;
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &events, NULL));
+    return events;
+}
+
+/*  workers.shard: three trainer processes with sharded gradients and optimizer state train the
+    run one trainer trains (1e-5).  One killed mid-run breaks the group; the survivors' shards are
+    not the whole state, so the group of two is restored from the snapshot, and the run finishes
+    with every step once and the same statistics.  A run of four sharded ranks stopped after its
+    checkpoint of step 10 resumes on four, on two and on one trainer, each finishing as the
+    uninterrupted run does. */
+static void test_sharded(const char *one) {
+    static const char *const shard[] = {"--set", "workers.shard=gradients", NULL};
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/sharded-elastic", s_tmp);
+    pid_t run = s_start_with(s_config, dir, "workers.trainer=3", true, shard);
+    s_kill_trainer_after(run, dir, 4);
+    CHECK(runs_wait(run) == 0);
+    s_check_same_run(one, dir, 30);
+    char *events = s_events(dir);
+    bool restored = events && strstr(events, "\"event\":\"trainer_group_broken\"") &&
+                    strstr(events, "\"generation\":2,\"world\":2") &&
+                    strstr(events, "\"event\":\"trainer_restored\"");
+    if (!restored)
+        fprintf(stderr, "events.jsonl of the sharded elastic run:\n%s\n", events ? events : "");
+    CHECK(restored);
+    free(events);
+
+    char whole[160];
+    snprintf(whole, sizeof whole, "%s/sharded-4", s_tmp);
+    static const char *const four[] = {"--set", "workers.shard=gradients", "--set",
+                                       "checkpoint.full_every_steps=10", NULL};
+    CHECK(runs_wait(s_start_with(s_config, whole, "workers.trainer=4", true, four)) == 0);
+    s_check_same_run(one, whole, 30);
+    static const char *const trainers[3] = {"workers.trainer=4", "workers.trainer=2",
+                                            "workers.trainer=1"};
+    static const char *const shards[3] = {"workers.shard=gradients", "workers.shard=optimizer",
+                                          "workers.shard=none"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(dir, sizeof dir, "%s/sharded-resume-%d", s_tmp, k);
+        static const char *const stop[] = {
+            "--set", "workers.shard=gradients", "--set", "checkpoint.full_every_steps=10",
+            "--set", "grpo.steps=10",           NULL};
+        CHECK(runs_wait(s_start_with(s_config, dir, "workers.trainer=4", true, stop)) == 0);
+        const char *more[] = {"--set", shards[k], "--set", "grpo.steps=30", "--resume", NULL};
+        CHECK(runs_wait(s_start_with(s_config, dir, trainers[k], true, more)) == 0);
+        if (k == 0)
+            s_check_same_variant(whole, dir, NULL, 30, 0.0); /* the same ranks: bit for bit */
+        else
+            s_check_same_run(whole, dir, 30);
+    }
 }
 
 int main(void) {
@@ -177,6 +242,7 @@ int main(void) {
     free(events);
     CHECK(runs_worker_pid(run, "trainer-0") == 0 && runs_worker_pid(run, "trainer-2") == 0);
     test_variants();
+    test_sharded(one);
 
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);

@@ -708,6 +708,199 @@ static void test_data_parallel(void) {
     bt_store_destroy(&store);
 }
 
+/* ---- sharded training state (workers.shard, ZeRO stages 1 and 2) ---------------------------- */
+
+#define S_Z_STEPS 20
+#define S_Z_SAVE 10
+
+/*  One rank of a sharded (or replicated) run: steps [from, S_Z_STEPS) of GRPO on the hand batch,
+    the loss aggregation cycling through all three, a KL penalty, gradients clipped to a norm the
+    steps exceed, micro-batches of 2 rows, an SFT step every seventh; after step S_Z_SAVE its
+    state into saved (when not NULL); restored from restore first (when not NULL). */
+typedef struct s_zrank {
+    int rank, world, port;
+    const char *prefix;
+    bt_shard shard;
+    const bt_rollout_batch *batch;
+    const bt_msg_t *restore;
+    bt_msg_t *saved;
+    bt_trainer_t *tr;
+    int clipped; /* steps whose gradient norm exceeded the clip */
+    bt_status st;
+} s_zrank;
+
+static void *s_zrank_main(void *arg) {
+    s_zrank *r = arg;
+    bt_set_num_threads(1);
+    bt_model *m = s_tiny_model(41);
+    bt_trainer_config tc;
+    bt_trainer_config_init(&tc);
+    tc.micro_batch = 2;
+    tc.reference = true;
+    tc.max_grad_norm = 0.05;
+    tc.shard = r->shard;
+    r->tr = bt_trainer_new(&m, &tc);
+    r->st = r->tr ? BT_OK : BT_EINVAL;
+    bt_group *g = NULL;
+    if (r->st == BT_OK && r->world > 1) {
+        bt_group_config gc = {.store_host = "127.0.0.1",
+                              .store_port = r->port,
+                              .prefix = r->prefix,
+                              .rank = r->rank,
+                              .world = r->world,
+                              .local_addr = "127.0.0.1",
+                              .device = bt_cpu(),
+                              .timeout_ms = 60000};
+        g = bt_group_new(&gc);
+        r->st = g ? BT_OK : BT_EIO;
+        bt_trainer_set_group(r->tr, g);
+        if (r->st == BT_OK)
+            r->st = bt_trainer_sync(r->tr, 0);
+    }
+    int from = 0;
+    if (r->st == BT_OK && r->restore) {
+        r->st = bt_trainer_state_from_msg(r->restore, S_Z_SAVE, r->tr);
+        from = S_Z_SAVE;
+    }
+    static const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
+                                        BT_LOSS_AGG_TOKEN_SUM_NORM};
+    for (int step = from; step < S_Z_STEPS && r->st == BT_OK; step++) {
+        bt_grpo_config cfg = bt_test_grpo_config();
+        cfg.kl_coef = 0.05;
+        cfg.loss_agg = aggs[step % 3];
+        bt_trainer_stats stats;
+        r->st = step % 7 == 6 ? bt_trainer_sft_step(r->tr, r->batch, 3e-3, &stats)
+                              : bt_trainer_grpo_step(r->tr, r->batch, s_adv, 3e-3, &cfg, &stats);
+        r->clipped += stats.grad_norm > tc.max_grad_norm;
+        if (r->st == BT_OK && r->saved && step + 1 == S_Z_SAVE)
+            r->st = bt_trainer_state_to_msg(r->tr, r->saved);
+    }
+    bt_trainer_set_group(r->tr, NULL);
+    bt_group_destroy(&g);
+    return NULL;
+}
+
+/*  world ranks of a run with shard; their trainers into tr (rank 0 first; the caller destroys
+    them), their states after step S_Z_SAVE merged into *saved when saved is not NULL. */
+static void s_zrun(int port, const char *prefix, bt_shard shard, int world,
+                   const bt_rollout_batch *b, const bt_msg_t *restore, bt_msg_t **saved,
+                   bt_trainer_t **tr) {
+    s_zrank ranks[4];
+    pthread_t th[4];
+    for (int r = 0; r < world; r++) {
+        ranks[r] = (s_zrank){.rank = r,
+                             .world = world,
+                             .port = port,
+                             .prefix = prefix,
+                             .shard = shard,
+                             .batch = b,
+                             .restore = restore,
+                             .saved = saved ? bt_msg_new(BT_MSG_RESULT) : NULL};
+        CHECK(pthread_create(&th[r], NULL, s_zrank_main, &ranks[r]) == 0);
+    }
+    for (int r = 0; r < world; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < world; r++) {
+        CHECK_OK(ranks[r].st);
+        CHECK(ranks[r].clipped >= 3); /* the clip is exercised */
+        CHECK(bt_trainer_version(ranks[r].tr) == S_Z_STEPS);
+        if (r > 0) /* every rank gathers the same weights */
+            CHECK(s_weights_rel_diff(bt_trainer_policy(ranks[r].tr),
+                                     bt_trainer_policy(ranks[0].tr)) == 0.0);
+        tr[r] = ranks[r].tr;
+    }
+    if (saved) {
+        for (int r = 1; r < world; r++) {
+            CHECK_OK(bt_trainer_state_merge(ranks[0].saved, ranks[r].saved));
+            bt_msg_destroy(&ranks[r].saved);
+        }
+        *saved = ranks[0].saved;
+    }
+}
+
+static void s_ztrainers_destroy(bt_trainer_t **tr, int world) {
+    for (int r = world - 1; r >= 0; r--)
+        bt_trainer_destroy(&tr[r]);
+}
+
+/*  Every stage with 1, 2 and 4 ranks makes the replicated single trainer's update over 20 steps
+    (1e-5 relative), and with the same number of ranks the optimizer stage is the replicated run
+    bit for bit (the same all-reduce, then AdamW elementwise on a slice).  A state saved by 4
+    ranks with sharded gradients resumes on 4 (bit for bit), on 2 sharded ranks and on 1
+    replicated trainer, each finishing where the uninterrupted run does. */
+static void test_sharded(void) {
+    int port = 0;
+    bt_store *store = bt_store_serve(0, &port);
+    CHECK(store != NULL && port > 0);
+    bt_model *m = s_tiny_model(41);
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    s_hand_batch(m, 1.0, &b);
+    bt_model_destroy(&m);
+    static const char *const names[3] = {"none", "optimizer", "gradients"};
+    static const int worlds[3] = {1, 2, 4};
+    bt_trainer_t *one[4], *replicated[3][4];
+    s_zrun(port, "z-one", BT_SHARD_NONE, 1, &b, NULL, NULL, one);
+    char prefix[32];
+    double worst = 0;
+    for (int w = 0; w < 3; w++) {
+        snprintf(prefix, sizeof prefix, "z-none-%d", worlds[w]);
+        s_zrun(port, prefix, BT_SHARD_NONE, worlds[w], &b, NULL, NULL, replicated[w]);
+    }
+    bt_msg_t *saved = NULL;
+    bt_trainer_t *whole[4]; /* gradients, 4 ranks: the uninterrupted run of the resumes */
+    for (int stage = BT_SHARD_OPTIMIZER; stage <= BT_SHARD_GRADIENTS; stage++)
+        for (int w = 0; w < 3; w++) {
+            bt_trainer_t *tr[4];
+            snprintf(prefix, sizeof prefix, "z-%s-%d", names[stage], worlds[w]);
+            bool keep = stage == BT_SHARD_GRADIENTS && worlds[w] == 4;
+            s_zrun(port, prefix, (bt_shard)stage, worlds[w], &b, NULL, keep ? &saved : NULL, tr);
+            double rel = s_weights_rel_diff(bt_trainer_policy(tr[0]), bt_trainer_policy(one[0]));
+            double same =
+                s_weights_rel_diff(bt_trainer_policy(tr[0]), bt_trainer_policy(replicated[w][0]));
+            printf("shard %s, %d ranks: weights after %d steps within %.3g of one trainer's, "
+                   "%.3g of %d replicated ranks'\n",
+                   names[stage], worlds[w], S_Z_STEPS, rel, same, worlds[w]);
+            CHECK(rel < 1e-5);
+            worst = fmax(worst, rel);
+            if (stage == BT_SHARD_OPTIMIZER)
+                CHECK(same == 0.0);
+            if (keep)
+                memcpy(whole, tr, sizeof whole);
+            else
+                s_ztrainers_destroy(tr, worlds[w]);
+        }
+    CHECK(saved != NULL);
+    /* the saved state: rank 0's weights and all four ranks' moment shards */
+    int shards = 0;
+    for (int i = 0; saved && i < bt_msg_tensor_count(saved); i++)
+        shards += strstr(bt_msg_tensor_at(saved, i).name, "-of-00004") != NULL;
+    CHECK(shards == 8);
+    static const struct {
+        bt_shard shard;
+        int world;
+    } resumes[3] = {{BT_SHARD_GRADIENTS, 4}, {BT_SHARD_OPTIMIZER, 2}, {BT_SHARD_NONE, 1}};
+    for (int k = 0; k < 3 && saved; k++) {
+        bt_trainer_t *tr[4];
+        snprintf(prefix, sizeof prefix, "z-resume-%d", k);
+        s_zrun(port, prefix, resumes[k].shard, resumes[k].world, &b, saved, NULL, tr);
+        double rel = s_weights_rel_diff(bt_trainer_policy(tr[0]), bt_trainer_policy(whole[0]));
+        printf("saved by 4 ranks (gradients) at step %d, resumed on %d (%s): step %d within "
+               "%.3g of the uninterrupted run\n",
+               S_Z_SAVE, resumes[k].world, names[resumes[k].shard], S_Z_STEPS, rel);
+        CHECK(k == 0 ? rel == 0.0 : rel < 1e-5);
+        s_ztrainers_destroy(tr, resumes[k].world);
+    }
+    printf("sharded stages: worst %.3g of one trainer's weights\n", worst);
+    bt_msg_destroy(&saved);
+    s_ztrainers_destroy(whole, 4);
+    for (int w = 0; w < 3; w++)
+        s_ztrainers_destroy(replicated[w], worlds[w]);
+    s_ztrainers_destroy(one, 1);
+    bt_rollout_batch_release(&b);
+    bt_store_destroy(&store);
+}
+
 /* ---- (d) SFT, then (e) rollouts, (f) evaluation and (g) weights on the trained model ------- */
 
 static bt_source_t *s_task(void) {
@@ -1202,6 +1395,7 @@ int main(void) {
     test_share_prefix();
     test_activation_checkpointing();
     test_data_parallel();
+    test_sharded();
 
     bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
     bt_source_t *task = s_task();

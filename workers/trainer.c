@@ -14,7 +14,81 @@ struct bt_trainer {
     bt_adamw *opt;
     int64_t version;
     bt_group *group; /* borrowed; NULL: a single trainer */
+    /* cfg.shard != BT_SHARD_NONE: opt is NULL and this rank's shard of the flat parameters is
+       stepped instead (bt_group_reduce_scatter_grads: the layout) */
+    struct {
+        int rank, world;   /* the layout's: a state formed for another group is not used */
+        int64_t size;      /* elements per shard: ceil(parameters' elements / world) */
+        bt_ctx *ctx;       /* master, grad */
+        bt_tensor *master; /* (size) float32: this rank's slice of the weights, AdamW's */
+        bt_tensor *grad;   /* (size): BT_SHARD_GRADIENTS, the reduce-scattered gradient sum */
+        bt_adamw *opt;     /* over master alone */
+    } sh;
 };
+
+static int64_t s_param_elements(const bt_model *m) {
+    int64_t total = 0;
+    for (int i = 0; i < bt_model_num_params(m); i++)
+        total += bt_numel(bt_model_params(m)[i]);
+    return total;
+}
+
+static void s_shard_release(bt_trainer_t *self) {
+    bt_adamw_destroy(&self->sh.opt);
+    bt_ctx_destroy(&self->sh.ctx);
+    self->sh.master = self->sh.grad = NULL;
+    self->sh.world = 0;
+}
+
+/*  The sharded state laid out for the trainer's group (alone: a group of one), from the weights
+    as they are, with AdamW's moments zero and its step count steps. */
+static bt_status s_shard_form(bt_trainer_t *self, int64_t steps) {
+    s_shard_release(self);
+    int rank = self->group ? bt_group_rank(self->group) : 0;
+    int world = self->group ? bt_group_world(self->group) : 1;
+    int64_t total = s_param_elements(self->policy);
+    int64_t size = (total + world - 1) / world;
+    self->sh.ctx = bt_ctx_new();
+    if (!self->sh.ctx)
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    bt_tensor *const *params = bt_model_params(self->policy);
+    int n = bt_model_num_params(self->policy);
+    bool grad = bt_set_grad_enabled(false);
+    self->sh.master = bt_flat_range(self->sh.ctx, params, n, false, rank * size, size);
+    if (self->sh.master && self->cfg.shard >= BT_SHARD_GRADIENTS)
+        self->sh.grad = bt_zeros(self->sh.ctx, BT_F32, bt_model_device(self->policy), 1, &size);
+    bt_set_grad_enabled(grad);
+    bt_status st = self->sh.master && (self->cfg.shard < BT_SHARD_GRADIENTS || self->sh.grad)
+                       ? BT_OK
+                       : BT_ETORCH;
+    if (st == BT_OK)
+        st = bt_set_requires_grad(self->sh.master, true);
+    if (st == BT_OK) {
+        self->sh.opt = bt_adamw_new(&self->sh.master, 1, self->cfg.adamw);
+        st = self->sh.opt ? BT_OK : BT_ETORCH;
+    }
+    if (st != BT_OK) {
+        s_shard_release(self);
+        return st;
+    }
+    bt_adamw_set_steps(self->sh.opt, steps);
+    self->sh.rank = rank;
+    self->sh.world = world;
+    self->sh.size = size;
+    return BT_OK;
+}
+
+/*  BT_ESTATE unless the sharded state was formed for the trainer's group as it is now. */
+static bt_status s_shard_check(const bt_trainer_t *self) {
+    int rank = self->group ? bt_group_rank(self->group) : 0;
+    int world = self->group ? bt_group_world(self->group) : 1;
+    if (self->sh.world == world && self->sh.rank == rank)
+        return BT_OK;
+    return bt_fail(BT_ESTATE,
+                   "trainer: the sharded optimizer state is rank %d of %d, the group rank %d of "
+                   "%d: it must be restored",
+                   self->sh.rank, self->sh.world, rank, world);
+}
 
 void bt_trainer_config_init(bt_trainer_config *cfg) {
     cfg->adamw = bt_adamw_defaults();
@@ -24,6 +98,7 @@ void bt_trainer_config_init(bt_trainer_config *cfg) {
     cfg->pack_tokens = 0;
     cfg->share_prefix = true;
     cfg->reference = false;
+    cfg->shard = BT_SHARD_NONE;
 }
 
 bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) {
@@ -37,6 +112,12 @@ bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) 
     if (cfg->micro_batch < 1) {
         bt_fail(BT_EINVAL, "trainer: micro_batch must be >= 1, got %lld",
                 (long long)cfg->micro_batch);
+        bt_model_destroy(&policy);
+        return NULL;
+    }
+    if ((unsigned)cfg->shard > BT_SHARD_GRADIENTS) {
+        bt_fail(BT_EINVAL, "trainer: shard stage %d is not one of none, optimizer, gradients",
+                (int)cfg->shard);
         bt_model_destroy(&policy);
         return NULL;
     }
@@ -54,8 +135,13 @@ bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) 
     }
     self->cfg = *cfg;
     self->policy = policy;
-    self->opt = bt_adamw_new(bt_model_params(policy), bt_model_num_params(policy), cfg->adamw);
-    bool ok = self->opt != NULL;
+    bool ok;
+    if (cfg->shard == BT_SHARD_NONE) {
+        self->opt = bt_adamw_new(bt_model_params(policy), bt_model_num_params(policy), cfg->adamw);
+        ok = self->opt != NULL;
+    } else {
+        ok = s_shard_form(self, 0) == BT_OK;
+    }
     if (ok && cfg->reference) { /* the frozen reference: a copy of the initial policy */
         self->reference = bt_model_new(bt_model_get_config(policy), bt_model_device(policy), 0);
         ok = self->reference && bt_weights_copy(self->reference, policy) == BT_OK &&
@@ -73,6 +159,7 @@ void bt_trainer_destroy(bt_trainer_t **self_p) {
         return;
     bt_trainer_t *self = *self_p;
     bt_adamw_destroy(&self->opt);
+    s_shard_release(self);
     bt_model_destroy(&self->reference);
     bt_model_destroy(&self->policy);
     free(self);
@@ -86,7 +173,7 @@ bt_model *bt_trainer_reference(bt_trainer_t *self) {
     return self->reference;
 }
 bt_adamw *bt_trainer_optimizer(bt_trainer_t *self) {
-    return self->opt;
+    return self->opt ? self->opt : self->sh.opt;
 }
 int64_t bt_trainer_version(const bt_trainer_t *self) {
     return self->version;
@@ -106,29 +193,38 @@ void bt_trainer_set_group(bt_trainer_t *self, bt_group *group) {
 bt_status bt_trainer_sync(bt_trainer_t *self, int root) {
     if (!self->group)
         return BT_OK;
-    int n = bt_model_num_params(self->policy), parts = self->reference ? 4 : 3;
-    bt_tensor **all = malloc(sizeof *all * (size_t)(parts * n));
+    bool sharded = self->cfg.shard != BT_SHARD_NONE; /* moments: root holds only its shard */
+    int n = bt_model_num_params(self->policy), parts = (self->reference ? 2 : 1) + !sharded * 2;
+    bt_tensor **all = malloc(sizeof *all * (size_t)(parts * n)), **next = all;
     if (!all)
         return bt_fail(BT_ENOMEM, "trainer: out of memory");
     bt_status st = BT_OK;
     for (int i = 0; i < n && st == BT_OK; i++) {
-        all[i] = bt_model_params(self->policy)[i];
-        st = bt_adamw_moments(self->opt, i, &all[n + i], &all[2 * n + i]);
+        *next++ = bt_model_params(self->policy)[i];
+        if (!sharded) {
+            st = bt_adamw_moments(self->opt, i, next, next + 1);
+            next += 2;
+        }
         if (self->reference)
-            all[3 * n + i] = bt_model_params(self->reference)[i];
+            *next++ = bt_model_params(self->reference)[i];
     }
     if (st == BT_OK)
         st = bt_group_broadcast(self->group, all, parts * n, root);
     free(all);
-    double counters[2] = {(double)self->version, (double)bt_adamw_steps(self->opt)};
+    bt_adamw *opt = bt_trainer_optimizer(self);
+    double counters[2] = {(double)self->version, (double)bt_adamw_steps(opt)};
     if (bt_group_rank(self->group) != root)
         counters[0] = counters[1] = 0.0;
     if (st == BT_OK) /* a sum in which only root's values are not zero */
         st = bt_group_allreduce_f64(self->group, counters, 2, BT_REDUCE_SUM);
     if (st == BT_OK) {
         self->version = (int64_t)counters[0];
-        bt_adamw_set_steps(self->opt, (int64_t)counters[1]);
+        bt_adamw_set_steps(opt, (int64_t)counters[1]);
     }
+    /* a new layout from the common weights; the moments of a trained group are restored by the
+       controller (a re-formed sharded group is restored from its snapshot) */
+    if (st == BT_OK && sharded)
+        st = s_shard_form(self, (int64_t)counters[1]);
     return st;
 }
 
@@ -433,10 +529,69 @@ static double s_plan_slots(const s_plan *p) {
 
 /*  Sums the gradients over the group's ranks, clips, steps, version++; drops the gradients either
     way. */
+/*  The sharded update: this rank's shard of the summed gradients (optimizer: all-reduced and
+    clipped as the replicated update does, then cut; gradients: reduce-scattered, its norm summed
+    over the shards), one AdamW step of this rank's master slice, then every slice all-gathered
+    into the weights.  AdamW is elementwise, so each element takes the replicated update's step. */
+static bt_status s_update_sharded(bt_trainer_t *self, double lr, double max_norm,
+                                  double *grad_norm) {
+    bt_tensor *const *params = bt_model_params(self->policy);
+    int n = bt_model_num_params(self->policy);
+    BT_TRY(s_shard_check(self));
+    bt_ctx *ctx = bt_ctx_new();
+    if (!ctx)
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    bool grad_mode = bt_set_grad_enabled(false);
+    bt_status st = BT_OK;
+    bt_tensor *g = NULL;
+    if (self->cfg.shard == BT_SHARD_OPTIMIZER) {
+        st = self->group ? bt_group_allreduce_grads(self->group, params, n) : BT_OK;
+        if (st == BT_OK)
+            st = bt_clip_grad_norm(params, n, max_norm, grad_norm);
+        if (st == BT_OK) {
+            g = bt_flat_range(ctx, params, n, true, self->sh.rank * self->sh.size, self->sh.size);
+            st = g ? BT_OK : BT_ETORCH;
+        }
+    } else {
+        g = self->sh.grad;
+        st = bt_group_reduce_scatter_grads(self->group, params, n, g, false);
+        bt_zero_grad(params, n); /* the whole gradients are not needed past here */
+        double sq = 0.0;
+        bt_tensor *t = bt_sum_all(ctx, bt_pow_scalar(ctx, bt_to_dtype(ctx, g, BT_F64), 2.0));
+        if (st == BT_OK)
+            st = t ? bt_item(t, &sq) : BT_ETORCH;
+        if (st == BT_OK && self->group)
+            st = bt_group_allreduce_f64(self->group, &sq, 1, BT_REDUCE_SUM);
+        *grad_norm = sqrt(sq);
+        double coef = max_norm / (*grad_norm + 1e-6); /* as bt_clip_grad_norm */
+        if (st == BT_OK && coef < 1.0) {
+            t = bt_mul_scalar(ctx, g, coef);
+            st = t ? bt_copy_(g, t) : BT_ETORCH;
+        }
+    }
+    if (st == BT_OK)
+        st = bt_set_grad(self->sh.master, g);
+    if (st == BT_OK)
+        st = bt_adamw_step(self->sh.opt, lr);
+    if (st == BT_OK)
+        st = bt_group_allgather_params(self->group, params, n, self->sh.master);
+    bt_set_grad(self->sh.master, NULL);
+    bt_set_grad_enabled(grad_mode);
+    bt_ctx_destroy(&ctx);
+    return st;
+}
+
 static bt_status s_update(bt_trainer_t *self, double lr, double *grad_norm) {
     bt_tensor *const *params = bt_model_params(self->policy);
     int n = bt_model_num_params(self->policy);
     double max_norm = self->cfg.max_grad_norm > 0 ? self->cfg.max_grad_norm : INFINITY;
+    if (self->cfg.shard != BT_SHARD_NONE) {
+        bt_status st = s_update_sharded(self, lr, max_norm, grad_norm);
+        bt_zero_grad(params, n);
+        if (st == BT_OK)
+            self->version++;
+        return st;
+    }
     bt_status st = self->group ? bt_group_allreduce_grads(self->group, params, n) : BT_OK;
     if (st == BT_OK)
         st = bt_clip_grad_norm(params, n, max_norm, grad_norm);
@@ -644,42 +799,179 @@ bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch,
 
 /* ---- the whole state as a message (snapshot and restore TASK/RESULT) ----------------------- */
 
-/*  "param.NAME", "exp_avg.NAME", "exp_avg_sq.NAME". */
+/*  "param.NAME", "exp_avg.NAME", "exp_avg_sq.NAME", "ref.NAME"; a sharded trainer's moments are
+    "exp_avg.shard-R-of-N" and "exp_avg_sq.shard-R-of-N" (this rank's slice of the flat moments). */
 static const char *const s_state_kinds[4] = {"param.", "exp_avg.", "exp_avg_sq.", "ref."};
+
+static void s_shard_name(char *buf, size_t len, const char *kind, int rank, int world) {
+    snprintf(buf, len, "%sshard-%05d-of-%05d", kind, rank, world);
+}
+
+/*  A host copy of t as a tensor of msg. */
+static bt_status s_add_host(bt_msg_t *msg, const char *name, bt_tensor *t) {
+    int ndim = bt_ndim(t);
+    int64_t shape[BT_MAX_DIMS];
+    for (int d = 0; d < ndim; d++)
+        shape[d] = bt_dim(t, d);
+    size_t nbytes = (size_t)bt_numel(t) * sizeof(float);
+    float *host = malloc(nbytes ? nbytes : 1);
+    bt_status st = host ? bt_to_host(t, host, nbytes) : BT_ENOMEM;
+    if (st != BT_OK) {
+        free(host);
+        return st;
+    }
+    return bt_msg_add_tensor_zero_copy(msg, name, BT_F32, ndim, shape, host, NULL, NULL);
+}
 
 bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg) {
     bt_model *policy = bt_trainer_policy(tr), *ref = bt_trainer_reference(tr);
     bt_adamw *opt = bt_trainer_optimizer(tr);
     bt_tensor *const *params = bt_model_params(policy);
+    bool sharded = tr->cfg.shard != BT_SHARD_NONE;
     BT_TRY(bt_msg_set_int(msg, "version", bt_trainer_version(tr)));
     BT_TRY(bt_msg_set_int(msg, "adam_steps", bt_adamw_steps(opt)));
+    if (sharded)
+        BT_TRY(s_shard_check(tr));
+    bool whole = !sharded || tr->sh.rank == 0; /* the weights: rank 0's (every rank's are equal) */
     bt_status st = BT_OK;
     for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
-        bt_tensor *t[4] = {params[i], NULL, NULL, ref ? bt_model_params(ref)[i] : NULL};
-        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
-        int ndim = bt_ndim(params[i]);
-        int64_t shape[BT_MAX_DIMS];
-        for (int d = 0; d < ndim; d++)
-            shape[d] = bt_dim(params[i], d);
-        size_t nbytes = (size_t)bt_numel(params[i]) * sizeof(float);
-        for (int k = 0; k < 4 && t[k] && st == BT_OK;
-             k++) { /* a host copy each: training goes on */
+        bt_tensor *t[4] = {whole ? params[i] : NULL, NULL, NULL,
+                           whole && ref ? bt_model_params(ref)[i] : NULL};
+        if (!sharded)
+            st = bt_adamw_moments(opt, i, &t[1], &t[2]);
+        for (int k = 0; k < 4 && st == BT_OK; k++) { /* a host copy each: training goes on */
             char name[BT_WIRE_NAME_MAX];
             snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
-            float *host = malloc(nbytes ? nbytes : 1);
-            st = host ? bt_to_host(t[k], host, nbytes) : BT_ENOMEM;
-            if (st == BT_OK)
-                st = bt_msg_add_tensor_zero_copy(msg, name, BT_F32, ndim, shape, host, NULL, NULL);
-            else
-                free(host);
+            if (t[k])
+                st = s_add_host(msg, name, t[k]);
         }
+    }
+    if (st == BT_OK && sharded) {
+        bt_tensor *m[2];
+        st = bt_adamw_moments(opt, 0, &m[0], &m[1]);
+        for (int k = 0; k < 2 && st == BT_OK; k++) {
+            char name[BT_WIRE_NAME_MAX];
+            s_shard_name(name, sizeof name, s_state_kinds[1 + k], tr->sh.rank, tr->sh.world);
+            st = s_add_host(msg, name, m[k]);
+        }
+    }
+    return st;
+}
+
+bt_status bt_trainer_state_merge(bt_msg_t *into, const bt_msg_t *from) {
+    for (int i = 0; i < bt_msg_tensor_count(from); i++) {
+        int rank, world;
+        const char *name = bt_msg_tensor_at(from, i).name;
+        if ((sscanf(name, "exp_avg.shard-%d-of-%d", &rank, &world) == 2 ||
+             sscanf(name, "exp_avg_sq.shard-%d-of-%d", &rank, &world) == 2))
+            BT_TRY(bt_msg_add_tensor_shared(into, from, i));
+    }
+    return BT_OK;
+}
+
+/*  The number of ranks whose moment shards msg holds (their names), or 0 when it holds
+    per-parameter moments. */
+static int s_msg_shards(const bt_msg_t *msg) {
+    for (int i = 0; i < bt_msg_tensor_count(msg); i++) {
+        int rank, world;
+        if (sscanf(bt_msg_tensor_at(msg, i).name, "exp_avg.shard-%d-of-%d", &rank, &world) == 2 &&
+            world > 0)
+            return world;
+    }
+    return 0;
+}
+
+/*  Elements [lo, lo + len) of moment kind ("exp_avg." or "exp_avg_sq.") of the flat parameters
+    into out (zeros past their end), from msg's per-parameter tensors or its shards. */
+static bt_status s_moment_range(const bt_msg_t *msg, const bt_model *policy, int shards,
+                                const char *kind, int64_t lo, int64_t len, float *out) {
+    memset(out, 0, sizeof *out * (size_t)len);
+    int parts = shards ? shards : bt_model_num_params(policy);
+    int64_t at = 0, hi = lo + len, first = -1;
+    for (int k = 0; k < parts; k++) {
+        char name[BT_WIRE_NAME_MAX];
+        bt_msg_tensor m;
+        if (shards) {
+            s_shard_name(name, sizeof name, kind, k, shards);
+            BT_TRY(bt_msg_get_tensor(msg, name, BT_F32, 1, &m));
+        } else {
+            snprintf(name, sizeof name, "%s%s", kind, bt_model_param_name(policy, k));
+            const bt_tensor *p = bt_model_params((bt_model *)policy)[k];
+            BT_TRY(bt_msg_get_tensor(msg, name, BT_F32, bt_ndim(p), &m));
+            for (int d = 0; d < m.ndim; d++)
+                if (m.shape[d] != bt_dim(p, d))
+                    return bt_fail(BT_EFORMAT, "trainer state: %s: shape differs from the model's",
+                                   name);
+        }
+        int64_t n = (int64_t)(m.nbytes / sizeof(float));
+        first = k == 0 ? n : first;
+        if (shards && n != first) /* the layout: every shard the same size */
+            return bt_fail(BT_EFORMAT, "trainer state: %s: shards differ in size", name);
+        int64_t a = at > lo ? at : lo, b = at + n < hi ? at + n : hi;
+        if (a < b) /* frames are not aligned: memcpy */
+            memcpy(out + (a - lo), (const char *)m.data + sizeof(float) * (size_t)(a - at),
+                   sizeof(float) * (size_t)(b - a));
+        at += n;
+    }
+    if (!shards || at >= s_param_elements(policy))
+        return BT_OK;
+    return bt_fail(BT_EFORMAT,
+                   "trainer state: its %d shards hold %lld of the model's %lld elements", shards,
+                   (long long)at, (long long)s_param_elements(policy));
+}
+
+/*  Host floats into t (float32, numel(t) of them). */
+static bt_status s_copy_in(bt_ctx *ctx, bt_tensor *t, const float *host) {
+    int ndim = bt_ndim(t);
+    int64_t shape[BT_MAX_DIMS];
+    for (int d = 0; d < ndim; d++)
+        shape[d] = bt_dim(t, d);
+    bt_tensor *src = bt_from_host(ctx, BT_F32, bt_device_of(t), ndim, shape, host);
+    bt_status st = src ? bt_copy_(t, src) : BT_ETORCH;
+    bt_ctx_reset(ctx);
+    return st;
+}
+
+/*  The moments of msg (either layout) into tr's (either layout). */
+static bt_status s_moments_from_msg(const bt_msg_t *msg, bt_trainer_t *tr, bt_ctx *ctx) {
+    bt_model *policy = bt_trainer_policy(tr);
+    bt_adamw *opt = bt_trainer_optimizer(tr);
+    int shards = s_msg_shards(msg);
+    bt_status st = BT_OK;
+    if (tr->cfg.shard != BT_SHARD_NONE) {
+        float *host = malloc(sizeof *host * (size_t)tr->sh.size);
+        if (!host)
+            return bt_fail(BT_ENOMEM, "trainer: out of memory");
+        bt_tensor *m[2];
+        st = bt_adamw_moments(opt, 0, &m[0], &m[1]);
+        for (int k = 0; k < 2 && st == BT_OK; k++) {
+            st = s_moment_range(msg, policy, shards, s_state_kinds[1 + k],
+                                tr->sh.rank * tr->sh.size, tr->sh.size, host);
+            if (st == BT_OK)
+                st = s_copy_in(ctx, m[k], host);
+        }
+        free(host);
+        return st;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
+        bt_tensor *m[2], *p = bt_model_params(policy)[i];
+        int64_t n = bt_numel(p);
+        float *host = malloc(sizeof *host * (size_t)(n ? n : 1));
+        st = host ? bt_adamw_moments(opt, i, &m[0], &m[1]) : BT_ENOMEM;
+        for (int k = 0; k < 2 && st == BT_OK; k++) {
+            st = s_moment_range(msg, policy, shards, s_state_kinds[1 + k], at, n, host);
+            if (st == BT_OK)
+                st = s_copy_in(ctx, m[k], host);
+        }
+        free(host);
+        at += n;
     }
     return st;
 }
 
 bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr) {
     bt_model *policy = bt_trainer_policy(tr), *ref = bt_trainer_reference(tr);
-    bt_adamw *opt = bt_trainer_optimizer(tr);
     bt_tensor *const *params = bt_model_params(policy);
     char first_ref[BT_WIRE_NAME_MAX]; /* a state saved with a reference restores it too */
     snprintf(first_ref, sizeof first_ref, "ref.%s", bt_model_param_name(policy, 0));
@@ -694,11 +986,11 @@ bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_tra
     bool grad = bt_set_grad_enabled(false);
     bt_status st = BT_OK;
     for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
-        bt_tensor *t[4] = {params[i], NULL, NULL, with_ref ? bt_model_params(ref)[i] : NULL};
-        st = bt_adamw_moments(opt, i, &t[1], &t[2]);
-        for (int k = 0; k < 4 && t[k] && st == BT_OK; k++) {
+        bt_tensor *t[2] = {params[i], with_ref ? bt_model_params(ref)[i] : NULL};
+        for (int k = 0; k < 2 && t[k] && st == BT_OK; k++) {
             char name[BT_WIRE_NAME_MAX];
-            snprintf(name, sizeof name, "%s%s", s_state_kinds[k], bt_model_param_name(policy, i));
+            snprintf(name, sizeof name, "%s%s", s_state_kinds[3 * k],
+                     bt_model_param_name(policy, i));
             bt_msg_tensor m;
             st = bt_msg_get_tensor(msg, name, BT_F32, bt_ndim(params[i]), &m);
             for (int d = 0; st == BT_OK && d < m.ndim; d++)
@@ -713,16 +1005,19 @@ bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_tra
                 break;
             }
             memcpy(host, m.data, m.nbytes);
-            bt_tensor *src = bt_from_host(ctx, BT_F32, bt_device_of(t[k]), m.ndim, m.shape, host);
-            st = src ? bt_copy_(t[k], src) : BT_ETORCH;
+            st = s_copy_in(ctx, t[k], host);
             free(host);
-            bt_ctx_reset(ctx);
         }
     }
+    /* a sharded trainer's layout: its group's as it is now, its master slice from the weights */
+    if (st == BT_OK && tr->cfg.shard != BT_SHARD_NONE)
+        st = s_shard_form(tr, steps);
+    if (st == BT_OK)
+        st = s_moments_from_msg(msg, tr, ctx);
     bt_set_grad_enabled(grad);
     bt_ctx_destroy(&ctx);
     if (st == BT_OK) {
-        bt_adamw_set_steps(opt, steps);
+        bt_adamw_set_steps(bt_trainer_optimizer(tr), steps);
         bt_trainer_set_version(tr, version);
     }
     return st;

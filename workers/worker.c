@@ -121,6 +121,7 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     tc.batching = c->cur->cfg->grpo.batching;
     tc.pack_tokens = c->cur->cfg->grpo.pack_tokens;
     tc.share_prefix = c->cur->cfg->grpo.share_prefix;
+    tc.shard = c->cur->cfg->workers.shard;
     bt_model_set_activation_checkpointing(m, c->cur->cfg->grpo.activation_checkpointing == 1);
     const bt_config *vc = c->cur->cfg; /* a KL reference when a KL penalty may apply */
     tc.reference =

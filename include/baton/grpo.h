@@ -149,10 +149,10 @@ typedef enum bt_batching {
 /*  How data-parallel trainer ranks split the training state (workers.shard; ZeRO stages 1-3).
     Values appear in configs: append only. */
 typedef enum bt_shard {
-    BT_SHARD_NONE = 0,       /* "none": every rank holds everything (replicated) */
-    BT_SHARD_OPTIMIZER = 1,  /* "optimizer": AdamW's moments split across the ranks (ZeRO-1) */
-    BT_SHARD_GRADIENTS = 2,  /* "gradients": and the gradients, reduce-scattered (ZeRO-2) */
-    BT_SHARD_PARAMETERS = 3  /* "parameters": and the weights, gathered per layer (ZeRO-3) */
+    BT_SHARD_NONE = 0,      /* "none": every rank holds everything (replicated) */
+    BT_SHARD_OPTIMIZER = 1, /* "optimizer": AdamW's moments split across the ranks (ZeRO-1) */
+    BT_SHARD_GRADIENTS = 2, /* "gradients": and the gradients, reduce-scattered (ZeRO-2) */
+    BT_SHARD_PARAMETERS = 3 /* "parameters": and the weights, gathered per layer (ZeRO-3) */
 } bt_shard;
 
 /* ---- learning-rate schedules ---------------------------------------------------------------- */

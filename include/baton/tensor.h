@@ -251,6 +251,12 @@ bool bt_set_grad_enabled(bool enabled);
 typedef bt_tensor *(*bt_checkpoint_fn)(bt_ctx *ctx, bt_tensor *x, void *user);
 bt_tensor *bt_checkpoint(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user, size_t user_size,
                          bt_tensor *x);
+/*  Sets t's gradient to g (same shape and dtype; shares its storage), or drops it (NULL). */
+bt_status bt_set_grad(bt_tensor *t, bt_tensor *g);
+/*  Elements [lo, lo + len) of ts (float32; their gradients with grads, none counting as zeros)
+    flattened and concatenated in order, zeros past their end: a new 1-D tensor in ctx. */
+bt_tensor *bt_flat_range(bt_ctx *ctx, bt_tensor *const *ts, int n, bool grads, int64_t lo,
+                         int64_t len);
 /*  Global gradient-norm clipping (as torch.nn.utils.clip_grad_norm_): the norm over all gradients
     is computed in float64 into *total_norm; if it exceeds max_norm every gradient is scaled by
     max_norm / (total_norm + 1e-6).  Tensors without a gradient are skipped. */
@@ -323,6 +329,20 @@ bool bt_group_broken(const bt_group *self);
 /*  Sums the gradients of params over the ranks, in place, as one flat buffer per dtype; a
     parameter without a gradient takes part with zeros (and has one afterwards). */
 bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *params, int n);
+/*  Sharded training state (workers.shard; ZeRO).  The float32 tensors params[0..n) seen as one
+    flat vector (in order, row-major), padded with zeros to world x S elements and cut into world
+    shards of S elements: rank r owns [r S, (r + 1) S).  A NULL group is a group of one (rank 0
+    of 1, no communication).
+
+    The gradients of params (none counts as zeros) summed over the ranks, this rank's shard of
+    the sum written into shard (1-D float32, S elements; world x S >= the parameters' elements),
+    or added to it with accumulate. */
+bt_status bt_group_reduce_scatter_grads(bt_group *self, bt_tensor *const *params, int n,
+                                        bt_tensor *shard, bool accumulate);
+/*  Every rank's shard gathered and copied into params (in place, no autograd record): what each
+    rank's shard of updated weights makes the whole model. */
+bt_status bt_group_allgather_params(bt_group *self, bt_tensor *const *params, int n,
+                                    bt_tensor *shard);
 /*  Reduces n host doubles over the ranks, in place. */
 bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op);
 /*  Copies root's tensors into every rank's, in place (same shapes and dtypes everywhere). */

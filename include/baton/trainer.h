@@ -52,6 +52,10 @@ typedef struct bt_trainer_config {
                               under dynamic rope scaling, nor for SFT (true) */
     bool reference;        /* keep a frozen copy of the initial policy, needed by any step
                               with kl_coef > 0 (false) */
+    bt_shard shard;        /* workers.shard: BT_SHARD_OPTIMIZER keeps AdamW's moments for this
+                              rank's shard of the flat parameters only, BT_SHARD_GRADIENTS also
+                              reduce-scatters the gradients (bt_group_reduce_scatter_grads);
+                              BT_SHARD_PARAMETERS is refused (BT_SHARD_NONE) */
 } bt_trainer_config;
 
 void bt_trainer_config_init(bt_trainer_config *cfg);
@@ -116,9 +120,18 @@ bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch,
 /*  A trainer's whole state: fields version and adam_steps; per parameter NAME the F32 tensors
     param.NAME, exp_avg.NAME and exp_avg_sq.NAME (AdamW's moments), host copies taken now. */
 bt_status bt_trainer_state_to_msg(bt_trainer_t *tr, bt_msg_t *msg);
+/*  A sharded trainer (cfg.shard) writes its rank's slice of the flat moments instead, as the
+    1-D tensors exp_avg.shard-R-of-N and exp_avg_sq.shard-R-of-N (R, N: five digits), and the
+    weights (param., ref.) only on rank 0.  bt_trainer_state_merge adds another rank's shards of
+    the same snapshot to into (sharing from's bytes): the states of all N ranks merged into rank
+    0's are the whole state. */
+bt_status bt_trainer_state_merge(bt_msg_t *into, const bt_msg_t *from);
 /*  Loads such a state into tr (its version field is not read): every tensor present with the
-    model's shapes (else BT_EFORMAT naming it), then the step count; the trainer's version becomes
-    version (a rollback gives the restored weights a new, unused version number). */
+    model's shapes (else BT_EFORMAT naming it), the moments per parameter or as the N shards of
+    any number of ranks (each rank of a sharded trainer takes its slice of either; a replicated
+    one all of either: a sharded state resumes on any number of ranks), then the step count; the
+   trainer's version becomes version (a rollback gives the restored weights a new, unused version
+   number). */
 bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_trainer_t *tr);
 
 #ifdef __cplusplus
