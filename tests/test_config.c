@@ -66,7 +66,7 @@ static void test_defaults(void) {
     CHECK(cfg.grpo.weight_decay == 0.0 && cfg.grpo.beta1 == 0.9 && cfg.grpo.beta2 == 0.999);
     CHECK(cfg.grpo.max_grad_norm == 1.0 && cfg.grpo.micro_batch == 64);
     CHECK(cfg.grpo.batching == BT_BATCHING_BUCKET && cfg.grpo.pack_tokens == 0);
-    CHECK(cfg.grpo.activation_checkpointing == 0);
+    CHECK(cfg.grpo.activation_checkpointing == 0 && cfg.workers.shard == BT_SHARD_NONE);
     CHECK(!cfg.grpo.dynamic_sampling);
 
     CHECK(cfg.eval.every_steps == 10 && cfg.eval.heldout_count == 200 && cfg.eval.samples == 1);
@@ -110,7 +110,7 @@ static void test_round_trip(void) {
         " \"eval\": {\"every_steps\": 0, \"heldout_count\": 64, \"samples\": 4,"
         "   \"temperature\": 0.6, \"max_new_tokens\": 10},"
         " \"workers\": {\"rollout\": 2, \"trainer\": 3, \"eval\": 0, \"heartbeat_ms\": 100,"
-        "   \"expiry_ms\": 1000}}";
+        "   \"expiry_ms\": 1000, \"shard\": \"gradients\"}}";
     /* the same with variants, which need one trainer */
     const char *with_variants =
         "{\"workers\": {\"trainer\": 1},"
@@ -132,7 +132,7 @@ static void test_round_trip(void) {
     CHECK(a.grpo.adv_norm == BT_ADV_NORM_NONE && a.grpo.lr_schedule == BT_LR_WSD);
     CHECK(a.grpo.min_lr == 0.30000000000000004e-5 && a.grpo.dynamic_sampling);
     CHECK(a.grpo.batching == BT_BATCHING_PACK && a.grpo.pack_tokens == 4096);
-    CHECK(a.grpo.activation_checkpointing == 1);
+    CHECK(a.grpo.activation_checkpointing == 1 && a.workers.shard == BT_SHARD_GRADIENTS);
     CHECK(a.eval.max_new_tokens == 10 && a.workers.eval == 0);
 
     char *text = bt_config_to_json(&a);
@@ -310,6 +310,12 @@ static void test_malformed(void) {
         {"{\"grpo\": {\"activation_checkpointing\": \"full\"}}",
          "arith.json: grpo.activation_checkpointing: expected one of \"none\", \"layer\", got "
          "\"full\""},
+        {"{\"workers\": {\"shard\": \"zero3\"}}",
+         "arith.json: workers.shard: expected one of \"none\", \"optimizer\", \"gradients\", "
+         "\"parameters\", got \"zero3\""},
+        {"{\"workers\": {\"shard\": \"parameters\"}}",
+         "arith.json: workers.shard: expected \"none\", \"optimizer\" or \"gradients\" "
+         "(\"parameters\" is not built yet), got \"parameters\""},
         {"{\"grpo\": {\"pack_tokens\": -1}}",
          "arith.json: grpo.pack_tokens: expected an integer >= 0, got -1"},
         {"{\"grpo\": {\"lr_schedule\": \"linear\"}}",
