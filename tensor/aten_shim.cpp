@@ -1392,7 +1392,18 @@ extern "C" bt_tensor *bt_flat_range(bt_ctx *ctx, bt_tensor *const *ts, int n, bo
     }
     return s_op(ctx, "bt_flat_range", [&] {
         at::NoGradGuard no_grad;
-        return s_flat_padded(ts, n, grads, lo + len).narrow(0, lo, len).clone();
+        at::Tensor out = at::zeros({len}, ts[0]->t.options());
+        int64_t at = 0, hi = lo + len; /* only the tensors that overlap [lo, hi) are read */
+        for (int i = 0; i < n && at < hi; i++) {
+            const at::Tensor &p = ts[i]->t;
+            int64_t a = std::max(at, lo), b = std::min(at + p.numel(), hi);
+            const at::Tensor &src = grads ? p.grad() : p;
+            if (a < b && src.defined())
+                out.narrow(0, a - lo, b - a)
+                    .copy_(src.detach().reshape({-1}).narrow(0, a - at, b - a));
+            at += p.numel();
+        }
+        return out;
     });
 }
 
@@ -1456,38 +1467,42 @@ extern "C" bt_status bt_group_reduce_scatter_grads(bt_group *self, bt_tensor *co
                 : s_status("bt_group_reduce_scatter_grads", body);
 }
 
-extern "C" bt_status bt_group_allgather_params(bt_group *self, bt_tensor *const *params, int n,
-                                               bt_tensor *shard) {
-    int rank, world;
-    s_rank_world(self, &rank, &world);
-    if (!params || n < 1 || !shard || !s_same_float32(params, n, shard) ||
-        world * shard->t.numel() < s_total(params, n))
-        return bt_fail(BT_EINVAL, "bt_group_allgather_params: need float32 parameters and a "
-                                  "1-D float32 shard with world x its size >= their elements");
-    auto body = [&] {
+extern "C" bt_tensor *bt_flatten_into(bt_ctx *ctx, bt_tensor *const *ts, int n, int64_t len) {
+    if (!ts || n < 1 || !s_same_float32(ts, n, nullptr) || len < s_total(ts, n)) {
+        bt_fail(BT_EINVAL, "bt_flatten_into: need float32 tensors and len >= their elements");
+        return nullptr;
+    }
+    return s_op(ctx, "bt_flatten_into", [&] {
         at::NoGradGuard no_grad;
-        int64_t size = shard->t.numel();
-        at::Tensor flat;
-        if (self) {
-            flat = at::empty({world * size}, shard->t.options());
-            std::vector<std::vector<at::Tensor>> out(1);
-            for (int k = 0; k < world; k++)
-                out[0].push_back(at::empty({size}, shard->t.options()));
-            std::vector<at::Tensor> in{shard->t.contiguous()};
-            self->pg->allgather(out, in)->wait();
-            flat = at::cat(out[0]);
-        } else {
-            flat = shard->t;
-        }
+        at::Tensor flat = at::zeros({len}, ts[0]->t.options());
         int64_t off = 0;
         for (int i = 0; i < n; i++) {
-            at::Tensor &p = params[i]->t;
-            p.copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+            at::Tensor &p = ts[i]->t;
+            at::Tensor view = flat.narrow(0, off, p.numel()).view(p.sizes());
+            view.copy_(p);
+            p.set_data(view); /* the same leaf (its gradient, its handle), new storage */
             off += p.numel();
         }
-    };
-    return self ? s_collective(self, "bt_group_allgather_params", body)
-                : s_status("bt_group_allgather_params", body);
+        return flat;
+    });
+}
+
+extern "C" bt_status bt_group_allgather_flat(bt_group *self, bt_tensor *flat) {
+    if (!flat || flat->t.dim() != 1 || !flat->t.is_contiguous() ||
+        (self && flat->t.numel() % self->world != 0))
+        return bt_fail(BT_EINVAL, "bt_group_allgather_flat: need a contiguous 1-D tensor of "
+                                  "world equal slices");
+    if (!self)
+        return BT_OK; /* a group of one holds every slice */
+    return s_collective(self, "bt_group_allgather_flat", [&] {
+        at::NoGradGuard no_grad;
+        int64_t size = flat->t.numel() / self->world;
+        std::vector<std::vector<at::Tensor>> out(1); /* gathered straight into flat */
+        for (int k = 0; k < self->world; k++)
+            out[0].push_back(flat->t.narrow(0, k * size, size));
+        std::vector<at::Tensor> in{flat->t.narrow(0, self->rank * size, size).clone()};
+        self->pg->allgather(out, in)->wait();
+    });
 }
 
 extern "C" bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op) {

@@ -19,8 +19,9 @@ struct bt_trainer {
     struct {
         int rank, world;   /* the layout's: a state formed for another group is not used */
         int64_t size;      /* elements per shard: ceil(parameters' elements / world) */
-        bt_ctx *ctx;       /* master, grad */
-        bt_tensor *master; /* (size) float32: this rank's slice of the weights, AdamW's */
+        bt_ctx *ctx;       /* flat, master, grad */
+        bt_tensor *flat;   /* (world x size): the weights' storage (bt_flatten_into) */
+        bt_tensor *master; /* (size): this rank's slice of flat, the tensor AdamW steps */
         bt_tensor *grad;   /* (size): BT_SHARD_GRADIENTS, the reduce-scattered gradient sum */
         bt_adamw *opt;     /* over master alone */
     } sh;
@@ -36,33 +37,31 @@ static int64_t s_param_elements(const bt_model *m) {
 static void s_shard_release(bt_trainer_t *self) {
     bt_adamw_destroy(&self->sh.opt);
     bt_ctx_destroy(&self->sh.ctx);
-    self->sh.master = self->sh.grad = NULL;
+    self->sh.flat = self->sh.master = self->sh.grad = NULL;
     self->sh.world = 0;
 }
 
 /*  The sharded state laid out for the trainer's group (alone: a group of one), from the weights
-    as they are, with AdamW's moments zero and its step count steps. */
+    as they are: the weights re-pointed into one flat buffer, this rank's slice of it stepped by
+    an AdamW of its own, moments zero, step count steps. */
 static bt_status s_shard_form(bt_trainer_t *self, int64_t steps) {
-    s_shard_release(self);
     int rank = self->group ? bt_group_rank(self->group) : 0;
     int world = self->group ? bt_group_world(self->group) : 1;
     int64_t total = s_param_elements(self->policy);
     int64_t size = (total + world - 1) / world;
-    self->sh.ctx = bt_ctx_new();
-    if (!self->sh.ctx)
-        return bt_fail(BT_ENOMEM, "trainer: out of memory");
     bt_tensor *const *params = bt_model_params(self->policy);
     int n = bt_model_num_params(self->policy);
     bool grad = bt_set_grad_enabled(false);
-    self->sh.master = bt_flat_range(self->sh.ctx, params, n, false, rank * size, size);
+    s_shard_release(self); /* the weights keep an earlier buffer alive until they move out */
+    self->sh.ctx = bt_ctx_new();
+    self->sh.flat = self->sh.ctx ? bt_flatten_into(self->sh.ctx, params, n, world * size) : NULL;
+    self->sh.master = bt_slice(self->sh.ctx, self->sh.flat, 0, rank * size, (rank + 1) * size, 1);
     if (self->sh.master && self->cfg.shard >= BT_SHARD_GRADIENTS)
         self->sh.grad = bt_zeros(self->sh.ctx, BT_F32, bt_model_device(self->policy), 1, &size);
     bt_set_grad_enabled(grad);
     bt_status st = self->sh.master && (self->cfg.shard < BT_SHARD_GRADIENTS || self->sh.grad)
                        ? BT_OK
                        : BT_ETORCH;
-    if (st == BT_OK)
-        st = bt_set_requires_grad(self->sh.master, true);
     if (st == BT_OK) {
         self->sh.opt = bt_adamw_new(&self->sh.master, 1, self->cfg.adamw);
         st = self->sh.opt ? BT_OK : BT_ETORCH;
@@ -574,7 +573,7 @@ static bt_status s_update_sharded(bt_trainer_t *self, double lr, double max_norm
     if (st == BT_OK)
         st = bt_adamw_step(self->sh.opt, lr);
     if (st == BT_OK)
-        st = bt_group_allgather_params(self->group, params, n, self->sh.master);
+        st = bt_group_allgather_flat(self->group, self->sh.flat);
     bt_set_grad(self->sh.master, NULL);
     bt_set_grad_enabled(grad_mode);
     bt_ctx_destroy(&ctx);

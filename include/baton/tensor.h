@@ -339,10 +339,13 @@ bt_status bt_group_allreduce_grads(bt_group *self, bt_tensor *const *params, int
     or added to it with accumulate. */
 bt_status bt_group_reduce_scatter_grads(bt_group *self, bt_tensor *const *params, int n,
                                         bt_tensor *shard, bool accumulate);
-/*  Every rank's shard gathered and copied into params (in place, no autograd record): what each
-    rank's shard of updated weights makes the whole model. */
-bt_status bt_group_allgather_params(bt_group *self, bt_tensor *const *params, int n,
-                                    bt_tensor *shard);
+/*  Re-points the float32 tensors ts (parameters: they stay the same leaves, gradients and
+    handles) at consecutive slices of one new flat buffer of len elements, zeros past theirs, and
+    returns it (1-D, in ctx): writing a slice of it updates them in place. */
+bt_tensor *bt_flatten_into(bt_ctx *ctx, bt_tensor *const *ts, int n, int64_t len);
+/*  flat (1-D, contiguous, world equal slices): every rank's own slice r copied into every rank's
+    slice r, in place.  A no-op for a group of one (NULL). */
+bt_status bt_group_allgather_flat(bt_group *self, bt_tensor *flat);
 /*  Reduces n host doubles over the ranks, in place. */
 bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op);
 /*  Copies root's tensors into every rank's, in place (same shapes and dtypes everywhere). */
