@@ -9,7 +9,9 @@
     - VmRSS), the allocator's peak where bt_device_memory has one, and the median step time
     after the first.  One JSON line per (stage, ranks), with the ratios to the replicated run of
     as many ranks; the weights each run ends with are compared with the replicated 1-rank run's.
-    Usage: bench_zero [STEPS] (3).  Threads: BATON_THREADS per rank (default 1). */
+    Usage: bench_zero [STEPS] (3).  Threads: BATON_THREADS per rank (default 1).  BENCH_DEVICE
+    "cuda" puts rank r on cuda:r (NCCL; the allocator's peak is then CUDA's, counted from the
+    built trainer); BENCH_RANKS the rank counts ("1 2 4"). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "../tests/grpo_reference.h"
@@ -95,7 +97,9 @@ static void s_batch(bt_rollout_batch *b, double *adv) {
 }
 
 /*  One rank in this (child) process. */
-static void s_rank(bt_shard shard, int rank, int world, int port, int steps, s_report *out) {
+static void s_rank(bt_shard shard, int rank, int world, int port, int steps, bool cuda,
+                   s_report *out) {
+    bt_device dev = cuda ? (bt_device){BT_DEVICE_CUDA, rank} : bt_cpu();
     if (!getenv("BATON_THREADS"))
         setenv("BATON_THREADS", "1", 1);
     if (bt_threads_from_env() != BT_OK)
@@ -112,7 +116,7 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, s_r
     mc.num_key_value_heads = S_HIDDEN / 64;
     mc.vocab_size = S_VOCAB;
     mc.max_position_embeddings = S_PROMPT + S_COMP;
-    bt_model *m = bt_model_new(&mc, bt_cpu(), 7);
+    bt_model *m = bt_model_new(&mc, dev, 7);
     if (!m)
         s_fail("model");
     bt_trainer_config tc;
@@ -132,7 +136,7 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, s_r
                               .rank = rank,
                               .world = world,
                               .local_addr = "127.0.0.1",
-                              .device = bt_cpu(),
+                              .device = dev,
                               .timeout_ms = 600000};
         g = bt_group_new(&gc);
         if (!g)
@@ -163,6 +167,8 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, s_r
     bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0; /* no reference model */
     double before = s_status_bytes("VmRSS:");
+    size_t built = 0;
+    bt_device_memory(dev, &built, NULL, NULL);
     for (int s = 0; s < steps; s++) {
         double t0 = bt_now();
         bt_trainer_stats st;
@@ -172,8 +178,8 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, s_r
     }
     out->peak_rss_delta = s_status_bytes("VmHWM:") - before;
     size_t peak = 0;
-    bt_device_memory(bt_cpu(), NULL, &peak, NULL);
-    out->alloc_peak = (double)peak;
+    bt_device_memory(dev, NULL, &peak, NULL);
+    out->alloc_peak = peak > built ? (double)(peak - built) : 0.0;
     double sum = 0;
     bt_ctx *ctx = bt_ctx_new();
     for (int i = 0; i < bt_model_num_params(policy); i++) {
@@ -194,7 +200,7 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, s_r
 }
 
 /*  world ranks of stage shard, each a child process; their reports into out. */
-static void s_run(bt_shard shard, int world, int steps, s_report *out) {
+static void s_run(bt_shard shard, int world, int steps, bool cuda, s_report *out) {
     int port = world > 1 ? s_free_port() : 0, fd[4][2];
     pid_t pid[4];
     for (int r = 0; r < world; r++) {
@@ -206,7 +212,7 @@ static void s_run(bt_shard shard, int world, int steps, s_report *out) {
         if (pid[r] == 0) {
             close(fd[r][0]);
             s_report rep;
-            s_rank(shard, r, world, port, steps, &rep);
+            s_rank(shard, r, world, port, steps, cuda, &rep);
             _exit(write(fd[r][1], &rep, sizeof rep) == (ssize_t)sizeof rep ? 0 : 1);
         }
         close(fd[r][1]);
@@ -228,15 +234,27 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_zero [STEPS in 1..16]\n");
         return 2;
     }
+    const char *device = getenv("BENCH_DEVICE"), *list = getenv("BENCH_RANKS");
+    bool cuda = device && !strcmp(device, "cuda");
+    int worlds[3] = {1, 2, 4}, nw = 3;
+    if (list) { /* the fewest ranks first: less contention on a small machine */
+        nw = sscanf(list, "%d %d %d", &worlds[0], &worlds[1], &worlds[2]);
+        for (int w = 0; w < nw; w++)
+            if (worlds[w] < 1 || worlds[w] > 4 || (w > 0 && worlds[w] <= worlds[w - 1]))
+                nw = -1;
+        if (nw < 1 || worlds[0] != 1) {
+            fprintf(stderr, "bench_zero: BENCH_RANKS: rising counts in 1..4, starting at 1\n");
+            return 2;
+        }
+    }
     static const char *const names[3] = {"none", "optimizer", "gradients"};
-    static const int worlds[3] = {1, 2, 4};
     s_report rep[3][3][4];
-    for (int w = 0; w < 3; w++) /* the fewest ranks first: less contention on a small machine */
+    for (int w = 0; w < nw; w++)
         for (int s = 0; s < 3; s++)
-            s_run((bt_shard)s, worlds[w], steps, rep[s][w]);
+            s_run((bt_shard)s, worlds[w], steps, cuda, rep[s][w]);
     double one = rep[0][0][0].checksum;
     for (int s = 0; s < 3; s++)
-        for (int w = 0; w < 3; w++) {
+        for (int w = 0; w < nw; w++) {
             const s_report *r = rep[s][w], *base = rep[0][w];
             double opt = 0, grad = 0, rss = 0, alloc = 0, step = 0;
             for (int k = 0; k < worlds[w]; k++) {
@@ -246,14 +264,16 @@ int main(int argc, char **argv) {
                 alloc = fmax(alloc, r[k].alloc_peak);
                 step = fmax(step, r[k].step_s);
             }
-            printf("{\"bench\":\"zero\",\"shard\":\"%s\",\"ranks\":%d,\"steps\":%d,"
+            printf("{\"bench\":\"zero\",\"device\":\"%s\",\"shard\":\"%s\",\"ranks\":%d,"
+                   "\"steps\":%d,"
                    "\"optimizer_mib_per_rank\":%.1f,\"optimizer_vs_none\":%.4f,"
                    "\"grad_mib_at_update\":%.1f,\"peak_rss_delta_mib\":%.1f,"
                    "\"peak_rss_vs_none\":%.3f,\"alloc_peak_mib\":%.1f,\"step_s\":%.3f,"
                    "\"step_vs_none\":%.3f,\"weights_abs_sum_rel_diff\":%.3g}\n",
-                   names[s], worlds[w], steps, opt / (1 << 20), opt / base[0].optimizer_bytes,
-                   grad / (1 << 20), rss / (1 << 20), rss / fmax(base[0].peak_rss_delta, 1.0),
-                   alloc / (1 << 20), step, step / base[0].step_s, fabs(r[0].checksum - one) / one);
+                   cuda ? "cuda" : "cpu", names[s], worlds[w], steps, opt / (1 << 20),
+                   opt / base[0].optimizer_bytes, grad / (1 << 20), rss / (1 << 20),
+                   rss / fmax(base[0].peak_rss_delta, 1.0), alloc / (1 << 20), step,
+                   step / base[0].step_s, fabs(r[0].checksum - one) / one);
         }
     return 0;
 }
