@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "baton/blas.h"
+#include "baton/fileio.h"
 #include "baton/model.h"
 #include "baton/rng.h"
 #include "baton/tensor.h"
@@ -28,20 +29,12 @@ static void s_fail(const char *what) {
     exit(1);
 }
 
-/*  A "VmXXX:" field of /proc/self/status in bytes. */
-static double s_status_bytes(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = -1;
-    size_t n = strlen(field);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, field, n) == 0)
-            kb = atof(line + n);
-    if (f)
-        fclose(f);
-    if (kb < 0)
-        s_fail(field);
-    return kb * 1024.0;
+/*  VmRSS (peak false) or VmHWM of this process, in bytes. */
+static double s_status_bytes(bool peak) {
+    size_t now, top;
+    if (bt_proc_memory(&now, &top) != BT_OK)
+        s_fail("memory");
+    return (double)(peak ? top : now);
 }
 
 /*  One mode in this (child) process: writes the peak bytes added and the best pass's seconds. */
@@ -71,7 +64,7 @@ static void s_measure(bool checkpoint, int64_t rows, int64_t len, int passes, do
     }
     const int64_t shape[] = {rows, len};
     bt_ctx *ctx = bt_ctx_new();
-    double before = s_status_bytes("VmRSS:"), best = INFINITY;
+    double before = s_status_bytes(false), best = INFINITY;
     for (int p = 0; p < passes; p++) {
         double t0 = bt_now();
         bt_tensor *logp =
@@ -83,7 +76,7 @@ static void s_measure(bool checkpoint, int64_t rows, int64_t len, int passes, do
         bt_ctx_reset(ctx);
         bt_zero_grad(bt_model_params(m), bt_model_num_params(m));
     }
-    out[0] = s_status_bytes("VmHWM:") - before;
+    out[0] = s_status_bytes(true) - before;
     out[1] = best;
     bt_ctx_destroy(&ctx);
     bt_model_destroy(&m);

@@ -16,6 +16,7 @@
 
 #include "../tests/grpo_reference.h"
 #include "baton/blas.h"
+#include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/tensor.h"
@@ -43,20 +44,12 @@ static void s_fail(const char *what) {
     exit(1);
 }
 
-/*  A "VmXXX:" field of /proc/self/status in bytes. */
-static double s_status_bytes(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = -1;
-    size_t n = strlen(field);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, field, n) == 0)
-            kb = atof(line + n);
-    if (f)
-        fclose(f);
-    if (kb < 0)
-        s_fail(field);
-    return kb * 1024.0;
+/*  VmRSS (peak false) or VmHWM of this process, in bytes. */
+static double s_status_bytes(bool peak) {
+    size_t now, top;
+    if (bt_proc_memory(&now, &top) != BT_OK)
+        s_fail("memory");
+    return (double)(peak ? top : now);
 }
 
 static int s_cmp(const void *a, const void *b) {
@@ -166,7 +159,7 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
     s_batch(&b, adv);
     bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0; /* no reference model */
-    double before = s_status_bytes("VmRSS:");
+    double before = s_status_bytes(false);
     size_t built = 0;
     bt_device_memory(dev, &built, NULL, NULL);
     for (int s = 0; s < steps; s++) {
@@ -176,7 +169,7 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
             s_fail("step");
         times[s] = bt_now() - t0;
     }
-    out->peak_rss_delta = s_status_bytes("VmHWM:") - before;
+    out->peak_rss_delta = s_status_bytes(true) - before;
     size_t peak = 0;
     bt_device_memory(dev, NULL, &peak, NULL);
     out->alloc_peak = peak > built ? (double)(peak - built) : 0.0;

@@ -167,3 +167,25 @@ bt_status bt_rmtree(const char *path) {
         rc = bt_fail(BT_EIO, "%s: cannot remove: %s", path, strerror(errno));
     return rc;
 }
+
+bt_status bt_proc_memory(size_t *rss, size_t *peak) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return bt_fail(BT_EIO, "/proc/self/status: cannot open");
+    char line[256];
+    long long now = -1, top = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "VmRSS:", 6))
+            now = atoll(line + 6);
+        else if (!strncmp(line, "VmHWM:", 6))
+            top = atoll(line + 6);
+    }
+    fclose(f);
+    if (now < 0 || top < 0)
+        return bt_fail(BT_EIO, "/proc/self/status: no VmRSS or VmHWM");
+    if (rss)
+        *rss = (size_t)now << 10; /* KiB */
+    if (peak)
+        *peak = (size_t)top << 10;
+    return BT_OK;
+}

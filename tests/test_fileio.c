@@ -5,9 +5,11 @@
 #include "check.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static char s_dir[64];
@@ -178,10 +180,32 @@ static void test_next_line_skips_blanks_and_counts_them(void) {
     CHECK(bt_text_next_line(&at, &n) == NULL);
 }
 
+/*  bt_proc_memory against the kernel's other account (getrusage's ru_maxrss) and a known
+    allocation: 64 MiB touched raise the resident set and the peak by at least that much. */
+static void test_proc_memory(void) {
+    size_t rss0, peak0, rss1, peak1;
+    CHECK_OK(bt_proc_memory(&rss0, &peak0));
+    CHECK(rss0 > 0 && peak0 >= rss0);
+    size_t n = (size_t)64 << 20;
+    volatile char *big = malloc(n);
+    CHECK(big != NULL);
+    for (size_t i = 0; big && i < n; i += 4096)
+        big[i] = 1;
+    CHECK_OK(bt_proc_memory(&rss1, &peak1));
+    CHECK(rss1 >= rss0 + n - ((size_t)4 << 20)); /* a few pages may be swapped or shared */
+    CHECK(peak1 >= rss1 && peak1 >= peak0);
+    struct rusage ru;
+    CHECK(getrusage(RUSAGE_SELF, &ru) == 0);
+    double kib = (double)ru.ru_maxrss; /* Linux: KiB, the same high-water mark */
+    CHECK(fabs(kib * 1024.0 - (double)peak1) <= 0.02 * (double)peak1);
+    free((void *)big);
+}
+
 int main(void) {
     test_hash();
     test_next_line_skips_blanks_and_counts_them();
     test_replace();
+    test_proc_memory();
     snprintf(s_dir, sizeof s_dir, "/tmp/bt_fileio_XXXXXX");
     if (!mkdtemp(s_dir)) {
         perror("mkdtemp");

@@ -18,8 +18,7 @@
 enum { S_MESSAGES = 100000 };
 
 static const char s_config[] =
-    "{\"run\": {\"name\": \"h\", \"seed\": 5},"
-    RUNS_MODEL_TINY
+    "{\"run\": {\"name\": \"h\", \"seed\": 5}," RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": "
     "6},"
     " \"sft\": {\"steps\": 3, \"batch_size\": 8, \"lr\": 0.003},"
@@ -90,15 +89,9 @@ static void *s_flood(void *arg) {
 
 /*  The process's peak resident memory so far (VmHWM), KiB. */
 static long s_peak_kb(void) {
-    char line[256];
-    long kb = 0;
-    FILE *f = fopen("/proc/self/status", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6))
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
+    size_t peak = 0;
+    CHECK_OK(bt_proc_memory(NULL, &peak));
+    return (long)(peak >> 10);
 }
 
 /*  In a child process (its memory apart from ours): one 512 MiB frame at the controller, from a

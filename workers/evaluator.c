@@ -11,7 +11,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 void bt_evaluator_config_init(bt_evaluator_config *cfg) {
     cfg->start = 0;
@@ -79,10 +78,8 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
 }
 
 double bt_evaluator_peak_rss_mb(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return NAN;
-    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+    size_t peak;
+    return bt_proc_memory(NULL, &peak) == BT_OK ? (double)peak / (1 << 20) : NAN;
 }
 
 static bt_status s_check_config(const bt_evaluator_config *cfg, const bt_source_t *task) {

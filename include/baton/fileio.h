@@ -55,6 +55,10 @@ bt_status bt_rmtree(const char *path);
 /*  Writes len bytes of data to path durably: bt_file_create, fwrite, bt_file_finish. */
 bt_status bt_file_write(const char *path, const void *data, size_t len);
 
+/*  This process's resident memory now and at its peak so far (VmRSS and VmHWM of
+    /proc/self/status), in bytes; either pointer may be NULL.  BT_EIO when they cannot be read. */
+bt_status bt_proc_memory(size_t *rss, size_t *peak);
+
 #ifdef __cplusplus
 }
 #endif
