@@ -974,14 +974,18 @@ extern "C" bt_status bt_clip_grad_norm(bt_tensor *const *params, int n, double m
 struct s_checkpoint : public torch::autograd::Function<s_checkpoint> {
     /*  fn(tmp, x, user) -> y; the error fn left, as an exception (backward may run on one of the
         engine's threads, whose last error the caller never reads). */
-    static at::Tensor run(bt_checkpoint_fn fn, const at::Tensor &x, const std::string &user) {
-        std::vector<max_align_t> aligned((user.size() + sizeof(max_align_t) - 1) /
-                                         sizeof(max_align_t));
+    static std::vector<max_align_t> aligned(const std::string &user) {
+        std::vector<max_align_t> a((user.size() + sizeof(max_align_t) - 1) / sizeof(max_align_t));
         if (!user.empty())
-            memcpy(aligned.data(), user.data(), user.size());
+            memcpy(a.data(), user.data(), user.size());
+        return a;
+    }
+
+    static at::Tensor run(bt_checkpoint_fn fn, const at::Tensor &x, const std::string &user) {
+        std::vector<max_align_t> a = aligned(user);
         bt_ctx tmp;
         bt_tensor xh{x};
-        bt_tensor *y = fn(&tmp, &xh, aligned.data());
+        bt_tensor *y = fn(&tmp, &xh, a.data());
         at::Tensor out = y ? y->t : at::Tensor();
         bt_ctx_reset(&tmp);
         if (!out.defined())
@@ -989,11 +993,24 @@ struct s_checkpoint : public torch::autograd::Function<s_checkpoint> {
         return out;
     }
 
+    /*  A hook saved under key (none: nothing to do), its failure as an exception. */
+    static void hook(torch::autograd::AutogradContext *ctx, const char *key) {
+        auto h = reinterpret_cast<bt_checkpoint_hook>((intptr_t)ctx->saved_data[key].toInt());
+        std::vector<max_align_t> a = aligned(ctx->saved_data["user"].toStringRef());
+        if (h && h(a.data()) != BT_OK)
+            throw std::runtime_error(bt_last_error()[0] ? bt_last_error() : "a hook failed");
+    }
+
     static at::Tensor forward(torch::autograd::AutogradContext *ctx, const at::Tensor &x,
-                              bt_checkpoint_fn fn, const std::string &user) {
+                              bt_checkpoint_fn fn, const std::string &user,
+                              bt_checkpoint_hooks hooks) {
         at::DeviceType dev = x.device().type();
         ctx->save_for_backward({x});
         ctx->saved_data["fn"] = (int64_t) reinterpret_cast<intptr_t>(fn);
+        ctx->saved_data["after_forward"] =
+            (int64_t) reinterpret_cast<intptr_t>(hooks.after_forward);
+        ctx->saved_data["after_backward"] =
+            (int64_t) reinterpret_cast<intptr_t>(hooks.after_backward);
         ctx->saved_data["user"] = user;
         ctx->saved_data["autocast"] = s_autocast_enabled(dev);
         ctx->saved_data["dtype"] = (int64_t)s_autocast_dtype(dev);
@@ -1003,6 +1020,7 @@ struct s_checkpoint : public torch::autograd::Function<s_checkpoint> {
         try {
             at::Tensor y = run(fn, x, user);
             at::autocast::set_autocast_cache_enabled(cache);
+            hook(ctx, "after_forward");
             return y;
         } catch (...) {
             at::autocast::set_autocast_cache_enabled(cache);
@@ -1034,22 +1052,33 @@ struct s_checkpoint : public torch::autograd::Function<s_checkpoint> {
             bt_autocast_exit(&scope);
         }
         y.backward(grads[0]);
-        return {x.grad(), at::Tensor(), at::Tensor()};
+        hook(ctx, "after_backward");
+        return {x.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
     }
 };
 
-extern "C" bt_tensor *bt_checkpoint(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user,
-                                    size_t user_size, bt_tensor *x) {
+extern "C" bt_tensor *bt_checkpoint_hooked(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user,
+                                           size_t user_size, bt_tensor *x,
+                                           bt_checkpoint_hooks hooks) {
     NEED1("bt_checkpoint", x);
     if (!fn || (!user && user_size > 0)) {
         bt_fail(BT_EINVAL, "bt_checkpoint: NULL fn or user");
         return nullptr;
     }
-    if (!c10::GradMode::is_enabled() || !x->t.requires_grad())
-        return fn(ctx, x, const_cast<void *>(user));
+    if (!c10::GradMode::is_enabled() || !x->t.requires_grad()) {
+        bt_tensor *y = fn(ctx, x, const_cast<void *>(user));
+        if (y && hooks.after_forward && hooks.after_forward(const_cast<void *>(user)) != BT_OK)
+            return nullptr;
+        return y;
+    }
     return s_op(ctx, "bt_checkpoint", [&] {
-        return s_checkpoint::apply(x->t, fn, std::string((const char *)user, user_size));
+        return s_checkpoint::apply(x->t, fn, std::string((const char *)user, user_size), hooks);
     });
+}
+
+extern "C" bt_tensor *bt_checkpoint(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user,
+                                    size_t user_size, bt_tensor *x) {
+    return bt_checkpoint_hooked(ctx, fn, user, user_size, x, bt_checkpoint_hooks{nullptr, nullptr});
 }
 
 /* ---- AdamW ----------------------------------------------------------------------------------- */

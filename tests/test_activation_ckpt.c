@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /*  fn of the bt_checkpoint test: y = silu(x w), counting its runs. */
 typedef struct s_lin {
@@ -69,6 +70,91 @@ static void test_checkpoint_call(void) {
     const s_lin c = {.w = w, .runs = &runs};
     CHECK(bt_checkpoint(ctx, s_silu_linear, &c, sizeof c, x0) != NULL && runs == 1);
     bt_set_grad_enabled(grad);
+    bt_gen_destroy(&gen);
+    bt_ctx_destroy(&ctx);
+}
+
+/*  The hooks' closure: which call, where to log, the call's weight and its plain gradient. */
+typedef struct s_hooked {
+    s_lin lin;
+    int call;
+    char *log; /* events appended: 'F' or 'B', then the call */
+    bt_tensor *want_grad;
+    double *grad_diff; /* the largest relative difference seen at after_backward */
+    bool fail;
+} s_hooked;
+
+static bt_tensor *s_hooked_fn(bt_ctx *ctx, bt_tensor *x, void *user) {
+    return s_silu_linear(ctx, x, &((s_hooked *)user)->lin);
+}
+
+static bt_status s_after_forward(void *user) {
+    const s_hooked *h = user;
+    size_t n = strlen(h->log);
+    h->log[n] = 'F';
+    h->log[n + 1] = (char)('0' + h->call);
+    return BT_OK;
+}
+
+/*  The call's weight has its whole gradient by now (it is used in this call alone). */
+static bt_status s_after_backward(void *user) {
+    const s_hooked *h = user;
+    size_t n = strlen(h->log);
+    h->log[n] = 'B';
+    h->log[n + 1] = (char)('0' + h->call);
+    bt_ctx *tmp = bt_ctx_new();
+    *h->grad_diff = fmax(*h->grad_diff, s_rel_max_diff(bt_grad(tmp, h->lin.w), h->want_grad));
+    bt_ctx_destroy(&tmp);
+    return h->fail ? bt_fail(BT_EIO, "hook %d refused", h->call) : BT_OK;
+}
+
+/*  Two checkpointed calls in a row: after_forward runs after each forward in order, and
+    after_backward in backward's order (the second call first), each seeing its weight's complete
+    gradient, equal to a plain pass's; a failing after_backward fails the backward pass. */
+static void test_checkpoint_hooks(void) {
+    bt_ctx *ctx = bt_ctx_new();
+    bt_gen *gen = bt_gen_new(5, bt_cpu());
+    const int64_t shape[] = {4, 4};
+    bt_tensor *w[2] = {bt_randn(ctx, gen, BT_F32, 2, shape), bt_randn(ctx, gen, BT_F32, 2, shape)};
+    bt_tensor *x0 = bt_randn(ctx, gen, BT_F32, 2, shape), *plain[2];
+    int runs = 0;
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(bt_set_requires_grad(w[k], true));
+    bt_tensor *x = bt_clone(ctx, x0); /* the plain pass: the gradients to expect */
+    CHECK_OK(bt_set_requires_grad(x, true));
+    for (int k = 0; k < 2; k++)
+        x = s_silu_linear(ctx, x, &(s_lin){.w = w[k], .runs = &runs});
+    CHECK_OK(bt_backward(bt_sum_all(ctx, bt_mul(ctx, x, x))));
+    for (int k = 0; k < 2; k++)
+        plain[k] = bt_clone(ctx, bt_grad(ctx, w[k]));
+    for (int fail = 0; fail < 2; fail++) {
+        bt_zero_grad(w, 2);
+        char log[16] = {0};
+        double diff = 0;
+        x = bt_clone(ctx, x0);
+        CHECK_OK(bt_set_requires_grad(x, true));
+        for (int k = 0; k < 2; k++) {
+            const s_hooked h = {.lin = {.w = w[k], .runs = &runs},
+                                .call = k,
+                                .log = log,
+                                .want_grad = plain[k],
+                                .grad_diff = &diff,
+                                .fail = fail && k == 1};
+            x = bt_checkpoint_hooked(ctx, s_hooked_fn, &h, sizeof h, x,
+                                     (bt_checkpoint_hooks){s_after_forward, s_after_backward});
+            CHECK(x != NULL);
+        }
+        CHECK(strcmp(log, "F0F1") == 0);
+        bt_status st = bt_backward(bt_sum_all(ctx, bt_mul(ctx, x, x)));
+        if (fail) {
+            CHECK(st != BT_OK && strcmp(log, "F0F1B1") == 0);
+            CHECK_STR_CONTAINS(bt_last_error(), "hook 1 refused");
+        } else {
+            CHECK_OK(st);
+            CHECK(strcmp(log, "F0F1B1B0") == 0);
+            CHECK(diff < 1e-6);
+        }
+    }
     bt_gen_destroy(&gen);
     bt_ctx_destroy(&ctx);
 }
@@ -140,6 +226,7 @@ static void s_model_grads_agree(bool packed) {
 
 int main(void) {
     test_checkpoint_call();
+    test_checkpoint_hooks();
     s_model_grads_agree(false);
     s_model_grads_agree(true);
     return check_exit();

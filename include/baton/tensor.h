@@ -257,6 +257,18 @@ bt_status bt_set_grad(bt_tensor *t, bt_tensor *g);
     flattened and concatenated in order, zeros past their end: a new 1-D tensor in ctx. */
 bt_tensor *bt_flat_range(bt_ctx *ctx, bt_tensor *const *ts, int n, bool grads, int64_t lo,
                          int64_t len);
+/*  bt_checkpoint with hooks, each given the copied user bytes (NULL: none): after_forward once
+    fn's first run is over (with grad mode off or x needing no gradient: after fn, the only run),
+    after_backward once the gradient went back through the recomputed run (the parameters' .grad
+    then hold this call's share).  A hook's failure is the call's (forward: NULL; backward: the
+    bt_backward that ran it fails).  Sharded parameters (workers.shard "parameters") gather a
+    layer's weights in fn and free them, their gradients reduce-scattered first, in the hooks. */
+typedef bt_status (*bt_checkpoint_hook)(void *user);
+typedef struct bt_checkpoint_hooks {
+    bt_checkpoint_hook after_forward, after_backward;
+} bt_checkpoint_hooks;
+bt_tensor *bt_checkpoint_hooked(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user,
+                                size_t user_size, bt_tensor *x, bt_checkpoint_hooks hooks);
 /*  Global gradient-norm clipping (as torch.nn.utils.clip_grad_norm_): the norm over all gradients
     is computed in float64 into *total_norm; if it exceeds max_norm every gradient is scaled by
     max_norm / (total_norm + 1e-6).  Tensors without a gradient are skipped. */
