@@ -345,14 +345,15 @@ struct bt_model {
     bt_device device;
     bt_ctx *ctx; /* owns the parameters */
     int n_params;
-    s_param *specs;     /* (n_params) */
-    bt_tensor **params; /* (n_params) */
-    s_layer *layers;    /* (num_hidden_layers) views of params */
-    bt_tensor *embed;   /* (V, C) */
-    bt_tensor *norm;    /* (C) */
-    bt_tensor *lm_head; /* (V, C); the embedding when tied */
-    bt_dtype compute;   /* BT_F32, or BT_BF16: forward passes under autocast */
-    bool checkpoint;    /* full forwards recording grad recompute each layer in backward */
+    s_param *specs;              /* (n_params) */
+    bt_tensor **params;          /* (n_params) */
+    s_layer *layers;             /* (num_hidden_layers) views of params */
+    bt_tensor *embed;            /* (V, C) */
+    bt_tensor *norm;             /* (C) */
+    bt_tensor *lm_head;          /* (V, C); the embedding when tied */
+    bt_dtype compute;            /* BT_F32, or BT_BF16: forward passes under autocast */
+    bool checkpoint;             /* full forwards recording grad recompute each layer in backward */
+    const bt_model_units *units; /* NULL: every weight resident */
 };
 
 static void s_add_spec(bt_model *m, int ndim, int64_t d0, int64_t d1, const char *fmt, int layer) {
@@ -559,6 +560,16 @@ bt_dtype bt_model_precision(const bt_model *self) {
 void bt_model_set_activation_checkpointing(bt_model *self, bool on) {
     self->checkpoint = on;
 }
+void bt_model_set_units(bt_model *self, const bt_model_units *units) {
+    self->units = units;
+}
+int bt_model_param_unit(const bt_model *self, int i) {
+    int layer;
+    const char *name = bt_model_param_name(self, i);
+    if (name && sscanf(name, "model.layers.%d.", &layer) == 1)
+        return layer;
+    return (int)self->cfg.num_hidden_layers;
+}
 int bt_model_num_params(const bt_model *self) {
     return self->n_params;
 }
@@ -600,8 +611,8 @@ struct bt_kv_cache {
     bt_ctx *ctx;
     int64_t slots, max_len, heads; /* heads: Hkv */
     int n_layers;
-    bt_tensor **k, **v; /* per layer (slots, Hkv, max_len, D) */
-    int64_t *len;       /* (slots) host: tokens slot s holds, in columns [0, len) */
+    bt_tensor **k, **v;   /* per layer (slots, Hkv, max_len, D) */
+    int64_t *len;         /* (slots) host: tokens slot s holds, in columns [0, len) */
     int64_t columns_read; /* decode steps' attention, over slots and steps */
 };
 
@@ -707,12 +718,37 @@ static bt_tensor *s_block_checkpointed(bt_ctx *ctx, bt_tensor *x, void *user) {
     return s_block(c->m, ctx, c->l, x, &c->p);
 }
 
+/*  With units: the layer gathered first (again when backward recomputes it). */
+static bt_tensor *s_block_gathered(bt_ctx *ctx, bt_tensor *x, void *user) {
+    const s_block_call *c = user;
+    const bt_model_units *u = c->m->units;
+    return u->gather(u->user, c->l) == BT_OK ? s_block(c->m, ctx, c->l, x, &c->p) : NULL;
+}
+
+static bt_status s_layer_done(void *user) {
+    const s_block_call *c = user;
+    return c->m->units->release(c->m->units->user, c->l, false);
+}
+
+static bt_status s_layer_reduced(void *user) {
+    const s_block_call *c = user;
+    return c->m->units->release(c->m->units->user, c->l, true);
+}
+
 /*  Final hidden states (B, T, C), after model.norm, of ids (B, T); with checkpointing on, a full
-    forward's layers are recomputed in backward (without grad bt_checkpoint just runs them). */
+    forward's layers are recomputed in backward (without grad bt_checkpoint just runs them); with
+    units, each layer gathered for its forward and its backward (bt_model_set_units). */
 static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_pass *p) {
+    const bt_model_units *u = m->units;
+    if (u && u->gather(u->user, (int)m->cfg.num_hidden_layers) != BT_OK)
+        return NULL;
     bt_tensor *x = bt_embedding(ctx, m->embed, ids); /* (B, T, C) */
     for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++) {
-        if (m->checkpoint && !p->cache) {
+        if (u) {
+            const s_block_call c = {.m = m, .l = l, .p = *p};
+            x = bt_checkpoint_hooked(ctx, s_block_gathered, &c, sizeof c, x,
+                                     (bt_checkpoint_hooks){s_layer_done, s_layer_reduced});
+        } else if (m->checkpoint && !p->cache) {
             const s_block_call c = {.m = m, .l = l, .p = *p};
             x = bt_checkpoint(ctx, s_block_checkpointed, &c, sizeof c, x);
         } else {

@@ -1436,6 +1436,16 @@ extern "C" bt_tensor *bt_flat_range(bt_ctx *ctx, bt_tensor *const *ts, int n, bo
     });
 }
 
+extern "C" bt_status bt_set_data(bt_tensor *t, bt_tensor *src) {
+    if (!t || !src)
+        return s_null_input_status("bt_set_data");
+    return s_status("bt_set_data", [&] {
+        if (src->t.scalar_type() != t->t.scalar_type() || src->t.device() != t->t.device())
+            throw std::invalid_argument("the new data's dtype or device differs");
+        t->t.set_data(src->t.detach());
+    });
+}
+
 extern "C" bt_status bt_set_grad(bt_tensor *t, bt_tensor *g) {
     if (!t)
         return s_null_input_status("bt_set_grad");

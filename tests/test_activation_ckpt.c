@@ -1,7 +1,8 @@
 /*  test_activation_ckpt.c — activation checkpointing (grpo.activation_checkpointing "layer"):
     bt_checkpoint recomputes its function in backward and gives a plain pass's gradients, and a
     small Llama's token log-prob loss has every parameter's gradient equal with checkpointing on
-    and off, on padded and on packed rows (the trainer's SFT and GRPO paths). */
+    and off, on padded and on packed rows (the trainer's SFT and GRPO paths), and with its weights
+    held away and gathered a layer at a time (bt_model_set_units: ZeRO-3's seam). */
 #include "baton/model.h"
 #include "check.h"
 
@@ -177,6 +178,74 @@ static bt_model *s_model(bool checkpoint) {
     return m;
 }
 
+/*  Units (bt_model_set_units) as a sharded trainer would run them, from resident copies: a
+    released unit's parameters point at an empty tensor, a gathered one's at its copy; the
+    gradients a release with grads finds are collected and dropped, as a reduce-scatter would. */
+typedef struct s_units {
+    bt_model *m;
+    bt_ctx *ctx;
+    bt_tensor **copy, **grads; /* (n_params); grads NULL until collected */
+    bt_tensor *empty;
+    bool gathered[8];
+    int layers_now, layers_max, gathers;
+} s_units;
+
+static bt_status s_units_gather(void *user, int unit) {
+    s_units *u = user;
+    if (u->gathered[unit])
+        return BT_OK;
+    for (int i = 0; i < bt_model_num_params(u->m); i++)
+        if (bt_model_param_unit(u->m, i) == unit)
+            BT_TRY(bt_set_data(bt_model_params(u->m)[i], u->copy[i]));
+    u->gathered[unit] = true;
+    u->gathers++;
+    if (unit < 3)
+        u->layers_max = u->layers_now + 1 > u->layers_max ? u->layers_now + 1 : u->layers_max;
+    u->layers_now += unit < 3;
+    return BT_OK;
+}
+
+static bt_status s_units_release(void *user, int unit, bool grads) {
+    s_units *u = user;
+    for (int i = 0; i < bt_model_num_params(u->m); i++) {
+        bt_tensor *p = bt_model_params(u->m)[i];
+        if (bt_model_param_unit(u->m, i) != unit)
+            continue;
+        if (grads) {
+            bt_tensor *g = bt_clone(u->ctx, bt_grad(u->ctx, p));
+            u->grads[i] = u->grads[i] ? bt_add(u->ctx, u->grads[i], g) : g;
+            bt_zero_grad(&p, 1);
+        }
+        BT_TRY(bt_set_data(p, u->empty));
+    }
+    u->layers_now -= unit < 3 && u->gathered[unit];
+    u->gathered[unit] = false;
+    return BT_OK;
+}
+
+static void s_units_init(s_units *u, bt_model *m, bt_model_units *cb) {
+    int n = bt_model_num_params(m);
+    *u = (s_units){.m = m, .ctx = bt_ctx_new()};
+    u->copy = calloc((size_t)n, sizeof *u->copy);
+    u->grads = calloc((size_t)n, sizeof *u->grads);
+    u->empty = bt_zeros(u->ctx, BT_F32, bt_cpu(), 1, (const int64_t[]){0});
+    for (int i = 0; i < n; i++)
+        u->copy[i] = bt_clone(u->ctx, bt_detach(u->ctx, bt_model_params(m)[i]));
+    for (int unit = 0; unit <= 3; unit++) { /* every weight away from the model */
+        u->gathered[unit] = true;
+        u->layers_now += unit < 3;
+        CHECK_OK(s_units_release(u, unit, false));
+    }
+    *cb = (bt_model_units){s_units_gather, s_units_release, u};
+    bt_model_set_units(m, cb);
+}
+
+static void s_units_release_all(s_units *u) {
+    free(u->copy);
+    free(u->grads);
+    bt_ctx_destroy(&u->ctx);
+}
+
 /*  Every parameter's gradient of sum(w_t * logp_t) over B rows of T tokens, left-padded (packed
     false: lengths 12, 7, 4) or packed (two segments a row, positions restarting), with
     checkpointing on and off: equal to 1e-6 (largest difference over largest value). */
@@ -196,9 +265,12 @@ static void s_model_grads_agree(bool packed) {
                 weight[b * (T - 1) + t] = (float)((t % 3) - 1) * 0.5f + 0.1f * (float)b;
         }
     const int64_t shape[] = {B, T}, wshape[] = {B, T - 1};
-    bt_model *m[2] = {s_model(false), s_model(true)};
-    double worst = 0;
-    for (int k = 0; k < 2; k++) {
+    bt_model *m[3] = {s_model(false), s_model(true), s_model(false)};
+    s_units units;
+    bt_model_units cb;
+    s_units_init(&units, m[2], &cb);
+    double worst = 0, worst_units = 0;
+    for (int k = 0; k < 3; k++) {
         bt_tensor *tid = bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids);
         bt_tensor *logp =
             packed ? bt_model_token_logprobs_packed(
@@ -210,17 +282,25 @@ static void s_model_grads_agree(bool packed) {
         bt_tensor *w = bt_from_host(ctx, BT_F32, bt_cpu(), 2, wshape, weight);
         CHECK_OK(bt_backward(bt_sum_all(ctx, bt_mul(ctx, logp, w))));
     }
+    CHECK(units.gathered[3] && !units.gathered[0] && !units.gathered[1] && !units.gathered[2]);
+    CHECK(units.layers_max == 1 && units.gathers == 1 + 2 * 3); /* each layer: forward, backward */
+    CHECK_OK(s_units_release(&units, 3, true)); /* the caller's part: the rest's gradients */
     for (int i = 0; i < bt_model_num_params(m[0]); i++) {
         bt_tensor *plain = bt_grad(ctx, bt_model_params(m[0])[i]);
         bt_tensor *ckpt = bt_grad(ctx, bt_model_params(m[1])[i]);
         worst = fmax(worst, s_rel_max_diff(ckpt, plain));
+        CHECK(units.grads[i] != NULL);
+        if (units.grads[i])
+            worst_units = fmax(worst_units, s_rel_max_diff(units.grads[i], plain));
+        CHECK(bt_numel(bt_model_params(m[2])[i]) == 0); /* every weight released again */
     }
-    printf("%s rows: gradients with checkpointing differ by %.3g at most (max abs diff / max abs, "
-           "%d parameters)\n",
-           packed ? "packed" : "padded", worst, bt_model_num_params(m[0]));
-    CHECK(worst < 1e-6);
-    bt_model_destroy(&m[0]);
-    bt_model_destroy(&m[1]);
+    printf("%s rows: gradients with checkpointing differ by %.3g at most, with units gathered a "
+           "layer at a time by %.3g (max abs diff / max abs, %d parameters)\n",
+           packed ? "packed" : "padded", worst, worst_units, bt_model_num_params(m[0]));
+    CHECK(worst < 1e-6 && worst_units < 1e-6);
+    for (int k = 0; k < 3; k++)
+        bt_model_destroy(&m[k]);
+    s_units_release_all(&units);
     bt_ctx_destroy(&ctx);
 }
 

@@ -92,6 +92,25 @@ bt_dtype bt_model_precision(const bt_model *self);
     recomputation is exact.  No-grad passes (rollouts, decode, the KL reference) are unchanged. */
 void bt_model_set_activation_checkpointing(bt_model *self, bool on);
 
+/*  Parameters that are not all resident (workers.shard "parameters", ZeRO-3).  Unit l < L is
+    decoder layer l's parameters, unit L (L = num_hidden_layers) all the others (embedding, final
+    norm, head).  With units set, a forward pass calls gather(user, L) first, then for each layer
+    gather(user, l) before reading its weights and release(user, l, false) after its forward; a
+    pass recording gradients runs every layer as a checkpoint (bt_checkpoint_hooked: the layer is
+    gathered again when backward recomputes it) and calls release(user, l, true) once backward
+    went through it, its parameters' .grad then complete for this pass.  Unit L is left gathered
+    for the caller to release: its gradients come last, after the embedding's.  The callbacks run
+    on the thread that runs backward; an error they return fails the pass.  NULL: every weight
+    resident (the default).  Borrowed: *units must outlive its use. */
+typedef struct bt_model_units {
+    bt_status (*gather)(void *user, int unit);
+    bt_status (*release)(void *user, int unit, bool grads);
+    void *user;
+} bt_model_units;
+void bt_model_set_units(bt_model *self, const bt_model_units *units);
+/*  The unit of parameter i (as above). */
+int bt_model_param_unit(const bt_model *self, int i);
+
 /*  The parameters, in a fixed order: model.embed_tokens.weight, then per layer N
     model.layers.N.{input_layernorm, self_attn.q_proj, self_attn.k_proj, self_attn.v_proj,
     self_attn.o_proj, post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj}.weight,
