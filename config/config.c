@@ -1253,11 +1253,6 @@ static bt_status s_check(bt_config *cfg, const char *src) {
                        "%s: eval.heldout_count: expected an integer <= task.heldout_size (%" PRId64
                        "), got %" PRId64,
                        src, cfg->task.heldout_size, cfg->eval.heldout_count);
-    if (cfg->workers.shard == BT_SHARD_PARAMETERS) /* ZeRO-3: not built yet (docs/config.md) */
-        return bt_fail(BT_EINVAL,
-                       "%s: workers.shard: expected \"none\", \"optimizer\" or \"gradients\" "
-                       "(\"parameters\" is not built yet), got \"parameters\"",
-                       src);
     if (cfg->workers.expiry_ms <= cfg->workers.heartbeat_ms)
         return bt_fail(BT_EINVAL,
                        "%s: workers.expiry_ms: expected an integer > workers.heartbeat_ms (%" PRId64

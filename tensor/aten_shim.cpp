@@ -1560,6 +1560,19 @@ extern "C" bt_status bt_group_allreduce_f64(bt_group *self, double *values, int 
     });
 }
 
+extern "C" bt_status bt_group_reduce(bt_group *self, bt_tensor *t, int root) {
+    if (!self || !t || root < 0 || root >= self->world || !t->t.is_contiguous())
+        return bt_fail(BT_EINVAL, "bt_group_reduce: NULL group or tensor, root out of range or "
+                                  "a tensor that is not contiguous");
+    return s_collective(self, "bt_group_reduce", [&] {
+        at::NoGradGuard no_grad;
+        std::vector<at::Tensor> buf{t->t};
+        c10d::ReduceOptions o;
+        o.rootRank = root;
+        self->pg->reduce(buf, o)->wait();
+    });
+}
+
 extern "C" bt_status bt_group_broadcast(bt_group *self, bt_tensor *const *ts, int n, int root) {
     if (!self || !ts || n < 1 || root < 0 || root >= self->world)
         return bt_fail(BT_EINVAL,

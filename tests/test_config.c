@@ -313,9 +313,6 @@ static void test_malformed(void) {
         {"{\"workers\": {\"shard\": \"zero3\"}}",
          "arith.json: workers.shard: expected one of \"none\", \"optimizer\", \"gradients\", "
          "\"parameters\", got \"zero3\""},
-        {"{\"workers\": {\"shard\": \"parameters\"}}",
-         "arith.json: workers.shard: expected \"none\", \"optimizer\" or \"gradients\" "
-         "(\"parameters\" is not built yet), got \"parameters\""},
         {"{\"grpo\": {\"pack_tokens\": -1}}",
          "arith.json: grpo.pack_tokens: expected an integer >= 0, got -1"},
         {"{\"grpo\": {\"lr_schedule\": \"linear\"}}",

@@ -159,12 +159,25 @@ static char *s_events(const char *dir) {
     return events;
 }
 
-/*  workers.shard: three trainer processes with sharded gradients and optimizer state train the
-    run one trainer trains (1e-5).  One killed mid-run breaks the group; the survivors' shards are
-    not the whole state, so the group of two is restored from the snapshot, and the run finishes
-    with every step once and the same statistics.  A run of four sharded ranks stopped after its
-    checkpoint of step 10 resumes on four, on two and on one trainer, each finishing as the
-    uninterrupted run does. */
+/*  The events of a sharded run whose group of three lost a rank: broken, re-formed of two,
+    restored from the snapshot. */
+static void s_check_restored(const char *dir) {
+    char *events = s_events(dir);
+    bool restored = events && strstr(events, "\"event\":\"trainer_group_broken\"") &&
+                    strstr(events, "\"generation\":2,\"world\":2") &&
+                    strstr(events, "\"event\":\"trainer_restored\"");
+    if (!restored)
+        fprintf(stderr, "events.jsonl of %s:\n%s\n", dir, events ? events : "");
+    CHECK(restored);
+    free(events);
+}
+
+/*  workers.shard: three trainer processes with sharded gradients and optimizer state, and three
+    with sharded weights too, train the run one trainer trains (1e-5).  One killed mid-run breaks
+    the group; the survivors' shards are not the whole state, so the group of two is restored
+    from the snapshot, and the run finishes with every step once and the same statistics.  A run
+    of four sharded ranks stopped after its checkpoint of step 10 resumes on four, on two and on
+    one trainer, and on two with sharded weights, each finishing as the uninterrupted run does. */
 static void test_sharded(const char *one) {
     static const char *const shard[] = {"--set", "workers.shard=gradients", NULL};
     char dir[160];
@@ -173,14 +186,15 @@ static void test_sharded(const char *one) {
     s_kill_trainer_after(run, dir, 4);
     CHECK(runs_wait(run) == 0);
     s_check_same_run(one, dir, 30);
-    char *events = s_events(dir);
-    bool restored = events && strstr(events, "\"event\":\"trainer_group_broken\"") &&
-                    strstr(events, "\"generation\":2,\"world\":2") &&
-                    strstr(events, "\"event\":\"trainer_restored\"");
-    if (!restored)
-        fprintf(stderr, "events.jsonl of the sharded elastic run:\n%s\n", events ? events : "");
-    CHECK(restored);
-    free(events);
+    s_check_restored(dir);
+    /* sharded weights too: gathered a layer at a time, the KL reference frozen from them */
+    static const char *const params[] = {"--set", "workers.shard=parameters", NULL};
+    snprintf(dir, sizeof dir, "%s/sharded-params", s_tmp);
+    run = s_start_with(s_config, dir, "workers.trainer=3", true, params);
+    s_kill_trainer_after(run, dir, 4);
+    CHECK(runs_wait(run) == 0);
+    s_check_same_run(one, dir, 30);
+    s_check_restored(dir);
 
     char whole[160];
     snprintf(whole, sizeof whole, "%s/sharded-4", s_tmp);
@@ -188,11 +202,11 @@ static void test_sharded(const char *one) {
                                        "checkpoint.full_every_steps=10", NULL};
     CHECK(runs_wait(s_start_with(s_config, whole, "workers.trainer=4", true, four)) == 0);
     s_check_same_run(one, whole, 30);
-    static const char *const trainers[3] = {"workers.trainer=4", "workers.trainer=2",
-                                            "workers.trainer=1"};
-    static const char *const shards[3] = {"workers.shard=gradients", "workers.shard=optimizer",
-                                          "workers.shard=none"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const trainers[4] = {"workers.trainer=4", "workers.trainer=2",
+                                            "workers.trainer=1", "workers.trainer=2"};
+    static const char *const shards[4] = {"workers.shard=gradients", "workers.shard=optimizer",
+                                          "workers.shard=none", "workers.shard=parameters"};
+    for (int k = 0; k < 4; k++) {
         snprintf(dir, sizeof dir, "%s/sharded-resume-%d", s_tmp, k);
         static const char *const stop[] = {
             "--set", "workers.shard=gradients", "--set", "checkpoint.full_every_steps=10",

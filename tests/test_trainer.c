@@ -804,9 +804,12 @@ static void s_zrun(int port, const char *prefix, bt_shard shard, int world,
         CHECK_OK(ranks[r].st);
         CHECK(ranks[r].clipped >= 3); /* the clip is exercised */
         CHECK(bt_trainer_version(ranks[r].tr) == S_Z_STEPS);
-        if (r > 0) /* every rank gathers the same weights */
-            CHECK(s_weights_rel_diff(bt_trainer_policy(ranks[r].tr),
-                                     bt_trainer_policy(ranks[0].tr)) == 0.0);
+        bt_model *m = bt_trainer_policy(ranks[r].tr);
+        if (r > 0 && shard == BT_SHARD_PARAMETERS) /* between jobs only rank 0 holds weights */
+            for (int i = 0; i < bt_model_num_params(m); i++)
+                CHECK(bt_numel(bt_model_params(m)[i]) == 0);
+        else if (r > 0) /* every rank gathers the same weights */
+            CHECK(s_weights_rel_diff(m, bt_trainer_policy(ranks[0].tr)) == 0.0);
         tr[r] = ranks[r].tr;
     }
     if (saved) {
@@ -837,7 +840,7 @@ static void test_sharded(void) {
     bt_rollout_batch_init(&b);
     s_hand_batch(m, 1.0, &b);
     bt_model_destroy(&m);
-    static const char *const names[3] = {"none", "optimizer", "gradients"};
+    static const char *const names[4] = {"none", "optimizer", "gradients", "parameters"};
     static const int worlds[3] = {1, 2, 4};
     bt_trainer_t *one[4], *replicated[3][4];
     s_zrun(port, "z-one", BT_SHARD_NONE, 1, &b, NULL, NULL, one);
@@ -849,7 +852,7 @@ static void test_sharded(void) {
     }
     bt_msg_t *saved = NULL;
     bt_trainer_t *whole[4]; /* gradients, 4 ranks: the uninterrupted run of the resumes */
-    for (int stage = BT_SHARD_OPTIMIZER; stage <= BT_SHARD_GRADIENTS; stage++)
+    for (int stage = BT_SHARD_OPTIMIZER; stage <= BT_SHARD_PARAMETERS; stage++)
         for (int w = 0; w < 3; w++) {
             bt_trainer_t *tr[4];
             snprintf(prefix, sizeof prefix, "z-%s-%d", names[stage], worlds[w]);
@@ -879,8 +882,11 @@ static void test_sharded(void) {
     static const struct {
         bt_shard shard;
         int world;
-    } resumes[3] = {{BT_SHARD_GRADIENTS, 4}, {BT_SHARD_OPTIMIZER, 2}, {BT_SHARD_NONE, 1}};
-    for (int k = 0; k < 3 && saved; k++) {
+    } resumes[4] = {{BT_SHARD_GRADIENTS, 4},
+                    {BT_SHARD_OPTIMIZER, 2},
+                    {BT_SHARD_NONE, 1},
+                    {BT_SHARD_PARAMETERS, 2}};
+    for (int k = 0; k < 4 && saved; k++) {
         bt_trainer_t *tr[4];
         snprintf(prefix, sizeof prefix, "z-resume-%d", k);
         s_zrun(port, prefix, resumes[k].shard, resumes[k].world, &b, saved, NULL, tr);

@@ -24,8 +24,26 @@ struct bt_trainer {
         bt_tensor *master; /* (size): this rank's slice of flat, the tensor AdamW steps */
         bt_tensor *grad;   /* (size): BT_SHARD_GRADIENTS, the reduce-scattered gradient sum */
         bt_adamw *opt;     /* over master alone */
+        /* BT_SHARD_PARAMETERS: master is a tensor of its own and the weights are gathered per
+           unit (bt_model_set_units) from the ranks owning its ranges; between jobs rank 0 holds
+           them all (it publishes and snapshots them), the others none */
+        struct s_unit *units; /* (n_units): the model's layers, then the rest */
+        int n_units;
+        bt_model_units cb;
+        bt_tensor *empty; /* what a released parameter points at */
     } sh;
+    int64_t (*shape)[2]; /* (n_params): each parameter's shape, kept while it is released */
+    int *ndim;
 };
+
+/*  A unit's parameters: one or two runs of consecutive parameters (the rest: the embedding at
+    the start, the final norm and head at the end), each a range of the flat parameters. */
+typedef struct s_unit {
+    int first[2], count[2]; /* parameters [first, first + count) of each run; count 0: none */
+    int64_t lo[2], len[2];  /* each run's range in the flat parameters */
+    bt_ctx *views;          /* while gathered: the runs' buffers, the parameters' views */
+    bool gathered;
+} s_unit;
 
 static int64_t s_param_elements(const bt_model *m) {
     int64_t total = 0;
@@ -35,46 +53,265 @@ static int64_t s_param_elements(const bt_model *m) {
 }
 
 static void s_shard_release(bt_trainer_t *self) {
+    for (int u = 0; u < self->sh.n_units; u++)
+        bt_ctx_destroy(&self->sh.units[u].views);
+    free(self->sh.units);
+    self->sh.units = NULL;
+    self->sh.n_units = 0;
+    self->sh.empty = NULL;
+    bt_model_set_units(self->policy, NULL);
     bt_adamw_destroy(&self->sh.opt);
     bt_ctx_destroy(&self->sh.ctx);
     self->sh.flat = self->sh.master = self->sh.grad = NULL;
     self->sh.world = 0;
 }
 
+static bt_status s_unit_gather(void *user, int u);
+static bt_status s_unit_release(void *user, int u, bool grads);
+
+/*  Every released parameter pointed at zeros of its shape again (their values are whatever a
+    restore or a broadcast writes next). */
+static bt_status s_materialize(bt_trainer_t *self) {
+    bt_status st = BT_OK;
+    for (int i = 0; i < bt_model_num_params(self->policy) && st == BT_OK; i++) {
+        bt_tensor *p = bt_model_params(self->policy)[i];
+        if (bt_numel(p) > 0)
+            continue;
+        bt_tensor *z = bt_zeros(self->sh.ctx, BT_F32, bt_model_device(self->policy), self->ndim[i],
+                                self->shape[i]);
+        st = z ? bt_set_data(p, z) : BT_ETORCH; /* the parameter holds the storage now */
+    }
+    return st;
+}
+
+/*  The units of the model's parameters (bt_model_param_unit), each a run or two of the flat
+    parameters. */
+static bt_status s_units_form(bt_trainer_t *self) {
+    int L = (int)bt_model_get_config(self->policy)->num_hidden_layers;
+    self->sh.units = calloc((size_t)L + 1, sizeof *self->sh.units);
+    if (!self->sh.units)
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    self->sh.n_units = L + 1;
+    int64_t off = 0;
+    for (int i = 0; i < bt_model_num_params(self->policy); i++) {
+        s_unit *un = &self->sh.units[bt_model_param_unit(self->policy, i)];
+        int r = un->count[0] == 0 ? 0 : un->first[0] + un->count[0] == i ? 0 : 1;
+        if (r == 1 && un->count[1] > 0 && un->first[1] + un->count[1] != i)
+            return bt_fail(BT_EINVAL, "trainer: a unit of more than two runs of parameters");
+        if (un->count[r] == 0) {
+            un->first[r] = i;
+            un->lo[r] = off;
+        }
+        un->count[r]++;
+        int64_t n = bt_numel(bt_model_params(self->policy)[i]);
+        un->len[r] += n;
+        off += n;
+    }
+    for (int u = 0; u <= L; u++) {
+        self->sh.units[u].gathered = true; /* the weights are resident when a layout forms */
+        self->sh.units[u].views = bt_ctx_new();
+        if (!self->sh.units[u].views)
+            return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    }
+    const int64_t none = 0;
+    self->sh.empty = bt_zeros(self->sh.ctx, BT_F32, bt_model_device(self->policy), 1, &none);
+    self->sh.cb = (bt_model_units){s_unit_gather, s_unit_release, self};
+    return self->sh.empty ? BT_OK : BT_ETORCH;
+}
+
 /*  The sharded state laid out for the trainer's group (alone: a group of one), from the weights
-    as they are: the weights re-pointed into one flat buffer, this rank's slice of it stepped by
-    an AdamW of its own, moments zero, step count steps. */
+    as they are: moments zero, step count steps.  Optimizer and gradients: the weights re-pointed
+    into one flat buffer, this rank's slice of it stepped in place.  Parameters: this rank's
+    slice copied out as its master, and the weights released on every rank but 0. */
 static bt_status s_shard_form(bt_trainer_t *self, int64_t steps) {
     int rank = self->group ? bt_group_rank(self->group) : 0;
     int world = self->group ? bt_group_world(self->group) : 1;
-    int64_t total = s_param_elements(self->policy);
-    int64_t size = (total + world - 1) / world;
     bt_tensor *const *params = bt_model_params(self->policy);
     int n = bt_model_num_params(self->policy);
+    bool whole = self->cfg.shard == BT_SHARD_PARAMETERS;
     bool grad = bt_set_grad_enabled(false);
     s_shard_release(self); /* the weights keep an earlier buffer alive until they move out */
     self->sh.ctx = bt_ctx_new();
-    self->sh.flat = self->sh.ctx ? bt_flatten_into(self->sh.ctx, params, n, world * size) : NULL;
-    self->sh.master = bt_slice(self->sh.ctx, self->sh.flat, 0, rank * size, (rank + 1) * size, 1);
-    if (self->sh.master && self->cfg.shard >= BT_SHARD_GRADIENTS)
+    bt_status st = self->sh.ctx ? BT_OK : BT_ENOMEM;
+    if (st == BT_OK && whole)
+        st = s_materialize(self);
+    int64_t total = s_param_elements(self->policy); /* every parameter resident */
+    int64_t size = (total + world - 1) / world;
+    if (st == BT_OK && whole) {
+        self->sh.master = bt_flat_range(self->sh.ctx, params, n, false, rank * size, size);
+    } else if (st == BT_OK) {
+        self->sh.flat = bt_flatten_into(self->sh.ctx, params, n, world * size);
+        self->sh.master =
+            bt_slice(self->sh.ctx, self->sh.flat, 0, rank * size, (rank + 1) * size, 1);
+    }
+    if (st == BT_OK && self->sh.master && self->cfg.shard >= BT_SHARD_GRADIENTS)
         self->sh.grad = bt_zeros(self->sh.ctx, BT_F32, bt_model_device(self->policy), 1, &size);
-    bt_set_grad_enabled(grad);
-    bt_status st = self->sh.master && (self->cfg.shard < BT_SHARD_GRADIENTS || self->sh.grad)
-                       ? BT_OK
-                       : BT_ETORCH;
+    if (st == BT_OK)
+        st = self->sh.master && (self->cfg.shard < BT_SHARD_GRADIENTS || self->sh.grad) ? BT_OK
+                                                                                        : BT_ETORCH;
     if (st == BT_OK) {
         self->sh.opt = bt_adamw_new(&self->sh.master, 1, self->cfg.adamw);
         st = self->sh.opt ? BT_OK : BT_ETORCH;
     }
-    if (st != BT_OK) {
-        s_shard_release(self);
-        return st;
+    if (st == BT_OK) {
+        bt_adamw_set_steps(self->sh.opt, steps);
+        self->sh.rank = rank;
+        self->sh.world = world;
+        self->sh.size = size;
     }
-    bt_adamw_set_steps(self->sh.opt, steps);
-    self->sh.rank = rank;
-    self->sh.world = world;
-    self->sh.size = size;
-    return BT_OK;
+    if (st == BT_OK && whole)
+        st = s_units_form(self);
+    for (int u = 0; st == BT_OK && whole && rank != 0 && u < self->sh.n_units; u++)
+        st = s_unit_release(self, u, false);
+    if (st == BT_OK && whole)
+        bt_model_set_units(self->policy, &self->sh.cb);
+    bt_set_grad_enabled(grad);
+    if (st != BT_OK)
+        s_shard_release(self);
+    return st;
+}
+
+/* ---- sharded parameters: gathering and releasing a unit ------------------------------------- */
+
+/*  The ranks owning part of [lo, lo + len): k0 .. k1. */
+static void s_owners(const bt_trainer_t *self, int64_t lo, int64_t len, int *k0, int *k1) {
+    *k0 = (int)(lo / self->sh.size);
+    *k1 = (int)((lo + len - 1) / self->sh.size);
+}
+
+/*  Unit u's weights, from the master slices of the ranks owning its ranges (each broadcasts its
+    part); its parameters pointed at them.  A no-op when gathered (every rank agrees on that:
+    gathers and releases come in the same order everywhere). */
+static bt_status s_unit_gather(void *user, int u) {
+    bt_trainer_t *self = user;
+    s_unit *un = &self->sh.units[u];
+    if (un->gathered)
+        return BT_OK;
+    bt_ctx *ctx = un->views;
+    bt_tensor *const *params = bt_model_params(self->policy);
+    bool grad = bt_set_grad_enabled(false);
+    bt_status st = BT_OK;
+    for (int r = 0; r < 2 && un->count[r] > 0 && st == BT_OK; r++) {
+        bt_tensor *buf = bt_zeros(ctx, BT_F32, bt_model_device(self->policy), 1, &un->len[r]);
+        int k0, k1;
+        s_owners(self, un->lo[r], un->len[r], &k0, &k1);
+        for (int k = k0; k <= k1 && st == BT_OK; k++) {
+            int64_t a = un->lo[r] > k * self->sh.size ? un->lo[r] : k * self->sh.size;
+            int64_t b = un->lo[r] + un->len[r] < (k + 1) * self->sh.size ? un->lo[r] + un->len[r]
+                                                                         : (k + 1) * self->sh.size;
+            bt_tensor *piece = bt_slice(ctx, buf, 0, a - un->lo[r], b - un->lo[r], 1);
+            if (k == self->sh.rank) {
+                bt_tensor *mine = bt_slice(ctx, self->sh.master, 0, a - k * self->sh.size,
+                                           b - k * self->sh.size, 1);
+                st = piece && mine ? bt_copy_(piece, mine) : BT_ETORCH;
+            }
+            if (st == BT_OK && self->group)
+                st = piece ? bt_group_broadcast(self->group, &piece, 1, k) : BT_ETORCH;
+        }
+        int64_t off = 0;
+        for (int i = un->first[r]; i < un->first[r] + un->count[r] && st == BT_OK; i++) {
+            int64_t numel = self->shape[i][0] * (self->ndim[i] > 1 ? self->shape[i][1] : 1);
+            bt_tensor *v = bt_reshape(ctx, bt_slice(ctx, buf, 0, off, off + numel, 1),
+                                      self->ndim[i], self->shape[i]);
+            st = v ? bt_set_data(params[i], v) : BT_ETORCH;
+            off += numel;
+        }
+    }
+    bt_set_grad_enabled(grad);
+    un->gathered = st == BT_OK;
+    return st;
+}
+
+/*  Unit u's weights freed (its parameters pointed at an empty tensor); with grads, its
+    parameters' gradients first reduced to the ranks owning its ranges, added to their gradient
+    shards, and dropped. */
+static bt_status s_unit_release(void *user, int u, bool grads) {
+    bt_trainer_t *self = user;
+    s_unit *un = &self->sh.units[u];
+    bt_ctx *ctx = un->views;
+    bt_tensor *const *params = bt_model_params(self->policy);
+    bool grad = bt_set_grad_enabled(false);
+    bt_status st = BT_OK;
+    for (int r = 0; r < 2 && un->count[r] > 0 && grads && st == BT_OK; r++) {
+        bt_tensor *g = bt_flat_range(ctx, params + un->first[r], un->count[r], true, 0, un->len[r]);
+        st = g ? BT_OK : BT_ETORCH;
+        int k0, k1;
+        s_owners(self, un->lo[r], un->len[r], &k0, &k1);
+        for (int k = k0; k <= k1 && st == BT_OK; k++) {
+            int64_t a = un->lo[r] > k * self->sh.size ? un->lo[r] : k * self->sh.size;
+            int64_t b = un->lo[r] + un->len[r] < (k + 1) * self->sh.size ? un->lo[r] + un->len[r]
+                                                                         : (k + 1) * self->sh.size;
+            bt_tensor *piece = bt_slice(ctx, g, 0, a - un->lo[r], b - un->lo[r], 1);
+            if (self->group)
+                st = piece ? bt_group_reduce(self->group, piece, k) : BT_ETORCH;
+            if (st == BT_OK && k == self->sh.rank) {
+                bt_tensor *mine = bt_slice(ctx, self->sh.grad, 0, a - k * self->sh.size,
+                                           b - k * self->sh.size, 1);
+                bt_tensor *sum = bt_add(ctx, mine, piece);
+                st = sum ? bt_copy_(mine, sum) : BT_ETORCH;
+            }
+        }
+        bt_zero_grad(params + un->first[r], un->count[r]);
+    }
+    for (int r = 0; r < 2 && un->count[r] > 0 && st == BT_OK; r++)
+        for (int i = un->first[r]; i < un->first[r] + un->count[r] && st == BT_OK; i++)
+            st = bt_set_data(params[i], self->sh.empty);
+    bt_set_grad_enabled(grad);
+    bt_ctx_reset(ctx);
+    un->gathered = false;
+    return st;
+}
+
+/*  Rank 0's weights freed without collectives: every rank then holds none, where a job's first
+    gather starts. */
+static bt_status s_units_drop(bt_trainer_t *self) {
+    bt_status st = BT_OK;
+    for (int u = 0; u < self->sh.n_units && st == BT_OK; u++)
+        if (self->sh.units[u].gathered)
+            st = s_unit_release(self, u, false);
+    return st;
+}
+
+/*  Every unit gathered once, kept on rank 0 alone: what a job leaves (rank 0 publishes and
+    snapshots the weights). */
+static bt_status s_units_hold(bt_trainer_t *self) {
+    bt_status st = BT_OK;
+    for (int u = 0; u < self->sh.n_units && st == BT_OK; u++) {
+        st = s_unit_gather(self, u);
+        if (st == BT_OK && self->sh.rank != 0)
+            st = s_unit_release(self, u, false);
+    }
+    return st;
+}
+
+/*  With sharded parameters a job starts with no rank holding weights and leaves them gathered
+    on rank 0 alone (s_units_drop, s_units_hold); run does the job in between. */
+static bt_status s_units_begin(bt_trainer_t *self) {
+    return self->cfg.shard == BT_SHARD_PARAMETERS ? s_units_drop(self) : BT_OK;
+}
+static bt_status s_units_end(bt_trainer_t *self, bt_status st) {
+    if (st != BT_OK || self->cfg.shard != BT_SHARD_PARAMETERS)
+        return st;
+    return s_units_hold(self);
+}
+
+/*  The collectives of one micro-batch without its compute, for a rank with fewer micro-batches
+    than another: a forward's gathers and, with backward, a backward's gathers and reductions (of
+    no gradients), in the model's order. */
+static bt_status s_units_idle_round(bt_trainer_t *self, bool backward) {
+    int L = self->sh.n_units - 1;
+    bt_status st = s_unit_gather(self, L);
+    for (int l = 0; l < L && st == BT_OK; l++) {
+        st = s_unit_gather(self, l);
+        if (st == BT_OK)
+            st = s_unit_release(self, l, false);
+    }
+    for (int l = L - 1; backward && l >= 0 && st == BT_OK; l--) {
+        st = s_unit_gather(self, l);
+        if (st == BT_OK)
+            st = s_unit_release(self, l, true);
+    }
+    return st == BT_OK ? s_unit_release(self, L, backward) : st;
 }
 
 /*  BT_ESTATE unless the sharded state was formed for the trainer's group as it is now. */
@@ -114,9 +351,8 @@ bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) 
         bt_model_destroy(&policy);
         return NULL;
     }
-    if ((unsigned)cfg->shard > BT_SHARD_GRADIENTS) {
-        bt_fail(BT_EINVAL, "trainer: shard stage %d is not one of none, optimizer, gradients",
-                (int)cfg->shard);
+    if ((unsigned)cfg->shard > BT_SHARD_PARAMETERS) {
+        bt_fail(BT_EINVAL, "trainer: unknown shard stage %d", (int)cfg->shard);
         bt_model_destroy(&policy);
         return NULL;
     }
@@ -134,7 +370,22 @@ bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) 
     }
     self->cfg = *cfg;
     self->policy = policy;
-    bool ok;
+    int n = bt_model_num_params(policy);
+    self->shape = calloc((size_t)n, sizeof *self->shape);
+    self->ndim = calloc((size_t)n, sizeof *self->ndim);
+    bool ok = self->shape && self->ndim;
+    for (int i = 0; ok && i < n; i++) {
+        bt_tensor *p = bt_model_params(policy)[i];
+        self->ndim[i] = bt_ndim(p);
+        ok = self->ndim[i] >= 1 && self->ndim[i] <= 2;
+        for (int d = 0; ok && d < self->ndim[i]; d++)
+            self->shape[i][d] = bt_dim(p, d);
+    }
+    if (!ok) {
+        bt_fail(BT_EINVAL, "trainer: a parameter of neither one nor two dimensions");
+        bt_trainer_destroy(&self);
+        return NULL;
+    }
     if (cfg->shard == BT_SHARD_NONE) {
         self->opt = bt_adamw_new(bt_model_params(policy), bt_model_num_params(policy), cfg->adamw);
         ok = self->opt != NULL;
@@ -161,6 +412,8 @@ void bt_trainer_destroy(bt_trainer_t **self_p) {
     s_shard_release(self);
     bt_model_destroy(&self->reference);
     bt_model_destroy(&self->policy);
+    free(self->shape);
+    free(self->ndim);
     free(self);
     *self_p = NULL;
 }
@@ -182,7 +435,24 @@ void bt_trainer_set_version(bt_trainer_t *self, int64_t version) {
 }
 
 bt_status bt_trainer_freeze_reference(bt_trainer_t *self) {
-    return self->reference ? bt_weights_copy(self->reference, self->policy) : BT_OK;
+    if (!self->reference)
+        return BT_OK;
+    if (self->cfg.shard != BT_SHARD_PARAMETERS)
+        return bt_weights_copy(self->reference, self->policy);
+    /* every rank's reference is whole: each unit gathered everywhere, copied, released */
+    bt_status st = s_units_drop(self);
+    bool grad = bt_set_grad_enabled(false);
+    for (int u = 0; u < self->sh.n_units && st == BT_OK; u++) {
+        st = s_unit_gather(self, u);
+        for (int i = 0; i < bt_model_num_params(self->policy) && st == BT_OK; i++)
+            if (bt_model_param_unit(self->policy, i) == u)
+                st =
+                    bt_copy_(bt_model_params(self->reference)[i], bt_model_params(self->policy)[i]);
+        if (st == BT_OK)
+            st = s_unit_release(self, u, false);
+    }
+    bt_set_grad_enabled(grad);
+    return s_units_end(self, st);
 }
 
 void bt_trainer_set_group(bt_trainer_t *self, bt_group *group) {
@@ -192,6 +462,10 @@ void bt_trainer_set_group(bt_trainer_t *self, bt_group *group) {
 bt_status bt_trainer_sync(bt_trainer_t *self, int root) {
     if (!self->group)
         return BT_OK;
+    /* released weights take part as zeros of their shapes (a re-formed sharded group is
+       restored by the controller) */
+    if (self->cfg.shard == BT_SHARD_PARAMETERS)
+        BT_TRY(s_materialize(self));
     bool sharded = self->cfg.shard != BT_SHARD_NONE; /* moments: root holds only its shard */
     int n = bt_model_num_params(self->policy), parts = (self->reference ? 2 : 1) + !sharded * 2;
     bt_tensor **all = malloc(sizeof *all * (size_t)(parts * n)), **next = all;
@@ -552,8 +826,9 @@ static bt_status s_update_sharded(bt_trainer_t *self, double lr, double max_norm
             st = g ? BT_OK : BT_ETORCH;
         }
     } else {
-        g = self->sh.grad;
-        st = bt_group_reduce_scatter_grads(self->group, params, n, g, false);
+        g = self->sh.grad; /* parameters: reduced to it unit by unit during backward */
+        if (self->cfg.shard == BT_SHARD_GRADIENTS)
+            st = bt_group_reduce_scatter_grads(self->group, params, n, g, false);
         bt_zero_grad(params, n); /* the whole gradients are not needed past here */
         double sq = 0.0;
         bt_tensor *t = bt_sum_all(ctx, bt_pow_scalar(ctx, bt_to_dtype(ctx, g, BT_F64), 2.0));
@@ -572,8 +847,13 @@ static bt_status s_update_sharded(bt_trainer_t *self, double lr, double max_norm
         st = bt_set_grad(self->sh.master, g);
     if (st == BT_OK)
         st = bt_adamw_step(self->sh.opt, lr);
-    if (st == BT_OK)
+    if (st == BT_OK && self->cfg.shard != BT_SHARD_PARAMETERS)
         st = bt_group_allgather_flat(self->group, self->sh.flat);
+    if (self->cfg.shard == BT_SHARD_PARAMETERS) { /* the next step's sums start from zero */
+        bt_tensor *z = bt_mul_scalar(ctx, g, 0.0);
+        bt_status zs = z ? bt_copy_(g, z) : BT_ETORCH;
+        st = st != BT_OK ? st : zs;
+    }
     bt_set_grad(self->sh.master, NULL);
     bt_set_grad_enabled(grad_mode);
     bt_ctx_destroy(&ctx);
@@ -631,14 +911,28 @@ static bt_status s_grpo_micro(bt_trainer_t *self, bt_ctx *ctx, const bt_rollout_
     st = loss ? bt_item(loss, &value) : BT_ETORCH;
     if (st == BT_OK)
         st = bt_backward(loss);
+    if (st == BT_OK && self->cfg.shard == BT_SHARD_PARAMETERS) /* the rest's gradients, last */
+        st = s_unit_release(self, self->sh.n_units - 1, true);
     *loss_sum += value;
     return st;
 }
 
-bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
-                               const double *advantages, double lr, const bt_grpo_config *cfg,
-                               bt_trainer_stats *stats) {
-    BT_ASSERT(self && batch && advantages && cfg);
+/*  The micro-batches every rank runs: this rank's n, or with sharded parameters the most any
+    rank has (a rank with fewer runs the collectives of the rest without compute). */
+static bt_status s_rounds(bt_trainer_t *self, int64_t n, int64_t *rounds) {
+    *rounds = n;
+    if (self->cfg.shard != BT_SHARD_PARAMETERS || !self->group)
+        return BT_OK;
+    double most = (double)n;
+    BT_TRY(bt_group_allreduce_f64(self->group, &most, 1, BT_REDUCE_MAX));
+    *rounds = (int64_t)most;
+    return BT_OK;
+}
+
+
+static bt_status s_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
+                             const double *advantages, double lr, const bt_grpo_config *cfg,
+                             bt_trainer_stats *stats) {
     bt_status st = bt_grpo_config_validate(cfg);
     if (st == BT_OK)
         st = s_check_batch(self, batch);
@@ -667,9 +961,12 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
     }
     bt_grpo_stats gs = {0};
     double loss = 0.0, grad_norm = 0.0;
-    for (int64_t k = 0; k < plan.n && st == BT_OK; k++) {
-        st = s_grpo_micro(self, ctx, batch, &plan, k, advantages, cfg, temperature, normaliser,
-                          &loss, &gs);
+    int64_t rounds = plan.n;
+    st = s_rounds(self, plan.n, &rounds);
+    for (int64_t k = 0; k < rounds && st == BT_OK; k++) {
+        st = k < plan.n ? s_grpo_micro(self, ctx, batch, &plan, k, advantages, cfg, temperature,
+                                       normaliser, &loss, &gs)
+                        : s_units_idle_round(self, true);
         bt_ctx_reset(ctx);
     }
     bt_ctx_destroy(&ctx);
@@ -718,6 +1015,16 @@ bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch
     return st;
 }
 
+bt_status bt_trainer_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
+                               const double *advantages, double lr, const bt_grpo_config *cfg,
+                               bt_trainer_stats *stats) {
+    BT_ASSERT(self && batch && advantages && cfg);
+    bt_status st = s_units_begin(self);
+    if (st == BT_OK)
+        st = s_grpo_step(self, batch, advantages, lr, cfg, stats);
+    return s_units_end(self, st);
+}
+
 /* ---- SFT ------------------------------------------------------------------------------------ */
 
 /*  The supervised loss of rows [lo, hi) of batch (their share of the batch's mean NLL per
@@ -743,6 +1050,10 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, i
         return bt_fail(BT_ENOMEM, "trainer: out of memory");
     }
     bool grad = bt_set_grad_enabled(backward);
+    int64_t rounds = plan.n;
+    st = s_rounds(self, plan.n, &rounds);
+    for (int64_t k = plan.n; k < rounds && st == BT_OK; k++)
+        st = s_units_idle_round(self, backward); /* the collectives of the micro-batches below */
     for (int64_t k = 0; k < plan.n && st == BT_OK; k++) {
         s_micro m;
         st = s_micro_build(ctx, self->policy, batch, &plan, k, NULL, &m);
@@ -754,6 +1065,8 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, i
             st = l ? bt_item(l, &value) : BT_ETORCH;
             if (st == BT_OK && backward)
                 st = bt_backward(l);
+            if (st == BT_OK && self->cfg.shard == BT_SHARD_PARAMETERS)
+                st = s_unit_release(self, self->sh.n_units - 1, backward);
             *loss += value;
         }
         bt_ctx_reset(ctx);
@@ -764,9 +1077,8 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, i
     return st;
 }
 
-bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
-                              bt_trainer_stats *stats) {
-    BT_ASSERT(self && batch);
+static bt_status s_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
+                            bt_trainer_stats *stats) {
     double loss = 0.0, tokens = 0.0, slots = 0.0, grad_norm = 0.0;
     int64_t lo, hi;
     s_rows(self, batch->n, &lo, &hi);
@@ -790,10 +1102,22 @@ bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch,
     return st;
 }
 
+bt_status bt_trainer_sft_step(bt_trainer_t *self, const bt_rollout_batch *batch, double lr,
+                              bt_trainer_stats *stats) {
+    BT_ASSERT(self && batch);
+    bt_status st = s_units_begin(self);
+    if (st == BT_OK)
+        st = s_sft_step(self, batch, lr, stats);
+    return s_units_end(self, st);
+}
+
 bt_status bt_trainer_sft_loss(bt_trainer_t *self, const bt_rollout_batch *batch, double *loss) {
     BT_ASSERT(self && batch && loss);
     double tokens = 0.0, slots = 0.0;
-    return s_sft_pass(self, batch, 0, batch->n, false, loss, &tokens, &slots);
+    bt_status st = s_units_begin(self);
+    if (st == BT_OK)
+        st = s_sft_pass(self, batch, 0, batch->n, false, loss, &tokens, &slots);
+    return s_units_end(self, st);
 }
 
 /* ---- the whole state as a message (snapshot and restore TASK/RESULT) ----------------------- */
@@ -983,7 +1307,7 @@ bt_status bt_trainer_state_from_msg(const bt_msg_t *msg, int64_t version, bt_tra
     if (!ctx)
         return BT_ENOMEM;
     bool grad = bt_set_grad_enabled(false);
-    bt_status st = BT_OK;
+    bt_status st = tr->cfg.shard == BT_SHARD_PARAMETERS ? s_materialize(tr) : BT_OK;
     for (int i = 0; i < bt_model_num_params(policy) && st == BT_OK; i++) {
         bt_tensor *t[2] = {params[i], with_ref ? bt_model_params(ref)[i] : NULL};
         for (int k = 0; k < 2 && t[k] && st == BT_OK; k++) {

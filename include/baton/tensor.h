@@ -366,6 +366,9 @@ bt_status bt_group_allgather_flat(bt_group *self, bt_tensor *flat);
 bt_status bt_group_allreduce_f64(bt_group *self, double *values, int n, bt_reduce op);
 /*  Copies root's tensors into every rank's, in place (same shapes and dtypes everywhere). */
 bt_status bt_group_broadcast(bt_group *self, bt_tensor *const *ts, int n, int root);
+/*  Sums t (contiguous; a view is written through) over the ranks into root's t, in place; the
+    other ranks' t are left undefined. */
+bt_status bt_group_reduce(bt_group *self, bt_tensor *t, int root);
 
 #ifdef __cplusplus
 }
