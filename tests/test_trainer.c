@@ -136,11 +136,14 @@ static double s_weights_rel_diff(bt_model *a, bt_model *b) {
     CHECK_OK(bt_weights_export(a, 0, &wa));
     CHECK_OK(bt_weights_export(b, 0, &wb));
     double diff = 0, scale = 1e-30;
-    for (int i = 0; i < wa.n && i < wb.n; i++)
+    for (int i = 0; i < wa.n && i < wb.n; i++) {
+        CHECK(wa.dtype[i] == BT_F32 && wb.dtype[i] == BT_F32); /* float32 models */
+        const float *fa = wa.data[i], *fb = wb.data[i];
         for (int64_t k = 0; k < wa.numel[i]; k++) {
-            diff = fmax(diff, fabs((double)wa.data[i][k] - (double)wb.data[i][k]));
-            scale = fmax(scale, fabs((double)wb.data[i][k]));
+            diff = fmax(diff, fabs((double)fa[k] - (double)fb[k]));
+            scale = fmax(scale, fabs((double)fb[k]));
         }
+    }
     bt_weights_release(&wa);
     bt_weights_release(&wb);
     return diff / scale;
