@@ -2031,14 +2031,10 @@ bt_dtype bt_config_precision_dtype(const bt_config *cfg) {
 
 bt_dtype bt_config_resolve_save_dtype(const bt_config *cfg, bt_dtype source) {
     switch (cfg->save_dtype) {
-    case BT_CONFIG_SAVE_DTYPE_AUTO:
-        return source;
-    case BT_CONFIG_SAVE_DTYPE_FLOAT32:
-        return BT_F32;
-    case BT_CONFIG_SAVE_DTYPE_BF16:
-        return BT_BF16;
-    case BT_CONFIG_SAVE_DTYPE_FLOAT16:
-        return BT_F16;
+    case BT_CONFIG_SAVE_DTYPE_AUTO: return source;
+    case BT_CONFIG_SAVE_DTYPE_FLOAT32: return BT_F32;
+    case BT_CONFIG_SAVE_DTYPE_BF16: return BT_BF16;
+    case BT_CONFIG_SAVE_DTYPE_FLOAT16: return BT_F16;
     }
     return source;
 }

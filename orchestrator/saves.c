@@ -55,8 +55,8 @@ static bt_status s_save_dtype(const bt_policy *p, bt_dtype *out) {
 static void *s_convert(bt_ctx *tmp, const bt_msg_tensor *m, bt_dtype to) {
     size_t nbytes = m->nbytes / bt_dtype_size(m->dtype) * bt_dtype_size(to);
     void *out = malloc(nbytes + 1);
-    bt_tensor *t = bt_to_dtype(
-        tmp, bt_from_host(tmp, m->dtype, bt_cpu(), m->ndim, m->shape, m->data), to);
+    bt_tensor *t =
+        bt_to_dtype(tmp, bt_from_host(tmp, m->dtype, bt_cpu(), m->ndim, m->shape, m->data), to);
     if (out && bt_to_host(t, out, nbytes) != BT_OK) {
         free(out);
         out = NULL;

@@ -256,8 +256,8 @@ bt_status bt_weights_to_msg(bt_weights *w, bt_msg_t *msg) {
         void *data = w->data[i];
         w->data[i] = NULL;
         if (st == BT_OK)
-            st = bt_msg_add_tensor_zero_copy(msg, w->names[i], w->dtype[i], w->ndim[i],
-                                             w->shape[i], data, NULL, NULL);
+            st = bt_msg_add_tensor_zero_copy(msg, w->names[i], w->dtype[i], w->ndim[i], w->shape[i],
+                                             data, NULL, NULL);
         else
             free(data);
     }
@@ -284,8 +284,8 @@ bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
         bt_msg_tensor t = bt_msg_tensor_at(msg, i);
         if (t.dtype != BT_F32 && t.dtype != BT_BF16) {
             bt_weights_release(out);
-            return bt_fail(BT_EFORMAT, "WEIGHTS: tensor '%s': expected F32 or BF16, got %s",
-                           t.name, bt_dtype_code(t.dtype));
+            return bt_fail(BT_EFORMAT, "WEIGHTS: tensor '%s': expected F32 or BF16, got %s", t.name,
+                           bt_dtype_code(t.dtype));
         }
         out->names[i] = malloc(strlen(t.name) + 1);
         out->data[i] = malloc(t.nbytes + 1);
