@@ -1,16 +1,23 @@
 /*  bench_weights.c — a weight update as the controller forwards it to a rollout worker, against
-    memcpy of the same bytes.  The controller keeps the trainer's WEIGHTS message (here built from
-    host arrays with bt_msg_add_tensor_zero_copy, as bt_weights_to_msg does), makes the worker's
-    copy as s_weights_copy does (tensors shared, not copied) and sends it with bt_msg_send() on its
-    ROUTER, over ZeroMQ TCP loopback, to a DEALER on another thread that takes it with
-    bt_msg_recv() and answers PING.
+    memcpy of the same bytes, for a float32 run and a bf16 one.  The trainer's WEIGHTS message is
+    built as the trainer builds it (bt_weights_export, then bt_weights_to_msg: zero-copy) from a
+    Llama-shaped model of BATON_BENCH_MB float32 MiB (hidden 512, vocab 4096, untied, as many
+    layers as fit), at precision float32 and bf16 (whose matrix-product weights travel as
+    bfloat16); the controller makes the worker's copy as s_weights_copy does (tensors shared, not
+    copied) and sends it with bt_msg_send() on its ROUTER, over ZeroMQ TCP loopback, to a DEALER
+    on another thread that takes it with bt_msg_recv() and answers PING.
     Each side has its own ZeroMQ context, hence its own I/O thread, as two processes would.
     Transfer time = copy + send + receive + decode, up to the PING; best of S_SENDS after a
-    warm-up, as is memcpy's.  Target: ratio = tcp / memcpy >= 0.25.  Prints one JSON line; rates
-    in GB/s (10^9 bytes per second).  Environment: BATON_BENCH_MB (default 100, in MiB). */
+    warm-up, as is memcpy's.  export_s: bt_weights_export + bt_weights_to_msg (the bf16 cast
+    included), best of 3.  Target: ratio = tcp / memcpy >= 0.25.  Prints one JSON line per
+    precision; rates in GB/s (10^9 bytes per second).  Environment: BATON_BENCH_MB (default
+    100, in MiB). */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/blas.h"
+#include "baton/messages.h"
+#include "baton/model.h"
 #include "baton/msg.h"
+#include "baton/rollout.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
 
@@ -21,7 +28,6 @@
 #include <zmq.h>
 
 #define S_SENDS 5
-#define S_TENSORS 25 /* the update is split into this many equal F32 tensors */
 
 typedef struct s_receiver {
     char endpoint[256];
@@ -60,20 +66,27 @@ static void *s_receive(void *arg) {
     return NULL;
 }
 
-/*  The stored WEIGHTS: S_TENSORS tensors of floats, bytes in all. */
-static bt_msg_t *s_weights(size_t bytes) {
+/*  Bytes of a message's tensor frames. */
+static size_t s_frame_bytes(const bt_msg_t *m) {
+    size_t n = 0;
+    for (int i = 0; i < bt_msg_tensor_count(m); i++)
+        n += bt_msg_tensor_at(m, i).nbytes;
+    return n;
+}
+
+/*  The trainer's WEIGHTS of model at precision, and the seconds it took to build. */
+static bt_msg_t *s_weights(bt_model *model, bt_dtype precision, double *seconds) {
+    bt_weights w;
+    bt_weights_init(&w);
+    double t0 = bt_now();
     bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
-    int64_t shape[1] = {(int64_t)(bytes / S_TENSORS / sizeof(float))};
-    bt_status st = m ? bt_msg_set_int(m, "version", 1) : BT_ENOMEM;
-    for (int i = 0; i < S_TENSORS && st == BT_OK; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "model.layers.%d.weight", i);
-        float *data = malloc((size_t)shape[0] * sizeof *data);
-        for (int64_t k = 0; data && k < shape[0]; k++)
-            data[k] = (float)(i + k);
-        st = data ? bt_msg_add_tensor_zero_copy(m, name, BT_F32, 1, shape, data, NULL, NULL)
-                  : BT_ENOMEM;
-    }
+    bt_status st = m ? bt_model_set_precision(model, precision) : BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_weights_export(model, 1, &w);
+    if (st == BT_OK)
+        st = bt_weights_to_msg(&w, m);
+    *seconds = bt_now() - t0;
+    bt_weights_release(&w);
     if (st != BT_OK)
         bt_msg_destroy(&m);
     return m;
@@ -113,18 +126,9 @@ static double s_memcpy_best(size_t bytes) {
     return best;
 }
 
-int main(int argc, char **argv) {
-    (void)argc;
-    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
-    size_t mib = getenv("BATON_BENCH_MB") ? (size_t)atol(getenv("BATON_BENCH_MB")) : 100;
-    size_t bytes = mib << 20;
-    /* As main() of every baton process begins; it also links the ATen shim, whose allocator
-       policy (freed memory stays in the heap) is then this process's too. */
-    if (bt_threads_from_env() != BT_OK) {
-        fprintf(stderr, "bench_weights: %s\n", bt_last_error());
-        return 1;
-    }
-    s_receiver r = {.bytes = bytes, .status = BT_OK};
+/*  Best seconds of S_SENDS transfers of stored to a receiver thread over TCP loopback. */
+static bt_status s_transfer_best(const bt_msg_t *stored, double *best) {
+    s_receiver r = {.bytes = s_frame_bytes(stored), .status = BT_OK};
     void *ctx = zmq_ctx_new();
     void *router = zmq_socket(ctx, ZMQ_ROUTER);
     int linger = 0;
@@ -132,17 +136,17 @@ int main(int argc, char **argv) {
     zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
     if (zmq_bind(router, "tcp://127.0.0.1:*") != 0 ||
         zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, r.endpoint, &len) != 0) {
-        fprintf(stderr, "bench_weights: cannot bind: %s\n", zmq_strerror(zmq_errno()));
-        return 1;
+        zmq_close(router);
+        zmq_ctx_term(ctx);
+        return bt_fail(BT_EIO, "cannot bind: %s", zmq_strerror(zmq_errno()));
     }
-    bt_msg_t *stored = s_weights(bytes);
     pthread_t thread;
     pthread_create(&thread, NULL, s_receive, &r);
     uint8_t peer[BT_WIRE_PEER_MAX];
     size_t peer_len = 0;
     bt_msg_t *ack = NULL;
-    bt_status st = stored ? bt_msg_recv(router, &ack, peer, &peer_len, 0) : BT_ENOMEM;
-    double best = 1e30;
+    bt_status st = bt_msg_recv(router, &ack, peer, &peer_len, 0);
+    *best = 1e30;
     for (int i = 0; i < S_SENDS + 1 && st == BT_OK; i++) { /* send 0 is the warm-up */
         bt_msg_destroy(&ack);
         double t0 = bt_now();
@@ -151,21 +155,72 @@ int main(int argc, char **argv) {
         if (st == BT_OK)
             st = bt_msg_recv(router, &ack, peer, &peer_len, 0);
         double t = bt_now() - t0;
-        best = i && t < best ? t : best;
+        *best = i && t < *best ? t : *best;
     }
     bt_msg_destroy(&ack);
     pthread_join(thread, NULL);
-    bt_msg_destroy(&stored);
     zmq_close(router);
     zmq_ctx_term(ctx);
-    if (st != BT_OK || r.status != BT_OK) {
-        fprintf(stderr, "bench_weights: %s\n", st != BT_OK ? bt_last_error() : "receiver failed");
+    if (st == BT_OK && r.status != BT_OK)
+        st = bt_fail(r.status, "receiver failed");
+    return st;
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
+    size_t mib = getenv("BATON_BENCH_MB") ? (size_t)atol(getenv("BATON_BENCH_MB")) : 100;
+    /* As main() of every baton process begins; it also links the ATen shim, whose allocator
+       policy (freed memory stays in the heap) is then this process's too. */
+    if (bt_threads_from_env() != BT_OK) {
+        fprintf(stderr, "bench_weights: %s\n", bt_last_error());
         return 1;
     }
-    double mem = s_memcpy_best(bytes);
-    double tcp_gbps = (double)bytes / best / 1e9, mem_gbps = (double)bytes / mem / 1e9;
-    printf("{\"bench\":\"weights\",\"bytes\":%zu,\"tensors\":%d,\"tcp_s\":%.4f,\"tcp_gbps\":%.3f,"
-           "\"memcpy_s\":%.4f,\"memcpy_gbps\":%.3f,\"ratio\":%.3f}\n",
-           bytes, S_TENSORS, best, tcp_gbps, mem, mem_gbps, tcp_gbps / mem_gbps);
+    bt_model_config cfg;
+    bt_model_config_init(&cfg);
+    cfg.vocab_size = 4096;
+    cfg.hidden_size = 512;
+    cfg.intermediate_size = 1408;
+    cfg.num_attention_heads = 8;
+    cfg.num_key_value_heads = 8;
+    int64_t C = cfg.hidden_size, per_layer = 4 * C * C + 3 * C * cfg.intermediate_size + 2 * C;
+    int64_t params = (int64_t)(mib << 20) / 4 - 2 * cfg.vocab_size * C - C;
+    cfg.num_hidden_layers = params / per_layer > 1 ? params / per_layer : 1;
+    bt_model *model = bt_model_new(&cfg, bt_cpu(), 1);
+    if (!model) {
+        fprintf(stderr, "bench_weights: %s\n", bt_last_error());
+        return 1;
+    }
+    const bt_dtype precisions[2] = {BT_F32, BT_BF16};
+    size_t f32_bytes = 0;
+    for (int k = 0; k < 2; k++) {
+        double export_s = 1e30, best = 0, t = 0;
+        bt_msg_t *stored = NULL;
+        for (int i = 0; i < 3; i++) { /* best of 3: the first also faults its pages in */
+            bt_msg_destroy(&stored);
+            stored = s_weights(model, precisions[k], &t);
+            export_s = t < export_s ? t : export_s;
+        }
+        bt_status st = stored ? s_transfer_best(stored, &best) : BT_ENOMEM;
+        size_t bytes = stored ? s_frame_bytes(stored) : 0;
+        int tensors = stored ? bt_msg_tensor_count(stored) : 0;
+        bt_msg_destroy(&stored);
+        if (st != BT_OK) {
+            fprintf(stderr, "bench_weights: %s\n", bt_last_error());
+            bt_model_destroy(&model);
+            return 1;
+        }
+        f32_bytes = k == 0 ? bytes : f32_bytes;
+        double mem = s_memcpy_best(bytes);
+        double tcp_gbps = (double)bytes / best / 1e9, mem_gbps = (double)bytes / mem / 1e9;
+        printf("{\"bench\":\"weights\",\"precision\":\"%s\",\"params\":%lld,\"layers\":%lld,"
+               "\"bytes\":%zu,\"bytes_vs_float32\":%.4f,\"tensors\":%d,\"export_s\":%.4f,"
+               "\"tcp_s\":%.4f,\"tcp_gbps\":%.3f,\"memcpy_s\":%.4f,\"memcpy_gbps\":%.3f,"
+               "\"ratio\":%.3f}\n",
+               k ? "bf16" : "float32", (long long)(f32_bytes / 4), (long long)cfg.num_hidden_layers,
+               bytes, (double)bytes / (double)f32_bytes, tensors, export_s, best, tcp_gbps, mem,
+               mem_gbps, tcp_gbps / mem_gbps);
+    }
+    bt_model_destroy(&model);
     return 0;
 }

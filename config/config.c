@@ -114,6 +114,7 @@ static const char *const s_pbt_metrics[] = {"accuracy", "reward", NULL};
 static const char *const s_lr_kinds[] = {"constant", "warmup", "cosine", "wsd", NULL};
 static const char *const s_tuner_modes[] = {"max", "min", NULL};
 static const char *const s_precisions[] = {"float32", "bf16", NULL};
+static const char *const s_save_dtypes[] = {"auto", "float32", "bf16", "float16", NULL};
 static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", NULL};
 
 #define S_FIELD(f) .offset = offsetof(bt_config, f), .size = sizeof(((bt_config *)0)->f)
@@ -166,6 +167,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("model.eos_token_id", model.eos_token_id, NAN, -1, 16777215),
     S_INT_KEY("model.pad_token_id", model.pad_token_id, NAN, -1, 16777215),
     S_STR_KEY("model.path", model_path, "", NULL, NULL),
+    S_ENUM_KEY("model.save_dtype", save_dtype, BT_CONFIG_SAVE_DTYPE_AUTO, s_save_dtypes),
 
     S_ENUM_KEY("task.kind", task.kind, BT_CONFIG_TASK_ARITHMETIC, s_task_kinds),
     S_INT_KEY("task.seed", task.seed, 0, 0, S_INF),
@@ -2020,6 +2022,16 @@ void bt_config_adamw(const bt_config *cfg, bt_adamw_config *out) {
 
 bt_dtype bt_config_precision_dtype(const bt_config *cfg) {
     return cfg->run.precision == BT_CONFIG_PRECISION_BF16 ? BT_BF16 : BT_F32;
+}
+
+bt_dtype bt_config_resolve_save_dtype(const bt_config *cfg, bt_dtype source) {
+    switch (cfg->save_dtype) {
+    case BT_CONFIG_SAVE_DTYPE_AUTO: return source;
+    case BT_CONFIG_SAVE_DTYPE_FLOAT32: return BT_F32;
+    case BT_CONFIG_SAVE_DTYPE_BF16: return BT_BF16;
+    case BT_CONFIG_SAVE_DTYPE_FLOAT16: return BT_F16;
+    }
+    return source;
 }
 
 void bt_config_task_arith(const bt_config *cfg, bt_source_arith_config *out) {

@@ -352,6 +352,7 @@ struct bt_model {
     bt_tensor *norm;             /* (C) */
     bt_tensor *lm_head;          /* (V, C); the embedding when tied */
     bt_dtype compute;            /* BT_F32, or BT_BF16: forward passes under autocast */
+    bt_dtype save;               /* what bt_model_save writes: the source's dtype, F32 if random */
     bool checkpoint;             /* full forwards recording grad recompute each layer in backward */
     const bt_model_units *units; /* NULL: every weight resident */
 };
@@ -386,6 +387,7 @@ static bt_model *s_model_alloc(const bt_model_config *cfg, bt_device device) {
     }
     m->cfg = *cfg;
     m->device = device;
+    m->save = BT_F32;
     s_add_spec(m, 2, V, C, "model.embed_tokens.weight", 0);
     for (int l = 0; l < (int)L; l++) {
         s_add_spec(m, 1, C, 0, "model.layers.%d.input_layernorm.weight", l);
@@ -507,6 +509,8 @@ static bt_status s_model_fill(bt_model *m, uint64_t seed, const s_source *st) {
     for (int i = 0; i < m->n_params && status == BT_OK; i++) {
         bt_tensor *t =
             st ? s_init_from_file(tmp, st, &m->specs[i]) : s_init_random(tmp, gen, &m->specs[i]);
+        if (st && i == 0 && t) /* model.embed_tokens.weight: the dtype the source stores */
+            m->save = bt_dtype_of(t);
         m->params[i] = bt_clone(m->ctx, bt_to_device(tmp, bt_to_dtype(tmp, t, BT_F32), m->device));
         if (!m->params[i])
             status = st && !t ? BT_EFORMAT : BT_ETORCH;
@@ -557,6 +561,16 @@ bt_status bt_model_set_precision(bt_model *self, bt_dtype compute) {
 bt_dtype bt_model_precision(const bt_model *self) {
     return self->compute;
 }
+bt_dtype bt_model_save_dtype(const bt_model *self) {
+    return self->save;
+}
+bt_status bt_model_set_save_dtype(bt_model *self, bt_dtype dtype) {
+    if (dtype != BT_F32 && dtype != BT_BF16 && dtype != BT_F16)
+        return bt_fail(BT_EINVAL, "bt_model_set_save_dtype: expected F32, BF16 or F16, got %s",
+                       bt_dtype_name(dtype));
+    self->save = dtype;
+    return BT_OK;
+}
 void bt_model_set_activation_checkpointing(bt_model *self, bool on) {
     self->checkpoint = on;
 }
@@ -579,6 +593,11 @@ bt_tensor *const *bt_model_params(const bt_model *self) {
 
 const char *bt_model_param_name(const bt_model *self, int i) {
     return i >= 0 && i < self->n_params ? self->specs[i].name : NULL;
+}
+
+bool bt_model_param_is_matmul(const bt_model *self, int i) {
+    BT_ASSERT(i >= 0 && i < self->n_params);
+    return self->specs[i].ndim == 2 && self->params[i] != self->embed;
 }
 
 bt_tensor *bt_model_find_param(const bt_model *self, const char *name) {
@@ -1316,19 +1335,22 @@ static bt_status s_join(char *buf, size_t len, const char *dir, const char *file
     return BT_OK;
 }
 
-/*  model.safetensors of every parameter as F32 host copies. */
+/*  model.safetensors of every parameter as host copies in m->save. */
 static bt_status s_save_weights(const bt_model *m, const char *path) {
     bt_st_tensor *ts = calloc((size_t)m->n_params, sizeof *ts);
-    bt_status st = ts ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    bt_ctx *tmp = bt_ctx_new();
+    bt_status st = ts && tmp ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", path);
     for (int i = 0; i < m->n_params && st == BT_OK; i++) {
-        size_t nbytes = (size_t)bt_numel(m->params[i]) * sizeof(float);
+        size_t nbytes = (size_t)bt_numel(m->params[i]) * bt_dtype_size(m->save);
         void *data = malloc(nbytes);
         ts[i] = (bt_st_tensor){
-            .name = m->specs[i].name, .dtype = BT_F32, .ndim = m->specs[i].ndim, .data = data};
+            .name = m->specs[i].name, .dtype = m->save, .ndim = m->specs[i].ndim, .data = data};
         memcpy(ts[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
-        st = data ? bt_to_host(m->params[i], data, nbytes)
+        st = data ? bt_to_host(bt_to_dtype(tmp, m->params[i], m->save), data, nbytes)
                   : bt_fail(BT_ENOMEM, "%s: out of memory", path);
+        bt_ctx_reset(tmp);
     }
+    bt_ctx_destroy(&tmp);
     const char *meta[] = {"format", "pt"};
     if (st == BT_OK)
         st = bt_safetensors_write(path, ts, m->n_params, meta, 1);
@@ -1392,24 +1414,46 @@ static bt_status s_open_shards(const char *dir, const char *path, s_source *src)
     return st;
 }
 
+/*  Opens dir's model.safetensors, or the shards its model.safetensors.index.json names; path and
+    index are the caller's buffers of 4096 bytes (src->where points at one). */
+static bt_status s_open_source(const char *dir, char *path, char *index, s_source *src) {
+    BT_TRY(s_join(path, 4096, dir, "model.safetensors"));
+    BT_TRY(s_join(index, 4096, dir, "model.safetensors.index.json"));
+    *src = (s_source){.where = path};
+    struct stat sb;
+    if (stat(path, &sb) != 0 && stat(index, &sb) == 0) { /* sharded */
+        src->where = index;
+        return s_open_shards(dir, index, src);
+    }
+    bt_status st = bt_safetensors_open(path, &src->files[0]);
+    src->n = st == BT_OK;
+    return st;
+}
+
+bt_status bt_model_stored_dtype(const char *dir, bt_dtype *out) {
+    char path[4096], index[4096];
+    s_source src;
+    bt_status st = s_open_source(dir, path, index, &src);
+    const bt_st_entry *e = NULL;
+    for (int i = 0; i < src.n && !e; i++)
+        e = bt_safetensors_find(src.files[i], "model.embed_tokens.weight");
+    if (st == BT_OK && !e)
+        st = bt_fail(BT_EFORMAT, "%s: missing tensor model.embed_tokens.weight", src.where);
+    if (st == BT_OK)
+        *out = e->dtype;
+    for (int i = 0; i < src.n; i++)
+        bt_safetensors_destroy(&src.files[i]);
+    return st;
+}
+
 bt_model *bt_model_load(const char *dir, bt_device device) {
     char path[4096], index[4096];
     bt_model_config cfg;
     if (s_join(path, sizeof path, dir, "config.json") != BT_OK ||
-        bt_model_config_load(path, &cfg) != BT_OK ||
-        s_join(path, sizeof path, dir, "model.safetensors") != BT_OK ||
-        s_join(index, sizeof index, dir, "model.safetensors.index.json") != BT_OK)
+        bt_model_config_load(path, &cfg) != BT_OK)
         return NULL;
-    s_source src = {.where = path};
-    struct stat sb;
-    bt_status st;
-    if (stat(path, &sb) != 0 && stat(index, &sb) == 0) { /* sharded */
-        src.where = index;
-        st = s_open_shards(dir, index, &src);
-    } else {
-        st = bt_safetensors_open(path, &src.files[0]);
-        src.n = st == BT_OK;
-    }
+    s_source src;
+    bt_status st = s_open_source(dir, path, index, &src);
     bt_model *m = st == BT_OK ? s_model_alloc(&cfg, device) : NULL;
     if (m && s_model_fill(m, 0, &src) != BT_OK)
         bt_model_destroy(&m);

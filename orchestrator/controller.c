@@ -176,7 +176,9 @@ bt_progress bt_controller_progress(const bt_controller_t *self) {
 /* ---- the policy files ------------------------------------------------------------------------ */
 
 /*  Writes the latest published policy (version 0 before any) to dir as a model directory
-    (config.json, model.safetensors, tokenizer files; bt_model_save). */
+    (config.json, model.safetensors in model.save_dtype, tokenizer files; bt_model_save).  In a
+    bf16 run these are the weights the rollouts used: the matrix-product weights as WEIGHTS carry
+    them, rounded to bfloat16 (the float32 masters are in a checkpoint's optimizer.safetensors). */
 static bt_status s_save_policy(const bt_policy *p, const char *dir) {
     const bt_config *c = p->cfg;
     bt_model *m = c->model_path[0] ? bt_model_load(c->model_path, bt_cpu())
@@ -189,6 +191,8 @@ static bt_status s_save_policy(const bt_policy *p, const char *dir) {
         st = bt_weights_from_msg(p->weights->msg, &w);
     if (st == BT_OK && p->weights)
         st = bt_weights_load(m, &w);
+    if (st == BT_OK)
+        st = bt_model_set_save_dtype(m, bt_config_resolve_save_dtype(c, bt_model_save_dtype(m)));
     if (st == BT_OK)
         st = bt_model_save(m, tok, dir);
     bt_weights_release(&w);

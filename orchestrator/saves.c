@@ -41,36 +41,75 @@ void bt_saves_poll(bt_controller_t *self) {
     }
 }
 
-/*  Adds the tensors of msg whose names start with prefix (prefix removed) as the file name. */
+/*  The dtype policy p's model files are written in: model.save_dtype, whose "auto" is the dtype
+    model.path's weights are stored in (float32 without one). */
+static bt_status s_save_dtype(const bt_policy *p, bt_dtype *out) {
+    bt_dtype source = BT_F32;
+    if (p->cfg->save_dtype == BT_CONFIG_SAVE_DTYPE_AUTO && p->cfg->model_path[0])
+        BT_TRY(bt_model_stored_dtype(p->cfg->model_path, &source));
+    *out = bt_config_resolve_save_dtype(p->cfg, source);
+    return BT_OK;
+}
+
+/*  A malloc'd copy of m's elements as dtype to, rounded to nearest even as torch's .to(). */
+static void *s_convert(bt_ctx *tmp, const bt_msg_tensor *m, bt_dtype to) {
+    size_t nbytes = m->nbytes / bt_dtype_size(m->dtype) * bt_dtype_size(to);
+    void *out = malloc(nbytes + 1);
+    bt_tensor *t =
+        bt_to_dtype(tmp, bt_from_host(tmp, m->dtype, bt_cpu(), m->ndim, m->shape, m->data), to);
+    if (out && bt_to_host(t, out, nbytes) != BT_OK) {
+        free(out);
+        out = NULL;
+    }
+    bt_ctx_reset(tmp);
+    return out;
+}
+
+/*  Adds the tensors of msg whose names start with prefix or also (NULL: none) as the file name
+    (prefix removed when strip), each floating tensor as dtype as (converted copies are never
+    borrowed). */
 static bt_status s_add_tensors(bt_ckpt_snapshot_t *snap, const char *name, const bt_msg_t *msg,
-                               const char *prefix, bool strip, bool borrow,
-                               const bt_st_tensor *extra) {
+                               const char *prefix, const char *also, bool strip, bool borrow,
+                               bt_dtype as, const bt_st_tensor *extra) {
     int n = bt_msg_tensor_count(msg), k = 0;
     bt_st_tensor *t = calloc((size_t)n + 2, sizeof *t);
-    if (!t)
-        return bt_fail(BT_ENOMEM, "controller: out of memory");
+    void **owned = calloc((size_t)n + 1, sizeof *owned);
+    bt_ctx *tmp = bt_ctx_new();
+    bt_status st = t && owned && tmp ? BT_OK : bt_fail(BT_ENOMEM, "controller: out of memory");
     size_t plen = strlen(prefix);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && st == BT_OK; i++) {
         bt_msg_tensor m = bt_msg_tensor_at(msg, i);
-        if (strncmp(m.name, prefix, plen) != 0)
+        if (strncmp(m.name, prefix, plen) != 0 && !(also && !strncmp(m.name, also, strlen(also))))
             continue;
-        t[k] = (bt_st_tensor){
-            .name = m.name + (strip ? plen : 0), .dtype = m.dtype, .ndim = m.ndim, .data = m.data};
+        bool floating = m.dtype == BT_F32 || m.dtype == BT_BF16 || m.dtype == BT_F16;
+        const void *data = m.data;
+        if (floating && m.dtype != as && !(data = owned[i] = s_convert(tmp, &m, as)))
+            st = bt_fail(BT_ENOMEM, "controller: %s: cannot convert %s to %s", name, m.name,
+                         bt_dtype_name(as));
+        t[k] = (bt_st_tensor){.name = m.name + (strip ? plen : 0),
+                              .dtype = floating ? as : m.dtype,
+                              .ndim = m.ndim,
+                              .data = data};
         memcpy(t[k++].shape, m.shape, sizeof m.shape);
+        borrow = borrow && !owned[i];
     }
-    if (extra)
+    if (extra && st == BT_OK)
         t[k++] = *extra;
-    bt_status st = k == 0   ? BT_OK
-                   : borrow ? bt_ckpt_snapshot_add_tensors_borrowed(snap, name, t, k)
-                            : bt_ckpt_snapshot_add_tensors(snap, name, t, k);
+    if (st == BT_OK && k > 0)
+        st = borrow ? bt_ckpt_snapshot_add_tensors_borrowed(snap, name, t, k)
+                    : bt_ckpt_snapshot_add_tensors(snap, name, t, k);
+    for (int i = 0; owned && i < n; i++)
+        free(owned[i]);
+    free(owned);
     free(t);
+    bt_ctx_destroy(&tmp);
     return st;
 }
 
 /*  The model files of a checkpoint under folder: config.json and model.safetensors (Hugging Face
-    names) from the tensors named prefix + NAME of msg. */
+    names, in the policy's save dtype) from the tensors named prefix + NAME of msg. */
 static bt_status s_add_model(bt_ckpt_snapshot_t *snap, const bt_policy *p, const bt_msg_t *msg,
-                             const char *prefix, bool borrow) {
+                             const char *prefix, bool borrow, bt_dtype as) {
     char folder[BT_CONFIG_NAME_MAX + 2], name[BT_CKPT_NAME_MAX];
     s_folder(p, folder, sizeof folder);
     char *config = bt_model_config_to_json(&p->cfg->model);
@@ -78,25 +117,29 @@ static bt_status s_add_model(bt_ckpt_snapshot_t *snap, const bt_policy *p, const
     bt_status st = config ? bt_ckpt_snapshot_add_text(snap, name, config) : BT_ENOMEM;
     free(config);
     snprintf(name, sizeof name, "%smodel.safetensors", folder);
-    return st == BT_OK ? s_add_tensors(snap, name, msg, prefix, true, borrow, NULL) : st;
+    return st == BT_OK ? s_add_tensors(snap, name, msg, prefix, NULL, true, borrow, as, NULL) : st;
 }
 
 /*  Policy p's part of a full checkpoint: its snapshot's model (a Hugging Face folder), optimizer
-    (moments and step count), KL reference, and its state.json and data.json.  The tensors are
-    borrowed from p->snap, which bt_recovery_snapshot keeps until the writer is idle. */
+    (moments and step count, and the float32 master weights param.NAME when the model file holds
+    another dtype, so a resume is exact), KL reference, and its state.json and data.json.  The
+    tensors are borrowed from p->snap, which bt_recovery_snapshot keeps until the writer is idle. */
 static bt_status s_add_policy(bt_ckpt_snapshot_t *snap, bt_policy *p) {
     char folder[BT_CONFIG_NAME_MAX + 2], name[BT_CKPT_NAME_MAX];
     s_folder(p, folder, sizeof folder);
-    BT_TRY(s_add_model(snap, p, p->snap, "param.", true));
+    bt_dtype as;
+    BT_TRY(s_save_dtype(p, &as));
+    BT_TRY(s_add_model(snap, p, p->snap, "param.", true, as));
     int64_t steps = 0;
     BT_TRY(bt_msg_get_int(p->snap, "adam_steps", 0, BT_WIRE_INT_MAX, &steps));
     p->snap_adam_steps = steps; /* borrowed too: lives as long as p->snap */
     bt_st_tensor adam = {
         .name = "adam_steps", .dtype = BT_I64, .ndim = 0, .data = &p->snap_adam_steps};
     snprintf(name, sizeof name, "%soptimizer.safetensors", folder);
-    BT_TRY(s_add_tensors(snap, name, p->snap, "exp_avg", false, true, &adam));
+    BT_TRY(s_add_tensors(snap, name, p->snap, "exp_avg", as == BT_F32 ? NULL : "param.", false,
+                         true, BT_F32, &adam));
     snprintf(name, sizeof name, "%sreference.safetensors", folder); /* with a KL reference */
-    BT_TRY(s_add_tensors(snap, name, p->snap, "ref.", false, true, NULL));
+    BT_TRY(s_add_tensors(snap, name, p->snap, "ref.", NULL, false, true, BT_F32, NULL));
     char *state = bt_runstate_to_json(&p->saved);
     snprintf(name, sizeof name, "%sstate.json", folder);
     bt_status st = state ? bt_ckpt_snapshot_add_text(snap, name, state) : BT_ENOMEM;
@@ -148,8 +191,9 @@ static bt_status s_write_light(bt_controller_t *self, int64_t step) {
     int models = 0;
     for (int k = 0; k < self->n_pol && st == BT_OK; k++) {
         bt_policy *p = self->pol[k];
-        if (s_live(p) && p->weights && ++models)
-            st = s_add_model(snap, p, p->weights->msg, "", false);
+        bt_dtype as = BT_F32;
+        if (s_live(p) && p->weights && ++models && (st = s_save_dtype(p, &as)) == BT_OK)
+            st = s_add_model(snap, p, p->weights->msg, "", false, as);
     }
     if (st == BT_OK && models > 0 && !bt_ckpt_writer_is_busy(self->writer))
         st = bt_ckpt_writer_submit(self->writer, &snap);
@@ -294,7 +338,12 @@ static bt_status s_read_policy(const char *folder, bt_msg_t **state_out, bt_runs
             break; /* only with a KL reference */
         st = bt_safetensors_open(path, &files[f]);
     }
-    for (int f = 0; f < 3 && files[f] && st == BT_OK; f++)
+    /* the float32 masters: optimizer.safetensors's param.NAME when the model file holds another
+       dtype (model.save_dtype), else model.safetensors's */
+    bool masters = false;
+    for (int i = 0; files[1] && i < bt_safetensors_count(files[1]) && !masters; i++)
+        masters = !strncmp(bt_safetensors_entry(files[1], i)->name, "param.", 6);
+    for (int f = masters; f < 3 && files[f] && st == BT_OK; f++)
         for (int i = 0; i < bt_safetensors_count(files[f]) && st == BT_OK; i++) {
             const bt_st_entry *e = bt_safetensors_entry(files[f], i);
             char name[BT_WIRE_NAME_MAX];

@@ -245,6 +245,7 @@ void bt_weights_release(bt_weights *w) {
     free(w->ndim);
     free(w->shape);
     free(w->numel);
+    free(w->dtype);
     free(w->data);
     bt_weights_init(w);
 }
@@ -252,10 +253,10 @@ void bt_weights_release(bt_weights *w) {
 bt_status bt_weights_to_msg(bt_weights *w, bt_msg_t *msg) {
     bt_status st = bt_msg_set_int(msg, "version", w->version);
     for (int i = 0; i < w->n; i++) {
-        float *data = w->data[i];
+        void *data = w->data[i];
         w->data[i] = NULL;
         if (st == BT_OK)
-            st = bt_msg_add_tensor_zero_copy(msg, w->names[i], BT_F32, w->ndim[i], w->shape[i],
+            st = bt_msg_add_tensor_zero_copy(msg, w->names[i], w->dtype[i], w->ndim[i], w->shape[i],
                                              data, NULL, NULL);
         else
             free(data);
@@ -273,16 +274,18 @@ bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
     out->ndim = calloc((size_t)n + 1, sizeof *out->ndim);
     out->shape = calloc((size_t)n + 1, sizeof *out->shape);
     out->numel = calloc((size_t)n + 1, sizeof *out->numel);
+    out->dtype = calloc((size_t)n + 1, sizeof *out->dtype);
     out->data = calloc((size_t)n + 1, sizeof *out->data);
-    if (!out->names || !out->ndim || !out->shape || !out->numel || !out->data) {
+    if (!out->names || !out->ndim || !out->shape || !out->numel || !out->dtype || !out->data) {
         bt_weights_release(out);
         return bt_fail(BT_ENOMEM, "weights message: out of memory");
     }
     for (int i = 0; i < n; i++, out->n = i) {
         bt_msg_tensor t = bt_msg_tensor_at(msg, i);
-        if (t.dtype != BT_F32) {
+        if (t.dtype != BT_F32 && t.dtype != BT_BF16) {
             bt_weights_release(out);
-            return bt_fail(BT_EFORMAT, "WEIGHTS: tensor '%s': expected F32", t.name);
+            return bt_fail(BT_EFORMAT, "WEIGHTS: tensor '%s': expected F32 or BF16, got %s", t.name,
+                           bt_dtype_code(t.dtype));
         }
         out->names[i] = malloc(strlen(t.name) + 1);
         out->data[i] = malloc(t.nbytes + 1);
@@ -296,7 +299,8 @@ bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out) {
         memcpy(out->data[i], t.data, t.nbytes);
         out->ndim[i] = t.ndim;
         memcpy(out->shape[i], t.shape, sizeof t.shape);
-        out->numel[i] = (int64_t)(t.nbytes / sizeof(float));
+        out->dtype[i] = t.dtype;
+        out->numel[i] = (int64_t)(t.nbytes / bt_dtype_size(t.dtype));
     }
     out->n = n;
     return BT_OK;

@@ -116,7 +116,7 @@ static bt_ckpt_snapshot_t *s_snapshot(int64_t step, bool full) {
     BT_ASSERT(model);
     for (int i = 0; i < s_weights.n; i++) {
         model[i] = (bt_st_tensor){.name = s_weights.names[i],
-                                  .dtype = BT_F32,
+                                  .dtype = s_weights.dtype[i],
                                   .ndim = s_weights.ndim[i],
                                   .data = s_weights.data[i]};
         memcpy(model[i].shape, s_weights.shape[i], sizeof model[i].shape);
@@ -253,7 +253,7 @@ static void s_check_model_folder(const char *folder) {
     CHECK(w.n == s_weights.n);
     for (int i = 0; i < w.n && i < s_weights.n; i++) {
         CHECK(strcmp(w.names[i], s_weights.names[i]) == 0);
-        CHECK(w.numel[i] == s_weights.numel[i]);
+        CHECK(w.numel[i] == s_weights.numel[i] && w.dtype[i] == BT_F32);
         CHECK(memcmp(w.data[i], s_weights.data[i], (size_t)w.numel[i] * sizeof(float)) == 0);
     }
     bt_weights_release(&w);

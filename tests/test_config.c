@@ -28,6 +28,10 @@ static void test_defaults(void) {
     CHECK(strcmp(cfg.run.device, "cpu") == 0 && cfg.run.log_every == 1);
     CHECK(cfg.run.precision == BT_CONFIG_PRECISION_FLOAT32 &&
           bt_config_precision_dtype(&cfg) == BT_F32);
+    /* model files in the dtype the model was loaded from */
+    CHECK(cfg.save_dtype == BT_CONFIG_SAVE_DTYPE_AUTO);
+    CHECK(bt_config_resolve_save_dtype(&cfg, BT_BF16) == BT_BF16 &&
+          bt_config_resolve_save_dtype(&cfg, BT_F32) == BT_F32);
 
     bt_model_config hf;
     bt_model_config_init(&hf);
@@ -90,7 +94,7 @@ static void test_round_trip(void) {
         "   \"num_hidden_layers\": 3, \"num_attention_heads\": 6, \"num_key_value_heads\": 2,"
         "   \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000.5, \"max_position_embeddings\": 512,"
         "   \"tie_word_embeddings\": true, \"bos_token_id\": -1, \"eos_token_id\": 299,"
-        "   \"pad_token_id\": 0, \"path\": \"runs/x/ckpt/step-000010\"},"
+        "   \"pad_token_id\": 0, \"path\": \"runs/x/ckpt/step-000010\", \"save_dtype\": \"bf16\"},"
         " \"task\": {\"kind\": \"jsonl\", \"seed\": 5, \"digits\": 3, \"operators\": \"*-\","
         "   \"heldout_size\": 50, \"format_reward\": 0.1, \"train\": \"data/train.jsonl\","
         "   \"eval\": \"data/eval.jsonl\", \"verifier\": \"numeric\"},"
@@ -125,6 +129,8 @@ static void test_round_trip(void) {
     CHECK(a.run.precision == BT_CONFIG_PRECISION_BF16 && bt_config_precision_dtype(&a) == BT_BF16);
     CHECK(a.model.num_key_value_heads == 2 && a.model.tie_word_embeddings);
     CHECK(strcmp(a.model_path, "runs/x/ckpt/step-000010") == 0);
+    CHECK(a.save_dtype == BT_CONFIG_SAVE_DTYPE_BF16 &&
+          bt_config_resolve_save_dtype(&a, BT_F32) == BT_BF16);
     CHECK(a.task.kind == BT_CONFIG_TASK_JSONL && a.task.verifier == BT_SOURCE_VERIFY_NUMERIC);
     CHECK(strcmp(a.reward.service, "tcp://10.0.0.7:5601") == 0 && a.reward.timeout_ms == 250);
     CHECK(a.reward.retries == 2);
@@ -330,6 +336,12 @@ static void test_malformed(void) {
          "arith.json: run.precision: expected one of \"float32\", \"bf16\", got \"fp16\""},
         {"{\"run\": {\"precision\": 16}}",
          "arith.json: run.precision: expected one of \"float32\", \"bf16\", got 16"},
+        {"{\"model\": {\"save_dtype\": \"fp8\"}}",
+         "arith.json: model.save_dtype: expected one of \"auto\", \"float32\", \"bf16\", "
+         "\"float16\", got \"fp8\""},
+        {"{\"model\": {\"save_dtype\": 2}}",
+         "arith.json: model.save_dtype: expected one of \"auto\", \"float32\", \"bf16\", "
+         "\"float16\", got 2"},
         {"{\"task\": {\"operators\": \"++\"}}",
          "arith.json: task.operators: expected one or more of the operators \"+\", \"-\", \"*\", "
          "each at most once, got \"++\""},

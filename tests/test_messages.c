@@ -103,12 +103,14 @@ static void test_select_and_concat(void) {
 }
 
 static void test_weights_and_sums(void) {
-    float w0[6] = {1, 2, 3, 4, 5, -6}, w1[2] = {0.5f, -0.25f};
-    char n0[] = "model.embed_tokens.weight", n1[] = "model.norm.weight";
+    float w0[6] = {1, 2, 3, 4, 5, -6};
+    uint16_t w1[2] = {0x3f00, 0xbe80}; /* bfloat16 0.5, -0.25 (a bf16 run's matrix weight) */
+    char n0[] = "model.embed_tokens.weight", n1[] = "model.layers.0.mlp.up_proj.weight";
     char *names[2] = {n0, n1};
     int ndim[2] = {2, 1};
     int64_t shape[2][BT_MAX_DIMS] = {{3, 2}, {2}}, numel[2] = {6, 2};
-    float *data[2] = {malloc(sizeof w0), malloc(sizeof w1)}; /* the message takes them */
+    bt_dtype dtype[2] = {BT_F32, BT_BF16};
+    void *data[2] = {malloc(sizeof w0), malloc(sizeof w1)}; /* the message takes them */
     memcpy(data[0], w0, sizeof w0);
     memcpy(data[1], w1, sizeof w1);
     bt_weights w = {.version = 12,
@@ -117,6 +119,7 @@ static void test_weights_and_sums(void) {
                     .ndim = ndim,
                     .shape = shape,
                     .numel = numel,
+                    .dtype = dtype,
                     .data = data};
     bt_msg_t *m = bt_msg_new(BT_MSG_WEIGHTS);
     CHECK_OK(bt_weights_to_msg(&w, m));
@@ -126,6 +129,8 @@ static void test_weights_and_sums(void) {
     CHECK_OK(bt_weights_from_msg(m, &back));
     CHECK(back.version == 12 && back.n == 2 && !strcmp(back.names[1], n1));
     CHECK(back.shape[0][0] == 3 && back.shape[0][1] == 2 && back.numel[0] == 6);
+    CHECK(back.dtype[0] == BT_F32 && back.dtype[1] == BT_BF16 && back.numel[1] == 2);
+    CHECK(bt_msg_tensor_at(m, 1).nbytes == sizeof w1); /* 2 bytes an element on the wire */
     CHECK(!memcmp(back.data[0], w0, sizeof w0) && !memcmp(back.data[1], w1, sizeof w1));
     bt_weights_release(&back);
     bt_msg_destroy(&m);

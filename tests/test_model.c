@@ -116,7 +116,8 @@ static void test_cache_matches_full(void) {
     static float cached[N + 1][B * V]; /* step j: after the prompt and j more tokens, by row */
     int64_t ids[B * (TP + N)], mask[B * (TP + N)];
     s_pad(B, TP, rows, prompt_lens, false, ids, mask);
-    float *l = s_host(bt_model_prefill(m, cache, ctx, s_i64(ctx, B, TP, ids), prompt_lens, slot_of));
+    float *l =
+        s_host(bt_model_prefill(m, cache, ctx, s_i64(ctx, B, TP, ids), prompt_lens, slot_of));
     CHECK(l != NULL);
     if (l)
         memcpy(cached[0], l, sizeof cached[0]);
@@ -975,6 +976,121 @@ static void s_write_weights(const bt_model *m, const char *dir, const char *skip
         free(bufs[i]);
 }
 
+/*  Bytes of the file dir/model.safetensors, and of its tensor data alone (*data). */
+static long s_weights_size(const char *dir, size_t *data) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    bt_safetensors_t *st = NULL;
+    CHECK_OK(bt_safetensors_open(path, &st));
+    *data = 0;
+    for (int i = 0; st && i < bt_safetensors_count(st); i++)
+        *data += bt_safetensors_entry(st, i)->nbytes;
+    bt_safetensors_destroy(&st);
+    FILE *f = fopen(path, "rb");
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/*  Every stored tensor of dir/model.safetensors is of dtype. */
+static bool s_stored_as(const char *dir, bt_dtype dtype) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    bt_safetensors_t *st = NULL;
+    CHECK_OK(bt_safetensors_open(path, &st));
+    bool all = st != NULL;
+    for (int i = 0; st && i < bt_safetensors_count(st); i++)
+        all = all && bt_safetensors_entry(st, i)->dtype == dtype;
+    bt_safetensors_destroy(&st);
+    return all;
+}
+
+/*  (f2) model.save_dtype's ground: a model saves in the dtype it was loaded from, so a bf16
+    checkpoint saves as bf16, half the float32 file's tensor bytes, and reloads to the same
+    values; a float32 model saved as bf16 holds its weights rounded to nearest even; float16 reads
+    back within float16's rounding; another dtype is refused. */
+static void test_save_dtype(void) {
+    char dir[] = "/tmp/bt_model_XXXXXX", out[] = "/tmp/bt_model_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL && mkdtemp(out) != NULL);
+    bt_model_config cfg = s_config(2);
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 6);
+    CHECK(bt_model_save_dtype(m) == BT_F32);
+    CHECK_OK(bt_model_save(m, NULL, out));
+    size_t data32 = 0, data16 = 0;
+    long size32 = s_weights_size(out, &data32);
+    CHECK(s_stored_as(out, BT_F32));
+
+    /* a bf16 checkpoint (written by hand) loads as float32 and saves back as bf16 */
+    CHECK_OK(bt_model_save(m, NULL, dir));
+    s_write_weights(m, dir, NULL, NULL, true);
+    bt_dtype stored = BT_F32;
+    CHECK_OK(bt_model_stored_dtype(dir, &stored));
+    CHECK(stored == BT_BF16);
+    bt_model *bf = bt_model_load(dir, bt_cpu());
+    CHECK(bf && bt_model_save_dtype(bf) == BT_BF16);
+    CHECK(bf && bt_dtype_of(bt_model_params(bf)[0]) == BT_F32);
+    CHECK_OK(bt_model_save(bf, NULL, out));
+    long size16 = s_weights_size(out, &data16);
+    printf("model.safetensors of the test model: float32 %ld bytes, bf16 %ld bytes\n", size32,
+           size16);
+    CHECK(s_stored_as(out, BT_BF16) && data16 * 2 == data32 && size16 < size32 / 2 + 4096);
+    bt_model *back = bt_model_load(out, bt_cpu());
+    CHECK(back && bt_model_save_dtype(back) == BT_BF16);
+    for (int i = 0; back && bf && i < bt_model_num_params(bf); i++) {
+        float *want = s_host(bt_model_params(bf)[i]), *got = s_host(bt_model_params(back)[i]);
+        CHECK(want && got &&
+              !memcmp(want, got, (size_t)bt_numel(bt_model_params(bf)[i]) * sizeof *want));
+        free(want);
+        free(got);
+    }
+    bt_model_destroy(&back);
+    bt_model_destroy(&bf);
+
+    /* a float32 model saved as bf16: round to nearest even, from the bits */
+    CHECK_OK(bt_model_set_save_dtype(m, BT_BF16));
+    CHECK_OK(bt_model_save(m, NULL, out));
+    back = bt_model_load(out, bt_cpu());
+    for (int i = 0; back && i < bt_model_num_params(m); i++) {
+        float *want = s_host(bt_model_params(m)[i]), *got = s_host(bt_model_params(back)[i]);
+        bool exact = want && got;
+        for (int64_t j = 0; exact && j < bt_numel(bt_model_params(m)[i]); j++) {
+            uint32_t bits;
+            memcpy(&bits, &want[j], sizeof bits);
+            bits = ((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16) << 16;
+            float f;
+            memcpy(&f, &bits, sizeof f);
+            exact = got[j] == f;
+        }
+        CHECK(exact);
+        free(want);
+        free(got);
+    }
+    bt_model_destroy(&back);
+
+    /* float16: 11 significant bits, subnormal below 2^-14 */
+    CHECK_OK(bt_model_set_save_dtype(m, BT_F16));
+    CHECK_OK(bt_model_save(m, NULL, out));
+    CHECK(s_stored_as(out, BT_F16));
+    back = bt_model_load(out, bt_cpu());
+    CHECK(back && bt_model_save_dtype(back) == BT_F16);
+    for (int i = 0; back && i < bt_model_num_params(m); i++) {
+        float *want = s_host(bt_model_params(m)[i]), *got = s_host(bt_model_params(back)[i]);
+        bool close = want && got;
+        for (int64_t j = 0; close && j < bt_numel(bt_model_params(m)[i]); j++)
+            close = fabs((double)got[j] - want[j]) <= ldexp(fabs(want[j]), -11) + ldexp(1, -25);
+        CHECK(close);
+        free(want);
+        free(got);
+    }
+    bt_model_destroy(&back);
+    CHECK(bt_model_set_save_dtype(m, BT_I64) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "expected F32, BF16 or F16, got int64");
+    bt_model_destroy(&m);
+    bt_rmtree(dir);
+    bt_rmtree(out);
+}
+
 /*  Logits of a fixed padded batch, on the host. */
 static float *s_probe(bt_model *m, bt_ctx *ctx) {
     enum { B = 2, T = 5 };
@@ -1435,6 +1551,7 @@ int main(void) {
     test_sample_draws();
     test_generate_keyed();
     test_save_load();
+    test_save_dtype();
     test_sharded();
     test_reference_logits();
     test_rope_scaling();

@@ -12,6 +12,7 @@
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "baton/model.h"
+#include "baton/safetensors.h"
 #include "check.h"
 #include "runs.h"
 
@@ -534,6 +535,88 @@ static void test_signal(const char *reference) {
     CHECK(s_workers_of(dir) == 0);
 }
 
+/*  Tensor bytes of folder/name, and its entries into *st (caller destroys). */
+static size_t s_open_tensors(const char *folder, const char *name, bt_safetensors_t **st) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", folder, name);
+    CHECK_OK(bt_safetensors_open(path, st));
+    size_t n = 0;
+    for (int i = 0; *st && i < bt_safetensors_count(*st); i++)
+        n += bt_safetensors_entry(*st, i)->nbytes;
+    return n;
+}
+
+/*  model.save_dtype bf16 on a float32 model, killed after a checkpoint and resumed: the resume,
+    which must take its weights from the float32 masters and not from the rounded model file,
+    writes the metrics of the uninterrupted float32 run (the save dtype changes no training); the
+    newest checkpoint's model.safetensors is bfloat16 (half the float32 run's tensor bytes), each
+    value its float32 master rounded to nearest even; the masters are in optimizer.safetensors
+    (param.NAME), equal to the float32 run's model.safetensors of that step bit for bit.  Runs
+    after test_kill_and_resume, whose float32 run it compares with. */
+static void test_bf16_save_resume(const char *reference) {
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/bf16-save", s_tmp);
+    const char *const start[] = {"--set", "model.save_dtype=bf16", NULL};
+    const char *const resume[] = {"--resume", "--set", "model.save_dtype=bf16", NULL};
+    pid_t pid = s_start(dir, start);
+    CHECK(s_wait_step(pid, dir, 5));
+    while (runs_alive(pid) && runs_latest(dir) < 3)
+        runs_sleep_ms(2);
+    runs_kill(pid);
+    CHECK(runs_latest(dir) >= 3);
+    CHECK(runs_wait(s_start(dir, resume)) == 0);
+    char *got = runs_metrics(dir);
+    s_check_same(reference, got, "bf16 save dtype, killed and resumed");
+    free(got);
+
+    /* a step both this run and a float32 one (the reference, or test_kill_and_resume's run)
+       have a checkpoint of: they cut them where they were resumed and where they ended */
+    int latest = -1;
+    char mine[256], theirs[256];
+    for (int step = 16; step > 0 && latest < 0; step--)
+        for (int k = 0; k < 2 && latest < 0; k++) {
+            snprintf(mine, sizeof mine, "%s/ckpt/step-%08d/MANIFEST", dir, step);
+            snprintf(theirs, sizeof theirs, "%s/%s/ckpt/step-%08d/MANIFEST", s_tmp,
+                     k ? "killed" : "ref", step);
+            if (access(mine, F_OK) == 0 && access(theirs, F_OK) == 0)
+                latest = step;
+        }
+    CHECK(latest > 0);
+    *strrchr(mine, '/') = '\0';
+    *strrchr(theirs, '/') = '\0';
+    bt_safetensors_t *model = NULL, *opt = NULL, *ref = NULL;
+    size_t b16 = s_open_tensors(mine, "model.safetensors", &model);
+    size_t b32 = s_open_tensors(theirs, "model.safetensors", &ref);
+    s_open_tensors(mine, "optimizer.safetensors", &opt);
+    printf("checkpoint step %d: model.safetensors %lld bytes as bf16, %lld as float32 (tensors "
+           "%zu and %zu bytes)\n",
+           latest, (long long)s_size(mine, "model.safetensors"),
+           (long long)s_size(theirs, "model.safetensors"), b16, b32);
+    CHECK(b16 > 0 && b16 * 2 == b32);
+    int n = model ? bt_safetensors_count(model) : 0, exact = 0;
+    for (int i = 0; opt && ref && i < n; i++) {
+        const bt_st_entry *e = bt_safetensors_entry(model, i);
+        char name[160];
+        snprintf(name, sizeof name, "param.%s", e->name);
+        const bt_st_entry *m = bt_safetensors_find(opt, name),
+                          *r = bt_safetensors_find(ref, e->name);
+        bool ok = e->dtype == BT_BF16 && m && m->dtype == BT_F32 && m->nbytes == 2 * e->nbytes &&
+                  r && r->nbytes == m->nbytes && !memcmp(r->data, m->data, m->nbytes);
+        for (size_t k = 0; ok && k < e->nbytes / 2; k++) {
+            uint32_t bits;
+            uint16_t h;
+            memcpy(&bits, (const char *)m->data + 4 * k, 4);
+            memcpy(&h, (const char *)e->data + 2 * k, 2);
+            ok = h == (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+        }
+        exact += ok;
+    }
+    CHECK(n > 0 && exact == n);
+    bt_safetensors_destroy(&model);
+    bt_safetensors_destroy(&opt);
+    bt_safetensors_destroy(&ref);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_resume_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -552,6 +635,7 @@ int main(void) {
     test_finished_resume(ref);
     test_signal(reference);
     test_kill_and_resume(reference);
+    test_bf16_save_resume(reference);
     test_corrupt_fallback(reference);
     test_nan_rollback();
     free(reference);

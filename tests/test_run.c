@@ -6,6 +6,7 @@
 #include "baton/baton.h"
 #include "baton/fileio.h"
 #include "baton/msg.h"
+#include "baton/safetensors.h"
 #include "check.h"
 #include "runs.h"
 
@@ -274,7 +275,10 @@ static double s_sft1_loss(const char *dir) {
 
 /*  run.precision reaches the workers through the WELCOME config, as run.device does: the bf16 run
     writes the key in its resolved config, finishes, and its first SFT loss (the same weights, the
-    same batch) differs from float32's by bf16 rounding: not at all would mean no autocast. */
+    same batch) differs from float32's by bf16 rounding: not at all would mean no autocast.  Its
+    WEIGHTS carried the matrix weights as bfloat16: the saved policy (float32, model.save_dtype
+    auto of a random model) holds them exactly bfloat16-representable (low 16 bits zero), and the
+    embedding, which travelled as float32, not. */
 static void test_precision(void) {
     char a[128], b[128], path[160], *cfg = NULL;
     snprintf(a, sizeof a, "%s/a", s_tmp); /* test_determinism_and_fields' float32 run */
@@ -289,6 +293,29 @@ static void test_precision(void) {
     double l32 = s_sft1_loss(a), l16 = s_sft1_loss(b);
     printf("first SFT loss: float32 %.9g, bf16 %.9g\n", l32, l16);
     CHECK(l32 != l16 && fabs(l16 - l32) <= 0.01 * l32);
+
+    snprintf(path, sizeof path, "%s/model/model.safetensors", b);
+    bt_safetensors_t *st = NULL;
+    CHECK_OK(bt_safetensors_open(path, &st));
+    int matrices = 0, rounded = 0;
+    bool embed_rounded = true;
+    for (int i = 0; st && i < bt_safetensors_count(st); i++) {
+        const bt_st_entry *e = bt_safetensors_entry(st, i);
+        bool low_zero = e->dtype == BT_F32;
+        for (size_t k = 0; low_zero && k < e->nbytes / 4; k++) {
+            uint32_t bits;
+            memcpy(&bits, (const char *)e->data + 4 * k, 4);
+            low_zero = (bits & 0xffffu) == 0;
+        }
+        if (!strcmp(e->name, "model.embed_tokens.weight"))
+            embed_rounded = low_zero;
+        else if (e->ndim == 2) {
+            matrices++;
+            rounded += low_zero;
+        }
+    }
+    bt_safetensors_destroy(&st);
+    CHECK(matrices > 0 && rounded == matrices && !embed_rounded);
 }
 
 int main(void) {

@@ -136,11 +136,14 @@ static double s_weights_rel_diff(bt_model *a, bt_model *b) {
     CHECK_OK(bt_weights_export(a, 0, &wa));
     CHECK_OK(bt_weights_export(b, 0, &wb));
     double diff = 0, scale = 1e-30;
-    for (int i = 0; i < wa.n && i < wb.n; i++)
+    for (int i = 0; i < wa.n && i < wb.n; i++) {
+        CHECK(wa.dtype[i] == BT_F32 && wb.dtype[i] == BT_F32); /* float32 models */
+        const float *fa = wa.data[i], *fb = wb.data[i];
         for (int64_t k = 0; k < wa.numel[i]; k++) {
-            diff = fmax(diff, fabs((double)wa.data[i][k] - (double)wb.data[i][k]));
-            scale = fmax(scale, fabs((double)wb.data[i][k]));
+            diff = fmax(diff, fabs((double)fa[k] - (double)fb[k]));
+            scale = fmax(scale, fabs((double)fb[k]));
         }
+    }
     bt_weights_release(&wa);
     bt_weights_release(&wb);
     return diff / scale;
@@ -1307,6 +1310,123 @@ static void test_weights(bt_model *trained) {
     bt_weights_release(&w); /* idempotent */
 }
 
+/*  bfloat16 of f rounded to nearest even, from its bits (torch's .to(bfloat16) for finite f). */
+static uint16_t s_bf16_rne(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+/*  Token log-probs (1, 5) of a fixed sequence under m, on the host. */
+static void s_token_logprobs(bt_model *m, float out[5]) {
+    bt_ctx *ctx = bt_ctx_new();
+    const int64_t shape[] = {1, 6}, ids[6] = {256, '1', '+', '2', '=', '3'},
+                  ones[6] = {1, 1, 1, 1, 1, 1};
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *lp =
+        bt_model_token_logprobs(m, ctx, bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ids),
+                                bt_from_host(ctx, BT_I64, bt_cpu(), 2, shape, ones), 1.0, NULL);
+    bt_set_grad_enabled(grad);
+    CHECK_OK(bt_to_host(lp, out, 5 * sizeof *out));
+    bt_ctx_destroy(&ctx);
+}
+
+/*  Bytes of a message's tensor frames. */
+static size_t s_frame_bytes(const bt_msg_t *m) {
+    size_t n = 0;
+    for (int i = 0; i < bt_msg_tensor_count(m); i++)
+        n += bt_msg_tensor_at(m, i).nbytes;
+    return n;
+}
+
+/*  The WEIGHTS a bf16 run sends, through a real message: each matrix-product weight travels as
+    bfloat16 (its frame half the float32 one), rounded to nearest even from the float32 master;
+    the embedding and norms stay float32.  A rollout worker at bf16 that loads them computes the
+    trainer policy's log-probs bit for bit, and samples the same completions with the same
+    behaviour log-probs; had the embedding travelled as bfloat16 too, they would differ.  A float32
+    policy still sends float32 only. */
+static void test_bf16_weights(bt_model *policy, const bt_tokenizer_t *tok, bt_source_t *task) {
+    bt_weights w32, w16;
+    bt_weights_init(&w32);
+    bt_weights_init(&w16);
+    CHECK_OK(bt_weights_export(policy, 7, &w32)); /* float32 precision */
+    CHECK_OK(bt_model_set_precision(policy, BT_BF16));
+    CHECK_OK(bt_weights_export(policy, 7, &w16));
+    size_t matmul = 0;
+    for (int i = 0; i < w32.n; i++) {
+        bool mm = bt_model_param_is_matmul(policy, i);
+        CHECK(w32.dtype[i] == BT_F32 && w16.dtype[i] == (mm ? BT_BF16 : BT_F32));
+        CHECK(mm == (w16.ndim[i] == 2 && strcmp(w16.names[i], "model.embed_tokens.weight")));
+        const float *f = w32.data[i];
+        bool same = true;
+        for (int64_t k = 0; k < w32.numel[i] && same; k++) {
+            uint16_t h = s_bf16_rne(f[k]);
+            same = mm ? !memcmp((const uint16_t *)w16.data[i] + k, &h, sizeof h)
+                      : ((const float *)w16.data[i])[k] == f[k];
+        }
+        CHECK(same);
+        matmul += mm ? (size_t)w32.numel[i] : 0;
+    }
+    bt_msg_t *m32 = bt_msg_new(BT_MSG_WEIGHTS), *m16 = bt_msg_new(BT_MSG_WEIGHTS);
+    CHECK_OK(bt_weights_to_msg(&w32, m32));
+    CHECK_OK(bt_weights_to_msg(&w16, m16));
+    size_t b32 = s_frame_bytes(m32), b16 = s_frame_bytes(m16);
+    printf("WEIGHTS of the tiny model: float32 %zu bytes, bf16 %zu bytes (%.3f; matrix weights "
+           "%zu of %zu bytes halved)\n",
+           b32, b16, (double)b16 / (double)b32, matmul * 4, b32);
+    CHECK(matmul > 0 && b16 == b32 - matmul * 2);
+
+    /* the rollout worker: another model at bf16, synced from the message */
+    bt_weights got;
+    bt_weights_init(&got);
+    CHECK_OK(bt_weights_from_msg(m16, &got));
+    bt_model *worker = s_tiny_model(997);
+    CHECK_OK(bt_model_set_precision(worker, BT_BF16));
+    CHECK_OK(bt_weights_load(worker, &got));
+    float want[5], have[5];
+    s_token_logprobs(policy, want);
+    s_token_logprobs(worker, have);
+    CHECK(memcmp(want, have, sizeof want) == 0);
+    bt_rollout_config rc;
+    bt_rollout_config_init(&rc);
+    rc.group_size = 4;
+    rc.sample.max_new_tokens = 6;
+    bt_rollout_batch a, b;
+    bt_rollout_batch_init(&a);
+    bt_rollout_batch_init(&b);
+    CHECK_OK(bt_rollout_sample(policy, tok, task, s_idx, 6, &rc, 7, 11, &a));
+    CHECK_OK(bt_rollout_sample(worker, tok, task, s_idx, 6, &rc, 7, 11, &b));
+    size_t cells = (size_t)(a.n_prompts * a.group_size * a.max_new_tokens);
+    CHECK(a.max_new_tokens == b.max_new_tokens && !memcmp(a.tokens, b.tokens, cells * 4));
+    CHECK(!memcmp(a.logprobs, b.logprobs, cells * sizeof *a.logprobs));
+
+    /* the alternative: the embedding as bfloat16 as well (all of WEIGHTS halved) */
+    uint16_t *e = malloc((size_t)got.numel[0] * sizeof *e);
+    for (int64_t k = 0; e && k < got.numel[0]; k++)
+        e[k] = s_bf16_rne(((const float *)got.data[0])[k]);
+    free(got.data[0]);
+    got.data[0] = e;
+    got.dtype[0] = BT_BF16;
+    CHECK_OK(bt_weights_load(worker, &got));
+    s_token_logprobs(worker, have);
+    double gap = 0;
+    for (int k = 0; k < 5; k++)
+        gap = fmax(gap, fabs((double)have[k] - want[k]));
+    printf("log-probs after a bf16 sync: equal bit for bit; with a bf16 embedding off by %.3g\n",
+           gap);
+    CHECK(gap > 1e-6);
+
+    bt_rollout_batch_release(&a);
+    bt_rollout_batch_release(&b);
+    bt_weights_release(&got);
+    bt_model_destroy(&worker);
+    bt_msg_destroy(&m32);
+    bt_msg_destroy(&m16);
+    bt_weights_release(&w32);
+    bt_weights_release(&w16);
+    CHECK_OK(bt_model_set_precision(policy, BT_F32));
+}
+
 /* ---- (h) run.precision bf16: autocast forward passes, float32 state ------------------------ */
 
 /*  Two trainers from the same weights, one with a bf16 policy: the reference inherits the
@@ -1411,6 +1531,7 @@ int main(void) {
     test_eval_shards(bt_trainer_policy(tr), tok, task);
     test_eval_metrics(bt_trainer_policy(tr), tok, task);
     test_weights(bt_trainer_policy(tr));
+    test_bf16_weights(bt_trainer_policy(tr), tok, task);
     bt_trainer_destroy(&tr);
     test_bf16_training(tok, task);
     bt_source_destroy(&task);

@@ -234,13 +234,18 @@ bt_status bt_weights_export(const bt_model *model, int64_t version, bt_weights *
     out->ndim = calloc((size_t)n, sizeof *out->ndim);
     out->shape = calloc((size_t)n, sizeof *out->shape);
     out->numel = calloc((size_t)n, sizeof *out->numel);
+    out->dtype = calloc((size_t)n, sizeof *out->dtype);
     out->data = calloc((size_t)n, sizeof *out->data);
-    if (!out->names || !out->ndim || !out->shape || !out->numel || !out->data) {
+    bt_ctx *tmp = bt_ctx_new();
+    if (!out->names || !out->ndim || !out->shape || !out->numel || !out->dtype || !out->data ||
+        !tmp) {
+        bt_ctx_destroy(&tmp);
         bt_weights_release(out);
         return bt_fail(BT_ENOMEM, "weights export: out of memory");
     }
     out->n = n;
     out->version = version;
+    bool grad = bt_set_grad_enabled(false);
     bt_status st = BT_OK;
     for (int i = 0; i < n && st == BT_OK; i++) {
         bt_tensor *p = params[i];
@@ -254,12 +259,20 @@ bt_status bt_weights_export(const bt_model *model, int64_t version, bt_weights *
         for (int d = 0; d < out->ndim[i]; d++)
             out->shape[i][d] = bt_dim(p, d);
         out->numel[i] = bt_numel(p);
-        out->data[i] = malloc((size_t)out->numel[i] * sizeof(float) + 1);
+        /* what the forward reads: autocast casts a matrix-product weight to bf16 (round to
+           nearest even, as torch's .to()), so it travels cast; the rest as float32 */
+        bool cast = bt_model_precision(model) == BT_BF16 && bt_model_param_is_matmul(model, i);
+        out->dtype[i] = cast ? BT_BF16 : BT_F32;
+        size_t nbytes = (size_t)out->numel[i] * bt_dtype_size(out->dtype[i]);
+        out->data[i] = malloc(nbytes + 1);
         if (!out->names[i] || !out->data[i])
             st = bt_fail(BT_ENOMEM, "weights export: out of memory");
         else
-            st = bt_to_host(p, out->data[i], (size_t)out->numel[i] * sizeof(float));
+            st = bt_to_host(cast ? bt_to_dtype(tmp, p, BT_BF16) : p, out->data[i], nbytes);
+        bt_ctx_reset(tmp);
     }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&tmp);
     if (st != BT_OK)
         bt_weights_release(out);
     return st;
@@ -297,8 +310,14 @@ bt_status bt_weights_load(bt_model *model, const bt_weights *w) {
                 bt_fail(BT_EINVAL, "weights load: %s: shape differs from the model's", w->names[i]);
             break;
         }
-        st = bt_copy_(p, bt_from_host(ctx, BT_F32, bt_model_device(model), w->ndim[i], w->shape[i],
-                                      w->data[i]));
+        if (w->dtype[i] != BT_F32 && w->dtype[i] != BT_BF16) {
+            st = bt_fail(BT_EINVAL, "weights load: %s: expected F32 or BF16, got %s", w->names[i],
+                         bt_dtype_name(w->dtype[i]));
+            break;
+        }
+        /* a BF16 tensor becomes its exact float32 value */
+        st = bt_copy_(p, bt_from_host(ctx, w->dtype[i], bt_model_device(model), w->ndim[i],
+                                      w->shape[i], w->data[i]));
         bt_ctx_reset(ctx);
     }
     bt_set_grad_enabled(grad);

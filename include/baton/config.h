@@ -34,6 +34,15 @@ typedef enum bt_config_precision {
     BT_CONFIG_PRECISION_BF16 = 1     /* "bf16": forward passes under autocast to bfloat16 */
 } bt_config_precision;
 
+/*  model.save_dtype: the dtype of the model files a run writes (policy folders, the checkpoints'
+    model.safetensors).  Values appear in configs: append only. */
+typedef enum bt_config_save_dtype {
+    BT_CONFIG_SAVE_DTYPE_AUTO = 0,    /* "auto": the dtype model.path's weights are stored in */
+    BT_CONFIG_SAVE_DTYPE_FLOAT32 = 1, /* "float32" */
+    BT_CONFIG_SAVE_DTYPE_BF16 = 2,    /* "bf16" */
+    BT_CONFIG_SAVE_DTYPE_FLOAT16 = 3  /* "float16" */
+} bt_config_save_dtype;
+
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train/eval, reward.service: with the NUL */
 #define BT_CONFIG_MAX_VARIANTS 8
@@ -163,6 +172,7 @@ typedef struct bt_config {
     } run;
     bt_model_config model; /* the model.* keys but model.path */
     char model_path[BT_CONFIG_PATH_MAX];
+    bt_config_save_dtype save_dtype; /* model.save_dtype */
     struct {
         bt_config_task_kind kind;
         int64_t seed;
@@ -418,6 +428,10 @@ void bt_config_adamw(const bt_config *cfg, bt_adamw_config *out);
 /*  The dtype of the models' forward passes (bt_model_set_precision): BT_F32, or BT_BF16 for
     run.precision "bf16". */
 bt_dtype bt_config_precision_dtype(const bt_config *cfg);
+/*  The dtype model files are written in (model.save_dtype): BT_F32, BT_BF16 or BT_F16, or for
+    "auto" source, the dtype the model's weights were loaded from (bt_model_save_dtype of a freshly
+    loaded or built model: BT_F32 without model.path). */
+bt_dtype bt_config_resolve_save_dtype(const bt_config *cfg, bt_dtype source);
 void bt_config_task_arith(const bt_config *cfg, bt_source_arith_config *out);
 /*  heldout_path is NULL when task.eval is empty. */
 void bt_config_task_jsonl(const bt_config *cfg, bt_source_jsonl_config *out);

@@ -55,8 +55,9 @@ bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t
                                  int64_t max_prompt_len, int64_t max_new_tokens);
 
 /* ---- versioned weights ---------------------------------------------------------------------- */
-/*  A model's parameters as host float32 arrays under their Hugging Face names, in
-    bt_model_params() order: what WEIGHTS carries from the trainer to rollout and eval workers. */
+/*  A model's parameters as host arrays under their Hugging Face names, in bt_model_params()
+    order: what WEIGHTS carries from the trainer to rollout and eval workers.  Each is float32,
+    or bfloat16 for a matrix-product weight of a bf16 run (bt_weights_export). */
 typedef struct bt_weights {
     int64_t version;
     int n;
@@ -64,7 +65,8 @@ typedef struct bt_weights {
     int *ndim;                     /* (n) */
     int64_t (*shape)[BT_MAX_DIMS]; /* (n) */
     int64_t *numel;                /* (n) */
-    float **data;                  /* (n) arrays of numel[i] elements, row-major */
+    bt_dtype *dtype;               /* (n) BT_F32 or BT_BF16 */
+    void **data;                   /* (n) arrays of numel[i] elements of dtype[i], row-major */
 } bt_weights;
 
 void bt_weights_init(bt_weights *w);
@@ -171,8 +173,9 @@ bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch
     rewards are all equal).  Fills *out, releasing what it held. */
 bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep, bt_rollout_batch *out);
 
-/*  Field version; one F32 tensor per parameter under its name.  Zero-copy: the frames sent are
-    w's arrays, whose ownership passes to the message (w->data[i] become NULL, even on error). */
+/*  Field version; one F32 or BF16 tensor per parameter under its name (from_msg refuses other
+    dtypes).  Zero-copy: the frames sent are w's arrays, whose ownership passes to the message
+    (w->data[i] become NULL, even on error). */
 bt_status bt_weights_to_msg(bt_weights *w, bt_msg_t *msg);
 bt_status bt_weights_from_msg(const bt_msg_t *msg, bt_weights *out);
 

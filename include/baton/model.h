@@ -119,6 +119,16 @@ int bt_model_param_unit(const bt_model *self, int i);
 int bt_model_num_params(const bt_model *self);
 bt_tensor *const *bt_model_params(const bt_model *self);
 const char *bt_model_param_name(const bt_model *self, int i);
+/*  True when parameter i is read only by matrix products (the projections, an untied lm_head),
+    the operands autocast casts to the model's precision; false for the embedding (also when tied:
+    its lookup reads it as it is), the norm weights and the biases. */
+bool bt_model_param_is_matmul(const bt_model *self, int i);
+/*  The dtype bt_model_save writes: the dtype of the stored weights the model was loaded from
+    (model.embed_tokens.weight's, so a bf16 checkpoint saves as bf16), BT_F32 for bt_model_new;
+    the parameters themselves are float32 either way.  The setter takes BT_F32, BT_BF16 or
+    BT_F16 (BT_EINVAL else). */
+bt_dtype bt_model_save_dtype(const bt_model *self);
+bt_status bt_model_set_save_dtype(bt_model *self, bt_dtype dtype);
 /*  The parameter called name, or NULL. */
 bt_tensor *bt_model_find_param(const bt_model *self, const char *name);
 
@@ -213,14 +223,19 @@ bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_
 bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, const int64_t *ids,
                            const bool *active);
 
-/*  Writes dir/config.json, dir/model.safetensors (F32, Hugging Face names; lm_head.weight omitted
-    when tied) and the files of tok (NULL: the byte-level tokenizer), creating dir if needed. */
+/*  Writes dir/config.json, dir/model.safetensors (every tensor in bt_model_save_dtype, rounded
+    to nearest even as torch's .to() does; Hugging Face names; lm_head.weight omitted when tied)
+    and the files of tok (NULL: the byte-level tokenizer), creating dir if needed. */
 bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const char *dir);
 /*  Reads a directory written by bt_model_save or a Hugging Face Llama checkpoint stored as one
     model.safetensors (F32, F16 or BF16, converted to F32).  Every expected tensor must be present
     with its shape; the first problem is reported by name.  Caller owns the result; destroy with
     bt_model_destroy().  NULL on failure, with the reason in bt_last_error(). */
 bt_model *bt_model_load(const char *dir, bt_device device);
+/*  The dtype of dir's stored model.embed_tokens.weight, which bt_model_load(dir) makes the
+    model's bt_model_save_dtype, from the safetensors headers alone (no tensor is read).  Errors
+    as bt_model_load's. */
+bt_status bt_model_stored_dtype(const char *dir, bt_dtype *out);
 
 #ifdef __cplusplus
 }

@@ -63,15 +63,19 @@ bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task
                                     const uint64_t *indices, int64_t n, bt_rollout_batch *out);
 
 /* ---- versioned weights ---------------------------------------------------------------------- */
-/*  Copies every parameter of model to host memory.  Fills *out, releasing what it held; on
-    failure *out is empty. */
+/*  Copies every parameter of model to host memory: as float32, except that at precision BT_BF16
+    (bt_model_set_precision) the matrix-product weights (bt_model_param_is_matmul) are rounded to
+    bfloat16 (nearest even, as torch's .to()) - the values autocast's forward reads, in half the
+    bytes; the embedding, norms and biases, which autocast reads as float32, stay float32.  Fills
+    *out, releasing what it held; on failure *out is empty. */
 bt_status bt_weights_export(const bt_model *model, int64_t version, bt_weights *out);
-/*  Copies w into model's parameters under no-grad.  Every parameter of model must appear in w
-    with its shape (extra entries are an error too); the first mismatch is reported by name and
+/*  Copies w into model's parameters under no-grad; a BF16 tensor becomes its exact float32 value,
+    which a bf16 forward casts back to the same bfloat16.  Every parameter of model must appear in
+    w with its shape (extra entries are an error too); the first mismatch is reported by name and
     the model may then hold a mix of old and new weights. */
 bt_status bt_weights_load(bt_model *model, const bt_weights *w);
-/*  In-process shortcut for bt_weights_export + bt_weights_load: dst gets src's parameters (same
-    config, any devices) under no-grad; bit-identical. */
+/*  dst gets src's parameters (same config, any devices) under no-grad, bit-identical float32:
+    in-process, what bt_weights_export + bt_weights_load give a forward at either precision. */
 bt_status bt_weights_copy(bt_model *dst, const bt_model *src);
 
 #ifdef __cplusplus
