@@ -1,11 +1,13 @@
 /*  bench_zero.c — sharded training state (workers.shard, issue 19 section 1): for each stage
-    (none, optimizer, gradients) and 1, 2 and 4 data-parallel ranks, STEPS GRPO steps of a ~58M
-    parameter model (hidden 512, 8 layers, SwiGLU 2.6875 x hidden, vocab 32000, untied head) on
-    one batch of 8 sequences (prompts of 32 tokens, completions of 32), every rank a process of
+    (none, optimizer, gradients, parameters) and 1, 2 and 4 data-parallel ranks, STEPS GRPO steps of
+   a ~58M parameter model (hidden 512, 8 layers, SwiGLU 2.6875 x hidden, vocab 32000, untied head)
+   on one batch of 8 sequences (prompts of 32 tokens, completions of 32), every rank a process of
     its own over Gloo on loopback.  Per rank it reports the bytes of AdamW state it holds (the
     moments, counted from the tensors allocated; a sharded rank steps its slice of the weights
     in place, in their flat buffer), the gradient bytes AdamW is given (the whole gradients, or
-    with sharded gradients their shard), the peak RSS a step adds over the built trainer (VmHWM
+    with sharded gradients their shard), the weights resident between steps (rank 0's and the
+    largest other rank's: none with sharded parameters), the peak RSS a step adds over the built
+   trainer (VmHWM
     - VmRSS), the allocator's peak where bt_device_memory has one, and the median step time
     after the first.  One JSON line per (stage, ranks), with the ratios to the replicated run of
     as many ranks; the weights each run ends with are compared with the replicated 1-rank run's.
@@ -36,7 +38,7 @@ enum { S_HIDDEN = 512, S_LAYERS = 8, S_VOCAB = 32000, S_PROMPT = 32, S_COMP = 32
 
 /*  What one rank measured. */
 typedef struct s_report {
-    double optimizer_bytes, grad_bytes, peak_rss_delta, alloc_peak, step_s, checksum;
+    double optimizer_bytes, grad_bytes, weights_bytes, peak_rss_delta, alloc_peak, step_s, checksum;
 } s_report;
 
 static void s_fail(const char *what) {
@@ -152,8 +154,9 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
             s_fail("moments");
         held += bt_numel(m1);
     }
-    out->optimizer_bytes = 8.0 * (double)held;
-    out->grad_bytes = 4.0 * (double)(shard == BT_SHARD_GRADIENTS ? held : total);
+    /* sharded weights: the master slice is a tensor of its own (else a view of the weights) */
+    out->optimizer_bytes = (shard == BT_SHARD_PARAMETERS ? 12.0 : 8.0) * (double)held;
+    out->grad_bytes = 4.0 * (double)(shard >= BT_SHARD_GRADIENTS ? held : total);
     bt_rollout_batch b;
     double adv[S_SEQS], times[16];
     s_batch(&b, adv);
@@ -173,6 +176,9 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
     size_t peak = 0;
     bt_device_memory(dev, NULL, &peak, NULL);
     out->alloc_peak = peak > built ? (double)(peak - built) : 0.0;
+    out->weights_bytes = 0; /* resident between steps: none on ranks > 0 with sharded weights */
+    for (int i = 0; i < bt_model_num_params(policy); i++)
+        out->weights_bytes += 4.0 * (double)bt_numel(bt_model_params(policy)[i]);
     double sum = 0;
     bt_ctx *ctx = bt_ctx_new();
     for (int i = 0; i < bt_model_num_params(policy); i++) {
@@ -240,17 +246,19 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    static const char *const names[3] = {"none", "optimizer", "gradients"};
-    s_report rep[3][3][4];
+    static const char *const names[4] = {"none", "optimizer", "gradients", "parameters"};
+    s_report rep[4][3][4];
     for (int w = 0; w < nw; w++)
-        for (int s = 0; s < 3; s++)
+        for (int s = 0; s < 4; s++)
             s_run((bt_shard)s, worlds[w], steps, cuda, rep[s][w]);
     double one = rep[0][0][0].checksum;
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < 4; s++)
         for (int w = 0; w < nw; w++) {
             const s_report *r = rep[s][w], *base = rep[0][w];
             double opt = 0, grad = 0, rss = 0, alloc = 0, step = 0;
+            double other = worlds[w] > 1 ? 0 : r[0].weights_bytes; /* ranks 1.. (alone: 0's) */
             for (int k = 0; k < worlds[w]; k++) {
+                other = k > 0 ? fmax(other, r[k].weights_bytes) : other;
                 opt = fmax(opt, r[k].optimizer_bytes);
                 grad = fmax(grad, r[k].grad_bytes);
                 rss = fmax(rss, r[k].peak_rss_delta);
@@ -258,15 +266,15 @@ int main(int argc, char **argv) {
                 step = fmax(step, r[k].step_s);
             }
             printf("{\"bench\":\"zero\",\"device\":\"%s\",\"shard\":\"%s\",\"ranks\":%d,"
-                   "\"steps\":%d,"
-                   "\"optimizer_mib_per_rank\":%.1f,\"optimizer_vs_none\":%.4f,"
-                   "\"grad_mib_at_update\":%.1f,\"peak_rss_delta_mib\":%.1f,"
+                   "\"steps\":%d,\"optimizer_mib_per_rank\":%.1f,\"optimizer_vs_none\":%.4f,"
+                   "\"grad_mib_at_update\":%.1f,\"weights_mib_rank0\":%.1f,"
+                   "\"weights_mib_others\":%.1f,\"peak_rss_delta_mib\":%.1f,"
                    "\"peak_rss_vs_none\":%.3f,\"alloc_peak_mib\":%.1f,\"step_s\":%.3f,"
                    "\"step_vs_none\":%.3f,\"weights_abs_sum_rel_diff\":%.3g}\n",
                    cuda ? "cuda" : "cpu", names[s], worlds[w], steps, opt / (1 << 20),
-                   opt / base[0].optimizer_bytes, grad / (1 << 20), rss / (1 << 20),
-                   rss / fmax(base[0].peak_rss_delta, 1.0), alloc / (1 << 20), step,
-                   step / base[0].step_s, fabs(r[0].checksum - one) / one);
+                   opt / base[0].optimizer_bytes, grad / (1 << 20), r[0].weights_bytes / (1 << 20),
+                   other / (1 << 20), rss / (1 << 20), rss / fmax(base[0].peak_rss_delta, 1.0),
+                   alloc / (1 << 20), step, step / base[0].step_s, fabs(r[0].checksum - one) / one);
         }
     return 0;
 }

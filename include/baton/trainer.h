@@ -55,7 +55,9 @@ typedef struct bt_trainer_config {
     bt_shard shard;        /* workers.shard: BT_SHARD_OPTIMIZER keeps AdamW's moments for this
                               rank's shard of the flat parameters only, BT_SHARD_GRADIENTS also
                               reduce-scatters the gradients (bt_group_reduce_scatter_grads);
-                              BT_SHARD_PARAMETERS is refused (BT_SHARD_NONE) */
+                              BT_SHARD_PARAMETERS also the weights, gathered a layer at a time
+                              (bt_model_set_units): between calls only rank 0 holds them
+                              (BT_SHARD_NONE) */
 } bt_trainer_config;
 
 void bt_trainer_config_init(bt_trainer_config *cfg);
