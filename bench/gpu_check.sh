@@ -15,7 +15,7 @@
 #   5. issue 18's realistic rollout workload (bench_rollout: the engine, the static path and the
 #      PyTorch-eager peer) on cuda:0 in float32 and in bf16;
 #   6. issue 19's sharded training state over NCCL: bench_zero's stages on cuda (two ranks when two
-#      GPUs exist) and a demo run with workers.shard gradients.
+#      GPUs exist) and demo runs with workers.shard gradients and parameters.
 # Record the figures in bench/RESULTS.md ("GPU checks").
 set -u
 cd "$(dirname "$0")/.."
@@ -143,18 +143,20 @@ done
 
 # ---- 6. sharded training state (workers.shard) over NCCL ---------------------------------------------
 # bench_zero with its ranks on cuda:0.. (two when two GPUs exist): the optimizer share per rank,
-# CUDA's allocator peak per step and the step time for each stage; then a short demo run with
-# sharded gradients on as many ranks, which must train as the replicated one does
+# CUDA's allocator peak per step and the step time for each stage; then short demo runs with
+# sharded gradients and sharded weights on as many ranks
 ZRANKS=$([ "$NGPU" -ge 2 ] && echo "1 2" || echo "1")
 if BENCH_DEVICE=cuda BENCH_RANKS="$ZRANKS" timeout 900 "$B/bench_zero" 3 >"$OUT/zero.jsonl" 2>"$OUT/zero.log"; then
   say zero_cuda true "$(tr '\n' ' ' <"$OUT/zero.jsonl" | sed 's/"/\x27/g' | cut -c1-3000)"
 else
   say zero_cuda false "see $OUT/zero.log"
 fi
-if "$B/baton" run configs/arith.json --run-dir "$OUT/sharded" --set run.device=cuda:0 \
-     --set grpo.steps=10 --set workers.trainer=$RANKS --set workers.shard=gradients \
-     --set sft.steps=20 >"$OUT/sharded.log" 2>&1; then
-  say nccl_sharded true "$RANKS rank(s), $(grep -c '"train"' "$OUT/sharded/metrics.jsonl") steps, held-out $(accuracy "$OUT/sharded")"
-else
-  say nccl_sharded false "see $OUT/sharded.log"
-fi
+for stage in gradients parameters; do
+  if "$B/baton" run configs/arith.json --run-dir "$OUT/sharded-$stage" --set run.device=cuda:0 \
+       --set grpo.steps=10 --set workers.trainer=$RANKS --set workers.shard=$stage \
+       --set sft.steps=20 >"$OUT/sharded-$stage.log" 2>&1; then
+    say "nccl_shard_$stage" true "$RANKS rank(s), $(grep -c '"train"' "$OUT/sharded-$stage/metrics.jsonl") steps, held-out $(accuracy "$OUT/sharded-$stage")"
+  else
+    say "nccl_shard_$stage" false "see $OUT/sharded-$stage.log"
+  fi
+done
