@@ -85,6 +85,16 @@ static bt_status s_validate(const bt_model_config *c, const char *src) {
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return bt_fail(BT_EINVAL, "%s: rope_theta: expected a positive number, got %g", src,
                        c->rope_theta);
+    if (c->sliding_window < 0 || (c->sliding_window > 0 && (c->qkv_bias || c->qk_norm || c->gemma)))
+        return bt_fail(BT_EINVAL,
+                       "%s: sliding_window: expected a positive integer with model_type mistral, "
+                       "or 0 (none), got %lld",
+                       src, (long long)c->sliding_window);
+    if (c->gemma && (c->qkv_bias || c->qk_norm || c->mistral))
+        return bt_fail(BT_EINVAL,
+                       "%s: model_type: gemma does not combine with qwen2, qwen3 or "
+                       "mistral",
+                       src);
     bt_status st = s_check_token(src, "bos_token_id", c->bos_token_id, c->vocab_size);
     if (st == BT_OK)
         st = s_check_token(src, "eos_token_id", c->eos_token_id, c->vocab_size);
@@ -173,17 +183,50 @@ static bt_status s_get_token(const cJSON *root, const char *src, const char *key
     return BT_OK;
 }
 
+/*  The model_type of config.json, or "llama" when absent (NULL when not a string). */
+static const char *s_model_type(const cJSON *root) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    return !type ? "llama" : cJSON_IsString(type) ? type->valuestring : NULL;
+}
+
+static bool s_is_type(const cJSON *root, const char *name) {
+    const char *type = s_model_type(root);
+    return type && strcmp(type, name) == 0;
+}
+
+/*  Gemma's MLP activation: hidden_activation, else hidden_act (transformers' GemmaMLP reads the
+    first when set); only the tanh approximation of gelu is implemented, and a bare "gelu" (exact
+    in current transformers, tanh in the first Gemma releases) is ambiguous, so refused. */
+static bt_status s_check_gemma_act(const cJSON *root, const char *src) {
+    const char *key = "hidden_activation";
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!act || cJSON_IsNull(act)) {
+        key = "hidden_act";
+        act = cJSON_GetObjectItemCaseSensitive(root, key);
+    }
+    if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "gelu_pytorch_tanh") == 0))
+        return s_type_error(src, key, "\"gelu_pytorch_tanh\"", act);
+    return BT_OK;
+}
+
 /*  Rejects the Hugging Face options this decoder does not implement. */
 static bt_status s_check_supported(const cJSON *root, const char *src) {
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (type && !(cJSON_IsString(type) && (strcmp(type->valuestring, "llama") == 0 ||
-                                           strcmp(type->valuestring, "qwen2") == 0 ||
-                                           strcmp(type->valuestring, "qwen3") == 0)))
-        return s_type_error(src, "model_type", "\"llama\", \"qwen2\" or \"qwen3\"", type);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
-        return s_type_error(src, "hidden_act", "\"silu\"", act);
-    const char *off[] = {"attention_bias", "mlp_bias"};
+    const char *types[] = {"llama", "qwen2", "qwen3", "mistral", "gemma"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        known = known || s_is_type(root, types[i]);
+    if (!known)
+        return s_type_error(src, "model_type",
+                            "\"llama\", \"qwen2\", \"qwen3\", \"mistral\" or \"gemma\"",
+                            cJSON_GetObjectItemCaseSensitive(root, "model_type"));
+    if (s_is_type(root, "gemma")) {
+        BT_TRY(s_check_gemma_act(root, src));
+    } else {
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+        if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
+            return s_type_error(src, "hidden_act", "\"silu\"", act);
+    }
+    const char *off[] = {"attention_bias", "mlp_bias", "use_sliding_window"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, off[i]);
         if (item && !cJSON_IsFalse(item) && !cJSON_IsNull(item))
@@ -224,13 +267,24 @@ static bt_status s_parse_fields(const cJSON *root, const char *src, bt_model_con
         st = s_get_token(root, src, "eos_token_id", &c->eos_token_id);
     if (st == BT_OK)
         st = s_get_token(root, src, "pad_token_id", &c->pad_token_id);
+    const cJSON *window = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (st == BT_OK && c->mistral && window && !cJSON_IsNull(window)) {
+        st = s_get_int(root, src, "sliding_window", false, &c->sliding_window);
+        if (st == BT_OK && c->sliding_window < 1)
+            st = bt_fail(BT_EINVAL,
+                         "%s: sliding_window: expected a positive integer or null, got "
+                         "%lld",
+                         src, (long long)c->sliding_window);
+    }
     const cJSON *head_dim = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
     if (st == BT_OK && head_dim && !cJSON_IsNull(head_dim)) {
         if (!s_is_integer(head_dim))
             st = s_type_error(src, "head_dim", "an integer", head_dim);
         else if (c->num_attention_heads < 1 ||
                  (int64_t)head_dim->valuedouble != c->hidden_size / c->num_attention_heads)
-            c->head_dim = (int64_t)head_dim->valuedouble; /* otherwise it is the default */
+            c->head_dim = (int64_t)head_dim->valuedouble;
+        else
+            c->head_dim = 0; /* the default */
     }
     return st;
 }
@@ -245,11 +299,17 @@ bt_status bt_model_config_parse(const char *json, const char *source, bt_model_c
     bt_model_config c = {.rms_norm_eps = 1e-6,
                          .rope_theta = 10000.0,
                          .max_position_embeddings = 2048,
-                         .tie_word_embeddings = false};
+                         .tie_word_embeddings = false,
+                         .qkv_bias = s_is_type(root, "qwen2"),
+                         .qk_norm = s_is_type(root, "qwen3"),
+                         .mistral = s_is_type(root, "mistral"),
+                         .gemma = s_is_type(root, "gemma")};
+    if (c.gemma) { /* GemmaConfig's defaults */
+        c.max_position_embeddings = 8192;
+        c.tie_word_embeddings = true;
+        c.head_dim = 256;
+    }
     bt_status st = s_parse_fields(root, source, &c);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    c.qkv_bias = cJSON_IsString(type) && strcmp(type->valuestring, "qwen2") == 0;
-    c.qk_norm = cJSON_IsString(type) && strcmp(type->valuestring, "qwen3") == 0;
     cJSON_Delete(root);
     if (st == BT_OK)
         st = s_validate(&c, source);
@@ -273,17 +333,29 @@ static cJSON *s_token_json(int64_t id) {
 
 char *bt_model_config_to_json(const bt_model_config *c) {
     cJSON *root = cJSON_CreateObject();
+    bool mistral = c->mistral || c->sliding_window > 0;
     const char *arch = c->qk_norm    ? "Qwen3ForCausalLM"
                        : c->qkv_bias ? "Qwen2ForCausalLM"
+                       : c->gemma    ? "GemmaForCausalLM"
+                       : mistral     ? "MistralForCausalLM"
                                      : "LlamaForCausalLM";
     cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&arch, 1));
     cJSON_AddStringToObject(root, "model_type",
                             c->qk_norm    ? "qwen3"
                             : c->qkv_bias ? "qwen2"
+                            : c->gemma    ? "gemma"
+                            : mistral     ? "mistral"
                                           : "llama");
     cJSON_AddNumberToObject(root, "head_dim", (double)bt_model_head_dim(c));
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
-    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    const char *act = c->gemma ? "gelu_pytorch_tanh" : "silu";
+    cJSON_AddStringToObject(root, "hidden_act", act);
+    if (c->gemma)
+        cJSON_AddStringToObject(root, "hidden_activation", act);
+    if (mistral)
+        cJSON_AddItemToObject(root, "sliding_window",
+                              c->sliding_window > 0 ? cJSON_CreateNumber((double)c->sliding_window)
+                                                    : cJSON_CreateNull());
     cJSON_AddNumberToObject(root, "vocab_size", (double)c->vocab_size);
     cJSON_AddNumberToObject(root, "hidden_size", (double)c->hidden_size);
     cJSON_AddNumberToObject(root, "intermediate_size", (double)c->intermediate_size);
@@ -444,13 +516,14 @@ static void s_model_bind(bt_model *m) {
     m->lm_head = m->cfg.tie_word_embeddings ? m->embed : *p;
 }
 
-/*  Norm weights 1, biases 0, matrices N(0, 0.02^2): a CPU tensor in tmp. */
-static bt_tensor *s_init_random(bt_ctx *tmp, bt_gen *gen, const s_param *p) {
+/*  Norm weights norm (1; Gemma's 0, which its (1 + weight) makes a scale of 1), biases 0,
+    matrices N(0, 0.02^2): a CPU tensor in tmp. */
+static bt_tensor *s_init_random(bt_ctx *tmp, bt_gen *gen, const s_param *p, double norm) {
     size_t n = strlen(p->name);
     if (n > 5 && !strcmp(p->name + n - 5, ".bias"))
         return bt_zeros(tmp, BT_F32, bt_cpu(), 1, p->shape);
     if (p->ndim == 1)
-        return bt_full(tmp, BT_F32, bt_cpu(), 1, p->shape, 1.0);
+        return bt_full(tmp, BT_F32, bt_cpu(), 1, p->shape, norm);
     return bt_mul_scalar(tmp, bt_randn(tmp, gen, BT_F32, p->ndim, p->shape), 0.02);
 }
 
@@ -507,8 +580,8 @@ static bt_status s_model_fill(bt_model *m, uint64_t seed, const s_source *st) {
     bool grad = bt_set_grad_enabled(false);
     bt_status status = (gen || st) && tmp ? BT_OK : BT_ENOMEM;
     for (int i = 0; i < m->n_params && status == BT_OK; i++) {
-        bt_tensor *t =
-            st ? s_init_from_file(tmp, st, &m->specs[i]) : s_init_random(tmp, gen, &m->specs[i]);
+        bt_tensor *t = st ? s_init_from_file(tmp, st, &m->specs[i])
+                          : s_init_random(tmp, gen, &m->specs[i], m->cfg.gemma ? 0.0 : 1.0);
         if (st && i == 0 && t) /* model.embed_tokens.weight: the dtype the source stores */
             m->save = bt_dtype_of(t);
         m->params[i] = bt_clone(m->ctx, bt_to_device(tmp, bt_to_dtype(tmp, t, BT_F32), m->device));
@@ -709,19 +782,26 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
     return bt_linear(ctx, s_merge_heads(ctx, y, p), w->o_proj);
 }
 
-/*  SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), x (B, T, C) -> (B, T, C). */
-static bt_tensor *s_mlp(bt_ctx *ctx, const s_layer *w, bt_tensor *x) {
-    bt_tensor *gate = bt_silu(ctx, bt_linear(ctx, x, w->gate_proj)); /* (B, T, I) */
+/*  SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), Gemma's GeGLU with gelu-tanh in place of
+    silu; x (B, T, C) -> (B, T, C). */
+static bt_tensor *s_mlp(const bt_model *m, bt_ctx *ctx, const s_layer *w, bt_tensor *x) {
+    bt_tensor *gate = bt_linear(ctx, x, w->gate_proj); /* (B, T, I) */
+    gate = m->cfg.gemma ? bt_gelu_tanh(ctx, gate) : bt_silu(ctx, gate);
     return bt_linear(ctx, bt_mul(ctx, gate, bt_linear(ctx, x, w->up_proj)), w->down_proj);
+}
+
+/*  The model's RMSNorm of x (..., C) by weight w (C): Gemma's scales by (1 + w) (GemmaRMSNorm). */
+static bt_tensor *s_norm(const bt_model *m, bt_ctx *ctx, bt_tensor *x, bt_tensor *w) {
+    if (m->cfg.gemma)
+        w = bt_add_scalar(ctx, w, 1.0);
+    return bt_rms_norm(ctx, x, w, m->cfg.rms_norm_eps);
 }
 
 /*  Pre-norm decoder layer: x + attn(norm(x)), then h + mlp(norm(h)).  (B, T, C) -> (B, T, C). */
 static bt_tensor *s_block(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x, const s_pass *p) {
     const s_layer *w = &m->layers[l];
-    double eps = m->cfg.rms_norm_eps;
-    bt_tensor *h =
-        bt_add(ctx, x, s_attention(m, ctx, l, bt_rms_norm(ctx, x, w->input_norm, eps), p));
-    return bt_add(ctx, h, s_mlp(ctx, w, bt_rms_norm(ctx, h, w->post_norm, eps)));
+    bt_tensor *h = bt_add(ctx, x, s_attention(m, ctx, l, s_norm(m, ctx, x, w->input_norm), p));
+    return bt_add(ctx, h, s_mlp(m, ctx, w, s_norm(m, ctx, h, w->post_norm)));
 }
 
 /*  A checkpointed layer's closure, copied by bt_checkpoint: the pass's tensors (rotary tables,
@@ -762,6 +842,8 @@ static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const
     if (u && u->gather(u->user, (int)m->cfg.num_hidden_layers) != BT_OK)
         return NULL;
     bt_tensor *x = bt_embedding(ctx, m->embed, ids); /* (B, T, C) */
+    if (m->cfg.gemma) /* GemmaModel: x * sqrt(C), the factor rounded to x's dtype (float32) */
+        x = bt_mul_scalar(ctx, x, (double)(float)sqrt((double)m->cfg.hidden_size));
     for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++) {
         if (u) {
             const s_block_call c = {.m = m, .l = l, .p = *p};
@@ -774,7 +856,7 @@ static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const
             x = s_block(m, ctx, l, x, p);
         }
     }
-    return bt_rms_norm(ctx, x, m->norm, m->cfg.rms_norm_eps);
+    return s_norm(m, ctx, x, m->norm);
 }
 
 /*  Positions (B, T) of mask (B, T) BT_I64: base + max(cumsum(mask) - 1, 0); base (B, 1) or NULL. */
@@ -829,6 +911,22 @@ static bt_tensor *s_allowed(bt_ctx *ctx, bt_device dev, bt_tensor *real, bt_tens
         key = bt_logical_and(ctx, key, same); /* (B, 1, T, Tk) */
     }
     return bt_logical_and(ctx, causal, bt_logical_or(ctx, key, self)); /* (B, 1, T, Tk) */
+}
+
+/*  allowed (B, 1, T, Tk) limited to the sliding window, when the model has one: a query at
+    position i keeps the keys at positions j with i - j < sliding_window.  transformers masks the
+    same (MistralModel's causal mask: j <= i - sliding_window is masked; masking_utils'
+    sliding_window_overlay: kv_idx > q_idx - sliding_window is kept).  Positions, not columns, so
+    padded, packed and shared-prefix rows see the window their sequence sees alone.  qpos (B, T),
+    kpos (B or 1, Tk) BT_I64. */
+static bt_tensor *s_window(const bt_model *m, bt_ctx *ctx, bt_tensor *allowed, bt_tensor *qpos,
+                           bt_tensor *kpos) {
+    if (m->cfg.sliding_window <= 0)
+        return allowed;
+    const int64_t qs[] = {bt_dim(qpos, 0), 1, bt_dim(qpos, 1), 1};
+    const int64_t ks[] = {bt_dim(kpos, 0), 1, 1, bt_dim(kpos, 1)};
+    bt_tensor *back = bt_sub(ctx, bt_reshape(ctx, qpos, 4, qs), bt_reshape(ctx, kpos, 4, ks));
+    return bt_logical_and(ctx, allowed, bt_lt_scalar(ctx, back, (double)m->cfg.sliding_window));
 }
 
 /*  Allowed (B, 1, T, T) of packed rows with shared prefixes: s_allowed's block-diagonal causal
@@ -912,6 +1010,7 @@ static bt_tensor *s_forward(bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_ro
     p.allowed = r->prefix
                     ? s_allowed_shared(ctx, m->device, seg, bt_to_dtype(ctx, r->prefix, BT_I64), &p)
                     : s_allowed(ctx, m->device, bt_gt_scalar(ctx, m64, 0), seg, &p, p.T);
+    p.allowed = s_window(m, ctx, p.allowed, pos, pos);
     return bt_linear(ctx, s_hidden(m, ctx, ids, &p), m->lm_head); /* (B, T, V) */
 }
 
@@ -1212,6 +1311,7 @@ bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_
     const int64_t pshape[] = {1, T}, flat[] = {N * T, C};
     bt_tensor *pos = bt_expand(ctx, bt_reshape(ctx, bt_arange(ctx, BT_I64, dev, T), 2, pshape), 2,
                                shape); /* (N, T): rows start at column 0 */
+    p.allowed = s_window(self, ctx, p.allowed, pos, pos);
     bt_tensor *h = s_hidden_cached(self, ctx, bt_to_dtype(ctx, ids, BT_I64), &p, pos);
     bt_tensor *at = bt_from_host(ctx, BT_I64, dev, 1, &N, last);
     bt_tensor *logits = s_head(self, ctx, bt_index_select(ctx, bt_reshape(ctx, h, 2, flat), 0, at));
@@ -1309,6 +1409,7 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
     p.allowed =
         bt_reshape(ctx, bt_logical_not(ctx, bt_gt_scalar(ctx, bt_sub(ctx, kcol, positions), 0)), 4,
                    ashape); /* key column <= the slot's position */
+    p.allowed = s_window(self, ctx, p.allowed, positions, kcol); /* the last sliding_window */
     const int64_t flat[] = {S, self->cfg.hidden_size};
     bt_tensor *h =
         s_hidden_cached(self, ctx, bt_from_host(ctx, BT_I64, dev, 2, col, tok), &p, positions);

@@ -38,8 +38,17 @@ typedef struct bt_model_config {
     bt_rope_scaling rope_scaling; /* config.json's rope_scaling (kind none: absent) */
     bool tie_word_embeddings;     /* lm_head shares model.embed_tokens.weight */
     bool qkv_bias;                /* q/k/v projections have biases: Qwen2 (model_type "qwen2") */
-    bool qk_norm;         /* RMSNorm of each query and key head: Qwen3 (model_type "qwen3") */
-    int64_t head_dim;     /* 0: hidden_size / num_attention_heads (Qwen3 sets its own) */
+    bool qk_norm;     /* RMSNorm of each query and key head: Qwen3 (model_type "qwen3") */
+    int64_t head_dim; /* 0: hidden_size / num_attention_heads (Qwen3 sets its own) */
+    bool mistral;     /* model_type "mistral": Llama's layout, with sliding_window when set */
+    /*  A query at position i attends only to keys at positions j with i - j < sliding_window (the
+        window holds the query and the sliding_window - 1 tokens before it, as transformers masks
+        j <= i - sliding_window); 0 (config.json null): none.  Mistral only; a config that sets
+        it saves as "mistral". */
+    int64_t sliding_window;
+    /*  Gemma (model_type "gemma"): embeddings scaled by sqrt(hidden_size), every RMSNorm scaled
+        by (1 + weight), gelu-tanh in the MLP; its checkpoints tie the embeddings. */
+    bool gemma;
     int64_t bos_token_id; /* -1 when none */
     int64_t eos_token_id; /* -1 when none */
     int64_t pad_token_id; /* -1 when none */
@@ -57,21 +66,26 @@ void bt_model_config_init(bt_model_config *cfg);
 bt_status bt_model_config_validate(const bt_model_config *cfg);
 /*  Parses and validates config.json text.  Missing optional keys take Hugging Face's defaults
     (num_key_value_heads = num_attention_heads, rms_norm_eps 1e-6, rope_theta 10000,
-    max_position_embeddings 2048, tie_word_embeddings false, token ids none); an eos_token_id list
-    keeps its first id.  Errors are BT_EFORMAT or BT_EINVAL and start with source (a file name). */
+    max_position_embeddings 2048, tie_word_embeddings false, token ids none; Gemma's: head_dim 256,
+    max_position_embeddings 8192, tie_word_embeddings true); an eos_token_id list keeps its first
+    id.  Qwen2's use_sliding_window true, and a Gemma activation other than gelu_pytorch_tanh
+    (hidden_activation, else hidden_act), are refused.  Errors are BT_EFORMAT or BT_EINVAL and start
+   with source (a file name). */
 bt_status bt_model_config_parse(const char *json, const char *source, bt_model_config *out);
 bt_status bt_model_config_load(const char *path, bt_model_config *out);
-/*  config.json text with "model_type": "llama", "architectures": ["LlamaForCausalLM"] and
-    "torch_dtype": "float32".  Caller owns the result; free() it.  NULL when out of memory. */
+/*  config.json text with the model_type and architectures of cfg ("llama" LlamaForCausalLM,
+    "qwen2", "qwen3", "mistral" (also when sliding_window is set), "gemma"), its fields
+   (sliding_window, hidden_activation included) and "torch_dtype": "float32".  Caller owns the
+   result; free() it. NULL when out of memory. */
 char *bt_model_config_to_json(const bt_model_config *cfg);
 bt_status bt_model_config_save(const bt_model_config *cfg, const char *path);
 
 typedef struct bt_model bt_model;
 
-/*  A model with random weights: every matrix drawn from N(0, 0.02^2), every norm weight 1, drawn on
-    the CPU from seed (so the weights do not depend on device) and moved to device.  Parameters
-    require grad.  Caller owns the result; destroy with bt_model_destroy().  NULL on failure, with
-    the reason in bt_last_error(). */
+/*  A model with random weights: every matrix drawn from N(0, 0.02^2), every norm weight 1 (Gemma:
+    0, which its (1 + weight) makes a scale of 1), drawn on the CPU from seed (so the weights do
+    not depend on device) and moved to device.  Parameters require grad.  Caller owns the result;
+   destroy with bt_model_destroy().  NULL on failure, with the reason in bt_last_error(). */
 bt_model *bt_model_new(const bt_model_config *cfg, bt_device device, uint64_t seed);
 void bt_model_destroy(bt_model **self_p);
 /*  Borrowed: valid while self lives. */

@@ -196,6 +196,9 @@ bt_status bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t head_dim, do
 /*  x (B, H, T, D) rotated: x * cos + rotate_half(x) * sin. */
 bt_tensor *bt_rope(bt_ctx *ctx, bt_tensor *x, bt_tensor *cos, bt_tensor *sin);
 bt_tensor *bt_silu(bt_ctx *ctx, bt_tensor *t);
+/*  gelu, tanh approximation (Hendrycks & Gimpel 2016; PyTorch's gelu(approximate="tanh")):
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+bt_tensor *bt_gelu_tanh(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_softmax(bt_ctx *ctx, bt_tensor *t, int dim);
 bt_tensor *bt_log_softmax(bt_ctx *ctx, bt_tensor *t, int dim);
 /*  Scaled dot-product attention.  q (B, H, Tq, D), k and v (B, Hkv, Tk, D) with H a multiple of

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""llama_ref.py - an independent numpy forward pass of a Llama / Qwen2 / Qwen3 model folder
-(config.json + model.safetensors in float32), written from the Hugging Face modelling code's
-definitions, not from baton's: RMSNorm, rotary embeddings by rotate_half, grouped-query causal
-attention (Qwen2: q/k/v biases; Qwen3: head_dim of its own and an RMSNorm of each query and key
-head before the rotation), SwiGLU, and the rotary scalings of config.json's rope_scaling.
+"""llama_ref.py - an independent numpy forward pass of a Llama / Qwen2 / Qwen3 / Mistral / Gemma
+model folder (config.json + model.safetensors in float32), written from the Hugging Face modelling
+code's definitions, not from baton's: RMSNorm, rotary embeddings by rotate_half, grouped-query
+causal attention (Qwen2: q/k/v biases; Qwen3: head_dim of its own and an RMSNorm of each query and
+key head before the rotation; Mistral: a sliding window, key j masked for query i when
+i - j >= sliding_window), SwiGLU (Gemma: embeddings times sqrt(hidden_size) in float32, RMSNorm
+scaled by 1 + weight, gelu-tanh in place of silu, tied head), and the rotary scalings of
+config.json's rope_scaling.
 Prints the logits of one sequence of token ids as a JSON array of rows.
 
     python3 llama_ref.py MODEL_DIR ID [ID ...]
@@ -33,6 +36,11 @@ def load(path):
 
 def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def gelu_tanh(x):
+    """transformers' gelu_pytorch_tanh (PytorchGELUTanh)."""
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def rotate_half(x):
@@ -96,14 +104,24 @@ def logits(folder, ids, w=None):
     Hkv, eps = cfg.get("num_key_value_heads", H), cfg.get("rms_norm_eps", 1e-6)
     D = cfg.get("head_dim") or C // H
     T = len(ids)
+    gemma = cfg.get("model_type") == "gemma"
+    window = cfg.get("sliding_window") if cfg.get("model_type") == "mistral" else None
+    norm = (lambda x, w, eps: rms_norm(x, 1 + w, eps)) if gemma else rms_norm
+    act = gelu_tanh if gemma else (lambda g: g / (1 + np.exp(-g)))
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    if window:  # MistralModel: key j masked for query i when j <= i - sliding_window
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        mask = np.where(i - j >= window, -np.inf, mask)
     inv, attention = rope_inv_freq(cfg, D, T)
     freqs = np.outer(np.arange(T), inv)
     emb = np.concatenate([freqs, freqs], axis=-1)
     cos, sin = np.cos(emb) * attention, np.sin(emb) * attention
     x = w["model.embed_tokens.weight"][ids]
+    if gemma:  # GemmaModel: the normaliser in the hidden states' dtype (float32)
+        x = x * float(np.float32(math.sqrt(C)))
     for l in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % l
-        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        h = norm(x, w[p + "input_layernorm.weight"], eps)
         proj = {}
         for n in ("q", "k", "v"):
             y = h @ w[p + "self_attn.%s_proj.weight" % n].T
@@ -121,16 +139,16 @@ def logits(folder, ids, w=None):
         k = np.repeat(k, H // Hkv, axis=0)
         v = np.repeat(v, H // Hkv, axis=0)
         s = q @ k.transpose(0, 2, 1) / np.sqrt(D)
-        s = s + np.triu(np.full((T, T), -np.inf), 1)
+        s = s + mask
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         s = s / s.sum(axis=-1, keepdims=True)
         a = (s @ v).transpose(1, 0, 2).reshape(T, H * D)
         x = x + a @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        h = norm(x, w[p + "post_attention_layernorm.weight"], eps)
         g = h @ w[p + "mlp.gate_proj.weight"].T
         up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + ((g / (1 + np.exp(-g))) * up) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, w["model.norm.weight"], eps)
+        x = x + (act(g) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return x @ head.T
 
