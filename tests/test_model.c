@@ -1284,10 +1284,12 @@ static bool s_ref_logits(const char *dir, const int64_t *ids, int n, int64_t V, 
 /*  Logits against an independent float64 numpy forward pass written from the Hugging Face modelling
     definitions (tests/ref/llama_ref.py): a Llama model, a Qwen2 one (q/k/v biases), a Qwen3 one
     (head_dim 16 with hidden 32 and 4 heads, q/k norms), a Mistral one (a sliding window of 3 over
-    six tokens) and a Gemma one (embeddings times sqrt(32), norms by 1 + weight, gelu-tanh, head_dim
-    16, tied head), every norm weight and bias random, grouped-query attention, six tokens; max
-    |diff| < 1e-4.  Each saved folder names its architecture and loads back to the same config and
-    the same logits, bit for bit. */
+    six tokens), a Gemma one (embeddings times sqrt(32), norms by 1 + weight, gelu-tanh, head_dim
+    16, tied head) and a Gemma 2 one (besides: output norms, query_pre_attn_scalar 24, capped
+    scores and logits, the window of 3 on layer 0 only), every norm weight and bias random,
+    grouped-query attention, six tokens; max |diff| < 1e-4.  Each saved folder names its
+    architecture and loads back to the same config and the same logits, bit for bit.  Gemma 2's
+    scalar, each cap and the window each move the reference's logits by far more than that. */
 static void test_reference_logits(void) {
     if (access("/usr/bin/python3", X_OK) != 0) {
         fprintf(stderr, "test_model: /usr/bin/python3 missing, reference logits not checked\n");
@@ -1296,7 +1298,7 @@ static void test_reference_logits(void) {
     bt_ctx *ctx = bt_ctx_new();
     bt_gen *gen = bt_gen_new(17, bt_cpu());
     const int64_t ids[6] = {256, 49, 43, 55, 61, 3}, ones[6] = {1, 1, 1, 1, 1, 1};
-    for (int qwen = 0; qwen < 5; qwen++) { /* Llama, Qwen2, Qwen3, Mistral, Gemma */
+    for (int qwen = 0; qwen < 6; qwen++) { /* Llama, Qwen2, Qwen3, Mistral, Gemma, Gemma 2 */
         char dir[] = "/tmp/bt_ref_XXXXXX";
         CHECK(mkdtemp(dir) != NULL);
         bt_model_config cfg = s_config(2);
@@ -1304,9 +1306,15 @@ static void test_reference_logits(void) {
         cfg.qkv_bias = qwen == 1;
         cfg.qk_norm = qwen == 2;
         cfg.mistral = qwen == 3;
-        cfg.sliding_window = qwen == 3 ? 3 : 0;
-        cfg.gemma = cfg.tie_word_embeddings = qwen == 4;
-        cfg.head_dim = qwen == 2 || qwen == 4 ? 16 : 0;
+        cfg.sliding_window = qwen == 3 || qwen == 5 ? 3 : 0;
+        cfg.gemma = qwen == 4 ? 1 : qwen == 5 ? 2 : 0;
+        cfg.tie_word_embeddings = cfg.gemma > 0;
+        cfg.head_dim = qwen == 2 || cfg.gemma ? 16 : 0;
+        if (qwen == 5) { /* caps the random model's scores (~0.05) and logits (~0.2) reach */
+            cfg.query_pre_attn_scalar = 24;
+            cfg.attn_logit_softcapping = 0.05;
+            cfg.final_logit_softcapping = 0.1;
+        }
         bt_model *m = bt_model_new(&cfg, bt_cpu(), 23);
         for (int i = 0; i < bt_model_num_params(m); i++) { /* vectors random too */
             bt_tensor *t = bt_model_params(m)[i];
@@ -1329,7 +1337,7 @@ static void test_reference_logits(void) {
         for (int i = 0; got && i < 6 * V; i++)
             worst = fmax(worst, fabs(want[i] - got[i]));
         free(got);
-        const char *family[] = {"Llama", "Qwen2", "Qwen3", "Mistral", "Gemma"};
+        const char *family[] = {"Llama", "Qwen2", "Qwen3", "Mistral", "Gemma", "Gemma 2"};
         printf("reference logits (%s): max |diff| %.3g\n", family[qwen], worst);
         CHECK(worst < 1e-4);
         char config[512], *text2 = NULL;
@@ -1337,15 +1345,18 @@ static void test_reference_logits(void) {
         CHECK_OK(bt_file_read(config, 1 << 20, &text2, NULL));
         const char *arch[] = {"\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"",
                               "\"Qwen3ForCausalLM\"", "\"MistralForCausalLM\"",
-                              "\"GemmaForCausalLM\""};
+                              "\"GemmaForCausalLM\"", "\"Gemma2ForCausalLM\""};
         CHECK(text2 && strstr(text2, arch[qwen]));
         free(text2);
         bt_model *back = bt_model_load(dir, bt_cpu()); /* the biases come back too */
         const bt_model_config *bc = back ? bt_model_get_config(back) : NULL;
         CHECK(bc && bc->qkv_bias == (qwen == 1) && bc->qk_norm == (qwen == 2) &&
               bc->mistral == (qwen == 3) && bc->sliding_window == cfg.sliding_window &&
-              bc->gemma == (qwen == 4) && bc->tie_word_embeddings == cfg.tie_word_embeddings &&
-              bt_model_head_dim(bc) == (qwen == 2 || qwen == 4 ? 16 : 8) &&
+              bc->gemma == cfg.gemma && bc->tie_word_embeddings == cfg.tie_word_embeddings &&
+              bc->query_pre_attn_scalar == cfg.query_pre_attn_scalar &&
+              bc->attn_logit_softcapping == cfg.attn_logit_softcapping &&
+              bc->final_logit_softcapping == cfg.final_logit_softcapping &&
+              bt_model_head_dim(bc) == (qwen == 2 || cfg.gemma ? 16 : 8) &&
               bt_model_num_params(back) == bt_model_num_params(m));
         float *again =
             back
@@ -1354,6 +1365,22 @@ static void test_reference_logits(void) {
         got = s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, 6, ids), s_i64(ctx, 1, 6, ones)));
         CHECK(again && got && memcmp(again, got, sizeof *got * 6 * V) == 0);
         free(again);
+        for (int off = 0; qwen == 5 && off < 4; off++) { /* each Gemma 2 switch takes effect */
+            bt_model_config alt = cfg;
+            alt.query_pre_attn_scalar = off == 0 ? 0 : alt.query_pre_attn_scalar; /* head_dim */
+            alt.attn_logit_softcapping = off == 1 ? 0 : alt.attn_logit_softcapping;
+            alt.final_logit_softcapping = off == 2 ? 0 : alt.final_logit_softcapping;
+            alt.sliding_window = off == 3 ? 0 : alt.sliding_window;
+            double other[6 * V], moved = 0;
+            CHECK_OK(bt_model_config_save(&alt, config));
+            CHECK(s_ref_logits(dir, ids, 6, V, other));
+            for (int i = 0; got && i < 6 * V; i++)
+                moved = fmax(moved, fabs(other[i] - got[i]));
+            const char *what[] = {"query_pre_attn_scalar", "attn_logit_softcapping",
+                                  "final_logit_softcapping", "sliding_window"};
+            printf("  without Gemma 2's %s: %.3g from its logits\n", what[off], moved);
+            CHECK(moved > 100 * worst && moved > 1e-5);
+        }
         free(got);
         bt_model_destroy(&back);
         bt_model_destroy(&m);
@@ -1505,7 +1532,8 @@ static void test_sliding_window(void) {
 }
 
 /*  Gemma's config.json: its defaults (tied head, head_dim 256) and its activation, read from
-    hidden_activation before hidden_act; an exact or unknown gelu is refused by name. */
+    hidden_activation before hidden_act; an exact or unknown gelu is refused by name.  Gemma 2's
+    defaults, and a layer_types other than its alternating one refused. */
 static void test_gemma_config(void) {
     const char *base_json = "{\"model_type\": \"gemma\", \"vocab_size\": 8, \"hidden_size\": "
                             "8, \"intermediate_size\": 8, \"num_hidden_layers\": 1, "
@@ -1524,8 +1552,26 @@ static void test_gemma_config(void) {
     snprintf(json, sizeof json, base_json, ", \"hidden_activation\": \"silu\"");
     CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "c.json: hidden_activation: expected");
-    CHECK(bt_model_config_parse("{\"model_type\": \"gemma2\"}", "c.json", &c) == BT_EFORMAT);
+    CHECK(bt_model_config_parse("{\"model_type\": \"gemma3\"}", "c.json", &c) == BT_EFORMAT);
     CHECK_STR_CONTAINS(bt_last_error(), "c.json: model_type: expected");
+    /* Gemma 2: Gemma2Config's defaults, null caps as none, layer_types only alternating */
+    const char *g2 = "{\"model_type\": \"gemma2\", \"vocab_size\": 8, \"hidden_size\": 8, "
+                     "\"intermediate_size\": 8, \"num_hidden_layers\": 2, "
+                     "\"num_attention_heads\": 2%s}";
+    snprintf(json, sizeof json, g2, "");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.gemma == 2 && c.tie_word_embeddings && c.sliding_window == 4096 &&
+          c.query_pre_attn_scalar == 256 && c.attn_logit_softcapping == 50 &&
+          c.final_logit_softcapping == 30);
+    snprintf(json, sizeof json, g2,
+             ", \"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, "
+             "\"sliding_window\": null, \"layer_types\": [\"sliding_attention\", "
+             "\"full_attention\"]");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 0 && c.sliding_window == 0);
+    snprintf(json, sizeof json, g2, ", \"layer_types\": [\"full_attention\", \"full_attention\"]");
+    CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "c.json: layer_types[0]: expected \"sliding_attention\"");
 }
 
 /*  config.json's rope_scaling, each kind Hugging Face models ship, against llama_ref.py's

@@ -178,6 +178,9 @@ static bt_tensor *op_silu(bt_ctx *c, bt_tensor **x) {
 static bt_tensor *op_gelu_tanh(bt_ctx *c, bt_tensor **x) {
     return bt_gelu_tanh(c, x[0]);
 }
+static bt_tensor *op_tanh(bt_ctx *c, bt_tensor **x) {
+    return bt_tanh(c, x[0]);
+}
 static bt_tensor *op_softmax(bt_ctx *c, bt_tensor **x) {
     return bt_softmax(c, x[0], -1);
 }
@@ -245,6 +248,12 @@ static bt_tensor *op_attention(bt_ctx *c, bt_tensor **x) {
     bt_tensor *m = bt_to_dtype(c, bt_from_host(c, BT_U8, bt_cpu(), 4, shape, allow), BT_BOOL);
     return bt_attention(c, x[0], x[1], x[2], m);
 }
+static bt_tensor *op_attention_capped(bt_ctx *c, bt_tensor **x) {
+    uint8_t allow[9] = {1, 0, 0, 1, 1, 0, 1, 1, 1};
+    int64_t shape[4] = {1, 1, 3, 3};
+    bt_tensor *m = bt_to_dtype(c, bt_from_host(c, BT_U8, bt_cpu(), 4, shape, allow), BT_BOOL);
+    return bt_attention_capped(c, x[0], x[1], x[2], m, 0.7, 0.5);
+}
 
 static void test_gradients(void) {
     shape_t m23 = {2, {2, 3}}, m34 = {2, {3, 4}}, m43 = {2, {4, 3}}, v3 = {1, {3}};
@@ -270,6 +279,7 @@ static void test_gradients(void) {
     check_grad("masked_fill", op_masked_fill, 2, two23, -1, 1);
     check_grad("silu", op_silu, 1, &m23, -2, 2);
     check_grad("gelu_tanh", op_gelu_tanh, 1, &m23, -3, 3);
+    check_grad("tanh", op_tanh, 1, &m23, -2, 2);
     check_grad("softmax", op_softmax, 1, &m23, -2, 2);
     check_grad("log_softmax", op_log_softmax, 1, &m23, -2, 2);
     check_grad("rms_norm", op_rms_norm, 2, rms, 0.1, 1);
@@ -282,6 +292,8 @@ static void test_gradients(void) {
     check_grad("cross_entropy", op_cross_entropy, 1, &m35, -2, 2);
     check_grad("rope", op_rope, 1, (shape_t[]){{4, {2, 2, 3, 4}}}, -1, 1);
     check_grad("attention", op_attention, 3,
+               (shape_t[]){{4, {1, 4, 3, 2}}, {4, {1, 2, 3, 2}}, {4, {1, 2, 3, 2}}}, -1, 1);
+    check_grad("attention_capped", op_attention_capped, 3,
                (shape_t[]){{4, {1, 4, 3, 2}}, {4, {1, 2, 3, 2}}, {4, {1, 2, 3, 2}}}, -1, 1);
 }
 
@@ -441,6 +453,53 @@ static void test_gelu_tanh(void) {
     printf("gelu_tanh: max |diff| %.3g (float64), %.3g (float32); %.3g from exact gelu\n", worst64,
            worst32, exact_gap);
     CHECK(worst64 < 1e-15 && worst32 < 1e-6 && exact_gap > 1e-4);
+    bt_ctx_destroy(&c);
+}
+
+/*  bt_attention_capped against plain C in float64: two query heads sharing one key/value head,
+    three causal positions, head width 2, scores scaled by 0.7 and capped to 0.5 tanh(s / 0.5)
+    before the mask; to 1e-14.  Scaled by 1/sqrt(2) and uncapped it is bt_attention. */
+static void test_attention_capped(void) {
+    enum { H = 2, T = 3, D = 2 };
+    const double q[H * T * D] = {0.9, -1.3, 0.4, 2.0, -0.7, 0.1, 1.5, 0.6, -1.1, -0.4, 0.3, 1.8};
+    const double k[T * D] = {1.2, -0.5, -0.8, 0.9, 0.2, 1.4};
+    const double v[T * D] = {0.5, 1.0, -1.5, 0.25, 2.0, -0.75};
+    double want[H * T * D], got[H * T * D], plain[H * T * D], fused[H * T * D];
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < T; i++) {
+            double w[T], sum = 0;
+            for (int j = 0; j <= i; j++) {
+                double sc =
+                    0.7 * (q[(h * T + i) * D] * k[j * D] + q[(h * T + i) * D + 1] * k[j * D + 1]);
+                w[j] = exp(0.5 * tanh(sc / 0.5));
+                sum += w[j];
+            }
+            for (int d = 0; d < D; d++) {
+                want[(h * T + i) * D + d] = 0;
+                for (int j = 0; j <= i; j++)
+                    want[(h * T + i) * D + d] += w[j] / sum * v[j * D + d];
+            }
+        }
+    bt_ctx *c = bt_ctx_new();
+    const int64_t qs[4] = {1, H, T, D}, ks[4] = {1, 1, T, D}, ms[4] = {1, 1, T, T};
+    const uint8_t allow[T * T] = {1, 0, 0, 1, 1, 0, 1, 1, 1};
+    bt_tensor *tq = bt_from_host(c, BT_F64, bt_cpu(), 4, qs, q);
+    bt_tensor *tk = bt_from_host(c, BT_F64, bt_cpu(), 4, ks, k);
+    bt_tensor *tv = bt_from_host(c, BT_F64, bt_cpu(), 4, ks, v);
+    bt_tensor *m = bt_to_dtype(c, bt_from_host(c, BT_U8, bt_cpu(), 4, ms, allow), BT_BOOL);
+    CHECK_OK(bt_to_host(bt_attention_capped(c, tq, tk, tv, m, 0.7, 0.5), got, sizeof got));
+    CHECK_OK(
+        bt_to_host(bt_attention_capped(c, tq, tk, tv, m, 1 / sqrt(2.0), 0), plain, sizeof plain));
+    CHECK_OK(bt_to_host(bt_attention(c, tq, tk, tv, m), fused, sizeof fused));
+    double worst = 0, same = 0;
+    for (int i = 0; i < H * T * D; i++) {
+        worst = fmax(worst, fabs(got[i] - want[i]));
+        same = fmax(same, fabs(plain[i] - fused[i]));
+    }
+    printf("attention_capped: max |diff| %.3g against plain C, %.3g uncapped against "
+           "bt_attention\n",
+           worst, same);
+    CHECK(worst < 1e-14 && same < 1e-14);
     bt_ctx_destroy(&c);
 }
 
@@ -628,6 +687,7 @@ int main(void) {
     test_generator();
     test_comparisons();
     test_gelu_tanh();
+    test_attention_capped();
     test_errors_and_arenas();
     test_autocast();
     test_out_of_memory();
