@@ -1514,6 +1514,9 @@ static void test_sliding_window(void) {
     char *text = bt_model_config_to_json(&c);
     CHECK(text && strstr(text, "\"mistral\"") && strstr(text, "\"sliding_window\":\tnull"));
     free(text);
+    snprintf(json, sizeof json, base_json, "\"model_type\": \"mistral\"");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.sliding_window == 4096); /* MistralConfig's default */
     snprintf(json, sizeof json, base_json, "\"model_type\": \"mistral\", \"sliding_window\": 0");
     CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "c.json: sliding_window: expected a positive integer");
