@@ -38,9 +38,12 @@ typedef struct bt_model_config {
     bt_rope_scaling rope_scaling; /* config.json's rope_scaling (kind none: absent) */
     bool tie_word_embeddings;     /* lm_head shares model.embed_tokens.weight */
     bool qkv_bias;                /* q/k/v projections have biases: Qwen2 (model_type "qwen2") */
-    bool qk_norm;     /* RMSNorm of each query and key head: Qwen3 (model_type "qwen3") */
-    int64_t head_dim; /* 0: hidden_size / num_attention_heads (Qwen3 sets its own) */
-    bool mistral;     /* model_type "mistral": Llama's layout, with sliding_window when set */
+    bool qk_norm;         /* RMSNorm of each query and key head: Qwen3 (model_type "qwen3") */
+    int64_t head_dim;     /* 0: hidden_size / num_attention_heads (Qwen3 sets its own) */
+    int64_t bos_token_id; /* -1 when none */
+    int64_t eos_token_id; /* -1 when none */
+    int64_t pad_token_id; /* -1 when none */
+    bool mistral;         /* model_type "mistral": Llama's layout, with sliding_window when set */
     /*  A query at position i attends only to keys at positions j with i - j < sliding_window (the
         window holds the query and the sliding_window - 1 tokens before it, as transformers masks
         j <= i - sliding_window); 0 (config.json null): none.  Mistral's every layer, Gemma 2's
@@ -56,9 +59,6 @@ typedef struct bt_model_config {
     double query_pre_attn_scalar;   /* Gemma 2: scores * this^-0.5; 0: head_dim */
     double attn_logit_softcapping;  /* Gemma 2: scores -> cap tanh(scores / cap); 0: none */
     double final_logit_softcapping; /* Gemma 2: logits -> cap tanh(logits / cap); 0: none */
-    int64_t bos_token_id;           /* -1 when none */
-    int64_t eos_token_id;           /* -1 when none */
-    int64_t pad_token_id;           /* -1 when none */
 } bt_model_config;
 
 /*  The attention head width: head_dim, or hidden_size / num_attention_heads when 0. */
@@ -76,16 +76,15 @@ bt_status bt_model_config_validate(const bt_model_config *cfg);
     max_position_embeddings 2048, tie_word_embeddings false, token ids none; Gemma's: head_dim 256,
     max_position_embeddings 8192, tie_word_embeddings true; Gemma 2's also sliding_window 4096,
     query_pre_attn_scalar 256, attn_logit_softcapping 50, final_logit_softcapping 30, null
-    softcaps none); an eos_token_id list keeps its first
-    id.  Qwen2's use_sliding_window true, and a Gemma activation other than gelu_pytorch_tanh
-    (hidden_activation, else hidden_act), are refused.  Errors are BT_EFORMAT or BT_EINVAL and start
-   with source (a file name). */
+    softcaps none); an eos_token_id list keeps its first id.  Qwen2's use_sliding_window true,
+    and a Gemma activation other than gelu_pytorch_tanh (hidden_activation, else hidden_act),
+    are refused.  Errors are BT_EFORMAT or BT_EINVAL and start with source (a file name). */
 bt_status bt_model_config_parse(const char *json, const char *source, bt_model_config *out);
 bt_status bt_model_config_load(const char *path, bt_model_config *out);
 /*  config.json text with the model_type and architectures of cfg ("llama" LlamaForCausalLM,
     "qwen2", "qwen3", "mistral" (also when sliding_window is set), "gemma", "gemma2"), its fields
-    (sliding_window, hidden_activation, Gemma 2's scalar and softcaps included) and "torch_dtype":
-   "float32".  Caller owns the result; free() it. NULL when out of memory. */
+    (sliding_window, hidden_activation, Gemma 2's scalar and softcaps included) and
+    "torch_dtype": "float32".  Caller owns the result; free() it.  NULL when out of memory. */
 char *bt_model_config_to_json(const bt_model_config *cfg);
 bt_status bt_model_config_save(const bt_model_config *cfg, const char *path);
 
@@ -93,8 +92,9 @@ typedef struct bt_model bt_model;
 
 /*  A model with random weights: every matrix drawn from N(0, 0.02^2), every norm weight 1 (Gemma:
     0, which its (1 + weight) makes a scale of 1), drawn on the CPU from seed (so the weights do
-    not depend on device) and moved to device.  Parameters require grad.  Caller owns the result;
-   destroy with bt_model_destroy().  NULL on failure, with the reason in bt_last_error(). */
+    not depend on device) and moved to device.  Parameters require grad.  Caller owns the
+    result; destroy with bt_model_destroy().  NULL on failure, with the reason in
+    bt_last_error(). */
 bt_model *bt_model_new(const bt_model_config *cfg, bt_device device, uint64_t seed);
 void bt_model_destroy(bt_model **self_p);
 /*  Borrowed: valid while self lives. */

@@ -208,8 +208,8 @@ bt_tensor *bt_log_softmax(bt_ctx *ctx, bt_tensor *t, int dim);
 bt_tensor *bt_attention(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *allowed);
 /*  bt_attention with the scores q k^T scaled by scale (not 1/sqrt(D)) and, when softcap > 0,
     capped to softcap * tanh(scores / softcap) before the mask (Gemma 2's attn_logit_softcapping);
-    the softmax in float32 (float64 for float64 input).  Matrix products and a softmax: no fused
-   kernel takes a cap. */
+    the softmax in float32 (float64 for float64 input).  Matrix products and a softmax: no
+    fused kernel takes a cap. */
 bt_tensor *bt_attention_capped(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v,
                                bt_tensor *allowed, double scale, double softcap);
 /*  Elements of t along dim at the positions in index (BT_I64, same ndim). */
