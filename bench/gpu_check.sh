@@ -9,9 +9,11 @@
 #      bf16 (run.precision=bf16: autocast forward passes, float32 master weights), with its time
 #      and accuracy beside float32's;
 #   3. two data-parallel trainer ranks over NCCL when two GPUs exist (one GPU: a single rank);
-#   4. the logits of randomly initialised tiny LlamaForCausalLM and Qwen2ForCausalLM models built
-#      with the transformers package there against baton's on the same safetensors, on cuda:0 and
-#      on the CPU (max |diff| < 1e-4 in float32);
+#   4. the logits of randomly initialised tiny LlamaForCausalLM, Qwen2ForCausalLM,
+#      MistralForCausalLM (a sliding window of 3 over the 6 tokens), GemmaForCausalLM and
+#      Gemma2ForCausalLM (window 3 on even layers, capped scores and logits) models built with the
+#      transformers package there against baton's on the same safetensors, on cuda:0 and on the
+#      CPU (max |diff| < 1e-4 in float32);
 #   5. issue 18's realistic rollout workload (bench_rollout: the engine, the static path and the
 #      PyTorch-eager peer) on cuda:0 in float32 and in bf16;
 #   6. issue 19's sharded training state over NCCL: bench_zero's stages on cuda (two ranks when two
@@ -99,7 +101,7 @@ else
 fi
 
 # ---- 4. logits against transformers --------------------------------------------------------------------
-for arch in llama qwen2; do
+for arch in llama qwen2 mistral gemma gemma2; do
   "$PY" - "$arch" "$OUT/tiny-$arch" >"$OUT/hf-$arch.json" 2>"$OUT/hf-$arch.log" <<'EOF'
 import json, sys, torch, transformers
 arch, out = sys.argv[1], sys.argv[2]
@@ -107,10 +109,21 @@ common = dict(vocab_size=259, hidden_size=64, intermediate_size=176, num_hidden_
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
               rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False)
 torch.manual_seed(0)
+gemma = dict(common, head_dim=16, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+             attn_implementation="eager")
 if arch == "llama":
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
-else:
+elif arch == "qwen2":
     model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, use_sliding_window=False))
+elif arch == "mistral":
+    model = transformers.MistralForCausalLM(transformers.MistralConfig(**common, sliding_window=3,
+                                                                       attn_implementation="eager"))
+elif arch == "gemma":
+    model = transformers.GemmaForCausalLM(transformers.GemmaConfig(**gemma))
+else:
+    model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+        **gemma, sliding_window=3, query_pre_attn_scalar=24, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0))
 model = model.float().eval()
 model.save_pretrained(out, safe_serialization=True)
 ids = torch.tensor([[256, 49, 43, 55, 61, 3]])

@@ -85,6 +85,30 @@ static bt_status s_validate(const bt_model_config *c, const char *src) {
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return bt_fail(BT_EINVAL, "%s: rope_theta: expected a positive number, got %g", src,
                        c->rope_theta);
+    if (c->sliding_window < 0 ||
+        (c->sliding_window > 0 && (c->qkv_bias || c->qk_norm || c->gemma == 1)))
+        return bt_fail(BT_EINVAL,
+                       "%s: sliding_window: expected a positive integer with model_type mistral "
+                       "or gemma2, or 0 (none), got %lld",
+                       src, (long long)c->sliding_window);
+    if (c->gemma < 0 || c->gemma > 2 || (c->gemma && (c->qkv_bias || c->qk_norm || c->mistral)))
+        return bt_fail(BT_EINVAL,
+                       "%s: model_type: gemma and gemma2 do not combine with qwen2, qwen3 or "
+                       "mistral",
+                       src);
+    const struct {
+        const char *key;
+        double value;
+    } gemma2[] = {{"query_pre_attn_scalar", c->query_pre_attn_scalar},
+                  {"attn_logit_softcapping", c->attn_logit_softcapping},
+                  {"final_logit_softcapping", c->final_logit_softcapping}};
+    for (size_t i = 0; i < sizeof gemma2 / sizeof gemma2[0]; i++)
+        if (!(gemma2[i].value >= 0) || !isfinite(gemma2[i].value) ||
+            (gemma2[i].value > 0 && c->gemma != 2))
+            return bt_fail(BT_EINVAL,
+                           "%s: %s: expected a positive number with model_type gemma2, or 0 "
+                           "(none), got %g",
+                           src, gemma2[i].key, gemma2[i].value);
     bt_status st = s_check_token(src, "bos_token_id", c->bos_token_id, c->vocab_size);
     if (st == BT_OK)
         st = s_check_token(src, "eos_token_id", c->eos_token_id, c->vocab_size);
@@ -173,17 +197,83 @@ static bt_status s_get_token(const cJSON *root, const char *src, const char *key
     return BT_OK;
 }
 
+/*  The model_type of config.json, or "llama" when absent (NULL when not a string). */
+static const char *s_model_type(const cJSON *root) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    return !type ? "llama" : cJSON_IsString(type) ? type->valuestring : NULL;
+}
+
+static bool s_is_type(const cJSON *root, const char *name) {
+    const char *type = s_model_type(root);
+    return type && strcmp(type, name) == 0;
+}
+
+/*  Gemma's MLP activation: hidden_activation, else hidden_act (transformers' GemmaMLP reads the
+    first when set); only the tanh approximation of gelu is implemented, and a bare "gelu" (exact
+    in current transformers, tanh in the first Gemma releases) is ambiguous, so refused. */
+static bt_status s_check_gemma_act(const cJSON *root, const char *src) {
+    const char *key = "hidden_activation";
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!act || cJSON_IsNull(act)) {
+        key = "hidden_act";
+        act = cJSON_GetObjectItemCaseSensitive(root, key);
+    }
+    if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "gelu_pytorch_tanh") == 0))
+        return s_type_error(src, key, "\"gelu_pytorch_tanh\"", act);
+    return BT_OK;
+}
+
+/*  Gemma 2's layer_types, when given, must be its default: sliding_attention on even layers,
+    full_attention on odd ones (Gemma2DecoderLayer's is_sliding = not layer_idx % 2). */
+static bt_status s_check_layer_types(const cJSON *root, const char *src) {
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!types || cJSON_IsNull(types))
+        return BT_OK;
+    int i = 0;
+    for (const cJSON *t = cJSON_IsArray(types) ? types->child : NULL; t; t = t->next, i++) {
+        const char *want = i % 2 ? "full_attention" : "sliding_attention";
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, want) != 0) {
+            char key[32];
+            snprintf(key, sizeof key, "layer_types[%d]", i);
+            return s_type_error(src, key,
+                                i % 2 ? "\"full_attention\" (alternating layers)"
+                                      : "\"sliding_attention\" (alternating layers)",
+                                t);
+        }
+    }
+    if (!cJSON_IsArray(types))
+        return s_type_error(src, "layer_types", "a list", types);
+    return BT_OK;
+}
+
+/*  A number or null (none, 0); leaves *out alone when key is absent. */
+static bt_status s_get_cap(const cJSON *root, const char *src, const char *key, double *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (cJSON_IsNull(item))
+        *out = 0;
+    return cJSON_IsNull(item) ? BT_OK : s_get_number(root, src, key, out);
+}
+
 /*  Rejects the Hugging Face options this decoder does not implement. */
 static bt_status s_check_supported(const cJSON *root, const char *src) {
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (type && !(cJSON_IsString(type) && (strcmp(type->valuestring, "llama") == 0 ||
-                                           strcmp(type->valuestring, "qwen2") == 0 ||
-                                           strcmp(type->valuestring, "qwen3") == 0)))
-        return s_type_error(src, "model_type", "\"llama\", \"qwen2\" or \"qwen3\"", type);
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
-        return s_type_error(src, "hidden_act", "\"silu\"", act);
-    const char *off[] = {"attention_bias", "mlp_bias"};
+    const char *types[] = {"llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        known = known || s_is_type(root, types[i]);
+    if (!known)
+        return s_type_error(src, "model_type",
+                            "\"llama\", \"qwen2\", \"qwen3\", \"mistral\", \"gemma\" or "
+                            "\"gemma2\"",
+                            cJSON_GetObjectItemCaseSensitive(root, "model_type"));
+    if (s_is_type(root, "gemma") || s_is_type(root, "gemma2")) {
+        BT_TRY(s_check_gemma_act(root, src));
+        BT_TRY(s_check_layer_types(root, src));
+    } else {
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+        if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
+            return s_type_error(src, "hidden_act", "\"silu\"", act);
+    }
+    const char *off[] = {"attention_bias", "mlp_bias", "use_sliding_window"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, off[i]);
         if (item && !cJSON_IsFalse(item) && !cJSON_IsNull(item))
@@ -224,13 +314,32 @@ static bt_status s_parse_fields(const cJSON *root, const char *src, bt_model_con
         st = s_get_token(root, src, "eos_token_id", &c->eos_token_id);
     if (st == BT_OK)
         st = s_get_token(root, src, "pad_token_id", &c->pad_token_id);
+    const cJSON *window = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (cJSON_IsNull(window))
+        c->sliding_window = 0;
+    if (st == BT_OK && (c->mistral || c->gemma == 2) && window && !cJSON_IsNull(window)) {
+        st = s_get_int(root, src, "sliding_window", false, &c->sliding_window);
+        if (st == BT_OK && c->sliding_window < 1)
+            st = bt_fail(BT_EINVAL,
+                         "%s: sliding_window: expected a positive integer or null, got "
+                         "%lld",
+                         src, (long long)c->sliding_window);
+    }
+    if (st == BT_OK && c->gemma == 2)
+        st = s_get_number(root, src, "query_pre_attn_scalar", &c->query_pre_attn_scalar);
+    if (st == BT_OK && c->gemma == 2)
+        st = s_get_cap(root, src, "attn_logit_softcapping", &c->attn_logit_softcapping);
+    if (st == BT_OK && c->gemma == 2)
+        st = s_get_cap(root, src, "final_logit_softcapping", &c->final_logit_softcapping);
     const cJSON *head_dim = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
     if (st == BT_OK && head_dim && !cJSON_IsNull(head_dim)) {
         if (!s_is_integer(head_dim))
             st = s_type_error(src, "head_dim", "an integer", head_dim);
         else if (c->num_attention_heads < 1 ||
                  (int64_t)head_dim->valuedouble != c->hidden_size / c->num_attention_heads)
-            c->head_dim = (int64_t)head_dim->valuedouble; /* otherwise it is the default */
+            c->head_dim = (int64_t)head_dim->valuedouble;
+        else
+            c->head_dim = 0; /* the default */
     }
     return st;
 }
@@ -245,11 +354,29 @@ bt_status bt_model_config_parse(const char *json, const char *source, bt_model_c
     bt_model_config c = {.rms_norm_eps = 1e-6,
                          .rope_theta = 10000.0,
                          .max_position_embeddings = 2048,
-                         .tie_word_embeddings = false};
+                         .tie_word_embeddings = false,
+                         .qkv_bias = s_is_type(root, "qwen2"),
+                         .qk_norm = s_is_type(root, "qwen3"),
+                         .mistral = s_is_type(root, "mistral"),
+                         .gemma = s_is_type(root, "gemma")    ? 1
+                                  : s_is_type(root, "gemma2") ? 2
+                                                              : 0};
+    if (c.gemma) { /* GemmaConfig's and Gemma2Config's defaults */
+        c.max_position_embeddings = 8192;
+        c.tie_word_embeddings = true;
+        c.head_dim = 256;
+    }
+    if (c.mistral) { /* MistralConfig's */
+        c.max_position_embeddings = 4096 * 32;
+        c.sliding_window = 4096;
+    }
+    if (c.gemma == 2) {
+        c.sliding_window = 4096;
+        c.query_pre_attn_scalar = 256;
+        c.attn_logit_softcapping = 50.0;
+        c.final_logit_softcapping = 30.0;
+    }
     bt_status st = s_parse_fields(root, source, &c);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    c.qkv_bias = cJSON_IsString(type) && strcmp(type->valuestring, "qwen2") == 0;
-    c.qk_norm = cJSON_IsString(type) && strcmp(type->valuestring, "qwen3") == 0;
     cJSON_Delete(root);
     if (st == BT_OK)
         st = s_validate(&c, source);
@@ -271,19 +398,46 @@ static cJSON *s_token_json(int64_t id) {
     return id < 0 ? cJSON_CreateNull() : cJSON_CreateNumber((double)id);
 }
 
+static cJSON *s_cap_json(double cap) {
+    return cap > 0 ? cJSON_CreateNumber(cap) : cJSON_CreateNull();
+}
+
 char *bt_model_config_to_json(const bt_model_config *c) {
     cJSON *root = cJSON_CreateObject();
-    const char *arch = c->qk_norm    ? "Qwen3ForCausalLM"
-                       : c->qkv_bias ? "Qwen2ForCausalLM"
-                                     : "LlamaForCausalLM";
+    bool mistral = !c->gemma && (c->mistral || c->sliding_window > 0);
+    const char *arch = c->qk_norm      ? "Qwen3ForCausalLM"
+                       : c->qkv_bias   ? "Qwen2ForCausalLM"
+                       : c->gemma == 2 ? "Gemma2ForCausalLM"
+                       : c->gemma      ? "GemmaForCausalLM"
+                       : mistral       ? "MistralForCausalLM"
+                                       : "LlamaForCausalLM";
     cJSON_AddItemToObject(root, "architectures", cJSON_CreateStringArray(&arch, 1));
     cJSON_AddStringToObject(root, "model_type",
-                            c->qk_norm    ? "qwen3"
-                            : c->qkv_bias ? "qwen2"
-                                          : "llama");
+                            c->qk_norm      ? "qwen3"
+                            : c->qkv_bias   ? "qwen2"
+                            : c->gemma == 2 ? "gemma2"
+                            : c->gemma      ? "gemma"
+                            : mistral       ? "mistral"
+                                            : "llama");
     cJSON_AddNumberToObject(root, "head_dim", (double)bt_model_head_dim(c));
     cJSON_AddStringToObject(root, "torch_dtype", "float32");
-    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    const char *act = c->gemma ? "gelu_pytorch_tanh" : "silu";
+    cJSON_AddStringToObject(root, "hidden_act", act);
+    if (c->gemma)
+        cJSON_AddStringToObject(root, "hidden_activation", act);
+    if (c->gemma == 2) {
+        cJSON_AddNumberToObject(root, "query_pre_attn_scalar",
+                                c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar
+                                                             : (double)bt_model_head_dim(c));
+        cJSON_AddItemToObject(root, "attn_logit_softcapping",
+                              s_cap_json(c->attn_logit_softcapping));
+        cJSON_AddItemToObject(root, "final_logit_softcapping",
+                              s_cap_json(c->final_logit_softcapping));
+    }
+    if (mistral || c->gemma == 2)
+        cJSON_AddItemToObject(root, "sliding_window",
+                              c->sliding_window > 0 ? cJSON_CreateNumber((double)c->sliding_window)
+                                                    : cJSON_CreateNull());
     cJSON_AddNumberToObject(root, "vocab_size", (double)c->vocab_size);
     cJSON_AddNumberToObject(root, "hidden_size", (double)c->hidden_size);
     cJSON_AddNumberToObject(root, "intermediate_size", (double)c->intermediate_size);
@@ -321,17 +475,18 @@ bt_status bt_model_config_save(const bt_model_config *cfg, const char *path) {
  */
 
 typedef struct s_layer {
-    bt_tensor *input_norm;               /* (C) */
-    bt_tensor *q_proj;                   /* (H * D, C) */
-    bt_tensor *k_proj;                   /* (Hkv * D, C) */
-    bt_tensor *v_proj;                   /* (Hkv * D, C) */
-    bt_tensor *q_bias, *k_bias, *v_bias; /* (H * D), (Hkv * D), (Hkv * D); NULL but in Qwen2 */
-    bt_tensor *q_norm, *k_norm;          /* (D); NULL but in Qwen3 */
-    bt_tensor *o_proj;                   /* (C, H * D) */
-    bt_tensor *post_norm;                /* (C) */
-    bt_tensor *gate_proj;                /* (I, C) */
-    bt_tensor *up_proj;                  /* (I, C) */
-    bt_tensor *down_proj;                /* (C, I) */
+    bt_tensor *input_norm;                 /* (C) */
+    bt_tensor *q_proj;                     /* (H * D, C) */
+    bt_tensor *k_proj;                     /* (Hkv * D, C) */
+    bt_tensor *v_proj;                     /* (Hkv * D, C) */
+    bt_tensor *q_bias, *k_bias, *v_bias;   /* (H * D), (Hkv * D), (Hkv * D); NULL but in Qwen2 */
+    bt_tensor *q_norm, *k_norm;            /* (D); NULL but in Qwen3 */
+    bt_tensor *o_proj;                     /* (C, H * D) */
+    bt_tensor *post_norm;                  /* (C): post_attention_layernorm */
+    bt_tensor *pre_ff_norm, *post_ff_norm; /* (C); NULL but in Gemma 2 */
+    bt_tensor *gate_proj;                  /* (I, C) */
+    bt_tensor *up_proj;                    /* (I, C) */
+    bt_tensor *down_proj;                  /* (C, I) */
 } s_layer;
 
 typedef struct s_param {
@@ -405,6 +560,10 @@ static bt_model *s_model_alloc(const bt_model_config *cfg, bt_device device) {
             s_add_spec(m, 1, D, 0, "model.layers.%d.self_attn.k_norm.weight", l);
         }
         s_add_spec(m, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        if (cfg->gemma == 2) {
+            s_add_spec(m, 1, C, 0, "model.layers.%d.pre_feedforward_layernorm.weight", l);
+            s_add_spec(m, 1, C, 0, "model.layers.%d.post_feedforward_layernorm.weight", l);
+        }
         s_add_spec(m, 2, I, C, "model.layers.%d.mlp.gate_proj.weight", l);
         s_add_spec(m, 2, I, C, "model.layers.%d.mlp.up_proj.weight", l);
         s_add_spec(m, 2, C, I, "model.layers.%d.mlp.down_proj.weight", l);
@@ -436,6 +595,10 @@ static void s_model_bind(bt_model *m) {
             w->k_norm = *p++;
         }
         w->post_norm = *p++;
+        if (m->cfg.gemma == 2) {
+            w->pre_ff_norm = *p++;
+            w->post_ff_norm = *p++;
+        }
         w->gate_proj = *p++;
         w->up_proj = *p++;
         w->down_proj = *p++;
@@ -444,13 +607,14 @@ static void s_model_bind(bt_model *m) {
     m->lm_head = m->cfg.tie_word_embeddings ? m->embed : *p;
 }
 
-/*  Norm weights 1, biases 0, matrices N(0, 0.02^2): a CPU tensor in tmp. */
-static bt_tensor *s_init_random(bt_ctx *tmp, bt_gen *gen, const s_param *p) {
+/*  Norm weights norm (1; Gemma's 0, which its (1 + weight) makes a scale of 1), biases 0,
+    matrices N(0, 0.02^2): a CPU tensor in tmp. */
+static bt_tensor *s_init_random(bt_ctx *tmp, bt_gen *gen, const s_param *p, double norm) {
     size_t n = strlen(p->name);
     if (n > 5 && !strcmp(p->name + n - 5, ".bias"))
         return bt_zeros(tmp, BT_F32, bt_cpu(), 1, p->shape);
     if (p->ndim == 1)
-        return bt_full(tmp, BT_F32, bt_cpu(), 1, p->shape, 1.0);
+        return bt_full(tmp, BT_F32, bt_cpu(), 1, p->shape, norm);
     return bt_mul_scalar(tmp, bt_randn(tmp, gen, BT_F32, p->ndim, p->shape), 0.02);
 }
 
@@ -507,8 +671,8 @@ static bt_status s_model_fill(bt_model *m, uint64_t seed, const s_source *st) {
     bool grad = bt_set_grad_enabled(false);
     bt_status status = (gen || st) && tmp ? BT_OK : BT_ENOMEM;
     for (int i = 0; i < m->n_params && status == BT_OK; i++) {
-        bt_tensor *t =
-            st ? s_init_from_file(tmp, st, &m->specs[i]) : s_init_random(tmp, gen, &m->specs[i]);
+        bt_tensor *t = st ? s_init_from_file(tmp, st, &m->specs[i])
+                          : s_init_random(tmp, gen, &m->specs[i], m->cfg.gemma ? 0.0 : 1.0);
         if (st && i == 0 && t) /* model.embed_tokens.weight: the dtype the source stores */
             m->save = bt_dtype_of(t);
         m->params[i] = bt_clone(m->ctx, bt_to_device(tmp, bt_to_dtype(tmp, t, BT_F32), m->device));
@@ -615,6 +779,7 @@ typedef struct s_pass {
     int64_t B, T;         /* batch, new tokens */
     bt_tensor *cos, *sin; /* (B, 1, T, D) rotary tables */
     bt_tensor *allowed;   /* (B, 1, T, Tk) which keys each query may attend to */
+    bt_tensor *local;     /* (B, 1, T, Tk) allowed within the sliding window (allowed when none) */
     int64_t offset;       /* the first query's column (0 but in s_allowed's decode use) */
     bt_kv_cache *cache;   /* NULL for a full forward */
     bt_tensor *write;     /* prefill: (B) the slots the rows' keys and values go to; decode: (B *
@@ -670,15 +835,34 @@ static bt_tensor *s_proj(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, bt_tensor *b) 
     return b ? bt_add(ctx, y, b) : y;
 }
 
+/*  Attention of q (B, H, Tq, D) over k, v (B, Hkv, Tk, D) under allowed (B, 1, Tq, Tk): fused
+    unless Gemma 2 scales or caps the scores. */
+static bt_tensor *s_attend(const bt_model *m, bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v,
+                           bt_tensor *allowed) {
+    const bt_model_config *c = &m->cfg;
+    if (c->gemma != 2)
+        return bt_attention(ctx, q, k, v, allowed);
+    double scalar =
+        c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (double)bt_model_head_dim(c);
+    return bt_attention_capped(ctx, q, k, v, allowed, 1.0 / sqrt(scalar),
+                               c->attn_logit_softcapping);
+}
+
+/*  Whether layer l attends within the sliding window: Mistral's every layer, Gemma 2's even ones
+    (Gemma2DecoderLayer: is_sliding = not layer_idx % 2). */
+static bool s_slides(const bt_model *m, int l) {
+    return m->cfg.sliding_window > 0 && (m->cfg.gemma != 2 || l % 2 == 0);
+}
+
 /*  A decode step's attention run by run: each run of slots reads its own longest length. */
-static bt_tensor *s_attention_runs(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v,
-                                   const s_pass *p) {
+static bt_tensor *s_attention_runs(const bt_model *m, bt_ctx *ctx, bt_tensor *q, bt_tensor *k,
+                                   bt_tensor *v, bt_tensor *allowed, const s_pass *p) {
     for (int64_t r = 0; r < p->n_runs; r++) {
         int64_t a = p->run[r], b = p->run[r + 1], n = p->run_keys[r];
         bt_tensor *kr = bt_slice(ctx, bt_slice(ctx, k, 0, a, b, 1), 2, 0, n, 1);
         bt_tensor *vr = bt_slice(ctx, bt_slice(ctx, v, 0, a, b, 1), 2, 0, n, 1);
-        bt_tensor *mr = bt_slice(ctx, bt_slice(ctx, p->allowed, 0, a, b, 1), 3, 0, n, 1);
-        p->parts[r] = bt_attention(ctx, bt_slice(ctx, q, 0, a, b, 1), kr, vr, mr);
+        bt_tensor *mr = bt_slice(ctx, bt_slice(ctx, allowed, 0, a, b, 1), 3, 0, n, 1);
+        p->parts[r] = s_attend(m, ctx, bt_slice(ctx, q, 0, a, b, 1), kr, vr, mr);
     }
     return bt_cat(ctx, p->parts, (int)p->n_runs, 0);
 }
@@ -704,24 +888,40 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
         k = s_cache_write(ctx, p->cache->k[l], k, p);
         v = s_cache_write(ctx, p->cache->v[l], v, p);
     }
-    bt_tensor *y = p->n_runs > 1 ? s_attention_runs(ctx, q, k, v, p)
-                                 : bt_attention(ctx, q, k, v, p->allowed); /* (B, H, T, D) */
+    bt_tensor *allowed = s_slides(m, l) ? p->local : p->allowed;
+    bt_tensor *y = p->n_runs > 1 ? s_attention_runs(m, ctx, q, k, v, allowed, p)
+                                 : s_attend(m, ctx, q, k, v, allowed); /* (B, H, T, D) */
     return bt_linear(ctx, s_merge_heads(ctx, y, p), w->o_proj);
 }
 
-/*  SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), x (B, T, C) -> (B, T, C). */
-static bt_tensor *s_mlp(bt_ctx *ctx, const s_layer *w, bt_tensor *x) {
-    bt_tensor *gate = bt_silu(ctx, bt_linear(ctx, x, w->gate_proj)); /* (B, T, I) */
+/*  SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), Gemma's GeGLU with gelu-tanh in place of
+    silu; x (B, T, C) -> (B, T, C). */
+static bt_tensor *s_mlp(const bt_model *m, bt_ctx *ctx, const s_layer *w, bt_tensor *x) {
+    bt_tensor *gate = bt_linear(ctx, x, w->gate_proj); /* (B, T, I) */
+    gate = m->cfg.gemma ? bt_gelu_tanh(ctx, gate) : bt_silu(ctx, gate);
     return bt_linear(ctx, bt_mul(ctx, gate, bt_linear(ctx, x, w->up_proj)), w->down_proj);
 }
 
-/*  Pre-norm decoder layer: x + attn(norm(x)), then h + mlp(norm(h)).  (B, T, C) -> (B, T, C). */
+/*  The model's RMSNorm of x (..., C) by weight w (C): Gemma's scales by (1 + w) (GemmaRMSNorm). */
+static bt_tensor *s_norm(const bt_model *m, bt_ctx *ctx, bt_tensor *x, bt_tensor *w) {
+    if (m->cfg.gemma)
+        w = bt_add_scalar(ctx, w, 1.0);
+    return bt_rms_norm(ctx, x, w, m->cfg.rms_norm_eps);
+}
+
+/*  Pre-norm decoder layer: x + attn(norm(x)), then h + mlp(norm(h)); Gemma 2 (Gemma2DecoderLayer)
+    normalises both outputs too: x + norm(attn(norm(x))), h + norm(mlp(norm(h))).
+    (B, T, C) -> (B, T, C). */
 static bt_tensor *s_block(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x, const s_pass *p) {
     const s_layer *w = &m->layers[l];
-    double eps = m->cfg.rms_norm_eps;
-    bt_tensor *h =
-        bt_add(ctx, x, s_attention(m, ctx, l, bt_rms_norm(ctx, x, w->input_norm, eps), p));
-    return bt_add(ctx, h, s_mlp(ctx, w, bt_rms_norm(ctx, h, w->post_norm, eps)));
+    bt_tensor *a = s_attention(m, ctx, l, s_norm(m, ctx, x, w->input_norm), p);
+    if (w->post_ff_norm) {
+        bt_tensor *h = bt_add(ctx, x, s_norm(m, ctx, a, w->post_norm));
+        bt_tensor *f = s_mlp(m, ctx, w, s_norm(m, ctx, h, w->pre_ff_norm));
+        return bt_add(ctx, h, s_norm(m, ctx, f, w->post_ff_norm));
+    }
+    bt_tensor *h = bt_add(ctx, x, a);
+    return bt_add(ctx, h, s_mlp(m, ctx, w, s_norm(m, ctx, h, w->post_norm)));
 }
 
 /*  A checkpointed layer's closure, copied by bt_checkpoint: the pass's tensors (rotary tables,
@@ -762,6 +962,8 @@ static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const
     if (u && u->gather(u->user, (int)m->cfg.num_hidden_layers) != BT_OK)
         return NULL;
     bt_tensor *x = bt_embedding(ctx, m->embed, ids); /* (B, T, C) */
+    if (m->cfg.gemma) /* GemmaModel: x * sqrt(C), the factor rounded to x's dtype (float32) */
+        x = bt_mul_scalar(ctx, x, (double)(float)sqrt((double)m->cfg.hidden_size));
     for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++) {
         if (u) {
             const s_block_call c = {.m = m, .l = l, .p = *p};
@@ -774,7 +976,17 @@ static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const
             x = s_block(m, ctx, l, x, p);
         }
     }
-    return bt_rms_norm(ctx, x, m->norm, m->cfg.rms_norm_eps);
+    return s_norm(m, ctx, x, m->norm);
+}
+
+/*  The output head: logits (..., V) of hidden states (..., C), Gemma 2's capped to
+    cap tanh(logits / cap) (final_logit_softcapping). */
+static bt_tensor *s_logits(const bt_model *m, bt_ctx *ctx, bt_tensor *h) {
+    bt_tensor *logits = bt_linear(ctx, h, m->lm_head);
+    double cap = m->cfg.final_logit_softcapping;
+    if (cap <= 0)
+        return logits;
+    return bt_mul_scalar(ctx, bt_tanh(ctx, bt_mul_scalar(ctx, logits, 1.0 / cap)), cap);
 }
 
 /*  Positions (B, T) of mask (B, T) BT_I64: base + max(cumsum(mask) - 1, 0); base (B, 1) or NULL. */
@@ -829,6 +1041,22 @@ static bt_tensor *s_allowed(bt_ctx *ctx, bt_device dev, bt_tensor *real, bt_tens
         key = bt_logical_and(ctx, key, same); /* (B, 1, T, Tk) */
     }
     return bt_logical_and(ctx, causal, bt_logical_or(ctx, key, self)); /* (B, 1, T, Tk) */
+}
+
+/*  allowed (B, 1, T, Tk) limited to the sliding window, when the model has one: a query at
+    position i keeps the keys at positions j with i - j < sliding_window.  transformers masks the
+    same (MistralModel's causal mask: j <= i - sliding_window is masked; masking_utils'
+    sliding_window_overlay: kv_idx > q_idx - sliding_window is kept).  Positions, not columns, so
+    padded, packed and shared-prefix rows see the window their sequence sees alone.  qpos (B, T),
+    kpos (B or 1, Tk) BT_I64. */
+static bt_tensor *s_window(const bt_model *m, bt_ctx *ctx, bt_tensor *allowed, bt_tensor *qpos,
+                           bt_tensor *kpos) {
+    if (m->cfg.sliding_window <= 0)
+        return allowed;
+    const int64_t qs[] = {bt_dim(qpos, 0), 1, bt_dim(qpos, 1), 1};
+    const int64_t ks[] = {bt_dim(kpos, 0), 1, 1, bt_dim(kpos, 1)};
+    bt_tensor *back = bt_sub(ctx, bt_reshape(ctx, qpos, 4, qs), bt_reshape(ctx, kpos, 4, ks));
+    return bt_logical_and(ctx, allowed, bt_lt_scalar(ctx, back, (double)m->cfg.sliding_window));
 }
 
 /*  Allowed (B, 1, T, T) of packed rows with shared prefixes: s_allowed's block-diagonal causal
@@ -912,7 +1140,8 @@ static bt_tensor *s_forward(bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_ro
     p.allowed = r->prefix
                     ? s_allowed_shared(ctx, m->device, seg, bt_to_dtype(ctx, r->prefix, BT_I64), &p)
                     : s_allowed(ctx, m->device, bt_gt_scalar(ctx, m64, 0), seg, &p, p.T);
-    return bt_linear(ctx, s_hidden(m, ctx, ids, &p), m->lm_head); /* (B, T, V) */
+    p.local = s_window(m, ctx, p.allowed, pos, pos);
+    return s_logits(m, ctx, s_hidden(m, ctx, ids, &p)); /* (B, T, V) */
 }
 
 static bt_tensor *s_forward_scoped(bt_model *self, bt_ctx *ctx, bt_tensor *ids, const s_rows *r) {
@@ -1172,7 +1401,7 @@ static bt_tensor *s_head(bt_model *m, bt_ctx *ctx, bt_tensor *h) {
     if (bt_autocast_enter(m->device, m->compute, &scope) != BT_OK)
         return NULL;
     bool grad = bt_set_grad_enabled(false);
-    bt_tensor *logits = bt_linear(ctx, h, m->lm_head);
+    bt_tensor *logits = s_logits(m, ctx, h);
     bt_set_grad_enabled(grad);
     bt_autocast_exit(&scope);
     return m->compute == BT_F32 ? logits : bt_to_dtype(ctx, logits, BT_F32);
@@ -1212,6 +1441,7 @@ bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_
     const int64_t pshape[] = {1, T}, flat[] = {N * T, C};
     bt_tensor *pos = bt_expand(ctx, bt_reshape(ctx, bt_arange(ctx, BT_I64, dev, T), 2, pshape), 2,
                                shape); /* (N, T): rows start at column 0 */
+    p.local = s_window(self, ctx, p.allowed, pos, pos);
     bt_tensor *h = s_hidden_cached(self, ctx, bt_to_dtype(ctx, ids, BT_I64), &p, pos);
     bt_tensor *at = bt_from_host(ctx, BT_I64, dev, 1, &N, last);
     bt_tensor *logits = s_head(self, ctx, bt_index_select(ctx, bt_reshape(ctx, h, 2, flat), 0, at));
@@ -1309,6 +1539,7 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
     p.allowed =
         bt_reshape(ctx, bt_logical_not(ctx, bt_gt_scalar(ctx, bt_sub(ctx, kcol, positions), 0)), 4,
                    ashape); /* key column <= the slot's position */
+    p.local = s_window(self, ctx, p.allowed, positions, kcol); /* the last sliding_window */
     const int64_t flat[] = {S, self->cfg.hidden_size};
     bt_tensor *h =
         s_hidden_cached(self, ctx, bt_from_host(ctx, BT_I64, dev, 2, col, tok), &p, positions);

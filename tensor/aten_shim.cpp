@@ -706,6 +706,8 @@ UNARY_OP(bt_sqrt, at::sqrt(t->t))
 UNARY_OP(bt_rsqrt, at::rsqrt(t->t))
 UNARY_OP(bt_abs, at::abs(t->t))
 UNARY_OP(bt_silu, at::silu(t->t))
+UNARY_OP(bt_gelu_tanh, at::gelu(t->t, "tanh"))
+UNARY_OP(bt_tanh, at::tanh(t->t))
 UNARY_OP(bt_logical_not, at::logical_not(t->t))
 UNARY_OP(bt_sum_all, t->t.sum())
 UNARY_OP(bt_mean_all, t->t.mean())
@@ -824,6 +826,24 @@ extern "C" bt_tensor *bt_attention(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_t
         scores.masked_fill_(allowed->t.logical_not(), -INFINITY);
         return at::matmul(at::softmax(scores, -1), vv);
 #endif
+    });
+}
+
+extern "C" bt_tensor *bt_attention_capped(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v,
+                                          bt_tensor *allowed, double scale, double softcap) {
+    NEED3("bt_attention_capped", q, k, v);
+    NEED1("bt_attention_capped", allowed);
+    return s_op(ctx, "bt_attention_capped", [&] {
+        if (q->t.dim() != 4 || k->t.dim() != 4 || v->t.dim() != 4)
+            throw std::invalid_argument("q, k, v must be (B, H, T, D)");
+        int64_t heads = q->t.size(1);
+        at::Tensor kk = s_repeat_kv(k->t, heads), vv = s_repeat_kv(v->t, heads);
+        at::Tensor scores = at::matmul(q->t, kk.transpose(-2, -1)) * scale; /* (B, H, Tq, Tk) */
+        if (softcap > 0) /* Gemma 2: softcap * tanh(scores / softcap) */
+            scores = at::tanh(scores / softcap) * softcap;
+        scores = scores.masked_fill(allowed->t.logical_not(), -INFINITY);
+        at::ScalarType soft = scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+        return at::matmul(at::softmax(scores, -1, soft).to(vv.scalar_type()), vv);
     });
 }
 

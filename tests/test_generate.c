@@ -13,7 +13,11 @@
       live sequence's token, and the KV memory is the slots' preallocation and the prefix store;
     - attention in runs: a prompt of 300 tokens beside three of 3 is read to its own length, the
       short ones to theirs (the columns read are those two runs', not four slots x the longest),
-      and the tokens are the reference's. */
+      and the tokens are the reference's;
+    - a sliding window (Mistral's on every layer, Gemma 2's on even layers with its capped
+      attention; 4 positions, shorter than most sequences): greedy and sampled generation with the
+      cache equals the reference's, whose log-probs differ from the same weights' without the
+      window. */
 #define _DEFAULT_SOURCE
 #include "baton/model.h"
 #include "baton/rng.h"
@@ -115,7 +119,8 @@ static int s_count_same(const bt_generation *x, const bt_generation *y, double t
 }
 
 static void test_greedy_and_sampled(bt_model *m) {
-    bt_generation first; /* the stops: tokens greedy decoding writes (sequence 0's third, 5's 5th) */
+    bt_generation
+        first; /* the stops: tokens greedy decoding writes (sequence 0's third, 5's 5th) */
     bt_generation_init(&first);
     CHECK_OK(s_gen(m, s_rows, s_lens, s_keys, s_limits, B, (s_opts){.cache = false}, &first));
     if (first.tokens) {
@@ -316,6 +321,56 @@ static void test_runs(void) {
     bt_model_destroy(&m);
 }
 
+/*  The sliding window in the cached decode (Mistral: gemma 0; Gemma 2: gemma 2): each sequence,
+    greedy with 1, 3 and a slot per sequence and sampled, as the reference (full padded forwards,
+    the window by position there, checked against llama_ref.py in test_model) makes it. */
+static void test_sliding_window(int gemma) {
+    bt_model_config cfg = s_config();
+    cfg.mistral = gemma == 0;
+    cfg.gemma = gemma;
+    cfg.tie_word_embeddings = gemma > 0;
+    if (gemma == 2) { /* caps the random model's scores and logits reach */
+        cfg.query_pre_attn_scalar = 12;
+        cfg.attn_logit_softcapping = 0.05;
+        cfg.final_logit_softcapping = 0.5;
+    }
+    cfg.sliding_window = 4; /* prompts of 1..9 tokens and 10 new ones: most sequences outgrow it */
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 21);
+    cfg.sliding_window = 0;
+    bt_model *full = bt_model_new(&cfg, bt_cpu(), 21); /* the same weights, no window */
+    CHECK(m && full);
+    if (!m || !full)
+        return;
+    bt_generation ref, eng, wide;
+    bt_generation_init(&ref);
+    bt_generation_init(&eng);
+    bt_generation_init(&wide);
+    for (int sampled = 0; sampled < 2; sampled++) {
+        s_opts o = {.temperature = sampled, .cache = false, .limits = true};
+        CHECK_OK(s_gen(m, s_rows, s_lens, s_keys, s_limits, B, o, &ref));
+        CHECK_OK(s_gen(full, s_rows, s_lens, s_keys, s_limits, B, o, &wide));
+        int differ = B - s_count_same(&ref, &wide, 1e-5);
+        const int64_t slots[] = {1, 3, 0};
+        for (int k = 0; k < 3; k++) {
+            o.cache = true;
+            o.slots = slots[k];
+            CHECK_OK(s_gen(m, s_rows, s_lens, s_keys, s_limits, B, o, &eng));
+            int same = s_count_same(&ref, &eng, 1e-5);
+            printf("sliding window 4 (%s), %s, slots %lld: %d of %d sequences as the reference "
+                   "(%d differ from no window)\n",
+                   gemma ? "Gemma 2" : "Mistral", sampled ? "sampled" : "greedy",
+                   (long long)slots[k], same, B, differ);
+            CHECK(same == B);
+        }
+        CHECK(differ > B / 2);
+    }
+    bt_generation_release(&ref);
+    bt_generation_release(&eng);
+    bt_generation_release(&wide);
+    bt_model_destroy(&m);
+    bt_model_destroy(&full);
+}
+
 int main(void) {
     s_batch();
     bt_model_config cfg = s_config();
@@ -326,6 +381,8 @@ int main(void) {
     test_greedy_and_sampled(m);
     test_work(m);
     test_runs();
+    test_sliding_window(0);
+    test_sliding_window(2);
     bt_model_destroy(&m);
     return check_exit();
 }

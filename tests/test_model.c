@@ -1282,9 +1282,14 @@ static bool s_ref_logits(const char *dir, const int64_t *ids, int n, int64_t V, 
 }
 
 /*  Logits against an independent float64 numpy forward pass written from the Hugging Face modelling
-    definitions (tests/ref/llama_ref.py): a Llama model, a Qwen2 one (q/k/v biases) and a Qwen3 one
-    (head_dim 16 with hidden 32 and 4 heads, q/k norms), every norm weight and bias random,
-    grouped-query attention, six tokens; max |diff| < 1e-4. */
+    definitions (tests/ref/llama_ref.py): a Llama model, a Qwen2 one (q/k/v biases), a Qwen3 one
+    (head_dim 16 with hidden 32 and 4 heads, q/k norms), a Mistral one (a sliding window of 3 over
+    six tokens), a Gemma one (embeddings times sqrt(32), norms by 1 + weight, gelu-tanh, head_dim
+    16, tied head) and a Gemma 2 one (besides: output norms, query_pre_attn_scalar 24, capped
+    scores and logits, the window of 3 on layer 0 only), every norm weight and bias random,
+    grouped-query attention, six tokens; max |diff| < 1e-4.  Each saved folder names its
+    architecture and loads back to the same config and the same logits, bit for bit.  Gemma 2's
+    scalar, each cap and the window each move the reference's logits by far more than that. */
 static void test_reference_logits(void) {
     if (access("/usr/bin/python3", X_OK) != 0) {
         fprintf(stderr, "test_model: /usr/bin/python3 missing, reference logits not checked\n");
@@ -1293,14 +1298,23 @@ static void test_reference_logits(void) {
     bt_ctx *ctx = bt_ctx_new();
     bt_gen *gen = bt_gen_new(17, bt_cpu());
     const int64_t ids[6] = {256, 49, 43, 55, 61, 3}, ones[6] = {1, 1, 1, 1, 1, 1};
-    for (int qwen = 0; qwen < 3; qwen++) { /* Llama, Qwen2, Qwen3 */
+    for (int qwen = 0; qwen < 6; qwen++) { /* Llama, Qwen2, Qwen3, Mistral, Gemma, Gemma 2 */
         char dir[] = "/tmp/bt_ref_XXXXXX";
         CHECK(mkdtemp(dir) != NULL);
         bt_model_config cfg = s_config(2);
         cfg.num_hidden_layers = 2;
         cfg.qkv_bias = qwen == 1;
         cfg.qk_norm = qwen == 2;
-        cfg.head_dim = qwen == 2 ? 16 : 0;
+        cfg.mistral = qwen == 3;
+        cfg.sliding_window = qwen == 3 || qwen == 5 ? 3 : 0;
+        cfg.gemma = qwen == 4 ? 1 : qwen == 5 ? 2 : 0;
+        cfg.tie_word_embeddings = cfg.gemma > 0;
+        cfg.head_dim = qwen == 2 || cfg.gemma ? 16 : 0;
+        if (qwen == 5) { /* caps the random model's scores (~0.05) and logits (~0.2) reach */
+            cfg.query_pre_attn_scalar = 24;
+            cfg.attn_logit_softcapping = 0.05;
+            cfg.final_logit_softcapping = 0.1;
+        }
         bt_model *m = bt_model_new(&cfg, bt_cpu(), 23);
         for (int i = 0; i < bt_model_num_params(m); i++) { /* vectors random too */
             bt_tensor *t = bt_model_params(m)[i];
@@ -1309,7 +1323,7 @@ static void test_reference_logits(void) {
             int64_t n = bt_numel(t);
             bt_tensor *r =
                 bt_add_scalar(ctx, bt_mul_scalar(ctx, bt_randn(ctx, gen, BT_F32, 1, &n), 0.3),
-                              strstr(bt_model_param_name(m, i), ".bias") ? 0.0 : 1.0);
+                              strstr(bt_model_param_name(m, i), ".bias") || cfg.gemma ? 0.0 : 1.0);
             bool grad = bt_set_grad_enabled(false);
             CHECK_OK(bt_copy_(t, r));
             bt_set_grad_enabled(grad);
@@ -1323,21 +1337,51 @@ static void test_reference_logits(void) {
         for (int i = 0; got && i < 6 * V; i++)
             worst = fmax(worst, fabs(want[i] - got[i]));
         free(got);
-        const char *family[] = {"Llama", "Qwen2", "Qwen3"};
+        const char *family[] = {"Llama", "Qwen2", "Qwen3", "Mistral", "Gemma", "Gemma 2"};
         printf("reference logits (%s): max |diff| %.3g\n", family[qwen], worst);
         CHECK(worst < 1e-4);
         char config[512], *text2 = NULL;
         snprintf(config, sizeof config, "%s/config.json", dir);
         CHECK_OK(bt_file_read(config, 1 << 20, &text2, NULL));
         const char *arch[] = {"\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"",
-                              "\"Qwen3ForCausalLM\""};
+                              "\"Qwen3ForCausalLM\"", "\"MistralForCausalLM\"",
+                              "\"GemmaForCausalLM\"", "\"Gemma2ForCausalLM\""};
         CHECK(text2 && strstr(text2, arch[qwen]));
         free(text2);
         bt_model *back = bt_model_load(dir, bt_cpu()); /* the biases come back too */
-        CHECK(back && bt_model_get_config(back)->qkv_bias == (qwen == 1) &&
-              bt_model_get_config(back)->qk_norm == (qwen == 2) &&
-              bt_model_head_dim(bt_model_get_config(back)) == (qwen == 2 ? 16 : 8) &&
+        const bt_model_config *bc = back ? bt_model_get_config(back) : NULL;
+        CHECK(bc && bc->qkv_bias == (qwen == 1) && bc->qk_norm == (qwen == 2) &&
+              bc->mistral == (qwen == 3) && bc->sliding_window == cfg.sliding_window &&
+              bc->gemma == cfg.gemma && bc->tie_word_embeddings == cfg.tie_word_embeddings &&
+              bc->query_pre_attn_scalar == cfg.query_pre_attn_scalar &&
+              bc->attn_logit_softcapping == cfg.attn_logit_softcapping &&
+              bc->final_logit_softcapping == cfg.final_logit_softcapping &&
+              bt_model_head_dim(bc) == (qwen == 2 || cfg.gemma ? 16 : 8) &&
               bt_model_num_params(back) == bt_model_num_params(m));
+        float *again =
+            back
+                ? s_host(bt_model_forward(back, ctx, s_i64(ctx, 1, 6, ids), s_i64(ctx, 1, 6, ones)))
+                : NULL;
+        got = s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, 6, ids), s_i64(ctx, 1, 6, ones)));
+        CHECK(again && got && memcmp(again, got, sizeof *got * 6 * V) == 0);
+        free(again);
+        for (int off = 0; qwen == 5 && off < 4; off++) { /* each Gemma 2 switch takes effect */
+            bt_model_config alt = cfg;
+            alt.query_pre_attn_scalar = off == 0 ? 0 : alt.query_pre_attn_scalar; /* head_dim */
+            alt.attn_logit_softcapping = off == 1 ? 0 : alt.attn_logit_softcapping;
+            alt.final_logit_softcapping = off == 2 ? 0 : alt.final_logit_softcapping;
+            alt.sliding_window = off == 3 ? 0 : alt.sliding_window;
+            double other[6 * V], moved = 0;
+            CHECK_OK(bt_model_config_save(&alt, config));
+            CHECK(s_ref_logits(dir, ids, 6, V, other));
+            for (int i = 0; got && i < 6 * V; i++)
+                moved = fmax(moved, fabs(other[i] - got[i]));
+            const char *what[] = {"query_pre_attn_scalar", "attn_logit_softcapping",
+                                  "final_logit_softcapping", "sliding_window"};
+            printf("  without Gemma 2's %s: %.3g from its logits\n", what[off], moved);
+            CHECK(moved > 100 * worst && moved > 1e-5);
+        }
+        free(got);
         bt_model_destroy(&back);
         bt_model_destroy(&m);
         bt_ctx_reset(ctx);
@@ -1345,6 +1389,192 @@ static void test_reference_logits(void) {
     }
     bt_gen_destroy(&gen);
     bt_ctx_destroy(&ctx);
+}
+
+/*  max |want - got| over n values. */
+static double s_worst(const double *want, const float *got, int64_t n) {
+    double worst = got ? 0 : INFINITY;
+    for (int64_t i = 0; got && i < n; i++)
+        worst = fmax(worst, fabs(want[i] - got[i]));
+    return worst;
+}
+
+/*  Mistral's sliding window (3 positions) on every path, against llama_ref.py's float64 logits of
+    each sequence alone: a plain forward of 10 tokens (whose logits differ from the same weights
+    without the window: it took effect), a left-padded row, a packed row of two sequences, a shared
+    prefix with two responses (the second sits after the first, so its columns are further from the
+    prompt than its positions: the window goes by position), and prefill then KV-cached decode.
+    Each max |diff| < 1e-4. */
+static void test_sliding_window(void) {
+    if (access("/usr/bin/python3", X_OK) != 0) {
+        fprintf(stderr, "test_model: /usr/bin/python3 missing, sliding window not checked\n");
+        return;
+    }
+    enum { TA = 10, TB = 7, P = 5, R2 = 4 };
+    const int64_t a[TA] = {256, 49, 43, 55, 61, 3, 200, 17, 90, 33};
+    const int64_t b[TB] = {256, 120, 7, 64, 99, 12, 45};
+    int64_t pb[P + R2]; /* the prompt a[0..P) then the second response b[1..1+R2) */
+    for (int t = 0; t < P + R2; t++)
+        pb[t] = t < P ? a[t] : b[1 + t - P];
+    char dir[] = "/tmp/bt_window_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    bt_ctx *ctx = bt_ctx_new();
+    bt_model_config cfg = s_config(2);
+    cfg.mistral = true;
+    cfg.sliding_window = 3;
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 31);
+    cfg.sliding_window = 0;
+    bt_model *full = bt_model_new(&cfg, bt_cpu(), 31); /* the same weights, no window */
+    CHECK_OK(bt_model_save(m, NULL, dir));
+    static double ra[TA * V], rb[TB * V], rpb[(P + R2) * V];
+    CHECK(s_ref_logits(dir, a, TA, V, ra) && s_ref_logits(dir, b, TB, V, rb) &&
+          s_ref_logits(dir, pb, P + R2, V, rpb));
+
+    /* plain */
+    int64_t ones[TA + TB];
+    for (int t = 0; t < TA + TB; t++)
+        ones[t] = 1;
+    float *got = s_host(bt_model_forward(m, ctx, s_i64(ctx, 1, TA, a), s_i64(ctx, 1, TA, ones)));
+    float *base =
+        s_host(bt_model_forward(full, ctx, s_i64(ctx, 1, TA, a), s_i64(ctx, 1, TA, ones)));
+    double plain = s_worst(ra, got, TA * V), moved = 0;
+    for (int i = 0; got && base && i < TA * V; i++)
+        moved = fmax(moved, fabs((double)got[i] - base[i]));
+    free(got);
+    free(base);
+
+    /* left padding: row 1 is b after TA - TB pads */
+    int64_t ids[2 * TA], mask[2 * TA];
+    for (int t = 0; t < TA; t++) {
+        ids[t] = a[t];
+        mask[t] = 1;
+        ids[TA + t] = t < TA - TB ? PAD : b[t - (TA - TB)];
+        mask[TA + t] = t >= TA - TB;
+    }
+    got = s_host(bt_model_forward(m, ctx, s_i64(ctx, 2, TA, ids), s_i64(ctx, 2, TA, mask)));
+    double padded = fmax(s_worst(ra, got, TA * V),
+                         got ? s_worst(rb, got + (TA + TA - TB) * V, TB * V) : INFINITY);
+    free(got);
+
+    /* packed: a then b in one row */
+    int64_t row[TA + TB], seg[TA + TB], pos[TA + TB];
+    for (int t = 0; t < TA + TB; t++) {
+        row[t] = t < TA ? a[t] : b[t - TA];
+        seg[t] = t < TA ? 1 : TA + 1;
+        pos[t] = t < TA ? t : t - TA;
+    }
+    got = s_host(bt_model_forward_packed(m, ctx, s_i64(ctx, 1, TA + TB, row),
+                                         s_i64(ctx, 1, TA + TB, seg), s_i64(ctx, 1, TA + TB, pos)));
+    double packed =
+        fmax(s_worst(ra, got, TA * V), got ? s_worst(rb, got + TA * V, TB * V) : INFINITY);
+    free(got);
+
+    /* shared prefix: prompt a[0..P), responses a[P..TA) and b[1..1+R2), both at positions P.. */
+    enum { TS = TA + R2 };
+    int64_t sid[TS], sseg[TS], spre[TS], spos[TS];
+    for (int t = 0; t < TS; t++) {
+        sid[t] = t < TA ? a[t] : b[1 + t - TA];
+        sseg[t] = t < P ? 1 : t < TA ? P + 1 : TA + 1;
+        spre[t] = t < P ? 0 : 1;
+        spos[t] = t < TA ? t : P + t - TA;
+    }
+    got = s_host(bt_model_forward_shared(m, ctx, s_i64(ctx, 1, TS, sid), s_i64(ctx, 1, TS, sseg),
+                                         s_i64(ctx, 1, TS, spre), s_i64(ctx, 1, TS, spos)));
+    double shared =
+        fmax(s_worst(ra, got, TA * V), got ? s_worst(rpb + P * V, got + TA * V, R2 * V) : INFINITY);
+    free(got);
+
+    /* prefill 4 tokens, then decode the other 6 one by one */
+    bt_kv_cache *cache = bt_kv_cache_new(m, 1, 16);
+    int64_t plen = 4, slot = 0;
+    bool on = true;
+    got = s_host(bt_model_prefill(m, cache, ctx, s_i64(ctx, 1, plen, a), &plen, &slot));
+    double cached = s_worst(ra + (plen - 1) * V, got, V);
+    for (int64_t t = plen; t < TA; t++) {
+        free(got);
+        got = s_host(bt_model_decode(m, cache, ctx, &a[t], &on));
+        cached = fmax(cached, s_worst(ra + t * V, got, V));
+    }
+    free(got);
+    bt_kv_cache_destroy(&cache);
+    printf("sliding window 3: max |diff| plain %.3g (%.3g from no window), padded %.3g, packed "
+           "%.3g, shared prefix %.3g, prefill + decode %.3g\n",
+           plain, moved, padded, packed, shared, cached);
+    CHECK(plain < 1e-4 && moved > 100 * plain && moved > 1e-5);
+    CHECK(padded < 1e-4 && packed < 1e-4 && shared < 1e-4 && cached < 1e-4);
+
+    /* config.json: null is no window; a window on another model_type is refused */
+    bt_model_config c;
+    const char *base_json = "{\"vocab_size\": 8, \"hidden_size\": 8, \"intermediate_size\": 8, "
+                            "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, %s}";
+    char json[512];
+    snprintf(json, sizeof json, base_json, "\"model_type\": \"mistral\", \"sliding_window\": null");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.mistral && c.sliding_window == 0);
+    char *text = bt_model_config_to_json(&c);
+    CHECK(text && strstr(text, "\"mistral\"") && strstr(text, "\"sliding_window\":\tnull"));
+    free(text);
+    snprintf(json, sizeof json, base_json, "\"model_type\": \"mistral\"");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.sliding_window == 4096); /* MistralConfig's default */
+    snprintf(json, sizeof json, base_json, "\"model_type\": \"mistral\", \"sliding_window\": 0");
+    CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "c.json: sliding_window: expected a positive integer");
+    snprintf(json, sizeof json, base_json,
+             "\"model_type\": \"qwen2\", \"sliding_window\": 4, \"use_sliding_window\": true");
+    CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "c.json: use_sliding_window: expected false or null");
+    snprintf(json, sizeof json, base_json,
+             "\"model_type\": \"qwen2\", \"sliding_window\": 4, \"use_sliding_window\": false");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.sliding_window == 0 && c.qkv_bias);
+    bt_model_destroy(&m);
+    bt_model_destroy(&full);
+    bt_ctx_destroy(&ctx);
+    s_remove_dir(dir);
+}
+
+/*  Gemma's config.json: its defaults (tied head, head_dim 256) and its activation, read from
+    hidden_activation before hidden_act; an exact or unknown gelu is refused by name.  Gemma 2's
+    defaults, and a layer_types other than its alternating one refused. */
+static void test_gemma_config(void) {
+    const char *base_json = "{\"model_type\": \"gemma\", \"vocab_size\": 8, \"hidden_size\": "
+                            "8, \"intermediate_size\": 8, \"num_hidden_layers\": 1, "
+                            "\"num_attention_heads\": 2%s}";
+    char json[512];
+    bt_model_config c;
+    snprintf(json, sizeof json, base_json,
+             ", \"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.gemma && c.tie_word_embeddings && bt_model_head_dim(&c) == 256 &&
+          c.max_position_embeddings == 8192);
+    snprintf(json, sizeof json, base_json, ", \"hidden_act\": \"gelu\"");
+    CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(),
+                       "c.json: hidden_act: expected \"gelu_pytorch_tanh\", got \"gelu\"");
+    snprintf(json, sizeof json, base_json, ", \"hidden_activation\": \"silu\"");
+    CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "c.json: hidden_activation: expected");
+    CHECK(bt_model_config_parse("{\"model_type\": \"gemma3\"}", "c.json", &c) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "c.json: model_type: expected");
+    /* Gemma 2: Gemma2Config's defaults, null caps as none, layer_types only alternating */
+    const char *g2 = "{\"model_type\": \"gemma2\", \"vocab_size\": 8, \"hidden_size\": 8, "
+                     "\"intermediate_size\": 8, \"num_hidden_layers\": 2, "
+                     "\"num_attention_heads\": 2%s}";
+    snprintf(json, sizeof json, g2, "");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.gemma == 2 && c.tie_word_embeddings && c.sliding_window == 4096 &&
+          c.query_pre_attn_scalar == 256 && c.attn_logit_softcapping == 50 &&
+          c.final_logit_softcapping == 30);
+    snprintf(json, sizeof json, g2,
+             ", \"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, "
+             "\"sliding_window\": null, \"layer_types\": [\"sliding_attention\", "
+             "\"full_attention\"]");
+    CHECK_OK(bt_model_config_parse(json, "c.json", &c));
+    CHECK(c.attn_logit_softcapping == 0 && c.final_logit_softcapping == 0 && c.sliding_window == 0);
+    snprintf(json, sizeof json, g2, ", \"layer_types\": [\"full_attention\", \"full_attention\"]");
+    CHECK(bt_model_config_parse(json, "c.json", &c) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "c.json: layer_types[0]: expected \"sliding_attention\"");
 }
 
 /*  config.json's rope_scaling, each kind Hugging Face models ship, against llama_ref.py's
@@ -1465,11 +1695,21 @@ static double s_rel_norm(const float *a, const float *b, size_t n) {
     logits' norm.  float32 alone would differ by about 2^-24 per operation, so a difference above
     2^-12 (2.4e-4) proves the bfloat16 path ran.  The log-probs move by at most twice the largest
     logit change (log p = z - logsumexp(z)); the KV-cache decode keeps keys and values in bfloat16,
-    exactly as autocast casts them for the full forward, and matches it within the same bound. */
-static void test_bf16(void) {
+    exactly as autocast casts them for the full forward, and matches it within the same bound.
+    The same for Gemma 2 (gemma 2): its capped attention (outside the fused kernel) and capped
+    logits under autocast, the window on layer 0; tanh's slope is at most 1, so the caps add no
+    error of their own. */
+static void test_bf16(int gemma) {
     enum { B = 3, T = 12, N = 4 };
     bt_model_config cfg;
     bt_model_config_init(&cfg);
+    if (gemma == 2) {
+        cfg.gemma = 2;
+        cfg.tie_word_embeddings = true;
+        cfg.sliding_window = 4;
+        cfg.attn_logit_softcapping = 0.05;
+        cfg.final_logit_softcapping = 0.5;
+    }
     bt_model *m = bt_model_new(&cfg, bt_cpu(), 3);
     bt_ctx *ctx = bt_ctx_new();
     int32_t seq[B][T];
@@ -1500,9 +1740,9 @@ static void test_bf16(void) {
         size_t n = (size_t)B * T * V;
         double rel = s_rel_norm(bf, f32, n), worst = s_max_diff(bf, f32, n);
         double lp_worst = s_max_diff(lpbf, lp32, (size_t)B * (T - 1));
-        printf("bf16 vs float32 logits: relative %.3g (bound %.3g), max |diff| %.3g; "
+        printf("bf16 vs float32 logits%s: relative %.3g (bound %.3g), max |diff| %.3g; "
                "log-probs max |diff| %.3g\n",
-               rel, 39 * 0x1p-9, worst, lp_worst);
+               gemma ? " (Gemma 2)" : "", rel, 39 * 0x1p-9, worst, lp_worst);
         CHECK(rel > 0x1p-12);
         CHECK(rel <= 39 * 0x1p-9);
         CHECK(lp_worst <= 2 * worst + 1e-6);
@@ -1528,7 +1768,8 @@ static void test_bf16(void) {
     free(l);
     CHECK(full != NULL);
     CHECK(cache_rel <= 39 * 0x1p-9);
-    printf("bf16 KV-cache decode vs full bf16 forward: relative %.3g\n", cache_rel);
+    printf("bf16 KV-cache decode vs full bf16 forward%s: relative %.3g\n",
+           gemma ? " (Gemma 2)" : "", cache_rel);
     free(full);
     free(f32);
     free(lp32);
@@ -1554,7 +1795,10 @@ int main(void) {
     test_save_dtype();
     test_sharded();
     test_reference_logits();
+    test_sliding_window();
+    test_gemma_config();
     test_rope_scaling();
-    test_bf16();
+    test_bf16(0);
+    test_bf16(2);
     return check_exit();
 }

@@ -175,6 +175,12 @@ static bt_tensor *op_masked_fill(bt_ctx *c, bt_tensor **x) {
 static bt_tensor *op_silu(bt_ctx *c, bt_tensor **x) {
     return bt_silu(c, x[0]);
 }
+static bt_tensor *op_gelu_tanh(bt_ctx *c, bt_tensor **x) {
+    return bt_gelu_tanh(c, x[0]);
+}
+static bt_tensor *op_tanh(bt_ctx *c, bt_tensor **x) {
+    return bt_tanh(c, x[0]);
+}
 static bt_tensor *op_softmax(bt_ctx *c, bt_tensor **x) {
     return bt_softmax(c, x[0], -1);
 }
@@ -242,6 +248,12 @@ static bt_tensor *op_attention(bt_ctx *c, bt_tensor **x) {
     bt_tensor *m = bt_to_dtype(c, bt_from_host(c, BT_U8, bt_cpu(), 4, shape, allow), BT_BOOL);
     return bt_attention(c, x[0], x[1], x[2], m);
 }
+static bt_tensor *op_attention_capped(bt_ctx *c, bt_tensor **x) {
+    uint8_t allow[9] = {1, 0, 0, 1, 1, 0, 1, 1, 1};
+    int64_t shape[4] = {1, 1, 3, 3};
+    bt_tensor *m = bt_to_dtype(c, bt_from_host(c, BT_U8, bt_cpu(), 4, shape, allow), BT_BOOL);
+    return bt_attention_capped(c, x[0], x[1], x[2], m, 0.7, 0.5);
+}
 
 static void test_gradients(void) {
     shape_t m23 = {2, {2, 3}}, m34 = {2, {3, 4}}, m43 = {2, {4, 3}}, v3 = {1, {3}};
@@ -266,6 +278,8 @@ static void test_gradients(void) {
     check_grad("where", op_where, 2, two23, -1, 1);
     check_grad("masked_fill", op_masked_fill, 2, two23, -1, 1);
     check_grad("silu", op_silu, 1, &m23, -2, 2);
+    check_grad("gelu_tanh", op_gelu_tanh, 1, &m23, -3, 3);
+    check_grad("tanh", op_tanh, 1, &m23, -2, 2);
     check_grad("softmax", op_softmax, 1, &m23, -2, 2);
     check_grad("log_softmax", op_log_softmax, 1, &m23, -2, 2);
     check_grad("rms_norm", op_rms_norm, 2, rms, 0.1, 1);
@@ -278,6 +292,8 @@ static void test_gradients(void) {
     check_grad("cross_entropy", op_cross_entropy, 1, &m35, -2, 2);
     check_grad("rope", op_rope, 1, (shape_t[]){{4, {2, 2, 3, 4}}}, -1, 1);
     check_grad("attention", op_attention, 3,
+               (shape_t[]){{4, {1, 4, 3, 2}}, {4, {1, 2, 3, 2}}, {4, {1, 2, 3, 2}}}, -1, 1);
+    check_grad("attention_capped", op_attention_capped, 3,
                (shape_t[]){{4, {1, 4, 3, 2}}, {4, {1, 2, 3, 2}}, {4, {1, 2, 3, 2}}}, -1, 1);
 }
 
@@ -408,6 +424,82 @@ static void test_comparisons(void) {
             CHECK(s[i * 4 + j] == (seg[i] == seg[j]));
             CHECK(e[i * 4 + j] == (seg[i] == seg[j] || seg[j] == 0));
         }
+    bt_ctx_destroy(&c);
+}
+
+/*  bt_gelu_tanh against its closed form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in
+    float64, from -6 to 6: to 1e-15 in float64, 1e-6 in float32; it differs from the exact gelu
+    0.5 x (1 + erf(x / sqrt(2))) (by 2e-4 near |x| = 2), so a switch to the exact one shows. */
+static void test_gelu_tanh(void) {
+    enum { N = 49 };
+    double x[N], want[N], exact_gap = 0;
+    for (int i = 0; i < N; i++) {
+        x[i] = -6.0 + 12.0 * i / (N - 1);
+        want[i] = 0.5 * x[i] *
+                  (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x[i] + 0.044715 * pow(x[i], 3))));
+        exact_gap = fmax(exact_gap, fabs(want[i] - 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)))));
+    }
+    bt_ctx *c = bt_ctx_new();
+    const int64_t n = N;
+    bt_tensor *t = bt_from_host(c, BT_F64, bt_cpu(), 1, &n, x);
+    double got[N], worst64 = 0, worst32 = 0;
+    float got32[N];
+    CHECK_OK(bt_to_host(bt_gelu_tanh(c, t), got, sizeof got));
+    CHECK_OK(bt_to_host(bt_gelu_tanh(c, bt_to_dtype(c, t, BT_F32)), got32, sizeof got32));
+    for (int i = 0; i < N; i++) {
+        worst64 = fmax(worst64, fabs(got[i] - want[i]));
+        worst32 = fmax(worst32, fabs(got32[i] - want[i]));
+    }
+    printf("gelu_tanh: max |diff| %.3g (float64), %.3g (float32); %.3g from exact gelu\n", worst64,
+           worst32, exact_gap);
+    CHECK(worst64 < 1e-15 && worst32 < 1e-6 && exact_gap > 1e-4);
+    bt_ctx_destroy(&c);
+}
+
+/*  bt_attention_capped against plain C in float64: two query heads sharing one key/value head,
+    three causal positions, head width 2, scores scaled by 0.7 and capped to 0.5 tanh(s / 0.5)
+    before the mask; to 1e-14.  Scaled by 1/sqrt(2) and uncapped it is bt_attention. */
+static void test_attention_capped(void) {
+    enum { H = 2, T = 3, D = 2 };
+    const double q[H * T * D] = {0.9, -1.3, 0.4, 2.0, -0.7, 0.1, 1.5, 0.6, -1.1, -0.4, 0.3, 1.8};
+    const double k[T * D] = {1.2, -0.5, -0.8, 0.9, 0.2, 1.4};
+    const double v[T * D] = {0.5, 1.0, -1.5, 0.25, 2.0, -0.75};
+    double want[H * T * D], got[H * T * D], plain[H * T * D], fused[H * T * D];
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < T; i++) {
+            double w[T], sum = 0;
+            for (int j = 0; j <= i; j++) {
+                double sc =
+                    0.7 * (q[(h * T + i) * D] * k[j * D] + q[(h * T + i) * D + 1] * k[j * D + 1]);
+                w[j] = exp(0.5 * tanh(sc / 0.5));
+                sum += w[j];
+            }
+            for (int d = 0; d < D; d++) {
+                want[(h * T + i) * D + d] = 0;
+                for (int j = 0; j <= i; j++)
+                    want[(h * T + i) * D + d] += w[j] / sum * v[j * D + d];
+            }
+        }
+    bt_ctx *c = bt_ctx_new();
+    const int64_t qs[4] = {1, H, T, D}, ks[4] = {1, 1, T, D}, ms[4] = {1, 1, T, T};
+    const uint8_t allow[T * T] = {1, 0, 0, 1, 1, 0, 1, 1, 1};
+    bt_tensor *tq = bt_from_host(c, BT_F64, bt_cpu(), 4, qs, q);
+    bt_tensor *tk = bt_from_host(c, BT_F64, bt_cpu(), 4, ks, k);
+    bt_tensor *tv = bt_from_host(c, BT_F64, bt_cpu(), 4, ks, v);
+    bt_tensor *m = bt_to_dtype(c, bt_from_host(c, BT_U8, bt_cpu(), 4, ms, allow), BT_BOOL);
+    CHECK_OK(bt_to_host(bt_attention_capped(c, tq, tk, tv, m, 0.7, 0.5), got, sizeof got));
+    CHECK_OK(
+        bt_to_host(bt_attention_capped(c, tq, tk, tv, m, 1 / sqrt(2.0), 0), plain, sizeof plain));
+    CHECK_OK(bt_to_host(bt_attention(c, tq, tk, tv, m), fused, sizeof fused));
+    double worst = 0, same = 0;
+    for (int i = 0; i < H * T * D; i++) {
+        worst = fmax(worst, fabs(got[i] - want[i]));
+        same = fmax(same, fabs(plain[i] - fused[i]));
+    }
+    printf("attention_capped: max |diff| %.3g against plain C, %.3g uncapped against "
+           "bt_attention\n",
+           worst, same);
+    CHECK(worst < 1e-14 && same < 1e-14);
     bt_ctx_destroy(&c);
 }
 
@@ -594,6 +686,8 @@ int main(void) {
     test_clip();
     test_generator();
     test_comparisons();
+    test_gelu_tanh();
+    test_attention_capped();
     test_errors_and_arenas();
     test_autocast();
     test_out_of_memory();

@@ -43,6 +43,22 @@ typedef struct bt_model_config {
     int64_t bos_token_id; /* -1 when none */
     int64_t eos_token_id; /* -1 when none */
     int64_t pad_token_id; /* -1 when none */
+    bool mistral;         /* model_type "mistral": Llama's layout, with sliding_window when set */
+    /*  A query at position i attends only to keys at positions j with i - j < sliding_window (the
+        window holds the query and the sliding_window - 1 tokens before it, as transformers masks
+        j <= i - sliding_window); 0 (config.json null): none.  Mistral's every layer, Gemma 2's
+        even ones; any other config that sets it saves as "mistral". */
+    int64_t sliding_window;
+    /*  Gemma: 1 for model_type "gemma", 2 for "gemma2"; 0 neither.  Both scale the embeddings
+        by sqrt(hidden_size), every RMSNorm by (1 + weight), use gelu-tanh in the MLP and tie the
+        embeddings (their checkpoints' default).  Gemma 2 also normalises each layer's attention
+        and MLP outputs (post_attention_layernorm, post_feedforward_layernorm; the MLP's input
+        goes through pre_feedforward_layernorm), slides the window on even layers, scales the
+        scores by query_pre_attn_scalar^-0.5 and caps the scores and the logits below. */
+    int gemma;
+    double query_pre_attn_scalar;   /* Gemma 2: scores * this^-0.5; 0: head_dim */
+    double attn_logit_softcapping;  /* Gemma 2: scores -> cap tanh(scores / cap); 0: none */
+    double final_logit_softcapping; /* Gemma 2: logits -> cap tanh(logits / cap); 0: none */
 } bt_model_config;
 
 /*  The attention head width: head_dim, or hidden_size / num_attention_heads when 0. */
@@ -57,21 +73,28 @@ void bt_model_config_init(bt_model_config *cfg);
 bt_status bt_model_config_validate(const bt_model_config *cfg);
 /*  Parses and validates config.json text.  Missing optional keys take Hugging Face's defaults
     (num_key_value_heads = num_attention_heads, rms_norm_eps 1e-6, rope_theta 10000,
-    max_position_embeddings 2048, tie_word_embeddings false, token ids none); an eos_token_id list
-    keeps its first id.  Errors are BT_EFORMAT or BT_EINVAL and start with source (a file name). */
+    max_position_embeddings 2048, tie_word_embeddings false, token ids none; Gemma's: head_dim 256,
+    max_position_embeddings 8192, tie_word_embeddings true; Gemma 2's also sliding_window 4096,
+    query_pre_attn_scalar 256, attn_logit_softcapping 50, final_logit_softcapping 30, null
+    softcaps none); an eos_token_id list keeps its first id.  Qwen2's use_sliding_window true,
+    and a Gemma activation other than gelu_pytorch_tanh (hidden_activation, else hidden_act),
+    are refused.  Errors are BT_EFORMAT or BT_EINVAL and start with source (a file name). */
 bt_status bt_model_config_parse(const char *json, const char *source, bt_model_config *out);
 bt_status bt_model_config_load(const char *path, bt_model_config *out);
-/*  config.json text with "model_type": "llama", "architectures": ["LlamaForCausalLM"] and
+/*  config.json text with the model_type and architectures of cfg ("llama" LlamaForCausalLM,
+    "qwen2", "qwen3", "mistral" (also when sliding_window is set), "gemma", "gemma2"), its fields
+    (sliding_window, hidden_activation, Gemma 2's scalar and softcaps included) and
     "torch_dtype": "float32".  Caller owns the result; free() it.  NULL when out of memory. */
 char *bt_model_config_to_json(const bt_model_config *cfg);
 bt_status bt_model_config_save(const bt_model_config *cfg, const char *path);
 
 typedef struct bt_model bt_model;
 
-/*  A model with random weights: every matrix drawn from N(0, 0.02^2), every norm weight 1, drawn on
-    the CPU from seed (so the weights do not depend on device) and moved to device.  Parameters
-    require grad.  Caller owns the result; destroy with bt_model_destroy().  NULL on failure, with
-    the reason in bt_last_error(). */
+/*  A model with random weights: every matrix drawn from N(0, 0.02^2), every norm weight 1 (Gemma:
+    0, which its (1 + weight) makes a scale of 1), drawn on the CPU from seed (so the weights do
+    not depend on device) and moved to device.  Parameters require grad.  Caller owns the
+    result; destroy with bt_model_destroy().  NULL on failure, with the reason in
+    bt_last_error(). */
 bt_model *bt_model_new(const bt_model_config *cfg, bt_device device, uint64_t seed);
 void bt_model_destroy(bt_model **self_p);
 /*  Borrowed: valid while self lives. */
@@ -113,7 +136,9 @@ int bt_model_param_unit(const bt_model *self, int i);
 
 /*  The parameters, in a fixed order: model.embed_tokens.weight, then per layer N
     model.layers.N.{input_layernorm, self_attn.q_proj, self_attn.k_proj, self_attn.v_proj,
-    self_attn.o_proj, post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj}.weight,
+    self_attn.o_proj, post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj}.weight
+    (Qwen2's q/k/v biases after v_proj, Qwen3's q_norm and k_norm after o_proj, Gemma 2's
+    pre_feedforward_layernorm and post_feedforward_layernorm after post_attention_layernorm),
     then model.norm.weight and, unless tied, lm_head.weight.  Borrowed: valid while self lives;
     writing into them (bt_copy_ under no-grad) changes the model. */
 int bt_model_num_params(const bt_model *self);

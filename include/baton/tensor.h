@@ -196,12 +196,22 @@ bt_status bt_rope_tables(bt_ctx *ctx, bt_tensor *positions, int64_t head_dim, do
 /*  x (B, H, T, D) rotated: x * cos + rotate_half(x) * sin. */
 bt_tensor *bt_rope(bt_ctx *ctx, bt_tensor *x, bt_tensor *cos, bt_tensor *sin);
 bt_tensor *bt_silu(bt_ctx *ctx, bt_tensor *t);
+/*  gelu, tanh approximation (Hendrycks & Gimpel 2016; PyTorch's gelu(approximate="tanh")):
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+bt_tensor *bt_gelu_tanh(bt_ctx *ctx, bt_tensor *t);
+bt_tensor *bt_tanh(bt_ctx *ctx, bt_tensor *t);
 bt_tensor *bt_softmax(bt_ctx *ctx, bt_tensor *t, int dim);
 bt_tensor *bt_log_softmax(bt_ctx *ctx, bt_tensor *t, int dim);
 /*  Scaled dot-product attention.  q (B, H, Tq, D), k and v (B, Hkv, Tk, D) with H a multiple of
     Hkv (grouped-query attention).  allowed: BT_BOOL (B, 1, Tq, Tk), true where a query may attend;
     every row must allow at least one key.  Result (B, H, Tq, D). */
 bt_tensor *bt_attention(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v, bt_tensor *allowed);
+/*  bt_attention with the scores q k^T scaled by scale (not 1/sqrt(D)) and, when softcap > 0,
+    capped to softcap * tanh(scores / softcap) before the mask (Gemma 2's attn_logit_softcapping);
+    the softmax in float32 (float64 for float64 input).  Matrix products and a softmax: no
+    fused kernel takes a cap. */
+bt_tensor *bt_attention_capped(bt_ctx *ctx, bt_tensor *q, bt_tensor *k, bt_tensor *v,
+                               bt_tensor *allowed, double scale, double softcap);
 /*  Elements of t along dim at the positions in index (BT_I64, same ndim). */
 bt_tensor *bt_gather(bt_ctx *ctx, bt_tensor *t, int dim, bt_tensor *index);
 /*  Copy of t with src written along dim at index. */

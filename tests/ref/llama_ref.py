@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""llama_ref.py - an independent numpy forward pass of a Llama / Qwen2 / Qwen3 model folder
-(config.json + model.safetensors in float32), written from the Hugging Face modelling code's
-definitions, not from baton's: RMSNorm, rotary embeddings by rotate_half, grouped-query causal
-attention (Qwen2: q/k/v biases; Qwen3: head_dim of its own and an RMSNorm of each query and key
-head before the rotation), SwiGLU, and the rotary scalings of config.json's rope_scaling.
+"""llama_ref.py - an independent numpy forward pass of a Llama / Qwen2 / Qwen3 / Mistral / Gemma
+model folder (config.json + model.safetensors in float32), written from the Hugging Face modelling
+code's definitions, not from baton's: RMSNorm, rotary embeddings by rotate_half, grouped-query
+causal attention (Qwen2: q/k/v biases; Qwen3: head_dim of its own and an RMSNorm of each query and
+key head before the rotation; Mistral: a sliding window, key j masked for query i when
+i - j >= sliding_window), SwiGLU (Gemma: embeddings times sqrt(hidden_size) in float32, RMSNorm
+scaled by 1 + weight, gelu-tanh in place of silu, tied head; Gemma 2 besides: norms of the
+attention and MLP outputs, scores scaled by query_pre_attn_scalar^-0.5 and capped to
+cap * tanh(s / cap) before the mask, the window on even layers only, capped logits), and the
+rotary scalings of config.json's rope_scaling.
 Prints the logits of one sequence of token ids as a JSON array of rows.
 
     python3 llama_ref.py MODEL_DIR ID [ID ...]
@@ -33,6 +38,11 @@ def load(path):
 
 def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def gelu_tanh(x):
+    """transformers' gelu_pytorch_tanh (PytorchGELUTanh)."""
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def rotate_half(x):
@@ -96,14 +106,29 @@ def logits(folder, ids, w=None):
     Hkv, eps = cfg.get("num_key_value_heads", H), cfg.get("rms_norm_eps", 1e-6)
     D = cfg.get("head_dim") or C // H
     T = len(ids)
+    kind = cfg.get("model_type")
+    gemma, gemma2 = kind in ("gemma", "gemma2"), kind == "gemma2"
+    window = cfg.get("sliding_window", 4096) if kind in ("mistral", "gemma2") else None
+    scaling = cfg.get("query_pre_attn_scalar", 256) ** -0.5 if gemma2 else None
+    attn_cap = cfg.get("attn_logit_softcapping", 50.0) if gemma2 else None  # Gemma2Config's
+    final_cap = cfg.get("final_logit_softcapping", 30.0) if gemma2 else None
+    norm = (lambda x, w, eps: rms_norm(x, 1 + w, eps)) if gemma else rms_norm
+    act = gelu_tanh if gemma else (lambda g: g / (1 + np.exp(-g)))
+    causal = np.triu(np.full((T, T), -np.inf), 1)
+    local = causal
+    if window:  # MistralModel, Gemma2: key j masked for query i when j <= i - sliding_window
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        local = np.where(i - j >= window, -np.inf, causal)
     inv, attention = rope_inv_freq(cfg, D, T)
     freqs = np.outer(np.arange(T), inv)
     emb = np.concatenate([freqs, freqs], axis=-1)
     cos, sin = np.cos(emb) * attention, np.sin(emb) * attention
     x = w["model.embed_tokens.weight"][ids]
+    if gemma:  # GemmaModel: the normaliser in the hidden states' dtype (float32)
+        x = x * float(np.float32(math.sqrt(C)))
     for l in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % l
-        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        h = norm(x, w[p + "input_layernorm.weight"], eps)
         proj = {}
         for n in ("q", "k", "v"):
             y = h @ w[p + "self_attn.%s_proj.weight" % n].T
@@ -120,19 +145,28 @@ def logits(folder, ids, w=None):
         k = k * cos + rotate_half(k) * sin
         k = np.repeat(k, H // Hkv, axis=0)
         v = np.repeat(v, H // Hkv, axis=0)
-        s = q @ k.transpose(0, 2, 1) / np.sqrt(D)
-        s = s + np.triu(np.full((T, T), -np.inf), 1)
+        s = q @ k.transpose(0, 2, 1) * (scaling if gemma2 else 1 / np.sqrt(D))
+        if attn_cap:
+            s = np.tanh(s / attn_cap) * attn_cap
+        s = s + (local if not gemma2 or l % 2 == 0 else causal)
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         s = s / s.sum(axis=-1, keepdims=True)
         a = (s @ v).transpose(1, 0, 2).reshape(T, H * D)
-        x = x + a @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        a = a @ w[p + "self_attn.o_proj.weight"].T
+        if gemma2:
+            x = x + norm(a, w[p + "post_attention_layernorm.weight"], eps)
+            h = norm(x, w[p + "pre_feedforward_layernorm.weight"], eps)
+        else:
+            x = x + a
+            h = norm(x, w[p + "post_attention_layernorm.weight"], eps)
         g = h @ w[p + "mlp.gate_proj.weight"].T
         up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + ((g / (1 + np.exp(-g))) * up) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, w["model.norm.weight"], eps)
+        f = (act(g) * up) @ w[p + "mlp.down_proj.weight"].T
+        x = x + (norm(f, w[p + "post_feedforward_layernorm.weight"], eps) if gemma2 else f)
+    x = norm(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return x @ head.T
+    out = x @ head.T
+    return np.tanh(out / final_cap) * final_cap if final_cap else out
 
 
 if __name__ == "__main__":
