@@ -1,0 +1,178 @@
+/*  test_plan.c — the memory planner against measured figures: CPU memory tracking (the shim's
+    allocator-level counter) against tensors of known sizes; the planner's weights, gradients and
+    moments against the model's parameters counted; its trainer peak against the peak measured over
+    one real GRPO step, for the demo config and a ~50M-parameter shape (within 15%). */
+#include "baton/config.h"
+#include "baton/messages.h"
+#include "baton/model.h"
+#include "baton/plan.h"
+#include "baton/tensor.h"
+#include "baton/trainer.h"
+#include "check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define S_ALIGN 64 /* c10's CPU allocation alignment (gAlignment) */
+
+static size_t s_peak(void) {
+    size_t peak = 0;
+    CHECK_OK(bt_device_memory(bt_cpu(), NULL, &peak, NULL));
+    return peak;
+}
+
+static size_t s_allocated(void) {
+    size_t a = 0;
+    CHECK_OK(bt_device_memory(bt_cpu(), &a, NULL, NULL));
+    return a;
+}
+
+/*  Tensors of known sizes: the peak is their bytes exactly (c10 reports nbytes as asked). */
+static void test_tracking(void) {
+    bt_ctx *before = bt_ctx_new(), *ctx = bt_ctx_new();
+    const int64_t big[] = {1000, 1000}, small[] = {333};
+    bt_tensor *old = bt_zeros(before, BT_F32, bt_cpu(), 2, big); /* not tracked */
+    CHECK(old != NULL);
+    CHECK(!bt_memory_is_tracking());
+    CHECK(s_peak() == 0);
+    CHECK_OK(bt_memory_tracking_begin());
+    CHECK(bt_memory_is_tracking());
+    CHECK(s_allocated() == 0);
+    bt_tensor *a = bt_zeros(ctx, BT_F32, bt_cpu(), 2, big);   /* 4,000,000 bytes */
+    bt_tensor *b = bt_zeros(ctx, BT_F64, bt_cpu(), 1, small); /* 2,664 bytes */
+    CHECK(a && b);
+    CHECK(s_allocated() == 4000000 + 2664);
+    bt_ctx_reset(ctx); /* frees a and b */
+    CHECK(s_allocated() == 0);
+    bt_tensor *c = bt_zeros(ctx, BT_I64, bt_cpu(), 1, small); /* 2,664 bytes */
+    CHECK(c != NULL);
+    CHECK(s_peak() == 4000000 + 2664);
+    CHECK(s_allocated() == 2664);
+    bt_ctx_destroy(&before); /* allocated before tracking: its free is not counted */
+    CHECK(s_allocated() == 2664);
+    CHECK_OK(bt_memory_tracking_begin()); /* again: the peak restarts at what is held */
+    CHECK(s_peak() == 2664);
+    bt_ctx_destroy(&ctx);
+    bt_memory_tracking_end();
+    CHECK(!bt_memory_is_tracking());
+    CHECK(s_peak() == 0);
+}
+
+/*  The plan of cfg for micro-batch mb and prompt length P. */
+static bt_plan s_plan(const bt_config *cfg, int64_t P, int64_t mb) {
+    bt_plan p;
+    char err[256] = "";
+    bt_plan_input in = {.prompt_len = P, .micro_batch = mb};
+    CHECK_OK(bt_plan_make(cfg, &cfg->model, &in, &p, err, sizeof err));
+    return p;
+}
+
+/*  The worst batch the config allows: every prompt P tokens, every completion max_new_tokens,
+    a group's prompts identical (shared prefixes). */
+static void s_full_batch(const bt_config *cfg, int64_t P, bt_rollout_batch *b, double **adv) {
+    int64_t G = cfg->grpo.group_size, n_prompts = cfg->grpo.prompts_per_step;
+    int64_t L = cfg->grpo.max_new_tokens, n = n_prompts * G;
+    CHECK_OK(bt_rollout_batch_alloc(b, n_prompts, G, P, L));
+    b->temperature = 1.0;
+    b->version = 0;
+    *adv = malloc((size_t)n * sizeof **adv);
+    for (int64_t c = 0; c < n; c++) {
+        int32_t *p = b->prompt_tokens + c * P, *t = b->tokens + c * L;
+        p[0] = 256;
+        for (int64_t i = 1; i < P; i++)
+            p[i] = (int32_t)('0' + ((c / G) * 7 + i * 3) % 10);
+        for (int64_t j = 0; j < L; j++) {
+            t[j] = (int32_t)('0' + (c * 5 + j * 11) % 10);
+            b->logprobs[c * L + j] = -2.0f;
+        }
+        b->prompt_lens[c] = P;
+        b->lengths[c] = L;
+        (*adv)[c] = c % 2 ? 1.0 : -1.0;
+    }
+}
+
+/*  One GRPO step of cfg's trainer on its worst batch with tracking on from before the model is
+    made; returns the measured peak and checks the planner's state figures against the
+    parameters counted. */
+static double s_measure(const bt_config *cfg, int64_t P, const bt_plan *plan) {
+    bt_rollout_batch b;
+    bt_rollout_batch_init(&b);
+    double *adv = NULL;
+    s_full_batch(cfg, P, &b, &adv);
+    CHECK_OK(bt_memory_tracking_begin());
+    bt_model *m = bt_model_new(&cfg->model, bt_cpu(), 7);
+    CHECK(m != NULL);
+    int64_t elements = 0;
+    for (int i = 0; i < bt_model_num_params(m); i++)
+        elements += bt_numel(bt_model_params(m)[i]);
+    CHECK(plan->params == elements);
+    CHECK(plan->trainer.weights == 4.0 * (double)elements);
+    CHECK(plan->trainer.grads == 4.0 * (double)elements);
+    CHECK(plan->trainer.moments == 8.0 * (double)elements);
+    bt_model_set_activation_checkpointing(m, cfg->grpo.activation_checkpointing == 1);
+    bt_trainer_config tc;
+    bt_trainer_config_init(&tc);
+    bt_config_adamw(cfg, &tc.adamw);
+    tc.micro_batch = plan->micro_batch;
+    tc.batching = cfg->grpo.batching;
+    tc.share_prefix = cfg->grpo.share_prefix;
+    tc.reference = cfg->grpo.kl_coef > 0;
+    bt_trainer_t *tr = bt_trainer_new(&m, &tc);
+    CHECK(tr != NULL);
+    bt_grpo_config gc;
+    bt_config_grpo(cfg, &gc);
+    bt_trainer_stats stats;
+    CHECK_OK(bt_trainer_grpo_step(tr, &b, adv, 1e-4, &gc, &stats));
+    double peak = (double)s_peak();
+    bt_trainer_destroy(&tr);
+    bt_memory_tracking_end();
+    free(adv);
+    bt_rollout_batch_release(&b);
+    return peak;
+}
+
+static void s_check_peak(const char *name, const char *const *sets, int n_sets, int64_t mb) {
+    char path[1024];
+    const char *src = getenv("BATON_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/configs/arith.json", src ? src : "..");
+    bt_config cfg;
+    CHECK_OK(bt_config_load(path, sets, n_sets, &cfg));
+    int64_t P = bt_plan_prompt_bound(&cfg, &cfg.model);
+    bt_plan plan = s_plan(&cfg, P, mb);
+    double measured = s_measure(&cfg, P, &plan);
+    double err = (plan.trainer.total - measured) / measured;
+    double state = plan.trainer.weights + plan.trainer.grads + plan.trainer.moments;
+    double act_err = (plan.trainer.activations - (measured - state)) / (measured - state);
+    printf("%s: %lld params, micro-batch %lld (%lld x %lld): planned %.1f MiB, measured %.1f MiB "
+           "(%+.1f%%); activations planned %.1f MiB, measured %.1f MiB (%+.1f%%)\n",
+           name, (long long)plan.params, (long long)plan.micro_batch, (long long)plan.rows,
+           (long long)plan.width, plan.trainer.total / 1048576.0, measured / 1048576.0, 100.0 * err,
+           plan.trainer.activations / 1048576.0, (measured - state) / 1048576.0, 100.0 * act_err);
+    CHECK(fabs(err) <= 0.15);
+    CHECK(fabs(act_err) <= 0.25); /* the part the state does not swamp */
+}
+
+/*  The demo (configs/arith.json as it ships) and a ~50M-parameter shape of it. */
+static void test_trainer_peak(void) {
+    s_check_peak("demo", NULL, 0, 0);
+    const char *const ckpt[] = {"grpo.activation_checkpointing=layer"};
+    s_check_peak("demo, checkpointed", ckpt, 1, 0);
+    const char *const big[] = {"model.vocab_size=16384",
+                               "model.hidden_size=512",
+                               "model.intermediate_size=1408",
+                               "model.num_hidden_layers=12",
+                               "model.num_attention_heads=8",
+                               "model.num_key_value_heads=8",
+                               "model.max_position_embeddings=256",
+                               "grpo.prompts_per_step=4",
+                               "grpo.group_size=4",
+                               "grpo.max_new_tokens=24"};
+    s_check_peak("50M", big, 10, 8);
+}
+
+int main(void) {
+    bt_set_num_threads(1); /* the counter sees the calling thread's allocations only */
+    test_tracking();
+    test_trainer_peak();
+    return check_exit();
+}
