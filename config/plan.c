@@ -47,6 +47,12 @@ static int64_t s_matmul_params(const bt_model_config *m) {
            m->vocab_size * m->hidden_size;
 }
 
+/*  The trainer keeps a KL reference when a KL penalty may apply (workers/worker.c). */
+static bool s_has_reference(const bt_config *cfg) {
+    return cfg->grpo.kl_coef > 0 ||
+           (cfg->pbt.enabled && (cfg->pbt.explore_mask & (1 << BT_PBT_KL_COEF)));
+}
+
 int64_t bt_plan_prompt_bound(const bt_config *cfg, const bt_model_config *model) {
     int64_t extra =
         (int64_t)strlen(cfg->task.chat_template) + (int64_t)strlen(cfg->task.system_prompt);
@@ -103,7 +109,7 @@ double bt_plan_trainer_activations(const bt_config *cfg, const bt_model_config *
     /* backward's largest transient: the head's gradients, three (N, V) at once */
     double transient = 3 * N * V * S_F32;
     double act = pass + layers + head + transient;
-    if (cfg->grpo.kl_coef > 0) /* the reference's no-grad pass, kept in the same context */
+    if (s_has_reference(cfg)) /* the reference's no-grad pass, kept in the same context */
         act += L * N * (C * 7 + 4 * (double)m->intermediate_size) * S_F32 + 4 * N * V * S_F32;
     return act;
 }
@@ -179,9 +185,11 @@ static void s_trainer(const bt_config *cfg, const bt_model_config *m, int64_t P,
         r->moments = 2 * W / N;
         break;
     }
-    if (bf16)
-        r->weights += (double)s_matmul_params(m) * S_BF16;
-    if (cfg->grpo.kl_coef > 0)
+    if (bf16) /* autocast's casts, cached for the forward (one layer's when gathered per layer) */
+        r->weights +=
+            (double)s_matmul_params(m) * S_BF16 /
+            (cfg->workers.shard == BT_SHARD_PARAMETERS ? (double)m->num_hidden_layers : 1);
+    if (s_has_reference(cfg))
         r->reference = cfg->workers.shard == BT_SHARD_PARAMETERS ? W / N + layer : W;
     r->activations = bt_plan_trainer_activations(cfg, m, R, T);
     s_total(r);
@@ -227,6 +235,9 @@ static void s_plan_at(const bt_config *cfg, const bt_model_config *m, const bt_p
     if (cfg->workers.eval == 0)
         out->eval = (bt_plan_role){0};
     out->device_peak = s_device_peak(out, cfg, in->gpus);
+    int64_t workers = out->ranks + cfg->workers.rollout + cfg->workers.eval;
+    out->trainer_device =
+        in->gpus <= 0 || in->gpus >= workers ? out->trainer.total : out->device_peak;
     out->judged = in->device_bytes > 0;
     out->fits = out->judged && out->device_peak <= in->device_bytes;
 }
@@ -253,7 +264,7 @@ bt_status bt_plan_make(const bt_config *cfg, const bt_model_config *model, const
         for (int64_t lo = 1, hi = n; lo <= hi;) {
             int64_t mid = lo + (hi - lo) / 2;
             s_plan_at(cfg, model, in, P, mid, &probe);
-            if (probe.fits) {
+            if (probe.trainer_device <= in->device_bytes) {
                 best = mid;
                 lo = mid + 1;
             } else {

@@ -61,9 +61,12 @@ typedef struct bt_plan {
     bt_plan_role rollout;    /* one rollout worker */
     bt_plan_role eval;       /* one eval worker */
     double device_peak;      /* the most one device holds: the largest workers that share it */
+    double trainer_device;   /* what a trainer rank's device holds: the rank's total when every
+                                worker has a device of its own, else device_peak */
     bool judged;             /* device_bytes was given */
     bool fits;               /* judged and device_peak <= device_bytes */
-    int64_t max_micro_batch; /* the largest grpo.micro_batch that fits; 0: none; -1: not judged */
+    int64_t max_micro_batch; /* the largest grpo.micro_batch whose trainer_device fits; 0:
+                                none; -1: not judged */
 } bt_plan;
 
 /*  The longest prompt, in tokens, the config allows: for the arithmetic task BOS + the two
