@@ -9,6 +9,7 @@
 #include "baton/tensor.h"
 #include "baton/trainer.h"
 #include "check.h"
+#include "plan_measure.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,79 +68,21 @@ static bt_plan s_plan(const bt_config *cfg, int64_t P, int64_t mb) {
     return p;
 }
 
-/*  The worst batch the config allows: every prompt P tokens, every completion max_new_tokens,
-    a group's prompts identical (shared prefixes). */
-static void s_full_batch(const bt_config *cfg, int64_t P, bt_rollout_batch *b, double **adv) {
-    int64_t G = cfg->grpo.group_size, n_prompts = cfg->grpo.prompts_per_step;
-    int64_t L = cfg->grpo.max_new_tokens, n = n_prompts * G;
-    CHECK_OK(bt_rollout_batch_alloc(b, n_prompts, G, P, L));
-    b->temperature = 1.0;
-    b->version = 0;
-    *adv = malloc((size_t)n * sizeof **adv);
-    for (int64_t c = 0; c < n; c++) {
-        int32_t *p = b->prompt_tokens + c * P, *t = b->tokens + c * L;
-        p[0] = 256;
-        for (int64_t i = 1; i < P; i++)
-            p[i] = (int32_t)('0' + ((c / G) * 7 + i * 3) % 10);
-        for (int64_t j = 0; j < L; j++) {
-            t[j] = (int32_t)('0' + (c * 5 + j * 11) % 10);
-            b->logprobs[c * L + j] = -2.0f;
-        }
-        b->prompt_lens[c] = P;
-        b->lengths[c] = L;
-        (*adv)[c] = c % 2 ? 1.0 : -1.0;
-    }
-}
-
-/*  One GRPO step of cfg's trainer on its worst batch with tracking on from before the model is
-    made; returns the measured peak and checks the planner's state figures against the
-    parameters counted. */
-static double s_measure(const bt_config *cfg, int64_t P, const bt_plan *plan) {
-    bt_rollout_batch b;
-    bt_rollout_batch_init(&b);
-    double *adv = NULL;
-    s_full_batch(cfg, P, &b, &adv);
-    CHECK_OK(bt_memory_tracking_begin());
-    bt_model *m = bt_model_new(&cfg->model, bt_cpu(), 7);
-    CHECK(m != NULL);
-    int64_t elements = 0;
-    for (int i = 0; i < bt_model_num_params(m); i++)
-        elements += bt_numel(bt_model_params(m)[i]);
-    CHECK(plan->params == elements);
-    CHECK(plan->trainer.weights == 4.0 * (double)elements);
-    CHECK(plan->trainer.grads == 4.0 * (double)elements);
-    CHECK(plan->trainer.moments == 8.0 * (double)elements);
-    bt_model_set_activation_checkpointing(m, cfg->grpo.activation_checkpointing == 1);
-    bt_trainer_config tc;
-    bt_trainer_config_init(&tc);
-    bt_config_adamw(cfg, &tc.adamw);
-    tc.micro_batch = plan->micro_batch;
-    tc.batching = cfg->grpo.batching;
-    tc.share_prefix = cfg->grpo.share_prefix;
-    tc.reference = cfg->grpo.kl_coef > 0;
-    bt_trainer_t *tr = bt_trainer_new(&m, &tc);
-    CHECK(tr != NULL);
-    bt_grpo_config gc;
-    bt_config_grpo(cfg, &gc);
-    bt_trainer_stats stats;
-    CHECK_OK(bt_trainer_grpo_step(tr, &b, adv, 1e-4, &gc, &stats));
-    double peak = (double)s_peak();
-    bt_trainer_destroy(&tr);
-    bt_memory_tracking_end();
-    free(adv);
-    bt_rollout_batch_release(&b);
-    return peak;
-}
-
 static void s_check_peak(const char *name, const char *const *sets, int n_sets, int64_t mb) {
     char path[1024];
     const char *src = getenv("BATON_SOURCE_DIR");
     snprintf(path, sizeof path, "%s/configs/arith.json", src ? src : "..");
     bt_config cfg;
     CHECK_OK(bt_config_load(path, sets, n_sets, &cfg));
-    int64_t P = bt_plan_prompt_bound(&cfg, &cfg.model);
-    bt_plan plan = s_plan(&cfg, P, mb);
-    double measured = s_measure(&cfg, P, &plan);
+    bt_plan plan = s_plan(&cfg, bt_plan_prompt_bound(&cfg, &cfg.model), mb);
+    int64_t elements = 0;
+    double measured = plan_measure(&cfg, &plan, bt_cpu(), &elements);
+    /* the state: float32 weights, gradients and two moments, counted from the model's tensors */
+    CHECK(plan.params == elements);
+    if (cfg.run.precision == BT_CONFIG_PRECISION_FLOAT32) /* bf16 adds autocast's casts */
+        CHECK(plan.trainer.weights == 4.0 * (double)elements);
+    CHECK(plan.trainer.grads == 4.0 * (double)elements);
+    CHECK(plan.trainer.moments == 8.0 * (double)elements);
     double err = (plan.trainer.total - measured) / measured;
     double state = plan.trainer.weights + plan.trainer.grads + plan.trainer.moments;
     double act_err = (plan.trainer.activations - (measured - state)) / (measured - state);
@@ -157,6 +100,8 @@ static void test_trainer_peak(void) {
     s_check_peak("demo", NULL, 0, 0);
     const char *const ckpt[] = {"grpo.activation_checkpointing=layer"};
     s_check_peak("demo, checkpointed", ckpt, 1, 0);
+    const char *const bf16[] = {"run.precision=bf16"};
+    s_check_peak("demo, bf16", bf16, 1, 0);
     const char *const big[] = {"model.vocab_size=16384",
                                "model.hidden_size=512",
                                "model.intermediate_size=1408",
