@@ -273,6 +273,8 @@ bt_status bt_plan_make(const bt_config *cfg, const bt_model_config *model, const
         }
         out->max_micro_batch = best;
     }
+    if (in->micro_batch <= 0 && cfg->grpo.micro_batch == 0) /* "auto": the largest that fits */
+        mb = out->max_micro_batch > 0 ? out->max_micro_batch : 1;
     s_plan_at(cfg, model, in, P, mb, out);
     return BT_OK;
 }

@@ -31,6 +31,8 @@
    BATON_HAVE_TORCH_CUDA from Torch's TORCH_CUDA_LIBRARIES, the test NCCL's switch also makes). */
 #ifdef BATON_HAVE_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 #include <algorithm>
@@ -496,6 +498,38 @@ extern "C" bt_status bt_device_memory(bt_device device, size_t *allocated, size_
     if (reserved)
         *reserved = r;
     return st;
+}
+
+extern "C" bt_status bt_device_available(bt_device device, size_t *bytes) {
+    *bytes = 0;
+    if (device.type == BT_DEVICE_CPU) { /* the kernel's estimate of what can be allocated */
+        FILE *f = fopen("/proc/meminfo", "r");
+        char line[256];
+        unsigned long long kb = 0;
+        bool found = false;
+        while (f && !found && fgets(line, sizeof line, f))
+            found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+        if (f)
+            fclose(f);
+        if (!found)
+            return bt_fail(BT_EIO, "bt_device_available: no MemAvailable in /proc/meminfo");
+        *bytes = (size_t)kb * 1024;
+        return BT_OK;
+    }
+#ifdef BATON_HAVE_TORCH_CUDA
+    return s_status("bt_device_available", [&] {
+        c10::cuda::CUDAGuard guard((c10::DeviceIndex)device.index);
+        size_t free_b = 0, total_b = 0;
+        C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        auto stats =
+            c10::cuda::CUDACachingAllocator::getDeviceStats((c10::DeviceIndex)device.index);
+        /* the driver's free memory and the blocks the caching allocator holds unused */
+        *bytes =
+            free_b + (size_t)(stats.reserved_bytes[0].current - stats.allocated_bytes[0].current);
+    });
+#else
+    return bt_fail(BT_EINVAL, "bt_device_available: this build has no CUDA");
+#endif
 }
 
 /* ---- contexts -------------------------------------------------------------------------------- */

@@ -34,7 +34,8 @@ typedef struct bt_plan_input {
     double device_bytes; /* memory of one device; 0: unknown (fits and the largest micro-batch are
                             not judged) */
     int64_t prompt_len;  /* longest prompt in tokens; 0: the task's bound (bt_plan_prompt_bound) */
-    int64_t micro_batch; /* grpo.micro_batch to plan for; 0: the config's (auto: 1) */
+    int64_t micro_batch; /* grpo.micro_batch to plan for; 0: the config's ("auto": the largest
+                            that fits, 1 when not judged) */
 } bt_plan_input;
 
 /*  One worker's bytes on its device. */

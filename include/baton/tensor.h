@@ -98,6 +98,10 @@ bt_status bt_device_memory(bt_device device, size_t *allocated, size_t *peak, si
    keeps a table of the tracked blocks under a mutex: a cost per allocation; for measurements, not
    production runs. bt_memory_tracking_begin starts counting at 0 (or, when already on, sets the
    peak to what is allocated now); bt_memory_tracking_end stops, on the thread that began. */
+/*  Bytes a new allocation on device may take now: on the CPU the kernel's MemAvailable
+    (/proc/meminfo), on CUDA the driver's free memory plus what the caching allocator holds unused.
+    BT_EIO / BT_ETORCH when it cannot be read. */
+bt_status bt_device_available(bt_device device, size_t *bytes);
 bt_status bt_memory_tracking_begin(void);
 void bt_memory_tracking_end(void);
 bool bt_memory_is_tracking(void);
