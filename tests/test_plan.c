@@ -115,9 +115,39 @@ static void test_trainer_peak(void) {
     s_check_peak("50M", big, 10, 8);
 }
 
+/*  "auto" and the largest micro-batch: the planner's own figure at that micro-batch fits the
+    device, one more does not, and "auto" plans exactly it; without a device size nothing is
+    judged. */
+static void test_largest(void) {
+    char path[1024];
+    const char *src = getenv("BATON_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/configs/arith.json", src ? src : "..");
+    const char *const sets[] = {"grpo.micro_batch=auto", "grpo.share_prefix=false"};
+    bt_config cfg;
+    CHECK_OK(bt_config_load(path, sets, 2, &cfg));
+    CHECK(cfg.grpo.micro_batch == 0);
+    char err[256];
+    bt_plan p, at;
+    bt_plan_input in = {.gpus = 4};
+    CHECK_OK(bt_plan_make(&cfg, &cfg.model, &in, &p, err, sizeof err));
+    CHECK(!p.judged && !p.fits && p.max_micro_batch == -1 && p.micro_batch == 1);
+    in.device_bytes = 64.0 * 1024 * 1024; /* 64 MiB: between the state and the whole batch */
+    CHECK_OK(bt_plan_make(&cfg, &cfg.model, &in, &p, err, sizeof err));
+    CHECK(p.judged && p.max_micro_batch > 1 && p.max_micro_batch < 512);
+    CHECK(p.micro_batch == p.max_micro_batch);
+    CHECK(p.trainer_device <= in.device_bytes);
+    in.micro_batch = p.max_micro_batch + 1;
+    CHECK_OK(bt_plan_make(&cfg, &cfg.model, &in, &at, err, sizeof err));
+    CHECK(at.trainer_device > in.device_bytes);
+    /* rows grow with the micro-batch (no shared prefixes: one sequence a row) */
+    CHECK(p.rows == p.max_micro_batch && at.rows == p.max_micro_batch + 1);
+    printf("64 MiB: largest micro-batch %lld\n", (long long)p.max_micro_batch);
+}
+
 int main(void) {
     bt_set_num_threads(1); /* the counter sees the calling thread's allocations only */
     test_tracking();
+    test_largest();
     test_trainer_peak();
     return check_exit();
 }
