@@ -2,7 +2,9 @@
     allocator-level counter) against tensors of known sizes; the planner's weights, gradients and
     moments against the model's parameters counted; its trainer peak against the peak measured over
     one real GRPO step, for the demo config and a ~50M-parameter shape (within 15%). */
+#define _DEFAULT_SOURCE
 #include "baton/config.h"
+#include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/plan.h"
@@ -144,10 +146,47 @@ static void test_largest(void) {
     printf("64 MiB: largest micro-batch %lld\n", (long long)p.max_micro_batch);
 }
 
+/*  A run with grpo.micro_batch "auto" trains with the planner's choice and says so in an event:
+    the whole step's batch (512 sequences) on a machine whose available memory holds the plan of
+    it with the trainer's headroom (90%), fewer otherwise. */
+static void test_auto_run(void) {
+    const char *bin = getenv("BATON_BIN"), *src = getenv("BATON_SOURCE_DIR");
+    if (!bin || !src)
+        return;
+    char dir[] = "/tmp/baton_plan_XXXXXX", cmd[4096], path[1200], *events = NULL;
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(cmd, sizeof cmd,
+             "'%s' run '%s/configs/arith.json' --run-dir '%s/run' --set grpo.micro_batch=auto "
+             "--set grpo.steps=1 --set sft.steps=1 --set workers.eval=0 --set eval.every_steps=0 "
+             "--set grpo.dynamic_sampling=false >/dev/null 2>&1",
+             bin, src, dir);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/run/events.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 20, &events, NULL));
+    const char *e = events ? strstr(events, "\"event\":\"micro_batch_auto\"") : NULL;
+    const char *m = e ? strstr(e, "\"micro_batch\":") : NULL;
+    long chosen = m ? strtol(m + strlen("\"micro_batch\":"), NULL, 10) : -1;
+    snprintf(path, sizeof path, "%s/configs/arith.json", src);
+    bt_config cfg;
+    CHECK_OK(bt_config_load(path, NULL, 0, &cfg));
+    bt_plan whole = s_plan(&cfg, bt_plan_prompt_bound(&cfg, &cfg.model), 512);
+    size_t avail = 0;
+    CHECK_OK(bt_device_available(bt_cpu(), &avail));
+    printf("auto run: micro-batch %ld (%.1f GiB available)\n", chosen, (double)avail / (1 << 30));
+    if (0.9 * (double)avail > 2 * whole.trainer.total) /* clearly room: the whole batch */
+        CHECK(chosen == 512);
+    else
+        CHECK(chosen >= 1 && chosen <= 512);
+    free(events);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     bt_set_num_threads(1); /* the counter sees the calling thread's allocations only */
     test_tracking();
     test_largest();
+    test_auto_run();
     test_trainer_peak();
     return check_exit();
 }
