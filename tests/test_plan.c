@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define S_ALIGN 64 /* c10's CPU allocation alignment (gAlignment) */
 
 static size_t s_peak(void) {
     size_t peak = 0;
