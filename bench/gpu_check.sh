@@ -17,7 +17,9 @@
 #   5. issue 18's realistic rollout workload (bench_rollout: the engine, the static path and the
 #      PyTorch-eager peer) on cuda:0 in float32 and in bf16;
 #   6. issue 19's sharded training state over NCCL: bench_zero's stages on cuda (two ranks when two
-#      GPUs exist) and demo runs with workers.shard gradients and parameters.
+#      GPUs exist) and demo runs with workers.shard gradients and parameters;
+#   7. issue 19's memory planner: `baton plan` for the demo on cuda:0 in float32 and bf16, its
+#      trainer prediction beside the CUDA allocator peak of one measured GRPO step (bench_plan).
 # Record the figures in bench/RESULTS.md ("GPU checks").
 set -u
 cd "$(dirname "$0")/.."
@@ -171,5 +173,21 @@ for stage in gradients parameters; do
     say "nccl_shard_$stage" true "$RANKS rank(s), $(grep -c '"train"' "$OUT/sharded-$stage/metrics.jsonl") steps, held-out $(accuracy "$OUT/sharded-$stage")"
   else
     say "nccl_shard_$stage" false "see $OUT/sharded-$stage.log"
+  fi
+done
+
+# ---- 7. the memory planner against CUDA's allocator peak ------------------------------------------
+# `baton plan` prints the trainer's predicted bytes; bench_plan runs one GRPO step of the same
+# config's trainer on its worst batch and reads bt_device_memory's peak on cuda:0 (CUDA's caching
+# allocator, allocated bytes), with the planner's figure beside it
+for prec in float32 bf16; do
+  "$B/baton" plan configs/arith.json --set run.device=cuda:0 --set run.precision=$prec \
+    >"$OUT/plan-$prec.txt" 2>&1
+  if BENCH_DEVICE=cuda:0 "$B/bench_plan" configs/arith.json run.device=cuda:0 \
+       run.precision=$prec >"$OUT/plan-$prec.jsonl" 2>"$OUT/plan-$prec.log"; then
+    say plan_$prec true "baton plan trainer: $(awk '$1=="trainer" && $2 ~ /^[0-9]+$/ {print $9}' \
+      "$OUT/plan-$prec.txt") MiB; $(sed 's/"/\x27/g' "$OUT/plan-$prec.jsonl")"
+  else
+    say plan_$prec false "see $OUT/plan-$prec.log"
   fi
 done

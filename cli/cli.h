@@ -16,6 +16,7 @@ int bt_cli_usage_error(const char *fmt, ...)
 
 int bt_cli_eval(int argc, char **argv);
 int bt_cli_info(int argc, char **argv);
+int bt_cli_plan(int argc, char **argv);
 int bt_cli_run(int argc, char **argv);
 int bt_cli_worker(int argc, char **argv);
 int bt_cli_controller(int argc, char **argv);

@@ -34,6 +34,10 @@ static const char s_usage[] =
     "  keygen DIR [--name NAME]\n"
     "                  a CURVE key pair: DIR/NAME.key (secret), DIR/NAME.pub (NAME: host name)\n"
     "  info [--json]   libtorch version, BLAS in use, threads, CUDA/NCCL\n"
+    "  plan CONFIG [--gpus N] [--gpu-mem GIB] [--micro-batch N] [--prompt-len N]\n"
+    "       [--shard STAGE] [--set ...]\n"
+    "                  bytes per role (weights, gradients, optimizer, KV cache, activations)\n"
+    "                  from the config alone, whether it fits, the largest grpo.micro_batch\n"
     "  tokenize --tokenizer PATH [--decode] [--json] [--bos]\n"
     "                  stdin lines to JSON arrays of ids (--decode: back); PATH a model folder\n"
     "                  or its tokenizer.json; --json: lines are JSON strings\n"
@@ -71,6 +75,8 @@ int main(int argc, char **argv) {
         return bt_cli_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "info") == 0)
         return bt_cli_info(argc - 2, argv + 2);
+    if (strcmp(argv[1], "plan") == 0)
+        return bt_cli_plan(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)
         return bt_cli_run(argc - 2, argv + 2);
     if (strcmp(argv[1], "controller") == 0)

@@ -34,6 +34,7 @@ typedef struct s_key {
     const char *const *names;     /* S_ENUM: the names of values 0, 1, ...; NULL-terminated */
     bool (*valid)(const char *s); /* S_STR: what the value must also satisfy, or NULL */
     const char *what;             /* S_STR: valid() in words */
+    const char *word;             /* S_INT: a string also taken, stored as 0 ("auto"), or NULL */
 } s_key;
 
 static bool s_is_name(const char *s) {
@@ -221,7 +222,13 @@ static const s_key s_keys[] = {
     S_NUM_KEY("grpo.beta1", grpo.beta1, 0.9, 0, 1, S_HI_OPEN),
     S_NUM_KEY("grpo.beta2", grpo.beta2, 0.999, 0, 1, S_HI_OPEN),
     S_NUM_KEY("grpo.max_grad_norm", grpo.max_grad_norm, 1.0, 0, 1e6, S_LO_OPEN),
-    S_INT_KEY("grpo.micro_batch", grpo.micro_batch, 64, 1, S_INF),
+    {.path = "grpo.micro_batch",
+     .type = S_INT,
+     S_FIELD(grpo.micro_batch),
+     .def = 64,
+     .lo = 1,
+     .hi = S_INF,
+     .word = "auto"}, /* 0: "auto", the planner's at trainer start (plan.h) */
     S_ENUM_KEY("grpo.batching", grpo.batching, BT_BATCHING_BUCKET, s_batchings),
     S_INT_KEY("grpo.pack_tokens", grpo.pack_tokens, 0, 0, S_INF),
     S_BOOL_KEY("grpo.share_prefix", grpo.share_prefix, true),
@@ -464,6 +471,11 @@ static void s_range_text(const s_key *k, char *buf, size_t len) {
         snprintf(buf, len, "%s %s %s", noun, k->open & S_LO_OPEN ? ">" : ">=", lo);
     else
         snprintf(buf, len, "%s", noun);
+    if (k->word) {
+        size_t used = strlen(buf);
+        if (used < len)
+            snprintf(buf + used, len - used, " or \"%s\"", k->word);
+    }
 }
 
 /*  The field of k in the struct at base: a bt_config, or for an array entry's keys moved to 0, a
@@ -524,6 +536,14 @@ static bt_status s_set(const s_key *k, const cJSON *v, const char *where, void *
         }
         return s_expected(where, what, v);
     } else {
+        if (k->word && cJSON_IsString(v) && strcmp(v->valuestring, k->word) == 0) {
+            s_store(k, cfg, 0);
+            return BT_OK;
+        }
+        if (k->word && !cJSON_IsNumber(v)) {
+            s_range_text(k, what, sizeof what);
+            return s_expected(where, what, v);
+        }
         double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
         if (isnan(x) || (k->type == S_INT && x != floor(x)))
             return s_expected(where, k->type == S_INT ? "an integer" : "a number", v);
@@ -1832,6 +1852,8 @@ bt_status bt_config_load(const char *path, const char *const *overrides, int n_o
 static cJSON *s_to_item(const s_key *k, const bt_config *cfg) {
     const void *p = s_cfield(k, cfg);
     char num[32];
+    if (k->type == S_INT && k->word && *(const int64_t *)p == 0)
+        return cJSON_CreateString(k->word);
     if (k->type == S_INT) {
         snprintf(num, sizeof num, "%" PRId64, *(const int64_t *)p);
         return cJSON_CreateRaw(num);

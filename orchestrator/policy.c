@@ -393,6 +393,29 @@ static bt_status s_log_trained(bt_policy *self) {
     return bt_runlog_event(self->ctl->log, &line);
 }
 
+/*  The trainer ran out of memory on this step and retried it with half the micro-batch, lowered
+    times: the micro-batch it trained with from now on. */
+static bt_status s_log_lowered(bt_policy *self) {
+    bt_jsonl line;
+    bt_ctl_event_line(self->ctl, &line, "micro_batch_lowered");
+    bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_int(&line, "step", self->step + 1);
+    bt_jsonl_int(&line, "from", self->ts.micro_batch << self->ts.lowered);
+    bt_jsonl_int(&line, "micro_batch", self->ts.micro_batch);
+    bt_jsonl_str(&line, "reason", "out of memory");
+    return bt_runlog_event(self->ctl->log, &line);
+}
+
+/*  grpo.micro_batch "auto": what the trainer chose from the planner, at its first step. */
+static bt_status s_log_auto(bt_policy *self) {
+    bt_jsonl line;
+    bt_ctl_event_line(self->ctl, &line, "micro_batch_auto");
+    bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_int(&line, "step", self->step + 1);
+    bt_jsonl_int(&line, "micro_batch", self->ts.micro_batch);
+    return bt_runlog_event(self->ctl->log, &line);
+}
+
 /*  The train job's statistics, and the share of the trainer's token slots that were padding. */
 static bt_status s_train_end(bt_policy *self) {
     bt_status st = bt_trainer_stats_from_msg(self->tr.job.result, &self->ts);
@@ -401,6 +424,13 @@ static bt_status s_train_end(bt_policy *self) {
     for (int64_t i = 0; i < self->batch.n; i++) /* rows' tokens, each shared prompt once */
         real += (double)(self->batch.prompt_lens[i] + self->batch.lengths[i]);
     self->padding = st == BT_OK && self->ts.slots > 0 ? 1.0 - real / self->ts.slots : NAN;
+    if (st == BT_OK && self->ts.lowered > 0)
+        st = s_log_lowered(self);
+    if (st == BT_OK && self->cfg->grpo.micro_batch == 0 && self->micro_batch == 0 &&
+        self->ts.lowered == 0 && self->ts.micro_batch > 0)
+        st = s_log_auto(self);
+    if (st == BT_OK)
+        self->micro_batch = self->ts.micro_batch;
     if (st == BT_OK && self->cfg->debug.log_prompts)
         st = s_log_trained(self);
     bt_rollout_batch_release(&self->batch);

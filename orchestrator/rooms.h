@@ -305,6 +305,8 @@ typedef struct bt_policy {
     bt_rollout_batch batch;   /* those that train (dynamic sampling) */
     double *adv;              /* [batch.n] */
     bt_trainer_stats ts;
+    int64_t micro_batch; /* the trainer's micro-batch at its last step (0: none yet), for the
+                            micro_batch_auto event */
     bool updated;
     double step_tps; /* completion tokens per second of the last step */
     /* the training data: each source's task, the mixture's draws and curriculum (mixture.h) */

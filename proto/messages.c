@@ -342,6 +342,8 @@ bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg) {
     BT_TRY(bt_msg_set_double(msg, "stats.lr", s->lr));
     BT_TRY(bt_msg_set_int(msg, "stats.sequences", s->sequences));
     BT_TRY(bt_msg_set_bool(msg, "stats.finite", bad == 0));
+    BT_TRY(bt_msg_set_int(msg, "stats.micro_batch", s->micro_batch));
+    BT_TRY(bt_msg_set_int(msg, "stats.lowered", s->lowered));
     return bt_msg_set_int(msg, "version", s->version);
 }
 
@@ -365,6 +367,10 @@ bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out) 
     BT_TRY(s_get_stat(msg, "stats.shared", 0, big, f, &out->shared));
     BT_TRY(bt_msg_get_double(msg, "stats.lr", 0, 1e3, &out->lr));
     BT_TRY(bt_msg_get_int(msg, "stats.sequences", 0, BT_WIRE_INT_MAX, &out->sequences));
+    if (bt_msg_has(msg, "stats.micro_batch"))
+        BT_TRY(bt_msg_get_int(msg, "stats.micro_batch", 0, BT_WIRE_INT_MAX, &out->micro_batch));
+    if (bt_msg_has(msg, "stats.lowered"))
+        BT_TRY(bt_msg_get_int(msg, "stats.lowered", 0, 64, &out->lowered));
     return bt_msg_get_int(msg, "version", 0, BT_WIRE_INT_MAX, &out->version);
 }
 

@@ -8,7 +8,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
@@ -29,6 +31,8 @@
    BATON_HAVE_TORCH_CUDA from Torch's TORCH_CUDA_LIBRARIES, the test NCCL's switch also makes). */
 #ifdef BATON_HAVE_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 #include <algorithm>
@@ -422,10 +426,60 @@ extern "C" void bt_device_release_cache(bt_device device) {
 #endif
 }
 
+/*  c10's CPU allocator reports each allocation and free (ProfiledCPUMemoryReporter) to the
+    MemoryReportingInfoBase found in the calling thread's debug info under PROFILER_STATE, when that
+    reporter says memory profiling is on: the counter below, pushed by bt_memory_tracking_begin.
+    A free is reported only for a block allocated while some thread's reporter was on. */
+namespace {
+struct s_memory_counter final : public c10::MemoryReportingInfoBase {
+    int64_t allocated = 0, peak = 0;
+    void reportMemoryUsage(void *, int64_t alloc_size, int64_t, int64_t,
+                           c10::Device device) override {
+        if (device.type() != c10::DeviceType::CPU)
+            return;
+        allocated += alloc_size;
+        peak = std::max(peak, allocated);
+    }
+    bool memoryProfilingEnabled() const override { return true; }
+};
+struct s_memory_tracking {
+    std::shared_ptr<s_memory_counter> counter;
+    std::unique_ptr<c10::DebugInfoGuard> guard;
+};
+thread_local s_memory_tracking s_tracking;
+} // namespace
+
+extern "C" bt_status bt_memory_tracking_begin(void) {
+    if (s_tracking.counter) {
+        s_tracking.counter->peak = s_tracking.counter->allocated;
+        return BT_OK;
+    }
+    return s_status("bt_memory_tracking_begin", [&] {
+        auto counter = std::make_shared<s_memory_counter>();
+        s_tracking.guard =
+            std::make_unique<c10::DebugInfoGuard>(c10::DebugInfoKind::PROFILER_STATE, counter);
+        s_tracking.counter = counter;
+    });
+}
+
+extern "C" void bt_memory_tracking_end(void) {
+    s_tracking.guard.reset(); /* restores the debug info found at begin */
+    s_tracking.counter.reset();
+}
+
+extern "C" bool bt_memory_is_tracking(void) {
+    return s_tracking.counter != nullptr;
+}
+
 extern "C" bt_status bt_device_memory(bt_device device, size_t *allocated, size_t *peak,
                                       size_t *reserved) {
     size_t a = 0, p = 0, r = 0;
     bt_status st = BT_OK;
+    if (device.type == BT_DEVICE_CPU && s_tracking.counter) {
+        a = (size_t)std::max<int64_t>(s_tracking.counter->allocated, 0);
+        p = (size_t)s_tracking.counter->peak;
+        r = a;
+    }
 #ifdef BATON_HAVE_TORCH_CUDA
     if (device.type == BT_DEVICE_CUDA)
         st = s_status("bt_device_memory", [&] {
@@ -444,6 +498,38 @@ extern "C" bt_status bt_device_memory(bt_device device, size_t *allocated, size_
     if (reserved)
         *reserved = r;
     return st;
+}
+
+extern "C" bt_status bt_device_available(bt_device device, size_t *bytes) {
+    *bytes = 0;
+    if (device.type == BT_DEVICE_CPU) { /* the kernel's estimate of what can be allocated */
+        FILE *f = fopen("/proc/meminfo", "r");
+        char line[256];
+        unsigned long long kb = 0;
+        bool found = false;
+        while (f && !found && fgets(line, sizeof line, f))
+            found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+        if (f)
+            fclose(f);
+        if (!found)
+            return bt_fail(BT_EIO, "bt_device_available: no MemAvailable in /proc/meminfo");
+        *bytes = (size_t)kb * 1024;
+        return BT_OK;
+    }
+#ifdef BATON_HAVE_TORCH_CUDA
+    return s_status("bt_device_available", [&] {
+        c10::cuda::CUDAGuard guard((c10::DeviceIndex)device.index);
+        size_t free_b = 0, total_b = 0;
+        C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        auto stats =
+            c10::cuda::CUDACachingAllocator::getDeviceStats((c10::DeviceIndex)device.index);
+        /* the driver's free memory and the blocks the caching allocator holds unused */
+        *bytes =
+            free_b + (size_t)(stats.reserved_bytes[0].current - stats.allocated_bytes[0].current);
+    });
+#else
+    return bt_fail(BT_EINVAL, "bt_device_available: this build has no CUDA");
+#endif
 }
 
 /* ---- contexts -------------------------------------------------------------------------------- */

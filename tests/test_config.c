@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 static bt_status s_parse(const char *json, bt_config *cfg) {
     return bt_config_parse(json, "arith.json", NULL, 0, cfg);
@@ -1116,6 +1117,57 @@ static void test_data_sources(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "data.sources is an array: set it in the config file");
 }
 
+/*  grpo.micro_batch takes an integer >= 1 or "auto" (stored as 0, resolved by the trainer from the
+    memory planner), written back as "auto"; any other string is refused naming the key, the
+    expected type and what it got, and `baton plan` exits 2 on it. */
+static void test_micro_batch_auto(void) {
+    bt_config cfg;
+    CHECK_OK(
+        bt_config_parse("{\"grpo\": {\"micro_batch\": \"auto\"}}", "arith.json", NULL, 0, &cfg));
+    CHECK(cfg.grpo.micro_batch == 0);
+    char *json = bt_config_to_json(&cfg);
+    const char *at = json ? strstr(json, "\"micro_batch\"") : NULL; /* 13 bytes, then ": " */
+    at = at ? at + 13 + strspn(at + 13, ": \t") : NULL;
+    CHECK(at && strncmp(at, "\"auto\"", 6) == 0);
+    bt_config back;
+    CHECK_OK(bt_config_parse(json, "resolved", NULL, 0, &back));
+    CHECK(back.grpo.micro_batch == 0);
+    free(json);
+    const char *set[] = {"grpo.micro_batch=auto"};
+    CHECK_OK(bt_config_parse("{\"grpo\": {\"micro_batch\": 8}}", "arith.json", set, 1, &cfg));
+    CHECK(cfg.grpo.micro_batch == 0);
+    set[0] = "grpo.micro_batch=12";
+    CHECK_OK(bt_config_parse("{}", "arith.json", set, 1, &cfg));
+    CHECK(cfg.grpo.micro_batch == 12);
+    const struct {
+        const char *json, *error;
+    } bad[] = {
+        {"{\"grpo\": {\"micro_batch\": \"big\"}}",
+         "arith.json: grpo.micro_batch: expected an integer >= 1 or \"auto\", got \"big\""},
+        {"{\"grpo\": {\"micro_batch\": 0}}",
+         "arith.json: grpo.micro_batch: expected an integer >= 1 or \"auto\", got 0"},
+        {"{\"grpo\": {\"micro_batch\": true}}",
+         "arith.json: grpo.micro_batch: expected an integer >= 1 or \"auto\", got true"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(bt_config_parse(bad[i].json, "arith.json", NULL, 0, &cfg) == BT_EINVAL);
+        if (strcmp(bt_last_error(), bad[i].error) != 0) {
+            fprintf(stderr, "%s\n  got:      %s\n  expected: %s\n", bad[i].json, bt_last_error(),
+                    bad[i].error);
+            s_check_failures++;
+        }
+    }
+    const char *bin = getenv("BATON_BIN");
+    if (bin) { /* a user's mistake: exit 2 */
+        char path[1024], cmd[2304];
+        s_source_path("configs/arith.json", path, sizeof path);
+        snprintf(cmd, sizeof cmd, "'%s' plan '%s' --set grpo.micro_batch=big 2>/dev/null >&2", bin,
+                 path);
+        int rc = system(cmd);
+        CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+    }
+}
+
 int main(void) {
     test_eval_datasets();
     test_defaults();
@@ -1129,6 +1181,7 @@ int main(void) {
     test_variants();
     test_load();
     test_data_sources();
+    test_micro_batch_auto();
     test_docs();
     return check_exit();
 }

@@ -418,6 +418,15 @@ void bt_trainer_destroy(bt_trainer_t **self_p) {
     *self_p = NULL;
 }
 
+int64_t bt_trainer_micro_batch(const bt_trainer_t *self) {
+    return self->cfg.micro_batch;
+}
+
+void bt_trainer_set_micro_batch(bt_trainer_t *self, int64_t micro_batch) {
+    BT_ASSERT(micro_batch >= 1);
+    self->cfg.micro_batch = micro_batch;
+}
+
 bt_model *bt_trainer_policy(bt_trainer_t *self) {
     return self->policy;
 }
@@ -1010,7 +1019,8 @@ static bt_status s_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
                                .shared = v[11],
                                .lr = lr,
                                .sequences = batch->n,
-                               .version = self->version};
+                               .version = self->version,
+                               .micro_batch = self->cfg.micro_batch};
     }
     return st;
 }

@@ -6,6 +6,7 @@
 #include "baton/evaluator.h"
 #include "baton/messages.h"
 #include "baton/msg.h"
+#include "baton/plan.h"
 #include "baton/rollout.h"
 #include "baton/spec.h"
 #include "baton/trainer.h"
@@ -72,6 +73,28 @@ typedef struct {
     int64_t task_id;  /* of the TASK being run */
 } s_compute;
 
+/*  grpo.micro_batch "auto": the largest the memory planner fits in S_AUTO_SHARE of what the device
+    can allocate now (bt_device_available) plus the built policy's own weights (the planner counts
+    them); 1 when none fits, which the out-of-memory retry then cannot lower. */
+#define S_AUTO_SHARE 0.9 /* headroom for libtorch's own buffers and the allocator's rounding */
+static int64_t s_auto_micro_batch(const bt_config *cfg, const bt_model *m, bt_device dev) {
+    size_t avail = 0;
+    if (bt_device_available(dev, &avail) != BT_OK)
+        return 1;
+    int64_t params = 0;
+    for (int i = 0; i < bt_model_num_params(m); i++)
+        params += bt_numel(bt_model_params(m)[i]);
+    bt_plan_input in = {.device_bytes = S_AUTO_SHARE * ((double)avail + 4.0 * (double)params)};
+    bt_plan p;
+    char err[128];
+    if (bt_plan_make(cfg, bt_model_get_config(m), &in, &p, err, sizeof err) != BT_OK)
+        return 1;
+    bt_log(BT_LOG_INFO, "trainer: grpo.micro_batch auto: %lld (%.2f GiB available)",
+           (long long)(p.max_micro_batch > 0 ? p.max_micro_batch : 1),
+           in.device_bytes / (1024.0 * 1024.0 * 1024.0));
+    return p.max_micro_batch > 0 ? p.max_micro_batch : 1;
+}
+
 /*  The state of variant c->cur, whose cfg is set. */
 static bt_status s_build_variant(s_compute *c, bt_device dev) {
     c->cur->applied_task = -1;
@@ -118,6 +141,8 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
     bt_config_adamw(c->cur->cfg, &tc.adamw);
     tc.max_grad_norm = c->cur->cfg->grpo.max_grad_norm;
     tc.micro_batch = c->cur->cfg->grpo.micro_batch;
+    if (tc.micro_batch == 0) /* "auto" */
+        tc.micro_batch = s_auto_micro_batch(c->cur->cfg, m, c->dev);
     tc.batching = c->cur->cfg->grpo.batching;
     tc.pack_tokens = c->cur->cfg->grpo.pack_tokens;
     tc.share_prefix = c->cur->cfg->grpo.share_prefix;
@@ -319,6 +344,25 @@ static void s_applied(s_compute *c, const bt_trainer_stats *stats, bt_spec_resul
     r->stats = *stats;
 }
 
+/*  After a GRPO step that failed with st: when it ran out of memory with a micro-batch above 1,
+    halves the trainer's micro-batch and says to retry the same batch.  A failed step leaves the
+    weights and moments as they were and drops its gradients (trainer.h), and the update does not
+    depend on the micro-batch (to float rounding), so the retry trains the batch once.  Not when
+    AdamW itself failed (it may have stepped some parameters), nor in a data-parallel group (the
+    ranks would have to agree on the retry: the step fails as before). */
+static bool s_retry_smaller(s_compute *c, bt_status st) {
+    bt_trainer_t *tr = c->cur->trainer;
+    int64_t mb = bt_trainer_micro_batch(tr);
+    bool oom = st != BT_OK && (st == BT_ENOMEM || bt_last_status() == BT_ENOMEM);
+    if (!oom || mb <= 1 || c->cur->group || strstr(bt_last_error(), "bt_adamw_step"))
+        return false;
+    bt_device_release_cache(c->dev); /* what the failed step cached */
+    bt_trainer_set_micro_batch(tr, mb / 2);
+    bt_log(BT_LOG_WARN, "trainer: out of memory with grpo.micro_batch %lld: retrying with %lld",
+           (long long)mb, (long long)(mb / 2));
+    return true;
+}
+
 static bt_status s_task_train(s_compute *c, const bt_spec_task *t, bt_spec_result *r,
                               bool *publish) {
     const bt_spec_train *job = &t->u.train;
@@ -341,7 +385,14 @@ static bt_status s_task_train(s_compute *c, const bt_spec_task *t, bt_spec_resul
     bt_config_grpo(c->cur->cfg, &gc);
     gc.kl_coef = t->hyper.kl_coef;     /* the controller's, which a tuner may have changed */
     gc.clip_high = t->hyper.clip_high; /* the config's, unless PBT explored it */
-    st = bt_trainer_grpo_step(c->cur->trainer, b, a, t->hyper.lr, &gc, &stats);
+    int64_t lowered = 0;
+    for (;;) {
+        st = bt_trainer_grpo_step(c->cur->trainer, b, a, t->hyper.lr, &gc, &stats);
+        if (!s_retry_smaller(c, st))
+            break;
+        lowered++;
+    }
+    stats.lowered = lowered;
     if (st == BT_OK)
         s_applied(c, &stats, r);
     free(a);
@@ -493,7 +544,9 @@ static void s_oom_reason(const s_compute *c, bt_job_kind kind, char *reason, siz
         where = kind == BT_JOB_SFT ? "trainer's SFT step" : "trainer step";
         snprintf(hint, sizeof hint,
                  "lower grpo.micro_batch (now %lld) or grpo.max_new_tokens (now %lld)",
-                 (long long)cfg->grpo.micro_batch, (long long)cfg->grpo.max_new_tokens);
+                 (long long)(c->cur->trainer ? bt_trainer_micro_batch(c->cur->trainer)
+                                             : cfg->grpo.micro_batch),
+                 (long long)cfg->grpo.max_new_tokens);
         break;
     }
     snprintf(reason, cap, "out of memory on %s in the %s (%s); %s", dev, where, what, hint);

@@ -97,7 +97,10 @@ typedef struct bt_trainer_stats {
                            sequences share in a pass */
     double lr;          /* the learning rate AdamW applied */
     int64_t sequences;
-    int64_t version; /* after the update */
+    int64_t version;     /* after the update */
+    int64_t micro_batch; /* sequences per pass the step ran with (GRPO; 0: not said) */
+    int64_t lowered;     /* times the worker halved micro_batch and retried the step after running
+                            out of memory (workers/worker.c) */
 } bt_trainer_stats;
 
 /* ---- evaluation sums ------------------------------------------------------------------------ */

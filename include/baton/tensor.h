@@ -81,9 +81,31 @@ void bt_autocast_exit(bt_autocast *scope);
     Memory still in use is untouched. */
 void bt_device_release_cache(bt_device device);
 /*  Bytes in use by tensors now and at the most since the process started, and bytes the caching
-    allocator holds (in use or cached), on a CUDA device; any pointer may be NULL.  All 0 on the
-    CPU and in a build without CUDA (use the process's RSS there). */
+    allocator holds (in use or cached), on a CUDA device; any pointer may be NULL.  On the CPU:
+    while the calling thread tracks memory (bt_memory_tracking_begin), the bytes of the CPU tensors
+    it allocated since tracking began and still holds, their most since then (or since the last
+    begin), and reserved = allocated (the CPU allocator caches nothing); else all 0.  All 0 on CUDA
+    in a build without CUDA. */
 bt_status bt_device_memory(bt_device device, size_t *allocated, size_t *peak, size_t *reserved);
+/*  Bytes a new allocation on device may take now: on the CPU the kernel's MemAvailable
+    (/proc/meminfo), on CUDA the driver's free memory plus what the caching allocator holds unused.
+    BT_EIO / BT_ETORCH when it cannot be read. */
+bt_status bt_device_available(bt_device device, size_t *bytes);
+/*  CPU memory tracking, per thread: c10's CPU allocator reports each allocation and free to the
+    thread's counter (its memory-profiling hook, c10::ThreadLocalDebugInfo), which bt_device_memory
+    reads.  The counter sees the bytes ATen asked for (posix_memalign of nbytes, 64-byte aligned),
+    not RSS: neither libtorch's own code and arenas nor malloc's overhead.  It counts what this
+    thread allocates and frees while it is on (autograd's backward on the CPU runs on the calling
+    thread); it misses allocations and frees made on other threads, ATen's intra-op workers
+    (at::parallel_for bodies) among them, which hold little (bt_set_num_threads(1) for an exact
+    figure), and does not count the frees of tensors allocated before it began (c10 logs a warning
+    to stderr for one in 1000 of those).  While it is on, c10 keeps a table of the tracked blocks
+    under a mutex: a cost per allocation; for measurements, not production runs.
+    bt_memory_tracking_begin starts counting at 0 (or, when already on, sets the peak to what is
+    allocated now); bt_memory_tracking_end stops, on the thread that began. */
+bt_status bt_memory_tracking_begin(void);
+void bt_memory_tracking_end(void);
+bool bt_memory_is_tracking(void);
 
 /* ---- contexts (arenas of tensors) ----------------------------------------------------------- */
 /*  Caller owns the result; destroy with bt_ctx_destroy(). */

@@ -71,6 +71,11 @@ typedef struct bt_trainer bt_trainer_t;
 bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg);
 void bt_trainer_destroy(bt_trainer_t **self_p);
 
+/*  The sequences per forward/backward pass (cfg.micro_batch).  Setting it (>= 1) changes only
+    how the next steps split their batch: the loss, the gradients and the update do not depend on
+    it (to float rounding); the out-of-memory retry lowers it (workers/worker.c). */
+int64_t bt_trainer_micro_batch(const bt_trainer_t *self);
+void bt_trainer_set_micro_batch(bt_trainer_t *self, int64_t micro_batch);
 /*  Borrowed: valid while self lives.  Export it with bt_weights_export(policy, version, ...). */
 bt_model *bt_trainer_policy(bt_trainer_t *self);
 /*  Borrowed; NULL without cfg->reference. */
