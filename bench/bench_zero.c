@@ -1,19 +1,17 @@
 /*  bench_zero.c — sharded training state (workers.shard, issue 19 section 1): for each stage
-    (none, optimizer, gradients, parameters) and 1, 2 and 4 data-parallel ranks, STEPS GRPO steps of
-   a ~58M parameter model (hidden 512, 8 layers, SwiGLU 2.6875 x hidden, vocab 32000, untied head)
-   on one batch of 8 sequences (prompts of 32 tokens, completions of 32), every rank a process of
-    its own over Gloo on loopback.  Per rank it reports the bytes of AdamW state it holds (the
-    moments, counted from the tensors allocated; a sharded rank steps its slice of the weights
-    in place, in their flat buffer), the gradient bytes AdamW is given (the whole gradients, or
-    with sharded gradients their shard), the weights resident between steps (rank 0's and the
-    largest other rank's: none with sharded parameters), the peak RSS a step adds over the built
-   trainer (VmHWM
-    - VmRSS), the allocator's peak where bt_device_memory has one, and the median step time
-    after the first.  One JSON line per (stage, ranks), with the ratios to the replicated run of
-    as many ranks; the weights each run ends with are compared with the replicated 1-rank run's.
-    Usage: bench_zero [STEPS] (3).  Threads: BATON_THREADS per rank (default 1).  BENCH_DEVICE
-    "cuda" puts rank r on cuda:r (NCCL; the allocator's peak is then CUDA's, counted from the
-    built trainer); BENCH_RANKS the rank counts ("1 2 4"). */
+    (none, optimizer, gradients, parameters) and 1, 2 and 4 data-parallel ranks, STEPS GRPO
+    steps of a ~58M parameter model (hidden 512, 8 layers, SwiGLU 2.6875 x hidden, vocab 32000,
+    untied head) on one batch of 8 sequences (prompts of 32 tokens, completions of 32), every
+    rank a process of its own over Gloo on loopback.  Per rank: the bytes of AdamW state it
+    holds (counted from the tensors allocated), the gradient bytes AdamW is given, the weights
+    resident between steps (rank 0's and the largest other rank's), the allocator's own peak
+    (bt_device_memory: on the CPU the tracking of the rank's thread, one ATen thread; on CUDA the
+    caching allocator's) of everything the rank allocated, the peak RSS the steps add (VmHWM -
+    VmRSS), and the median step time after the first.  One JSON line per (stage, ranks), with
+    ratios to the replicated run of as many ranks; each run's final weights are compared with
+    the replicated 1-rank run's.  Usage: bench_zero [STEPS] (3).  Threads: BATON_THREADS per
+    rank (default 1).  BENCH_DEVICE "cuda" puts rank r on cuda:r (NCCL); BENCH_RANKS the rank
+    counts ("1 2 4"). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "../tests/grpo_reference.h"
@@ -99,6 +97,8 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
         setenv("BATON_THREADS", "1", 1);
     if (bt_threads_from_env() != BT_OK)
         s_fail("environment");
+    if (!cuda && bt_memory_tracking_begin() != BT_OK) /* the CPU allocator's own counts */
+        s_fail("memory tracking");
     bt_store *store = rank == 0 && world > 1 ? bt_store_serve(port, NULL) : NULL;
     if (rank == 0 && world > 1 && !store)
         s_fail("store");
@@ -163,8 +163,6 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
     bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0; /* no reference model */
     double before = s_status_bytes(false);
-    size_t built = 0;
-    bt_device_memory(dev, &built, NULL, NULL);
     for (int s = 0; s < steps; s++) {
         double t0 = bt_now();
         bt_trainer_stats st;
@@ -175,7 +173,7 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
     out->peak_rss_delta = s_status_bytes(true) - before;
     size_t peak = 0;
     bt_device_memory(dev, NULL, &peak, NULL);
-    out->alloc_peak = peak > built ? (double)(peak - built) : 0.0;
+    out->alloc_peak = (double)peak; /* the model, the trainer's state and a step's peak */
     out->weights_bytes = 0; /* resident between steps: none on ranks > 0 with sharded weights */
     for (int i = 0; i < bt_model_num_params(policy); i++)
         out->weights_bytes += 4.0 * (double)bt_numel(bt_model_params(policy)[i]);
@@ -268,13 +266,13 @@ int main(int argc, char **argv) {
             printf("{\"bench\":\"zero\",\"device\":\"%s\",\"shard\":\"%s\",\"ranks\":%d,"
                    "\"steps\":%d,\"optimizer_mib_per_rank\":%.1f,\"optimizer_vs_none\":%.4f,"
                    "\"grad_mib_at_update\":%.1f,\"weights_mib_rank0\":%.1f,"
-                   "\"weights_mib_others\":%.1f,\"peak_rss_delta_mib\":%.1f,"
-                   "\"peak_rss_vs_none\":%.3f,\"alloc_peak_mib\":%.1f,\"step_s\":%.3f,"
+                   "\"weights_mib_others\":%.1f,\"alloc_peak_mib\":%.1f,"
+                   "\"alloc_peak_vs_none\":%.3f,\"peak_rss_delta_mib\":%.1f,\"step_s\":%.3f,"
                    "\"step_vs_none\":%.3f,\"weights_abs_sum_rel_diff\":%.3g}\n",
                    cuda ? "cuda" : "cpu", names[s], worlds[w], steps, opt / (1 << 20),
                    opt / base[0].optimizer_bytes, grad / (1 << 20), r[0].weights_bytes / (1 << 20),
-                   other / (1 << 20), rss / (1 << 20), rss / fmax(base[0].peak_rss_delta, 1.0),
-                   alloc / (1 << 20), step, step / base[0].step_s, fabs(r[0].checksum - one) / one);
+                   other / (1 << 20), alloc / (1 << 20), alloc / fmax(base[0].alloc_peak, 1.0),
+                   rss / (1 << 20), step, step / base[0].step_s, fabs(r[0].checksum - one) / one);
         }
     return 0;
 }
