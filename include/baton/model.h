@@ -88,20 +88,80 @@ bt_dtype bt_model_precision(const bt_model *self);
 /*  Activation checkpointing (grpo.activation_checkpointing "layer"; off by default): a full forward
     pass with grad mode on keeps only each decoder layer's input and recomputes the layer during
     backward (bt_checkpoint), so its activations are held one layer at a time; gradients are those
-    of the plain pass to float rounding.  The model has no dropout or other random op, so the
-    recomputation is exact.  No-grad passes (rollouts, decode, the KL reference) are unchanged. */
+    of the plain pass to float rounding.  The only random op, LoRA dropout, draws its masks from
+    the pass's key, so the recomputation draws the same masks and is exact.  No-grad passes
+   (rollouts, decode, the KL reference) are unchanged. */
 void bt_model_set_activation_checkpointing(bt_model *self, bool on);
 
-/*  The parameters, in a fixed order: model.embed_tokens.weight, then per layer N
-    model.layers.N.{input_layernorm, self_attn.q_proj, self_attn.k_proj, self_attn.v_proj,
-    self_attn.o_proj, post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj}.weight,
-    then model.norm.weight and, unless tied, lm_head.weight.  Borrowed: valid while self lives;
-    writing into them (bt_copy_ under no-grad) changes the model. */
+/*  The trained parameters.  Without LoRA, every weight, in a fixed order:
+   model.embed_tokens.weight, then per layer N model.layers.N.{input_layernorm, self_attn.q_proj,
+   self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, post_attention_layernorm, mlp.gate_proj,
+   mlp.up_proj, mlp.down_proj}.weight, then model.norm.weight and, unless tied, lm_head.weight. With
+   LoRA (bt_model_add_lora) the adapters alone, which is all that training changes (so the
+   optimizer, its checkpointed state and WEIGHTS see the adapters only), and the frozen base weights
+   are the base params below. Borrowed: valid while self lives (until bt_model_add_lora,
+   bt_model_merge_lora or bt_model_cast); writing into them (bt_copy_ under no-grad) changes the
+   model. */
 int bt_model_num_params(const bt_model *self);
 bt_tensor *const *bt_model_params(const bt_model *self);
 const char *bt_model_param_name(const bt_model *self, int i);
-/*  The parameter called name, or NULL. */
+/*  The parameter called name, adapters and base weights alike, or NULL. */
 bt_tensor *bt_model_find_param(const bt_model *self, const char *name);
+/*  Every base weight, in the order above, LoRA or not.  Borrowed as bt_model_params. */
+int bt_model_num_base_params(const bt_model *self);
+bt_tensor *const *bt_model_base_params(const bt_model *self);
+const char *bt_model_base_param_name(const bt_model *self, int i);
+
+/* ---- LoRA (Hu et al. 2021), parameterised as Hugging Face PEFT's LoraLayer -------------------
+    A targeted linear y = x W^T becomes y = x W^T + (alpha / rank) * dropout(x) A^T B^T with A
+    (rank, in) drawn as PEFT does (kaiming_uniform_ with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in)))
+    and B (out, rank) zeros, so a new adapter leaves the model's function unchanged.  The base
+    weights stop requiring grad.  Adapter names: model.layers.N.self_attn.q_proj.lora_A.weight,
+    ...lora_B.weight, per layer in target order, A before B.
+    Dropout applies only in full forwards with grad mode on (training), with adapters enabled;
+    its masks are keyed by (seed, the model's count of such forwards, layer, target), so the
+    recomputation of activation checkpointing draws the same masks as the first run and the two
+    give the same gradients.  No-grad passes (rollouts, decode, the KL reference) never drop. */
+typedef enum bt_lora_target {
+    BT_LORA_Q_PROJ = 0,
+    BT_LORA_K_PROJ = 1,
+    BT_LORA_V_PROJ = 2,
+    BT_LORA_O_PROJ = 3,
+    BT_LORA_GATE_PROJ = 4,
+    BT_LORA_UP_PROJ = 5,
+    BT_LORA_DOWN_PROJ = 6,
+    BT_LORA_TARGETS = 7 /* how many */
+} bt_lora_target;
+/*  "q_proj", ... "down_proj" (PEFT's target_modules names). */
+const char *bt_lora_target_name(bt_lora_target target);
+/*  BT_EINVAL when name is none of them. */
+bt_status bt_lora_target_parse(const char *name, bt_lora_target *out);
+
+typedef struct bt_lora_config {
+    int64_t rank;     /* r; 0: LoRA off */
+    double alpha;     /* lora_alpha: the update is scaled by alpha / rank */
+    double dropout;   /* lora_dropout, in [0, 1) */
+    uint32_t targets; /* bit (1u << t) per bt_lora_target */
+} bt_lora_config;
+/*  rank 0, alpha 16, dropout 0, every target. */
+void bt_lora_config_init(bt_lora_config *cfg);
+
+/*  Adds adapters with cfg to the targeted linears of every layer, A drawn from seed (on the CPU,
+    so every worker given the same seed draws the same A).  BT_EINVAL for a rank < 1, dropout
+    outside [0, 1), no target, or a model that has adapters already. */
+bt_status bt_model_add_lora(bt_model *self, const bt_lora_config *cfg, uint64_t seed);
+/*  Borrowed; NULL without adapters. */
+const bt_lora_config *bt_model_lora(const bt_model *self);
+/*  Adapters on (the default) or off: off, every pass computes the base model alone, which is the
+    KL reference of a LoRA policy (no second copy).  Returns the previous setting. */
+bool bt_model_set_adapters_enabled(bt_model *self, bool on);
+/*  Folds every adapter into its base weight, W += (alpha / rank) B A, and drops the adapters: the
+    model becomes a plain one (base weights require grad again) computing the same function. */
+bt_status bt_model_merge_lora(bt_model *self);
+/*  Converts every parameter (base and adapters) to dtype, BT_F32 or BT_F64, keeping which require
+    grad: float64 makes every pass run in float64, for numerical checks (finite differences).  The
+    old tensors stay in the model's context until it is destroyed. */
+bt_status bt_model_cast(bt_model *self, bt_dtype dtype);
 
 /*  Logits (B, T, V) F32 of ids (B, T) under mask (B, T), both on the model's device, computed at
    the model's precision and returned as float32.  Recorded by autograd when grad mode is on.  The
