@@ -626,8 +626,8 @@ struct bt_kv_cache {
     bt_ctx *ctx;
     int64_t slots, max_len, heads; /* heads: Hkv */
     int n_layers;
-    bt_tensor **k, **v; /* per layer (slots, Hkv, max_len, D) */
-    int64_t *len;       /* (slots) host: tokens slot s holds, in columns [0, len) */
+    bt_tensor **k, **v;   /* per layer (slots, Hkv, max_len, D) */
+    int64_t *len;         /* (slots) host: tokens slot s holds, in columns [0, len) */
     int64_t columns_read; /* decode steps' attention, over slots and steps */
 };
 
@@ -1424,8 +1424,8 @@ bt_model *bt_model_load(const char *dir, bt_device device) {
 /* ---- LoRA ---------------------------------------------------------------------------------------
  */
 
-static const char *const s_lora_targets[BT_LORA_TARGETS] = {
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+const char *const bt_lora_target_names[BT_LORA_TARGETS + 1] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", NULL};
 
 /*  The adapters: per layer l and target t, A (rank, in) and B (out, rank) at ab[2 (l T + t)] and
     ab[2 (l T + t) + 1], NULL when t is not targeted; params lists the present ones in that order.
@@ -1443,12 +1443,12 @@ struct s_lora {
 };
 
 const char *bt_lora_target_name(bt_lora_target target) {
-    return target >= 0 && target < BT_LORA_TARGETS ? s_lora_targets[target] : "?";
+    return target >= 0 && target < BT_LORA_TARGETS ? bt_lora_target_names[target] : "?";
 }
 
 bt_status bt_lora_target_parse(const char *name, bt_lora_target *out) {
     for (int t = 0; t < BT_LORA_TARGETS; t++)
-        if (name && strcmp(name, s_lora_targets[t]) == 0) {
+        if (name && strcmp(name, bt_lora_target_names[t]) == 0) {
             *out = (bt_lora_target)t;
             return BT_OK;
         }
@@ -1460,7 +1460,7 @@ bt_status bt_lora_target_parse(const char *name, bt_lora_target *out) {
 
 void bt_lora_config_init(bt_lora_config *cfg) {
     *cfg = (bt_lora_config){
-        .rank = 0, .alpha = 16.0, .dropout = 0.0, .targets = (1u << BT_LORA_TARGETS) - 1};
+        .rank = 0, .alpha = 8.0, .dropout = 0.0, .targets = (1u << BT_LORA_TARGETS) - 1};
 }
 
 static void s_lora_free(s_lora **lora_p) {
@@ -1537,9 +1537,9 @@ bt_status bt_model_add_lora(bt_model *self, const bt_lora_config *cfg, uint64_t 
             const int64_t ashape[] = {r, in}, bshape[] = {out, r};
             const char *group = t <= BT_LORA_O_PROJ ? "self_attn" : "mlp";
             snprintf(a->names[k], S_NAME_MAX, "model.layers.%d.%s.%s.lora_A.weight", l, group,
-                     s_lora_targets[t]);
+                     bt_lora_target_names[t]);
             snprintf(a->names[k + 1], S_NAME_MAX, "model.layers.%d.%s.%s.lora_B.weight", l, group,
-                     s_lora_targets[t]);
+                     bt_lora_target_names[t]);
             /* kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain sqrt(3 / in) */
             double bound = 1.0 / sqrt((double)in);
             free(host);

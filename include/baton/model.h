@@ -132,7 +132,8 @@ typedef enum bt_lora_target {
     BT_LORA_DOWN_PROJ = 6,
     BT_LORA_TARGETS = 7 /* how many */
 } bt_lora_target;
-/*  "q_proj", ... "down_proj" (PEFT's target_modules names). */
+/*  "q_proj", ... "down_proj" (PEFT's target_modules names), by value, then NULL. */
+extern const char *const bt_lora_target_names[BT_LORA_TARGETS + 1];
 const char *bt_lora_target_name(bt_lora_target target);
 /*  BT_EINVAL when name is none of them. */
 bt_status bt_lora_target_parse(const char *name, bt_lora_target *out);
@@ -143,7 +144,7 @@ typedef struct bt_lora_config {
     double dropout;   /* lora_dropout, in [0, 1) */
     uint32_t targets; /* bit (1u << t) per bt_lora_target */
 } bt_lora_config;
-/*  rank 0, alpha 16, dropout 0, every target. */
+/*  rank 0, alpha 8, dropout 0, every target (PEFT LoraConfig's defaults but r, which is 8). */
 void bt_lora_config_init(bt_lora_config *cfg);
 
 /*  Adds adapters with cfg to the targeted linears of every layer, A drawn from seed (on the CPU,
