@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define S_NAME_MAX 64
 #define S_PER_LAYER                                                                                \
@@ -1358,6 +1359,8 @@ bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const c
     if (st == BT_OK)
         st = bt_tokenizer_save(tok ? tok : bytes, dir);
     bt_tokenizer_destroy(&bytes);
+    if (st == BT_OK && self->lora) /* the folder holds the base too: AutoPeftModel finds it */
+        st = bt_model_save_adapters(self, dir, dir);
     return st;
 }
 
@@ -1415,6 +1418,9 @@ bt_model *bt_model_load(const char *dir, bt_device device) {
     }
     bt_model *m = st == BT_OK ? s_model_alloc(&cfg, device) : NULL;
     if (m && s_model_fill(m, 0, &src) != BT_OK)
+        bt_model_destroy(&m);
+    if (m && s_join(path, sizeof path, dir, "adapter_config.json") == BT_OK &&
+        access(path, F_OK) == 0 && bt_model_load_adapters(m, dir) != BT_OK)
         bt_model_destroy(&m);
     for (int i = 0; i < src.n; i++)
         bt_safetensors_destroy(&src.files[i]);
@@ -1693,5 +1699,154 @@ bt_status bt_model_cast(bt_model *self, bt_dtype dtype) {
     s_model_bind(self);
     if (self->lora)
         s_lora_bind(self);
+    return st;
+}
+
+/* ---- LoRA adapter folders (PEFT's layout) ----------------------------------------------------
+ */
+
+#define S_PEFT_PREFIX "base_model.model." /* PeftModel wraps the causal LM: its state dict keys */
+
+bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const char *base_name) {
+    const s_lora *a = self->lora;
+    if (!a)
+        return bt_fail(BT_EINVAL, "%s: the model has no adapters", dir);
+    char path[4096];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return bt_fail(BT_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+    bt_st_tensor *ts = calloc((size_t)a->n, sizeof *ts);
+    char(*names)[S_NAME_MAX + 32] = calloc((size_t)a->n, sizeof *names);
+    bt_status st = ts && names ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", dir);
+    for (int i = 0; i < a->n && st == BT_OK; i++) {
+        bt_tensor *p = a->params[i];
+        size_t nbytes = (size_t)bt_numel(p) * sizeof(float);
+        void *data = malloc(nbytes);
+        snprintf(names[i], sizeof names[i], S_PEFT_PREFIX "%s", a->names[i]);
+        ts[i] = (bt_st_tensor){.name = names[i], .dtype = BT_F32, .ndim = 2, .data = data};
+        ts[i].shape[0] = bt_dim(p, 0);
+        ts[i].shape[1] = bt_dim(p, 1);
+        st = data && bt_dtype_of(p) == BT_F32 ? bt_to_host(p, data, nbytes)
+             : data ? bt_fail(BT_EUNSUPPORTED, "%s: adapters are %s, expected F32", dir,
+                              bt_dtype_name(bt_dtype_of(p)))
+                    : bt_fail(BT_ENOMEM, "%s: out of memory", dir);
+    }
+    const char *meta[] = {"format", "pt"};
+    if (st == BT_OK)
+        st = s_join(path, sizeof path, dir, "adapter_model.safetensors");
+    if (st == BT_OK)
+        st = bt_safetensors_write(path, ts, a->n, meta, 1);
+    for (int i = 0; ts && i < a->n; i++)
+        free((void *)ts[i].data);
+    free(ts);
+    free(names);
+    if (st != BT_OK)
+        return st;
+    /* adapter_config.json: LoraConfig's fields, the defaults of the ones baton does not use */
+    cJSON *root = cJSON_CreateObject(), *targets = cJSON_CreateArray();
+    for (int t = 0; t < BT_LORA_TARGETS; t++)
+        if (a->cfg.targets & (1u << t))
+            cJSON_AddItemToArray(targets, cJSON_CreateString(bt_lora_target_names[t]));
+    cJSON_AddStringToObject(root, "peft_type", "LORA");
+    cJSON_AddStringToObject(root, "task_type", "CAUSAL_LM");
+    cJSON_AddStringToObject(root, "base_model_name_or_path", base_name ? base_name : "");
+    cJSON_AddNumberToObject(root, "r", (double)a->cfg.rank);
+    cJSON_AddNumberToObject(root, "lora_alpha", a->cfg.alpha);
+    cJSON_AddNumberToObject(root, "lora_dropout", a->cfg.dropout);
+    cJSON_AddItemToObject(root, "target_modules", targets);
+    cJSON_AddStringToObject(root, "bias", "none");
+    cJSON_AddBoolToObject(root, "fan_in_fan_out", false);
+    cJSON_AddBoolToObject(root, "inference_mode", true);
+    cJSON_AddBoolToObject(root, "init_lora_weights", true);
+    cJSON_AddBoolToObject(root, "use_rslora", false);
+    cJSON_AddBoolToObject(root, "use_dora", false);
+    cJSON_AddNullToObject(root, "modules_to_save");
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    st = text ? s_join(path, sizeof path, dir, "adapter_config.json")
+              : bt_fail(BT_ENOMEM, "%s: out of memory", dir);
+    FILE *f = st == BT_OK ? bt_file_create(path) : NULL;
+    if (st == BT_OK)
+        st = f ? bt_file_finish(f, path, fputs(text, f) >= 0 && fputc('\n', f) != EOF) : BT_EIO;
+    free(text);
+    return st;
+}
+
+/*  adapter_config.json's LoRA settings; what baton does not implement is refused by name. */
+static bt_status s_parse_adapter_config(const char *path, bt_lora_config *out) {
+    char *text = NULL;
+    BT_TRY(bt_file_read(path, S_CONFIG_MAX, &text, NULL));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    bt_lora_config c;
+    bt_lora_config_init(&c);
+    c.targets = 0;
+    bt_status st =
+        cJSON_IsObject(root) ? BT_OK : bt_fail(BT_EFORMAT, "%s: expected a JSON object", path);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "peft_type");
+    if (st == BT_OK && !(cJSON_IsString(type) && strcmp(type->valuestring, "LORA") == 0))
+        st = type ? s_type_error(path, "peft_type", "\"LORA\"", type)
+                  : bt_fail(BT_EFORMAT, "%s: peft_type: expected \"LORA\", got nothing", path);
+    if (st == BT_OK)
+        st = s_get_int(root, path, "r", true, &c.rank);
+    if (st == BT_OK)
+        st = s_get_number(root, path, "lora_alpha", &c.alpha);
+    if (st == BT_OK)
+        st = s_get_number(root, path, "lora_dropout", &c.dropout);
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "bias");
+    if (st == BT_OK && bias && !(cJSON_IsString(bias) && strcmp(bias->valuestring, "none") == 0))
+        st = s_type_error(path, "bias", "\"none\" (not supported)", bias);
+    const char *off[] = {"use_rslora", "use_dora", "fan_in_fan_out"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0] && st == BT_OK; i++) {
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, off[i]);
+        if (item && !cJSON_IsFalse(item))
+            st = s_type_error(path, off[i], "false (not supported)", item);
+    }
+    const cJSON *targets = cJSON_GetObjectItemCaseSensitive(root, "target_modules");
+    if (st == BT_OK && !(cJSON_IsArray(targets) && cJSON_GetArraySize(targets) > 0))
+        st = targets
+                 ? s_type_error(path, "target_modules", "a non-empty list of names", targets)
+                 : bt_fail(BT_EFORMAT, "%s: target_modules: expected a list, got nothing", path);
+    for (const cJSON *e = targets ? targets->child : NULL; e && st == BT_OK; e = e->next) {
+        bt_lora_target t = BT_LORA_Q_PROJ;
+        if (!cJSON_IsString(e) || bt_lora_target_parse(e->valuestring, &t) != BT_OK)
+            st = s_type_error(path, "target_modules",
+                              "names among q_proj, k_proj, v_proj, "
+                              "o_proj, gate_proj, up_proj, down_proj",
+                              e);
+        else
+            c.targets |= 1u << t;
+    }
+    cJSON_Delete(root);
+    if (st == BT_OK)
+        *out = c;
+    return st;
+}
+
+bt_status bt_model_load_adapters(bt_model *self, const char *dir) {
+    char path[4096];
+    bt_lora_config c;
+    BT_TRY(s_join(path, sizeof path, dir, "adapter_config.json"));
+    BT_TRY(s_parse_adapter_config(path, &c));
+    BT_TRY(s_join(path, sizeof path, dir, "adapter_model.safetensors"));
+    bt_safetensors_t *file = NULL;
+    BT_TRY(bt_safetensors_open(path, &file));
+    bt_status st = bt_model_add_lora(self, &c, 0);
+    bt_ctx *tmp = bt_ctx_new();
+    if (st == BT_OK && !tmp)
+        st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    const s_source src = {.files = {file}, .n = 1, .where = path};
+    bool grad = bt_set_grad_enabled(false);
+    for (int i = 0; st == BT_OK && i < self->lora->n; i++) {
+        bt_tensor *p = self->lora->params[i];
+        s_param spec = {.ndim = 2, .shape = {bt_dim(p, 0), bt_dim(p, 1)}};
+        snprintf(spec.name, sizeof spec.name, S_PEFT_PREFIX "%s", self->lora->names[i]);
+        bt_tensor *t = s_init_from_file(tmp, &src, &spec);
+        st = t ? bt_copy_(p, bt_to_device(tmp, bt_to_dtype(tmp, t, bt_dtype_of(p)), self->device))
+               : BT_EFORMAT;
+        bt_ctx_reset(tmp);
+    }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&tmp);
+    bt_safetensors_destroy(&file);
     return st;
 }

@@ -4,9 +4,11 @@
     weights untouched by the trainer, AdamW's state held for the adapters only, dropout drawing the
     same masks when activation checkpointing recomputes a layer, and a merged model computing
     the adapted one's function. */
+#define _POSIX_C_SOURCE 200809L
 #include "baton/model.h"
 #include "baton/msg.h"
 #include "baton/rollout.h"
+#include "baton/safetensors.h"
 #include "baton/trainer.h"
 #include "check.h"
 #include "grpo_reference.h"
@@ -15,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { S_B = 2, S_T = 7 };
 
@@ -338,11 +341,201 @@ static void test_merge_computes_the_same_function(void) {
     bt_model_destroy(&base);
 }
 
+/*  A policy trained with LoRA (5 SFT steps), for the folder, sync and resume tests. */
+static bt_trainer_t *s_trained(bt_lora_config l) {
+    bt_model_config c = s_config();
+    bt_model *m = bt_model_new(&c, bt_cpu(), 5);
+    CHECK_OK(bt_model_add_lora(m, &l, 2));
+    bt_trainer_config tc;
+    bt_trainer_config_init(&tc);
+    bt_trainer_t *tr = bt_trainer_new(&m, &tc);
+    bt_rollout_batch b;
+    s_sft_batch(&b);
+    bt_trainer_stats st;
+    for (int k = 0; k < 5; k++)
+        CHECK_OK(bt_trainer_sft_step(tr, &b, 1e-2, &st));
+    bt_rollout_batch_release(&b);
+    return tr;
+}
+
+static char *s_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *text = calloc(1, 1 << 16);
+    if (f && text)
+        CHECK(fread(text, 1, (1 << 16) - 1, f) > 0);
+    if (f)
+        fclose(f);
+    return text;
+}
+
+/*  bt_model_save of a LoRA model: the base beside PEFT's adapter folder (PEFT's tensor names,
+    no ".default"; adapter_config.json's LoraConfig fields); bt_model_load gives the same logits;
+    merged and saved, the plain folder gives them too. */
+static void test_adapter_folder(void) {
+    bt_lora_config l = s_lora(4, 8.0, 0.05);
+    l.targets = (1u << BT_LORA_Q_PROJ) | (1u << BT_LORA_V_PROJ) | (1u << BT_LORA_UP_PROJ);
+    bt_trainer_t *tr = s_trained(l);
+    bt_model *m = bt_trainer_policy(tr);
+    char dir[] = "/tmp/test_lora_XXXXXX", merged[64], path[128];
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_OK(bt_model_save(m, NULL, dir));
+
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    bt_safetensors_t *st = NULL;
+    CHECK_OK(bt_safetensors_open(path, &st));
+    CHECK(st && bt_safetensors_count(st) == 2 * 2 * 3);
+    const bt_st_entry *e =
+        st ? bt_safetensors_find(st, "base_model.model.model.layers.1.mlp.up_proj.lora_B.weight")
+           : NULL;
+    CHECK(e && e->dtype == BT_F32 && e->ndim == 2 && e->shape[0] == 24 && e->shape[1] == 4);
+    CHECK(st && bt_safetensors_find(st, "base_model.model.model.layers.0.self_attn.v_proj.lora_A"
+                                        ".weight"));
+    for (int i = 0; st && i < bt_safetensors_count(st); i++)
+        CHECK(!strstr(bt_safetensors_entry(st, i)->name, "default"));
+    bt_safetensors_destroy(&st);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    char *config = s_read_text(path);
+    CHECK_STR_CONTAINS(config, "\"peft_type\":\t\"LORA\"");
+    CHECK_STR_CONTAINS(config, "\"task_type\":\t\"CAUSAL_LM\"");
+    CHECK_STR_CONTAINS(config, "\"r\":\t4");
+    CHECK_STR_CONTAINS(config, "\"lora_alpha\":\t8");
+    CHECK_STR_CONTAINS(config, "\"lora_dropout\":\t0.05");
+    CHECK_STR_CONTAINS(config, "\"target_modules\":\t[\"q_proj\", \"v_proj\", \"up_proj\"]");
+    CHECK_STR_CONTAINS(config, "\"bias\":\t\"none\"");
+    CHECK_STR_CONTAINS(config, "\"base_model_name_or_path\":\t\"/tmp/test_lora_");
+    free(config);
+
+    bt_ctx *ctx = bt_ctx_new();
+    bt_tensor *want = s_logits(m, ctx);
+    bt_model *back = bt_model_load(dir, bt_cpu());
+    CHECK(back && bt_model_lora(back) && bt_model_lora(back)->targets == l.targets);
+    CHECK(back && bt_model_lora(back)->rank == 4 && bt_model_lora(back)->dropout == 0.05);
+    CHECK(back && s_max_diff(ctx, s_logits(back, ctx), want) == 0.0);
+    CHECK(back && bt_model_merge_lora(back) == BT_OK);
+    snprintf(merged, sizeof merged, "%s/merged", dir);
+    CHECK(back && bt_model_save(back, NULL, merged) == BT_OK);
+    snprintf(path, sizeof path, "%s/adapter_config.json", merged);
+    CHECK(access(path, F_OK) != 0); /* a plain Hugging Face folder */
+    bt_model *plain = bt_model_load(merged, bt_cpu());
+    CHECK(plain && !bt_model_lora(plain));
+    double err = plain ? s_max_diff(ctx, s_logits(plain, ctx), want) : 1;
+    printf("{\"test\":\"lora_export_merge\",\"max_abs_logit_err\":%.3g}\n", err);
+    CHECK(err < 1e-5);
+
+    /* a folder PEFT could not have written is refused by name */
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"use_dora\": true,"
+          " \"target_modules\": [\"q_proj\"]}",
+          f);
+    fclose(f);
+    CHECK(bt_model_load(dir, bt_cpu()) == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), "use_dora: expected false (not supported), got true");
+    bt_model_destroy(&plain);
+    bt_model_destroy(&back);
+    bt_ctx_destroy(&ctx);
+    bt_trainer_destroy(&tr);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/*  WEIGHTS under LoRA carry the adapters alone: a rollout worker's model (the same base and
+    adapters from run.seed) given them computes the trainer's log-probs exactly; full weights
+    are refused by a LoRA model. */
+static void test_weight_sync(void) {
+    bt_lora_config l = s_lora(4, 8.0, 0.0);
+    bt_trainer_t *tr = s_trained(l);
+    bt_model *policy = bt_trainer_policy(tr);
+    bt_weights w;
+    bt_weights_init(&w);
+    CHECK_OK(bt_weights_export(policy, bt_trainer_version(tr), &w));
+    CHECK(w.n == bt_model_num_params(policy) && w.n == 2 * 2 * BT_LORA_TARGETS);
+    int64_t sent = 0, full = 0;
+    for (int i = 0; i < w.n; i++) {
+        sent += w.numel[i];
+        CHECK(strstr(w.names[i], ".lora_A.weight") || strstr(w.names[i], ".lora_B.weight"));
+    }
+    for (int i = 0; i < bt_model_num_base_params(policy); i++)
+        full += bt_numel(bt_model_base_params(policy)[i]);
+    printf("{\"test\":\"lora_sync\",\"floats_sent\":%lld,\"full_floats\":%lld}\n", (long long)sent,
+           (long long)full);
+    CHECK(sent * 5 < full);
+
+    bt_model_config c = s_config();
+    bt_model *rollout = bt_model_new(&c, bt_cpu(), 5);
+    CHECK_OK(bt_model_add_lora(rollout, &l, 2));
+    bt_ctx *ctx = bt_ctx_new();
+    bt_tensor *ids, *mask;
+    s_batch(ctx, &ids, &mask);
+    bool grad = bt_set_grad_enabled(false);
+    bt_tensor *want = bt_model_token_logprobs(policy, ctx, ids, mask, 0.7, NULL);
+    CHECK(s_max_diff(ctx, bt_model_token_logprobs(rollout, ctx, ids, mask, 0.7, NULL), want) >
+          1e-4);
+    CHECK_OK(bt_weights_load(rollout, &w));
+    CHECK(s_max_diff(ctx, bt_model_token_logprobs(rollout, ctx, ids, mask, 0.7, NULL), want) == 0);
+    bt_set_grad_enabled(grad);
+
+    bt_model *plain = bt_model_new(&c, bt_cpu(), 5);
+    bt_weights all;
+    bt_weights_init(&all);
+    CHECK_OK(bt_weights_export(plain, 0, &all));
+    CHECK(bt_weights_load(rollout, &all) == BT_EINVAL);
+    bt_weights_release(&all);
+    bt_weights_release(&w);
+    bt_model_destroy(&plain);
+    bt_model_destroy(&rollout);
+    bt_ctx_destroy(&ctx);
+    bt_trainer_destroy(&tr);
+}
+
+/*  A trainer's state (checkpoints, resume) under LoRA holds the adapters and their moments: a new
+    trainer restored from it holds the same adapters and moments to the bit, and the next step
+    moves both alike. */
+static void test_resume_restores_adapters(void) {
+    bt_lora_config l = s_lora(4, 8.0, 0.0);
+    bt_trainer_t *a = s_trained(l);
+    bt_msg_t *state = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_trainer_state_to_msg(a, state));
+    bt_model_config c = s_config();
+    bt_model *m = bt_model_new(&c, bt_cpu(), 5);
+    CHECK_OK(bt_model_add_lora(m, &l, 77)); /* another A: the state must replace it */
+    bt_trainer_config tc;
+    bt_trainer_config_init(&tc);
+    bt_trainer_t *b = bt_trainer_new(&m, &tc);
+    CHECK_OK(bt_trainer_state_from_msg(state, bt_trainer_version(a), b));
+    bt_rollout_batch batch;
+    s_sft_batch(&batch);
+    bt_trainer_stats st;
+    CHECK_OK(bt_trainer_sft_step(a, &batch, 1e-2, &st));
+    CHECK_OK(bt_trainer_sft_step(b, &batch, 1e-2, &st));
+    bt_ctx *ctx = bt_ctx_new();
+    bt_model *pa = bt_trainer_policy(a), *pb = bt_trainer_policy(b);
+    double worst = 0;
+    for (int i = 0; i < bt_model_num_params(pa); i++) {
+        bt_tensor *ma[2], *mb[2];
+        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(a), i, &ma[0], &ma[1]));
+        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(b), i, &mb[0], &mb[1]));
+        worst = fmax(worst, s_max_diff(ctx, bt_model_params(pa)[i], bt_model_params(pb)[i]));
+        worst = fmax(worst, s_max_diff(ctx, ma[0], mb[0]) + s_max_diff(ctx, ma[1], mb[1]));
+    }
+    CHECK(worst == 0.0);
+    CHECK(bt_adamw_steps(bt_trainer_optimizer(b)) == 6);
+    bt_ctx_destroy(&ctx);
+    bt_rollout_batch_release(&batch);
+    bt_msg_destroy(&state);
+    bt_trainer_destroy(&a);
+    bt_trainer_destroy(&b);
+}
+
 int main(void) {
     test_gradients_match_finite_differences();
     test_new_adapters_leave_the_model_unchanged();
     test_trainer_trains_the_adapters_alone();
     test_dropout_is_deterministic_under_checkpointing();
     test_merge_computes_the_same_function();
+    test_adapter_folder();
+    test_weight_sync();
+    test_resume_restores_adapters();
     return check_exit();
 }

@@ -159,6 +159,16 @@ bool bt_model_set_adapters_enabled(bt_model *self, bool on);
 /*  Folds every adapter into its base weight, W += (alpha / rank) B A, and drops the adapters: the
     model becomes a plain one (base weights require grad again) computing the same function. */
 bt_status bt_model_merge_lora(bt_model *self);
+/*  PEFT's adapter folder in dir (created if needed): adapter_model.safetensors (F32, PEFT's names:
+    base_model.model. + the adapter names above, no adapter name such as ".default") and
+    adapter_config.json (peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha, lora_dropout,
+    target_modules, bias "none", base_model_name_or_path base_name), so PeftModel.from_pretrained
+    opens it on the base model.  BT_EINVAL without adapters. */
+bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const char *base_name);
+/*  Adds the adapters of such a folder (written by PEFT or baton) to a model without adapters:
+    every tensor present with its shape, else BT_EFORMAT naming it; rsLoRA, DoRA, biases and
+    fan_in_fan_out are refused. */
+bt_status bt_model_load_adapters(bt_model *self, const char *dir);
 /*  Converts every parameter (base and adapters) to dtype, BT_F32 or BT_F64, keeping which require
     grad: float64 makes every pass run in float64, for numerical checks (finite differences).  The
     old tensors stay in the model's context until it is destroyed. */
@@ -256,10 +266,13 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
                            const bool *active);
 
 /*  Writes dir/config.json, dir/model.safetensors (F32, Hugging Face names; lm_head.weight omitted
-    when tied) and the files of tok (NULL: the byte-level tokenizer), creating dir if needed. */
+    when tied) and the files of tok (NULL: the byte-level tokenizer), creating dir if needed.  With
+    adapters, model.safetensors is the base and the adapters go beside it in PEFT's layout
+    (bt_model_save_adapters, base_model_name_or_path: dir as given). */
 bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const char *dir);
 /*  Reads a directory written by bt_model_save or a Hugging Face Llama checkpoint stored as one
-    model.safetensors (F32, F16 or BF16, converted to F32).  Every expected tensor must be present
+    model.safetensors (F32, F16 or BF16, converted to F32), with the adapters of an
+    adapter_config.json beside it (bt_model_load_adapters).  Every expected tensor must be present
     with its shape; the first problem is reported by name.  Caller owns the result; destroy with
     bt_model_destroy().  NULL on failure, with the reason in bt_last_error(). */
 bt_model *bt_model_load(const char *dir, bt_device device);
