@@ -1707,6 +1707,31 @@ bt_status bt_model_cast(bt_model *self, bt_dtype dtype) {
 
 #define S_PEFT_PREFIX "base_model.model." /* PeftModel wraps the causal LM: its state dict keys */
 
+char *bt_lora_config_to_json(const bt_lora_config *cfg, const char *base_name) {
+    /* adapter_config.json: LoraConfig's fields, the defaults of the ones baton does not use */
+    cJSON *root = cJSON_CreateObject(), *targets = cJSON_CreateArray();
+    for (int t = 0; t < BT_LORA_TARGETS; t++)
+        if (cfg->targets & (1u << t))
+            cJSON_AddItemToArray(targets, cJSON_CreateString(bt_lora_target_names[t]));
+    cJSON_AddStringToObject(root, "peft_type", "LORA");
+    cJSON_AddStringToObject(root, "task_type", "CAUSAL_LM");
+    cJSON_AddStringToObject(root, "base_model_name_or_path", base_name ? base_name : "");
+    cJSON_AddNumberToObject(root, "r", (double)cfg->rank);
+    cJSON_AddNumberToObject(root, "lora_alpha", cfg->alpha);
+    cJSON_AddNumberToObject(root, "lora_dropout", cfg->dropout);
+    cJSON_AddItemToObject(root, "target_modules", targets);
+    cJSON_AddStringToObject(root, "bias", "none");
+    cJSON_AddBoolToObject(root, "fan_in_fan_out", false);
+    cJSON_AddBoolToObject(root, "inference_mode", true);
+    cJSON_AddBoolToObject(root, "init_lora_weights", true);
+    cJSON_AddBoolToObject(root, "use_rslora", false);
+    cJSON_AddBoolToObject(root, "use_dora", false);
+    cJSON_AddNullToObject(root, "modules_to_save");
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
 bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const char *base_name) {
     const s_lora *a = self->lora;
     if (!a)
@@ -1741,27 +1766,7 @@ bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const ch
     free(names);
     if (st != BT_OK)
         return st;
-    /* adapter_config.json: LoraConfig's fields, the defaults of the ones baton does not use */
-    cJSON *root = cJSON_CreateObject(), *targets = cJSON_CreateArray();
-    for (int t = 0; t < BT_LORA_TARGETS; t++)
-        if (a->cfg.targets & (1u << t))
-            cJSON_AddItemToArray(targets, cJSON_CreateString(bt_lora_target_names[t]));
-    cJSON_AddStringToObject(root, "peft_type", "LORA");
-    cJSON_AddStringToObject(root, "task_type", "CAUSAL_LM");
-    cJSON_AddStringToObject(root, "base_model_name_or_path", base_name ? base_name : "");
-    cJSON_AddNumberToObject(root, "r", (double)a->cfg.rank);
-    cJSON_AddNumberToObject(root, "lora_alpha", a->cfg.alpha);
-    cJSON_AddNumberToObject(root, "lora_dropout", a->cfg.dropout);
-    cJSON_AddItemToObject(root, "target_modules", targets);
-    cJSON_AddStringToObject(root, "bias", "none");
-    cJSON_AddBoolToObject(root, "fan_in_fan_out", false);
-    cJSON_AddBoolToObject(root, "inference_mode", true);
-    cJSON_AddBoolToObject(root, "init_lora_weights", true);
-    cJSON_AddBoolToObject(root, "use_rslora", false);
-    cJSON_AddBoolToObject(root, "use_dora", false);
-    cJSON_AddNullToObject(root, "modules_to_save");
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
+    char *text = bt_lora_config_to_json(&a->cfg, base_name);
     st = text ? s_join(path, sizeof path, dir, "adapter_config.json")
               : bt_fail(BT_ENOMEM, "%s: out of memory", dir);
     FILE *f = st == BT_OK ? bt_file_create(path) : NULL;

@@ -165,6 +165,9 @@ bt_status bt_model_merge_lora(bt_model *self);
     target_modules, bias "none", base_model_name_or_path base_name), so PeftModel.from_pretrained
     opens it on the base model.  BT_EINVAL without adapters. */
 bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const char *base_name);
+/*  adapter_config.json's text for cfg (base_name NULL: "").  Caller owns the result; free() it.
+    NULL when out of memory. */
+char *bt_lora_config_to_json(const bt_lora_config *cfg, const char *base_name);
 /*  Adds the adapters of such a folder (written by PEFT or baton) to a model without adapters:
     every tensor present with its shape, else BT_EFORMAT naming it; rsLoRA, DoRA, biases and
     fan_in_fan_out are refused. */
