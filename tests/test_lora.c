@@ -2,8 +2,10 @@
     gradients against central finite differences of the loss in float64, a new adapter leaving
     the logits bit-identical, the adapters-off pass being the base model after training, the base
     weights untouched by the trainer, AdamW's state held for the adapters only, dropout drawing the
-    same masks when activation checkpointing recomputes a layer, and a merged model computing
-    the adapted one's function. */
+    same masks when activation checkpointing recomputes a layer, a merged model computing the
+    adapted one's function, PEFT's folder layout written and read back, WEIGHTS carrying the
+    adapters alone (a rollout model given them computes the trainer's log-probs), a restored
+    trainer state holding the same adapters and moments, and sharded state over the adapters. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/model.h"
 #include "baton/msg.h"
@@ -528,6 +530,46 @@ static void test_resume_restores_adapters(void) {
     bt_trainer_destroy(&b);
 }
 
+/*  workers.shard under LoRA: the flat sharded layout is the adapters' (bt_model_params), and a
+    sharded trainer (a group of one) takes the replicated trainer's steps. */
+static void test_sharded_adapters(void) {
+    bt_model_config c = s_config();
+    bt_lora_config l = s_lora(4, 8.0, 0.0);
+    bt_trainer_t *tr[2];
+    for (int k = 0; k < 2; k++) {
+        bt_model *m = bt_model_new(&c, bt_cpu(), 5);
+        CHECK_OK(bt_model_add_lora(m, &l, 2));
+        bt_trainer_config tc;
+        bt_trainer_config_init(&tc);
+        tc.shard = k ? BT_SHARD_GRADIENTS : BT_SHARD_NONE;
+        tr[k] = bt_trainer_new(&m, &tc);
+        CHECK(tr[k] != NULL);
+    }
+    bt_rollout_batch b;
+    s_sft_batch(&b);
+    bt_trainer_stats st;
+    for (int step = 0; step < 3; step++)
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(bt_trainer_sft_step(tr[k], &b, 1e-2, &st));
+    bt_ctx *ctx = bt_ctx_new();
+    bt_model *a = bt_trainer_policy(tr[0]), *z = bt_trainer_policy(tr[1]);
+    double worst = 0, moved = 0;
+    for (int i = 0; i < bt_model_num_params(a); i++) {
+        worst = fmax(worst, s_max_diff(ctx, bt_model_params(a)[i], bt_model_params(z)[i]));
+        moved = fmax(moved, s_max_diff(ctx, bt_model_params(z)[i],
+                                       bt_mul_scalar(ctx, bt_model_params(z)[i], 0.0)));
+    }
+    CHECK(worst < 1e-6 && moved > 1e-3);
+    bt_model *base = bt_model_new(&c, bt_cpu(), 5);
+    for (int i = 0; i < bt_model_num_base_params(base); i++)
+        CHECK(s_max_diff(ctx, bt_model_base_params(z)[i], bt_model_base_params(base)[i]) == 0);
+    bt_model_destroy(&base);
+    bt_ctx_destroy(&ctx);
+    bt_rollout_batch_release(&b);
+    for (int k = 0; k < 2; k++)
+        bt_trainer_destroy(&tr[k]);
+}
+
 int main(void) {
     test_gradients_match_finite_differences();
     test_new_adapters_leave_the_model_unchanged();
@@ -537,5 +579,6 @@ int main(void) {
     test_adapter_folder();
     test_weight_sync();
     test_resume_restores_adapters();
+    test_sharded_adapters();
     return check_exit();
 }
