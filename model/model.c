@@ -1705,8 +1705,6 @@ bt_status bt_model_cast(bt_model *self, bt_dtype dtype) {
 /* ---- LoRA adapter folders (PEFT's layout) ----------------------------------------------------
  */
 
-#define S_PEFT_PREFIX "base_model.model." /* PeftModel wraps the causal LM: its state dict keys */
-
 char *bt_lora_config_to_json(const bt_lora_config *cfg, const char *base_name) {
     /* adapter_config.json: LoraConfig's fields, the defaults of the ones baton does not use */
     cJSON *root = cJSON_CreateObject(), *targets = cJSON_CreateArray();
@@ -1746,7 +1744,7 @@ bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const ch
         bt_tensor *p = a->params[i];
         size_t nbytes = (size_t)bt_numel(p) * sizeof(float);
         void *data = malloc(nbytes);
-        snprintf(names[i], sizeof names[i], S_PEFT_PREFIX "%s", a->names[i]);
+        snprintf(names[i], sizeof names[i], BT_LORA_PEFT_PREFIX "%s", a->names[i]);
         ts[i] = (bt_st_tensor){.name = names[i], .dtype = BT_F32, .ndim = 2, .data = data};
         ts[i].shape[0] = bt_dim(p, 0);
         ts[i].shape[1] = bt_dim(p, 1);
@@ -1844,7 +1842,7 @@ bt_status bt_model_load_adapters(bt_model *self, const char *dir) {
     for (int i = 0; st == BT_OK && i < self->lora->n; i++) {
         bt_tensor *p = self->lora->params[i];
         s_param spec = {.ndim = 2, .shape = {bt_dim(p, 0), bt_dim(p, 1)}};
-        snprintf(spec.name, sizeof spec.name, S_PEFT_PREFIX "%s", self->lora->names[i]);
+        snprintf(spec.name, sizeof spec.name, BT_LORA_PEFT_PREFIX "%s", self->lora->names[i]);
         bt_tensor *t = s_init_from_file(tmp, &src, &spec);
         st = t ? bt_copy_(p, bt_to_device(tmp, bt_to_dtype(tmp, t, bt_dtype_of(p)), self->device))
                : BT_EFORMAT;

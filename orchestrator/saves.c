@@ -67,8 +67,6 @@ static bt_status s_add_tensors(bt_ckpt_snapshot_t *snap, const char *name, const
     return st;
 }
 
-#define S_PEFT_PREFIX "base_model.model." /* PEFT's names of the adapters: + the model's */
-
 /*  LoRA: the adapters among msg's tensors named prefix + NAME (all of them: a LoRA trainer's
     parameters are its adapters) as PEFT's adapter_model.safetensors (names base_model.model. +
     NAME) and adapter_config.json, under folder. */
@@ -89,7 +87,7 @@ static bt_status s_add_adapters(bt_ckpt_snapshot_t *snap, const bt_policy *p, co
         bt_msg_tensor m = bt_msg_tensor_at(msg, i);
         if (strncmp(m.name, prefix, plen) != 0)
             continue;
-        snprintf(names[k], sizeof names[k], S_PEFT_PREFIX "%s", m.name + plen);
+        snprintf(names[k], sizeof names[k], BT_LORA_PEFT_PREFIX "%s", m.name + plen);
         t[k] = (bt_st_tensor){.name = names[k], .dtype = m.dtype, .ndim = m.ndim, .data = m.data};
         memcpy(t[k++].shape, m.shape, sizeof m.shape);
     }
@@ -348,8 +346,9 @@ static bt_status s_read_policy(const char *folder, bt_msg_t **state_out, bt_runs
                 continue;
             }
             const char *tensor = e->name;
-            if (f == 0 && peft && strncmp(tensor, S_PEFT_PREFIX, strlen(S_PEFT_PREFIX)) == 0)
-                tensor += strlen(S_PEFT_PREFIX);
+            if (f == 0 && peft &&
+                strncmp(tensor, BT_LORA_PEFT_PREFIX, strlen(BT_LORA_PEFT_PREFIX)) == 0)
+                tensor += strlen(BT_LORA_PEFT_PREFIX);
             snprintf(name, sizeof name, "%s%s", f == 0 ? "param." : "", tensor);
             st = bt_msg_add_tensor(m, name, e->dtype, e->ndim, e->shape, e->data);
         }

@@ -159,6 +159,9 @@ bool bt_model_set_adapters_enabled(bt_model *self, bool on);
 /*  Folds every adapter into its base weight, W += (alpha / rank) B A, and drops the adapters: the
     model becomes a plain one (base weights require grad again) computing the same function. */
 bt_status bt_model_merge_lora(bt_model *self);
+/*  What PEFT's adapter_model.safetensors puts before the model's names (PeftModel wraps the
+    causal LM): base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight. */
+#define BT_LORA_PEFT_PREFIX "base_model.model."
 /*  PEFT's adapter folder in dir (created if needed): adapter_model.safetensors (F32, PEFT's names:
     base_model.model. + the adapter names above, no adapter name such as ".default") and
     adapter_config.json (peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha, lora_dropout,
