@@ -1,8 +1,9 @@
 /*  test_lora_run.c — a whole `baton run` with LoRA (model.lora.rank 4 on q_proj, v_proj and
     down_proj, an SFT warm start, GRPO with a KL penalty against the base): its checkpoints hold
     the adapters in PEFT's layout (adapter_model.safetensors with PEFT's names and
-    adapter_config.json, no model.safetensors); killed after a checkpoint and resumed, it writes
-    exactly the metrics of an uninterrupted run (so the adapters and their AdamW moments came
+    adapter_config.json, no model.safetensors); the rollout worker's model after each sync gives
+    the trainer's log-probs (mismatch_kl at rounding); killed after a checkpoint and resumed, it
+   writes exactly the metrics of an uninterrupted run (so the adapters and their AdamW moments came
     back, and the rollout workers got them); the final policy folder loads as a LoRA model, and
     `baton export --merge` writes a plain folder whose logits are that model's. */
 #define _DEFAULT_SOURCE
@@ -107,6 +108,18 @@ int main(void) {
     char *reference = runs_metrics(ref);
     CHECK(reference && runs_last_step(ref, NULL) == 12);
     s_check_checkpoint(ref);
+    /* the rollout worker samples from its model after each sync; the trainer recomputes the same
+       tokens' log-probs: their KL (mismatch_kl) is rounding only when the worker's adapters are
+       the trainer's, at every step (the adapters change at each) */
+    double worst_mismatch = 0;
+    for (int step = 1; step <= 12; step++) {
+        double kl = runs_train_value(reference, "main", step, "mismatch_kl");
+        double v = runs_train_value(reference, "main", step, "version");
+        CHECK(kl == kl && v == 3 + step); /* 3 SFT updates, then one per step */
+        worst_mismatch = fmax(worst_mismatch, fabs(kl));
+    }
+    printf("{\"test\":\"lora_run_sync\",\"max_mismatch_kl\":%.3g}\n", worst_mismatch);
+    CHECK(worst_mismatch < 1e-9);
 
     pid_t pid = s_start(cut, false); /* killed once a checkpoint is written, then resumed */
     char latest[160];
