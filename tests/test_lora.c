@@ -312,6 +312,21 @@ static void test_dropout_is_deterministic_under_checkpointing(void) {
     bt_tensor *first = bt_model_forward(m[2], ctx, ids, mask);
     bt_tensor *second = bt_model_forward(m[2], ctx, ids, mask);
     CHECK(s_max_diff(ctx, first, second) > 1e-4);
+    /* the same under bf16 autocast (run.precision bf16), whose dropout draws in the activations'
+       dtype: the recomputation reruns the first run's casts and masks */
+    bt_model *bf[2];
+    for (int k = 0; k < 2; k++) {
+        bf[k] = bt_model_new(&c, bt_cpu(), 5);
+        CHECK_OK(bt_model_add_lora(bf[k], &l, 3));
+        s_randomise_adapters(bf[k], 8, 0.2);
+        CHECK_OK(bt_model_set_precision(bf[k], BT_BF16));
+        bt_model_set_activation_checkpointing(bf[k], k == 1);
+        CHECK_OK(bt_backward(s_loss(bf[k], ctx)));
+    }
+    CHECK(s_grad_diff(bf[0], bf[1], ctx) < 1e-5);
+    CHECK(s_grad_diff(bf[0], plain, ctx) > 1e-3); /* real gradients, with their own masks */
+    for (int k = 0; k < 2; k++)
+        bt_model_destroy(&bf[k]);
     bt_ctx_destroy(&ctx);
     for (int k = 0; k < 3; k++)
         bt_model_destroy(&m[k]);
