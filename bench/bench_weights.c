@@ -11,7 +11,9 @@
     warm-up, as is memcpy's.  export_s: bt_weights_export + bt_weights_to_msg (the bf16 cast
     included), best of 3.  Target: ratio = tcp / memcpy >= 0.25.  Prints one JSON line per
     precision; rates in GB/s (10^9 bytes per second).  Environment: BATON_BENCH_MB (default
-    100, in MiB). */
+    100, in MiB).  Then the bytes one sync sends with and without LoRA (model.lora): the WEIGHTS
+    message bt_weights_export + bt_weights_to_msg build for a model of S_SYNC_* shape, full and
+    with adapters of each rank of s_ranks on every target, one JSON line each. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/blas.h"
 #include "baton/messages.h"
@@ -101,6 +103,60 @@ static bt_msg_t *s_copy(const bt_msg_t *src) {
     if (st != BT_OK)
         bt_msg_destroy(&m);
     return m;
+}
+
+/*  The sync model: a small Llama (32000 ids, 4 layers of width 256), built on the CPU. */
+#define S_SYNC_VOCAB 32000
+#define S_SYNC_HIDDEN 256
+#define S_SYNC_LAYERS 4
+
+/*  Bytes of the tensors of the WEIGHTS message a trainer publishes for m. */
+static bt_status s_sync_bytes(const bt_model *m, size_t *bytes) {
+    bt_weights w;
+    bt_weights_init(&w);
+    bt_msg_t *msg = bt_msg_new(BT_MSG_WEIGHTS);
+    bt_status st = msg ? bt_weights_export(m, 1, &w) : BT_ENOMEM;
+    if (st == BT_OK)
+        st = bt_weights_to_msg(&w, msg);
+    *bytes = 0;
+    for (int t = 0; st == BT_OK && t < bt_msg_tensor_count(msg); t++)
+        *bytes += bt_msg_tensor_at(msg, t).nbytes;
+    bt_weights_release(&w);
+    bt_msg_destroy(&msg);
+    return st;
+}
+
+/*  One line per rank: bytes per sync with LoRA on every target against the full weights. */
+static bt_status s_bench_lora_sync(void) {
+    static const int64_t s_ranks[] = {8, 16, 64};
+    bt_model_config c;
+    bt_model_config_init(&c);
+    c.vocab_size = S_SYNC_VOCAB;
+    c.hidden_size = S_SYNC_HIDDEN;
+    c.intermediate_size = S_SYNC_HIDDEN * 11 / 4;
+    c.num_hidden_layers = S_SYNC_LAYERS;
+    size_t full = 0;
+    bt_model *m = bt_model_new(&c, bt_cpu(), 1);
+    bt_status st = m ? s_sync_bytes(m, &full) : BT_ENOMEM;
+    bt_model_destroy(&m);
+    for (size_t i = 0; i < sizeof s_ranks / sizeof s_ranks[0] && st == BT_OK; i++) {
+        bt_lora_config l;
+        bt_lora_config_init(&l);
+        l.rank = s_ranks[i];
+        size_t lora = 0;
+        m = bt_model_new(&c, bt_cpu(), 1);
+        st = m ? bt_model_add_lora(m, &l, 1) : BT_ENOMEM;
+        if (st == BT_OK)
+            st = s_sync_bytes(m, &lora);
+        bt_model_destroy(&m);
+        if (st == BT_OK)
+            printf("{\"bench\":\"weights_lora\",\"vocab\":%d,\"hidden\":%d,\"layers\":%d,"
+                   "\"rank\":%lld,\"targets\":7,\"full_bytes\":%zu,\"lora_bytes\":%zu,"
+                   "\"fraction\":%.5f}\n",
+                   S_SYNC_VOCAB, S_SYNC_HIDDEN, S_SYNC_LAYERS, (long long)l.rank, full, lora,
+                   (double)lora / (double)full);
+    }
+    return st;
 }
 
 /*  Best seconds of S_SENDS memcpy of bytes between two buffers already faulted in. */
@@ -222,5 +278,9 @@ int main(int argc, char **argv) {
                mem_gbps, tcp_gbps / mem_gbps);
     }
     bt_model_destroy(&model);
+    if (s_bench_lora_sync() != BT_OK) {
+        fprintf(stderr, "bench_weights: %s\n", bt_last_error());
+        return 1;
+    }
     return 0;
 }

@@ -20,6 +20,11 @@
 #      GPUs exist) and demo runs with workers.shard gradients and parameters;
 #   7. issue 19's memory planner: `baton plan` for the demo on cuda:0 in float32 and bf16, its
 #      trainer prediction beside the CUDA allocator peak of one measured GRPO step (bench_plan).
+#   8. LoRA (issue 19 §3): a short LoRA run on cuda:0 (model.lora.rank 4, SFT then GRPO) writes a
+#      policy folder of the base and PEFT's adapter files; the peft package there opens the
+#      adapters on the base (PeftModel.from_pretrained) and its logits must equal baton's
+#      (bench_logits on the policy folder, cuda:0 and CPU), and `baton export --merge`'s folder,
+#      opened by transformers, must give them too (max |diff| < 1e-4 in float32).
 # Record the figures in bench/RESULTS.md ("GPU checks").
 set -u
 cd "$(dirname "$0")/.."
@@ -191,3 +196,49 @@ for prec in float32 bf16; do
     say plan_$prec false "see $OUT/plan-$prec.log"
   fi
 done
+
+# ---- 8. LoRA adapters against peft ----------------------------------------------------------------------
+LORA=$OUT/lora
+if "$B/baton" run configs/arith.json --run-dir "$LORA" --overwrite --set run.device=cuda:0 \
+     --set model.lora.rank=4 --set model.lora.alpha=16 --set sft.steps=20 --set grpo.steps=5 \
+     --set grpo.kl_coef=0.04 >"$OUT/lora.log" 2>&1 \
+   && "$B/baton" export --merge "$LORA" "$OUT/lora-merged" >>"$OUT/lora.log" 2>&1; then
+  # the base and the adapters in folders of their own: transformers applies an adapter_config.json
+  # it finds beside the base by itself
+  mkdir -p "$OUT/lora-base" "$OUT/lora-adapter"
+  cp "$LORA/model/config.json" "$LORA/model/model.safetensors" "$OUT/lora-base/"
+  cp "$LORA/model/adapter_config.json" "$LORA/model/adapter_model.safetensors" "$OUT/lora-adapter/"
+  "$PY" - "$OUT" >"$OUT/peft.json" 2>"$OUT/peft.log" <<'EOF'
+import json, sys, torch, transformers, peft
+out = sys.argv[1]
+ids = torch.tensor([[256, 49, 43, 55, 61, 3]])
+base = transformers.LlamaForCausalLM.from_pretrained(out + "/lora-base", torch_dtype=torch.float32)
+model = peft.PeftModel.from_pretrained(base, out + "/lora-adapter").eval()
+merged = transformers.LlamaForCausalLM.from_pretrained(out + "/lora-merged",
+                                                       torch_dtype=torch.float32).eval()
+with torch.no_grad():
+    a, m = model(ids).logits[0], merged(ids).logits[0]
+    with model.disable_adapter():
+        b = model(ids).logits[0]
+print(json.dumps({"peft": a.tolist(), "merged_max_diff": (a - m).abs().max().item(),
+                  "adapter_effect": (a - b).abs().max().item()}))
+EOF
+  for dev in cpu cuda:0; do
+    if "$B/bench_logits" "$LORA/model" "$dev" 256 49 43 55 61 3 >"$OUT/baton-lora-$dev.json" 2>&1; then
+      detail=$("$PY" -c "
+import json
+p = json.load(open('$OUT/peft.json')); b = json.load(open('$OUT/baton-lora-$dev.json'))['logits']
+d = max(abs(x - y) for ra, rb in zip(p['peft'], b) for x, y in zip(ra, rb))
+ok = d < 1e-4 and p['merged_max_diff'] < 1e-4 and p['adapter_effect'] > 1e-3
+print('true' if ok else 'false', 'max |diff| %g vs peft, merged vs peft %g, adapters move logits by %g'
+      % (d, p['merged_max_diff'], p['adapter_effect']))" 2>&1)
+      ok=${detail%% *}
+      [ "$ok" = true ] || ok=false
+      say "lora_peft_$dev" "$ok" "${detail#* }"
+    else
+      say "lora_peft_$dev" false "see $OUT/baton-lora-$dev.json and $OUT/peft.log"
+    fi
+  done
+else
+  say lora_peft false "see $OUT/lora.log"
+fi

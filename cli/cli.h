@@ -23,5 +23,6 @@ int bt_cli_controller(int argc, char **argv);
 int bt_cli_report(int argc, char **argv);
 int bt_cli_keygen(int argc, char **argv);
 int bt_cli_tokenize(int argc, char **argv);
+int bt_cli_export(int argc, char **argv);
 
 #endif

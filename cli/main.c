@@ -41,6 +41,9 @@ static const char s_usage[] =
     "  tokenize --tokenizer PATH [--decode] [--json] [--bos]\n"
     "                  stdin lines to JSON arrays of ids (--decode: back); PATH a model folder\n"
     "                  or its tokenizer.json; --json: lines are JSON strings\n"
+    "  export --merge RUN_OR_POLICY_DIR OUT\n"
+    "                  a policy (RUN_DIR/model or the folder) as a Hugging Face folder OUT,\n"
+    "                  its LoRA adapters merged into the weights\n"
     "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
     "                  one HTML file of charts (default RUN_DIR/report.html)\n"
     "environment: BATON_THREADS=N sets libtorch's intra-op threads\n";
@@ -87,6 +90,8 @@ int main(int argc, char **argv) {
         return bt_cli_keygen(argc - 2, argv + 2);
     if (strcmp(argv[1], "tokenize") == 0)
         return bt_cli_tokenize(argc - 2, argv + 2);
+    if (strcmp(argv[1], "export") == 0)
+        return bt_cli_export(argc - 2, argv + 2);
     if (strcmp(argv[1], "report") == 0)
         return bt_cli_report(argc - 2, argv + 2);
     return bt_cli_usage_error("unknown command \"%s\"", argv[1]);

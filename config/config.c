@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef enum { S_INT, S_NUM, S_BOOL, S_STR, S_ENUM } s_type;
+typedef enum { S_INT, S_NUM, S_BOOL, S_STR, S_ENUM, S_LIST } s_type;
 enum { S_LO_OPEN = 1, S_HI_OPEN = 2 };
 
 /*  Integers must be exact in a double, as cJSON holds them: |x| < 2^53. */
@@ -27,11 +27,11 @@ typedef struct s_key {
     const char *path;
     s_type type;
     size_t offset, size; /* the field in bt_config */
-    double def;          /* S_INT, S_NUM, S_BOOL, S_ENUM (a value); NAN: bt_model_config_init's */
+    double def;          /* S_INT, S_NUM, S_BOOL, S_ENUM (a value), S_LIST (a mask); NAN: model's */
     const char *def_str; /* S_STR */
     double lo, hi;       /* S_INT, S_NUM: the allowed range */
     int open;            /* S_LO_OPEN, S_HI_OPEN: a bound itself is excluded */
-    const char *const *names;     /* S_ENUM: the names of values 0, 1, ...; NULL-terminated */
+    const char *const *names;     /* S_ENUM (values 0, 1, ...), S_LIST (bits): names; NULL-ended */
     bool (*valid)(const char *s); /* S_STR: what the value must also satisfy, or NULL */
     const char *what;             /* S_STR: valid() in words */
     const char *word;             /* S_INT: a string also taken, stored as 0 ("auto"), or NULL */
@@ -129,6 +129,8 @@ static const char *const s_mixture_metrics[] = {"accuracy", "reward_variance", N
     { .path = p, .type = S_STR, S_FIELD(f), .def_str = d, .valid = v, .what = w }
 #define S_ENUM_KEY(p, f, d, n)                                                                     \
     { .path = p, .type = S_ENUM, S_FIELD(f), .def = d, .names = n }
+#define S_LIST_KEY(p, f, d, n)                                                                     \
+    { .path = p, .type = S_LIST, S_FIELD(f), .def = d, .names = n }
 #define S_INF INFINITY
 
 /*  A finite bound for every number: the workers' where they check one (config.h's
@@ -169,6 +171,10 @@ static const s_key s_keys[] = {
     S_INT_KEY("model.pad_token_id", model.pad_token_id, NAN, -1, 16777215),
     S_STR_KEY("model.path", model_path, "", NULL, NULL),
     S_ENUM_KEY("model.save_dtype", save_dtype, BT_CONFIG_SAVE_DTYPE_AUTO, s_save_dtypes),
+    S_INT_KEY("model.lora.rank", lora.rank, 0, 0, 65536),
+    S_NUM_KEY("model.lora.alpha", lora.alpha, 8, 0, 1e6, S_LO_OPEN),
+    S_NUM_KEY("model.lora.dropout", lora.dropout, 0, 0, 1, S_HI_OPEN),
+    S_LIST_KEY("model.lora.targets", lora.targets, 127, bt_lora_target_names),
 
     S_ENUM_KEY("task.kind", task.kind, BT_CONFIG_TASK_ARITHMETIC, s_task_kinds),
     S_INT_KEY("task.seed", task.seed, 0, 0, S_INF),
@@ -496,10 +502,40 @@ static void s_store(const s_key *k, void *base, double x) {
         *(double *)p = x;
     else if (k->type == S_BOOL)
         *(bool *)p = x != 0;
-    else {
+    else if (k->type == S_LIST) {
+        BT_ASSERT(k->size == sizeof(uint32_t));
+        *(uint32_t *)p = (uint32_t)x;
+    } else {
         BT_ASSERT(k->type == S_ENUM && k->size == sizeof(int));
         *(int *)p = (int)x;
     }
+}
+
+/*  "a non-empty list of distinct names of \"a\", \"b\"" for an S_LIST key. */
+static void s_list_text(const s_key *k, char *buf, size_t len) {
+    size_t used = (size_t)snprintf(buf, len, "a non-empty list of distinct names of");
+    for (int i = 0; k->names[i] && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s \"%s\"", i ? "," : "", k->names[i]);
+}
+
+/*  A JSON array of k's names, each once, as a mask. */
+static bt_status s_set_list(const s_key *k, const cJSON *v, const char *where, void *cfg) {
+    char what[256];
+    s_list_text(k, what, sizeof what);
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
+        return s_expected(where, what, v);
+    uint32_t mask = 0;
+    for (const cJSON *e = v->child; e; e = e->next) {
+        const char *s = cJSON_GetStringValue(e);
+        int i = 0;
+        while (k->names[i] && !(s && strcmp(s, k->names[i]) == 0))
+            i++;
+        if (!k->names[i] || (mask & (1u << i)))
+            return s_expected(where, what, e);
+        mask |= 1u << i;
+    }
+    s_store(k, cfg, mask);
+    return BT_OK;
 }
 
 /*  Checks v against k and stores it; errors start with where ("SOURCE: key.path"). */
@@ -522,6 +558,8 @@ static bt_status s_set(const s_key *k, const cJSON *v, const char *where, void *
         }
         memset(s_field(k, cfg), 0, k->size);
         memcpy(s_field(k, cfg), s, n);
+    } else if (k->type == S_LIST) {
+        return s_set_list(k, v, where, cfg);
     } else if (k->type == S_ENUM) {
         const char *s = cJSON_GetStringValue(v);
         size_t used = (size_t)snprintf(what, sizeof what, "one of");
@@ -1866,6 +1904,16 @@ static cJSON *s_to_item(const s_key *k, const bt_config *cfg) {
         return cJSON_CreateBool(*(const bool *)p);
     if (k->type == S_STR)
         return cJSON_CreateString(p);
+    if (k->type == S_LIST) {
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; arr && k->names[i]; i++)
+            if ((*(const uint32_t *)p & (1u << i)) &&
+                !cJSON_AddItemToArray(arr, cJSON_CreateString(k->names[i]))) {
+                cJSON_Delete(arr);
+                return NULL;
+            }
+        return arr;
+    }
     return cJSON_CreateString(k->names[*(const int *)p]);
 }
 

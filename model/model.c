@@ -4,6 +4,7 @@
 
 #include "baton/model.h"
 #include "baton/fileio.h"
+#include "baton/rng.h"
 #include "baton/safetensors.h"
 #include "baton/tokenizer.h"
 
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define S_NAME_MAX 64
 #define S_PER_LAYER                                                                                \
@@ -489,6 +491,8 @@ typedef struct s_layer {
     bt_tensor *down_proj;                  /* (C, I) */
 } s_layer;
 
+typedef struct s_lora s_lora;
+
 typedef struct s_param {
     char name[S_NAME_MAX];
     int ndim; /* 1 for a norm weight, else 2 */
@@ -510,6 +514,7 @@ struct bt_model {
     bt_dtype save;               /* what bt_model_save writes: the source's dtype, F32 if random */
     bool checkpoint;             /* full forwards recording grad recompute each layer in backward */
     const bt_model_units *units; /* NULL: every weight resident */
+    s_lora *lora;                /* NULL without adapters */
 };
 
 static void s_add_spec(bt_model *m, int ndim, int64_t d0, int64_t d1, const char *fmt, int layer) {
@@ -697,10 +702,13 @@ bt_model *bt_model_new(const bt_model_config *cfg, bt_device device, uint64_t se
     return m;
 }
 
+static void s_lora_free(s_lora **lora_p);
+
 void bt_model_destroy(bt_model **self_p) {
     if (!self_p || !*self_p)
         return;
     bt_model *m = *self_p;
+    s_lora_free(&m->lora);
     bt_ctx_destroy(&m->ctx);
     free(m->specs);
     free(m->params);
@@ -748,23 +756,43 @@ int bt_model_param_unit(const bt_model *self, int i) {
         return layer;
     return (int)self->cfg.num_hidden_layers;
 }
-int bt_model_num_params(const bt_model *self) {
+int bt_model_num_base_params(const bt_model *self) {
     return self->n_params;
 }
-bt_tensor *const *bt_model_params(const bt_model *self) {
+bt_tensor *const *bt_model_base_params(const bt_model *self) {
     return self->params;
 }
 
-const char *bt_model_param_name(const bt_model *self, int i) {
+const char *bt_model_base_param_name(const bt_model *self, int i) {
     return i >= 0 && i < self->n_params ? self->specs[i].name : NULL;
 }
 
+static int s_lora_num(const bt_model *m);
+static bt_tensor *const *s_lora_params(const bt_model *m);
+static const char *s_lora_name(const bt_model *m, int i);
+
+int bt_model_num_params(const bt_model *self) {
+    return self->lora ? s_lora_num(self) : self->n_params;
+}
+bt_tensor *const *bt_model_params(const bt_model *self) {
+    return self->lora ? s_lora_params(self) : self->params;
+}
+
+const char *bt_model_param_name(const bt_model *self, int i) {
+    return self->lora ? s_lora_name(self, i) : bt_model_base_param_name(self, i);
+}
+
 bool bt_model_param_is_matmul(const bt_model *self, int i) {
+    if (self->lora) /* the adapters, each a matrix of a product */
+        return true;
     BT_ASSERT(i >= 0 && i < self->n_params);
     return self->specs[i].ndim == 2 && self->params[i] != self->embed;
 }
 
 bt_tensor *bt_model_find_param(const bt_model *self, const char *name) {
+    for (int i = 0; self->lora && i < s_lora_num(self); i++)
+        if (strcmp(s_lora_name(self, i), name) == 0)
+            return s_lora_params(self)[i];
     for (int i = 0; i < self->n_params; i++)
         if (strcmp(self->specs[i].name, name) == 0)
             return self->params[i];
@@ -789,6 +817,7 @@ typedef struct s_pass {
     const int64_t *run;   /* [run[r], run[r+1]) and columns [0, run_keys[r]); 0: one run */
     const int64_t *run_keys;
     bt_tensor **parts; /* (n_runs) scratch */
+    uint64_t dropout;  /* LoRA dropout's key for this pass; 0: no dropout */
 } s_pass;
 
 struct bt_kv_cache {
@@ -829,10 +858,17 @@ static bt_tensor *s_cache_write(bt_ctx *ctx, bt_tensor *store, bt_tensor *kv, co
     return bt_slice(ctx, store, 2, 0, p->keys, 1);
 }
 
-/*  x W^T (+ b when the layer has one), on the last dimension. */
-static bt_tensor *s_proj(bt_ctx *ctx, bt_tensor *x, bt_tensor *w, bt_tensor *b) {
+static bt_tensor *s_lora_delta(const bt_model *m, bt_ctx *ctx, int l, bt_lora_target t,
+                               bt_tensor *x, const s_pass *p);
+
+/*  x W^T (+ b when the layer has one), on the last dimension, plus layer l's adapter on target t
+    when it has one. */
+static bt_tensor *s_proj(const bt_model *m, bt_ctx *ctx, const s_pass *p, int l, bt_lora_target t,
+                         bt_tensor *x, bt_tensor *w, bt_tensor *b) {
     bt_tensor *y = bt_linear(ctx, x, w);
-    return b ? bt_add(ctx, y, b) : y;
+    y = b ? bt_add(ctx, y, b) : y;
+    bt_tensor *delta = m->lora ? s_lora_delta(m, ctx, l, t, x, p) : NULL;
+    return delta ? bt_add(ctx, y, delta) : y;
 }
 
 /*  Attention of q (B, H, Tq, D) over k, v (B, Hkv, Tk, D) under allowed (B, 1, Tq, Tk): fused
@@ -873,8 +909,9 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
     const s_layer *w = &m->layers[l];
     int64_t H = m->cfg.num_attention_heads, Hkv = m->cfg.num_key_value_heads;
     int64_t D = bt_model_head_dim(&m->cfg);
-    bt_tensor *q = s_proj(ctx, x, w->q_proj, w->q_bias), *k = s_proj(ctx, x, w->k_proj, w->k_bias);
-    bt_tensor *v = s_proj(ctx, x, w->v_proj, w->v_bias);
+    bt_tensor *q = s_proj(m, ctx, p, l, BT_LORA_Q_PROJ, x, w->q_proj, w->q_bias);
+    bt_tensor *k = s_proj(m, ctx, p, l, BT_LORA_K_PROJ, x, w->k_proj, w->k_bias);
+    bt_tensor *v = s_proj(m, ctx, p, l, BT_LORA_V_PROJ, x, w->v_proj, w->v_bias);
     q = s_split_heads(ctx, q, p, H, D);   /* (B, H, T, D) */
     k = s_split_heads(ctx, k, p, Hkv, D); /* (B, Hkv, T, D) */
     if (w->q_norm) {                      /* Qwen3: each head normalised before the rotation */
@@ -891,15 +928,18 @@ static bt_tensor *s_attention(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *
     bt_tensor *allowed = s_slides(m, l) ? p->local : p->allowed;
     bt_tensor *y = p->n_runs > 1 ? s_attention_runs(m, ctx, q, k, v, allowed, p)
                                  : s_attend(m, ctx, q, k, v, allowed); /* (B, H, T, D) */
-    return bt_linear(ctx, s_merge_heads(ctx, y, p), w->o_proj);
+    return s_proj(m, ctx, p, l, BT_LORA_O_PROJ, s_merge_heads(ctx, y, p), w->o_proj, NULL);
 }
 
 /*  SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x)), Gemma's GeGLU with gelu-tanh in place of
     silu; x (B, T, C) -> (B, T, C). */
-static bt_tensor *s_mlp(const bt_model *m, bt_ctx *ctx, const s_layer *w, bt_tensor *x) {
-    bt_tensor *gate = bt_linear(ctx, x, w->gate_proj); /* (B, T, I) */
+static bt_tensor *s_mlp(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x, const s_pass *p) {
+    const s_layer *w = &m->layers[l];
+    bt_tensor *gate =
+        s_proj(m, ctx, p, l, BT_LORA_GATE_PROJ, x, w->gate_proj, NULL); /* (B, T, I) */
     gate = m->cfg.gemma ? bt_gelu_tanh(ctx, gate) : bt_silu(ctx, gate);
-    return bt_linear(ctx, bt_mul(ctx, gate, bt_linear(ctx, x, w->up_proj)), w->down_proj);
+    bt_tensor *up = s_proj(m, ctx, p, l, BT_LORA_UP_PROJ, x, w->up_proj, NULL); /* (B, T, I) */
+    return s_proj(m, ctx, p, l, BT_LORA_DOWN_PROJ, bt_mul(ctx, gate, up), w->down_proj, NULL);
 }
 
 /*  The model's RMSNorm of x (..., C) by weight w (C): Gemma's scales by (1 + w) (GemmaRMSNorm). */
@@ -917,11 +957,11 @@ static bt_tensor *s_block(const bt_model *m, bt_ctx *ctx, int l, bt_tensor *x, c
     bt_tensor *a = s_attention(m, ctx, l, s_norm(m, ctx, x, w->input_norm), p);
     if (w->post_ff_norm) {
         bt_tensor *h = bt_add(ctx, x, s_norm(m, ctx, a, w->post_norm));
-        bt_tensor *f = s_mlp(m, ctx, w, s_norm(m, ctx, h, w->pre_ff_norm));
+        bt_tensor *f = s_mlp(m, ctx, l, s_norm(m, ctx, h, w->pre_ff_norm), p);
         return bt_add(ctx, h, s_norm(m, ctx, f, w->post_ff_norm));
     }
     bt_tensor *h = bt_add(ctx, x, a);
-    return bt_add(ctx, h, s_mlp(m, ctx, w, s_norm(m, ctx, h, w->post_norm)));
+    return bt_add(ctx, h, s_mlp(m, ctx, l, s_norm(m, ctx, h, w->post_norm), p));
 }
 
 /*  A checkpointed layer's closure, copied by bt_checkpoint: the pass's tensors (rotary tables,
@@ -1128,10 +1168,12 @@ static bt_status s_check_rows(const char *op, bt_tensor *ids, const s_rows *r) {
     return s_check_batch(op, ids, r->pos);
 }
 
+static uint64_t s_lora_dropout_key(bt_model *m);
+
 /*  The full forward of bt_model_forward(_packed), under the model's autocast scope when it has
     one. */
 static bt_tensor *s_forward(bt_model *m, bt_ctx *ctx, bt_tensor *ids, const s_rows *r) {
-    s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1)};
+    s_pass p = {.B = bt_dim(ids, 0), .T = bt_dim(ids, 1), .dropout = s_lora_dropout_key(m)};
     bt_tensor *seg = r->seg ? bt_to_dtype(ctx, r->seg, BT_I64) : NULL;  /* (B, T) */
     bt_tensor *m64 = r->mask ? bt_to_dtype(ctx, r->mask, BT_I64) : seg; /* (B, T) */
     bt_tensor *pos = r->pos ? bt_to_dtype(ctx, r->pos, BT_I64) : s_positions(ctx, m64, NULL);
@@ -1608,6 +1650,8 @@ bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const c
     if (st == BT_OK)
         st = bt_tokenizer_save(tok ? tok : bytes, dir);
     bt_tokenizer_destroy(&bytes);
+    if (st == BT_OK && self->lora) /* the folder holds the base too: AutoPeftModel finds it */
+        st = bt_model_save_adapters(self, dir, dir);
     return st;
 }
 
@@ -1688,7 +1732,437 @@ bt_model *bt_model_load(const char *dir, bt_device device) {
     bt_model *m = st == BT_OK ? s_model_alloc(&cfg, device) : NULL;
     if (m && s_model_fill(m, 0, &src) != BT_OK)
         bt_model_destroy(&m);
+    if (m && s_join(path, sizeof path, dir, "adapter_config.json") == BT_OK &&
+        access(path, F_OK) == 0 && bt_model_load_adapters(m, dir) != BT_OK)
+        bt_model_destroy(&m);
     for (int i = 0; i < src.n; i++)
         bt_safetensors_destroy(&src.files[i]);
     return m;
+}
+
+/* ---- LoRA ---------------------------------------------------------------------------------------
+ */
+
+const char *const bt_lora_target_names[BT_LORA_TARGETS + 1] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", NULL};
+
+/*  The adapters: per layer l and target t, A (rank, in) and B (out, rank) at ab[2 (l T + t)] and
+    ab[2 (l T + t) + 1], NULL when t is not targeted; params lists the present ones in that order.
+ */
+struct s_lora {
+    bt_lora_config cfg;
+    double scale;              /* alpha / rank */
+    uint64_t seed;             /* dropout masks' key */
+    uint64_t forwards;         /* training forwards with dropout so far: the next mask's counter */
+    bool off;                  /* adapters disabled: the base model alone */
+    int n;                     /* adapter tensors: 2 per targeted linear */
+    bt_tensor **ab;            /* (2 L BT_LORA_TARGETS) */
+    bt_tensor **params;        /* (n) */
+    char (*names)[S_NAME_MAX]; /* (n) */
+};
+
+const char *bt_lora_target_name(bt_lora_target target) {
+    return target >= 0 && target < BT_LORA_TARGETS ? bt_lora_target_names[target] : "?";
+}
+
+bt_status bt_lora_target_parse(const char *name, bt_lora_target *out) {
+    for (int t = 0; t < BT_LORA_TARGETS; t++)
+        if (name && strcmp(name, bt_lora_target_names[t]) == 0) {
+            *out = (bt_lora_target)t;
+            return BT_OK;
+        }
+    return bt_fail(BT_EINVAL,
+                   "LoRA target: expected one of q_proj, k_proj, v_proj, o_proj, "
+                   "gate_proj, up_proj, down_proj, got %s",
+                   name ? name : "nothing");
+}
+
+void bt_lora_config_init(bt_lora_config *cfg) {
+    *cfg = (bt_lora_config){
+        .rank = 0, .alpha = 8.0, .dropout = 0.0, .targets = (1u << BT_LORA_TARGETS) - 1};
+}
+
+static void s_lora_free(s_lora **lora_p) {
+    if (!*lora_p)
+        return;
+    free((*lora_p)->ab);
+    free((*lora_p)->params);
+    free((*lora_p)->names);
+    free(*lora_p);
+    *lora_p = NULL;
+}
+
+static int s_lora_num(const bt_model *m) {
+    return m->lora->n;
+}
+static bt_tensor *const *s_lora_params(const bt_model *m) {
+    return m->lora->params;
+}
+static const char *s_lora_name(const bt_model *m, int i) {
+    return i >= 0 && i < m->lora->n ? m->lora->names[i] : NULL;
+}
+
+/*  The base weight (out, in) that target t of layer l adapts. */
+static bt_tensor *s_lora_base(const bt_model *m, int l, bt_lora_target t) {
+    const s_layer *w = &m->layers[l];
+    bt_tensor *const by_target[BT_LORA_TARGETS] = {w->q_proj,    w->k_proj,  w->v_proj,   w->o_proj,
+                                                   w->gate_proj, w->up_proj, w->down_proj};
+    return by_target[t];
+}
+
+/*  Points ab at params, in the order bt_model_add_lora made them. */
+static void s_lora_bind(bt_model *m) {
+    s_lora *a = m->lora;
+    int k = 0;
+    for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++)
+        for (int t = 0; t < BT_LORA_TARGETS; t++) {
+            bt_tensor **ab = &a->ab[2 * (l * BT_LORA_TARGETS + t)];
+            bool on = a->cfg.targets & (1u << t);
+            ab[0] = on ? a->params[k++] : NULL;
+            ab[1] = on ? a->params[k++] : NULL;
+        }
+}
+
+bt_status bt_model_add_lora(bt_model *self, const bt_lora_config *cfg, uint64_t seed) {
+    if (self->lora)
+        return bt_fail(BT_EINVAL, "bt_model_add_lora: the model has adapters already");
+    if (cfg->rank < 1 || !(cfg->dropout >= 0 && cfg->dropout < 1) || !isfinite(cfg->alpha) ||
+        !(cfg->targets & ((1u << BT_LORA_TARGETS) - 1)))
+        return bt_fail(BT_EINVAL,
+                       "bt_model_add_lora: expected rank >= 1, dropout in [0, 1), a finite alpha "
+                       "and a target, got rank %lld, dropout %g, alpha %g, targets 0x%x",
+                       (long long)cfg->rank, cfg->dropout, cfg->alpha, (unsigned)cfg->targets);
+    int L = (int)self->cfg.num_hidden_layers, n = 0;
+    for (int t = 0; t < BT_LORA_TARGETS; t++)
+        n += cfg->targets & (1u << t) ? 2 * L : 0;
+    s_lora *a = calloc(1, sizeof *a);
+    if (a) {
+        a->ab = calloc((size_t)(2 * L * BT_LORA_TARGETS), sizeof *a->ab);
+        a->params = calloc((size_t)n, sizeof *a->params);
+        a->names = calloc((size_t)n, sizeof *a->names);
+    }
+    bt_ctx *tmp = bt_ctx_new();
+    float *host = NULL;
+    bt_status st = a && a->ab && a->params && a->names && tmp
+                       ? BT_OK
+                       : bt_fail(BT_ENOMEM, "bt_model_add_lora: out of memory");
+    bool grad = bt_set_grad_enabled(false);
+    for (int l = 0, k = 0; l < L && st == BT_OK; l++)
+        for (int t = 0; t < BT_LORA_TARGETS && st == BT_OK; t++) {
+            if (!(cfg->targets & (1u << t)))
+                continue;
+            bt_tensor *w = s_lora_base(self, l, (bt_lora_target)t); /* (out, in) */
+            int64_t out = bt_dim(w, 0), in = bt_dim(w, 1), r = cfg->rank;
+            const int64_t ashape[] = {r, in}, bshape[] = {out, r};
+            const char *group = t <= BT_LORA_O_PROJ ? "self_attn" : "mlp";
+            snprintf(a->names[k], S_NAME_MAX, "model.layers.%d.%s.%s.lora_A.weight", l, group,
+                     bt_lora_target_names[t]);
+            snprintf(a->names[k + 1], S_NAME_MAX, "model.layers.%d.%s.%s.lora_B.weight", l, group,
+                     bt_lora_target_names[t]);
+            /* kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain sqrt(3 / in) */
+            double bound = 1.0 / sqrt((double)in);
+            free(host);
+            host = malloc((size_t)(r * in) * sizeof *host);
+            uint64_t key = bt_rng_key(bt_rng_key(seed, (uint64_t)l), (uint64_t)t);
+            for (int64_t j = 0; host && j < r * in; j++)
+                host[j] =
+                    (float)((2.0 * bt_rng_uniform(bt_rng_key(key, (uint64_t)j)) - 1.0) * bound);
+            bt_tensor *A = host ? bt_from_host(tmp, BT_F32, bt_cpu(), 2, ashape, host) : NULL;
+            a->params[k] = bt_clone(
+                self->ctx, bt_to_device(tmp, bt_to_dtype(tmp, A, bt_dtype_of(w)), self->device));
+            a->params[k + 1] = bt_zeros(self->ctx, bt_dtype_of(w), self->device, 2, bshape);
+            st = a->params[k] && a->params[k + 1] ? BT_OK : BT_ETORCH;
+            if (st == BT_OK)
+                st = bt_set_requires_grad(a->params[k], true);
+            if (st == BT_OK)
+                st = bt_set_requires_grad(a->params[k + 1], true);
+            bt_ctx_reset(tmp);
+            k += 2;
+        }
+    bt_set_grad_enabled(grad);
+    free(host);
+    bt_ctx_destroy(&tmp);
+    for (int i = 0; i < self->n_params && st == BT_OK; i++)
+        st = bt_set_requires_grad(self->params[i], false);
+    if (st != BT_OK) {
+        s_lora_free(&a);
+        for (int i = 0; i < self->n_params; i++)
+            bt_set_requires_grad(self->params[i], true);
+        return st;
+    }
+    a->cfg = *cfg;
+    a->n = n;
+    a->scale = cfg->alpha / (double)cfg->rank;
+    a->seed = bt_rng_key(seed, 0x64726f706f7574ULL); /* "dropout" */
+    self->lora = a;
+    s_lora_bind(self);
+    return BT_OK;
+}
+
+const bt_lora_config *bt_model_lora(const bt_model *self) {
+    return self->lora ? &self->lora->cfg : NULL;
+}
+
+bool bt_model_set_adapters_enabled(bt_model *self, bool on) {
+    if (!self->lora)
+        return false;
+    bool was = !self->lora->off;
+    self->lora->off = !on;
+    return was;
+}
+
+/*  The key of a full forward's dropout masks: nonzero only when it drops (LoRA dropout > 0,
+    adapters on, grad mode on); each such forward takes the next counter. */
+static uint64_t s_lora_dropout_key(bt_model *m) {
+    if (!m->lora || m->lora->off || m->lora->cfg.dropout <= 0)
+        return 0;
+    bool grad = bt_set_grad_enabled(true);
+    bt_set_grad_enabled(grad);
+    return grad ? bt_rng_key(m->lora->seed, m->lora->forwards++) | 1 : 0;
+}
+
+/*  z with P(N(0, 1) > z) = 1 - p, by bisection on the normal CDF 0.5 erfc(-z / sqrt 2). */
+static double s_normal_quantile(double p) {
+    double lo = -40, hi = 40;
+    for (int i = 0; i < 200; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+/*  (alpha / r) dropout(x) A^T B^T of layer l's target t, x (..., in) -> (..., out); NULL when the
+    target has no adapter or adapters are off (or on failure, which the caller's bt_add reports).
+    Dropout keeps each element with probability 1 - p and scales it by 1 / (1 - p), the mask drawn
+    from a generator seeded by (the pass's key, l, t) on x's device. */
+static bt_tensor *s_lora_delta(const bt_model *m, bt_ctx *ctx, int l, bt_lora_target t,
+                               bt_tensor *x, const s_pass *p) {
+    const s_lora *a = m->lora;
+    bt_tensor *A = a->ab[2 * (l * BT_LORA_TARGETS + t)],
+              *B = a->ab[2 * (l * BT_LORA_TARGETS + t) + 1];
+    if (a->off || !A)
+        return NULL;
+    if (p->dropout) {
+        double rate = a->cfg.dropout;
+        bt_gen *gen = bt_gen_new(bt_rng_key(bt_rng_key(p->dropout, (uint64_t)l), (uint64_t)t),
+                                 bt_device_of(x));
+        int64_t shape[BT_MAX_DIMS];
+        for (int d = 0; d < bt_ndim(x); d++)
+            shape[d] = bt_dim(x, d);
+        bt_tensor *z = bt_randn(ctx, gen, bt_dtype_of(x), bt_ndim(x), shape);
+        bt_gen_destroy(&gen);
+        bt_tensor *drop = bt_logical_not(ctx, bt_gt_scalar(ctx, z, s_normal_quantile(rate)));
+        x = bt_mul_scalar(ctx, bt_masked_fill(ctx, x, drop, 0.0), 1.0 / (1.0 - rate));
+    }
+    return bt_mul_scalar(ctx, bt_linear(ctx, bt_linear(ctx, x, A), B), a->scale);
+}
+
+bt_status bt_model_merge_lora(bt_model *self) {
+    s_lora *a = self->lora;
+    if (!a)
+        return BT_OK;
+    bt_ctx *tmp = bt_ctx_new();
+    bt_status st = tmp ? BT_OK : bt_fail(BT_ENOMEM, "bt_model_merge_lora: out of memory");
+    bool grad = bt_set_grad_enabled(false);
+    for (int l = 0; l < (int)self->cfg.num_hidden_layers && st == BT_OK; l++)
+        for (int t = 0; t < BT_LORA_TARGETS && st == BT_OK; t++) {
+            bt_tensor *A = a->ab[2 * (l * BT_LORA_TARGETS + t)];
+            bt_tensor *B = a->ab[2 * (l * BT_LORA_TARGETS + t) + 1];
+            if (!A)
+                continue;
+            bt_tensor *w = s_lora_base(self, l, (bt_lora_target)t); /* (out, in) */
+            /* W + (alpha / r) B A: (out, r) @ (r, in) */
+            st = bt_copy_(w, bt_add(tmp, w, bt_mul_scalar(tmp, bt_matmul(tmp, B, A), a->scale)));
+            bt_ctx_reset(tmp);
+        }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&tmp);
+    for (int i = 0; i < self->n_params && st == BT_OK; i++)
+        st = bt_set_requires_grad(self->params[i], true);
+    if (st == BT_OK)
+        s_lora_free(&self->lora);
+    return st;
+}
+
+/*  tensors[i] replaced by a copy in dtype, in the model's context, requiring grad as before. */
+static bt_status s_cast_all(bt_model *m, bt_tensor **ts, int n, bt_dtype dtype) {
+    for (int i = 0; i < n; i++) {
+        bool req = bt_requires_grad(ts[i]);
+        bt_tensor *t = bt_clone(m->ctx, bt_detach(m->ctx, bt_to_dtype(m->ctx, ts[i], dtype)));
+        if (!t)
+            return BT_ETORCH;
+        BT_TRY(bt_set_requires_grad(t, req));
+        ts[i] = t;
+    }
+    return BT_OK;
+}
+
+bt_status bt_model_cast(bt_model *self, bt_dtype dtype) {
+    if (dtype != BT_F32 && dtype != BT_F64)
+        return bt_fail(BT_EINVAL, "bt_model_cast: expected F32 or F64, got %s",
+                       bt_dtype_name(dtype));
+    bool grad = bt_set_grad_enabled(false);
+    bt_status st = s_cast_all(self, self->params, self->n_params, dtype);
+    if (st == BT_OK && self->lora)
+        st = s_cast_all(self, self->lora->params, self->lora->n, dtype);
+    bt_set_grad_enabled(grad);
+    s_model_bind(self);
+    if (self->lora)
+        s_lora_bind(self);
+    return st;
+}
+
+/* ---- LoRA adapter folders (PEFT's layout) ----------------------------------------------------
+ */
+
+char *bt_lora_config_to_json(const bt_lora_config *cfg, const char *base_name) {
+    /* adapter_config.json: LoraConfig's fields, the defaults of the ones baton does not use */
+    cJSON *root = cJSON_CreateObject(), *targets = cJSON_CreateArray();
+    for (int t = 0; t < BT_LORA_TARGETS; t++)
+        if (cfg->targets & (1u << t))
+            cJSON_AddItemToArray(targets, cJSON_CreateString(bt_lora_target_names[t]));
+    cJSON_AddStringToObject(root, "peft_type", "LORA");
+    cJSON_AddStringToObject(root, "task_type", "CAUSAL_LM");
+    cJSON_AddStringToObject(root, "base_model_name_or_path", base_name ? base_name : "");
+    cJSON_AddNumberToObject(root, "r", (double)cfg->rank);
+    cJSON_AddNumberToObject(root, "lora_alpha", cfg->alpha);
+    cJSON_AddNumberToObject(root, "lora_dropout", cfg->dropout);
+    cJSON_AddItemToObject(root, "target_modules", targets);
+    cJSON_AddStringToObject(root, "bias", "none");
+    cJSON_AddBoolToObject(root, "fan_in_fan_out", false);
+    cJSON_AddBoolToObject(root, "inference_mode", true);
+    cJSON_AddBoolToObject(root, "init_lora_weights", true);
+    cJSON_AddBoolToObject(root, "use_rslora", false);
+    cJSON_AddBoolToObject(root, "use_dora", false);
+    cJSON_AddNullToObject(root, "modules_to_save");
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const char *base_name) {
+    const s_lora *a = self->lora;
+    if (!a)
+        return bt_fail(BT_EINVAL, "%s: the model has no adapters", dir);
+    char path[4096];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return bt_fail(BT_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
+    bt_st_tensor *ts = calloc((size_t)a->n, sizeof *ts);
+    char(*names)[S_NAME_MAX + 32] = calloc((size_t)a->n, sizeof *names);
+    bt_status st = ts && names ? BT_OK : bt_fail(BT_ENOMEM, "%s: out of memory", dir);
+    for (int i = 0; i < a->n && st == BT_OK; i++) {
+        bt_tensor *p = a->params[i];
+        size_t nbytes = (size_t)bt_numel(p) * sizeof(float);
+        void *data = malloc(nbytes);
+        snprintf(names[i], sizeof names[i], BT_LORA_PEFT_PREFIX "%s", a->names[i]);
+        ts[i] = (bt_st_tensor){.name = names[i], .dtype = BT_F32, .ndim = 2, .data = data};
+        ts[i].shape[0] = bt_dim(p, 0);
+        ts[i].shape[1] = bt_dim(p, 1);
+        st = data && bt_dtype_of(p) == BT_F32 ? bt_to_host(p, data, nbytes)
+             : data ? bt_fail(BT_EUNSUPPORTED, "%s: adapters are %s, expected F32", dir,
+                              bt_dtype_name(bt_dtype_of(p)))
+                    : bt_fail(BT_ENOMEM, "%s: out of memory", dir);
+    }
+    const char *meta[] = {"format", "pt"};
+    if (st == BT_OK)
+        st = s_join(path, sizeof path, dir, "adapter_model.safetensors");
+    if (st == BT_OK)
+        st = bt_safetensors_write(path, ts, a->n, meta, 1);
+    for (int i = 0; ts && i < a->n; i++)
+        free((void *)ts[i].data);
+    free(ts);
+    free(names);
+    if (st != BT_OK)
+        return st;
+    char *text = bt_lora_config_to_json(&a->cfg, base_name);
+    st = text ? s_join(path, sizeof path, dir, "adapter_config.json")
+              : bt_fail(BT_ENOMEM, "%s: out of memory", dir);
+    FILE *f = st == BT_OK ? bt_file_create(path) : NULL;
+    if (st == BT_OK)
+        st = f ? bt_file_finish(f, path, fputs(text, f) >= 0 && fputc('\n', f) != EOF) : BT_EIO;
+    free(text);
+    return st;
+}
+
+/*  adapter_config.json's LoRA settings; what baton does not implement is refused by name. */
+static bt_status s_parse_adapter_config(const char *path, bt_lora_config *out) {
+    char *text = NULL;
+    BT_TRY(bt_file_read(path, S_CONFIG_MAX, &text, NULL));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    bt_lora_config c;
+    bt_lora_config_init(&c);
+    c.targets = 0;
+    bt_status st =
+        cJSON_IsObject(root) ? BT_OK : bt_fail(BT_EFORMAT, "%s: expected a JSON object", path);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "peft_type");
+    if (st == BT_OK && !(cJSON_IsString(type) && strcmp(type->valuestring, "LORA") == 0))
+        st = type ? s_type_error(path, "peft_type", "\"LORA\"", type)
+                  : bt_fail(BT_EFORMAT, "%s: peft_type: expected \"LORA\", got nothing", path);
+    if (st == BT_OK)
+        st = s_get_int(root, path, "r", true, &c.rank);
+    if (st == BT_OK)
+        st = s_get_number(root, path, "lora_alpha", &c.alpha);
+    if (st == BT_OK)
+        st = s_get_number(root, path, "lora_dropout", &c.dropout);
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "bias");
+    if (st == BT_OK && bias && !(cJSON_IsString(bias) && strcmp(bias->valuestring, "none") == 0))
+        st = s_type_error(path, "bias", "\"none\" (not supported)", bias);
+    const char *off[] = {"use_rslora", "use_dora", "fan_in_fan_out"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0] && st == BT_OK; i++) {
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, off[i]);
+        if (item && !cJSON_IsFalse(item))
+            st = s_type_error(path, off[i], "false (not supported)", item);
+    }
+    const cJSON *targets = cJSON_GetObjectItemCaseSensitive(root, "target_modules");
+    if (st == BT_OK && !(cJSON_IsArray(targets) && cJSON_GetArraySize(targets) > 0))
+        st = targets
+                 ? s_type_error(path, "target_modules", "a non-empty list of names", targets)
+                 : bt_fail(BT_EFORMAT, "%s: target_modules: expected a list, got nothing", path);
+    for (const cJSON *e = targets ? targets->child : NULL; e && st == BT_OK; e = e->next) {
+        bt_lora_target t = BT_LORA_Q_PROJ;
+        if (!cJSON_IsString(e) || bt_lora_target_parse(e->valuestring, &t) != BT_OK)
+            st = s_type_error(path, "target_modules",
+                              "names among q_proj, k_proj, v_proj, "
+                              "o_proj, gate_proj, up_proj, down_proj",
+                              e);
+        else
+            c.targets |= 1u << t;
+    }
+    cJSON_Delete(root);
+    if (st == BT_OK)
+        *out = c;
+    return st;
+}
+
+bt_status bt_model_load_adapters(bt_model *self, const char *dir) {
+    char path[4096];
+    bt_lora_config c;
+    BT_TRY(s_join(path, sizeof path, dir, "adapter_config.json"));
+    BT_TRY(s_parse_adapter_config(path, &c));
+    BT_TRY(s_join(path, sizeof path, dir, "adapter_model.safetensors"));
+    bt_safetensors_t *file = NULL;
+    BT_TRY(bt_safetensors_open(path, &file));
+    bt_status st = bt_model_add_lora(self, &c, 0);
+    bt_ctx *tmp = bt_ctx_new();
+    if (st == BT_OK && !tmp)
+        st = bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    const s_source src = {.files = {file}, .n = 1, .where = path};
+    bool grad = bt_set_grad_enabled(false);
+    for (int i = 0; st == BT_OK && i < self->lora->n; i++) {
+        bt_tensor *p = self->lora->params[i];
+        s_param spec = {.ndim = 2, .shape = {bt_dim(p, 0), bt_dim(p, 1)}};
+        snprintf(spec.name, sizeof spec.name, BT_LORA_PEFT_PREFIX "%s", self->lora->names[i]);
+        bt_tensor *t = s_init_from_file(tmp, &src, &spec);
+        st = t ? bt_copy_(p, bt_to_device(tmp, bt_to_dtype(tmp, t, bt_dtype_of(p)), self->device))
+               : BT_EFORMAT;
+        bt_ctx_reset(tmp);
+    }
+    bt_set_grad_enabled(grad);
+    bt_ctx_destroy(&tmp);
+    bt_safetensors_destroy(&file);
+    return st;
 }

@@ -176,9 +176,10 @@ bt_progress bt_controller_progress(const bt_controller_t *self) {
 /* ---- the policy files ------------------------------------------------------------------------ */
 
 /*  Writes the latest published policy (version 0 before any) to dir as a model directory
-    (config.json, model.safetensors in model.save_dtype, tokenizer files; bt_model_save).  In a
-    bf16 run these are the weights the rollouts used: the matrix-product weights as WEIGHTS carry
-    them, rounded to bfloat16 (the float32 masters are in a checkpoint's optimizer.safetensors). */
+    (config.json, model.safetensors in model.save_dtype, tokenizer files; bt_model_save), with
+    LoRA the base model and the adapters beside it in PEFT's layout.  In a bf16 run these are the
+    weights the rollouts used: the matrix-product weights as WEIGHTS carry them, rounded to
+    bfloat16 (the float32 masters are in a checkpoint's optimizer.safetensors). */
 static bt_status s_save_policy(const bt_policy *p, const char *dir) {
     const bt_config *c = p->cfg;
     bt_model *m = c->model_path[0] ? bt_model_load(c->model_path, bt_cpu())
@@ -187,6 +188,8 @@ static bt_status s_save_policy(const bt_policy *p, const char *dir) {
     bt_weights w;
     bt_weights_init(&w);
     bt_status st = m ? bt_tokenizer_for_model(c->model_path, &tok) : BT_ENOMEM;
+    if (st == BT_OK && c->lora.rank > 0) /* WEIGHTS carry the adapters: the workers' A */
+        st = bt_model_add_lora(m, &c->lora, (uint64_t)c->run.seed);
     if (st == BT_OK && p->weights) /* else version 0, as every worker builds it */
         st = bt_weights_from_msg(p->weights->msg, &w);
     if (st == BT_OK && p->weights)

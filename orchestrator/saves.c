@@ -106,8 +106,43 @@ static bt_status s_add_tensors(bt_ckpt_snapshot_t *snap, const char *name, const
     return st;
 }
 
+/*  LoRA: the adapters among msg's tensors named prefix + NAME (all of them: a LoRA trainer's
+    parameters are its adapters) as PEFT's adapter_model.safetensors (names base_model.model. +
+    NAME) and adapter_config.json, under folder. */
+static bt_status s_add_adapters(bt_ckpt_snapshot_t *snap, const bt_policy *p, const char *folder,
+                                const bt_msg_t *msg, const char *prefix, bool borrow) {
+    char name[BT_CKPT_NAME_MAX];
+    char *config = bt_lora_config_to_json(&p->cfg->lora, p->cfg->model_path);
+    snprintf(name, sizeof name, "%sadapter_config.json", folder);
+    bt_status st = config ? bt_ckpt_snapshot_add_text(snap, name, config) : BT_ENOMEM;
+    free(config);
+    int n = bt_msg_tensor_count(msg), k = 0;
+    bt_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    char(*names)[BT_WIRE_NAME_MAX + 32] = calloc((size_t)n + 1, sizeof *names);
+    if (st == BT_OK && (!t || !names))
+        st = bt_fail(BT_ENOMEM, "controller: out of memory");
+    size_t plen = strlen(prefix);
+    for (int i = 0; st == BT_OK && i < n; i++) {
+        bt_msg_tensor m = bt_msg_tensor_at(msg, i);
+        if (strncmp(m.name, prefix, plen) != 0)
+            continue;
+        snprintf(names[k], sizeof names[k], BT_LORA_PEFT_PREFIX "%s", m.name + plen);
+        t[k] = (bt_st_tensor){.name = names[k], .dtype = m.dtype, .ndim = m.ndim, .data = m.data};
+        memcpy(t[k++].shape, m.shape, sizeof m.shape);
+    }
+    snprintf(name, sizeof name, "%sadapter_model.safetensors", folder);
+    if (st == BT_OK && k > 0)
+        st = borrow ? bt_ckpt_snapshot_add_tensors_borrowed(snap, name, t, k)
+                    : bt_ckpt_snapshot_add_tensors(snap, name, t, k);
+    free(t);
+    free(names);
+    return st;
+}
+
 /*  The model files of a checkpoint under folder: config.json and model.safetensors (Hugging Face
-    names, in the policy's save dtype) from the tensors named prefix + NAME of msg. */
+    names, in the policy's save dtype) from the tensors named prefix + NAME of msg; with LoRA,
+    config.json (the base's) and the adapters in PEFT's layout (the base is model.path's, or drawn
+    from run.seed). */
 static bt_status s_add_model(bt_ckpt_snapshot_t *snap, const bt_policy *p, const bt_msg_t *msg,
                              const char *prefix, bool borrow, bt_dtype as) {
     char folder[BT_CONFIG_NAME_MAX + 2], name[BT_CKPT_NAME_MAX];
@@ -116,6 +151,8 @@ static bt_status s_add_model(bt_ckpt_snapshot_t *snap, const bt_policy *p, const
     snprintf(name, sizeof name, "%sconfig.json", folder);
     bt_status st = config ? bt_ckpt_snapshot_add_text(snap, name, config) : BT_ENOMEM;
     free(config);
+    if (st == BT_OK && p->cfg->lora.rank > 0)
+        return s_add_adapters(snap, p, folder, msg, prefix, borrow);
     snprintf(name, sizeof name, "%smodel.safetensors", folder);
     return st == BT_OK ? s_add_tensors(snap, name, msg, prefix, NULL, true, borrow, as, NULL) : st;
 }
@@ -332,10 +369,15 @@ static bt_status s_read_policy(const char *folder, bt_msg_t **state_out, bt_runs
     bt_msg_t *m = bt_msg_new(BT_MSG_TASK);
     bt_safetensors_t *files[3] = {NULL, NULL, NULL};
     const char *names[3] = {"model.safetensors", "optimizer.safetensors", "reference.safetensors"};
+    bool peft = false; /* LoRA: the adapters in PEFT's layout instead of model.safetensors */
     for (int f = 0; f < 3 && st == BT_OK; f++) {
         snprintf(path, sizeof path, "%s/%s", folder, names[f]);
         if (f == 2 && access(path, F_OK) != 0)
             break; /* only with a KL reference */
+        if (f == 0 && access(path, F_OK) != 0) {
+            snprintf(path, sizeof path, "%s/adapter_model.safetensors", folder);
+            peft = access(path, F_OK) == 0;
+        }
         st = bt_safetensors_open(path, &files[f]);
     }
     /* the float32 masters: optimizer.safetensors's param.NAME when the model file holds another
@@ -353,7 +395,11 @@ static bt_status s_read_policy(const char *folder, bt_msg_t **state_out, bt_runs
                 st = bt_msg_set_int(m, "adam_steps", steps);
                 continue;
             }
-            snprintf(name, sizeof name, "%s%s", f == 0 ? "param." : "", e->name);
+            const char *tensor = e->name;
+            if (f == 0 && peft &&
+                strncmp(tensor, BT_LORA_PEFT_PREFIX, strlen(BT_LORA_PEFT_PREFIX)) == 0)
+                tensor += strlen(BT_LORA_PEFT_PREFIX);
+            snprintf(name, sizeof name, "%s%s", f == 0 ? "param." : "", tensor);
             st = bt_msg_add_tensor(m, name, e->dtype, e->ndim, e->shape, e->data);
         }
     for (int f = 0; f < 3; f++)

@@ -393,6 +393,37 @@ static void test_malformed(void) {
          "arith.json: grpo: lr schedule: wsd decay_steps must be in [1, 100], got 0"},
         {"{\"grpo\": {\"lr_schedule\": \"cosine\", \"warmup_steps\": 100}}",
          "arith.json: grpo: lr schedule: total_steps (100) must exceed warmup_steps (100)"},
+        /* model.lora: a rank, numbers in range, a list of distinct target names */
+        {"{\"model\": {\"lora\": {\"rank\": 1.5}}}",
+         "arith.json: model.lora.rank: expected an integer, got 1.5"},
+        {"{\"model\": {\"lora\": {\"rank\": -1}}}",
+         "arith.json: model.lora.rank: expected an integer in [0, 65536], got -1"},
+        {"{\"model\": {\"lora\": {\"alpha\": 0}}}",
+         "arith.json: model.lora.alpha: expected a number in (0, 1000000], got 0"},
+        {"{\"model\": {\"lora\": {\"dropout\": 1}}}",
+         "arith.json: model.lora.dropout: expected a number in [0, 1), got 1"},
+        {"{\"model\": {\"lora\": {\"targets\": \"q_proj\"}}}",
+         "arith.json: model.lora.targets: expected a non-empty list of distinct names of "
+         "\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", "
+         "\"down_proj\", "
+         "got \"q_proj\""},
+        {"{\"model\": {\"lora\": {\"targets\": []}}}",
+         "arith.json: model.lora.targets: expected a non-empty list of distinct names of "
+         "\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", "
+         "\"down_proj\", "
+         "got an array"},
+        {"{\"model\": {\"lora\": {\"targets\": [\"q_proj\", \"qkv\"]}}}",
+         "arith.json: model.lora.targets: expected a non-empty list of distinct names of "
+         "\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", "
+         "\"down_proj\", "
+         "got \"qkv\""},
+        {"{\"model\": {\"lora\": {\"targets\": [\"v_proj\", \"v_proj\"]}}}",
+         "arith.json: model.lora.targets: expected a non-empty list of distinct names of "
+         "\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", "
+         "\"down_proj\", "
+         "got \"v_proj\""},
+        {"{\"model\": {\"lora\": {\"rnak\": 8}}}",
+         "arith.json: model.lora.rnak: unknown key (did you mean model.lora.rank?)"},
     };
     bt_config cfg;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1168,7 +1199,33 @@ static void test_micro_batch_auto(void) {
     }
 }
 
+/*  model.lora.*: off by default (rank 0) with PEFT's alpha and dropout and every target; set in
+    the file or by --set (targets as a JSON list); written back as the file gives them. */
+static void test_lora(void) {
+    bt_config a, b;
+    CHECK_OK(s_parse("{}", &a));
+    CHECK(a.lora.rank == 0 && a.lora.alpha == 8 && a.lora.dropout == 0);
+    CHECK(a.lora.targets == (1u << BT_LORA_TARGETS) - 1);
+    CHECK_OK(s_parse("{\"model\": {\"lora\": {\"rank\": 16, \"alpha\": 32, \"dropout\": 0.05,"
+                     " \"targets\": [\"v_proj\", \"q_proj\", \"down_proj\"]}}}",
+                     &a));
+    CHECK(a.lora.rank == 16 && a.lora.alpha == 32 && a.lora.dropout == 0.05);
+    CHECK(a.lora.targets ==
+          ((1u << BT_LORA_Q_PROJ) | (1u << BT_LORA_V_PROJ) | (1u << BT_LORA_DOWN_PROJ)));
+    char text[128];
+    CHECK(bt_config_value_text(&a, "model.lora.targets", text, sizeof text));
+    CHECK(strcmp(text, "[\"q_proj\",\"v_proj\",\"down_proj\"]") == 0);
+    char *json = bt_config_to_json(&a);
+    CHECK(json && bt_config_parse(json, "resolved.json", NULL, 0, &b) == BT_OK);
+    CHECK(b.lora.rank == 16 && b.lora.targets == a.lora.targets && b.lora.dropout == 0.05);
+    free(json);
+    const char *sets[] = {"model.lora.rank=4", "model.lora.targets=[\"o_proj\"]"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", sets, 2, &b));
+    CHECK(b.lora.rank == 4 && b.lora.targets == 1u << BT_LORA_O_PROJ);
+}
+
 int main(void) {
+    test_lora();
     test_eval_datasets();
     test_defaults();
     test_round_trip();

@@ -10,7 +10,8 @@
 struct bt_trainer {
     bt_trainer_config cfg;
     bt_model *policy;
-    bt_model *reference; /* NULL unless cfg.reference */
+    bt_model *reference; /* NULL unless cfg.reference, and under LoRA */
+    bool base_reference; /* cfg.reference under LoRA: the policy with its adapters off */
     bt_adamw *opt;
     int64_t version;
     bt_group *group; /* borrowed; NULL: a single trainer */
@@ -392,7 +393,8 @@ bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg) 
     } else {
         ok = s_shard_form(self, 0) == BT_OK;
     }
-    if (ok && cfg->reference) { /* the frozen reference: a copy of the initial policy */
+    self->base_reference = cfg->reference && bt_model_lora(policy);
+    if (ok && cfg->reference && !self->base_reference) { /* a frozen copy of the policy */
         self->reference = bt_model_new(bt_model_get_config(policy), bt_model_device(policy), 0);
         ok = self->reference && bt_weights_copy(self->reference, policy) == BT_OK &&
              bt_model_set_precision(self->reference, bt_model_precision(policy)) == BT_OK;
@@ -905,8 +907,11 @@ static bt_status s_grpo_micro(bt_trainer_t *self, bt_ctx *ctx, const bt_rollout_
     bt_tensor *ref_logp = NULL; /* (R, T-1) */
     if (cfg->kl_coef != 0.0) {
         bool grad = bt_set_grad_enabled(false);
-        ref_logp = bt_model_token_logprobs_shared(self->reference, ctx, m.ids, m.seg, m.prefix,
-                                                  m.pos, temperature, NULL);
+        bt_model *ref = self->base_reference ? self->policy : self->reference;
+        bool adapters = bt_model_set_adapters_enabled(ref, false); /* LoRA: the base model */
+        ref_logp = bt_model_token_logprobs_shared(ref, ctx, m.ids, m.seg, m.prefix, m.pos,
+                                                  temperature, NULL);
+        bt_model_set_adapters_enabled(ref, adapters);
         bt_set_grad_enabled(grad);
         if (!ref_logp)
             return BT_ETORCH;
@@ -947,7 +952,7 @@ static bt_status s_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
         st = s_check_batch(self, batch);
     if (st != BT_OK)
         return st;
-    if (cfg->kl_coef != 0.0 && !self->reference)
+    if (cfg->kl_coef != 0.0 && !self->reference && !self->base_reference)
         return bt_fail(BT_EINVAL,
                        "trainer: kl_coef is %g but the trainer keeps no reference "
                        "(set reference in its config)",

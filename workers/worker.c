@@ -120,6 +120,8 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
                        c->cur->cfg->model_path, bt_tokenizer_vocab_size(c->tok), (long long)vocab);
     }
     bt_status st = bt_model_set_precision(m, bt_config_precision_dtype(c->cur->cfg));
+    if (st == BT_OK && c->cur->cfg->lora.rank > 0) /* every worker draws the same A: run.seed */
+        st = bt_model_add_lora(m, &c->cur->cfg->lora, (uint64_t)c->cur->cfg->run.seed);
     if (st != BT_OK) {
         bt_model_destroy(&m);
         return st;

@@ -173,6 +173,7 @@ typedef struct bt_config {
     bt_model_config model; /* the model.* keys but model.path */
     char model_path[BT_CONFIG_PATH_MAX];
     bt_config_save_dtype save_dtype; /* model.save_dtype */
+    bt_lora_config lora; /* model.lora.*: rank 0 (off), alpha 8, dropout 0, every target */
     struct {
         bt_config_task_kind kind;
         int64_t seed;

@@ -111,8 +111,9 @@ bt_dtype bt_model_precision(const bt_model *self);
 /*  Activation checkpointing (grpo.activation_checkpointing "layer"; off by default): a full forward
     pass with grad mode on keeps only each decoder layer's input and recomputes the layer during
     backward (bt_checkpoint), so its activations are held one layer at a time; gradients are those
-    of the plain pass to float rounding.  The model has no dropout or other random op, so the
-    recomputation is exact.  No-grad passes (rollouts, decode, the KL reference) are unchanged. */
+    of the plain pass to float rounding.  The only random op, LoRA dropout, draws its masks from
+    the pass's key, so the recomputation draws the same masks and is exact.  No-grad passes
+   (rollouts, decode, the KL reference) are unchanged. */
 void bt_model_set_activation_checkpointing(bt_model *self, bool on);
 
 /*  Parameters that are not all resident (workers.shard "parameters", ZeRO-3).  Unit l < L is
@@ -134,19 +135,24 @@ void bt_model_set_units(bt_model *self, const bt_model_units *units);
 /*  The unit of parameter i (as above). */
 int bt_model_param_unit(const bt_model *self, int i);
 
-/*  The parameters, in a fixed order: model.embed_tokens.weight, then per layer N
-    model.layers.N.{input_layernorm, self_attn.q_proj, self_attn.k_proj, self_attn.v_proj,
-    self_attn.o_proj, post_attention_layernorm, mlp.gate_proj, mlp.up_proj, mlp.down_proj}.weight
-    (Qwen2's q/k/v biases after v_proj, Qwen3's q_norm and k_norm after o_proj, Gemma 2's
-    pre_feedforward_layernorm and post_feedforward_layernorm after post_attention_layernorm),
-    then model.norm.weight and, unless tied, lm_head.weight.  Borrowed: valid while self lives;
-    writing into them (bt_copy_ under no-grad) changes the model. */
+/*  The trained parameters.  Without LoRA, every weight, in a fixed order:
+   model.embed_tokens.weight, then per layer N model.layers.N.{input_layernorm, self_attn.q_proj,
+   self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, post_attention_layernorm, mlp.gate_proj,
+   mlp.up_proj, mlp.down_proj}.weight (Qwen2's q/k/v biases after v_proj, Qwen3's q_norm and k_norm
+   after o_proj, Gemma 2's pre_feedforward_layernorm and post_feedforward_layernorm after
+   post_attention_layernorm), then model.norm.weight and, unless tied, lm_head.weight. With
+   LoRA (bt_model_add_lora) the adapters alone, which is all that training changes (so the
+   optimizer, its checkpointed state and WEIGHTS see the adapters only), and the frozen base weights
+   are the base params below. Borrowed: valid while self lives (until bt_model_add_lora,
+   bt_model_merge_lora or bt_model_cast); writing into them (bt_copy_ under no-grad) changes the
+   model. */
 int bt_model_num_params(const bt_model *self);
 bt_tensor *const *bt_model_params(const bt_model *self);
 const char *bt_model_param_name(const bt_model *self, int i);
 /*  True when parameter i is read only by matrix products (the projections, an untied lm_head),
     the operands autocast casts to the model's precision; false for the embedding (also when tied:
-    its lookup reads it as it is), the norm weights and the biases. */
+    its lookup reads it as it is), the norm weights and the biases; with LoRA every parameter (an
+    adapter). */
 bool bt_model_param_is_matmul(const bt_model *self, int i);
 /*  The dtype bt_model_save writes: the dtype of the stored weights the model was loaded from
     (model.embed_tokens.weight's, so a bf16 checkpoint saves as bf16), BT_F32 for bt_model_new;
@@ -154,8 +160,80 @@ bool bt_model_param_is_matmul(const bt_model *self, int i);
     BT_F16 (BT_EINVAL else). */
 bt_dtype bt_model_save_dtype(const bt_model *self);
 bt_status bt_model_set_save_dtype(bt_model *self, bt_dtype dtype);
-/*  The parameter called name, or NULL. */
+/*  The parameter called name, adapters and base weights alike, or NULL. */
 bt_tensor *bt_model_find_param(const bt_model *self, const char *name);
+/*  Every base weight, in the order above, LoRA or not.  Borrowed as bt_model_params. */
+int bt_model_num_base_params(const bt_model *self);
+bt_tensor *const *bt_model_base_params(const bt_model *self);
+const char *bt_model_base_param_name(const bt_model *self, int i);
+
+/* ---- LoRA (Hu et al. 2021), parameterised as Hugging Face PEFT's LoraLayer -------------------
+    A targeted linear y = x W^T becomes y = x W^T + (alpha / rank) * dropout(x) A^T B^T with A
+    (rank, in) drawn as PEFT does (kaiming_uniform_ with a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in)))
+    and B (out, rank) zeros, so a new adapter leaves the model's function unchanged.  The base
+    weights stop requiring grad.  Adapter names: model.layers.N.self_attn.q_proj.lora_A.weight,
+    ...lora_B.weight, per layer in target order, A before B.
+    Dropout applies only in full forwards with grad mode on (training), with adapters enabled;
+    its masks are keyed by (seed, the model's count of such forwards, layer, target), so the
+    recomputation of activation checkpointing draws the same masks as the first run and the two
+    give the same gradients.  No-grad passes (rollouts, decode, the KL reference) never drop. */
+typedef enum bt_lora_target {
+    BT_LORA_Q_PROJ = 0,
+    BT_LORA_K_PROJ = 1,
+    BT_LORA_V_PROJ = 2,
+    BT_LORA_O_PROJ = 3,
+    BT_LORA_GATE_PROJ = 4,
+    BT_LORA_UP_PROJ = 5,
+    BT_LORA_DOWN_PROJ = 6,
+    BT_LORA_TARGETS = 7 /* how many */
+} bt_lora_target;
+/*  "q_proj", ... "down_proj" (PEFT's target_modules names), by value, then NULL. */
+extern const char *const bt_lora_target_names[BT_LORA_TARGETS + 1];
+const char *bt_lora_target_name(bt_lora_target target);
+/*  BT_EINVAL when name is none of them. */
+bt_status bt_lora_target_parse(const char *name, bt_lora_target *out);
+
+typedef struct bt_lora_config {
+    int64_t rank;     /* r; 0: LoRA off */
+    double alpha;     /* lora_alpha: the update is scaled by alpha / rank */
+    double dropout;   /* lora_dropout, in [0, 1) */
+    uint32_t targets; /* bit (1u << t) per bt_lora_target */
+} bt_lora_config;
+/*  rank 0, alpha 8, dropout 0, every target (PEFT LoraConfig's defaults but r, which is 8). */
+void bt_lora_config_init(bt_lora_config *cfg);
+
+/*  Adds adapters with cfg to the targeted linears of every layer, A drawn from seed (on the CPU,
+    so every worker given the same seed draws the same A).  BT_EINVAL for a rank < 1, dropout
+    outside [0, 1), no target, or a model that has adapters already. */
+bt_status bt_model_add_lora(bt_model *self, const bt_lora_config *cfg, uint64_t seed);
+/*  Borrowed; NULL without adapters. */
+const bt_lora_config *bt_model_lora(const bt_model *self);
+/*  Adapters on (the default) or off: off, every pass computes the base model alone, which is the
+    KL reference of a LoRA policy (no second copy).  Returns the previous setting. */
+bool bt_model_set_adapters_enabled(bt_model *self, bool on);
+/*  Folds every adapter into its base weight, W += (alpha / rank) B A, and drops the adapters: the
+    model becomes a plain one (base weights require grad again) computing the same function. */
+bt_status bt_model_merge_lora(bt_model *self);
+/*  What PEFT's adapter_model.safetensors puts before the model's names (PeftModel wraps the
+    causal LM): base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight. */
+#define BT_LORA_PEFT_PREFIX "base_model.model."
+/*  PEFT's adapter folder in dir (created if needed): adapter_model.safetensors (F32, PEFT's names:
+    base_model.model. + the adapter names above, no adapter name such as ".default") and
+    adapter_config.json (peft_type "LORA", task_type "CAUSAL_LM", r, lora_alpha, lora_dropout,
+    target_modules, bias "none", base_model_name_or_path base_name), so PeftModel.from_pretrained
+    opens it on the base model.  BT_EINVAL without adapters. */
+bt_status bt_model_save_adapters(const bt_model *self, const char *dir, const char *base_name);
+/*  adapter_config.json's text for cfg (base_name NULL: "").  Caller owns the result; free() it.
+    NULL when out of memory. */
+char *bt_lora_config_to_json(const bt_lora_config *cfg, const char *base_name);
+/*  Adds the adapters of such a folder (written by PEFT or baton) to a model without adapters:
+    every tensor present with its shape, else BT_EFORMAT naming it; rsLoRA, DoRA, biases and
+    fan_in_fan_out are refused. */
+bt_status bt_model_load_adapters(bt_model *self, const char *dir);
+/*  Converts every parameter (base and adapters) to dtype, BT_F32 or BT_F64, keeping which require
+    grad: float64 makes every pass run in float64, for numerical checks (finite differences).  The
+    old tensors stay in the model's context until it is destroyed. */
+bt_status bt_model_cast(bt_model *self, bt_dtype dtype);
 
 /*  Logits (B, T, V) F32 of ids (B, T) under mask (B, T), both on the model's device, computed at
    the model's precision and returned as float32.  Recorded by autograd when grad mode is on.  The
@@ -250,10 +328,13 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
 
 /*  Writes dir/config.json, dir/model.safetensors (every tensor in bt_model_save_dtype, rounded
     to nearest even as torch's .to() does; Hugging Face names; lm_head.weight omitted when tied)
-    and the files of tok (NULL: the byte-level tokenizer), creating dir if needed. */
+    and the files of tok (NULL: the byte-level tokenizer), creating dir if needed.  With adapters,
+    model.safetensors is the base and the adapters go beside it in PEFT's layout
+    (bt_model_save_adapters, base_model_name_or_path: dir as given). */
 bt_status bt_model_save(const bt_model *self, const bt_tokenizer_t *tok, const char *dir);
 /*  Reads a directory written by bt_model_save or a Hugging Face Llama checkpoint stored as one
-    model.safetensors (F32, F16 or BF16, converted to F32).  Every expected tensor must be present
+    model.safetensors (F32, F16 or BF16, converted to F32), with the adapters of an
+    adapter_config.json beside it (bt_model_load_adapters).  Every expected tensor must be present
     with its shape; the first problem is reported by name.  Caller owns the result; destroy with
     bt_model_destroy().  NULL on failure, with the reason in bt_last_error(). */
 bt_model *bt_model_load(const char *dir, bt_device device);

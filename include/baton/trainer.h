@@ -65,7 +65,9 @@ void bt_trainer_config_init(bt_trainer_config *cfg);
 typedef struct bt_trainer bt_trainer_t;
 
 /*  Takes ownership of *policy_p and sets it to NULL, even on error.  With cfg->reference the
-    reference is a copy of the policy as it is now, frozen (no grad).  Version starts at 0.
+    reference is a copy of the policy as it is now, frozen (no grad); for a LoRA policy
+    (bt_model_lora) it is the policy's own base with the adapters off, held once: AdamW then
+    gets bt_model_params, the adapters alone.  Version starts at 0.
     Caller owns the result; destroy with bt_trainer_destroy().  NULL on failure, the reason in
     bt_last_error(). */
 bt_trainer_t *bt_trainer_new(bt_model **policy_p, const bt_trainer_config *cfg);
@@ -78,7 +80,7 @@ int64_t bt_trainer_micro_batch(const bt_trainer_t *self);
 void bt_trainer_set_micro_batch(bt_trainer_t *self, int64_t micro_batch);
 /*  Borrowed: valid while self lives.  Export it with bt_weights_export(policy, version, ...). */
 bt_model *bt_trainer_policy(bt_trainer_t *self);
-/*  Borrowed; NULL without cfg->reference. */
+/*  Borrowed; NULL without cfg->reference, and for a LoRA policy (its reference is its base). */
 bt_model *bt_trainer_reference(bt_trainer_t *self);
 /*  Borrowed: for checkpoints (moments, step count). */
 bt_adamw *bt_trainer_optimizer(bt_trainer_t *self);
@@ -88,7 +90,7 @@ void bt_trainer_set_version(bt_trainer_t *self, int64_t version);
 
 /*  Makes the reference a frozen copy of the policy as it is now: RL's KL anchor is the policy it
     starts from (after any supervised warm start), not the one the trainer was built with.  BT_OK
-    at once without a reference. */
+    at once without a reference, and for a LoRA policy, whose reference stays its base model. */
 bt_status bt_trainer_freeze_reference(bt_trainer_t *self);
 
 /*  Data parallelism: makes the trainer one rank of group (borrowed: it must outlive its use; NULL:
