@@ -38,6 +38,21 @@ static int64_t s_params(const bt_model_config *m) {
            (m->tie_word_embeddings ? 0 : VC);
 }
 
+/*  Elements of the LoRA adapters (model.lora): r (in + out) per targeted linear per layer; 0 when
+    LoRA is off. */
+static int64_t s_adapter_params(const bt_model_config *m, const bt_lora_config *lo) {
+    if (lo->rank <= 0)
+        return 0;
+    int64_t C = m->hidden_size, I = m->intermediate_size, D = bt_model_head_dim(m);
+    int64_t HD = m->num_attention_heads * D, KD = m->num_key_value_heads * D;
+    const int64_t in_out[BT_LORA_TARGETS] = {C + HD, C + KD, C + KD, HD + C, C + I, C + I, I + C};
+    int64_t n = 0;
+    for (int t = 0; t < BT_LORA_TARGETS; t++)
+        if (lo->targets & (1u << t))
+            n += lo->rank * in_out[t];
+    return n * m->num_hidden_layers;
+}
+
 /*  Elements of the matrices autocast casts to bfloat16 (every linear's weight; the embedding is
     looked up in float32). */
 static int64_t s_matmul_params(const bt_model_config *m) {
@@ -155,8 +170,13 @@ static void s_generator(const bt_model_config *m, bool bf16, int64_t S, int64_t 
 static void s_trainer(const bt_config *cfg, const bt_model_config *m, int64_t P, int64_t ranks,
                       int64_t mb, bt_plan *out) {
     bool bf16 = cfg->run.precision == BT_CONFIG_PRECISION_BF16;
-    double W = (double)s_params(m) * S_F32, N = (double)ranks;
-    double layer = (double)s_layer_params(m) * S_F32;
+    /* W: what training changes, the weights or with LoRA the adapters alone (the base is then
+       frozen and resident on every rank whatever the stage, and the KL reference is the base) */
+    double adapters = (double)s_adapter_params(m, &cfg->lora) * S_F32;
+    double base = adapters > 0 ? (double)s_params(m) * S_F32 : 0;
+    double W = adapters > 0 ? adapters : (double)s_params(m) * S_F32, N = (double)ranks;
+    double layer =
+        adapters > 0 ? adapters / (double)m->num_hidden_layers : (double)s_layer_params(m) * S_F32;
     double rest = W - (double)m->num_hidden_layers * layer;
     bt_plan_role *r = &out->trainer;
     *r = (bt_plan_role){0};
@@ -194,7 +214,8 @@ static void s_trainer(const bt_config *cfg, const bt_model_config *m, int64_t P,
         r->weights +=
             (double)s_matmul_params(m) * S_BF16 /
             (cfg->workers.shard == BT_SHARD_PARAMETERS ? (double)m->num_hidden_layers : 1);
-    if (s_has_reference(cfg)) /* a whole, frozen copy on every rank, sharded or not */
+    r->weights += base;
+    if (s_has_reference(cfg) && adapters == 0) /* a whole, frozen copy on every rank */
         r->reference = W;
     r->activations = bt_plan_trainer_activations(cfg, m, R, T);
     s_total(r);

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-
 static size_t s_peak(void) {
     size_t peak = 0;
     CHECK_OK(bt_device_memory(bt_cpu(), NULL, &peak, NULL));
@@ -94,6 +93,33 @@ static void s_check_peak(const char *name, const char *const *sets, int n_sets, 
            plan.trainer.activations / 1048576.0, (measured - state) / 1048576.0, 100.0 * act_err);
     CHECK(fabs(err) <= 0.15);
     CHECK(fabs(act_err) <= 0.25); /* the part the state does not swamp */
+}
+
+/*  With LoRA the trained state is the adapters': gradients and moments counted from the adapters
+    a model really gets (bt_model_add_lora), the frozen base whole beside them, no KL copy. */
+static void test_lora_state(void) {
+    char path[1024];
+    const char *src = getenv("BATON_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/configs/arith.json", src ? src : "..");
+    const char *sets[] = {"model.lora.rank=4", "model.lora.targets=[\"q_proj\",\"down_proj\"]",
+                          "grpo.kl_coef=0.04"};
+    bt_config cfg;
+    CHECK_OK(bt_config_load(path, sets, 3, &cfg));
+    bt_model *m = bt_model_new(&cfg.model, bt_cpu(), 1);
+    CHECK(m != NULL);
+    int64_t base = 0, adapters = 0;
+    for (int i = 0; m && i < bt_model_num_params(m); i++)
+        base += bt_numel(bt_model_params(m)[i]);
+    CHECK(m && bt_model_add_lora(m, &cfg.lora, 1) == BT_OK);
+    for (int i = 0; m && i < bt_model_num_params(m); i++)
+        adapters += bt_numel(bt_model_params(m)[i]);
+    bt_model_destroy(&m);
+    bt_plan plan = s_plan(&cfg, bt_plan_prompt_bound(&cfg, &cfg.model), 8);
+    CHECK(adapters > 0 && adapters < base / 10);
+    CHECK(plan.trainer.grads == 4.0 * (double)adapters);
+    CHECK(plan.trainer.moments == 8.0 * (double)adapters);
+    CHECK(plan.trainer.weights == 4.0 * (double)(base + adapters));
+    CHECK(plan.trainer.reference == 0.0);
 }
 
 /*  The demo (configs/arith.json as it ships) and a ~50M-parameter shape of it. */
@@ -185,6 +211,7 @@ int main(void) {
     bt_set_num_threads(1); /* the counter sees the calling thread's allocations only */
     test_tracking();
     test_largest();
+    test_lora_state();
     test_auto_run();
     test_trainer_peak();
     return check_exit();
