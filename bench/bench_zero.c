@@ -6,17 +6,15 @@
     holds (counted from the tensors allocated), the gradient bytes AdamW is given, the weights
     resident between steps (rank 0's and the largest other rank's), the allocator's own peak
     (bt_device_memory: on the CPU the tracking of the rank's thread, one ATen thread; on CUDA the
-    caching allocator's) of everything the rank allocated, the peak RSS the steps add (VmHWM -
-    VmRSS), and the median step time after the first.  One JSON line per (stage, ranks), with
-    ratios to the replicated run of as many ranks; each run's final weights are compared with
-    the replicated 1-rank run's.  Usage: bench_zero [STEPS] (3).  Threads: BATON_THREADS per
-    rank (default 1).  BENCH_DEVICE "cuda" puts rank r on cuda:r (NCCL); BENCH_RANKS the rank
-    counts ("1 2 4"). */
+    caching allocator's) of everything the rank allocated, and the median step time after the
+    first.  One JSON line per (stage, ranks), with ratios to the replicated run of as many ranks;
+    each run's final weights are compared with the replicated 1-rank run's.  Usage: bench_zero
+   [STEPS] (3).  Threads: BATON_THREADS per rank (default 1).  BENCH_DEVICE "cuda" puts rank r on
+   cuda:r (NCCL); BENCH_RANKS the rank counts ("1 2 4"). */
 #define _POSIX_C_SOURCE 200809L
 
 #include "../tests/grpo_reference.h"
 #include "baton/blas.h"
-#include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/tensor.h"
@@ -36,20 +34,12 @@ enum { S_HIDDEN = 512, S_LAYERS = 8, S_VOCAB = 32000, S_PROMPT = 32, S_COMP = 32
 
 /*  What one rank measured. */
 typedef struct s_report {
-    double optimizer_bytes, grad_bytes, weights_bytes, peak_rss_delta, alloc_peak, step_s, checksum;
+    double optimizer_bytes, grad_bytes, weights_bytes, alloc_peak, step_s, checksum;
 } s_report;
 
 static void s_fail(const char *what) {
     fprintf(stderr, "bench_zero: %s: %s\n", what, bt_last_error());
     exit(1);
-}
-
-/*  VmRSS (peak false) or VmHWM of this process, in bytes. */
-static double s_status_bytes(bool peak) {
-    size_t now, top;
-    if (bt_proc_memory(&now, &top) != BT_OK)
-        s_fail("memory");
-    return (double)(peak ? top : now);
 }
 
 static int s_cmp(const void *a, const void *b) {
@@ -162,7 +152,6 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
     s_batch(&b, adv);
     bt_grpo_config cfg = bt_test_grpo_config();
     cfg.kl_coef = 0.0; /* no reference model */
-    double before = s_status_bytes(false);
     for (int s = 0; s < steps; s++) {
         double t0 = bt_now();
         bt_trainer_stats st;
@@ -170,7 +159,6 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
             s_fail("step");
         times[s] = bt_now() - t0;
     }
-    out->peak_rss_delta = s_status_bytes(true) - before;
     size_t peak = 0;
     bt_device_memory(dev, NULL, &peak, NULL);
     out->alloc_peak = (double)peak; /* the model, the trainer's state and a step's peak */
@@ -253,13 +241,12 @@ int main(int argc, char **argv) {
     for (int s = 0; s < 4; s++)
         for (int w = 0; w < nw; w++) {
             const s_report *r = rep[s][w], *base = rep[0][w];
-            double opt = 0, grad = 0, rss = 0, alloc = 0, step = 0;
+            double opt = 0, grad = 0, alloc = 0, step = 0;
             double other = worlds[w] > 1 ? 0 : r[0].weights_bytes; /* ranks 1.. (alone: 0's) */
             for (int k = 0; k < worlds[w]; k++) {
                 other = k > 0 ? fmax(other, r[k].weights_bytes) : other;
                 opt = fmax(opt, r[k].optimizer_bytes);
                 grad = fmax(grad, r[k].grad_bytes);
-                rss = fmax(rss, r[k].peak_rss_delta);
                 alloc = fmax(alloc, r[k].alloc_peak);
                 step = fmax(step, r[k].step_s);
             }
@@ -267,12 +254,12 @@ int main(int argc, char **argv) {
                    "\"steps\":%d,\"optimizer_mib_per_rank\":%.1f,\"optimizer_vs_none\":%.4f,"
                    "\"grad_mib_at_update\":%.1f,\"weights_mib_rank0\":%.1f,"
                    "\"weights_mib_others\":%.1f,\"alloc_peak_mib\":%.1f,"
-                   "\"alloc_peak_vs_none\":%.3f,\"peak_rss_delta_mib\":%.1f,\"step_s\":%.3f,"
+                   "\"alloc_peak_vs_none\":%.3f,\"step_s\":%.3f,"
                    "\"step_vs_none\":%.3f,\"weights_abs_sum_rel_diff\":%.3g}\n",
                    cuda ? "cuda" : "cpu", names[s], worlds[w], steps, opt / (1 << 20),
                    opt / base[0].optimizer_bytes, grad / (1 << 20), r[0].weights_bytes / (1 << 20),
                    other / (1 << 20), alloc / (1 << 20), alloc / fmax(base[0].alloc_peak, 1.0),
-                   rss / (1 << 20), step, step / base[0].step_s, fabs(r[0].checksum - one) / one);
+                   step, step / base[0].step_s, fabs(r[0].checksum - one) / one);
         }
     return 0;
 }

@@ -1313,12 +1313,6 @@ static bt_status s_check(bt_config *cfg, const char *src) {
                        "%s: eval.heldout_count: expected an integer <= task.heldout_size (%" PRId64
                        "), got %" PRId64,
                        src, cfg->task.heldout_size, cfg->eval.heldout_count);
-    if (cfg->workers.shard == BT_SHARD_PARAMETERS && cfg->lora.rank > 0)
-        return bt_fail(BT_EINVAL,
-                       "%s: workers.shard: \"parameters\" does not shard LoRA adapters yet "
-                       "(model.lora.rank %" PRId64 "); expected \"none\", \"optimizer\" or "
-                       "\"gradients\" with LoRA",
-                       src, cfg->lora.rank);
     if (cfg->workers.expiry_ms <= cfg->workers.heartbeat_ms)
         return bt_fail(BT_EINVAL,
                        "%s: workers.expiry_ms: expected an integer > workers.heartbeat_ms (%" PRId64

@@ -1004,6 +1004,14 @@ static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const
     bt_tensor *x = bt_embedding(ctx, m->embed, ids); /* (B, T, C) */
     if (m->cfg.gemma) /* GemmaModel: x * sqrt(C), the factor rounded to x's dtype (float32) */
         x = bt_mul_scalar(ctx, x, (double)(float)sqrt((double)m->cfg.hidden_size));
+    bool grad = bt_set_grad_enabled(false);
+    bt_set_grad_enabled(grad);
+    if (u && grad && x && !bt_requires_grad(x)) { /* a frozen embedding (LoRA): the layers must
+        still run as checkpoints, or a plain graph would keep weights the release frees */
+        x = bt_detach(ctx, x);
+        if (x && bt_set_requires_grad(x, true) != BT_OK)
+            return NULL;
+    }
     for (int l = 0; l < (int)m->cfg.num_hidden_layers; l++) {
         if (u) {
             const s_block_call c = {.m = m, .l = l, .p = *p};

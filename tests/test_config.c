@@ -320,9 +320,6 @@ static void test_malformed(void) {
         {"{\"workers\": {\"shard\": \"zero3\"}}",
          "arith.json: workers.shard: expected one of \"none\", \"optimizer\", \"gradients\", "
          "\"parameters\", got \"zero3\""},
-        {"{\"workers\": {\"shard\": \"parameters\"}, \"model\": {\"lora\": {\"rank\": 8}}}",
-         "arith.json: workers.shard: \"parameters\" does not shard LoRA adapters yet "
-         "(model.lora.rank 8); expected \"none\", \"optimizer\" or \"gradients\" with LoRA"},
         {"{\"grpo\": {\"pack_tokens\": -1}}",
          "arith.json: grpo.pack_tokens: expected an integer >= 0, got -1"},
         {"{\"grpo\": {\"lr_schedule\": \"linear\"}}",

@@ -174,10 +174,18 @@ static bt_status s_shard_form(bt_trainer_t *self, int64_t steps) {
 
 /* ---- sharded parameters: gathering and releasing a unit ------------------------------------- */
 
-/*  The ranks owning part of [lo, lo + len): k0 .. k1. */
-static void s_owners(const bt_trainer_t *self, int64_t lo, int64_t len, int *k0, int *k1) {
-    *k0 = (int)(lo / self->sh.size);
-    *k1 = (int)((lo + len - 1) / self->sh.size);
+/*  The ranks owning part of run r of unit un: k0 .. k1. */
+static void s_owners(const bt_trainer_t *self, const s_unit *un, int r, int *k0, int *k1) {
+    *k0 = (int)(un->lo[r] / self->sh.size);
+    *k1 = (int)((un->lo[r] + un->len[r] - 1) / self->sh.size);
+}
+
+/*  The part [*a, *b) of run r of unit un (in the flat parameters) that rank k owns. */
+static void s_owned(const bt_trainer_t *self, const s_unit *un, int r, int k, int64_t *a,
+                    int64_t *b) {
+    int64_t lo = un->lo[r], hi = un->lo[r] + un->len[r], first = k * self->sh.size;
+    *a = lo > first ? lo : first;
+    *b = hi < first + self->sh.size ? hi : first + self->sh.size;
 }
 
 /*  Unit u's weights, from the master slices of the ranks owning its ranges (each broadcasts its
@@ -195,11 +203,10 @@ static bt_status s_unit_gather(void *user, int u) {
     for (int r = 0; r < 2 && un->count[r] > 0 && st == BT_OK; r++) {
         bt_tensor *buf = bt_zeros(ctx, BT_F32, bt_model_device(self->policy), 1, &un->len[r]);
         int k0, k1;
-        s_owners(self, un->lo[r], un->len[r], &k0, &k1);
+        s_owners(self, un, r, &k0, &k1);
         for (int k = k0; k <= k1 && st == BT_OK; k++) {
-            int64_t a = un->lo[r] > k * self->sh.size ? un->lo[r] : k * self->sh.size;
-            int64_t b = un->lo[r] + un->len[r] < (k + 1) * self->sh.size ? un->lo[r] + un->len[r]
-                                                                         : (k + 1) * self->sh.size;
+            int64_t a, b;
+            s_owned(self, un, r, k, &a, &b);
             bt_tensor *piece = bt_slice(ctx, buf, 0, a - un->lo[r], b - un->lo[r], 1);
             if (k == self->sh.rank) {
                 bt_tensor *mine = bt_slice(ctx, self->sh.master, 0, a - k * self->sh.size,
@@ -237,11 +244,10 @@ static bt_status s_unit_release(void *user, int u, bool grads) {
         bt_tensor *g = bt_flat_range(ctx, params + un->first[r], un->count[r], true, 0, un->len[r]);
         st = g ? BT_OK : BT_ETORCH;
         int k0, k1;
-        s_owners(self, un->lo[r], un->len[r], &k0, &k1);
+        s_owners(self, un, r, &k0, &k1);
         for (int k = k0; k <= k1 && st == BT_OK; k++) {
-            int64_t a = un->lo[r] > k * self->sh.size ? un->lo[r] : k * self->sh.size;
-            int64_t b = un->lo[r] + un->len[r] < (k + 1) * self->sh.size ? un->lo[r] + un->len[r]
-                                                                         : (k + 1) * self->sh.size;
+            int64_t a, b;
+            s_owned(self, un, r, k, &a, &b);
             bt_tensor *piece = bt_slice(ctx, g, 0, a - un->lo[r], b - un->lo[r], 1);
             if (self->group)
                 st = piece ? bt_group_reduce(self->group, piece, k) : BT_ETORCH;
@@ -942,7 +948,6 @@ static bt_status s_rounds(bt_trainer_t *self, int64_t n, int64_t *rounds) {
     *rounds = (int64_t)most;
     return BT_OK;
 }
-
 
 static bt_status s_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
                              const double *advantages, double lr, const bt_grpo_config *cfg,
