@@ -865,6 +865,8 @@ static bt_tensor *s_lora_delta(const bt_model *m, bt_ctx *ctx, int l, bt_lora_ta
     when it has one. */
 static bt_tensor *s_proj(const bt_model *m, bt_ctx *ctx, const s_pass *p, int l, bt_lora_target t,
                          bt_tensor *x, bt_tensor *w, bt_tensor *b) {
+    if (w && x && bt_dtype_of(w) != bt_dtype_of(x) && m->compute == BT_F32)
+        w = bt_to_dtype(ctx, w, bt_dtype_of(x)); /* a frozen base held in its checkpoint's dtype */
     bt_tensor *y = bt_linear(ctx, x, w);
     y = b ? bt_add(ctx, y, b) : y;
     bt_tensor *delta = m->lora ? s_lora_delta(m, ctx, l, t, x, p) : NULL;
@@ -1030,7 +1032,10 @@ static bt_tensor *s_hidden(const bt_model *m, bt_ctx *ctx, bt_tensor *ids, const
 /*  The output head: logits (..., V) of hidden states (..., C), Gemma 2's capped to
     cap tanh(logits / cap) (final_logit_softcapping). */
 static bt_tensor *s_logits(const bt_model *m, bt_ctx *ctx, bt_tensor *h) {
-    bt_tensor *logits = bt_linear(ctx, h, m->lm_head);
+    bt_tensor *head = m->lm_head;
+    if (head && h && bt_dtype_of(head) != bt_dtype_of(h) && m->compute == BT_F32)
+        head = bt_to_dtype(ctx, head, bt_dtype_of(h)); /* held in its checkpoint's dtype */
+    bt_tensor *logits = bt_linear(ctx, h, head);
     double cap = m->cfg.final_logit_softcapping;
     if (cap <= 0)
         return logits;
@@ -1892,6 +1897,16 @@ bt_status bt_model_add_lora(bt_model *self, const bt_lora_config *cfg, uint64_t 
     bt_ctx_destroy(&tmp);
     for (int i = 0; i < self->n_params && st == BT_OK; i++)
         st = bt_set_requires_grad(self->params[i], false);
+    /* the frozen base's matrices held once, in the dtype of the checkpoint they came from (the
+       embedding, norms and biases stay float32: read as they are, not by a product) */
+    tmp = self->save != BT_F32 ? bt_ctx_new() : NULL;
+    for (int i = 0; tmp && i < self->n_params && st == BT_OK; i++)
+        if (self->specs[i].ndim == 2 && self->params[i] != self->embed) {
+            bt_tensor *held = bt_to_dtype(tmp, self->params[i], self->save);
+            st = held ? bt_set_data(self->params[i], held) : BT_ETORCH;
+            bt_ctx_reset(tmp);
+        }
+    bt_ctx_destroy(&tmp);
     if (st != BT_OK) {
         s_lora_free(&a);
         for (int i = 0; i < self->n_params; i++)

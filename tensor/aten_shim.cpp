@@ -1546,8 +1546,8 @@ extern "C" bt_status bt_set_data(bt_tensor *t, bt_tensor *src) {
     if (!t || !src)
         return s_null_input_status("bt_set_data");
     return s_status("bt_set_data", [&] {
-        if (src->t.scalar_type() != t->t.scalar_type() || src->t.device() != t->t.device())
-            throw std::invalid_argument("the new data's dtype or device differs");
+        if (src->t.device() != t->t.device())
+            throw std::invalid_argument("the new data's device differs");
         t->t.set_data(src->t.detach());
     });
 }

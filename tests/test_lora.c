@@ -7,6 +7,7 @@
     adapters alone (a rollout model given them computes the trainer's log-probs), a restored
     trainer state holding the same adapters and moments, and sharded state over the adapters. */
 #define _POSIX_C_SOURCE 200809L
+#include "baton/fileio.h"
 #include "baton/model.h"
 #include "baton/msg.h"
 #include "baton/rollout.h"
@@ -585,6 +586,54 @@ static void test_sharded_adapters(void) {
         bt_trainer_destroy(&tr[k]);
 }
 
+/*  A LoRA model loaded from a bf16 checkpoint holds its frozen base's matrices as bf16 (half
+    their bytes), the embedding and norms float32, and computes what the same model with its base
+    upcast to float32 computes, bit for bit: the logits, and the adapters' gradients. */
+static void test_base_in_checkpoint_dtype(void) {
+    bt_model_config c = s_config();
+    bt_model *src = bt_model_new(&c, bt_cpu(), 9);
+    CHECK_OK(bt_model_set_save_dtype(src, BT_BF16));
+    char dir[] = "/tmp/bt_lora_bf16_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_OK(bt_model_save(src, NULL, dir));
+    bt_model *half = bt_model_load(dir, bt_cpu()), *full = bt_model_load(dir, bt_cpu());
+    CHECK(half && full && bt_model_save_dtype(half) == BT_BF16);
+    CHECK_OK(bt_model_set_save_dtype(full, BT_F32)); /* its base stays float32 */
+    bt_lora_config l = s_lora(4, 8.0, 0.0);
+    CHECK_OK(bt_model_add_lora(half, &l, 3));
+    CHECK_OK(bt_model_add_lora(full, &l, 3));
+    s_randomise_adapters(half, 11, 0.1);
+    s_randomise_adapters(full, 11, 0.1);
+    size_t held = 0, upcast = 0;
+    int matrices = 0;
+    for (int i = 0; i < bt_model_num_base_params(half); i++) {
+        bt_tensor *h = bt_model_base_params(half)[i], *f = bt_model_base_params(full)[i];
+        const char *name = bt_model_base_param_name(half, i);
+        bool matrix = bt_ndim(h) == 2 && strcmp(name, "model.embed_tokens.weight") != 0;
+        CHECK(bt_dtype_of(h) == (matrix ? BT_BF16 : BT_F32) && bt_dtype_of(f) == BT_F32);
+        matrices += matrix;
+        held += (size_t)bt_numel(h) * bt_dtype_size(bt_dtype_of(h));
+        upcast += (size_t)bt_numel(f) * bt_dtype_size(bt_dtype_of(f));
+    }
+    CHECK(matrices == 7 * (int)c.num_hidden_layers + !c.tie_word_embeddings);
+    printf("LoRA base from a bf16 checkpoint: %zu bytes held, %zu as float32\n", held, upcast);
+    CHECK(held < upcast && held > upcast / 2);
+    bt_ctx *ctx = bt_ctx_new();
+    CHECK(s_max_diff(ctx, s_logits(half, ctx), s_logits(full, ctx)) == 0.0);
+    CHECK_OK(bt_backward(s_loss(half, ctx)));
+    CHECK_OK(bt_backward(s_loss(full, ctx)));
+    double worst = 0;
+    for (int i = 0; i < bt_model_num_params(half); i++)
+        worst = fmax(worst, s_max_diff(ctx, bt_grad(ctx, bt_model_params(half)[i]),
+                                       bt_grad(ctx, bt_model_params(full)[i])));
+    CHECK(worst == 0.0);
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&half);
+    bt_model_destroy(&full);
+    bt_model_destroy(&src);
+    CHECK_OK(bt_rmtree(dir));
+}
+
 int main(void) {
     test_gradients_match_finite_differences();
     test_new_adapters_leave_the_model_unchanged();
@@ -595,5 +644,6 @@ int main(void) {
     test_weight_sync();
     test_resume_restores_adapters();
     test_sharded_adapters();
+    test_base_in_checkpoint_dtype();
     return check_exit();
 }

@@ -283,9 +283,9 @@ bool bt_set_grad_enabled(bool enabled);
 typedef bt_tensor *(*bt_checkpoint_fn)(bt_ctx *ctx, bt_tensor *x, void *user);
 bt_tensor *bt_checkpoint(bt_ctx *ctx, bt_checkpoint_fn fn, const void *user, size_t user_size,
                          bt_tensor *x);
-/*  t (a parameter: the same leaf, handle and gradient) takes src's storage and shape (same dtype
-    and device): a sharded parameter is pointed at its gathered weights, or at an empty tensor
-    when they are freed. */
+/*  t (a parameter: the same leaf, handle and gradient) takes src's storage, shape and dtype
+    (same device): a sharded parameter is pointed at its gathered weights, or at an empty tensor
+    when they are freed; a frozen one is held in another dtype. */
 bt_status bt_set_data(bt_tensor *t, bt_tensor *src);
 /*  Sets t's gradient to g (same shape and dtype; shares its storage), or drops it (NULL). */
 bt_status bt_set_grad(bt_tensor *t, bt_tensor *g);
