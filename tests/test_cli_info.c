@@ -1,5 +1,7 @@
 /*  test_cli_info.c — `baton info` reports the BLAS that libtorch really calls (OpenBLAS, as the
-    Makefile installs it), the thread count it was given, and rejects bad input with exit code 2. */
+    Makefile installs it), the thread count it was given, and rejects bad input with exit code 2;
+    `baton --version` names the release and the git revision, `baton COMMAND --help` each
+    command's usage with every option. */
 #define _DEFAULT_SOURCE
 #include "baton/tensor.h"
 #include "check.h"
@@ -7,6 +9,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 int main(void) {
@@ -35,6 +38,52 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "%s info", bin);
     CHECK(runs_capture(cmd, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, "blas         openblas");
+
+    /* --version: the release and the revision the tree is at (git's own answer, when the
+       sources are a git checkout) */
+    snprintf(cmd, sizeof cmd, "%s --version", bin);
+    CHECK(runs_capture(cmd, out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "baton 0.1.0 (git ");
+    snprintf(want, sizeof want, "libtorch %s", bt_torch_version());
+    CHECK_STR_CONTAINS(out, want);
+    const char *src = getenv("BATON_SOURCE_DIR");
+    char rev[64] = "";
+    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short=12 HEAD 2>/dev/null",
+             src ? src : "..");
+    if (runs_capture(cmd, rev, sizeof rev) == 0 && rev[0]) {
+        rev[strcspn(rev, "\n")] = 0;
+        snprintf(want, sizeof want, "(git %s)", rev);
+        CHECK_STR_CONTAINS(out, want);
+    }
+    /* COMMAND --help: that command's usage, every option named, nothing run (exit 0) */
+    static const struct {
+        const char *command, *options[6];
+    } helps[] = {
+        {"run", {"--run-dir", "--procs", "--resume", "--overwrite", "--set", NULL}},
+        {"eval", {"--config", "--mode", "--out", "--cache", "--baseline", "--max-drop"}},
+        {"controller", {"--bind", "--key", "--allow", "--insecure", "--run-dir", "--resume"}},
+        {"worker", {"--connect", "--role", "--name", "--server-key", "--join-timeout", NULL}},
+        {"keygen", {"--name", NULL}},
+        {"info", {"--json", NULL}},
+        {"plan", {"--gpus", "--gpu-mem", "--micro-batch", "--prompt-len", "--shard", "--set"}},
+        {"tokenize", {"--tokenizer", "--decode", "--json", "--bos", NULL}},
+        {"export", {"--merge", NULL}},
+        {"report", {"--out", NULL}},
+    };
+    for (size_t k = 0; k < sizeof helps / sizeof helps[0]; k++) {
+        snprintf(cmd, sizeof cmd, "%s %s configs/none.json --help", bin, helps[k].command);
+        CHECK(runs_capture(cmd, out, sizeof out) == 0);
+        snprintf(want, sizeof want, "usage: baton %s", helps[k].command);
+        CHECK(strncmp(out, want, strlen(want)) == 0);
+        for (int o = 0; o < 6 && helps[k].options[o]; o++)
+            CHECK_STR_CONTAINS(out, helps[k].options[o]);
+    }
+    snprintf(cmd, sizeof cmd, "%s --help", bin);
+    CHECK(runs_capture(cmd, out, sizeof out) == 0);
+    for (size_t k = 0; k < sizeof helps / sizeof helps[0]; k++) {
+        snprintf(want, sizeof want, "\n  %s ", helps[k].command);
+        CHECK_STR_CONTAINS(out, want);
+    }
 
     snprintf(cmd, sizeof cmd, "BATON_THREADS=zero %s info 2>&1", bin);
     CHECK(runs_capture(cmd, out, sizeof out) == 2);
