@@ -14,6 +14,7 @@
 #include "baton/model.h"
 #include "baton/rng.h"
 #include "baton/tensor.h"
+#include "bench_shape.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,14 +42,7 @@ static double s_status_bytes(bool peak) {
 static void s_measure(bool checkpoint, int64_t rows, int64_t len, int passes, double out[2]) {
     if (bt_threads_from_env() != BT_OK)
         s_fail("environment");
-    bt_model_config mc;
-    bt_model_config_init(&mc);
-    mc.hidden_size = S_HIDDEN;
-    mc.intermediate_size = S_HIDDEN * 43 / 16;
-    mc.num_hidden_layers = S_LAYERS;
-    mc.num_attention_heads = S_HIDDEN / 64;
-    mc.num_key_value_heads = S_HIDDEN / 64;
-    mc.max_position_embeddings = len;
+    bt_model_config mc = bench_llama_shape(S_HIDDEN, S_LAYERS, 0, len);
     bt_model *m = bt_model_new(&mc, bt_cpu(), 7);
     if (!m)
         s_fail("model");

@@ -18,6 +18,7 @@
 #include "baton/rollout.h"
 #include "baton/tensor.h"
 #include "baton/trainer.h"
+#include "bench_shape.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -63,14 +64,7 @@ int main(int argc, char **argv) {
     }
     if (bt_threads_from_env() != BT_OK)
         s_fail("environment");
-    bt_model_config mc;
-    bt_model_config_init(&mc);
-    mc.hidden_size = hidden;
-    mc.intermediate_size = hidden * 43 / 16;
-    mc.num_hidden_layers = layers;
-    mc.num_attention_heads = hidden / 64;
-    mc.num_key_value_heads = hidden / 64;
-    mc.max_position_embeddings = S_PROMPT + S_RESPONSE;
+    bt_model_config mc = bench_llama_shape(hidden, layers, 0, S_PROMPT + S_RESPONSE);
 
     bt_rollout_batch b;
     bt_rollout_batch_init(&b);

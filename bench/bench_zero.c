@@ -19,6 +19,7 @@
 #include "baton/model.h"
 #include "baton/tensor.h"
 #include "baton/trainer.h"
+#include "bench_shape.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -92,15 +93,7 @@ static void s_rank(bt_shard shard, int rank, int world, int port, int steps, boo
     bt_store *store = rank == 0 && world > 1 ? bt_store_serve(port, NULL) : NULL;
     if (rank == 0 && world > 1 && !store)
         s_fail("store");
-    bt_model_config mc;
-    bt_model_config_init(&mc);
-    mc.hidden_size = S_HIDDEN;
-    mc.intermediate_size = S_HIDDEN * 43 / 16;
-    mc.num_hidden_layers = S_LAYERS;
-    mc.num_attention_heads = S_HIDDEN / 64;
-    mc.num_key_value_heads = S_HIDDEN / 64;
-    mc.vocab_size = S_VOCAB;
-    mc.max_position_embeddings = S_PROMPT + S_COMP;
+    bt_model_config mc = bench_llama_shape(S_HIDDEN, S_LAYERS, S_VOCAB, S_PROMPT + S_COMP);
     bt_model *m = bt_model_new(&mc, dev, 7);
     if (!m)
         s_fail("model");
