@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,9 @@ struct bt_runlog {
     char dir[PATH_MAX];
     FILE *metrics, *events;
     int64_t events_opened; /* bytes events.jsonl held when this invocation opened it */
+    pthread_mutex_t sink_lock; /* one sink call at a time */
+    bt_runlog_sink sinks[BT_RUNLOG_MAX_SINKS];
+    int n_sinks;
 };
 
 bt_status bt_mkdirs(const char *path) {
@@ -61,6 +65,7 @@ bt_runlog_t *bt_runlog_open(const char *dir, const char *config_json) {
         return NULL;
     }
     snprintf(self->dir, sizeof self->dir, "%s", dir);
+    pthread_mutex_init(&self->sink_lock, NULL);
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (bt_file_write(path, config_json, strlen(config_json)) != BT_OK ||
@@ -80,8 +85,45 @@ void bt_runlog_destroy(bt_runlog_t **self_p) {
         fclose((*self_p)->metrics);
     if ((*self_p)->events)
         fclose((*self_p)->events);
+    pthread_mutex_destroy(&(*self_p)->sink_lock);
     free(*self_p);
     *self_p = NULL;
+}
+
+static void s_sink_line(bt_runlog_t *self, bool metric, const bt_jsonl *line) {
+    if (!self->n_sinks)
+        return;
+    size_t n = line->len ? line->len : 1; /* the writer closes the object as it writes it */
+    char *json = malloc(n + 2);
+    if (!json)
+        return; /* a sink misses a line; the log has it */
+    memcpy(json, line->len ? line->buf : "{", n);
+    json[n] = '}';
+    json[n + 1] = '\0';
+    pthread_mutex_lock(&self->sink_lock);
+    for (int i = 0; i < self->n_sinks; i++)
+        if (self->sinks[i].line)
+            self->sinks[i].line(self->sinks[i].user, metric, json, n + 1);
+    pthread_mutex_unlock(&self->sink_lock);
+    free(json);
+}
+
+static void s_sink_rewound(bt_runlog_t *self) {
+    pthread_mutex_lock(&self->sink_lock);
+    for (int i = 0; i < self->n_sinks; i++)
+        if (self->sinks[i].rewound)
+            self->sinks[i].rewound(self->sinks[i].user, self->dir);
+    pthread_mutex_unlock(&self->sink_lock);
+}
+
+bt_status bt_runlog_add_sink(bt_runlog_t *self, bt_runlog_sink sink) {
+    pthread_mutex_lock(&self->sink_lock);
+    bool full = self->n_sinks >= BT_RUNLOG_MAX_SINKS;
+    if (!full)
+        self->sinks[self->n_sinks++] = sink;
+    pthread_mutex_unlock(&self->sink_lock);
+    return full ? bt_fail(BT_ERANGE, "%s: more than %d log sinks", self->dir, BT_RUNLOG_MAX_SINKS)
+                : BT_OK;
 }
 
 static bt_status s_write(FILE *f, const char *name, const bt_jsonl *line) {
@@ -97,11 +139,15 @@ static bt_status s_write(FILE *f, const char *name, const bt_jsonl *line) {
 }
 
 bt_status bt_runlog_metric(bt_runlog_t *self, const bt_jsonl *line) {
-    return s_write(self->metrics, "metrics.jsonl", line);
+    BT_TRY(s_write(self->metrics, "metrics.jsonl", line));
+    s_sink_line(self, true, line);
+    return BT_OK;
 }
 
 bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line) {
-    return s_write(self->events, "events.jsonl", line);
+    BT_TRY(s_write(self->events, "events.jsonl", line));
+    s_sink_line(self, false, line);
+    return BT_OK;
 }
 
 /*  Cuts file (name: "metrics.jsonl" or "events.jsonl") back to size bytes, the end of a line. */
@@ -133,7 +179,9 @@ int64_t bt_runlog_metrics_size(bt_runlog_t *self) {
 }
 
 bt_status bt_runlog_truncate_metrics(bt_runlog_t *self, int64_t size) {
-    return s_truncate(self, self->metrics, "metrics.jsonl", size);
+    BT_TRY(s_truncate(self, self->metrics, "metrics.jsonl", size));
+    s_sink_rewound(self);
+    return BT_OK;
 }
 
 bt_status bt_runlog_drop_metrics(bt_runlog_t *self, int64_t size, const char *variant) {
@@ -164,6 +212,8 @@ bt_status bt_runlog_drop_metrics(bt_runlog_t *self, int64_t size, const char *va
     if (st == BT_OK && fflush(self->metrics) != 0)
         st = bt_fail(BT_EIO, "%s/metrics.jsonl: write failed: %s", self->dir, strerror(errno));
     free(tail);
+    if (st == BT_OK)
+        s_sink_rewound(self);
     return st;
 }
 
@@ -192,8 +242,10 @@ bt_status bt_runlog_truncate_events(bt_runlog_t *self, int64_t size) {
     if (st == BT_OK && fflush(self->events) != 0)
         st = bt_fail(BT_EIO, "%s/events.jsonl: write failed: %s", self->dir, strerror(errno));
     free(mine);
-    if (st == BT_OK)
+    if (st == BT_OK) {
         self->events_opened = size;
+        s_sink_rewound(self);
+    }
     return st;
 }
 

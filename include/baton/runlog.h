@@ -18,6 +18,19 @@ extern "C" {
 
 typedef struct bt_runlog bt_runlog_t;
 
+/*  Something that follows the logs as they are written (the TensorBoard writer, the Prometheus
+    endpoint): line is called with each line appended to metrics.jsonl (metric true) or
+    events.jsonl, its JSON text without the newline, after it is written; rewound is called after
+    either file was cut back (a resume, a trainer restored), when the lines after the cut will come
+    again: a sink that keeps history rebuilds it from the files in dir.  Calls are serialized (one
+    at a time, whichever thread writes) and must not write to the log.  user is borrowed: valid
+    until bt_runlog_destroy. */
+typedef struct bt_runlog_sink {
+    void (*line)(void *user, bool metric, const char *json, size_t len);
+    void (*rewound)(void *user, const char *dir);
+    void *user;
+} bt_runlog_sink;
+
 /*  Creates dir (and its parents), writes dir/config.json from config_json and opens the two logs
     for appending.  Caller owns the result; destroy with bt_runlog_destroy().  NULL on failure with
     the reason (naming the path) in bt_last_error(). */
@@ -27,6 +40,10 @@ void bt_runlog_destroy(bt_runlog_t **self_p);
 bt_status bt_runlog_metric(bt_runlog_t *self, const bt_jsonl *line);
 bt_status bt_runlog_event(bt_runlog_t *self, const bt_jsonl *line);
 const char *bt_runlog_dir(const bt_runlog_t *self);
+/*  Adds a sink (at most BT_RUNLOG_MAX_SINKS, BT_ERANGE beyond); lines already written are not
+    replayed.  Sinks are added before any other thread writes a line. */
+#define BT_RUNLOG_MAX_SINKS 4
+bt_status bt_runlog_add_sink(bt_runlog_t *self, bt_runlog_sink sink);
 /*  Bytes of metrics.jsonl written so far (a checkpoint records it); -1 on error. */
 int64_t bt_runlog_metrics_size(bt_runlog_t *self);
 /*  Cuts metrics.jsonl back to size bytes: a resume drops the lines written after its checkpoint,
