@@ -4,6 +4,7 @@
 #include "baton/blas.h"
 
 #include "baton/tensor.h"
+#include "baton/version.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -82,16 +83,9 @@ static void s_usage(FILE *out) {
     fputs("environment: BATON_THREADS=N sets libtorch's intra-op threads\n", out);
 }
 
-#ifndef BATON_VERSION /* both set by CMakeLists.txt; a compile outside it (the layers check) */
-#define BATON_VERSION "unknown"
-#endif
-#ifndef BATON_GIT_REVISION
-#define BATON_GIT_REVISION "unknown"
-#endif
-
 /*  `baton --version`: the release, the git revision the build was configured at, libtorch. */
 static int s_version(void) {
-    printf("baton %s (git %s) libtorch %s%s\n", BATON_VERSION, BATON_GIT_REVISION,
+    printf("baton %s (git %s) libtorch %s%s\n", bt_version(), bt_git_revision(),
            bt_torch_version(), bt_torch_has_cuda() ? " with CUDA" : "");
     return 0;
 }

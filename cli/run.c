@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { S_MAX_SETS = 256 };
+enum { S_MAX_SETS = 256, S_MAX_ARGS = 1024 };
 
 /*  The first SIGINT or SIGTERM received, 0 before: the run stops after the step in progress.  Set
     by s_on_signal on whatever thread the signal lands on and read by the step loop, so a lock-free
@@ -191,6 +191,11 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
         fprintf(stderr, "baton: %s\n", bt_last_error());
         return 2;
     }
+    const char *command[S_MAX_ARGS + 2] = {"baton", controller ? "controller" : "run"};
+    int n_command = 2;
+    for (int i = 0; i < argc && n_command < S_MAX_ARGS + 2; i++)
+        command[n_command++] = argv[i];
+    bt_run_set_command(run, n_command, command);
     if (dir)
         bt_run_set_dir(run, dir);
     if (resume)

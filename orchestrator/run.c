@@ -11,7 +11,10 @@
 #include "baton/fileio.h"
 #include "baton/runstate.h"
 #include "baton/security.h"
+#include "baton/version.h"
 #include "baton/worker.h"
+
+#include <cjson/cJSON.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -23,7 +26,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <pwd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -73,6 +78,8 @@ struct bt_run {
     bool insecure;                           /* a tcp:// endpoint may go without CURVE */
     bt_zap_t *zap;                           /* with CURVE: admits the allowed worker keys */
     double t0;
+    char **argv; /* bt_run_set_command: the command that made this invocation, for run.json */
+    int argc;
 };
 
 bt_run_t *bt_run_new(const char *config_json, const char *source, const char *const *overrides,
@@ -107,6 +114,17 @@ const bt_config *bt_run_config_of(const bt_run_t *self) {
 void bt_run_set_resume(bt_run_t *self, const char *folder) {
     self->resume = true;
     snprintf(self->resume_from, sizeof self->resume_from, "%s", folder ? folder : "");
+}
+
+void bt_run_set_command(bt_run_t *self, int argc, const char *const *argv) {
+    for (int i = 0; i < self->argc; i++)
+        free(self->argv[i]);
+    free(self->argv);
+    self->argc = 0;
+    self->argv = calloc((size_t)(argc > 0 ? argc : 1), sizeof *self->argv);
+    for (int i = 0; self->argv && i < argc; i++)
+        if ((self->argv[i] = strdup(argv[i])))
+            self->argc = i + 1;
 }
 
 void bt_run_set_overwrite(bt_run_t *self) {
@@ -274,9 +292,9 @@ static bt_status s_secure(bt_run_t *self) {
 
 /*  What a run writes into its directory: what bt_run_set_overwrite removes.  The first three mark
     a directory that holds a run. */
-static const char *const s_run_files[] = {"config.json", "metrics.jsonl", "events.jsonl",
-                                          "ckpt",        "model",         "variants",
-                                          "report.html", "controller.ipc"};
+static const char *const s_run_files[] = {
+    "config.json", "metrics.jsonl", "events.jsonl",   "ckpt",    "model",
+    "variants",    "report.html",   "controller.ipc", "run.json"};
 enum { S_N_RUN_FILES = sizeof s_run_files / sizeof s_run_files[0], S_N_MARKS = 3 };
 
 /*  Whether dir holds a run; found gets the names of its marks, comma-separated. */
@@ -547,6 +565,76 @@ static bt_status s_remove_run(const bt_run_t *self) {
     return BT_OK;
 }
 
+/*  RUN_DIR/run.json: one record per invocation that started or resumed the run (docs/
+    architecture.md, "Run identity"): which baton and revision, the command, host, user, start time
+    (UTC), the hash of the resolved config and, on a resume, the keys that changed.  Read back and
+    appended to, never cut: a resume to an older checkpoint adds its record after the others. */
+static bt_status s_run_json(const bt_run_t *self) {
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/run.json", self->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    cJSON *doc = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (self->resume && access(path, F_OK) == 0) {
+        BT_TRY(bt_file_read(path, 64u << 20, &text, &len));
+        doc = cJSON_Parse(text);
+        free(text);
+        if (!doc || !cJSON_IsArray(cJSON_GetObjectItem(doc, "records"))) {
+            cJSON_Delete(doc);
+            return bt_fail(BT_EINVAL, "%s: not a run.json of baton (no \"records\" array)", path);
+        }
+    } else {
+        doc = cJSON_CreateObject();
+        if (doc)
+            cJSON_AddItemToObject(doc, "records", cJSON_CreateArray());
+    }
+    cJSON *r = cJSON_CreateObject();
+    if (!doc || !r) {
+        cJSON_Delete(doc);
+        cJSON_Delete(r);
+        return bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    }
+    cJSON_AddItemToArray(cJSON_GetObjectItem(doc, "records"), r);
+    cJSON_AddStringToObject(r, "baton_version", bt_version());
+    cJSON_AddStringToObject(r, "git_revision", bt_git_revision());
+    cJSON *argv = cJSON_AddArrayToObject(r, "argv");
+    for (int i = 0; i < self->argc; i++)
+        cJSON_AddItemToArray(argv, cJSON_CreateString(self->argv[i]));
+    char host[256] = "unknown", when[32] = "", hash[24];
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = '\0';
+    cJSON_AddStringToObject(r, "host", host);
+    const struct passwd *pw = getpwuid(geteuid());
+    const char *user = pw ? pw->pw_name : getenv("USER");
+    cJSON_AddStringToObject(r, "user", user ? user : "unknown");
+    time_t now = time(NULL);
+    struct tm utc;
+    if (gmtime_r(&now, &utc))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    cJSON_AddStringToObject(r, "start_time", when);
+    snprintf(hash, sizeof hash, "%016llx",
+             (unsigned long long)bt_hash64(self->config_json, strlen(self->config_json)));
+    cJSON_AddStringToObject(r, "config_hash", hash);
+    cJSON_AddBoolToObject(r, "resume", self->resume);
+    cJSON *diff = cJSON_AddArrayToObject(r, "config_diff");
+    for (int i = 0; i < self->n_changed; i++) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "key", self->changed[i]);
+        cJSON_AddStringToObject(d, "from", self->changed_from[i]);
+        cJSON_AddStringToObject(d, "to", self->changed_to[i]);
+        cJSON_AddItemToArray(diff, d);
+    }
+    text = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    if (!text)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", path);
+    bt_status st = bt_file_replace(path, tmp, text, strlen(text));
+    free(text);
+    return st;
+}
+
 bt_status bt_run_start(bt_run_t *self) {
     BT_TRY(bt_run_check(self));
     if (self->complete) /* nothing to resume: no file is touched */
@@ -558,6 +646,7 @@ bt_status bt_run_start(bt_run_t *self) {
     self->log = bt_runlog_open(self->dir, self->config_json);
     if (!self->log)
         return BT_EIO;
+    BT_TRY(s_run_json(self));
     if (self->n_changed > 0) { /* a resume with keys that may change: which, from what to what */
         const char *from[S_MAX_CHANGED], *to[S_MAX_CHANGED];
         for (int i = 0; i < self->n_changed; i++) {
@@ -675,6 +764,9 @@ void bt_run_destroy(bt_run_t **self_p) {
         zmq_ctx_term(self->zmq_ctx);
     bt_runlog_destroy(&self->log);
     free(self->config_json);
+    for (int i = 0; i < self->argc; i++)
+        free(self->argv[i]);
+    free(self->argv);
     free(self);
     *self_p = NULL;
 }

@@ -60,6 +60,16 @@ static int s_check_failures = 0;
         }                                                                                          \
     } while (0)
 
+#define CHECK_STR_EQ(got, want)                                                                    \
+    do {                                                                                           \
+        const char *_g = (got), *_w = (want);                                                      \
+        if (!_g || strcmp(_g, _w) != 0) {                                                          \
+            fprintf(stderr, "%s:%d: expected \"%s\", got \"%s\"\n", __FILE__, __LINE__, _w,         \
+                    _g ? _g : "(null)");                                                           \
+            s_check_failures++;                                                                    \
+        }                                                                                          \
+    } while (0)
+
 static inline int check_exit(void) {
     if (s_check_failures)
         fprintf(stderr, "%d check(s) failed\n", s_check_failures);

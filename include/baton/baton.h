@@ -83,8 +83,12 @@ void bt_run_set_external_workers(bt_run_t *self);
 /*  Continue from a checkpoint of the run directory: folder "" or NULL is the newest verified one
     (corrupt ones skipped, each an event), else that folder.  Before bt_run_start. */
 void bt_run_set_resume(bt_run_t *self, const char *folder);
+/*  The command that made this invocation (argv is copied), recorded in RUN_DIR/run.json with
+    the baton version, host, user, start time and config hash.  Before bt_run_start; without it
+    the record's argv is empty. */
+void bt_run_set_command(bt_run_t *self, int argc, const char *const *argv);
 /*  Replace what the run directory holds: its run files (config.json, metrics.jsonl,
-    events.jsonl, ckpt/, model/, variants/, report.html) are removed when the run starts; other
+    events.jsonl, run.json, ckpt/, model/, variants/, report.html) are removed when the run starts; other
     files stay.  Before bt_run_start. */
 void bt_run_set_overwrite(bt_run_t *self);
 const char *bt_run_dir(const bt_run_t *self);
