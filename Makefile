@@ -5,7 +5,7 @@ JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-dev libcjson-dev \
            libxxhash-dev libgloo-dev \
-           libyaml-dev python3 python3-numpy python3-zmq python3-protobuf iproute2 unicode-data bzip2 \
+           libyaml-dev python3 python3-numpy python3-zmq python3-protobuf python3-yaml iproute2 unicode-data bzip2 \
            chromium prometheus
 
 CONFIG  ?= configs/arith.json

@@ -331,6 +331,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("workers.controller_timeout_ms", workers.controller_timeout_ms, 60000, 100, S_INF),
     S_INT_KEY("workers.deadline_floor_ms", workers.deadline_floor_ms, 30000, 1, S_INF),
     S_INT_KEY("workers.deadline_factor", workers.deadline_factor, 10, 1, 1000),
+    S_INT_KEY("workers.join_timeout_s", workers.join_timeout_s, 60, 1, 86400),
 
     S_INT_KEY("checkpoint.light_every_steps", checkpoint.light_every_steps, 0, 0, S_INF),
     S_INT_KEY("checkpoint.full_every_steps", checkpoint.full_every_steps, 0, 0, S_INF),

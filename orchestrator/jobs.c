@@ -125,7 +125,7 @@ void bt_jobs_abort(bt_policy *p, bt_jobset *set) {
 
 /*  While no worker of role is live: BT_OK as long as one may still come, else the error saying
     why none will (it could not start, the launcher knows its processes of that role are gone, or
-    none came for S_JOIN_TIMEOUT_MS since `since`). */
+    none came for workers.join_timeout_s since `since`). */
 bt_status bt_jobs_unstaffed(bt_controller_t *self, bt_role role, int64_t since) {
     char why[256] = "";
     const char *name = bt_role_name(role);
@@ -139,11 +139,13 @@ bt_status bt_jobs_unstaffed(bt_controller_t *self, bt_role role, int64_t since) 
                        role == BT_ROLE_TRAINER ? " and no standby trainer "
                                                  "(workers.standby_trainers) to take over"
                                                : "");
-    if (bt_ctl_now_ms() - since > S_JOIN_TIMEOUT_MS)
+    int64_t limit_s = self->cfg->workers.join_timeout_s;
+    if (bt_ctl_now_ms() - since > limit_s * 1000)
         return bt_fail(BT_EIO,
-                       "controller: no live %s worker for %d s; start one (`baton worker "
-                       "--connect ENDPOINT --role %s`), or stop and resume later with --resume",
-                       name, S_JOIN_TIMEOUT_MS / 1000, name);
+                       "controller: no live %s worker for %lld s (workers.join_timeout_s); start "
+                       "one (`baton worker --connect ENDPOINT --role %s`), or stop and resume "
+                       "later with --resume",
+                       name, (long long)limit_s, name);
     return BT_OK;
 }
 
@@ -191,7 +193,7 @@ bt_status bt_jobs_joined(bt_controller_t *self) {
     if (self->joined)
         return BT_OK;
     if (!self->join_deadline)
-        self->join_deadline = bt_ctl_now_ms() + S_JOIN_TIMEOUT_MS;
+        self->join_deadline = bt_ctl_now_ms() + c->workers.join_timeout_s * 1000;
     bool all = true;
     for (int r = 0; r < BT_ROLE_COUNT; r++)
         all &= bt_registry_live(self->reg, (bt_role)r) >= want[r];
@@ -203,8 +205,9 @@ bt_status bt_jobs_joined(bt_controller_t *self) {
     if (self->start_error[0]) /* the same config would fail the same way on any worker */
         return bt_fail(BT_EINVAL, "%s", self->start_error);
     if (bt_ctl_now_ms() > self->join_deadline)
-        return bt_fail(BT_EIO, "controller: workers did not join within %d s",
-                       S_JOIN_TIMEOUT_MS / 1000);
+        return bt_fail(BT_EIO,
+                       "controller: workers did not join within %lld s (workers.join_timeout_s)",
+                       (long long)c->workers.join_timeout_s);
     return BT_PENDING;
 }
 

@@ -52,7 +52,6 @@
 #define BT_PENDING 1
 
 enum {
-    S_JOIN_TIMEOUT_MS = 60000,
     S_MAX_DROPPED_LOGGED = 1024, /* prompt ids a "dropped" event lists, per step */
     S_MAX_ATTEMPTS = 4,
     S_MAX_EVALS = 16,        /* evaluations in flight at once, per policy */

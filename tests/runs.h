@@ -6,14 +6,17 @@
 
 #include "baton/fileio.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -383,6 +386,27 @@ static inline double runs_train_lr(const char *metrics, const char *variant, int
     snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step, variant);
     const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
     return lr ? strtod(lr + 5, NULL) : NAN;
+}
+
+/*  A free TCP port on 127.0.0.1 (bound, then let go): fd_out (or NULL) keeps it bound for the
+    caller, who closes it when the port's real user is ready to bind it; -1 on failure. */
+static inline int runs_free_port(int *fd_out) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    if (fd_out)
+        *fd_out = fd;
+    else
+        close(fd);
+    return ntohs(a.sin_port);
 }
 
 #endif

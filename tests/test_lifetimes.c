@@ -6,7 +6,8 @@
       own workers;
     - a worker whose controller is gone and never comes back leaves by itself after
       workers.controller_timeout_ms;
-    - a second worker under a name already in the run is refused, and says why. */
+    - a second worker under a name already in the run is refused, and says why;
+    - a run whose workers do not all join fails after workers.join_timeout_s, naming the key. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"
@@ -157,6 +158,29 @@ static void test_duplicate_name(void) {
         runs_wait(w[i]);
 }
 
+/*  Two of the three roles join; the run waits workers.join_timeout_s (2 s here, not the default
+    60 s) for the evaluator, then fails saying which key bounds the wait. */
+static void test_join_timeout(void) {
+    char dir[128], endpoint[192], log[160];
+    snprintf(dir, sizeof dir, "%s/join", s_tmp);
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/join.ipc", s_tmp);
+    snprintf(log, sizeof log, "%s.log", dir);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pid_t ctl = s_controller(dir, endpoint, log, "workers.join_timeout_s=2");
+    pid_t w[2] = {s_worker(endpoint, "trainer", "trainer-0", log),
+                  s_worker(endpoint, "rollout", "rollout-0", log)};
+    CHECK(runs_wait(ctl) != 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(runs_file_has(log, "workers did not join within 2 s (workers.join_timeout_s)"));
+    CHECK(t1.tv_sec - t0.tv_sec + (t1.tv_nsec - t0.tv_nsec) * 1e-9 >= 2.0); /* it did wait */
+    CHECK(runs_train_steps(dir) == 0);
+    for (int i = 0; i < 2; i++) {
+        kill(w[i], SIGKILL);
+        runs_wait(w[i]);
+    }
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_life_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -166,6 +190,7 @@ int main(void) {
     test_stale_worker();
     test_silent_controller();
     test_duplicate_name();
+    test_join_timeout();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     if (check_exit() == 0 && !getenv("BATON_KEEP"))

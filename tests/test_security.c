@@ -38,22 +38,6 @@ static const char s_json[] =
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 0, \"heartbeat_ms\": 50,"
     "  \"expiry_ms\": 2000}}";
 
-/*  A free TCP port on 127.0.0.1 (bound, then let go): fd >= 0 keeps it bound for the caller. */
-static int s_port(int *fd_out) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        return -1;
-    if (fd_out)
-        *fd_out = fd;
-    else
-        close(fd);
-    return ntohs(a.sin_port);
-}
-
 static char *s_read(const char *dir, const char *name) {
     char path[256], *text = NULL;
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -192,7 +176,7 @@ static void s_check_keygen(const char *keys) {
 /*  tcp:// without keys and without --insecure: exit 2 and a message that names the way out. */
 static void s_check_usage(const char *config, const char *keys) {
     char endpoint[64], log[256], key[256];
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", s_port(NULL));
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", runs_free_port(NULL));
     snprintf(log, sizeof log, "%s/usage.log", s_tmp);
     snprintf(key, sizeof key, "%s/controller.key", keys);
     const char *ctl[] = {"controller", config, "--bind", endpoint, NULL};
@@ -276,7 +260,7 @@ int main(void) {
     /* the run: a proxy in front of the controller records what one worker's link carries */
     s_proxy proxy = {.seen = malloc(S_PROXY_CAP)};
     atomic_init(&proxy.stop, false);
-    int port = s_port(NULL), proxy_port = s_port(&proxy.listen_fd);
+    int port = runs_free_port(NULL), proxy_port = runs_free_port(&proxy.listen_fd);
     proxy.upstream_port = port;
     pthread_t proxy_thread;
     CHECK(proxy_port > 0 && pthread_create(&proxy_thread, NULL, s_proxy_main, &proxy) == 0);

@@ -293,6 +293,8 @@ typedef struct bt_config {
         int64_t controller_timeout_ms; /* a worker leaves when its controller is silent this long */
         int64_t deadline_floor_ms;     /* a job's deadline: deadline_factor x the longest */
         int64_t deadline_factor;       /* measured job of its kind, that at least floor_ms */
+        int64_t join_timeout_s;        /* a run fails when a role it waits for has had no live
+                                          worker this long (at start and after losing them) */
     } workers;
     struct {
         int64_t light_every_steps;
