@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-dev libcjson-dev \
            libxxhash-dev libgloo-dev \
            libyaml-dev python3 python3-numpy python3-zmq python3-protobuf iproute2 unicode-data bzip2 \
-           chromium prometheus
+           chromium prometheus python3-pip python3-setuptools
 
 CONFIG  ?= configs/arith.json
 ARGS    ?=

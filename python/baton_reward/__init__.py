@@ -128,8 +128,8 @@ def _call(fn, n, batch, what):
         raise _BatchError(f"{what} {_name(fn)} returned {type(values).__name__}, expected a list "
                           f"of {n} values") from None
     if len(values) != n:
-        raise _BatchError(f"{what} {_name(fn)} returned {len(values)} values for {n} "
-                          f"completions")
+        raise _BatchError(f"{what} {_name(fn)} returned {len(values)} "
+                          f"value{'' if len(values) == 1 else 's'} for {n} completions")
     return values
 
 
