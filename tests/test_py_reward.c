@@ -63,11 +63,12 @@ static bt_status s_write_dataset(const char *path) {
     for (int k = 0; k < S_RECORDS; k++) {
         const s_record *r = &s_records[k];
         /* the tag as JSON: the UTF-8 as it is, the rest escaped */
-        len += (size_t)snprintf(text + len, 256, "{\"prompt\": \"%s\", \"answer\": \"%s\", "
-                                "\"bonus\": %g, \"tag\": \"rec %d: caf\xc3\xa9 \xe2\x9c\x93 "
-                                "\\\"q\\\" \\\\ back\\t\", \"meta\": {\"level\": %d, \"ok\": %s}}\n",
-                                r->prompt, r->answer, r->bonus, k, r->level,
-                                r->ok ? "true" : "false");
+        len +=
+            (size_t)snprintf(text + len, 256,
+                             "{\"prompt\": \"%s\", \"answer\": \"%s\", "
+                             "\"bonus\": %g, \"tag\": \"rec %d: caf\xc3\xa9 \xe2\x9c\x93 "
+                             "\\\"q\\\" \\\\ back\\t\", \"meta\": {\"level\": %d, \"ok\": %s}}\n",
+                             r->prompt, r->answer, r->bonus, k, r->level, r->ok ? "true" : "false");
     }
     bt_status st = bt_file_write(path, text, len);
     free(text);
@@ -206,10 +207,14 @@ static void test_direct(const char *endpoint) {
     /* generous: the first request waits for the interpreter to start and bind */
     CHECK_OK(bt_reward_service_new(endpoint, 30000, 0, &client));
     CHECK_OK(bt_reward_service_ping(client));
-    const char *cols[] = {"{\"bonus\": 0.25, \"tag\": \"a\"}", "{\"bonus\": 1.5}",
-                          "{\"bonus\": 0.75, \"extra\": [1, {\"x\": null}]}", NULL,
-                          "{\"bonus\": 2}", "{\"bonus\": 0.5}"};
-    const char *completions[] = {"12 and 12", "no digits", "x7y7z", "77 but no bonus", "", "\xe2\x9c\x93 7"};
+    const char *cols[] = {"{\"bonus\": 0.25, \"tag\": \"a\"}",
+                          "{\"bonus\": 1.5}",
+                          "{\"bonus\": 0.75, \"extra\": [1, {\"x\": null}]}",
+                          NULL,
+                          "{\"bonus\": 2}",
+                          "{\"bonus\": 0.5}"};
+    const char *completions[] = {"12 and 12",       "no digits", "x7y7z",
+                                 "77 but no bonus", "",          "\xe2\x9c\x93 7"};
     enum { N = 6 };
     bt_reward_item items[N];
     for (int i = 0; i < N; i++)
@@ -223,8 +228,8 @@ static void test_direct(const char *endpoint) {
     bool correct[N];
     CHECK_OK(bt_reward_service_score(client, "rollout", items, N, rewards, correct));
     for (int i = 0; i < N; i++) { /* item 3 has no columns: length_bonus gives it None */
-        double want = s_expected(items[i].answer, completions[i], items[i].len, cols[i] != NULL,
-                                 bonus[i]);
+        double want =
+            s_expected(items[i].answer, completions[i], items[i].len, cols[i] != NULL, bonus[i]);
         CHECK_NEAR(rewards[i], want, 1e-12);
         CHECK(correct[i] == (want >= 1.0)); /* no correct function: reward >= 1 */
     }
@@ -243,8 +248,7 @@ static void test_direct(const char *endpoint) {
     };
     for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
         items[0].prompt = bad[b].prompt;
-        CHECK(bt_reward_service_score(client, "rollout", items, N, rewards, correct) ==
-              BT_EFORMAT);
+        CHECK(bt_reward_service_score(client, "rollout", items, N, rewards, correct) == BT_EFORMAT);
         CHECK_STR_CONTAINS(bt_last_error(), bad[b].want);
     }
     items[0].prompt = "q";
@@ -287,8 +291,8 @@ static void *s_peer_main(void *arg) {
             continue;
         }
         for (int i = 0; i < 2; i++)
-            p->wrong += fabs(rewards[i] - s_expected("peer", text[i], strlen(text[i]), true, 1)) >
-                        1e-12;
+            p->wrong +=
+                fabs(rewards[i] - s_expected("peer", text[i], strlen(text[i]), true, 1)) > 1e-12;
     }
     bt_reward_service_destroy(&client);
     return NULL;
@@ -312,13 +316,13 @@ static void test_peers(const char *endpoint) {
 /* ---- whole runs ----------------------------------------------------------------------------- */
 
 static const char s_json[] =
-    "{\"run\": {\"name\": \"pyr\", \"seed\": 3},"
-    RUNS_MODEL_TINY
+    "{\"run\": {\"name\": \"pyr\", \"seed\": 3}," RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"jsonl\", \"train\": \"TRAIN\"},"
     " \"sft\": {\"steps\": 2, \"batch_size\": 8, \"lr\": 0.003},"
     " \"grpo\": {\"steps\": 3, \"group_size\": 4, \"prompts_per_step\": 4, \"max_new_tokens\": 4,"
     "  \"lr\": 0.001},"
-    " \"eval\": {\"every_steps\": 2, \"heldout_count\": 4, \"datasets\": [{\"name\": \"heldout\"}]},"
+    " \"eval\": {\"every_steps\": 2, \"heldout_count\": 4, \"datasets\": [{\"name\": "
+    "\"heldout\"}]},"
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50}}";
 
 /*  Checks each batch the functions saw (log: one JSON line per batch) against the dataset and
@@ -417,8 +421,8 @@ static void test_run_raises(const char *python, const char *config) {
     snprintf(log, sizeof log, "%s/raise.log", s_tmp);
     snprintf(out, sizeof out, "%s/raise.out", s_tmp);
     pid_t service = s_start(python, endpoint, log, "raise");
-    const char *args[] = {"run",   config, "--run-dir",   dir, "--procs", "--set",
-                          set,     "--set", "sft.steps=0", NULL};
+    const char *args[] = {"run",   config, "--run-dir", dir,           "--procs",
+                          "--set", set,    "--set",     "sft.steps=0", NULL};
     CHECK(runs_wait(runs_spawn_in(NULL, args, out)) == 1);
     s_stop(service);
     const char *want = "the service says: reward function length_bonus raised ValueError: grader "
