@@ -75,7 +75,7 @@ def _check_functions(fns, weights, correct):
         raise TypeError(f"serve: weights: expected a list of {len(fns)} numbers, got "
                         f"{type(weights).__name__}") from None
     if len(weights) != len(fns):
-        raise ValueError(f"serve: weights: expected {len(fns)} numbers (one per function), got "
+        raise ValueError(f"serve: weights: expected one number per function ({len(fns)}), got "
                          f"{len(weights)}")
     for i, w in enumerate(weights):
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
