@@ -1,15 +1,16 @@
 /*  test_py_reward.c — rewards in Python the way TRL users write them (python/baton_reward,
-    docs/protocol.md "Reward service"): the package installs with pip, offline, into a folder; a
-    user's script serves two functions through it, weights 1 and 0.5, the second reading a column
-    of this test's own JSONL file.  A JSONL record's other keys reach the example as its columns
-    (compact, in file order, a byte that is not UTF-8 as \ufffd).  Asked directly (bt_reward_service, several clients at once),
-    each reward is the weighted sum this test computes in C; a function that raises or returns the
-    wrong count comes back as the batch's error, and the service goes on.  A whole run (2 rollout
-    worker processes) against it: every completion the functions saw came with its record's
-    columns intact, and the train lines' reward means are the means of the weighted sums this test
-    computes for those completions; with a function that raises, the run stops with the Python
-    exception's text.  Without a python3 that has zmq, pip and setuptools it prints SKIP naming
-    the missing package and exits 77 (ctest: skipped). */
+    docs/protocol.md "Reward service").  A JSONL record's other keys reach its example as columns
+    (compact, in file order, a byte that is not UTF-8 as \ufffd).  The package installs with pip,
+    offline, into a folder; a user's script serves two functions through it, weights 1 and 0.5,
+    the second reading a column of this test's own JSONL file.  Asked directly (bt_reward_service,
+    several clients at once), each reward is the weighted sum this test computes in C; a function
+    that raises or returns the wrong count comes back as the batch's error, and the service goes
+    on.  A whole run (2 rollout worker processes) against it: every completion the functions saw
+    came with its record's columns intact, and the train lines' reward means are the means of the
+    weighted sums this test computes for those completions; with a function that raises, the run
+    stops with the Python exception's text.  Without a python3 that has zmq, pip and setuptools
+    the Python parts print SKIP naming the missing package and the test exits 77 (ctest:
+    skipped). */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "baton/reward_service.h"
