@@ -5,8 +5,8 @@ JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-dev libcjson-dev \
            libxxhash-dev libgloo-dev \
-           libyaml-dev python3 python3-numpy python3-zmq python3-protobuf python3-yaml iproute2 unicode-data bzip2 \
-           chromium prometheus
+           libyaml-dev python3 python3-numpy python3-zmq python3-protobuf python3-yaml python3-pip \
+           python3-setuptools iproute2 unicode-data bzip2 chromium prometheus
 
 CONFIG  ?= configs/arith.json
 ARGS    ?=

@@ -6,7 +6,9 @@
 #include "baton/buf.h"
 #include "baton/code.h"
 #include "baton/dataset.h"
+#include "baton/dtype.h"
 #include "baton/rng.h"
+#include "baton/unicode.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -603,9 +605,10 @@ bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **t
     return BT_OK;
 }
 
-/*  Fills ex with prompt (chat template applied unless raw) and answer, both in one heap block. */
+/*  Fills ex with prompt (chat template applied unless raw), answer and columns (NULL: none), all
+    in one heap block. */
 static bt_status s_set_example(const bt_source_t *self, const char *prompt, const char *answer,
-                               bool raw, bt_source_example *ex) {
+                               const char *columns, bool raw, bt_source_example *ex) {
     char *templated = NULL;
     bt_status st = BT_OK;
     if (self->chat_template && !raw) {
@@ -613,13 +616,17 @@ static bt_status s_set_example(const bt_source_t *self, const char *prompt, cons
         prompt = templated;
     }
     if (st == BT_OK) {
-        size_t plen = strlen(prompt), alen = strlen(answer);
-        ex->heap = malloc(plen + alen + 2);
+        size_t plen = strlen(prompt), alen = strlen(answer), clen = columns ? strlen(columns) : 0;
+        ex->heap = malloc(plen + alen + clen + 3);
         if (ex->heap) {
             memcpy(ex->heap, prompt, plen + 1);
             memcpy(ex->heap + plen + 1, answer, alen + 1);
             ex->prompt = ex->heap;
             ex->answer = ex->heap + plen + 1;
+            if (columns) {
+                memcpy(ex->heap + plen + alen + 2, columns, clen + 1);
+                ex->columns = ex->heap + plen + alen + 2;
+            }
         } else
             st = bt_fail(BT_ENOMEM, "dataset: out of memory");
     }
@@ -643,13 +650,46 @@ static bt_status s_code_example(const bt_source_t *self, const bt_dataset_t *ds,
                        rec + 1);
     if (problem)
         return s_changed(ds, rec, problem);
-    bt_status st = s_set_example(self, r.prompt, r.harness, raw, ex);
+    bt_status st = s_set_example(self, r.prompt, r.harness, NULL, raw, ex);
     bt_code_record_release(&r);
     return st;
 }
 
-/*  Parses record rec of ds into ex: the prompt, chat template applied, and the answer (a number
-    as its shortest exact text; the code verifier's harness), both in one heap block. */
+/*  The keys of a record's root other than "prompt" and "answer" (which the caller has detached)
+    as a compact JSON object into *out (caller frees; NULL when there are none), each byte of a
+    string that is not well-formed UTF-8 written \ufffd: cJSON's printer escapes only control
+    bytes, so every byte from 0x80 up that it writes lies inside a string. */
+static bt_status s_columns(const cJSON *root, char **out) {
+    *out = NULL;
+    if (!root->child)
+        return BT_OK;
+    char *text = cJSON_PrintUnformatted(root);
+    if (!text)
+        return bt_fail(BT_ENOMEM, "dataset: out of memory");
+    size_t n = strlen(text);
+    if (bt_utf8_is_valid((const uint8_t *)text, n)) {
+        *out = text;
+        return BT_OK;
+    }
+    bt_buf b = {0};
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        bool valid;
+        size_t k = bt_utf8_decode(text + i, n - i, &cp, &valid);
+        if (valid)
+            bt_buf_put(&b, text + i, k);
+        else
+            bt_buf_puts(&b, "\\ufffd");
+        i += k;
+    }
+    free(text);
+    *out = bt_buf_detach(&b, NULL);
+    return *out ? BT_OK : bt_fail(BT_ENOMEM, "dataset: out of memory");
+}
+
+/*  Parses record rec of ds into ex: the prompt, chat template applied, the answer (a number as
+    its shortest exact text; the code verifier's harness) and the other keys as columns, all in
+    one heap block. */
 static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds, uint64_t rec,
                                  bool raw, bt_source_example *ex) {
     size_t len;
@@ -668,13 +708,18 @@ static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds
         cJSON_Delete(root);
         return st;
     }
-    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(root, "answer");
-    const char *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt")->valuestring;
-    char number[32];
+    cJSON *answer = cJSON_DetachItemFromObjectCaseSensitive(root, "answer");
+    cJSON *prompt = cJSON_DetachItemFromObjectCaseSensitive(root, "prompt");
+    char number[32], *columns = NULL;
     if (cJSON_IsNumber(answer))
         s_format_number(answer->valuedouble, number);
-    bt_status st =
-        s_set_example(self, prompt, cJSON_IsString(answer) ? answer->valuestring : number, raw, ex);
+    bt_status st = s_columns(root, &columns);
+    if (st == BT_OK)
+        st = s_set_example(self, prompt->valuestring,
+                           cJSON_IsString(answer) ? answer->valuestring : number, columns, raw, ex);
+    free(columns);
+    cJSON_Delete(prompt);
+    cJSON_Delete(answer);
     cJSON_Delete(root);
     return st;
 }
@@ -720,6 +765,7 @@ void bt_source_example_release(bt_source_example *ex) {
     ex->heap = NULL;
     ex->prompt = NULL;
     ex->answer = NULL;
+    ex->columns = NULL;
 }
 
 bt_status bt_source_train_example(const bt_source_t *self, uint64_t index, bt_source_example *ex) {
@@ -805,8 +851,9 @@ void bt_source_fewshot_pick(uint64_t seed, size_t i, size_t n, bool own, int64_t
 
 /*  The few-shot prompt of held-out item i into b: k exemplars of the pool
     (bt_source_fewshot_pick), each prompt, delimiter, answer, separator; then item i's prompt.  The
-    answer of item i into *answer (caller frees). */
-static bt_status s_fewshot(const bt_source_t *self, size_t i, bt_buf *b, char **answer) {
+    answer and columns of item i into *answer and *columns (caller frees; columns may be NULL). */
+static bt_status s_fewshot(const bt_source_t *self, size_t i, bt_buf *b, char **answer,
+                           char **columns) {
     const bt_source_t *pool = self->fewshot_pool ? self->fewshot_pool : self;
     size_t picked[BT_SOURCE_FEWSHOT_MAX];
     bt_source_fewshot_pick(self->fewshot_seed, i, bt_source_heldout_count(pool), pool == self,
@@ -828,8 +875,10 @@ static bt_status s_fewshot(const bt_source_t *self, size_t i, bt_buf *b, char **
     if (st == BT_OK && !bt_buf_puts(b, ex.prompt ? ex.prompt : ""))
         st = bt_fail(BT_ENOMEM, "source: out of memory");
     *answer = st == BT_OK ? strdup(ex.answer ? ex.answer : "") : NULL;
+    *columns = st == BT_OK && ex.columns ? strdup(ex.columns) : NULL;
+    bool lost = st == BT_OK && (!*answer || (ex.columns && !*columns));
     bt_source_example_release(&ex);
-    return st == BT_OK && !*answer ? bt_fail(BT_ENOMEM, "source: out of memory") : st;
+    return lost ? bt_fail(BT_ENOMEM, "source: out of memory") : st;
 }
 
 bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source_example *ex) {
@@ -838,11 +887,12 @@ bt_status bt_source_heldout_example(const bt_source_t *self, size_t i, bt_source
         return s_heldout(self, i, false, ex);
     bt_source_example_release(ex);
     bt_buf b = {0};
-    char *answer = NULL;
-    bt_status st = s_fewshot(self, i, &b, &answer);
+    char *answer = NULL, *columns = NULL;
+    bt_status st = s_fewshot(self, i, &b, &answer, &columns);
     if (st == BT_OK) /* the whole few-shot prompt is the user's turn of the chat template */
-        st = s_set_example(self, b.len ? b.data : "", answer, false, ex);
+        st = s_set_example(self, b.len ? b.data : "", answer, columns, false, ex);
     free(answer);
+    free(columns);
     bt_buf_release(&b);
     return st;
 }

@@ -120,6 +120,7 @@ typedef struct s_chunk {
     uint64_t *index;       /* (cap) held-out index of each example */
     char **answers;        /* (cap) */
     char **prompts;        /* (cap) prompt texts, for the scorer */
+    char **columns;        /* (cap) each record's other JSONL keys, or NULL (bt_source_example) */
     const int32_t **rows;  /* (cap * k) prompt of each sequence */
     int64_t *row_lens;     /* (cap * k) */
     uint64_t *keys;        /* (cap * k) each sequence's draws (bt_evaluator_key) */
@@ -131,18 +132,23 @@ typedef struct s_chunk {
 } s_chunk;
 
 static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, uint64_t key, int perturb,
-                               int64_t i, uint64_t index, const char *prompt, const char *answer) {
+                               int64_t i, uint64_t index, const char *prompt, const char *answer,
+                               const char *columns) {
     size_t len = strlen(prompt), n_ids = 0;
     free(c->ids[i]);
     free(c->answers[i]);
     free(c->prompts[i]);
+    free(c->columns[i]);
     c->ids[i] = malloc((len + 1) * sizeof *c->ids[i]);
     c->answers[i] = malloc(strlen(answer) + 1);
     c->prompts[i] = malloc(len + 1);
-    if (!c->ids[i] || !c->answers[i] || !c->prompts[i])
+    c->columns[i] = columns ? malloc(strlen(columns) + 1) : NULL;
+    if (!c->ids[i] || !c->answers[i] || !c->prompts[i] || (columns && !c->columns[i]))
         return bt_fail(BT_ENOMEM, "evaluator: out of memory");
     strcpy(c->answers[i], answer);
     strcpy(c->prompts[i], prompt);
+    if (columns)
+        strcpy(c->columns[i], columns);
     c->index[i] = index;
     BT_TRY(bt_tokenizer_encode(tok, prompt, len, true, c->ids[i], len + 1, &n_ids));
     c->lens[i] = (int64_t)n_ids;
@@ -176,7 +182,8 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
                 continue;
             prompt = buf;
         }
-        st = s_set_example(c, tok, key, perturb, m++, first + (size_t)i, prompt, ex.answer);
+        st = s_set_example(c, tok, key, perturb, m++, first + (size_t)i, prompt, ex.answer,
+                           ex.columns);
     }
     bt_source_example_release(&ex);
     if (m == 0 || st != BT_OK)
@@ -200,7 +207,8 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
                                        .prompt = c->prompts[r / k],
                                        .answer = c->answers[r / k],
                                        .completion = c->texts + r * c->stride,
-                                       .len = len};
+                                       .len = len,
+                                       .columns = c->columns[r / k]};
     }
     if (st == BT_OK)
         st = bt_reward_score(cfg->reward_service, task, "eval", c->items, m * k, c->rewards,
@@ -252,6 +260,8 @@ static void s_chunk_free(s_chunk *c) {
             free(c->answers[i]);
         if (c->prompts)
             free(c->prompts[i]);
+        if (c->columns)
+            free(c->columns[i]);
     }
     for (int64_t j = 0; c->votes && j < BT_EVALUATOR_MAX_SAMPLES; j++)
         free(c->votes[j]);
@@ -260,6 +270,7 @@ static void s_chunk_free(s_chunk *c) {
     free(c->index);
     free(c->answers);
     free(c->prompts);
+    free(c->columns);
     free(c->rows);
     free(c->row_lens);
     free(c->keys);
@@ -279,6 +290,7 @@ static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_n
     c->index = calloc((size_t)cap, sizeof *c->index);
     c->answers = calloc((size_t)cap, sizeof *c->answers);
     c->prompts = calloc((size_t)cap, sizeof *c->prompts);
+    c->columns = calloc((size_t)cap, sizeof *c->columns);
     c->rows = calloc((size_t)(cap * k), sizeof *c->rows);
     c->row_lens = calloc((size_t)(cap * k), sizeof *c->row_lens);
     c->keys = calloc((size_t)(cap * k), sizeof *c->keys);
@@ -287,8 +299,8 @@ static bt_status s_chunk_alloc(s_chunk *c, int64_t cap, int64_t k, int64_t max_n
     c->rewards = calloc((size_t)(cap * k), sizeof *c->rewards);
     c->right = calloc((size_t)(cap * k), sizeof *c->right);
     c->votes = calloc(BT_EVALUATOR_MAX_SAMPLES, sizeof *c->votes);
-    bool ok = c->ids && c->lens && c->index && c->answers && c->prompts && c->rows && c->row_lens &&
-              c->keys && c->texts && c->items && c->rewards && c->right && c->votes;
+    bool ok = c->ids && c->lens && c->index && c->answers && c->prompts && c->columns && c->rows &&
+              c->row_lens && c->keys && c->texts && c->items && c->rewards && c->right && c->votes;
     for (int64_t j = 0; ok && j < k; j++)
         ok = (c->votes[j] = malloc((size_t)max_new + 64)) != NULL;
     return ok ? BT_OK : bt_fail(BT_ENOMEM, "evaluator: out of memory");

@@ -85,7 +85,8 @@ void bt_reward_service_destroy(bt_reward_service_t **self_p) {
     escaped, and each byte that is not part of well-formed UTF-8 as U+FFFD. */
 #define S_ESCAPE (BT_JSON_ESCAPE_NEWLINE | BT_JSON_ESCAPE_TAB | BT_JSON_ESCAPE_UTF8)
 
-/*  {"version": 1, "kind": KIND, "items": [{"index", "prompt", "answer", "completion"}, ...]} */
+/*  {"version": 1, "kind": KIND, "items": [{"index", "prompt", "answer", "completion"[,
+    "columns"]}, ...]}: columns, JSON object text from the dataset (bt_source_example), as it is */
 static bt_status s_request(const char *kind, const bt_reward_item *items, int64_t n, bt_buf *b) {
     bt_buf_puts(b, "{\"version\":1,\"kind\":");
     bt_buf_json_string(b, kind, strlen(kind), S_ESCAPE);
@@ -98,6 +99,10 @@ static bt_status s_request(const char *kind, const bt_reward_item *items, int64_
         bt_buf_json_string(b, items[i].answer, strlen(items[i].answer), S_ESCAPE);
         bt_buf_puts(b, ",\"completion\":");
         bt_buf_json_string(b, items[i].completion, items[i].len, S_ESCAPE);
+        if (items[i].columns) {
+            bt_buf_puts(b, ",\"columns\":");
+            bt_buf_puts(b, items[i].columns);
+        }
         bt_buf_puts(b, "}");
     }
     bt_buf_puts(b, "]}");

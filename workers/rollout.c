@@ -18,6 +18,7 @@ typedef struct s_prompts {
     int64_t *lens;   /* (n) */
     char **texts;    /* (n) prompt texts, for the scorer */
     char **answers;  /* (n) */
+    char **columns;  /* (n) each record's other JSONL keys, or NULL (bt_source_example) */
 } s_prompts;
 
 static void s_prompts_release(s_prompts *p) {
@@ -28,11 +29,14 @@ static void s_prompts_release(s_prompts *p) {
             free(p->texts[i]);
         if (p->answers)
             free(p->answers[i]);
+        if (p->columns)
+            free(p->columns[i]);
     }
     free(p->ids);
     free(p->lens);
     free(p->texts);
     free(p->answers);
+    free(p->columns);
     memset(p, 0, sizeof *p);
 }
 
@@ -51,7 +55,8 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_sour
     p->lens = calloc((size_t)n + 1, sizeof *p->lens);
     p->texts = calloc((size_t)n + 1, sizeof *p->texts);
     p->answers = calloc((size_t)n + 1, sizeof *p->answers);
-    if (!p->ids || !p->lens || !p->texts || !p->answers) {
+    p->columns = calloc((size_t)n + 1, sizeof *p->columns);
+    if (!p->ids || !p->lens || !p->texts || !p->answers || !p->columns) {
         s_prompts_release(p);
         return bt_fail(BT_ENOMEM, "rollout: out of memory");
     }
@@ -67,7 +72,8 @@ static bt_status s_prompts_load(s_prompts *p, const bt_tokenizer_t *tok, bt_sour
         p->ids[i] = malloc((len + 1) * sizeof *p->ids[i]);
         p->texts[i] = s_strdup(ex.prompt);
         p->answers[i] = s_strdup(ex.answer);
-        if (!p->ids[i] || !p->texts[i] || !p->answers[i])
+        p->columns[i] = ex.columns ? s_strdup(ex.columns) : NULL;
+        if (!p->ids[i] || !p->texts[i] || !p->answers[i] || (ex.columns && !p->columns[i]))
             st = bt_fail(BT_ENOMEM, "rollout: out of memory");
         else
             st = bt_tokenizer_encode(tok, ex.prompt, len, true, p->ids[i], len + 1, &n_ids);
@@ -106,7 +112,8 @@ static bt_status s_score(bt_rollout_batch *out, const s_prompts *p, const bt_tok
                                     .prompt = p->texts[c / G],
                                     .answer = p->answers[c / G],
                                     .completion = texts + c * stride,
-                                    .len = len};
+                                    .len = len,
+                                    .columns = p->columns[c / G]};
     }
     if (st == BT_OK)
         st = bt_reward_score(service, task, "rollout", items, n, out->rewards, out->correct);

@@ -32,6 +32,8 @@ typedef struct bt_reward_item {
     const char *answer;     /* NUL-terminated reference answer */
     const char *completion; /* len bytes, not NUL-terminated; any bytes */
     size_t len;
+    const char *columns; /* NULL, or the example's other JSONL keys as a JSON object's text
+                            (bt_source_example.columns), sent as the item's "columns" */
 } bt_reward_item;
 
 /*  A client of the service at endpoint ("tcp://HOST:PORT" or "ipc://PATH"; it has its own ZeroMQ

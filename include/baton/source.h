@@ -51,10 +51,14 @@ typedef struct bt_task bt_source_t;
    refilled or released.  They point into the example itself (storage[] or heap), so copy the
    strings, never the struct. */
 typedef struct bt_source_example {
-    const char *prompt; /* NUL-terminated; NULL when empty */
-    const char *answer; /* NUL-terminated; what the verifier compares against; NULL when empty */
-    char *heap;         /* private: a JSONL example's prompt and answer, or NULL */
-    char storage[64];   /* private: arithmetic examples are written here */
+    const char *prompt;  /* NUL-terminated; NULL when empty */
+    const char *answer;  /* NUL-terminated; what the verifier compares against; NULL when empty */
+    const char *columns; /* NUL-terminated compact JSON object of a JSONL record's other keys
+                            (valid UTF-8: each byte of a string that is not becomes \ufffd), for
+                            a reward service; NULL when it has none, and for arithmetic and code
+                            examples */
+    char *heap;          /* private: a JSONL example's prompt, answer and columns, or NULL */
+    char storage[64];    /* private: arithmetic examples are written here */
 } bt_source_example;
 
 /*  An empty example. */
