@@ -72,9 +72,11 @@ void bt_run_destroy(bt_run_t **self_p);
 const bt_config *bt_run_config_of(const bt_run_t *self);
 /*  The run directory; default "runs/<run.name>".  Before bt_run_start. */
 void bt_run_set_dir(bt_run_t *self, const char *dir);
-/*  Workers as processes: this executable is started as `baton worker --connect ipc://RUN_DIR/
-    controller.ipc --role ROLE --name NAME` per worker (the executable must be `baton`), instead
-    of threads.  Not with bt_run_set_reward.  Before bt_run_start. */
+/*  Workers as processes: `baton worker --connect ipc://RUN_DIR/controller.ipc --role ROLE --name
+    NAME` is started per worker instead of a thread.  The baton run is this executable when baton's
+    code is linked into it; a host program linked with libbaton.so runs the baton installed with
+    the library (PREFIX/bin/baton beside PREFIX/lib/libbaton.so).  Not with bt_run_set_reward.
+    Before bt_run_start. */
 void bt_run_set_procs(bt_run_t *self);
 /*  Start no workers: the configured numbers of each role must join the endpoint
     (bt_run_set_endpoint) from elsewhere, e.g. `baton worker` on other machines.  Before
