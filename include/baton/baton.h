@@ -6,7 +6,9 @@
     Signals: a host with data-parallel trainers (workers.trainer > 1) ignores SIGPIPE, as `baton`
     does: Gloo's collectives write with writev(2), and a rank's peer that died would otherwise kill
     the process with SIGPIPE instead of failing the collective.
-    Self-contained: it includes status.h alone, and names the config as an incomplete type. */
+    Self-contained: it includes status.h alone, and names the config as an incomplete type.
+    Installed with status.h (docs/architecture.md, "Install and embed"): libbaton.so exports the
+    functions of the two and nothing else (cmake/libbaton.map). */
 #ifndef BATON_BATON_H
 #define BATON_BATON_H
 
