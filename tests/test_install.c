@@ -5,7 +5,8 @@
     baton.pc and the CMake package.  examples/embed.c (the README's embedding section, byte for
     byte) is compiled with `pkg-config --cflags --libs baton` against the installed tree alone and
     trains a tiny policy with its own reward; a second program, built with find_package(baton),
-    runs its workers as processes of the installed baton.  Needs pkg-config and binutils (readelf,
+    runs its workers as processes of the installed baton (and, that baton gone, says where it
+    looked).  The tree, moved, is still found where it is now.  Needs pkg-config and binutils (readelf,
     nm): without them it prints SKIP and exits 77. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
@@ -285,6 +286,16 @@ static void s_check_embed(const char *version) {
     CHECK(s_sh(cmd, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, "Shared library: [libbaton.so.");
 
+    /* a bad config: bt_last_error, across the library's boundary, names the key and what it got */
+    snprintf(path, sizeof path, "%s/bad.json", s_tmp);
+    const char bad[] = "{\"grpo\": {\"group_size\": 1}}";
+    CHECK(bt_file_write(path, bad, strlen(bad)) == BT_OK);
+    snprintf(cmd, sizeof cmd, "cd %s && ./embed bad.json 2>&1", s_tmp);
+    CHECK(runs_capture(cmd, out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "embed: ");
+    CHECK_STR_CONTAINS(out, "grpo.group_size");
+    CHECK_STR_CONTAINS(out, "got 1");
+
     /* the tiny run: exit 0, the last step, and what it printed is what metrics.jsonl holds */
     snprintf(path, sizeof path, "%s/embed.json", s_tmp);
     CHECK(bt_file_write(path, s_config, strlen(s_config)) == BT_OK);
@@ -368,6 +379,44 @@ static void s_check_find_package(void) {
     char run_dir[128];
     snprintf(run_dir, sizeof run_dir, "%s/run-procs", s_tmp);
     CHECK(runs_train_steps(run_dir) == S_STEPS);
+
+    /* without the installed baton, the run fails before any worker, naming where it looked */
+    char moved[PATH_MAX + 8];
+    snprintf(moved, sizeof moved, "%s.moved", baton);
+    CHECK(rename(baton, moved) == 0);
+    snprintf(cmd, sizeof cmd, "cd %s && ./consumer/procs procs.json run-procs2 2>&1", s_tmp);
+    CHECK(runs_capture(cmd, out, sizeof out) == 1);
+    char why[PATH_MAX];
+    snprintf(why, sizeof why, "no baton executable at %s/lib/../bin/baton", s_prefix);
+    CHECK_STR_CONTAINS(out, why);
+    CHECK(strstr(out, "\nworker ") == NULL && strncmp(out, "worker ", 7) != 0);
+    CHECK(rename(moved, baton) == 0);
+}
+
+/*  The installed tree moved elsewhere: baton.pc and the CMake package name the new place. */
+static void s_check_relocated(void) {
+    char cmd[PATH_MAX * 4], out[4096], want[PATH_MAX], real[PATH_MAX];
+    snprintf(cmd, sizeof cmd, "mv %s %s/moved 2>&1", s_prefix, s_tmp);
+    CHECK(s_sh(cmd, out, sizeof out) == 0);
+    snprintf(cmd, sizeof cmd,
+             "PKG_CONFIG_PATH=%s/moved/lib/pkgconfig pkg-config --variable=includedir baton", s_tmp);
+    CHECK(s_sh(cmd, out, sizeof out) == 0);
+    out[strcspn(out, "\n")] = '\0';
+    snprintf(want, sizeof want, "%s/moved/include", s_tmp);
+    CHECK(realpath(out, real) != NULL);
+    CHECK_STR_EQ(real, want);
+    /* find_package from the moved tree: baton_EXECUTABLE follows it */
+    snprintf(cmd, sizeof cmd,
+             "%s -S %s/tests/install -B %s/consumer2 -DCMAKE_PREFIX_PATH=%s/moved "
+             "-DCMAKE_C_COMPILER=%s 2>&1 && cat %s/consumer2/CMakeFiles/procs.dir/flags.make",
+             s_env("BATON_CMAKE", "cmake"), s_env("BATON_SOURCE_DIR", ".."), s_tmp, s_tmp,
+             s_env("BATON_CC", "cc"), s_tmp);
+    char big[1 << 14];
+    CHECK(s_sh(cmd, big, sizeof big) == 0);
+    snprintf(want, sizeof want, "BATON_EXE=\\\"%s/moved/bin/baton\\\"", s_tmp);
+    CHECK_STR_CONTAINS(big, want);
+    snprintf(want, sizeof want, "-isystem %s/moved/include", s_tmp);
+    CHECK_STR_CONTAINS(big, want);
 }
 
 int main(void) {
@@ -392,6 +441,7 @@ int main(void) {
     s_check_readme();
     s_check_embed(version);
     s_check_find_package();
+    s_check_relocated();
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     if (!s_check_failures)
         CHECK(system(cmd) == 0);
