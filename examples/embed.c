@@ -10,8 +10,8 @@
 
 /*  1 for the reference answer, 0.1 for any other number (the right form), else 0.  Called from
     the workers' threads at once: the count it keeps is atomic. */
-static double my_reward(const char *prompt, const char *completion, size_t len,
-                        const char *answer, void *user) {
+static double my_reward(const char *prompt, const char *completion, size_t len, const char *answer,
+                        void *user) {
     (void)prompt;
     atomic_long *scored = user;
     atomic_fetch_add(scored, 1);

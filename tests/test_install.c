@@ -6,8 +6,8 @@
     byte) is compiled with `pkg-config --cflags --libs baton` against the installed tree alone and
     trains a tiny policy with its own reward; a second program, built with find_package(baton),
     runs its workers as processes of the installed baton (and, that baton gone, says where it
-    looked).  The tree, moved, is still found where it is now.  Needs pkg-config and binutils (readelf,
-    nm): without them it prints SKIP and exits 77. */
+    looked).  The tree, moved, is still found where it is now.  Needs pkg-config and binutils
+    (readelf, nm): without them it prints SKIP and exits 77. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"
@@ -30,7 +30,8 @@ static char s_prefix[128];
 enum { S_STEPS = 4, S_PROMPTS = 5, S_GROUP = 4, S_WORKERS = 3 };
 static const char s_config[] =
     "{\"run\": {\"name\": \"embed\", \"seed\": 5}," RUNS_MODEL_TINY
-    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": 6},"
+    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\","
+    "  \"heldout_size\": 6},"
     " \"sft\": {\"steps\": 3, \"batch_size\": 8, \"lr\": 0.003},"
     " \"grpo\": {\"steps\": 4, \"group_size\": 4, \"prompts_per_step\": 5, \"max_new_tokens\": 3,"
     "  \"lr\": 0.001},"
@@ -169,7 +170,7 @@ static void s_check_tree(const char *version) {
              s_env("BATON_CXX", "c++"), s_prefix, s_prefix);
     CHECK(s_sh(cmd, out, sizeof out) == 0);
 
-    /* the dynamic symbols it defines are the functions the installed headers declare, all of them */
+    /* the dynamic symbols it defines: the functions the installed headers declare, all of them */
     enum { S_CAP = 256 };
     char **declared = calloc(S_CAP, sizeof *declared), **exported = calloc(S_CAP, sizeof *exported);
     size_t n_declared = 0, n_exported = 0;
@@ -399,7 +400,8 @@ static void s_check_relocated(void) {
     snprintf(cmd, sizeof cmd, "mv %s %s/moved 2>&1", s_prefix, s_tmp);
     CHECK(s_sh(cmd, out, sizeof out) == 0);
     snprintf(cmd, sizeof cmd,
-             "PKG_CONFIG_PATH=%s/moved/lib/pkgconfig pkg-config --variable=includedir baton", s_tmp);
+             "PKG_CONFIG_PATH=%s/moved/lib/pkgconfig pkg-config --variable=includedir baton",
+             s_tmp);
     CHECK(s_sh(cmd, out, sizeof out) == 0);
     out[strcspn(out, "\n")] = '\0';
     snprintf(want, sizeof want, "%s/moved/include", s_tmp);
