@@ -11,7 +11,7 @@ DEBS    := cmake g++ make pkg-config libtorch-dev libopenblas0-pthread libzmq3-d
 CONFIG  ?= configs/arith.json
 ARGS    ?=
 
-.PHONY: all deps configure build run test bench clean gpu-debs unicode-data
+.PHONY: all deps configure build run test bench clean gpu-debs unicode-data install
 
 all: build
 
@@ -51,6 +51,12 @@ bench: build
 	@$(MAKE) --no-print-directory deps DEBS=python3-torch
 	@for b in $(BUILD)/bench_*; do case "$$b" in *bench_logits) continue;; esac; \
 	  [ -x "$$b" ] && BATON_SOURCE_DIR=$(CURDIR) "$$b"; done
+
+# bin/baton, lib/libbaton.so (the embedding API), include/baton/{baton,status}.h, baton.pc and the
+# CMake package under PREFIX (README, "Embed it").
+PREFIX  ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD)

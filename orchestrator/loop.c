@@ -189,7 +189,7 @@ static void s_on_failure(bt_controller_t *self, int64_t task, bt_job *job, bt_wo
                          bt_status code, const char *text) {
     char err[512];
     bt_loop_sanitise(text, err, sizeof err);
-    snprintf(self->last_fail, sizeof self->last_fail, "%s: %s", w->name, err);
+    snprintf(self->last_fail, sizeof self->last_fail, "%s: %.446s", w->name, err);
     self->stats.failed_tasks++;
     bt_jsonl line;
     bt_ctl_event_line(self, &line, "task_failed");

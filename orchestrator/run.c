@@ -1,7 +1,6 @@
 /*  run.c — the embedded run: controller in the caller's thread, one thread per worker over
     inproc (or, with bt_run_set_procs, one `baton worker` process per worker over ipc). */
-#define _DEFAULT_SOURCE /* realpath */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* realpath, dladdr */
 #include "baton/baton.h"
 #include "baton/scaling.h"
 
@@ -16,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -179,13 +179,43 @@ static void *s_worker_main(void *arg) {
     return NULL;
 }
 
-/*  `baton worker --connect ENDPOINT --role ROLE --name NAME`, started from this very executable. */
-static bt_status s_fork_worker(bt_run_t *self, s_thread *t, bt_role role) {
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+#ifndef BATON_LIB_TO_BIN /* CMake's: CMAKE_INSTALL_BINDIR relative to CMAKE_INSTALL_LIBDIR */
+#define BATON_LIB_TO_BIN "../bin"
+#endif
+static const char s_anchor; /* an address inside whatever holds this code */
+
+/*  The executable a worker process runs.  Where this code is linked into the executable (baton,
+    the tests), that executable.  Where it is libbaton.so, loaded by a host program that is not
+    baton: the installed baton, BATON_LIB_TO_BIN from the library's folder (PREFIX/lib ->
+    PREFIX/bin), else the one beside it (the build tree).  exe holds cap bytes. */
+static bt_status s_worker_exe(char *exe, size_t cap) {
+    Dl_info info;
+    const char *base = NULL;
+    if (dladdr(&s_anchor, &info) && info.dli_fname && (base = strrchr(info.dli_fname, '/')) &&
+        strncmp(base + 1, "libbaton.so", 11) == 0) {
+        int dir = (int)(base - info.dli_fname);
+        snprintf(exe, cap, "%.*s/%s/baton", dir, info.dli_fname, BATON_LIB_TO_BIN);
+        if (access(exe, X_OK) == 0)
+            return BT_OK;
+        snprintf(exe, cap, "%.*s/baton", dir, info.dli_fname);
+        if (access(exe, X_OK) == 0)
+            return BT_OK;
+        return bt_fail(BT_EIO,
+                       "run: worker processes: no baton executable at %.*s/%s/baton (%s runs the "
+                       "baton installed with it)",
+                       dir, info.dli_fname, BATON_LIB_TO_BIN, info.dli_fname);
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, cap - 1);
     if (n <= 0)
         return bt_fail(BT_EIO, "run: --procs: cannot find this executable: %s", strerror(errno));
     exe[n] = '\0';
+    return BT_OK;
+}
+
+/*  `baton worker --connect ENDPOINT --role ROLE --name NAME`, started from s_worker_exe's baton. */
+static bt_status s_fork_worker(bt_run_t *self, s_thread *t, bt_role role) {
+    char exe[4096];
+    BT_TRY(s_worker_exe(exe, sizeof exe));
     pid_t parent = getpid();
     t->pid = fork();
     if (t->pid < 0)

@@ -6,7 +6,9 @@
     Signals: a host with data-parallel trainers (workers.trainer > 1) ignores SIGPIPE, as `baton`
     does: Gloo's collectives write with writev(2), and a rank's peer that died would otherwise kill
     the process with SIGPIPE instead of failing the collective.
-    Self-contained: it includes status.h alone, and names the config as an incomplete type. */
+    Self-contained: it includes status.h alone, and names the config as an incomplete type.
+    Installed with status.h (docs/architecture.md, "Install and embed"): libbaton.so exports the
+    functions of the two and nothing else (cmake/libbaton.map). */
 #ifndef BATON_BATON_H
 #define BATON_BATON_H
 
@@ -72,9 +74,11 @@ void bt_run_destroy(bt_run_t **self_p);
 const bt_config *bt_run_config_of(const bt_run_t *self);
 /*  The run directory; default "runs/<run.name>".  Before bt_run_start. */
 void bt_run_set_dir(bt_run_t *self, const char *dir);
-/*  Workers as processes: this executable is started as `baton worker --connect ipc://RUN_DIR/
-    controller.ipc --role ROLE --name NAME` per worker (the executable must be `baton`), instead
-    of threads.  Not with bt_run_set_reward.  Before bt_run_start. */
+/*  Workers as processes: `baton worker --connect ipc://RUN_DIR/controller.ipc --role ROLE --name
+    NAME` is started per worker instead of a thread.  The baton run is this executable when baton's
+    code is linked into it; a host program linked with libbaton.so runs the baton installed with
+    the library (PREFIX/bin/baton beside PREFIX/lib/libbaton.so).  Not with bt_run_set_reward.
+    Before bt_run_start. */
 void bt_run_set_procs(bt_run_t *self);
 /*  Start no workers: the configured numbers of each role must join the endpoint
     (bt_run_set_endpoint) from elsewhere, e.g. `baton worker` on other machines.  Before
