@@ -422,6 +422,6 @@ void bt_registry_usage_of(const bt_registry_t *self, bt_role role, bt_registry_u
         out->cuda_allocated_mb = s_max(out->cuda_allocated_mb, w->usage.cuda_allocated_mb);
         out->cuda_reserved_mb = s_max(out->cuda_reserved_mb, w->usage.cuda_reserved_mb);
     }
-    out->busy_s = (double)busy / 1000.0;
-    out->live_s = (double)live / 1000.0;
+    out->busy_ms = busy;
+    out->live_ms = live;
 }

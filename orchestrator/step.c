@@ -59,14 +59,15 @@ void bt_policy_resources(bt_policy *self, bt_jsonl *line) {
     for (int r = 0; r < BT_ROLE_COUNT; r++) {
         bt_registry_usage_of(self->ctl->reg, (bt_role)r, &now[r]);
         weights += now[r].weights_s - self->res_at[r].weights_s;
-        live += now[r].live_s - self->res_at[r].live_s;
+        live += (double)(now[r].live_ms - self->res_at[r].live_ms) / 1000.0;
         cuda_allocated = fmax(cuda_allocated, now[r].cuda_allocated_mb); /* fmax skips a NaN */
         cuda_reserved = fmax(cuda_reserved, now[r].cuda_reserved_mb);
     }
     bt_jsonl_num(line, "step_s", t - self->res_t);
     for (int r = 0; r < BT_ROLE_COUNT; r++) {
-        double dl = now[r].live_s - self->res_at[r].live_s;
-        bt_jsonl_num(line, busy_key[r], dl > 0 ? (now[r].busy_s - self->res_at[r].busy_s) / dl : NAN);
+        int64_t dl = now[r].live_ms - self->res_at[r].live_ms; /* exact: whole milliseconds */
+        int64_t db = now[r].busy_ms - self->res_at[r].busy_ms;
+        bt_jsonl_num(line, busy_key[r], dl > 0 ? (double)db / (double)dl : NAN);
     }
     bt_jsonl_num(line, "busy_weights", live > 0 ? weights / live : NAN);
     bt_jsonl_num(line, "wait_slowest_s", self->wait_slowest_s);

@@ -55,10 +55,10 @@ typedef struct bt_worker_info {
 /*  What the workers of one role did over the run so far, up to the registry's clock (the latest
     now_ms any call gave it): running totals, which a reader differences between two readings,
     and levels.  Busy time is from a task's hand-out to its RESULT or FAIL (or the worker's
-    loss), so busy_s <= live_s always. */
+    loss), so busy_ms <= live_ms always, and over any two readings too. */
 typedef struct bt_registry_usage {
-    double busy_s;    /* worker-seconds holding a task */
-    double live_s;    /* worker-seconds joined and not lost */
+    int64_t busy_ms;  /* worker-milliseconds holding a task */
+    int64_t live_ms;  /* worker-milliseconds joined and not lost */
     double cpu_s;     /* CPU seconds, from the workers' reports (bt_registry_report) */
     double weights_s; /* seconds spent on WEIGHTS, from the same */
     int32_t live;     /* workers not lost now */
