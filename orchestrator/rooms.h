@@ -150,12 +150,12 @@ typedef struct bt_trainer_run {
 /*  One evaluation of one dataset at one policy version, running beside training. */
 typedef struct bt_evaluation {
     bool active;
-    int ds;             /* eval.datasets index */
-    const char *phase;  /* "sft" or "rl" */
-    char trigger[32];   /* "start", "steps", "epochs+seconds", "final", "sft" */
-    int64_t step;       /* the training step it belongs to */
+    int ds;              /* eval.datasets index */
+    const char *phase;   /* "sft" or "rl" */
+    char trigger[32];    /* "start", "steps", "epochs+seconds", "final", "sft" */
+    int64_t step;        /* the training step it belongs to */
     int64_t global_step; /* the policy's global_step when it started (its last train line's) */
-    bt_pinned *weights; /* pinned; NULL: version 0 as every worker builds it */
+    bt_pinned *weights;  /* pinned; NULL: version 0 as every worker builds it */
     int64_t version;
     bt_job jobs[S_MAX_SHARDS];
     int n_jobs;

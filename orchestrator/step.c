@@ -41,7 +41,8 @@ static void s_source_fields(const bt_policy *self, const bt_tuner_step_stats *ts
     }
 }
 
-/* ---- resource figures (docs/architecture.md, "Resource figures") ------------------------------ */
+/* ---- resource figures (docs/architecture.md, "Resource figures") ------------------------------
+ */
 
 void bt_policy_resources_mark(bt_policy *self) {
     self->res_t = bt_now();

@@ -50,8 +50,8 @@ static bt_status s_hyper_put(const bt_hyper *h, bt_msg_t *m) {
 static bt_status s_hyper_get(const bt_msg_t *m, bt_hyper *h) {
     BT_TRY(bt_msg_get_double(m, "hyper.lr", 0, BT_CONFIG_LR_MAX, &h->lr));
     BT_TRY(bt_msg_get_double(m, "hyper.kl_coef", 0, BT_CONFIG_KL_MAX, &h->kl_coef));
-    BT_TRY(bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX,
-                             &h->temperature));
+    BT_TRY(
+        bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX, &h->temperature));
     return bt_msg_get_double(m, "hyper.clip_high", 0, BT_CONFIG_CLIP_MAX, &h->clip_high);
 }
 

@@ -21,10 +21,10 @@ static char s_tmp[64];
 
 #define S_BASE                                                                                     \
     "\"run\": {\"name\": \"g\", \"seed\": 11}," RUNS_MODEL_TINY                                    \
-    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\","                 \
+    " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\","                   \
     "  \"heldout_size\": 6},"                                                                      \
-    " \"sft\": {\"steps\": 3, \"batch_size\": 8, \"lr\": 0.003},"                                \
-    " \"grpo\": {\"steps\": 14, \"group_size\": 4, \"prompts_per_step\": 6,"                     \
+    " \"sft\": {\"steps\": 3, \"batch_size\": 8, \"lr\": 0.003},"                                  \
+    " \"grpo\": {\"steps\": 14, \"group_size\": 4, \"prompts_per_step\": 6,"                       \
     "  \"max_new_tokens\": 3, \"lr\": 0.001},"                                                     \
     " \"eval\": {\"every_steps\": 3, \"heldout_count\": 6},"                                       \
     " \"checkpoint\": {\"full_every_steps\": 2, \"keep_last\": 2},"                                \
@@ -32,10 +32,9 @@ static char s_tmp[64];
 
 static const char s_single[] = "{" S_BASE "}";
 /*  base: 3 SFT steps; more_sft: 5 of its own; shared: base's warm start (only grpo.lr differs) */
-static const char s_variants[] =
-    "{" S_BASE ", \"variants\": [{\"name\": \"base\"},"
-    " {\"name\": \"more_sft\", \"set\": {\"sft.steps\": 5}},"
-    " {\"name\": \"shared\", \"set\": {\"grpo.lr\": 0.002}}]}";
+static const char s_variants[] = "{" S_BASE ", \"variants\": [{\"name\": \"base\"},"
+                                 " {\"name\": \"more_sft\", \"set\": {\"sft.steps\": 5}},"
+                                 " {\"name\": \"shared\", \"set\": {\"grpo.lr\": 0.002}}]}";
 
 #define S_MAX_VARIANTS 4
 
@@ -43,8 +42,8 @@ static const char s_variants[] =
 typedef struct {
     char name[32];
     int sft_lines, train_lines;
-    int sft_at[64];   /* global_step of its sft line of step s (1-based), -1: none */
-    bool ok;          /* every check on it held */
+    int sft_at[64]; /* global_step of its sft line of step s (1-based), -1: none */
+    bool ok;        /* every check on it held */
 } s_variant;
 
 static s_variant *s_find(s_variant *v, int *n, const char *name) {

@@ -17,9 +17,14 @@
     - embedded (workers are threads of baton): the CPU of every line adds up to no more than the
       process used;
     - the two runs, with the resource fields removed as the reproducibility checks remove timing
-      fields (tests/runs.h), write the same metrics. */
+      fields (tests/runs.h), write the same metrics.
+    Before them, the parts on their own: the registry's busy and live worker-time on a clock the
+    test sets, against sums done by hand, and the reports of a worker whose process restarted;
+    the usage.* fields of a RESULT over a ZeroMQ socket, and a malformed one refused by name. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
+#include "baton/registry.h"
+#include "baton/spec.h"
 #include "check.h"
 #include "runs.h"
 
@@ -29,6 +34,7 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 static char s_tmp[64], s_config[128];
 
@@ -122,7 +128,7 @@ static void s_read(const char *dir, s_sums *s) {
             double x = s_field(j, fractions[k], &present);
             all &= present;
             ok &= isnan(x) ? k == 2 && !train : x >= 0 && x <= 1; /* eval: none may have joined */
-            if (train && k < 2) /* each step samples and trains */
+            if (train && k < 2)                                   /* each step samples and trains */
                 ok &= x > 0;
         }
         double wait = s_field(j, "wait_slowest_s", &present);
@@ -160,7 +166,104 @@ static void s_read(const char *dir, s_sums *s) {
     free(text);
 }
 
+static int32_t s_join(bt_registry_t *r, bt_role role, const char *peer, int64_t now) {
+    return bt_registry_join(r, role, peer, (const uint8_t *)peer, strlen(peer), now);
+}
+
+/*  Rollout workers a (joins at 0) and b (joins at 200), a trainer t (joins at 0) on a clock the
+    test moves: a holds a task over [100, 350) and one from 600 until it is lost at 2000 (silent
+    since 700); b one over [300, 1000). */
+static void test_registry_usage(void) {
+    bt_registry_t *r = bt_registry_new(1000);
+    int32_t a = s_join(r, BT_ROLE_ROLLOUT, "a", 0), t = s_join(r, BT_ROLE_TRAINER, "t", 0);
+    int payload[3];
+    int64_t task;
+    int32_t w;
+    bt_registry_add_task(r, BT_ROLE_ROLLOUT, &payload[0]);
+    CHECK(bt_registry_next_assignment(r, 100, &task, &w) && w == a);
+    int32_t b = s_join(r, BT_ROLE_ROLLOUT, "b", 200);
+    bt_registry_add_task(r, BT_ROLE_ROLLOUT, &payload[1]);
+    CHECK(bt_registry_next_assignment(r, 300, &task, &w) && w == b);
+    int64_t b_task = task;
+    bt_registry_touch(r, a, 350);
+    CHECK(bt_registry_complete(r, 0, a));
+    bt_registry_usage u;
+    bt_registry_usage_of(r, BT_ROLE_ROLLOUT, &u);
+    CHECK(u.busy_ms == 250 + 50 && u.live_ms == 350 + 150 && u.live == 2);
+    bt_registry_add_task(r, BT_ROLE_ROLLOUT, &payload[2]);
+    CHECK(bt_registry_next_assignment(r, 600, &task, &w) && w == a);
+    bt_registry_touch(r, a, 700);
+    bt_registry_touch(r, b, 1000);
+    CHECK(bt_registry_complete(r, b_task, b));
+    bt_registry_touch(r, b, 2000);
+    CHECK(bt_registry_expire(r, 2000) == 2); /* a (silent since 700) and t (since 0) */
+    bt_registry_usage_of(r, BT_ROLE_ROLLOUT, &u);
+    CHECK(u.busy_ms == 250 + 1400 + 700 && u.live_ms == 2000 + 1800 && u.live == 1);
+    bt_registry_usage_of(r, BT_ROLE_TRAINER, &u);
+    CHECK(u.busy_ms == 0 && u.live_ms == 2000 && u.live == 0);
+    CHECK(isnan(u.peak_rss_mb) && isnan(u.cuda_reserved_mb)); /* nothing reported */
+
+    /* reports: running totals; what grew counts once; a total that fell is a new process */
+    bt_usage x;
+    bt_usage_init(&x);
+    x.cpu_s = 2.0;
+    x.weights_s = 0.5;
+    x.peak_rss_mb = 300;
+    bt_registry_report(r, b, &x);
+    x.cpu_s = 3.5;
+    x.peak_rss_mb = 320;
+    bt_registry_report(r, b, &x);
+    x.cpu_s = 1.0;     /* restarted */
+    x.weights_s = NAN; /* not reported: kept */
+    bt_registry_report(r, b, &x);
+    bt_registry_usage_of(r, BT_ROLE_ROLLOUT, &u);
+    CHECK(u.cpu_s == 2.0 + 1.5 + 1.0 && u.weights_s == 0.5 && u.peak_rss_mb == 320);
+    CHECK(isnan(u.cuda_allocated_mb));
+    bt_registry_usage_of(r, BT_ROLE_TRAINER, &u);
+    CHECK(u.cpu_s == 0);
+    (void)t;
+    bt_registry_destroy(&r);
+}
+
+/*  usage.* over a ZeroMQ socket: what a worker writes is what the controller reads, absent
+    figures NaN, and a malformed one is refused naming the field. */
+static void test_usage_wire(void) {
+    bt_spec_result r;
+    bt_spec_result_init(&r, BT_JOB_SNAPSHOT);
+    r.task = 7;
+    r.canary_loss = 1.25;
+    r.trainer_version = 3;
+    r.usage.cpu_s = 12.5;
+    r.usage.peak_rss_mb = 800.25;
+    bt_msg_t *sent = bt_msg_new(BT_MSG_RESULT), *m = NULL;
+    CHECK_OK(bt_spec_result_to_msg(&r, sent));
+    void *ctx = zmq_ctx_new(), *out = zmq_socket(ctx, ZMQ_PAIR), *in = zmq_socket(ctx, ZMQ_PAIR);
+    CHECK(zmq_bind(in, "inproc://usage") == 0 && zmq_connect(out, "inproc://usage") == 0);
+    CHECK_OK(bt_proto_send(&sent, out, NULL, 0));
+    CHECK_OK(bt_proto_recv(in, &m, NULL, NULL, 0));
+    CHECK(m != NULL);
+    bt_spec_result back;
+    CHECK_OK(bt_spec_result_from_msg(m, BT_JOB_SNAPSHOT, &back));
+    CHECK(back.usage.cpu_s == 12.5 && back.usage.peak_rss_mb == 800.25);
+    CHECK(isnan(back.usage.weights_s) && isnan(back.usage.cuda_allocated_mb));
+    CHECK(!bt_msg_has(m, "usage.cuda_reserved_mb")); /* NaN: not written */
+    bt_spec_result_release(&back);
+    CHECK_OK(bt_msg_set_str(m, "usage.weights_s", "soon"));
+    CHECK(bt_spec_result_from_msg(m, BT_JOB_SNAPSHOT, &back) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "usage.weights_s");
+    CHECK_OK(bt_msg_set_double(m, "usage.weights_s", -1));
+    CHECK(bt_spec_result_from_msg(m, BT_JOB_SNAPSHOT, &back) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "usage.weights_s");
+    bt_msg_destroy(&m);
+    bt_spec_result_release(&r);
+    zmq_close(in);
+    zmq_close(out);
+    zmq_ctx_term(ctx);
+}
+
 int main(void) {
+    test_registry_usage();
+    test_usage_wire();
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_resources_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     snprintf(s_config, sizeof s_config, "%s/res.json", s_tmp);

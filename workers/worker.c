@@ -223,7 +223,8 @@ static void s_release(s_compute *c) {
     bt_device_release_cache(c->dev);
 }
 
-/* ---- what the worker used (bt_usage, on every RESULT) ----------------------------------------- */
+/* ---- what the worker used (bt_usage, on every RESULT) -----------------------------------------
+ */
 
 static double s_clock_s(clockid_t id) {
     struct timespec ts;
@@ -242,7 +243,8 @@ static void s_usage(const s_compute *c, bt_usage *u) {
     size_t peak = 0, allocated = 0, reserved = 0;
     if (bt_proc_memory(NULL, &peak) == BT_OK)
         u->peak_rss_mb = (double)peak / (1 << 20);
-    if (c->dev.type == BT_DEVICE_CUDA && bt_device_memory(c->dev, &allocated, NULL, &reserved) == BT_OK) {
+    if (c->dev.type == BT_DEVICE_CUDA &&
+        bt_device_memory(c->dev, &allocated, NULL, &reserved) == BT_OK) {
         u->cuda_allocated_mb = (double)allocated / (1 << 20);
         u->cuda_reserved_mb = (double)reserved / (1 << 20);
     }
