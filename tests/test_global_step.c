@@ -5,7 +5,8 @@
     never mixes rows); every eval line's is that of the train or sft line of the step it
     evaluated.  A run killed with SIGKILL mid-run and resumed with --resume goes on without a gap
     or a repeat, and each checkpoint's state.json holds the count of the lines before its
-    metrics_size; a state.json whose global_step no run can have is refused by --resume, naming
+    metrics_size.  A rollback's skipped steps keep their lines, and the count goes on over the
+    steps run again.  A state.json whose global_step no run can have is refused by --resume, naming
     it.  With variants each counts its own: a variant with more SFT steps, and one that
     shares the base's warm start (its SFT lines copied from the base's). */
 #define _DEFAULT_SOURCE
@@ -44,7 +45,8 @@ typedef struct {
     char name[32];
     int sft_lines, train_lines;
     int sft_at[64]; /* global_step of its sft line of step s (1-based), -1: none */
-    bool ok;        /* every check on it held */
+    int train_first[64], train_last[64]; /* of its train lines of step s (a rollback repeats) */
+    bool ok;                             /* every check on it held */
 } s_variant;
 
 static s_variant *s_find(s_variant *v, int *n, const char *name) {
@@ -57,6 +59,8 @@ static s_variant *s_find(s_variant *v, int *n, const char *name) {
     memset(x, 0, sizeof *x);
     snprintf(x->name, sizeof x->name, "%s", name);
     memset(x->sft_at, -1, sizeof x->sft_at);
+    memset(x->train_first, -1, sizeof x->train_first);
+    memset(x->train_last, -1, sizeof x->train_last);
     x->ok = true;
     return x;
 }
@@ -68,9 +72,10 @@ static double s_num(const cJSON *o, const char *key) {
 
 /*  Reads the first `bytes` bytes of DIR/metrics.jsonl (all of it when < 0) in file order and
     checks each line's global_step against the count of its variant's train and sft lines so
-    far (eval lines: that of the line of the step they evaluated); fills v (n of them).  Returns
-    the eval lines read. */
-static int s_read(const char *dir, int64_t bytes, s_variant *v, int *n) {
+    far (eval lines: that of the line of the step they evaluated); fills v (n of them).  Without
+    repeats (no rollback) a train line of step s also has the SFT lines' count + s.  Returns the
+    eval lines read. */
+static int s_read(const char *dir, int64_t bytes, bool repeats, s_variant *v, int *n) {
     char path[256], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     *n = 0;
@@ -103,15 +108,22 @@ static int s_read(const char *dir, int64_t bytes, s_variant *v, int *n) {
             ok = g == want;
             if (sft && step >= 1 && step < 64)
                 x->sft_at[(int)step] = (int)g;
-            if (!sft) /* RL step s follows every SFT line */
+            if (!sft && step >= 1 && step < 64) {
+                int *first = &x->train_first[(int)step];
+                *first = *first < 0 ? (int)g : *first;
+                x->train_last[(int)step] = (int)g;
+            }
+            if (!sft && !repeats) /* RL step s follows every SFT line */
                 ok &= g == x->sft_lines + step;
         } else if (!strcmp(kind, "eval")) {
             const char *phase = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "phase"));
             evals++;
             if (phase && !strcmp(phase, "sft")) /* an SFT early-stop check: its step's line */
                 ok = step >= 1 && step < 64 && g == x->sft_at[(int)step];
-            else /* the weights of RL step s (0: after SFT) */
-                ok = g == x->sft_lines + step;
+            else if (step == 0) /* the weights SFT left */
+                ok = g == x->sft_lines;
+            else /* the weights of a train line of step s written before */
+                ok = step < 64 && (g == x->train_first[(int)step] || g == x->train_last[(int)step]);
         }
         if (!ok)
             fprintf(stderr, "%s: global_step %g is wrong on %s\n", dir, g, l);
@@ -123,12 +135,12 @@ static int s_read(const char *dir, int64_t bytes, s_variant *v, int *n) {
 }
 
 /*  Checks a finished run in dir: variant names[i] wrote sft[i] SFT lines and `steps` train
-    lines, each global_step right. */
+    lines, each global_step right (repeats: a rollback ran steps again). */
 static void s_check_run(const char *dir, const char *const *names, const int *sft, int n_names,
-                        int steps) {
+                        int steps, bool repeats) {
     s_variant v[S_MAX_VARIANTS];
     int n = 0;
-    CHECK(s_read(dir, -1, v, &n) > 0);
+    CHECK(s_read(dir, -1, repeats, v, &n) > 0);
     CHECK(n == n_names);
     for (int i = 0; i < n_names; i++) {
         int n1 = n;
@@ -178,7 +190,7 @@ static void s_check_checkpoints(const char *dir, const char *const *names, int n
             double size = s_state_field(state, "metrics_size");
             s_variant v[S_MAX_VARIANTS];
             int n = 0;
-            s_read(dir, (int64_t)size, v, &n);
+            s_read(dir, (int64_t)size, false, v, &n);
             s_variant *x = s_find(v, &n, n_names ? names[i] : "main");
             CHECK(x && g == x->sft_lines + x->train_lines);
             if (x && g != x->sft_lines + x->train_lines)
@@ -267,7 +279,7 @@ int main(void) {
     const int main_sft[] = {3};
     snprintf(dir, sizeof dir, "%s/single", s_tmp);
     s_run_killed(single, dir);
-    s_check_run(dir, main_name, main_sft, 1, 14);
+    s_check_run(dir, main_name, main_sft, 1, 14, false);
     s_check_checkpoints(dir, NULL, 0);
     s_check_refused(single, dir, "-3",
                     "state.json.global_step: expected an integer in [0, 9007199254740992], got -3");
@@ -275,12 +287,28 @@ int main(void) {
                     "state.json.global_step: expected an integer in [0, "
                     "9007199254740992], got a value that is not a number");
 
+    /* a NaN update at step 6 rolls back to the snapshot after SFT (no checkpoints: snapshots
+       every 10 steps): the lines of steps 1-5 stay, the steps run again, and global_step counts
+       on over them, 3 SFT + 5 + 14 train lines */
+    snprintf(dir, sizeof dir, "%s/rollback", s_tmp);
+    const char *rollback[] = {"run",       single,
+                              "--run-dir", dir,
+                              "--set",     "debug.inject_nan_at_step=6",
+                              "--set",     "checkpoint.full_every_steps=0",
+                              NULL};
+    CHECK(runs_wait(runs_spawn(rollback)) == 0);
+    char events[256];
+    snprintf(events, sizeof events, "%s/events.jsonl", dir);
+    CHECK(runs_file_has(events, "\"event\":\"rollback\",\"time\""));
+    CHECK(runs_file_has(events, "\"to_step\":0,"));
+    s_check_run(dir, main_name, main_sft, 1, 5 + 14, true);
+
     /* variants, each counting its own; killed and resumed too */
     const char *names[] = {"base", "more_sft", "shared"};
     const int sft[] = {3, 5, 3};
     snprintf(dir, sizeof dir, "%s/variants", s_tmp);
     s_run_killed(variants, dir);
-    s_check_run(dir, names, sft, 3, 14);
+    s_check_run(dir, names, sft, 3, 14, false);
     s_check_checkpoints(dir, names, 3);
 
     char cmd[160];
