@@ -126,11 +126,11 @@ bt_status bt_spec_task_from_msg(const bt_msg_t *m, const bt_spec_limits *lim, bt
 void bt_spec_task_release(bt_spec_task *t);
 
 /*  What a worker has used, as each of its RESULTs reports it (fields usage.*, every one optional;
-    docs/protocol.md, "Resource figures"): running totals since the worker started, and levels
-    at the RESULT.  NaN: not reported (an older worker; the CUDA figures on the CPU). */
+    docs/protocol.md, "TASK and RESULT fields per kind"): running totals since the worker started,
+    and levels at the RESULT.  NaN: not reported (an older worker; the CUDA figures on the CPU). */
 typedef struct bt_usage {
-    double cpu_s;       /* CPU seconds so far: its process's (getrusage), or, for a worker that
-                           shares the controller's process (inproc://), its own threads' */
+    double cpu_s; /* CPU seconds so far: its process's (CLOCK_PROCESS_CPUTIME_ID), or, for a worker
+                     that shares the controller's process (inproc://), its own threads' */
     double weights_s;   /* seconds so far spent exporting and sending (trainer) or loading
                            (rollout, eval) WEIGHTS */
     double peak_rss_mb; /* its process's peak resident memory (VmHWM), MiB */
