@@ -129,8 +129,8 @@ void bt_spec_task_release(bt_spec_task *t);
     docs/protocol.md, "TASK and RESULT fields per kind"): running totals since the worker started,
     and levels at the RESULT.  NaN: not reported (an older worker; the CUDA figures on the CPU). */
 typedef struct bt_usage {
-    double cpu_s; /* CPU seconds so far: its process's (CLOCK_PROCESS_CPUTIME_ID), or, for a worker
-                     that shares the controller's process (inproc://), its own threads' */
+    double cpu_s;       /* CPU seconds so far: its process's CPU clock, or, for a worker that
+                           shares the controller's process (inproc://), its own threads' */
     double weights_s;   /* seconds so far spent exporting and sending (trainer) or loading
                            (rollout, eval) WEIGHTS */
     double peak_rss_mb; /* its process's peak resident memory (VmHWM), MiB */
