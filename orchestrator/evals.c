@@ -63,6 +63,7 @@ bt_status bt_evals_start(bt_policy *p, int ds, const char *phase, const char *tr
                           .ds = ds,
                           .phase = phase,
                           .step = step,
+                          .global_step = p->global_step,
                           .weights = bt_loop_weights_ref(p->weights),
                           .version = p->version,
                           .t_start = bt_now(),
@@ -154,6 +155,7 @@ static bt_status s_finish(bt_policy *p, bt_evaluation *ev) {
                          .ds = ev->ds,
                          .phase = ev->phase,
                          .step = ev->step,
+                         .global_step = ev->global_step,
                          .trigger = ev->trigger,
                          .version = ev->version,
                          .metrics = metrics,
@@ -315,6 +317,7 @@ static bt_status s_log_line(const bt_eval_done *e, void *user) {
     bt_jsonl_str(&line, "phase", e->phase);
     bt_jsonl_int(&line, "step", e->step);
     bt_jsonl_str(&line, "variant", p->variant_name);
+    bt_jsonl_int(&line, "global_step", e->global_step);
     bt_jsonl_num(&line, "time", bt_now() - p->ctl->t0);
     bt_jsonl_str(&line, "dataset", e->dataset->name);
     if (e->dataset->data_source >= 0)

@@ -68,6 +68,7 @@ static bt_status s_ranks_poll(bt_policy *p, bool *broken) {
         *broken = false;
         ctl->stats.compute_s += longest;
         ctl->stats.tasks_s += bt_now() - set->t0;
+        p->wait_slowest_s += bt_jobs_spread(set->jobs, n);
         return BT_OK;
     }
     for (int k = 0; k < n; k++)

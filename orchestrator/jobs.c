@@ -92,6 +92,15 @@ bt_status bt_jobs_check_result(const bt_job *job, const bt_msg_t *m) {
     return st;
 }
 
+double bt_jobs_spread(const bt_job *jobs, int n) {
+    double first = INFINITY, last = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        first = fmin(first, jobs[i].done_s);
+        last = fmax(last, jobs[i].done_s);
+    }
+    return n > 1 ? last - first : 0;
+}
+
 bt_status bt_jobs_submit(bt_policy *p, bt_jobset *set, bt_job *jobs, int n) {
     bt_controller_t *ctl = p->ctl;
     *set = (bt_jobset){
@@ -163,6 +172,7 @@ bt_status bt_jobs_poll(bt_policy *p, bt_jobset *set) {
     if (done == set->n) {
         ctl->stats.compute_s += longest;
         ctl->stats.tasks_s += bt_now() - set->t0;
+        p->wait_slowest_s += bt_jobs_spread(set->jobs, set->n);
         return BT_OK;
     }
     bt_status st = BT_OK;

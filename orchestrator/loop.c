@@ -295,7 +295,11 @@ static void s_on_result(bt_controller_t *self, bt_msg_t **m, bt_worker_info *w) 
     *longest = ms > *longest ? ms : *longest;
     job->compute_s = 0;
     job->worker = w->id;
+    job->done_s = bt_now();
     bt_msg_get_double(*m, "compute_s", 0, 1e9, &job->compute_s);
+    bt_usage usage; /* checked with the rest of the RESULT (bt_jobs_check_result) */
+    if (bt_usage_from_msg(*m, &usage) == BT_OK)
+        bt_registry_report(self->reg, w->id, &usage);
     job->pol->worker_s += job->compute_s; /* each variant's share of the pool */
     if (job->role == BT_ROLE_TRAINER)
         bt_msg_get_int(*m, "trainer_version", 0, BT_WIRE_INT_MAX, &job->pol->trainer_version);

@@ -158,9 +158,11 @@ static bt_status s_sft(bt_policy *self) {
     bt_jsonl_str(&line, "kind", "sft");
     bt_jsonl_int(&line, "step", s + 1);
     bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_int(&line, "global_step", ++self->global_step);
     bt_jsonl_num(&line, "time", bt_now() - self->ctl->t0);
     bt_jsonl_num(&line, "loss", loss);
     bt_jsonl_num(&line, "lr", self->sft_lr);
+    bt_policy_resources(self, &line);
     BT_TRY(bt_policy_sft_metric(self, &line));
     int ds = bt_evals_first_generate(c);
     if (self->sft_eval && s + 1 < c->sft.steps && ds >= 0 && c->workers.eval > 0) {
@@ -213,6 +215,7 @@ static bt_status s_warm_reset(bt_policy *self) {
     BT_TRY(bt_recovery_restore(self, NULL, 0, NAN));
     bt_mixture_set_position(self->mix, &self->warm_pos);
     BT_TRY(bt_runlog_drop_metrics(self->ctl->log, self->warm_metrics, self->variant_name));
+    self->global_step = 0; /* its lines are gone with the rest */
     bt_buf_truncate(&self->warm_lines, 0);
     self->last_accuracy = NAN;
     self->ctl->stats.restores++;
@@ -267,6 +270,7 @@ static bt_status s_warm_share(bt_policy *self) {
     bt_mixture_set_position(self->mix, &pos);
     self->last_accuracy = leader->warm_accuracy;
     self->sft_step = leader->sft_step;
+    self->global_step = leader->global_step; /* its SFT lines, copied (it took no step since) */
     self->clock = leader->clock;
     BT_TRY(s_share_lines(self, leader));
     bt_jsonl line;
@@ -283,6 +287,7 @@ static bt_status s_warm_share(bt_policy *self) {
 
 /*  BT_POLICY_START: the checkpoint to resume from, or the warm start. */
 static bt_status s_start(bt_policy *self) {
+    bt_policy_resources_mark(self);
     if (self->ctl->resuming)
         return bt_saves_resume_read(self);
     bt_train_clock_start(&self->clock, bt_now());

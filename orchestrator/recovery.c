@@ -18,6 +18,7 @@ static void s_state_capture(bt_policy *self, double canary, bt_runstate *out) {
                          .last_accuracy = self->last_accuracy,
                          .metrics_size = bt_runlog_metrics_size(self->ctl->log),
                          .events_size = bt_runlog_events_size(self->ctl->log),
+                         .global_step = self->global_step,
                          .canary_loss = canary,
                          .nan_injected = self->nan_injected,
                          .loss_ema = self->loss_ema,
@@ -48,6 +49,9 @@ void bt_recovery_apply(bt_policy *self, const bt_runstate *st, bool restore_curs
         bt_mixture_position pos = {.draws = st->cursor};
         pos.drawn[0] = st->cursor;
         bt_mixture_set_position(self->mix, &pos);
+        /* metrics.jsonl is cut back to the state too (a rollback keeps the lines it skipped, and
+           counts on); a state.json from before global_step: its GRPO steps */
+        self->global_step = st->global_step >= 0 ? st->global_step : st->step;
     }
     self->last_reward = st->last_reward;
     self->last_accuracy = st->last_accuracy;

@@ -1,6 +1,7 @@
 /*  registry.c — workers and tasks of the controller; see registry.h for the task life cycle. */
 #include "baton/registry.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,30 @@ struct bt_registry {
     s_task *tasks;
     int64_t n_tasks, cap_tasks;
     int64_t queue_head; /* no QUEUED task below this index */
+    int64_t now_ms;     /* the clock: the latest now_ms a call gave */
+    /* per role, over the run: closed busy and live intervals (ms), reported CPU and WEIGHTS time */
+    int64_t busy_ms[BT_ROLE_COUNT], live_ms[BT_ROLE_COUNT];
+    double cpu_s[BT_ROLE_COUNT], weights_s[BT_ROLE_COUNT];
 };
+
+static void s_clock(bt_registry_t *self, int64_t now_ms) {
+    self->now_ms = now_ms > self->now_ms ? now_ms : self->now_ms;
+}
+
+/*  Moves a worker to state, closing and opening its busy and live intervals at the clock. */
+static void s_set_state(bt_registry_t *self, bt_worker_info *w, bt_worker_state to) {
+    int64_t now = self->now_ms;
+    int r = (int)w->role;
+    if (w->state == BT_WORKER_BUSY && to != BT_WORKER_BUSY)
+        self->busy_ms[r] += now - w->busy_since_ms;
+    if (w->state != BT_WORKER_BUSY && to == BT_WORKER_BUSY)
+        w->busy_since_ms = now;
+    if (w->state != BT_WORKER_LOST && to == BT_WORKER_LOST)
+        self->live_ms[r] += now - w->live_since_ms;
+    if (w->state == BT_WORKER_LOST && to != BT_WORKER_LOST)
+        w->live_since_ms = now;
+    w->state = to;
+}
 
 bt_registry_t *bt_registry_new(int64_t expiry_ms) {
     bt_registry_t *self = calloc(1, sizeof *self);
@@ -80,6 +104,7 @@ int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, co
         bt_fail(BT_ERANGE, "registry: peer id of %zu bytes", peer_len);
         return -1;
     }
+    s_clock(self, now_ms);
     bt_worker_info *w = NULL;
     for (int32_t i = 0; i < self->n_workers; i++) {
         bt_worker_info *o = &self->workers[i];
@@ -104,12 +129,16 @@ int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, co
             w = &self->workers[self->n_workers];
             memset(w, 0, sizeof *w);
             w->id = self->n_workers++;
+            w->state = BT_WORKER_LOST; /* until it is live, below */
+            bt_usage_init(&w->usage);
         } else if ((w = s_reclaim(self)) != NULL) {
             int32_t id = w->id;
             int64_t incarnation = w->incarnation + 1;
             memset(w, 0, sizeof *w);
             w->id = id;
             w->incarnation = incarnation;
+            w->state = BT_WORKER_LOST;
+            bt_usage_init(&w->usage);
         } else {
             bt_fail(BT_ERANGE, "registry: no room for another worker (%d live)", S_MAX_WORKERS);
             return -1;
@@ -117,9 +146,9 @@ int32_t bt_registry_join(bt_registry_t *self, bt_role role, const char *name, co
         memcpy(w->peer, peer, peer_len);
         w->peer_len = peer_len;
     }
-    w->role = role;
+    w->role = role; /* LOST here: its intervals closed under its old role */
     snprintf(w->name, sizeof w->name, "%s", name ? name : "");
-    w->state = BT_WORKER_IDLE;
+    s_set_state(self, w, BT_WORKER_IDLE);
     w->quarantined = false;
     w->last_seen_ms = now_ms;
     w->task = -1;
@@ -153,12 +182,14 @@ int32_t bt_registry_live(const bt_registry_t *self, bt_role role) {
 }
 
 void bt_registry_touch(bt_registry_t *self, int32_t worker, int64_t now_ms) {
+    s_clock(self, now_ms);
     bt_worker_info *w = bt_registry_worker(self, worker);
     if (w)
         w->last_seen_ms = now_ms;
 }
 
 void bt_registry_touch_all(bt_registry_t *self, int64_t now_ms) {
+    s_clock(self, now_ms);
     for (int32_t i = 0; i < self->n_workers; i++)
         if (self->workers[i].state != BT_WORKER_LOST)
             self->workers[i].last_seen_ms = now_ms;
@@ -184,7 +215,7 @@ static bt_worker_info *s_take_back(bt_registry_t *self, int32_t worker, bt_worke
     if (w->task >= 0)
         s_requeue(self, w->task);
     w->task = -1;
-    w->state = state;
+    s_set_state(self, w, state);
     return w;
 }
 
@@ -199,6 +230,7 @@ void bt_registry_quarantine(bt_registry_t *self, int32_t worker) {
 }
 
 int bt_registry_expire(bt_registry_t *self, int64_t now_ms) {
+    s_clock(self, now_ms);
     int lost = 0;
     for (int32_t i = 0; i < self->n_workers; i++) {
         bt_worker_info *w = &self->workers[i];
@@ -275,6 +307,7 @@ int32_t bt_registry_task_worker(const bt_registry_t *self, int64_t task) {
 
 bool bt_registry_next_assignment(bt_registry_t *self, int64_t now_ms, int64_t *task,
                                  int32_t *worker) {
+    s_clock(self, now_ms);
     while (self->queue_head < self->n_tasks &&
            self->tasks[self->queue_head].state != BT_TASK_QUEUED)
         self->queue_head++;
@@ -294,7 +327,7 @@ bool bt_registry_next_assignment(bt_registry_t *self, int64_t now_ms, int64_t *t
             q->worker = w->id;
             q->assigned_ms = now_ms;
             q->attempts++;
-            w->state = BT_WORKER_BUSY;
+            s_set_state(self, w, BT_WORKER_BUSY);
             w->task = t;
             *task = t;
             *worker = w->id;
@@ -314,7 +347,7 @@ static bool s_release(bt_registry_t *self, int64_t task, int32_t worker) {
     bool cancelled = t->state == BT_TASK_CANCELLED;
     if (t->worker != worker || (t->state != BT_TASK_ASSIGNED && !cancelled))
         return false;
-    w->state = BT_WORKER_IDLE;
+    s_set_state(self, w, BT_WORKER_IDLE);
     w->task = -1;
     t->worker = -1;
     return !cancelled;
@@ -341,4 +374,54 @@ int64_t bt_registry_pending(const bt_registry_t *self) {
     for (int64_t t = 0; t < self->n_tasks; t++)
         n += self->tasks[t].state != BT_TASK_DONE && self->tasks[t].state != BT_TASK_CANCELLED;
     return n;
+}
+
+/*  What a running total grew by since last: all of now when it fell (a new process). */
+static double s_growth(double now, double last) {
+    if (!isfinite(now))
+        return 0;
+    return isfinite(last) && now >= last ? now - last : now;
+}
+
+void bt_registry_report(bt_registry_t *self, int32_t worker, const bt_usage *u) {
+    bt_worker_info *w = bt_registry_worker(self, worker);
+    if (!w)
+        return;
+    self->cpu_s[w->role] += s_growth(u->cpu_s, w->usage.cpu_s);
+    self->weights_s[w->role] += s_growth(u->weights_s, w->usage.weights_s);
+    const double from[] = {u->cpu_s, u->weights_s, u->peak_rss_mb, u->cuda_allocated_mb,
+                           u->cuda_reserved_mb};
+    double *to[] = {&w->usage.cpu_s, &w->usage.weights_s, &w->usage.peak_rss_mb,
+                    &w->usage.cuda_allocated_mb, &w->usage.cuda_reserved_mb};
+    for (size_t i = 0; i < sizeof from / sizeof *from; i++)
+        if (isfinite(from[i]))
+            *to[i] = from[i];
+}
+
+/*  The larger of a and b, NaN only when both are. */
+static double s_max(double a, double b) {
+    return isnan(a) || b > a ? b : a;
+}
+
+void bt_registry_usage_of(const bt_registry_t *self, bt_role role, bt_registry_usage *out) {
+    int r = (int)role;
+    int64_t busy = self->busy_ms[r], live = self->live_ms[r];
+    *out = (bt_registry_usage){.cpu_s = self->cpu_s[r],
+                               .weights_s = self->weights_s[r],
+                               .peak_rss_mb = NAN,
+                               .cuda_allocated_mb = NAN,
+                               .cuda_reserved_mb = NAN};
+    for (int32_t i = 0; i < self->n_workers; i++) {
+        const bt_worker_info *w = &self->workers[i];
+        if (w->role != role || w->state == BT_WORKER_LOST)
+            continue;
+        out->live++;
+        live += self->now_ms - w->live_since_ms;
+        busy += w->state == BT_WORKER_BUSY ? self->now_ms - w->busy_since_ms : 0;
+        out->peak_rss_mb = s_max(out->peak_rss_mb, w->usage.peak_rss_mb);
+        out->cuda_allocated_mb = s_max(out->cuda_allocated_mb, w->usage.cuda_allocated_mb);
+        out->cuda_reserved_mb = s_max(out->cuda_reserved_mb, w->usage.cuda_reserved_mb);
+    }
+    out->busy_ms = busy;
+    out->live_ms = live;
 }

@@ -103,6 +103,7 @@ typedef struct bt_job {
     int64_t expect_version;        /* train, sft, snapshot: the trainer version it applies to */
     bt_msg_t *result;              /* owned once the task is done */
     double compute_s;              /* the worker's compute time for it */
+    double done_s;                 /* when its RESULT came (bt_now) */
     int32_t worker;                /* who completed it */
     bt_status status;              /* a failure no retry mends (BT_ESTATE: restore the trainer) */
 } bt_job;
@@ -148,11 +149,12 @@ typedef struct bt_trainer_run {
 /*  One evaluation of one dataset at one policy version, running beside training. */
 typedef struct bt_evaluation {
     bool active;
-    int ds;             /* eval.datasets index */
-    const char *phase;  /* "sft" or "rl" */
-    char trigger[32];   /* "start", "steps", "epochs+seconds", "final", "sft" */
-    int64_t step;       /* the training step it belongs to */
-    bt_pinned *weights; /* pinned; NULL: version 0 as every worker builds it */
+    int ds;              /* eval.datasets index */
+    const char *phase;   /* "sft" or "rl" */
+    char trigger[32];    /* "start", "steps", "epochs+seconds", "final", "sft" */
+    int64_t step;        /* the training step it belongs to */
+    int64_t global_step; /* the policy's global_step when it started (its last train line's) */
+    bt_pinned *weights;  /* pinned; NULL: version 0 as every worker builds it */
     int64_t version;
     bt_job jobs[S_MAX_SHARDS];
     int n_jobs;
@@ -167,6 +169,7 @@ typedef struct bt_eval_done {
     int ds;
     const char *phase;
     int64_t step;
+    int64_t global_step;
     const char *trigger;
     int64_t version;
     const bt_eval_metric *metrics;
@@ -347,6 +350,14 @@ typedef struct bt_policy {
     int exploit_stage;
     bt_jsonl exploit_line; /* its pbt event, written once the new snapshot is taken */
     bool stopped;          /* stopped early (scaling.stop_margin) */
+    /* metrics.jsonl's global_step: the train and sft lines written so far, over SFT and RL, kept
+       by checkpoints (bt_runstate) and by a rollback (the lines it skipped stay in the file) */
+    int64_t global_step;
+    /* the resource figures of the train lines (step.c, bt_policy_resources): the pool's figures
+       at the policy's last train line, and the fan-outs' waits for their slowest worker since */
+    double res_t;
+    bt_registry_usage res_at[BT_ROLE_COUNT];
+    double wait_slowest_s;
 } bt_policy;
 
 /* ---- the population (population.c) ----------------------------------------------------------- */
@@ -452,6 +463,9 @@ bt_status bt_jobs_submit(bt_policy *p, bt_jobset *set, bt_job *jobs, int n);
 /*  BT_OK once every job of the set is done; BT_PENDING before; an error when a job failed for
     good or no worker of a role it needs will come (the set is then cancelled). */
 bt_status bt_jobs_poll(bt_policy *p, bt_jobset *set);
+/*  From the first of the jobs' RESULTs to the last (all done): how long the slowest kept the
+    others' results waiting.  0 for one job. */
+double bt_jobs_spread(const bt_job *jobs, int n);
 /*  Cancels the set's jobs that are not done and frees their results. */
 void bt_jobs_abort(bt_policy *p, bt_jobset *set);
 void bt_jobs_cancel(bt_controller_t *self, int n, int64_t first);
@@ -550,6 +564,12 @@ int64_t bt_policy_epoch(const bt_policy *p);
 /*  Appends a metrics line of p's SFT phase (its steps, the early-stop evaluations), kept for the
     policies that share p's warm start. */
 bt_status bt_policy_sft_metric(bt_policy *p, const bt_jsonl *line);
+/*  Adds a train line's resource figures (docs/architecture.md, "Resource figures") over the
+    interval since p's previous train line (or bt_policy_resources_mark), and starts the next
+    interval. */
+void bt_policy_resources(bt_policy *p, bt_jsonl *line);
+/*  Starts p's first interval now. */
+void bt_policy_resources_mark(bt_policy *p);
 
 /* ---- rollouts.c ------------------------------------------------------------------------------ */
 /*  Launches the rollouts of the steps up to grpo.max_staleness ahead not in flight yet. */

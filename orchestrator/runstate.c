@@ -173,6 +173,8 @@ char *bt_runstate_to_json(const bt_runstate *s) {
         s_put_fields(root, s_state, S_N(s_state), s) &&
         (s->events_size < 0 ||
          cJSON_AddNumberToObject(root, "events_size", (double)s->events_size)) &&
+        (s->global_step < 0 ||
+         cJSON_AddNumberToObject(root, "global_step", (double)s->global_step)) &&
         (!isfinite(s->clip_high) || cJSON_AddNumberToObject(root, "clip_high", s->clip_high)) &&
         cJSON_AddNumberToObject(root, "format", 1) != NULL;
     cJSON *triggers = ok ? cJSON_AddArrayToObject(root, "triggers") : NULL;
@@ -296,6 +298,19 @@ bt_status bt_runstate_from_json(const char *text, const char *source, bt_runstat
             st = bt_fail(BT_EFORMAT, "%s.events_size: expected an integer in [0, %.0f]", source,
                          S_WIRE);
         out->events_size = (int64_t)x;
+    }
+    const cJSON *global = cJSON_GetObjectItemCaseSensitive(root, "global_step"); /* ditto */
+    out->global_step = -1;
+    if (st == BT_OK && global) {
+        double x = cJSON_IsNumber(global) ? global->valuedouble : NAN;
+        char got[40] = "a value that is not a number";
+        if (cJSON_IsNumber(global))
+            snprintf(got, sizeof got, "%.17g", x);
+        if (!(x >= 0 && x <= S_WIRE && x == floor(x)))
+            st = bt_fail(BT_EFORMAT, "%s.global_step: expected an integer in [0, %.0f], got %s",
+                         source, S_WIRE, got);
+        else
+            out->global_step = (int64_t)x;
     }
     const cJSON *clip = cJSON_GetObjectItemCaseSensitive(root, "clip_high"); /* absent before */
     out->clip_high = NAN;

@@ -41,6 +41,53 @@ static void s_source_fields(const bt_policy *self, const bt_tuner_step_stats *ts
     }
 }
 
+/* ---- resource figures (docs/architecture.md, "Resource figures") ------------------------------
+ */
+
+void bt_policy_resources_mark(bt_policy *self) {
+    self->res_t = bt_now();
+    for (int r = 0; r < BT_ROLE_COUNT; r++)
+        bt_registry_usage_of(self->ctl->reg, (bt_role)r, &self->res_at[r]);
+    self->wait_slowest_s = 0;
+}
+
+/*  Per role over the interval: busy worker-seconds over live worker-seconds (NaN: no worker of it
+    was live), CPU seconds, peak memory; WEIGHTS time over every worker's live time. */
+void bt_policy_resources(bt_policy *self, bt_jsonl *line) {
+    static const char *const busy_key[BT_ROLE_COUNT] = {"busy_rollout", "busy_train", "busy_eval"};
+    bt_registry_usage now[BT_ROLE_COUNT];
+    double t = bt_now(), weights = 0, live = 0, cuda_allocated = NAN, cuda_reserved = NAN;
+    for (int r = 0; r < BT_ROLE_COUNT; r++) {
+        bt_registry_usage_of(self->ctl->reg, (bt_role)r, &now[r]);
+        weights += now[r].weights_s - self->res_at[r].weights_s;
+        live += (double)(now[r].live_ms - self->res_at[r].live_ms) / 1000.0;
+        cuda_allocated = fmax(cuda_allocated, now[r].cuda_allocated_mb); /* fmax skips a NaN */
+        cuda_reserved = fmax(cuda_reserved, now[r].cuda_reserved_mb);
+    }
+    bt_jsonl_num(line, "step_s", t - self->res_t);
+    for (int r = 0; r < BT_ROLE_COUNT; r++) {
+        int64_t dl = now[r].live_ms - self->res_at[r].live_ms; /* exact: whole milliseconds */
+        int64_t db = now[r].busy_ms - self->res_at[r].busy_ms;
+        bt_jsonl_num(line, busy_key[r], dl > 0 ? (double)db / (double)dl : NAN);
+    }
+    bt_jsonl_num(line, "busy_weights", live > 0 ? weights / live : NAN);
+    bt_jsonl_num(line, "wait_slowest_s", self->wait_slowest_s);
+    for (int r = 0; r < BT_ROLE_COUNT; r++) {
+        char key[48];
+        snprintf(key, sizeof key, "cpu_s_%s", bt_role_name((bt_role)r));
+        bt_jsonl_num(line, key, now[r].cpu_s - self->res_at[r].cpu_s);
+        snprintf(key, sizeof key, "peak_rss_mb_%s", bt_role_name((bt_role)r));
+        bt_jsonl_num(line, key, now[r].peak_rss_mb);
+    }
+    if (isfinite(cuda_allocated)) /* CUDA: the largest a worker's allocator held */
+        bt_jsonl_num(line, "cuda_allocated_mb", cuda_allocated);
+    if (isfinite(cuda_reserved))
+        bt_jsonl_num(line, "cuda_reserved_mb", cuda_reserved);
+    self->res_t = t;
+    memcpy(self->res_at, now, sizeof now);
+    self->wait_slowest_s = 0;
+}
+
 /*  The train line of the step just done (self->step already counts it). */
 static bt_status s_train_line(bt_policy *self, double length, int64_t n,
                               const bt_tuner_step_stats *tss, const int64_t *prompts) {
@@ -51,6 +98,7 @@ static bt_status s_train_line(bt_policy *self, double length, int64_t n,
     bt_jsonl_str(&line, "kind", "train");
     bt_jsonl_int(&line, "step", self->step);
     bt_jsonl_str(&line, "variant", self->variant_name);
+    bt_jsonl_int(&line, "global_step", ++self->global_step);
     bt_jsonl_num(&line, "time", bt_now() - self->ctl->t0);
     bt_jsonl_num(&line, "reward_mean", self->last_reward);
     bt_jsonl_num(&line, "loss", ts->loss);
@@ -85,6 +133,7 @@ static bt_status s_train_line(bt_policy *self, double length, int64_t n,
         bt_jsonl_num(&line, "temperature", self->step_temperature);
     if (explored & (1 << BT_PBT_CLIP_HIGH))
         bt_jsonl_num(&line, "clip_high", self->step_clip_high);
+    bt_policy_resources(self, &line);
     return bt_runlog_metric(self->ctl->log, &line);
 }
 

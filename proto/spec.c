@@ -1,6 +1,8 @@
 /*  spec.c — TASK and RESULT of each job kind, with their field rules; see spec.h. */
 #include "baton/spec.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +50,8 @@ static bt_status s_hyper_put(const bt_hyper *h, bt_msg_t *m) {
 static bt_status s_hyper_get(const bt_msg_t *m, bt_hyper *h) {
     BT_TRY(bt_msg_get_double(m, "hyper.lr", 0, BT_CONFIG_LR_MAX, &h->lr));
     BT_TRY(bt_msg_get_double(m, "hyper.kl_coef", 0, BT_CONFIG_KL_MAX, &h->kl_coef));
-    BT_TRY(bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX,
-                             &h->temperature));
+    BT_TRY(
+        bt_msg_get_double(m, "hyper.temperature", 0, BT_CONFIG_TEMPERATURE_MAX, &h->temperature));
     return bt_msg_get_double(m, "hyper.clip_high", 0, BT_CONFIG_CLIP_MAX, &h->clip_high);
 }
 
@@ -248,6 +250,42 @@ void bt_spec_task_release(bt_spec_task *t) {
 
 /* ---- RESULT ---------------------------------------------------------------------------------- */
 
+/*  The usage.* fields: each a double of bt_usage. */
+static const struct {
+    const char *key;
+    size_t offset;
+} s_usage[] = {{"usage.cpu_s", offsetof(bt_usage, cpu_s)},
+               {"usage.weights_s", offsetof(bt_usage, weights_s)},
+               {"usage.peak_rss_mb", offsetof(bt_usage, peak_rss_mb)},
+               {"usage.cuda_allocated_mb", offsetof(bt_usage, cuda_allocated_mb)},
+               {"usage.cuda_reserved_mb", offsetof(bt_usage, cuda_reserved_mb)}};
+#define S_USAGE_N (sizeof s_usage / sizeof s_usage[0])
+
+static double *s_usage_at(bt_usage *u, size_t i) {
+    return (double *)((char *)u + s_usage[i].offset);
+}
+
+void bt_usage_init(bt_usage *u) {
+    for (size_t i = 0; i < S_USAGE_N; i++)
+        *s_usage_at(u, i) = NAN;
+}
+
+bt_status bt_usage_to_msg(const bt_usage *u, bt_msg_t *m) {
+    bt_usage copy = *u;
+    for (size_t i = 0; i < S_USAGE_N; i++)
+        if (isfinite(*s_usage_at(&copy, i)))
+            BT_TRY(bt_msg_set_double(m, s_usage[i].key, *s_usage_at(&copy, i)));
+    return BT_OK;
+}
+
+bt_status bt_usage_from_msg(const bt_msg_t *m, bt_usage *out) {
+    bt_usage_init(out);
+    for (size_t i = 0; i < S_USAGE_N; i++)
+        if (bt_msg_has(m, s_usage[i].key))
+            BT_TRY(bt_msg_get_double(m, s_usage[i].key, 0, 1e12, s_usage_at(out, i)));
+    return BT_OK;
+}
+
 static bool s_on_trainer(bt_job_kind kind) {
     return bt_job_kind_role(kind) == BT_ROLE_TRAINER;
 }
@@ -256,6 +294,7 @@ void bt_spec_result_init(bt_spec_result *r, bt_job_kind kind) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->trainer_version = -1;
+    bt_usage_init(&r->usage);
     bt_rollout_batch_init(&r->batch);
 }
 
@@ -279,11 +318,13 @@ bt_status bt_spec_result_to_msg(const bt_spec_result *r, bt_msg_t *m) {
     if (s_on_trainer(r->kind) && r->trainer_version >= 0)
         BT_TRY(bt_msg_set_int(m, "trainer_version", r->trainer_version));
     BT_TRY(bt_msg_set_double(m, "compute_s", r->compute_s));
+    BT_TRY(bt_usage_to_msg(&r->usage, m));
     return bt_msg_set_int(m, "task", r->task);
 }
 
 static bt_status s_result_get(const bt_msg_t *m, bt_spec_result *r) {
     BT_TRY(bt_msg_get_int(m, "task", 0, S_INT_MAX, &r->task));
+    BT_TRY(bt_usage_from_msg(m, &r->usage));
     if (s_on_trainer(r->kind))
         BT_TRY(bt_msg_get_int(m, "trainer_version", 0, S_INT_MAX, &r->trainer_version));
     switch (r->kind) {

@@ -54,7 +54,8 @@ static inline char *runs_join_sorted(char **lines, size_t n, char *out, size_t c
 }
 
 /*  DIR/metrics.jsonl with the fields that measure time or memory (and the speed-sized shard split)
-    removed, one compact JSON object per line, sorted: evaluations run beside training, so their
+    removed, the train lines' resource figures among them (docs/architecture.md, "Resource
+    figures"), one compact JSON object per line, sorted: evaluations run beside training, so their
     lines interleave with it in any order.  Two runs that did the same work give the same text.
     With variant: only that variant's lines, without their "variant" field.  Caller frees; NULL
     when the file cannot be read. */
@@ -70,10 +71,19 @@ static inline char *runs_metrics_of(const char *dir, const char *variant) {
         CHECK(j != NULL);
         if (!j)
             continue;
-        const char *varying[] = {"time",        "tokens_per_s", "eval_s",
-                                 "peak_rss_mb", "shards",       "shard_items"};
-        for (size_t k = 0; k < sizeof varying / sizeof *varying; k++)
-            cJSON_DeleteItemFromObject(j, varying[k]);
+        /* a name ending in '_' stands for every field it begins */
+        const char *varying[] = {"time",   "tokens_per_s", "eval_s",       "peak_rss_mb",
+                                 "shards", "shard_items",  "step_s",       "wait_slowest_s",
+                                 "busy_",  "cpu_s_",       "peak_rss_mb_", "cuda_"};
+        for (size_t k = 0; k < sizeof varying / sizeof *varying; k++) {
+            size_t n = strlen(varying[k]);
+            for (cJSON *f = j->child, *next; f; f = next) {
+                next = f->next;
+                if (varying[k][n - 1] == '_' ? !strncmp(f->string, varying[k], n)
+                                             : !strcmp(f->string, varying[k]))
+                    cJSON_Delete(cJSON_DetachItemViaPointer(j, f));
+            }
+        }
         const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(j, "variant"));
         if (variant && (!v || strcmp(v, variant))) {
             cJSON_Delete(j);

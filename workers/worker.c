@@ -4,6 +4,7 @@
 
 #include "baton/config.h"
 #include "baton/evaluator.h"
+#include "baton/fileio.h"
 #include "baton/messages.h"
 #include "baton/msg.h"
 #include "baton/plan.h"
@@ -71,6 +72,11 @@ typedef struct {
     bt_status status; /* of building the state */
     char error[512];  /* why it could not be built (sent with BYE) */
     int64_t task_id;  /* of the TASK being run */
+    /* what its RESULTs report (bt_usage): with a controller in the same process (inproc://) the
+       CPU of its own two threads, the relay's through relay_clock; else its process's */
+    bool shares_process;
+    clockid_t relay_clock;
+    double weights_s; /* spent on WEIGHTS so far: publishing them (trainer), loading them */
 } s_compute;
 
 /*  grpo.micro_batch "auto": the largest the memory planner fits in S_AUTO_SHARE of what the device
@@ -215,6 +221,33 @@ static void s_release(s_compute *c) {
     bt_reward_service_destroy(&c->reward);
     bt_tokenizer_destroy(&c->tok);
     bt_device_release_cache(c->dev);
+}
+
+/* ---- what the worker used (bt_usage, on every RESULT) -----------------------------------------
+ */
+
+static double s_clock_s(clockid_t id) {
+    struct timespec ts;
+    return clock_gettime(id, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : NAN;
+}
+
+/*  Called on the compute thread: the CPU of this thread and the relay's when the worker shares a
+    process with its controller (the process's time would be every worker's and the controller's;
+    libtorch's pool threads, shared by every worker there, are then counted by none), else the
+    process's; its peak resident memory; on CUDA its device's allocator. */
+static void s_usage(const s_compute *c, bt_usage *u) {
+    bt_usage_init(u);
+    u->cpu_s = c->shares_process ? s_clock_s(CLOCK_THREAD_CPUTIME_ID) + s_clock_s(c->relay_clock)
+                                 : s_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    u->weights_s = c->weights_s;
+    size_t peak = 0, allocated = 0, reserved = 0;
+    if (bt_proc_memory(NULL, &peak) == BT_OK)
+        u->peak_rss_mb = (double)peak / (1 << 20);
+    if (c->dev.type == BT_DEVICE_CUDA &&
+        bt_device_memory(c->dev, &allocated, NULL, &reserved) == BT_OK) {
+        u->cuda_allocated_mb = (double)allocated / (1 << 20);
+        u->cuda_reserved_mb = (double)reserved / (1 << 20);
+    }
 }
 
 /* ---- task handlers: fill the RESULT (and maybe a WEIGHTS to publish first) ------------------ */
@@ -622,12 +655,16 @@ static bt_status s_run_task(s_compute *c, const bt_msg_t *task) {
         bt_trainer_set_group(c->cur->trainer, NULL);
         bt_group_destroy(&c->cur->group);
     }
-    if (st == BT_OK && publish)
+    if (st == BT_OK && publish) {
+        double t_pub = bt_now();
         st = s_publish(c);
+        c->weights_s += bt_now() - t_pub;
+    }
     if (st == BT_OK && trainer && c->cur->trainer) /* what the controller expects next time */
         r.trainer_version = bt_trainer_version(c->cur->trainer);
     r.task = id;
     r.compute_s = bt_now() - t0; /* model compute, for the orchestration-overhead benchmark */
+    s_usage(c, &r.usage);
     if (st == BT_OK)
         st = bt_spec_result_to_msg(&r, res);
     bt_spec_result_release(&r);
@@ -690,10 +727,14 @@ static void *s_compute_main(void *arg) {
             continue;
         switch (bt_msg_type_of(msg)) {
         case BT_MSG_TASK: s_run_task(c, msg); break;
-        case BT_MSG_WEIGHTS:
-            if (s_load_weights(c, msg) != BT_OK)
+        case BT_MSG_WEIGHTS: {
+            double t0 = bt_now();
+            bt_status st = s_load_weights(c, msg);
+            c->weights_s += bt_now() - t0;
+            if (st != BT_OK)
                 bt_log(BT_LOG_ERROR, "worker: weights not loaded: %s", bt_last_error());
             break;
+        }
         case BT_MSG_STOP: running = false; break;
         default: break;
         }
@@ -945,7 +986,12 @@ bt_status bt_worker_run(const bt_worker_options *opt) {
             zmq_close(dealer);
         return st;
     }
-    s_compute c = {.role = opt->role, .zmq_ctx = opt->zmq_ctx, .opt = opt};
+    s_compute c = {.role = opt->role,
+                   .zmq_ctx = opt->zmq_ctx,
+                   .opt = opt,
+                   .shares_process = !strncmp(opt->endpoint, "inproc://", 9)};
+    if (pthread_getcpuclockid(pthread_self(), &c.relay_clock) != 0)
+        c.relay_clock = CLOCK_THREAD_CPUTIME_ID; /* counts the compute thread twice: never here */
     bt_status st = s_send_hello(dealer, opt, "");
     bt_msg_t *welcome = st == BT_OK ? s_await_welcome(dealer, monitor, opt) : NULL;
     if (monitor) {

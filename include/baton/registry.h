@@ -9,6 +9,7 @@
 #define BATON_REGISTRY_H
 
 #include "baton/proto.h" /* bt_role */
+#include "baton/spec.h"  /* bt_usage */
 #include "baton/status.h"
 
 #include <stdbool.h>
@@ -45,7 +46,25 @@ typedef struct bt_worker_info {
     int64_t done;        /* tasks it completed */
     bool quarantined;    /* it held a task past its deadline: it gets no more tasks this run */
     int64_t incarnation; /* bumped when the entry is reclaimed for another worker */
+    /* resource figures (bt_registry_usage_of) */
+    int64_t busy_since_ms; /* while BUSY: when it took the task */
+    int64_t live_since_ms; /* while not LOST: when it joined */
+    bt_usage usage;        /* the last its RESULTs reported; NaN: none yet */
 } bt_worker_info;
+
+/*  What the workers of one role did over the run so far, up to the registry's clock (the latest
+    now_ms any call gave it): running totals, which a reader differences between two readings,
+    and levels.  Busy time is from a task's hand-out to its RESULT or FAIL (or the worker's
+    loss), so busy_ms <= live_ms always, and over any two readings too. */
+typedef struct bt_registry_usage {
+    int64_t busy_ms;  /* worker-milliseconds holding a task */
+    int64_t live_ms;  /* worker-milliseconds joined and not lost */
+    double cpu_s;     /* CPU seconds, from the workers' reports (bt_registry_report) */
+    double weights_s; /* seconds spent on WEIGHTS, from the same */
+    int32_t live;     /* workers not lost now */
+    /* the largest figure a live worker of the role last reported; NaN: none reported */
+    double peak_rss_mb, cuda_allocated_mb, cuda_reserved_mb;
+} bt_registry_usage;
 
 typedef struct bt_registry bt_registry_t;
 
@@ -113,6 +132,13 @@ bool bt_registry_complete(bt_registry_t *self, int64_t task, int32_t worker);
 bool bt_registry_fail(bt_registry_t *self, int64_t task, int32_t worker);
 /*  Tasks neither DONE nor CANCELLED. */
 int64_t bt_registry_pending(const bt_registry_t *self);
+
+/*  A worker's RESULT said what it used so far (running totals since it started): what grew since
+    its last report is added to its role's totals (a total that fell is a new process: all of it
+    counts).  NaN figures are left as they were. */
+void bt_registry_report(bt_registry_t *self, int32_t worker, const bt_usage *u);
+/*  The role's figures now (see bt_registry_usage). */
+void bt_registry_usage_of(const bt_registry_t *self, bt_role role, bt_registry_usage *out);
 
 #ifdef __cplusplus
 }

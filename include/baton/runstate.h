@@ -35,6 +35,8 @@ typedef struct bt_runstate {
     double last_reward, last_accuracy;
     int64_t metrics_size; /* bytes of metrics.jsonl at the checkpoint */
     int64_t events_size;  /* bytes of events.jsonl then; -1 in a state.json from before it */
+    int64_t global_step;  /* train and sft lines the policy had written to metrics.jsonl (their
+                             global_step); -1 in a state.json from before it */
     double canary_loss;   /* the trainer's loss on the fixed canary batch */
     bool nan_injected;    /* debug.inject_nan_at_step has fired */
     double loss_ema;      /* |loss| EMA for spike detection, over loss_n steps */

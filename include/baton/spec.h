@@ -125,8 +125,29 @@ bt_status bt_spec_task_from_msg(const bt_msg_t *m, const bt_spec_limits *lim, bt
 /*  Frees what a from_msg filled in; NULL-safe, idempotent.  Not for a struct built for to_msg. */
 void bt_spec_task_release(bt_spec_task *t);
 
-/*  One RESULT: fields task and compute_s, trainer_version for the trainer's kinds, then the
-    kind's own (docs/protocol.md). */
+/*  What a worker has used, as each of its RESULTs reports it (fields usage.*, every one optional;
+    docs/protocol.md, "TASK and RESULT fields per kind"): running totals since the worker started,
+    and levels at the RESULT.  NaN: not reported (an older worker; the CUDA figures on the CPU). */
+typedef struct bt_usage {
+    double cpu_s;       /* CPU seconds so far: its process's CPU clock, or, for a worker that
+                           shares the controller's process (inproc://), its own threads' */
+    double weights_s;   /* seconds so far spent exporting and sending (trainer) or loading
+                           (rollout, eval) WEIGHTS */
+    double peak_rss_mb; /* its process's peak resident memory (VmHWM), MiB */
+    double cuda_allocated_mb, cuda_reserved_mb; /* its device's caching allocator now, MiB */
+} bt_usage;
+
+/*  Every figure NaN: nothing reported. */
+void bt_usage_init(bt_usage *u);
+/*  Writes u's finite figures into m as usage.cpu_s, usage.weights_s, usage.peak_rss_mb,
+    usage.cuda_allocated_mb, usage.cuda_reserved_mb.  BT_ENOMEM. */
+bt_status bt_usage_to_msg(const bt_usage *u, bt_msg_t *m);
+/*  Reads the usage.* fields of m; an absent one is NaN.  BT_EFORMAT naming a field that is not a
+    number in [0, 1e12]. */
+bt_status bt_usage_from_msg(const bt_msg_t *m, bt_usage *out);
+
+/*  One RESULT: fields task and compute_s, trainer_version for the trainer's kinds, the worker's
+    usage, then the kind's own (docs/protocol.md). */
 typedef struct bt_spec_result {
     int64_t task;            /* [0, 2^53] */
     bt_job_kind kind;        /* not on the wire: the job it answers says */
@@ -138,6 +159,7 @@ typedef struct bt_spec_result {
                                 fields, of which the controller needs stats.loss */
     bt_evaluator_sums sums;  /* eval (bt_sums_to_msg) */
     double canary_loss;      /* snapshot, restore: [0, 1e300], the fixed batch's SFT loss */
+    bt_usage usage;          /* any kind: what the worker has used so far */
 } bt_spec_result;
 
 /*  An empty result of kind (batch initialised, trainer_version -1). */
