@@ -9,11 +9,13 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -271,6 +273,20 @@ static inline bool runs_trained_once(const char *dir, uint64_t first, uint64_t c
     free(seen);
     free(text);
     return ok;
+}
+
+/*  A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0); 0 when none
+    could be had.  Another process may take it before the caller binds it. */
+static inline int runs_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
 }
 
 static inline void runs_sleep_ms(long ms) {
