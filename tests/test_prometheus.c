@@ -8,6 +8,8 @@
 #include "check.h"
 #include "runs.h"
 
+#include "baton/prometheus.h"
+
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char s_tmp[64];
@@ -331,6 +334,112 @@ static double s_model_bytes(const char *dir) {
     return 4 * params;
 }
 
+/* ---- the module alone ------------------------------------------------------------------------ */
+
+/*  The value of the sample line `series value` in text (series: name and labels as written);
+    NAN when there is no such line, and *found false. */
+static double s_sample(const char *text, const char *series, bool *found) {
+    size_t n = strlen(series);
+    *found = false;
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, series, n) && l[n] == ' ') {
+            *found = true;
+            return strtod(l + n + 1, NULL);
+        }
+    return NAN;
+}
+
+static double s_sample_of(const char *text, const char *series) {
+    bool found;
+    double v = s_sample(text, series, &found);
+    if (!found)
+        fprintf(stderr, "no sample %s in:\n%s\n", series, text);
+    CHECK(found);
+    return v;
+}
+
+/*  The sink, the labels' escapes, a rewind, a taken port: in this process, on a free port, read
+    back by the parser above. */
+static void s_module(void) {
+    char listen[64];
+    int port = runs_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    bt_prometheus_t *p = bt_prometheus_new(listen);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    bt_prometheus_t *again = bt_prometheus_new(listen); /* the port is taken now */
+    CHECK(again == NULL);
+    CHECK_STR_CONTAINS(bt_last_error(), listen);
+    CHECK_STR_CONTAINS(bt_last_error(), "run.metrics_listen");
+    bt_runlog_sink sink = bt_prometheus_sink(p);
+    const char *l1 = "{\"kind\":\"train\",\"step\":1,\"variant\":\"a\\\"b\\\\c\",\"loss\":0.25,"
+                     "\"accuracy.x\":0.5,\"padding\":null,\"tokens\":12345678901234567}";
+    const char *l2 = "{\"kind\":\"train\",\"step\":2,\"variant\":\"a\\\"b\\\\c\",\"loss\":-1e-300,"
+                     "\"accuracy.x\":1,\"padding\":3,\"only_two\":7}";
+    const char *e1 = "{\"kind\":\"eval\",\"step\":2,\"variant\":\"main\",\"dataset\":\"d\","
+                     "\"pass@8\":0.125,\"shard_items\":\"4\"}";
+    const char *ev = "{\"event\":\"x\",\"kind\":\"train\",\"step\":99}";
+    sink.line(sink.user, true, l1, strlen(l1));
+    sink.line(sink.user, true, e1, strlen(e1));
+    sink.line(sink.user, false, ev, strlen(ev)); /* an event is no figure */
+    char *text = bt_prometheus_render(p);
+    CHECK(text && s_parse_exposition(text) > 0);
+    const char *v = "{variant=\"a\\\"b\\\\c\"}"; /* a"b\c, escaped */
+    char series[256];
+    snprintf(series, sizeof series, "baton_train_step%s", v);
+    CHECK(s_sample_of(text, series) == 1);
+    snprintf(series, sizeof series, "baton_train_accuracy_x%s", v);
+    CHECK(s_sample_of(text, series) == 0.5);
+    snprintf(series, sizeof series, "baton_train_padding%s", v);
+    CHECK(isnan(s_sample_of(text, series)));
+    snprintf(series, sizeof series, "baton_train_tokens%s", v); /* an integer in full */
+    CHECK(s_sample_of(text, series) == 12345678901234567.0);
+    CHECK_STR_CONTAINS(text, "} 12345678901234568\n");
+    CHECK(s_sample_of(text, "baton_eval_pass_8{variant=\"main\",dataset=\"d\"}") == 0.125);
+    CHECK(strstr(text, "shard_items") == NULL);
+    CHECK_STR_CONTAINS(text, "# TYPE baton_train_loss gauge\n");
+    free(text);
+    sink.line(sink.user, true, l2, strlen(l2));
+    text = bt_prometheus_render(p);
+    snprintf(series, sizeof series, "baton_train_loss%s", v);
+    CHECK(s_sample_of(text, series) == -1e-300); /* exactly: the shortest text that reads back */
+    snprintf(series, sizeof series, "baton_train_only_two%s", v);
+    CHECK(s_sample_of(text, series) == 7);
+    free(text);
+    /* a counter adds; a series set once stays */
+    bt_prometheus_add(p, "baton_weights_sent_bytes_total", "h", "variant=\"main\"", 100);
+    bt_prometheus_add(p, "baton_weights_sent_bytes_total", "h", "variant=\"main\"", 28);
+    text = bt_prometheus_render(p);
+    CHECK(s_sample_of(text, "baton_weights_sent_bytes_total{variant=\"main\"}") == 128);
+    CHECK_STR_CONTAINS(text, "# TYPE baton_weights_sent_bytes_total counter\n");
+    free(text);
+    /* a rewind: the file was cut back to step 1, whose figures come back; step 2's alone go */
+    char dir[128], file[192];
+    snprintf(dir, sizeof dir, "%s/rewound", s_tmp);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(file, sizeof file, "%s/metrics.jsonl", dir);
+    char body[1024];
+    snprintf(body, sizeof body, "%s\n%s\n", e1, l1);
+    CHECK(bt_file_write(file, body, strlen(body)) == BT_OK);
+    sink.rewound(sink.user, dir);
+    text = bt_prometheus_render(p);
+    snprintf(series, sizeof series, "baton_train_step%s", v);
+    CHECK(s_sample_of(text, series) == 1);
+    snprintf(series, sizeof series, "baton_train_only_two%s", v);
+    bool found = true;
+    s_sample(text, series, &found);
+    CHECK(!found);
+    CHECK(s_sample_of(text, "baton_weights_sent_bytes_total{variant=\"main\"}") == 128);
+    free(text);
+    bt_prometheus_destroy(&p);
+    CHECK(p == NULL);
+    bt_prometheus_destroy(&p);         /* idempotent */
+    again = bt_prometheus_new(listen); /* the port is free again */
+    CHECK(again != NULL);
+    bt_prometheus_destroy(&again);
+}
+
 /* ---- processes ------------------------------------------------------------------------------- */
 
 /*  Starts argv with stdout and stderr to log; it dies with this test (PR_SET_PDEATHSIG), so a
@@ -367,13 +476,20 @@ static int s_baton(const char *args, char *out, size_t cap) {
 }
 
 int main(void) {
-    const char *prom_bin = s_prometheus_bin();
-    if (!prom_bin) {
-        printf("SKIP: prometheus not installed (Debian's prometheus package; make deps)\n");
-        return 77;
-    }
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_prom_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
+    s_module();
+    const char *prom_bin = s_prometheus_bin();
+    if (!prom_bin) {
+        char rm[128];
+        snprintf(rm, sizeof rm, "rm -rf %s", s_tmp);
+        CHECK(system(rm) == 0);
+        if (s_check_failures)
+            return check_exit();
+        printf("SKIP: prometheus not installed (Debian's prometheus package; make deps): the "
+               "endpoint was checked in this process only\n");
+        return 77;
+    }
     char path[PATH_MAX], out[16384], dir[256], log[PATH_MAX], plog[PATH_MAX];
     snprintf(path, sizeof path, "%s/prom.json", s_tmp);
     CHECK(bt_file_write(path, s_config, strlen(s_config)) == BT_OK);
@@ -539,7 +655,21 @@ int main(void) {
     /* the run stops between steps on SIGTERM; both servers go */
     kill(run, SIGTERM);
     CHECK(runs_wait(run) == 143);
+    CHECK(s_http(mport, "GET /metrics HTTP/1.0\r\n\r\n", resp, sizeof resp) < 0);
     runs_kill(prom);
+
+    /* the address may change on --resume (a finished run resumed with another one has nothing
+       left to do); a key that changes what a step computes may not */
+    CHECK(s_baton("prom.json --run-dir done --set grpo.steps=2", out, sizeof out) == 0);
+    snprintf(args, sizeof args,
+             "prom.json --run-dir done --resume --set grpo.steps=2 --set "
+             "run.metrics_listen=127.0.0.1:%d",
+             runs_free_port());
+    CHECK(s_baton(args, out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "finished already");
+    CHECK(s_baton("prom.json --run-dir done --resume --set grpo.steps=2 --set run.seed=1", out,
+                  sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "run.seed");
 
     char cmd[PATH_MAX * 2];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
