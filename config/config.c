@@ -99,10 +99,11 @@ static bool s_is_listen(const char *s) {
     if (!colon || colon == s)
         return false;
     size_t host = (size_t)(colon - s);
-    if (s[0] == '[' ? s[host - 1] != ']' || host < 3 ||
-                          strspn(s + 1, "0123456789abcdefABCDEF:.") != host - 2
-                    : strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
-                          host)
+    bool bracketed = s[0] == '[' && host >= 3 && s[host - 1] == ']' &&
+                     strspn(s + 1, "0123456789abcdefABCDEF:.") == host - 2;
+    bool named =
+        strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == host;
+    if (!bracketed && !named)
         return false;
     const char *port = colon + 1;
     size_t digits = strspn(port, "0123456789");

@@ -32,8 +32,8 @@ bt_status bt_loop_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_in
         char labels[BT_PROMETHEUS_LABELS_MAX] = "";
         bt_prometheus_label(labels, sizeof labels, "variant", self->pol[variant]->variant_name);
         bt_prometheus_add(self->prom, "baton_weights_sent_bytes_total",
-                          "Bytes of weight tensors the controller sent in WEIGHTS messages",
-                          labels, weights);
+                          "Bytes of weight tensors the controller sent in WEIGHTS messages", labels,
+                          weights);
     }
     return st;
 }

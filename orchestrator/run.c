@@ -317,10 +317,10 @@ static bool s_holds_run(const char *dir, char *found, size_t len) {
     none of them changes what a step computes.  "x." stands for every key of section x. */
 static const char *const s_resume_may_change[] = {
     "grpo.steps",       "run.log_every",       "run.threads",
-    "run.metrics_listen", /* where the figures are served, not what they are */
     "workers.",         "checkpoint.",         "reward.timeout_ms",
     "reward.retries",   "debug.save_pause_ms", "debug.kill_rollout_at_task",
-    "debug.log_prompts"};
+    "debug.log_prompts",
+    "run.metrics_listen" /* where the figures are served, not what they are */};
 enum { S_N_MAY_CHANGE = sizeof s_resume_may_change / sizeof s_resume_may_change[0] };
 
 static bool s_may_change(const char *key) {

@@ -170,7 +170,7 @@ typedef struct bt_config {
         char device[BT_CONFIG_NAME_MAX];
         bt_config_precision precision;
         int64_t log_every;
-        char metrics_listen[BT_CONFIG_LISTEN_MAX]; /* "HOST:PORT" of the Prometheus endpoint; "" off */
+        char metrics_listen[BT_CONFIG_LISTEN_MAX]; /* the Prometheus endpoint; "": none */
     } run;
     bt_model_config model; /* the model.* keys but model.path */
     char model_path[BT_CONFIG_PATH_MAX];
