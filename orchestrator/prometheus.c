@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netdb.h>
 #include <poll.h>
@@ -43,6 +44,9 @@ struct bt_prometheus {
     s_series *series;     /* [BT_PROMETHEUS_MAX_SERIES], n used, in the order first set */
     int n;
     bool full_warned;
+    /* the registry's figures last published (the controller thread's alone) */
+    int64_t workers[BT_ROLE_COUNT][3], queued[BT_ROLE_COUNT];
+    bool published;
 };
 
 /* ---- the table ------------------------------------------------------------------------------- */
@@ -256,12 +260,20 @@ bt_runlog_sink bt_prometheus_sink(bt_prometheus_t *self) {
 
 void bt_prometheus_registry(bt_prometheus_t *self, bt_registry_t *reg) {
     static const char *const states[] = {"idle", "busy", "lost"};
-    int64_t count[BT_ROLE_COUNT][3] = {{0}};
+    int64_t count[BT_ROLE_COUNT][3] = {{0}}, queued[BT_ROLE_COUNT];
     for (int32_t i = 0; i < bt_registry_worker_count(reg); i++) {
         const bt_worker_info *w = bt_registry_worker(reg, i);
         if (w->role >= 0 && w->role < BT_ROLE_COUNT && w->state >= 0 && w->state <= 2)
             count[w->role][w->state]++;
     }
+    for (int r = 0; r < BT_ROLE_COUNT; r++)
+        queued[r] = bt_registry_queued(reg, (bt_role)r);
+    if (self->published && !memcmp(count, self->workers, sizeof count) &&
+        !memcmp(queued, self->queued, sizeof queued))
+        return; /* called every turn: the table is touched on a change only */
+    memcpy(self->workers, count, sizeof count);
+    memcpy(self->queued, queued, sizeof queued);
+    self->published = true;
     pthread_mutex_lock(&self->lock);
     for (int r = 0; r < BT_ROLE_COUNT; r++) {
         char role[64] = "";
@@ -275,7 +287,7 @@ void bt_prometheus_registry(bt_prometheus_t *self, bt_registry_t *reg) {
                          BT_PROMETHEUS_GAUGE, labels, (double)count[r][s]);
         }
         s_set_locked(self, "baton_queued_jobs", "Jobs waiting for a worker of the role",
-                     BT_PROMETHEUS_GAUGE, role, (double)bt_registry_queued(reg, (bt_role)r));
+                     BT_PROMETHEUS_GAUGE, role, (double)queued[r]);
     }
     pthread_mutex_unlock(&self->lock);
 }
@@ -369,6 +381,7 @@ static void *s_serve(void *arg) {
         int c = accept(self->fd, NULL, NULL);
         if (c < 0)
             continue; /* the client gave up before we took it, or no descriptor is free */
+        fcntl(c, F_SETFL, fcntl(c, F_GETFL) & ~O_NONBLOCK); /* its own timeouts bound it */
         s_answer(self, c);
         close(c);
     }
@@ -399,7 +412,8 @@ static int s_listen(const char *address) {
     }
     int fd = -1, err = 0;
     for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        /* non-blocking: a client that resets between poll and accept cannot stall the thread */
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
         if (fd < 0) {
             err = errno;
             continue;

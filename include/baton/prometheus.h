@@ -62,7 +62,8 @@ bt_runlog_sink bt_prometheus_sink(bt_prometheus_t *self);
     latest figures before its first new line). */
 void bt_prometheus_load(bt_prometheus_t *self, const char *dir);
 /*  The registry's figures: baton_workers{role,state} (idle, busy, lost) and
-    baton_queued_jobs{role}.  On the controller thread, once a turn. */
+    baton_queued_jobs{role}, published when they changed.  On the controller thread, once a
+    turn. */
 void bt_prometheus_registry(bt_prometheus_t *self, bt_registry_t *reg);
 /*  The text a scrape gets now (caller frees; NULL when out of memory). */
 char *bt_prometheus_render(bt_prometheus_t *self);
