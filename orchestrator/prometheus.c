@@ -40,13 +40,13 @@ struct bt_prometheus {
     int wake[2]; /* a pipe: destroy writes to it to stop the server thread */
     pthread_t thread;
     bool started;
+    /* the registry's figures last published (the controller thread's alone) */
+    int64_t workers[BT_ROLE_COUNT][3], queued[BT_ROLE_COUNT];
+    bool published;
     pthread_mutex_t lock; /* guards everything below */
     s_series *series;     /* [BT_PROMETHEUS_MAX_SERIES], n used, in the order first set */
     int n;
     bool full_warned;
-    /* the registry's figures last published (the controller thread's alone) */
-    int64_t workers[BT_ROLE_COUNT][3], queued[BT_ROLE_COUNT];
-    bool published;
 };
 
 /* ---- the table ------------------------------------------------------------------------------- */
