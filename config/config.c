@@ -90,6 +90,29 @@ static bool s_is_endpoint(const char *s) {
     return !s[0] || ((!strncmp(s, "tcp://", 6) || !strncmp(s, "ipc://", 6)) && s[6]);
 }
 
+/*  "" (off) or "HOST:PORT": a host name or IPv4 address ([A-Za-z0-9.-]), or an IPv6 address in
+    brackets ("[::1]:9464"), and a port in 1..65535 written in decimal. */
+static bool s_is_listen(const char *s) {
+    if (!s[0])
+        return true;
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return false;
+    size_t host = (size_t)(colon - s);
+    bool bracketed = s[0] == '[' && host >= 3 && s[host - 1] == ']' &&
+                     strspn(s + 1, "0123456789abcdefABCDEF:.") == host - 2;
+    bool named =
+        strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == host;
+    if (!bracketed && !named)
+        return false;
+    const char *port = colon + 1;
+    size_t digits = strspn(port, "0123456789");
+    if (digits == 0 || digits > 5 || port[digits] != '\0')
+        return false;
+    long n = strtol(port, NULL, 10);
+    return n >= 1 && n <= 65535;
+}
+
 /*  "" or a name as s_is_name takes it. */
 static bool s_is_name_or_empty(const char *s) {
     return !s[0] || s_is_name(s);
@@ -155,6 +178,8 @@ static const s_key s_keys[] = {
     S_STR_KEY("run.device", run.device, "cpu", s_is_device, "\"cpu\", \"cuda\" or \"cuda:N\""),
     S_ENUM_KEY("run.precision", run.precision, BT_CONFIG_PRECISION_FLOAT32, s_precisions),
     S_INT_KEY("run.log_every", run.log_every, 1, 1, S_INF),
+    S_STR_KEY("run.metrics_listen", run.metrics_listen, "", s_is_listen,
+              "\"\" (off) or \"HOST:PORT\" with a port in 1..65535 (\"127.0.0.1:9464\")"),
 
     S_INT_KEY("model.vocab_size", model.vocab_size, NAN, 1, 16777216),
     S_INT_KEY("model.hidden_size", model.hidden_size, NAN, 1, 65536),

@@ -135,6 +135,10 @@ bt_controller_stats bt_controller_get_stats(const bt_controller_t *self) {
     return self->stats;
 }
 
+void bt_controller_set_prometheus(bt_controller_t *self, bt_prometheus_t *prom) {
+    self->prom = prom;
+}
+
 void bt_controller_set_resume(bt_controller_t *self, const char *folder) {
     self->resuming = true;
     snprintf(self->resume, sizeof self->resume, "%s", folder ? folder : "");

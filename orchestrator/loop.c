@@ -19,7 +19,23 @@ void bt_loop_weights_release(bt_pinned **w_p) {
 
 bt_status bt_loop_send(bt_controller_t *self, bt_msg_t **msg, const bt_worker_info *w) {
     bt_msg_set_run(*msg, self->run_id);
-    return bt_proto_send(msg, self->sock, w->peer, w->peer_len);
+    double weights = 0; /* the tensors' bytes of a WEIGHTS, for the Prometheus counter */
+    int64_t variant = 0;
+    if (self->prom && bt_msg_type_of(*msg) == BT_MSG_WEIGHTS) {
+        for (int i = 0; i < bt_msg_tensor_count(*msg); i++)
+            weights += (double)bt_msg_tensor_at(*msg, i).nbytes;
+        if (bt_msg_has(*msg, "variant"))
+            bt_msg_get_int(*msg, "variant", 0, self->n_pol - 1, &variant);
+    }
+    bt_status st = bt_proto_send(msg, self->sock, w->peer, w->peer_len);
+    if (st == BT_OK && weights > 0) {
+        char labels[BT_PROMETHEUS_LABELS_MAX] = "";
+        bt_prometheus_label(labels, sizeof labels, "variant", self->pol[variant]->variant_name);
+        bt_prometheus_add(self->prom, "baton_weights_sent_bytes_total",
+                          "Bytes of weight tensors the controller sent in WEIGHTS messages", labels,
+                          weights);
+    }
+    return st;
 }
 
 /*  The stored WEIGHTS for one more recipient; the tensors are shared, not copied. */
@@ -505,5 +521,7 @@ bt_status bt_loop_turn(bt_controller_t *self) {
     if (item.revents & ZMQ_POLLIN)
         BT_TRY(s_drain(self, &drained));
     s_timers(self, drained);
+    if (self->prom)
+        bt_prometheus_registry(self->prom, self->reg);
     return bt_loop_fatal(self);
 }

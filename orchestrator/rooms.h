@@ -28,6 +28,7 @@
 #include "baton/messages.h"
 #include "baton/mixture.h"
 #include "baton/msg.h"
+#include "baton/prometheus.h"
 #include "baton/proto.h"
 #include "baton/registry.h"
 #include "baton/rollout.h"
@@ -427,6 +428,7 @@ struct bt_controller {
     int64_t steps_done;    /* policy steps completed, all policies together */
     int64_t early_checked; /* steps_done when early stopping last looked */
     bool all_started;      /* every policy finished its warm start (or resume) once */
+    bt_prometheus_t *prom; /* run.metrics_listen's endpoint, fed each turn; NULL: none */
 };
 
 /* ---- controller.c ---------------------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include "baton/config.h"
 #include "baton/controller.h"
 #include "baton/fileio.h"
+#include "baton/prometheus.h"
 #include "baton/runstate.h"
 #include "baton/security.h"
 #include "baton/version.h"
@@ -66,6 +67,7 @@ struct bt_run {
     char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
+    bt_prometheus_t *prom; /* run.metrics_listen's endpoint; NULL: off */
     bt_controller_t *ctl;
     /* vcfg[k]: &cfg without variants, else variant k's config (heap): one copy per variant */
     bt_config *vcfg[BT_CONFIG_MAX_VARIANTS];
@@ -347,7 +349,8 @@ static const char *const s_resume_may_change[] = {
     "grpo.steps",       "run.log_every",       "run.threads",
     "workers.",         "checkpoint.",         "reward.timeout_ms",
     "reward.retries",   "debug.save_pause_ms", "debug.kill_rollout_at_task",
-    "debug.log_prompts"};
+    "debug.log_prompts",
+    "run.metrics_listen" /* where the figures are served, not what they are */};
 enum { S_N_MAY_CHANGE = sizeof s_resume_may_change / sizeof s_resume_may_change[0] };
 
 static bool s_may_change(const char *key) {
@@ -399,10 +402,10 @@ static bt_status s_check_config_changes(bt_run_t *self) {
     if (refused[0] || n > S_MAX_CHANGED)
         return bt_fail(BT_EINVAL,
                        "%s: --resume: the config differs from %s in %s%s; only grpo.steps, "
-                       "run.log_every, run.threads, workers.*, checkpoint.*, reward.timeout_ms, "
-                       "reward.retries and the debug hooks save_pause_ms, kill_rollout_at_task and "
-                       "log_prompts may change on resume: give the run's config, or start a new "
-                       "run (--overwrite, or another --run-dir)",
+                       "run.log_every, run.threads, run.metrics_listen, workers.*, checkpoint.*, "
+                       "reward.timeout_ms, reward.retries and the debug hooks save_pause_ms, "
+                       "kill_rollout_at_task and log_prompts may change on resume: give the run's "
+                       "config, or start a new run (--overwrite, or another --run-dir)",
                        self->dir, path, refused[0] ? refused : "more keys than listed",
                        n > S_MAX_CHANGED ? " and more" : "");
     return BT_OK;
@@ -669,6 +672,11 @@ bt_status bt_run_start(bt_run_t *self) {
     BT_TRY(bt_run_check(self));
     if (self->complete) /* nothing to resume: no file is touched */
         return BT_OK;
+    if (self->cfg.run.metrics_listen[0] && !self->prom) { /* a port taken: before any file */
+        self->prom = bt_prometheus_new(self->cfg.run.metrics_listen);
+        if (!self->prom)
+            return BT_EIO;
+    }
     if (self->overwrite)
         BT_TRY(s_remove_run(self));
     if (self->cfg.run.threads > 0)
@@ -676,6 +684,10 @@ bt_status bt_run_start(bt_run_t *self) {
     self->log = bt_runlog_open(self->dir, self->config_json);
     if (!self->log)
         return BT_EIO;
+    if (self->prom) { /* a resumed run's latest figures, then every line as it is written */
+        bt_prometheus_load(self->prom, self->dir);
+        BT_TRY(bt_runlog_add_sink(self->log, bt_prometheus_sink(self->prom)));
+    }
     BT_TRY(s_run_json(self));
     if (self->n_changed > 0) { /* a resume with keys that may change: which, from what to what */
         const char *from[S_MAX_CHANGED], *to[S_MAX_CHANGED];
@@ -722,6 +734,8 @@ bt_status bt_run_start(bt_run_t *self) {
     if (!self->ctl)
         return BT_EIO;
     bt_controller_set_progress(self->ctl, self->progress, self->progress_user);
+    if (self->prom)
+        bt_controller_set_prometheus(self->ctl, self->prom);
     if (self->resume)
         bt_controller_set_resume(self->ctl, self->resume_from);
     bt_status st = BT_OK;
@@ -793,6 +807,7 @@ void bt_run_destroy(bt_run_t **self_p) {
     if (self->zmq_ctx)
         zmq_ctx_term(self->zmq_ctx);
     bt_runlog_destroy(&self->log);
+    bt_prometheus_destroy(&self->prom); /* after the log, whose sink it is */
     free(self->config_json);
     for (int i = 0; i < self->argc; i++)
         free(self->argv[i]);

@@ -44,6 +44,7 @@ typedef enum bt_config_save_dtype {
 } bt_config_save_dtype;
 
 #define BT_CONFIG_NAME_MAX 64   /* run.name, run.device: bytes including the NUL */
+#define BT_CONFIG_LISTEN_MAX 128 /* run.metrics_listen: bytes including the NUL */
 #define BT_CONFIG_PATH_MAX 1024 /* model.path, task.train/eval, reward.service: with the NUL */
 #define BT_CONFIG_MAX_VARIANTS 8
 #define BT_CONFIG_MAX_VARIANT_SETS 16
@@ -169,6 +170,7 @@ typedef struct bt_config {
         char device[BT_CONFIG_NAME_MAX];
         bt_config_precision precision;
         int64_t log_every;
+        char metrics_listen[BT_CONFIG_LISTEN_MAX]; /* the Prometheus endpoint; "": none */
     } run;
     bt_model_config model; /* the model.* keys but model.path */
     char model_path[BT_CONFIG_PATH_MAX];

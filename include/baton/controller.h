@@ -7,6 +7,7 @@
 
 #include "baton/baton.h"
 #include "baton/config.h"
+#include "baton/prometheus.h"
 #include "baton/registry.h"
 #include "baton/runlog.h"
 #include "baton/status.h"
@@ -40,6 +41,10 @@ void bt_controller_set_progress(bt_controller_t *self, bt_progress_fn *fn, void 
 /*  The launcher's check whether workers of a role can still come (NULL: they always can, as under
     `baton controller`, where a worker may be restarted by hand). */
 void bt_controller_set_gone(bt_controller_t *self, bt_controller_gone_fn *fn, void *user);
+
+/*  The Prometheus endpoint the loop feeds (worker counts, queued jobs each turn; WEIGHTS bytes as
+    they are sent).  Borrowed: must outlive the controller. */
+void bt_controller_set_prometheus(bt_controller_t *self, bt_prometheus_t *prom);
 
 /*  Before bt_controller_start: continue from a checkpoint instead of starting afresh.  folder ""
     or NULL: the newest verified one under the run directory (corrupt ones are skipped, each an
