@@ -21,10 +21,11 @@ typedef struct s_command {
 static const s_command s_commands[] = {
     {"run",
      "  run CONFIG [--run-dir DIR] [--procs] [--resume [CHECKPOINT] | --overwrite]\n"
-     "       [--set key.path=value ...]\n"
-     "                  train: SFT warm start, then GRPO (configs/arith.json); a run directory\n"
-     "                  that holds a run needs --resume (continue it) or --overwrite (replace "
-     "it);\n"
+     "       [--set key.path=value ...] [--dry-run]\n"
+     "                  train: SFT warm start, then GRPO (configs/arith.json, or .yaml); a run\n"
+     "                  directory that holds a run needs --resume or --overwrite; --dry-run\n"
+     "                  prints the resolved config and the plan and starts nothing; --set\n"
+     "                  takes JSON: --set 'eval.datasets=[...]' replaces the array;\n"
      "                  Ctrl-C stops after the current step (exit 130), twice kills at once\n",
      bt_cli_run},
     {"eval",

@@ -1642,6 +1642,17 @@ int bt_config_diff(const bt_config *a, const bt_config *b, const char **keys, in
 
 bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, size_t len) {
     const s_key *k = s_find(path);
+    s_key entry;
+    int i = -1;
+    char key[64];
+    if (!k && sscanf(path, "eval.datasets[%d].%63s", &i, key) == 2 && i >= 0 &&
+        i < cfg->eval.n_datasets)
+        for (int j = 0; j < S_NDATASET_KEYS && !k; j++)
+            if (strcmp(s_dataset_keys[j].path, key) == 0) {
+                entry = s_at(&s_dataset_keys[j], offsetof(bt_config, eval.datasets) +
+                                                      (size_t)i * sizeof(bt_eval_dataset));
+                k = &entry;
+            }
     cJSON *item = k ? s_to_item(k, cfg) : NULL;
     char *text = item ? cJSON_PrintUnformatted(item) : NULL;
     if (text)

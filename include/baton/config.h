@@ -417,8 +417,9 @@ char *bt_config_to_json(const bt_config *cfg);
     into keys[0 .. max), each array as a whole ("eval.datasets", "eval.probes", "data.sources",
     "variants").  Returns how many differ, which may exceed max. */
 int bt_config_diff(const bt_config *a, const bt_config *b, const char **keys, int max);
-/*  The value of key path as the resolved config writes it ("16", "\"cosine\"", "true") into buf;
-    false for a path that is not one key (an array) or out of memory. */
+/*  The value of key path as the resolved config writes it ("16", "\"cosine\"", "true") into buf,
+    also of a key of an eval dataset ("eval.datasets[1].kind"); false for a path that is not one
+    key (an array, a dataset past eval.n_datasets) or out of memory. */
 bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, size_t len);
 
 /*  The schema's key paths in order ("run.name", "run.seed", ...); NULL when i is out of range.
