@@ -132,8 +132,8 @@ static void s_schedule(const bt_eval_dataset *d, bool adaptive, char *buf, size_
     size_t used = 0;
     buf[0] = '\0';
     if (d->every_steps)
-        used += (size_t)snprintf(buf + used, len - used, "every %lld steps",
-                                 (long long)d->every_steps);
+        used +=
+            (size_t)snprintf(buf + used, len - used, "every %lld steps", (long long)d->every_steps);
     if (d->every_epochs && used < len)
         used += (size_t)snprintf(buf + used, len - used, "%severy %lld epochs", used ? ", " : "",
                                  (long long)d->every_epochs);
@@ -167,8 +167,8 @@ static int s_dry_run(const bt_run_t *run, bool procs, const char *bind) {
     fprintf(o, "plan (--dry-run: nothing started, nothing written)\n");
     fprintf(o, "  run directory  %s%s\n", bt_run_dir(run),
             bt_run_is_complete(run) ? " (finished: nothing to resume)" : "");
-    fprintf(o, "  workers        %lld rollout, %lld trainer%s, %lld eval", (long long)cfg->workers.rollout,
-            (long long)cfg->workers.trainer,
+    fprintf(o, "  workers        %lld rollout, %lld trainer%s, %lld eval",
+            (long long)cfg->workers.rollout, (long long)cfg->workers.trainer,
             cfg->workers.trainer > 1 ? " (data-parallel ranks)" : "", (long long)cfg->workers.eval);
     if (cfg->workers.standby_trainers)
         fprintf(o, ", %lld standby trainer(s)", (long long)cfg->workers.standby_trainers);
@@ -189,15 +189,16 @@ static int s_dry_run(const bt_run_t *run, bool procs, const char *bind) {
                 cfg->sft.eval_every ? "" : " (never evaluated: sft.eval_every 0)");
     else
         fprintf(o, "  sft            none (sft.steps 0)\n");
-    fprintf(o,
-            "  grpo           %lld steps of %lld prompts x %lld completions (%lld sequences a step), "
-            "max_new_tokens %lld, lr %g %s, %s\n",
-            (long long)cfg->grpo.steps, (long long)cfg->grpo.prompts_per_step,
-            (long long)cfg->grpo.group_size,
-            (long long)(cfg->grpo.prompts_per_step * cfg->grpo.group_size),
-            (long long)cfg->grpo.max_new_tokens, cfg->grpo.lr,
-            s_value(cfg, "grpo.lr_schedule", a, sizeof a),
-            cfg->grpo.max_staleness ? "asynchronous" : "synchronous");
+    fprintf(
+        o,
+        "  grpo           %lld steps of %lld prompts x %lld completions (%lld sequences a step), "
+        "max_new_tokens %lld, lr %g %s, %s\n",
+        (long long)cfg->grpo.steps, (long long)cfg->grpo.prompts_per_step,
+        (long long)cfg->grpo.group_size,
+        (long long)(cfg->grpo.prompts_per_step * cfg->grpo.group_size),
+        (long long)cfg->grpo.max_new_tokens, cfg->grpo.lr,
+        s_value(cfg, "grpo.lr_schedule", a, sizeof a),
+        cfg->grpo.max_staleness ? "asynchronous" : "synchronous");
     if (cfg->grpo.max_staleness)
         fprintf(o, "                 rollouts up to %lld steps ahead\n",
                 (long long)cfg->grpo.max_staleness);
@@ -209,7 +210,8 @@ static int s_dry_run(const bt_run_t *run, bool procs, const char *bind) {
         char key[64], when[160];
         snprintf(key, sizeof key, "eval.datasets[%d].kind", i);
         s_schedule(d, cfg->eval.adaptive, when, sizeof when);
-        fprintf(o, "  %-14s %s (%s", i ? "" : "evaluation", d->name, s_value(cfg, key, a, sizeof a));
+        fprintf(o, "  %-14s %s (%s", i ? "" : "evaluation", d->name,
+                s_value(cfg, key, a, sizeof a));
         if (d->count)
             fprintf(o, ", %lld examples", (long long)d->count);
         if (d->kind == BT_EVAL_GENERATE && d->samples > 1)
@@ -222,11 +224,13 @@ static int s_dry_run(const bt_run_t *run, bool procs, const char *bind) {
             fprintf(o, " %s (%d set)", cfg->variants[k].name, cfg->variants[k].n_sets);
         fprintf(o, "%s\n", cfg->pbt.enabled ? ", population-based training" : "");
     }
-    if (!cfg->checkpoint.full_every_steps && !cfg->checkpoint.full_every_secs && !cfg->checkpoint.full_every_epochs)
+    if (!cfg->checkpoint.full_every_steps && !cfg->checkpoint.full_every_secs &&
+        !cfg->checkpoint.full_every_epochs)
         fprintf(o, "  checkpoints    none full (checkpoint.full_every_*: 0): no resume");
     else
-        fprintf(o, "  checkpoints    full every %lld steps / %g s / %lld epochs (0: not by it), "
-                   "the last %lld kept",
+        fprintf(o,
+                "  checkpoints    full every %lld steps / %g s / %lld epochs (0: not by it), "
+                "the last %lld kept",
                 (long long)cfg->checkpoint.full_every_steps, cfg->checkpoint.full_every_secs,
                 (long long)cfg->checkpoint.full_every_epochs, (long long)cfg->checkpoint.keep_last);
     if (cfg->checkpoint.light_every_steps)
@@ -243,11 +247,11 @@ static int s_dry_run(const bt_run_t *run, bool procs, const char *bind) {
         return 0;
     }
     const double mib = 1024.0 * 1024.0;
-    fprintf(o,
-            "  memory         %.3gM parameters; per worker: trainer %.1f MiB, rollout %.1f MiB, eval "
-            "%.1f MiB (baton plan CONFIG has the table)\n",
-            (double)p.params / 1e6, p.trainer.total / mib, p.rollout.total / mib,
-            p.eval.total / mib);
+    fprintf(
+        o,
+        "  memory         %.3gM parameters; per worker: trainer %.1f MiB, rollout %.1f MiB, eval "
+        "%.1f MiB (baton plan CONFIG has the table)\n",
+        (double)p.params / 1e6, p.trainer.total / mib, p.rollout.total / mib, p.eval.total / mib);
     return 0;
 }
 

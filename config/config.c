@@ -1650,7 +1650,7 @@ bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, siz
         for (int j = 0; j < S_NDATASET_KEYS && !k; j++)
             if (strcmp(s_dataset_keys[j].path, key) == 0) {
                 entry = s_at(&s_dataset_keys[j], offsetof(bt_config, eval.datasets) +
-                                                      (size_t)i * sizeof(bt_eval_dataset));
+                                                     (size_t)i * sizeof(bt_eval_dataset));
                 k = &entry;
             }
     cJSON *item = k ? s_to_item(k, cfg) : NULL;

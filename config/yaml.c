@@ -178,9 +178,9 @@ static bt_status s_scalar(const s_reader *r, const yaml_event_t *ev, int line, c
     static const char *const nulls[] = {"", "~", "null", "Null", "NULL", NULL};
     static const char *const trues[] = {"true", "True", "TRUE", NULL};
     static const char *const falses[] = {"false", "False", "FALSE", NULL};
-    static const char *const infinities[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
-                                             "-.inf", "-.Inf", "-.INF", ".nan", ".NaN", ".NAN",
-                                             NULL};
+    static const char *const infinities[] = {".inf",  ".Inf",  ".INF",  "+.inf", "+.Inf",
+                                             "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
+                                             ".NaN",  ".NAN",  NULL};
     const char *v = (const char *)ev->data.scalar.value;
     BT_TRY(s_check_node(r, line, ev->data.scalar.anchor, ev->data.scalar.tag, S_TAG "str"));
     if (strlen(v) != ev->data.scalar.length)

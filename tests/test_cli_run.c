@@ -153,7 +153,8 @@ int main(void) {
     CHECK_OK(bt_file_read(s_path_of("dry.err"), 1 << 20, &plan, NULL));
     CHECK_STR_CONTAINS(plan, "plan (--dry-run: nothing started, nothing written)");
     CHECK_STR_CONTAINS(plan, "run directory  out/ok");
-    CHECK_STR_CONTAINS(plan, "workers        1 rollout, 1 trainer, 1 eval: threads of this process");
+    CHECK_STR_CONTAINS(plan,
+                       "workers        1 rollout, 1 trainer, 1 eval: threads of this process");
     CHECK_STR_CONTAINS(plan, "sft            1 steps of 4 demonstrations");
     CHECK_STR_CONTAINS(plan, "grpo           2 steps of 2 prompts x 2 completions (4 sequences");
     CHECK_STR_CONTAINS(plan, "evaluation     heldout (generate, 4 examples): every 10 steps");

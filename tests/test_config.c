@@ -1273,7 +1273,8 @@ static void test_yaml(void) {
         "{\"run\": {\"name\": \"123\", \"seed\": 31, \"log_every\": 15},"
         " \"task\": {\"operators\": \"+-\", \"system_prompt\": \"Add.\\nThen answer.\\n\","
         "  \"heldout_size\": 200},"
-        " \"grpo\": {\"lr\": 1e-5, \"kl_coef\": 0.05, \"temperature\": 0.5, \"clip_high\": 3, \"dynamic_sampling\": "
+        " \"grpo\": {\"lr\": 1e-5, \"kl_coef\": 0.05, \"temperature\": 0.5, \"clip_high\": 3, "
+        "\"dynamic_sampling\": "
         "true, \"share_prefix\": false, \"micro_batch\": \"auto\", \"steps\": 40},"
         " \"model\": {\"lora\": {\"rank\": 4, \"targets\": [\"q_proj\", \"v_proj\"]}},"
         " \"tuner\": {\"kl\": {\"enabled\": true, \"target\": 0.02}},"
@@ -1335,7 +1336,8 @@ static void test_yaml_errors(void) {
     } bad[] = {
         {"run:\n  seed: 1\ngrpo:\n  lr: 1e-4\n  group_size: 1\n", BT_EINVAL,
          "t.yaml:5: grpo.group_size: expected an integer in [2, 4096], got 1"},
-        {"grpo:\n  steps: ten\n", BT_EINVAL, "t.yaml:2: grpo.steps: expected an integer, got \"ten\""},
+        {"grpo:\n  steps: ten\n", BT_EINVAL,
+         "t.yaml:2: grpo.steps: expected an integer, got \"ten\""},
         {"run:\n  name: 123\n", BT_EINVAL, "t.yaml:2: run.name: expected a string, got 123"},
         {"run:\n  name: ~\n", BT_EINVAL, "t.yaml:2: run.name: expected a string, got null"},
         {"grpo:\n  lr: 1\n  gropu_size: 4\n", BT_EINVAL,
@@ -1364,7 +1366,8 @@ static void test_yaml_errors(void) {
          "for a string"},
         {"grpo:\n  lr: -.Inf\n", BT_EINVAL, "t.yaml:2: grpo.lr: -.Inf: JSON has no infinity"},
         {"grpo:\n  lr: .nan\n", BT_EINVAL, "t.yaml:2: grpo.lr: .nan: JSON has no infinity or NaN"},
-        {"grpo:\n  lr: 1e999\n", BT_EINVAL, "t.yaml:2: grpo.lr: 1e999: beyond the range of a number"},
+        {"grpo:\n  lr: 1e999\n", BT_EINVAL,
+         "t.yaml:2: grpo.lr: 1e999: beyond the range of a number"},
         {"run:\n  seed: 0x10000000000000000\n", BT_EINVAL,
          "t.yaml:2: run.seed: 0x10000000000000000: beyond the range of a number"},
         {"sft: &base\n  steps: 2\n", BT_EFORMAT,
@@ -1391,7 +1394,8 @@ static void test_yaml_errors(void) {
     CHECK_STR_EQ(cfg.run.name, "42");
     const char *set = "grpo.group_size=1";
     CHECK(bt_config_parse("grpo:\n  lr: 1e-4\n", "t.yaml", &set, 1, &cfg) == BT_EINVAL);
-    CHECK_STR_EQ(bt_last_error(), "--set grpo.group_size=1: expected an integer in [2, 4096], got 1");
+    CHECK_STR_EQ(bt_last_error(),
+                 "--set grpo.group_size=1: expected an integer in [2, 4096], got 1");
 }
 
 /*  --set KEY=JSON: an array replaced whole (none of the file's entries stay), a section's keys set
@@ -1438,9 +1442,10 @@ static void test_set_json(void) {
     const struct {
         const char *set, *error;
     } bad[] = {
-        {"eval.datasets=[{\"name\": \"a\", \"knd\": 1}]", "--set: eval.datasets[0].knd: unknown key"},
+        {"eval.datasets=[{\"name\": \"a\", \"knd\": 1}]",
+         "--set: eval.datasets[0].knd: unknown key"},
         {"eval.datasets=[{\"name\": \"a\"", "--set eval.datasets=[{\"name\": \"a\": expected an "
-                                           "array as JSON, got invalid JSON at column 14"},
+                                            "array as JSON, got invalid JSON at column 14"},
         {"eval.datasets={\"name\": \"a\"}",
          "--set: eval.datasets: expected an array of objects, got an object"},
         {"eval.datasets[0].kind=perplexity",
