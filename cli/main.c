@@ -37,12 +37,12 @@ static const s_command s_commands[] = {
      bt_cli_eval},
     {"controller",
      "  controller CONFIG --bind ENDPOINT [--key FILE --allow DIR_OR_FILE | --insecure]\n"
-     "       [--run-dir DIR] [--resume [CHECKPOINT] | --overwrite] [--set ...]\n"
+     "       [--run-dir DIR] [--resume [CHECKPOINT] | --overwrite] [--set ...] [--dry-run]\n"
      "                  the run with no workers of its own: they join ENDPOINT; tcp:// needs\n"
      "                  CURVE keys (BATON_KEY, BATON_ALLOW also work) or --insecure\n",
      bt_cli_controller},
     {"worker",
-     "  worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME]\n"
+     "  worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME] [--device DEV]\n"
      "       [--key FILE --server-key FILE | --insecure] [--join-timeout SECONDS]\n"
      "                  one worker process (BATON_CONNECT, BATON_ROLE, BATON_KEY,\n"
      "                  BATON_SERVER_KEY also work)\n",
@@ -69,8 +69,9 @@ static const s_command s_commands[] = {
      "                  its LoRA adapters merged into the weights\n",
      bt_cli_export},
     {"report",
-     "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
-     "                  one HTML file of charts (default RUN_DIR/report.html)\n",
+     "  report RUN_DIR [RUN_DIR...] [--out PATH] [--target ACCURACY]\n"
+     "                  one HTML file of charts (default RUN_DIR/report.html); --target: the\n"
+     "                  first evaluation of each dataset at or above it\n",
      bt_cli_report},
 };
 enum { S_COMMANDS = sizeof s_commands / sizeof s_commands[0] };

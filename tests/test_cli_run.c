@@ -143,6 +143,9 @@ int main(void) {
     if (f)
         fclose(f);
     CHECK(strstr(buf, "worker_joined") == NULL);
+    /* the usage lists --dry-run */
+    CHECK(s_run("--help", out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "[--dry-run]");
     /* --dry-run: exit 0, the resolved config on stdout and the plan on stderr, no run directory
        (neither the one named nor runs/) */
     static char dry[1 << 16];
