@@ -1322,6 +1322,25 @@ static void test_yaml(void) {
     CHECK(a && b && strcmp(a, b) == 0);
     free(a);
     free(b);
+    /* JSON is YAML's flow style: each config of configs/ read as YAML resolves as it does read
+       as JSON (strings with escapes, numbers, nested arrays and objects, variants) */
+    const char *const demos[] = {"arith", "benchmarks", "gsm8k", "pbt", "plan/grpo"};
+    for (size_t i = 0; i < sizeof demos / sizeof demos[0]; i++) {
+        char rel[64], *text = NULL;
+        snprintf(rel, sizeof rel, "configs/%s.json", demos[i]);
+        s_source_path(rel, path, sizeof path);
+        CHECK_OK(bt_file_read(path, 1 << 20, &text, NULL));
+        CHECK_OK(bt_config_parse(text, "demo.yaml", NULL, 0, ya));
+        CHECK_OK(bt_config_parse(text, "demo.json", NULL, 0, js));
+        a = bt_config_to_json(ya);
+        b = bt_config_to_json(js);
+        CHECK(a && b && strcmp(a, b) == 0);
+        if (!a || !b || strcmp(a, b) != 0)
+            fprintf(stderr, "  %s read as YAML differs\n", rel);
+        free(a);
+        free(b);
+        free(text);
+    }
     free(ya);
     free(js);
 }
