@@ -4,8 +4,11 @@
 #include "baton/config.h"
 
 #include "baton/fileio.h"
+#include "baton/yaml.h"
 
 #include "check.h"
+
+#include <cjson/cJSON.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -1228,6 +1231,48 @@ static void test_lora(void) {
     CHECK(b.lora.rank == 4 && b.lora.targets == 1u << BT_LORA_O_PROJ);
 }
 
+/*  yaml.h on its own: the JSON a document stands for, compared as a tree with the JSON written
+    out by hand, and the line of each key and item. */
+static void test_yaml_json(void) {
+    static const char doc[] = "a: 1\n"                    /* 1 */
+                              "b:\n"                      /* 2 */
+                              "  - x\n"                   /* 3 */
+                              "  - {c: null, d: ~}\n"     /* 4 */
+                              "  -\n"                     /* 5 */
+                              "    e: [0x10, 0o10, -7]\n" /* 6 */
+                              "f: \"1\"\n"                /* 7 */
+                              "g: >\n"                    /* 8 */
+                              "  folded\n"                /* 9 */
+                              "  text\n"                  /* 10 */
+                              "h.i: 1.5e3\n"              /* 11 */
+                              "j: yes\n"                  /* 12 */
+                              "k:\n";                     /* 13 */
+    bt_yaml_t *y = NULL;
+    CHECK_OK(bt_yaml_parse(doc, strlen(doc), "t.yaml", &y));
+    cJSON *got = y ? cJSON_Parse(bt_yaml_json(y)) : NULL;
+    cJSON *want = cJSON_Parse("{\"a\": 1, \"b\": [\"x\", {\"c\": null, \"d\": null},"
+                              " {\"e\": [16, 8, -7]}], \"f\": \"1\", \"g\": \"folded text\\n\","
+                              " \"h.i\": 1500, \"j\": \"yes\", \"k\": null}");
+    CHECK(got && want && cJSON_Compare(got, want, true));
+    cJSON_Delete(got);
+    cJSON_Delete(want);
+    const struct {
+        const char *path;
+        int line;
+    } lines[] = {{"", 1},       {"a", 1},    {"b", 2},      {"b[0]", 3},      {"b[1]", 4},
+                 {"b[1].d", 4}, {"b[2]", 6}, {"b[2].e", 6}, {"b[2].e[2]", 6}, {"f", 7},
+                 {"g", 8},      {"h.i", 11}, {"k", 13},     {"b[3]", 0},      {"z", 0}};
+    for (size_t i = 0; y && i < sizeof lines / sizeof lines[0]; i++) {
+        CHECK(bt_yaml_line(y, lines[i].path) == lines[i].line);
+        if (bt_yaml_line(y, lines[i].path) != lines[i].line)
+            fprintf(stderr, "  %s: line %d\n", lines[i].path, bt_yaml_line(y, lines[i].path));
+    }
+    bt_yaml_destroy(&y);
+    CHECK(y == NULL);
+    bt_yaml_destroy(&y); /* NULL-safe */
+    CHECK(bt_yaml_parse("a: [1\n", 6, "t.yaml", &y) == BT_EFORMAT && y == NULL);
+}
+
 /*  YAML configs (a source named *.yaml or *.yml): the core schema's types as the keys take them,
     nested sections, sequences in block and flow style, checked field by field and against the
     same config written as JSON. */
@@ -1482,6 +1527,7 @@ static void test_set_json(void) {
 }
 
 int main(void) {
+    test_yaml_json();
     test_yaml();
     test_yaml_errors();
     test_set_json();
