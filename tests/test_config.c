@@ -1,5 +1,6 @@
-/*  test_config.c — the run config: defaults, overrides, the resolved-config round trip, one exact
-    message per kind of mistake, the typed sub-configs, configs/arith.json and docs/config.md. */
+/*  test_config.c — the run config: defaults, overrides (--set of keys, arrays and sections), the
+    resolved-config round trip, one exact message per kind of mistake, the typed sub-configs, YAML
+    configs (yaml.h, types, lines in errors), configs/arith.json and .yaml and docs/config.md. */
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include "baton/config.h"
 
