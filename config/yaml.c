@@ -105,6 +105,12 @@ static bt_status s_check_node(const s_reader *r, int line, const yaml_char_t *an
     return BT_OK;
 }
 
+static bt_status s_alias(const s_reader *r, int line, const yaml_char_t *anchor) {
+    return s_fail_at(r, line, BT_EFORMAT,
+                     "an alias (*%s): anchors and aliases are not supported (write the value out)",
+                     (const char *)anchor);
+}
+
 static bool s_is_digits(const char *s, const char *set) {
     return s[0] && strspn(s, set) == strlen(s);
 }
@@ -225,10 +231,7 @@ static bt_status s_mapping(s_reader *r, int depth, cJSON *obj) {
         int line = (int)key.start_mark.line + 1;
         if (key.type != YAML_SCALAR_EVENT) {
             st = key.type == YAML_ALIAS_EVENT
-                     ? s_fail_at(r, line, BT_EFORMAT,
-                                 "an alias (*%s): anchors and aliases are not supported (write "
-                                 "the value out)",
-                                 (const char *)key.data.alias.anchor)
+                     ? s_alias(r, line, key.data.alias.anchor)
                      : s_fail_at(r, line, BT_EFORMAT, "a key that is not a scalar");
             yaml_event_delete(&key);
             return st;
@@ -291,10 +294,7 @@ static bt_status s_node(s_reader *r, const yaml_event_t *ev, int depth, cJSON **
     if (ev->type == YAML_SCALAR_EVENT)
         return s_scalar(r, ev, line, out);
     if (ev->type == YAML_ALIAS_EVENT)
-        return s_fail_at(r, line, BT_EFORMAT,
-                         "an alias (*%s): anchors and aliases are not supported (write the value "
-                         "out)",
-                         (const char *)ev->data.alias.anchor);
+        return s_alias(r, line, ev->data.alias.anchor);
     bool map = ev->type == YAML_MAPPING_START_EVENT;
     if (!map && ev->type != YAML_SEQUENCE_START_EVENT)
         return s_fail_at(r, line, BT_EFORMAT, "expected a value");
