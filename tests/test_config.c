@@ -1438,6 +1438,8 @@ static void test_yaml_errors(void) {
         {"sft: &base\n  steps: 2\n", BT_EFORMAT,
          "t.yaml:1: sft: an anchor (&base): anchors and aliases are not supported (write the value "
          "out)"},
+        {"grpo:\n  lr: *a\n", BT_EFORMAT,
+         "t.yaml:2: grpo.lr: an alias (*a): anchors and aliases are not supported"},
         {"grpo:\n  steps: !!int 5\n", BT_EFORMAT,
          "t.yaml:2: grpo.steps: the tag !!int: only !!str, !!map and !!seq are taken"},
         {"grpo: {steps: 2}\n---\nsft: {steps: 1}\n", BT_EFORMAT,
