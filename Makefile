@@ -73,6 +73,6 @@ unicode-data:
 # The Debian packages bench/gpu_check.sh unpacks on a GPU machine that lacks them (no package
 # archive there): downloaded here as .deb files into build-debs/, to carry along.
 GPU_DEBS := libzmq3-dev libzmq5 libsodium23 libpgm-5.3-0 libnorm1 libcjson-dev libcjson1 \
-            libxxhash-dev libgloo-dev
+            libxxhash-dev libgloo-dev libyaml-dev libyaml-0-2
 gpu-debs:
 	mkdir -p build-debs && cd build-debs && apt-get download $(GPU_DEBS)

@@ -21,10 +21,11 @@ typedef struct s_command {
 static const s_command s_commands[] = {
     {"run",
      "  run CONFIG [--run-dir DIR] [--procs] [--resume [CHECKPOINT] | --overwrite]\n"
-     "       [--set key.path=value ...]\n"
-     "                  train: SFT warm start, then GRPO (configs/arith.json); a run directory\n"
-     "                  that holds a run needs --resume (continue it) or --overwrite (replace "
-     "it);\n"
+     "       [--set key.path=value ...] [--dry-run]\n"
+     "                  train: SFT warm start, then GRPO (configs/arith.json, or .yaml); a run\n"
+     "                  directory that holds a run needs --resume or --overwrite; --dry-run\n"
+     "                  prints the resolved config and the plan and starts nothing; --set\n"
+     "                  takes JSON: --set 'eval.datasets=[...]' replaces the array;\n"
      "                  Ctrl-C stops after the current step (exit 130), twice kills at once\n",
      bt_cli_run},
     {"eval",
@@ -36,12 +37,12 @@ static const s_command s_commands[] = {
      bt_cli_eval},
     {"controller",
      "  controller CONFIG --bind ENDPOINT [--key FILE --allow DIR_OR_FILE | --insecure]\n"
-     "       [--run-dir DIR] [--resume [CHECKPOINT] | --overwrite] [--set ...]\n"
+     "       [--run-dir DIR] [--resume [CHECKPOINT] | --overwrite] [--set ...] [--dry-run]\n"
      "                  the run with no workers of its own: they join ENDPOINT; tcp:// needs\n"
      "                  CURVE keys (BATON_KEY, BATON_ALLOW also work) or --insecure\n",
      bt_cli_controller},
     {"worker",
-     "  worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME]\n"
+     "  worker --connect ENDPOINT --role rollout|trainer|eval [--name NAME] [--device DEV]\n"
      "       [--key FILE --server-key FILE | --insecure] [--join-timeout SECONDS]\n"
      "                  one worker process (BATON_CONNECT, BATON_ROLE, BATON_KEY,\n"
      "                  BATON_SERVER_KEY also work)\n",
@@ -68,8 +69,9 @@ static const s_command s_commands[] = {
      "                  its LoRA adapters merged into the weights\n",
      bt_cli_export},
     {"report",
-     "  report RUN_DIR [RUN_DIR...] [--out PATH]\n"
-     "                  one HTML file of charts (default RUN_DIR/report.html)\n",
+     "  report RUN_DIR [RUN_DIR...] [--out PATH] [--target ACCURACY]\n"
+     "                  one HTML file of charts (default RUN_DIR/report.html); --target: the\n"
+     "                  first evaluation of each dataset at or above it\n",
      bt_cli_report},
 };
 enum { S_COMMANDS = sizeof s_commands / sizeof s_commands[0] };

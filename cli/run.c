@@ -1,6 +1,8 @@
 /*  run.c — `baton run CONFIG [--run-dir DIR] [--resume [CHECKPOINT] | --overwrite]
-    [--set key.path=value ...]`
+    [--set key.path=value ...] [--dry-run]`
     and `baton controller CONFIG --bind ENDPOINT [--key FILE --allow DIR_OR_FILE | --insecure]`.
+    CONFIG is JSON, or YAML when it ends in .yaml or .yml.  --dry-run prints the resolved config
+    (stdout) and the plan (stderr) and starts nothing.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
@@ -8,6 +10,7 @@
 #include "baton/baton.h"
 #include "baton/config.h"
 #include "baton/fileio.h"
+#include "baton/plan.h"
 #include "baton/security.h"
 
 #include <math.h>
@@ -112,13 +115,153 @@ static void s_progress(const bt_progress *p, void *user) {
     fflush(stderr);
 }
 
+/*  The text of a key's value without JSON's quotes ("cosine", not "\"cosine\""). */
+static const char *s_value(const bt_config *cfg, const char *key, char *buf, size_t len) {
+    if (!bt_config_value_text(cfg, key, buf, len))
+        snprintf(buf, len, "?");
+    size_t n = strlen(buf);
+    if (n >= 2 && buf[0] == '"' && buf[n - 1] == '"') {
+        memmove(buf, buf + 1, n - 2);
+        buf[n - 2] = '\0';
+    }
+    return buf;
+}
+
+/*  "every 25 steps, every 60 s" for one dataset's triggers; "never" when none is set. */
+static void s_schedule(const bt_eval_dataset *d, bool adaptive, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    if (d->every_steps)
+        used +=
+            (size_t)snprintf(buf + used, len - used, "every %lld steps", (long long)d->every_steps);
+    if (d->every_epochs && used < len)
+        used += (size_t)snprintf(buf + used, len - used, "%severy %lld epochs", used ? ", " : "",
+                                 (long long)d->every_epochs);
+    if (d->every_seconds > 0 && used < len)
+        used += (size_t)snprintf(buf + used, len - used, "%severy %g s", used ? ", " : "",
+                                 d->every_seconds);
+    if (d->every_tokens > 0 && used < len)
+        used += (size_t)snprintf(buf + used, len - used, "%severy %g tokens", used ? ", " : "",
+                                 d->every_tokens);
+    if (!used)
+        snprintf(buf, len, "never (no every_* trigger)");
+    else if (adaptive && d->every_steps && used < len)
+        snprintf(buf + used, len - used, " (adaptive: eval.adaptive)");
+}
+
+/*  --dry-run: the resolved config on stdout, exactly the JSON a run writes to config.json, and on
+    stderr what the run would do: its directory, workers, phases, evaluations and memory.  Nothing
+    is started or written. */
+static int s_dry_run(const bt_run_t *run, bool procs, const char *bind) {
+    const bt_config *cfg = bt_run_config_of(run);
+    char *json = bt_config_to_json(cfg);
+    if (!json) {
+        fprintf(stderr, "baton: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", json);
+    fflush(stdout);
+    free(json);
+    char a[64], b[64], c[64];
+    FILE *o = stderr;
+    fprintf(o, "plan (--dry-run: nothing started, nothing written)\n");
+    fprintf(o, "  run directory  %s%s\n", bt_run_dir(run),
+            bt_run_is_complete(run) ? " (finished: nothing to resume)" : "");
+    fprintf(o, "  workers        %lld rollout, %lld trainer%s, %lld eval",
+            (long long)cfg->workers.rollout, (long long)cfg->workers.trainer,
+            cfg->workers.trainer > 1 ? " (data-parallel ranks)" : "", (long long)cfg->workers.eval);
+    if (cfg->workers.standby_trainers)
+        fprintf(o, ", %lld standby trainer(s)", (long long)cfg->workers.standby_trainers);
+    if (bind)
+        fprintf(o, ": they join %s\n", bind);
+    else
+        fprintf(o, ": %s on %s\n", procs ? "`baton worker` processes" : "threads of this process",
+                cfg->run.device);
+    fprintf(o, "  precision      %s, workers.shard %s, grpo.micro_batch %s\n",
+            s_value(cfg, "run.precision", a, sizeof a), s_value(cfg, "workers.shard", b, sizeof b),
+            s_value(cfg, "grpo.micro_batch", c, sizeof c));
+    if (cfg->sft.steps > 0)
+        fprintf(o,
+                "  sft            %lld steps of %lld demonstrations, lr %g (warmup %lld), stops at "
+                "held-out accuracy %g%s\n",
+                (long long)cfg->sft.steps, (long long)cfg->sft.batch_size, cfg->sft.lr,
+                (long long)cfg->sft.warmup_steps, cfg->sft.stop_accuracy,
+                cfg->sft.eval_every ? "" : " (never evaluated: sft.eval_every 0)");
+    else
+        fprintf(o, "  sft            none (sft.steps 0)\n");
+    fprintf(
+        o,
+        "  grpo           %lld steps of %lld prompts x %lld completions (%lld sequences a step), "
+        "max_new_tokens %lld, lr %g %s, %s\n",
+        (long long)cfg->grpo.steps, (long long)cfg->grpo.prompts_per_step,
+        (long long)cfg->grpo.group_size,
+        (long long)(cfg->grpo.prompts_per_step * cfg->grpo.group_size),
+        (long long)cfg->grpo.max_new_tokens, cfg->grpo.lr,
+        s_value(cfg, "grpo.lr_schedule", a, sizeof a),
+        cfg->grpo.max_staleness ? "asynchronous" : "synchronous");
+    if (cfg->grpo.max_staleness)
+        fprintf(o, "                 rollouts up to %lld steps ahead\n",
+                (long long)cfg->grpo.max_staleness);
+    for (int k = 0; k < bt_config_n_sources(cfg) && cfg->data.n_sources; k++)
+        fprintf(o, "  data source    %s (weight %g)\n", bt_config_source_name(cfg, k),
+                cfg->data.sources[k].weight);
+    for (int i = 0; i < cfg->eval.n_datasets; i++) {
+        const bt_eval_dataset *d = &cfg->eval.datasets[i];
+        char key[64], when[160];
+        snprintf(key, sizeof key, "eval.datasets[%d].kind", i);
+        s_schedule(d, cfg->eval.adaptive, when, sizeof when);
+        fprintf(o, "  %-14s %s (%s", i ? "" : "evaluation", d->name,
+                s_value(cfg, key, a, sizeof a));
+        if (d->count)
+            fprintf(o, ", %lld examples", (long long)d->count);
+        if (d->kind == BT_EVAL_GENERATE && d->samples > 1)
+            fprintf(o, " x %lld samples", (long long)d->samples);
+        fprintf(o, "): %s\n", when);
+    }
+    if (cfg->n_variants) {
+        fprintf(o, "  variants      ");
+        for (int k = 0; k < cfg->n_variants; k++)
+            fprintf(o, " %s (%d set)", cfg->variants[k].name, cfg->variants[k].n_sets);
+        fprintf(o, "%s\n", cfg->pbt.enabled ? ", population-based training" : "");
+    }
+    if (!cfg->checkpoint.full_every_steps && !cfg->checkpoint.full_every_secs &&
+        !cfg->checkpoint.full_every_epochs)
+        fprintf(o, "  checkpoints    none full (checkpoint.full_every_*: 0): no resume");
+    else
+        fprintf(o,
+                "  checkpoints    full every %lld steps / %g s / %lld epochs (0: not by it), "
+                "the last %lld kept",
+                (long long)cfg->checkpoint.full_every_steps, cfg->checkpoint.full_every_secs,
+                (long long)cfg->checkpoint.full_every_epochs, (long long)cfg->checkpoint.keep_last);
+    if (cfg->checkpoint.light_every_steps)
+        fprintf(o, "; light every %lld steps", (long long)cfg->checkpoint.light_every_steps);
+    fprintf(o, "\n");
+    bt_model_config model = cfg->model;
+    bt_plan_input in = {0};
+    bt_plan p;
+    char json_path[BT_CONFIG_PATH_MAX + 16], err[256] = "";
+    snprintf(json_path, sizeof json_path, "%s/config.json", cfg->model_path);
+    if ((cfg->model_path[0] && bt_model_config_load(json_path, &model) != BT_OK) ||
+        bt_plan_make(cfg, &model, &in, &p, err, sizeof err) != BT_OK) {
+        fprintf(o, "  memory         not planned: %s\n", err[0] ? err : bt_last_error());
+        return 0;
+    }
+    const double mib = 1024.0 * 1024.0;
+    fprintf(
+        o,
+        "  memory         %.3gM parameters; per worker: trainer %.1f MiB, rollout %.1f MiB, eval "
+        "%.1f MiB (baton plan CONFIG has the table)\n",
+        (double)p.params / 1e6, p.trainer.total / mib, p.rollout.total / mib, p.eval.total / mib);
+    return 0;
+}
+
 /*  `baton run` (workers: threads, or processes with --procs) and `baton controller` (workers
     join --bind from elsewhere) share everything else. */
 static int s_run_or_control(int argc, char **argv, bool controller) {
     const char *path = NULL, *dir = NULL, *resume = NULL, *bind = NULL;
     const char *key = controller ? getenv("BATON_KEY") : NULL;
     const char *allow = controller ? getenv("BATON_ALLOW") : NULL;
-    bool procs = false, insecure = false, key_flag = false, overwrite = false;
+    bool procs = false, insecure = false, key_flag = false, overwrite = false, dry_run = false;
     const char *sets[S_MAX_SETS];
     int n_sets = 0;
     for (int i = 0; i < argc; i++) {
@@ -140,6 +283,8 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
             resume = i + 1 < argc && argv[i + 1][0] != '-' && path ? argv[++i] : "";
         else if (!strcmp(argv[i], "--overwrite"))
             overwrite = true;
+        else if (!strcmp(argv[i], "--dry-run"))
+            dry_run = true;
         else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < S_MAX_SETS)
             sets[n_sets++] = argv[++i];
         else if (argv[i][0] == '-' || path)
@@ -216,6 +361,11 @@ static int s_run_or_control(int argc, char **argv, bool controller) {
         fprintf(stderr, "baton: %s\n", bt_last_error());
         bt_run_destroy(&run);
         return 2;
+    }
+    if (dry_run) {
+        int rc = s_dry_run(run, procs, controller ? bind : NULL);
+        bt_run_destroy(&run);
+        return rc;
     }
     if (bt_run_is_complete(run)) {
         fprintf(stderr,

@@ -6,6 +6,7 @@
 #include "baton/buf.h"
 #include "baton/fileio.h"
 #include "baton/jsonl.h"
+#include "baton/yaml.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -738,6 +739,7 @@ static bt_status s_apply_array(const cJSON *arr, const char *src, const char *pa
         return bt_fail(BT_EINVAL, "%s: expected %s, got %d", where, what, cJSON_GetArraySize(arr));
     }
     *count = 0;
+    memset((char *)cfg + base, 0, stride * (size_t)max); /* an array replaced by --set: whole */
     for (const cJSON *entry = arr->child; entry; entry = entry->next, (*count)++) {
         size_t at = base + (size_t)*count * stride;
         snprintf(where, sizeof where, "%s: %s[%d]", src, path, *count);
@@ -748,8 +750,9 @@ static bt_status s_apply_array(const cJSON *arr, const char *src, const char *pa
     return BT_OK;
 }
 
-static bt_status s_apply_eval_array(const cJSON *item, const char *src, bt_config *cfg) {
-    if (strcmp(item->string, "datasets") == 0)
+static bt_status s_apply_eval_array(const cJSON *item, bool datasets, const char *src,
+                                    bt_config *cfg) {
+    if (datasets)
         return s_apply_array(item, src, "eval.datasets", s_dataset_keys, S_NDATASET_KEYS,
                              offsetof(bt_config, eval.datasets), sizeof(bt_eval_dataset),
                              BT_EVAL_MAX_DATASETS, &cfg->eval.n_datasets, cfg);
@@ -771,7 +774,7 @@ static bt_status s_apply_section(const cJSON *obj, const char *prefix, const cha
         if (!strcmp(path, "eval.datasets") || !strcmp(path, "eval.probes")) {
             if (s_is_duplicate(obj, item))
                 return bt_fail(BT_EINVAL, "%s: duplicate key", where);
-            BT_TRY(s_apply_eval_array(item, src, cfg));
+            BT_TRY(s_apply_eval_array(item, !strcmp(path, "eval.datasets"), src, cfg));
             continue;
         }
         if (!strcmp(path, "data.sources")) {
@@ -1053,6 +1056,34 @@ static bt_status s_apply_json(const cJSON *root, const char *src, bt_config *cfg
     return BT_OK;
 }
 
+/*  --set of an array (eval.datasets, eval.probes, data.sources, variants) or a section ("grpo",
+    "tuner.kl") to the JSON value text: the array replaced whole, the section's keys set as the
+    file sets them.  Errors start with "--set", then the key as the file's would ("--set:
+    eval.datasets[0].kind: ..."). */
+static bt_status s_apply_json_override(const char *path, const char *text, const char *where,
+                                       bt_config *cfg) {
+    bool section = strcmp(path, "eval.datasets") && strcmp(path, "eval.probes") &&
+                   strcmp(path, "data.sources") && strcmp(path, "variants");
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithOpts(text, &end, true);
+    if (!v)
+        return bt_fail(BT_EINVAL, "%s: expected %s as JSON, got invalid JSON at column %d", where,
+                       section ? "an object" : "an array", (int)(end ? end - text + 1 : 1));
+    bt_status st;
+    if (section && !cJSON_IsObject(v))
+        st = s_expected(where, "an object of the section's keys", v);
+    else if (section)
+        st = s_apply_section(v, path, "--set", cfg);
+    else if (strcmp(path, "data.sources") == 0)
+        st = s_apply_sources(v, "--set", cfg);
+    else if (strcmp(path, "variants") == 0)
+        st = s_apply_variants(v, "--set", cfg);
+    else
+        st = s_apply_eval_array(v, strcmp(path, "eval.datasets") == 0, "--set", cfg);
+    cJSON_Delete(v);
+    return st;
+}
+
 /*  "key.path=value" as --set gives it; errors start with where ("--set key.path=value"). */
 static bt_status s_apply_override(const char *text, const char *where, bt_config *cfg) {
     char path[128];
@@ -1060,15 +1091,24 @@ static bt_status s_apply_override(const char *text, const char *where, bt_config
     if (!eq)
         return bt_fail(BT_EINVAL, "%s: expected key.path=value", where);
     snprintf(path, sizeof path, "%.*s", (int)(eq - text), text);
-    if (strcmp(path, "variants") == 0 || strncmp(path, "variants.", 9) == 0 ||
-        strncmp(path, "variants[", 9) == 0)
-        return bt_fail(BT_EINVAL, "%s: variants is an array: set it in the config file", where);
-    if (strncmp(path, "data.sources", 12) == 0)
-        return bt_fail(BT_EINVAL, "%s: data.sources is an array: set it in the config file", where);
+    const char *value = eq + 1;
+    static const char *const arrays[] = {"eval.datasets", "eval.probes", "data.sources",
+                                         "variants"};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+        size_t n = strlen(arrays[i]);
+        if (strcmp(path, arrays[i]) == 0)
+            return s_apply_json_override(path, value, where, cfg);
+        if (strncmp(path, arrays[i], n) == 0 && (path[n] == '[' || path[n] == '.'))
+            return bt_fail(BT_EINVAL,
+                           "%s: %s is an array: --set replaces it whole (--set '%s=[...]', the "
+                           "entries as JSON)",
+                           where, arrays[i], arrays[i]);
+    }
     const s_key *k = s_find(path);
+    if (!k && s_is_section(path))
+        return s_apply_json_override(path, value, where, cfg);
     if (!k)
         return s_unknown(where, path);
-    const char *value = eq + 1;
     bool as_text = (k->type == S_STR || k->type == S_ENUM) && value[0] != '"';
     cJSON *v = as_text ? NULL : cJSON_ParseWithOpts(value, NULL, true);
     if (!v)
@@ -1492,17 +1532,52 @@ void bt_config_init(bt_config *cfg) {
     }
 }
 
-bt_status bt_config_parse(const char *json_text, const char *source, const char *const *overrides,
+/*  A source named *.yaml or *.yml holds YAML (bt_yaml_parse); any other, JSON. */
+static bool s_is_yaml(const char *source) {
+    const char *dot = strrchr(source, '.');
+    return dot && (strcmp(dot, ".yaml") == 0 || strcmp(dot, ".yml") == 0);
+}
+
+/*  A YAML file's error "SRC: PATH: ..." as "SRC:LINE: PATH: ...", LINE that of PATH in the file,
+    or of the nearest node above it the file has ("variants[0]" for a missing variants[0].name);
+    other errors (--set's, those naming no key) as they are. */
+static bt_status s_with_line(bt_status st, const bt_yaml_t *yaml, const char *src) {
+    char msg[1024], path[256];
+    snprintf(msg, sizeof msg, "%s", bt_last_error());
+    size_t n = strlen(src);
+    if (strncmp(msg, src, n) != 0 || strncmp(msg + n, ": ", 2) != 0)
+        return st;
+    const char *rest = msg + n + 2, *end = strstr(rest, ": ");
+    if (!end || (size_t)(end - rest) >= sizeof path)
+        return st;
+    snprintf(path, sizeof path, "%.*s", (int)(end - rest), rest);
+    int line = 0;
+    while (path[0] && !(line = bt_yaml_line(yaml, path))) { /* up one level: ".key" or "[i]" */
+        size_t cut = strlen(path);
+        while (cut > 0 && path[cut] != '.' && path[cut] != '[')
+            cut--;
+        path[cut] = '\0';
+    }
+    return line ? bt_fail(st, "%s:%d: %s", src, line, rest) : st;
+}
+
+bt_status bt_config_parse(const char *text, const char *source, const char *const *overrides,
                           int n_overrides, bt_config *out) {
     bt_config_init(out);
+    bt_yaml_t *yaml = NULL;
+    if (s_is_yaml(source)) {
+        BT_TRY(bt_yaml_parse(text, strlen(text), source, &yaml));
+        text = bt_yaml_json(yaml);
+    }
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(json_text, &end, true);
+    cJSON *root = cJSON_ParseWithOpts(text, &end, true);
     if (!root) {
         int line = 1, column = 1;
-        for (const char *c = json_text; end && c < end; c++) {
+        for (const char *c = text; end && c < end; c++) {
             line += *c == '\n';
             column = *c == '\n' ? 1 : column + 1;
         }
+        bt_yaml_destroy(&yaml);
         return bt_fail(BT_EFORMAT, "%s:%d:%d: invalid JSON", source, line, column);
     }
     bt_status st = s_apply_json(root, source, out);
@@ -1518,7 +1593,12 @@ bt_status bt_config_parse(const char *json_text, const char *source, const char 
         !out->model_path[0]) /* else model.path's config.json: bt_config_check_files */
         st = s_check_context(out, out->model.max_position_embeddings,
                              "model.max_position_embeddings", source);
-    return st == BT_OK ? s_check_variants(out, source) : st;
+    if (st == BT_OK)
+        st = s_check_variants(out, source);
+    if (yaml && st != BT_OK)
+        st = s_with_line(st, yaml, source);
+    bt_yaml_destroy(&yaml);
+    return st;
 }
 
 bt_status bt_config_variant(const bt_config *base, int k, bt_config *out) {
@@ -1588,6 +1668,17 @@ int bt_config_diff(const bt_config *a, const bt_config *b, const char **keys, in
 
 bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, size_t len) {
     const s_key *k = s_find(path);
+    s_key entry;
+    int i = -1;
+    char key[64];
+    if (!k && sscanf(path, "eval.datasets[%d].%63s", &i, key) == 2 && i >= 0 &&
+        i < cfg->eval.n_datasets)
+        for (int j = 0; j < S_NDATASET_KEYS && !k; j++)
+            if (strcmp(s_dataset_keys[j].path, key) == 0) {
+                entry = s_at(&s_dataset_keys[j], offsetof(bt_config, eval.datasets) +
+                                                     (size_t)i * sizeof(bt_eval_dataset));
+                k = &entry;
+            }
     cJSON *item = k ? s_to_item(k, cfg) : NULL;
     char *text = item ? cJSON_PrintUnformatted(item) : NULL;
     if (text)

@@ -1,7 +1,8 @@
 /*  test_cli_run.c — `baton run` on bad input (a key out of the range the workers accept, a file
     that does not exist): one line naming the key, exit code 2, and no run directory; on a good
     config: exit 0 with config.json, metrics.jsonl and events.jsonl; a directory that holds a run
-    is refused without --resume or --overwrite; an SFT-only run saves the policy SFT made. */
+    is refused without --resume or --overwrite; an SFT-only run saves the policy SFT made; --dry-run
+    prints the config.json the run writes and starts nothing; a YAML config runs as its JSON. */
 #define _DEFAULT_SOURCE
 #include "check.h"
 #include "runs.h"
@@ -43,6 +44,13 @@ static void s_write(const char *name, const char *text) {
     fclose(f);
 }
 
+/*  `baton run ARGS` with stdout into out and stderr into the file err in the test's folder. */
+static int s_run_split(const char *args, const char *err, char *out, size_t cap) {
+    char cmd[PATH_MAX * 2];
+    snprintf(cmd, sizeof cmd, "cd %s && %s run %s 2>%s", s_tmp, getenv("BATON_BIN"), args, err);
+    return runs_capture(cmd, out, cap);
+}
+
 static const char s_small[] =
     "{\"run\": {\"name\": \"small\"}, \"model\": {\"hidden_size\": 32, \"intermediate_size\": 64,"
     " \"num_hidden_layers\": 1, \"num_attention_heads\": 2},"
@@ -54,6 +62,22 @@ int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_cli_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     s_write("small.json", s_small);
+    /* s_small in YAML, and one with a mistake on its line 4 */
+    s_write("small.yaml", "run: {name: small}\n"
+                          "model: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,\n"
+                          "        num_attention_heads: 2}\n"
+                          "task:\n"
+                          "  digits: 1\n"
+                          "  heldout_size: 4\n"
+                          "sft: {steps: 1, batch_size: 4}\n"
+                          "grpo:\n"
+                          "  steps: 2\n"
+                          "  group_size: 2\n"
+                          "  prompts_per_step: 2\n"
+                          "  max_new_tokens: 2\n"
+                          "eval:\n"
+                          "  heldout_count: 4\n");
+    s_write("bad.yaml", "run:\n  name: bad\ngrpo:\n  group_size: 1\n");
     s_write("variants.json", "{\"variants\": [{\"name\": \"a\"}, {\"name\": \"b\"}]}");
     s_write("a.jsonl", "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n");
     s_write(
@@ -92,6 +116,11 @@ int main(void) {
         {"evalfile.json",
          "evalfile.json: eval.datasets[1].source: \"missing_eval.jsonl\": no such file"},
         {"small.json --frobnicate", "unexpected argument \"--frobnicate\""},
+        /* YAML: the file, the line and the key */
+        {"bad.yaml", "baton: bad.yaml:4: grpo.group_size: expected an integer in [2, 4096], got 1"},
+        {"bad.yaml --dry-run", "bad.yaml:4: grpo.group_size: expected an integer"},
+        {"small.json --dry-run --set grpo.group_size=1",
+         "--set grpo.group_size=1: expected an integer in [2, 4096], got 1"},
         {"", "missing CONFIG"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -114,10 +143,43 @@ int main(void) {
     if (f)
         fclose(f);
     CHECK(strstr(buf, "worker_joined") == NULL);
+    /* the usage lists --dry-run */
+    CHECK(s_run("--help", out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "[--dry-run]");
+    /* --dry-run: exit 0, the resolved config on stdout and the plan on stderr, no run directory
+       (neither the one named nor runs/) */
+    static char dry[1 << 16];
+    CHECK(s_run_split("small.json --set run.name=ok --run-dir out/ok --dry-run", "dry.err", dry,
+                      sizeof dry) == 0);
+    CHECK(!s_exists("out/ok") && !s_exists("runs"));
+    char *plan = NULL;
+    CHECK_OK(bt_file_read(s_path_of("dry.err"), 1 << 20, &plan, NULL));
+    CHECK_STR_CONTAINS(plan, "plan (--dry-run: nothing started, nothing written)");
+    CHECK_STR_CONTAINS(plan, "run directory  out/ok");
+    CHECK_STR_CONTAINS(plan,
+                       "workers        1 rollout, 1 trainer, 1 eval: threads of this process");
+    CHECK_STR_CONTAINS(plan, "sft            1 steps of 4 demonstrations");
+    CHECK_STR_CONTAINS(plan, "grpo           2 steps of 2 prompts x 2 completions (4 sequences");
+    CHECK_STR_CONTAINS(plan, "evaluation     heldout (generate, 4 examples): every 10 steps");
+    CHECK_STR_CONTAINS(plan, "memory         ");
+    free(plan);
     /* a good run: exit 0, the run directory with its three files; --set with a plain string */
     CHECK(s_run("small.json --set run.name=ok --run-dir out/ok", out, sizeof out) == 0);
     CHECK(s_exists("out/ok/config.json") && s_exists("out/ok/metrics.jsonl") &&
           s_exists("out/ok/events.jsonl"));
+    /* what --dry-run printed is the config.json the run wrote, byte for byte (and a newline) */
+    char *written = NULL;
+    CHECK_OK(bt_file_read(s_path_of("out/ok/config.json"), 1 << 20, &written, NULL));
+    CHECK(written && strlen(dry) == strlen(written) + 1 &&
+          strncmp(dry, written, strlen(written)) == 0 && dry[strlen(written)] == '\n');
+    /* the same config in YAML runs, and writes the same config.json */
+    CHECK(s_run("small.yaml --set run.name=ok --run-dir out/yaml", out, sizeof out) == 0);
+    CHECK_STR_CONTAINS(out, "done step 2/2");
+    char *from_yaml = NULL;
+    CHECK_OK(bt_file_read(s_path_of("out/yaml/config.json"), 1 << 20, &from_yaml, NULL));
+    CHECK(written && from_yaml && strcmp(written, from_yaml) == 0);
+    free(written);
+    free(from_yaml);
     /* a large run.seed (beyond 1.4e8 the rollout jobs' seeds overflowed 2^53 mid-run) */
     CHECK(s_run("small.json --set run.seed=1099511627776 --run-dir out/seed", out, sizeof out) ==
           0);

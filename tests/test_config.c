@@ -1,11 +1,15 @@
-/*  test_config.c — the run config: defaults, overrides, the resolved-config round trip, one exact
-    message per kind of mistake, the typed sub-configs, configs/arith.json and docs/config.md. */
+/*  test_config.c — the run config: defaults, overrides (--set of keys, arrays and sections), the
+    resolved-config round trip, one exact message per kind of mistake, the typed sub-configs, YAML
+    configs (yaml.h, types, lines in errors), configs/arith.json and .yaml and docs/config.md. */
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include "baton/config.h"
 
 #include "baton/fileio.h"
+#include "baton/yaml.h"
 
 #include "check.h"
+
+#include <cjson/cJSON.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -235,7 +239,7 @@ static void test_overrides(void) {
         {"grpo.steps=50abc", "--set grpo.steps=50abc: expected an integer, got \"50abc\""},
         {"grpo.group_size=1", "--set grpo.group_size=1: expected an integer in [2, 4096], got 1"},
         {"grpo.steps", "--set grpo.steps: expected key.path=value"},
-        {"grpo=5", "--set grpo=5: unknown key"},
+        {"grpo=5", "--set grpo=5: expected an object of the section's keys, got 5"},
         {"task.kind=math",
          "--set task.kind=math: expected one of \"arithmetic\", \"jsonl\", got \"math\""},
         {"grpo.dynamic_sampling=yes",
@@ -890,15 +894,18 @@ static void test_variants(void) {
     CHECK(v.grpo.lr == 3e-4 && v.grpo.steps == 40);            /* unset: the base's */
     CHECK(strcmp(v.tuner.lr_plateau.dataset, "heldout") == 0); /* resolved as the base */
 
-    /* a variant's set wins over the base's --set; --set cannot set variants */
+    /* a variant's set wins over the base's --set; --set replaces the variants array whole */
     const char *set = "grpo.lr=0.5";
     CHECK_OK(bt_config_parse(json, "arith.json", &set, 1, &base));
     CHECK_OK(bt_config_variant(&base, 0, &v));
     CHECK(base.grpo.lr == 0.5 && v.grpo.lr == 1e-5);
     set = "variants=[]";
-    CHECK(bt_config_parse("{}", "arith.json", &set, 1, &base) == BT_EINVAL);
-    CHECK(strcmp(bt_last_error(),
-                 "--set variants=[]: variants is an array: set it in the config file") == 0);
+    CHECK_OK(bt_config_parse(json, "arith.json", &set, 1, &base));
+    CHECK(base.n_variants == 0);
+    set = "variants[0].name=x";
+    CHECK(bt_config_parse(json, "arith.json", &set, 1, &base) == BT_EINVAL);
+    CHECK_STR_EQ(bt_last_error(), "--set variants[0].name=x: variants is an array: --set replaces "
+                                  "it whole (--set 'variants=[...]', the entries as JSON)");
     CHECK_OK(s_parse("{\"variants\": []}", &base)); /* empty: no variants */
     CHECK(base.n_variants == 0);
 
@@ -1145,7 +1152,8 @@ static void test_data_sources(void) {
     }
     const char *set[] = {"data.sources=[]"};
     CHECK(bt_config_parse("{}", "arith.json", set, 1, &cfg) == BT_EINVAL);
-    CHECK_STR_CONTAINS(bt_last_error(), "data.sources is an array: set it in the config file");
+    CHECK_STR_EQ(bt_last_error(),
+                 "--set: data.sources: expected an array of 1 or more objects, got an array");
 }
 
 /*  grpo.micro_batch takes an integer >= 1 or "auto" (stored as 0, resolved by the trainer from the
@@ -1224,7 +1232,308 @@ static void test_lora(void) {
     CHECK(b.lora.rank == 4 && b.lora.targets == 1u << BT_LORA_O_PROJ);
 }
 
+/*  yaml.h on its own: the JSON a document stands for, compared as a tree with the JSON written
+    out by hand, and the line of each key and item. */
+static void test_yaml_json(void) {
+    static const char doc[] = "a: 1\n"                    /* 1 */
+                              "b:\n"                      /* 2 */
+                              "  - x\n"                   /* 3 */
+                              "  - {c: null, d: ~}\n"     /* 4 */
+                              "  -\n"                     /* 5 */
+                              "    e: [0x10, 0o10, -7]\n" /* 6 */
+                              "f: \"1\"\n"                /* 7 */
+                              "g: >\n"                    /* 8 */
+                              "  folded\n"                /* 9 */
+                              "  text\n"                  /* 10 */
+                              "h.i: 1.5e3\n"              /* 11 */
+                              "j: yes\n"                  /* 12 */
+                              "k:\n";                     /* 13 */
+    bt_yaml_t *y = NULL;
+    CHECK_OK(bt_yaml_parse(doc, strlen(doc), "t.yaml", &y));
+    cJSON *got = y ? cJSON_Parse(bt_yaml_json(y)) : NULL;
+    cJSON *want = cJSON_Parse("{\"a\": 1, \"b\": [\"x\", {\"c\": null, \"d\": null},"
+                              " {\"e\": [16, 8, -7]}], \"f\": \"1\", \"g\": \"folded text\\n\","
+                              " \"h.i\": 1500, \"j\": \"yes\", \"k\": null}");
+    CHECK(got && want && cJSON_Compare(got, want, true));
+    cJSON_Delete(got);
+    cJSON_Delete(want);
+    const struct {
+        const char *path;
+        int line;
+    } lines[] = {{"", 1},       {"a", 1},    {"b", 2},      {"b[0]", 3},      {"b[1]", 4},
+                 {"b[1].d", 4}, {"b[2]", 6}, {"b[2].e", 6}, {"b[2].e[2]", 6}, {"f", 7},
+                 {"g", 8},      {"h.i", 11}, {"k", 13},     {"b[3]", 0},      {"z", 0}};
+    for (size_t i = 0; y && i < sizeof lines / sizeof lines[0]; i++) {
+        CHECK(bt_yaml_line(y, lines[i].path) == lines[i].line);
+        if (bt_yaml_line(y, lines[i].path) != lines[i].line)
+            fprintf(stderr, "  %s: line %d\n", lines[i].path, bt_yaml_line(y, lines[i].path));
+    }
+    bt_yaml_destroy(&y);
+    CHECK(y == NULL);
+    bt_yaml_destroy(&y); /* NULL-safe */
+    CHECK(bt_yaml_parse("a: [1\n", 6, "t.yaml", &y) == BT_EFORMAT && y == NULL);
+}
+
+/*  YAML configs (a source named *.yaml or *.yml): the core schema's types as the keys take them,
+    nested sections, sequences in block and flow style, checked field by field and against the
+    same config written as JSON. */
+static void test_yaml(void) {
+    static const char yaml[] =
+        "# comments and blank lines are ignored\n"
+        "\n"
+        "run:\n"
+        "  name: \"123\"          # quoted: a string, though it reads as a number\n"
+        "  seed: 0x1F             # hex\n"
+        "  log_every: 0o17        # octal\n"
+        "task:\n"
+        "  operators: '+-'\n"
+        "  system_prompt: |\n"
+        "    Add.\n"
+        "    Then answer.\n"
+        "  heldout_size: +0200    # a sign and a leading zero\n"
+        "grpo:\n"
+        "  lr: 1e-5\n"
+        "  kl_coef: 5e-2\n"
+        "  temperature: .5\n"
+        "  clip_high: 3.\n"
+        "  dynamic_sampling: True\n"
+        "  share_prefix: FALSE\n"
+        "  micro_batch: auto\n"
+        "  steps: 40.0            # a float that is an integer, as JSON's 40.0\n"
+        "model:\n"
+        "  lora:\n"
+        "    rank: 4\n"
+        "    targets: [q_proj, v_proj]\n"
+        "tuner:\n"
+        "  kl: {enabled: true, target: 0.02}\n"
+        "eval:\n"
+        "  datasets:\n"
+        "    - name: heldout\n"
+        "    - name: ppl\n"
+        "      kind: perplexity\n"
+        "      every_steps: 0\n"
+        "      every_seconds: 60\n"
+        "  probes:\n"
+        "    - {name: sum, prompt: \"1+1=\", target: \"2\"}\n";
+    static const char json[] =
+        "{\"run\": {\"name\": \"123\", \"seed\": 31, \"log_every\": 15},"
+        " \"task\": {\"operators\": \"+-\", \"system_prompt\": \"Add.\\nThen answer.\\n\","
+        "  \"heldout_size\": 200},"
+        " \"grpo\": {\"lr\": 1e-5, \"kl_coef\": 0.05, \"temperature\": 0.5, \"clip_high\": 3, "
+        "\"dynamic_sampling\": "
+        "true, \"share_prefix\": false, \"micro_batch\": \"auto\", \"steps\": 40},"
+        " \"model\": {\"lora\": {\"rank\": 4, \"targets\": [\"q_proj\", \"v_proj\"]}},"
+        " \"tuner\": {\"kl\": {\"enabled\": true, \"target\": 0.02}},"
+        " \"eval\": {\"datasets\": [{\"name\": \"heldout\"}, {\"name\": \"ppl\", \"kind\": "
+        "\"perplexity\", \"every_steps\": 0, \"every_seconds\": 60}],"
+        "  \"probes\": [{\"name\": \"sum\", \"prompt\": \"1+1=\", \"target\": \"2\"}]}}";
+    bt_config y, j;
+    CHECK_OK(bt_config_parse(yaml, "t.yaml", NULL, 0, &y));
+    CHECK_OK(bt_config_parse(json, "t.json", NULL, 0, &j));
+    CHECK_STR_EQ(y.run.name, "123");
+    CHECK(y.run.seed == 31 && y.run.log_every == 15 && y.task.heldout_size == 200);
+    CHECK_STR_EQ(y.task.operators, "+-");
+    CHECK_STR_EQ(y.task.system_prompt, "Add.\nThen answer.\n");
+    CHECK(y.grpo.lr == 1e-5 && y.grpo.temperature == 0.5 && y.grpo.clip_high == 3.0);
+    CHECK(y.grpo.dynamic_sampling && !y.grpo.share_prefix && y.grpo.micro_batch == 0);
+    CHECK(y.grpo.steps == 40 && y.lora.rank == 4);
+    CHECK(y.lora.targets == ((1u << BT_LORA_Q_PROJ) | (1u << BT_LORA_V_PROJ)));
+    CHECK(y.tuner.kl.enabled && y.tuner.kl.target == 0.02);
+    CHECK(y.eval.n_datasets >= 2 && y.eval.datasets[1].kind == BT_EVAL_PERPLEXITY);
+    CHECK(y.eval.datasets[1].every_seconds == 60 && y.eval.datasets[1].every_steps == 0);
+    CHECK(y.eval.n_probes == 1 && strcmp(y.eval.probes[0].target, "2") == 0);
+    char *a = bt_config_to_json(&y), *b = bt_config_to_json(&j);
+    CHECK(a && b && strcmp(a, b) == 0);
+    free(a);
+    free(b);
+    /* .yml too; an empty document is null, as JSON's null */
+    CHECK_OK(bt_config_parse("grpo: {steps: 3}\n", "t.yml", NULL, 0, &y));
+    CHECK(y.grpo.steps == 3);
+    CHECK(bt_config_parse("", "t.yaml", NULL, 0, &y) == BT_EINVAL);
+    CHECK_STR_EQ(bt_last_error(), "t.yaml: expected an object at the top level, got null");
+    /* --set over a YAML file as over JSON */
+    const char *set = "grpo.steps=9";
+    CHECK_OK(bt_config_parse(yaml, "t.yaml", &set, 1, &y));
+    CHECK(y.grpo.steps == 9);
+
+    /* configs/arith.yaml is configs/arith.json: the resolved configs are the same text */
+    char path[1024];
+    bt_config *ya = malloc(sizeof *ya), *js = malloc(sizeof *js);
+    s_source_path("configs/arith.yaml", path, sizeof path);
+    CHECK_OK(bt_config_load(path, NULL, 0, ya));
+    s_source_path("configs/arith.json", path, sizeof path);
+    CHECK_OK(bt_config_load(path, NULL, 0, js));
+    a = bt_config_to_json(ya);
+    b = bt_config_to_json(js);
+    CHECK(a && b && strcmp(a, b) == 0);
+    free(a);
+    free(b);
+    /* JSON is YAML's flow style: each config of configs/ read as YAML resolves as it does read
+       as JSON (strings with escapes, numbers, nested arrays and objects, variants) */
+    const char *const demos[] = {"arith", "benchmarks", "gsm8k", "pbt", "plan/grpo"};
+    for (size_t i = 0; i < sizeof demos / sizeof demos[0]; i++) {
+        char rel[64], *text = NULL;
+        snprintf(rel, sizeof rel, "configs/%s.json", demos[i]);
+        s_source_path(rel, path, sizeof path);
+        CHECK_OK(bt_file_read(path, 1 << 20, &text, NULL));
+        CHECK_OK(bt_config_parse(text, "demo.yaml", NULL, 0, ya));
+        CHECK_OK(bt_config_parse(text, "demo.json", NULL, 0, js));
+        a = bt_config_to_json(ya);
+        b = bt_config_to_json(js);
+        CHECK(a && b && strcmp(a, b) == 0);
+        if (!a || !b || strcmp(a, b) != 0)
+            fprintf(stderr, "  %s read as YAML differs\n", rel);
+        free(a);
+        free(b);
+        free(text);
+    }
+    free(ya);
+    free(js);
+}
+
+/*  A YAML file's mistakes: one line, the file and the line of the key, then the key path and the
+    same words a JSON file's mistake gets. */
+static void test_yaml_errors(void) {
+    const struct {
+        const char *yaml;
+        bt_status status;
+        const char *error;
+    } bad[] = {
+        {"run:\n  seed: 1\ngrpo:\n  lr: 1e-4\n  group_size: 1\n", BT_EINVAL,
+         "t.yaml:5: grpo.group_size: expected an integer in [2, 4096], got 1"},
+        {"grpo:\n  steps: ten\n", BT_EINVAL,
+         "t.yaml:2: grpo.steps: expected an integer, got \"ten\""},
+        {"run:\n  name: 123\n", BT_EINVAL, "t.yaml:2: run.name: expected a string, got 123"},
+        {"run:\n  name: ~\n", BT_EINVAL, "t.yaml:2: run.name: expected a string, got null"},
+        {"grpo:\n  lr: 1\n  gropu_size: 4\n", BT_EINVAL,
+         "t.yaml:3: grpo.gropu_size: unknown key (did you mean grpo.group_size?)"},
+        {"grpo:\n  lr: 1e-4\n  lr: 2e-4\n", BT_EINVAL, "t.yaml:3: grpo.lr: duplicate key"},
+        {"grpo:\n  lr: 1e-4\nsft: {}\ngrpo:\n  steps: 2\n", BT_EINVAL,
+         "t.yaml:4: grpo: duplicate key"},
+        {"eval:\n  datasets:\n    - name: a\n    - name: b\n      knd: perplexity\n", BT_EINVAL,
+         "t.yaml:5: eval.datasets[1].knd: unknown key"},
+        {"eval:\n  datasets:\n    - name: a\n    - 7\n", BT_EINVAL,
+         "t.yaml:4: eval.datasets[1]: expected an object, got 7"},
+        /* a key the file lacks: the line of the entry that lacks it */
+        {"variants:\n  - name: a\n  - set:\n      grpo.lr: 0.5\n", BT_EINVAL,
+         "t.yaml:3: variants[1].name: expected a name, got nothing"},
+        {"variants:\n  - name: a\n    set:\n      grpo.lr: -1\n", BT_EINVAL,
+         "t.yaml:4: variants[0].set.grpo.lr: expected a number in [0, 1000], got -1"},
+        /* a key checked against another: the line of the key the message names */
+        {"grpo:\n  steps: 5\n  max_new_tokens: 2000\n", BT_EINVAL,
+         "t.yaml:3: grpo.max_new_tokens: expected an integer in [1, 1017]"},
+        /* YAML syntax: libyaml's words at line:column */
+        {"grpo:\n  lr: 1\n steps: 2\n", BT_EFORMAT, "t.yaml:3:2: did not find expected key"},
+        {"grpo: [1, 2\n", BT_EFORMAT, "t.yaml:2:1: did not find expected ',' or ']'"},
+        /* what JSON cannot hold, or this reader does not take */
+        {"grpo:\n  lr: .inf\n", BT_EINVAL,
+         "t.yaml:2: grpo.lr: .inf: JSON has no infinity or NaN (and no key takes one); quote it "
+         "for a string"},
+        {"grpo:\n  lr: -.Inf\n", BT_EINVAL, "t.yaml:2: grpo.lr: -.Inf: JSON has no infinity"},
+        {"grpo:\n  lr: .nan\n", BT_EINVAL, "t.yaml:2: grpo.lr: .nan: JSON has no infinity or NaN"},
+        {"grpo:\n  lr: 1e999\n", BT_EINVAL,
+         "t.yaml:2: grpo.lr: 1e999: beyond the range of a number"},
+        {"run:\n  seed: 0x10000000000000000\n", BT_EINVAL,
+         "t.yaml:2: run.seed: 0x10000000000000000: beyond the range of a number"},
+        {"sft: &base\n  steps: 2\n", BT_EFORMAT,
+         "t.yaml:1: sft: an anchor (&base): anchors and aliases are not supported (write the value "
+         "out)"},
+        {"grpo:\n  lr: *a\n", BT_EFORMAT,
+         "t.yaml:2: grpo.lr: an alias (*a): anchors and aliases are not supported"},
+        {"grpo:\n  steps: !!int 5\n", BT_EFORMAT,
+         "t.yaml:2: grpo.steps: the tag !!int: only !!str, !!map and !!seq are taken"},
+        {"grpo: {steps: 2}\n---\nsft: {steps: 1}\n", BT_EFORMAT,
+         "t.yaml:2: a second document: a config is one document"},
+        {"? [a, b]\n: 1\n", BT_EFORMAT, "t.yaml:1: a key that is not a scalar"},
+        {"- grpo\n", BT_EINVAL, "t.yaml: expected an object at the top level, got an array"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        bt_config cfg;
+        bt_status st = bt_config_parse(bad[i].yaml, "t.yaml", NULL, 0, &cfg);
+        CHECK(st == bad[i].status);
+        CHECK(strncmp(bt_last_error(), bad[i].error, strlen(bad[i].error)) == 0);
+        if (strncmp(bt_last_error(), bad[i].error, strlen(bad[i].error)) != 0)
+            fprintf(stderr, "  case %zu: got \"%s\"\n", i, bt_last_error());
+    }
+    /* !!str makes a string of what reads as a number; an error that --set caused names --set */
+    bt_config cfg;
+    CHECK_OK(bt_config_parse("run:\n  name: !!str 42\n", "t.yaml", NULL, 0, &cfg));
+    CHECK_STR_EQ(cfg.run.name, "42");
+    const char *set = "grpo.group_size=1";
+    CHECK(bt_config_parse("grpo:\n  lr: 1e-4\n", "t.yaml", &set, 1, &cfg) == BT_EINVAL);
+    CHECK_STR_EQ(bt_last_error(),
+                 "--set grpo.group_size=1: expected an integer in [2, 4096], got 1");
+}
+
+/*  --set KEY=JSON: an array replaced whole (none of the file's entries stay), a section's keys set
+    from an object; a plain word is still a string or a number. */
+static void test_set_json(void) {
+    static const char file[] =
+        "{\"eval\": {\"datasets\": [{\"name\": \"heldout\"}, {\"name\": \"s\", \"samples\": 4},"
+        " {\"name\": \"p\", \"kind\": \"perplexity\"}],"
+        " \"probes\": [{\"name\": \"a\", \"prompt\": \"1+1=\", \"target\": \"2\"}]}}";
+    bt_config cfg, want;
+    const char *sets[] = {
+        "eval.datasets=[{\"name\": \"only\", \"kind\": \"perplexity\", \"every_steps\": 5}]",
+        "eval.probes=[]",
+        "grpo={\"lr\": 0.5, \"steps\": 7}",
+        "data.sources=[{\"name\": \"x\", \"digits\": 1}, {\"name\": \"y\", \"weight\": 3}]",
+        "variants=[{\"name\": \"v\", \"set\": {\"grpo.lr\": 0.25}}]",
+        "run.name=plain",
+        "task.operators=+-",
+        "grpo.temperature=0.75",
+    };
+    CHECK_OK(bt_config_parse(file, "arith.json", sets, 8, &cfg));
+    CHECK(cfg.eval.n_datasets == 1 && strcmp(cfg.eval.datasets[0].name, "only") == 0);
+    CHECK(cfg.eval.datasets[0].kind == BT_EVAL_PERPLEXITY && cfg.eval.datasets[0].every_steps == 5);
+    CHECK(cfg.eval.n_probes == 0);
+    CHECK(cfg.grpo.lr == 0.5 && cfg.grpo.steps == 7 && cfg.grpo.temperature == 0.75);
+    CHECK(cfg.data.n_sources == 2 && cfg.data.sources[1].weight == 3);
+    CHECK(cfg.n_variants == 1 && strcmp(cfg.variants[0].name, "v") == 0);
+    CHECK_STR_EQ(cfg.run.name, "plain");
+    CHECK_STR_EQ(cfg.task.operators, "+-");
+    /* the same config written out in the file: the same resolved config */
+    CHECK_OK(bt_config_parse(
+        "{\"run\": {\"name\": \"plain\"}, \"task\": {\"operators\": \"+-\"},"
+        " \"grpo\": {\"lr\": 0.5, \"steps\": 7, \"temperature\": 0.75},"
+        " \"eval\": {\"datasets\": [{\"name\": \"only\", \"kind\": \"perplexity\", "
+        "\"every_steps\": 5}], \"probes\": []},"
+        " \"data\": {\"sources\": [{\"name\": \"x\", \"digits\": 1}, {\"name\": \"y\", "
+        "\"weight\": 3}]},"
+        " \"variants\": [{\"name\": \"v\", \"set\": {\"grpo.lr\": 0.25}}]}",
+        "arith.json", NULL, 0, &want));
+    char *a = bt_config_to_json(&cfg), *b = bt_config_to_json(&want);
+    CHECK(a && b && strcmp(a, b) == 0);
+    free(a);
+    free(b);
+    const struct {
+        const char *set, *error;
+    } bad[] = {
+        {"eval.datasets=[{\"name\": \"a\", \"knd\": 1}]",
+         "--set: eval.datasets[0].knd: unknown key"},
+        {"eval.datasets=[{\"name\": \"a\"", "--set eval.datasets=[{\"name\": \"a\": expected an "
+                                            "array as JSON, got invalid JSON at column 14"},
+        {"eval.datasets={\"name\": \"a\"}",
+         "--set: eval.datasets: expected an array of objects, got an object"},
+        {"eval.datasets[0].kind=perplexity",
+         "--set eval.datasets[0].kind=perplexity: eval.datasets is an array: --set replaces it "
+         "whole (--set 'eval.datasets=[...]', the entries as JSON)"},
+        {"data.sources[1].weight=2", "data.sources is an array: --set replaces it whole"},
+        {"grpo={\"lr\": -1}", "--set: grpo.lr: expected a number in [0, 1000], got -1"},
+        {"grpo=[1]", "--set grpo=[1]: expected an object of the section's keys, got an array"},
+        {"grpo=fast", "--set grpo=fast: expected an object as JSON, got invalid JSON at column 1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(bt_config_parse(file, "arith.json", &bad[i].set, 1, &cfg) == BT_EINVAL);
+        CHECK_STR_CONTAINS(bt_last_error(), bad[i].error);
+    }
+}
+
 int main(void) {
+    test_yaml_json();
+    test_yaml();
+    test_yaml_errors();
+    test_set_json();
     test_lora();
     test_eval_datasets();
     test_defaults();

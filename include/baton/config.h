@@ -352,17 +352,23 @@ int bt_config_epoch_source(const bt_config *cfg);
     model.num_key_value_heads are 0). */
 void bt_config_init(bt_config *cfg);
 
-/*  Parses json_text (source names it in messages, e.g. a file name), then applies overrides in
-    order, then checks the keys against each other and resolves the 0 = "follow another key"
+/*  Parses text (source names it in messages, e.g. a file name): YAML when source ends in ".yaml"
+    or ".yml" (yaml.h: the same keys, as the JSON they map to), else JSON; then applies overrides
+    in order, then checks the keys against each other and resolves the 0 = "follow another key"
     values.  An override is "key.path=value" as given to `--set`: the value is parsed as JSON, or
     taken as a plain string when it is not valid JSON; string keys always take the text as it is
-    (quotes optional).  Errors are one line, BT_EFORMAT for JSON syntax and BT_EINVAL otherwise:
+    (quotes optional).  An array key (eval.datasets, eval.probes, data.sources, variants) takes a
+    JSON array that replaces it whole, a section ("grpo", "tuner.kl") a JSON object of its keys.
+    Errors are one line, BT_EFORMAT for JSON or YAML syntax and BT_EINVAL otherwise; a YAML
+    file's name the line of the key (or of the nearest node above a missing one):
       "arith.json: grpo.group_size: expected an integer >= 2, got 1"
+      "arith.yaml:12: grpo.group_size: expected an integer >= 2, got 1"
       "arith.json: grpo.gropu_size: unknown key (did you mean grpo.group_size?)"
       "arith.json:3:14: invalid JSON"
       "--set grpo.stepz=50: unknown key (did you mean grpo.steps?)"
+      "--set: eval.datasets[0].knd: unknown key"
     On error *out holds partial values: do not use it. */
-bt_status bt_config_parse(const char *json_text, const char *source, const char *const *overrides,
+bt_status bt_config_parse(const char *text, const char *source, const char *const *overrides,
                           int n_overrides, bt_config *out);
 /*  bt_config_parse of the file at path, with path as the source.  Also BT_EIO when it cannot be
     read, BT_EFORMAT when it holds a NUL byte or more than 1 MiB. */
@@ -415,8 +421,9 @@ char *bt_config_to_json(const bt_config *cfg);
     into keys[0 .. max), each array as a whole ("eval.datasets", "eval.probes", "data.sources",
     "variants").  Returns how many differ, which may exceed max. */
 int bt_config_diff(const bt_config *a, const bt_config *b, const char **keys, int max);
-/*  The value of key path as the resolved config writes it ("16", "\"cosine\"", "true") into buf;
-    false for a path that is not one key (an array) or out of memory. */
+/*  The value of key path as the resolved config writes it ("16", "\"cosine\"", "true") into buf,
+    also of a key of an eval dataset ("eval.datasets[1].kind"); false for a path that is not one
+    key (an array, a dataset past eval.n_datasets) or out of memory. */
 bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, size_t len);
 
 /*  The schema's key paths in order ("run.name", "run.seed", ...); NULL when i is out of range.
