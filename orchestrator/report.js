@@ -6,16 +6,14 @@
     A chart per numeric field of each group of lines (train, eval/<dataset>, ...), one colour per
     series (run and variant) in every chart, EMA smoothing (debiased as TensorBoard does), the
     x-axis by step, global_step, tokens or seconds, log scale per chart, per-series toggles, hover
-    values, events as vertical marks.  With the fragment #selftest&toggle=K&smooth=A the page,
-    once drawn, clicks series K's checkbox and moves the slider to A through dispatched DOM events
-    and sets data-selftest="done" on <body> (tests/test_report_browser.c). */
+    values, events as vertical marks.  tests/test_report_browser.c drives it in Chromium. */
 (function () {
   'use strict';
   var NS = "http://www.w3.org/2000/svg";
   var PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd',
                  '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
   /* chart geometry in px: the plot area is [L, R] x [T, B] */
-  var W = 640, H = 250, L = 64, R = 624, T = 12, B = 214;
+  var W = 640, H = 250, L = 78, R = 624, T = 12, B = 214;
   var X_AXES = [['step', 'step'], ['global_step', 'global step'], ['tokens', 'tokens'],
                 ['time', 'seconds']];
   var NOT_CHARTED = {step: true, global_step: true};
@@ -121,10 +119,19 @@
     }
     var raw = (hi - lo) / 5, mag = Math.pow(10, Math.floor(Math.log(raw) / Math.LN10));
     var f = raw / mag, step = (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
-    var a = {lo: Math.floor(lo / step) * step, hi: Math.ceil(hi / step) * step, ticks: []};
+    var a = {lo: Math.floor(lo / step) * step, hi: Math.ceil(hi / step) * step, ticks: [],
+             step: step};
     for (var v = a.lo; v <= a.hi + step * 1e-6 && a.ticks.length < 50; v += step)
       a.ticks.push(Math.abs(v) < step * 1e-9 ? 0 : v);
     return a;
+  }
+
+  /*  A tick's label with as many decimals as the tick step needs (so 0.9999995 and 1 differ). */
+  function tickText(v, step) {
+    if (v === 0) return '0';
+    var dec = Math.max(0, Math.ceil(-Math.log(step) / Math.LN10 - 1e-9));
+    if (Math.abs(v) >= 1e6 || (dec > 6 && Math.abs(v) < 1e-3 && v !== 0)) return v.toExponential(2);
+    return v.toFixed(Math.min(dec, 12));
   }
 
   /*  ---- one chart ---------------------------------------------------------------------- */
@@ -167,14 +174,14 @@
       var y = B - (v - ya.lo) / (ya.hi - ya.lo) * (B - T);
       svg.appendChild(svgEl('line', {'class': 'grid', x1: L, y1: y, x2: R, y2: y}));
       var t = svgEl('text', {x: L - 6, y: y + 4, 'text-anchor': 'end'});
-      t.textContent = log ? fmt(Math.pow(10, v)) : fmt(v);
+      t.textContent = log ? fmt(Math.pow(10, v)) : tickText(v, ya.step);
       svg.appendChild(t);
     });
     xa.ticks.forEach(function (v) {
       var x = px(v);
       svg.appendChild(svgEl('line', {'class': 'axis', x1: x, y1: B, x2: x, y2: B + 5}));
       var t = svgEl('text', {x: x, y: B + 18, 'text-anchor': 'middle'});
-      t.textContent = fmt(v);
+      t.textContent = tickText(v, xa.step);
       svg.appendChild(t);
     });
     svg.appendChild(svgEl('line', {'class': 'axis', x1: L, y1: B, x2: R, y2: B}));
@@ -396,27 +403,5 @@
     redraw();
   }
 
-  /*  #selftest&toggle=K&smooth=A: real DOM events on the page's own controls. */
-  function selftest() {
-    var h = location.hash;
-    if (h.indexOf('#selftest') !== 0) return;
-    var args = {};
-    h.slice(1).split('&').forEach(function (kv) {
-      var p = kv.split('=');
-      args[p[0]] = p[1];
-    });
-    if (args.toggle !== undefined) {
-      var cb = document.querySelector('input.series-toggle[data-series="' + args.toggle + '"]');
-      cb.dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true, view: window}));
-    }
-    if (args.smooth !== undefined) {
-      var sl = document.getElementById('smoothing');
-      sl.value = args.smooth;
-      sl.dispatchEvent(new Event('input', {bubbles: true}));
-    }
-    document.body.setAttribute('data-selftest', 'done');
-  }
-
   build();
-  selftest();
 })();
