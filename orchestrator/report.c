@@ -331,7 +331,8 @@ static s_col *s_col_of(s_stream *s, const char *name) {
 static void s_group_of(const cJSON *o, char out[S_LABEL]) {
     const char *kind = s_str(o, "kind", "");
     if (!strcmp(kind, "eval"))
-        snprintf(out, S_LABEL, "%s/%s", strcmp(s_str(o, "phase", "rl"), "sft") ? "eval" : "sft-eval",
+        snprintf(out, S_LABEL, "%s/%s",
+                 strcmp(s_str(o, "phase", "rl"), "sft") ? "eval" : "sft-eval",
                  s_str(o, "dataset", "eval"));
     else
         snprintf(out, S_LABEL, "%s", kind);
@@ -515,8 +516,9 @@ static void s_command(bt_buf *b, const cJSON *argv) {
     for (const cJSON *a = argv ? argv->child : NULL; a; a = a->next) {
         const char *w = cJSON_IsString(a) ? a->valuestring : "?";
         bt_buf_puts(b, n++ ? " " : "");
-        if (*w && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+-@%") ==
-                      strlen(w)) {
+        if (*w &&
+            strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+-@%") ==
+                strlen(w)) {
             bt_buf_puts(b, w);
             continue;
         }
@@ -533,7 +535,8 @@ static void s_load_identity(s_report *r, s_run *u) {
     const cJSON *records = cJSON_GetObjectItemCaseSensitive(doc, "records");
     if (!cJSON_IsArray(records) || !records->child)
         snprintf(u->identity_note, sizeof u->identity_note, "%s",
-                 doc ? "run.json holds no records" : "no run.json (which baton made it is not recorded)");
+                 doc ? "run.json holds no records"
+                     : "no run.json (which baton made it is not recorded)");
     for (const cJSON *o = records ? records->child : NULL; o && !r->oom; o = o->next) {
         s_record *q = s_reserve(u->records, &u->cap_records, u->n_records, sizeof *q);
         if (!q) {
@@ -929,9 +932,10 @@ static bt_status s_write(const char *path, const bt_buf *b) {
 
 /*  The charts: report.js draws them into #dashboard from the blob. */
 static void s_dashboard(bt_buf *b, const s_report *r) {
-    bt_buf_puts(b, "<h2>charts</h2>\n<noscript><p class=\"note\">The charts are drawn by the page's "
-                   "script: allow JavaScript for this file.</p></noscript>\n"
-                   "<div id=\"dashboard\"></div>\n");
+    bt_buf_puts(b,
+                "<h2>charts</h2>\n<noscript><p class=\"note\">The charts are drawn by the page's "
+                "script: allow JavaScript for this file.</p></noscript>\n"
+                "<div id=\"dashboard\"></div>\n");
     s_blob_script(b, r);
     bt_buf_printf(b, "<script>//<![CDATA[\n%s//]]>\n</script>\n", bt_report_js);
 }
@@ -1005,9 +1009,9 @@ bt_status bt_report_identity(const char *run_dir, char **text_out) {
         bt_buf_printf(&b, "%s: %s\n", run_dir, u.identity_note);
     for (const s_record *rec = u.records; rec < u.records + u.n_records; rec++)
         bt_buf_printf(&b, "%s: %s %s by baton %s (git %s) on %s as %s: %s%s%s%s\n", run_dir,
-                      rec->resume ? "resumed" : "started", rec->start, rec->version,
-                      rec->revision, rec->host, rec->user, rec->command,
-                      *rec->changes ? " (changed " : "", rec->changes, *rec->changes ? ")" : "");
+                      rec->resume ? "resumed" : "started", rec->start, rec->version, rec->revision,
+                      rec->host, rec->user, rec->command, *rec->changes ? " (changed " : "",
+                      rec->changes, *rec->changes ? ")" : "");
     s_run_release(&u);
     *text_out = r.oom ? NULL : bt_buf_detach(&b, NULL);
     bt_buf_release(&b);

@@ -244,9 +244,11 @@ static void s_check_data(const cJSON *blob, int accuracy_lines) {
     const char *a = "alpha", *b = "b<&>\"run";
     CHECK(s_series(blob, a) == 0 && s_series(blob, b) == 1); /* one variant: the run's name */
     /* every train line of a: its values as written, the step as x */
-    const cJSON *step = s_col(blob, a, "train", "step"), *reward = s_col(blob, a, "train", "reward_mean");
+    const cJSON *step = s_col(blob, a, "train", "step"),
+                *reward = s_col(blob, a, "train", "reward_mean");
     const cJSON *len = s_col(blob, a, "train", "response_len_mean");
-    const cJSON *tokens = s_col(blob, a, "train", "tokens"), *time = s_col(blob, a, "train", "time");
+    const cJSON *tokens = s_col(blob, a, "train", "tokens"),
+                *time = s_col(blob, a, "train", "time");
     CHECK(cJSON_GetArraySize(step) == 20 && cJSON_GetArraySize(reward) == 20);
     for (int i = 0; i < 20; i++) {
         CHECK(s_at(step, i) == i + 1);
@@ -266,7 +268,7 @@ static void s_check_data(const cJSON *blob, int accuracy_lines) {
     CHECK(s_at(s_col(blob, a, "eval/wiki", "perplexity"), 2) == 8);
     CHECK(s_at(s_col(blob, a, "eval/probes", "probe.capital.logp"), 1) == -1.5);
     CHECK(s_at(s_col(blob, a, "eval/probes", "pairs_accuracy"), 0) == 0.75);
-    CHECK(s_at(s_col(blob, a, "sft", "loss"), 0) == 2.5);               /* SFT's own group */
+    CHECK(s_at(s_col(blob, a, "sft", "loss"), 0) == 2.5);                  /* SFT's own group */
     CHECK(s_at(s_col(blob, a, "sft-eval/heldout", "accuracy"), 0) == 0.1); /* SFT steps */
     CHECK(s_finite_in_evals(blob, "accuracy") == accuracy_lines);
     /* b's null accuracy at step 12 is a gap in gsm's column */
@@ -275,8 +277,9 @@ static void s_check_data(const cJSON *blob, int accuracy_lines) {
     CHECK(s_at(s_col(blob, b, "eval/x</script><b>&", "perplexity"), 0) == 3);
     /* events: those with a step or a time, every field in the text, the malformed one skipped */
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(blob, "events")) == 8);
-    CHECK_STR_EQ(s_event(blob, 0, "tuner", 12), "alpha: tuner rule=lr_plateau, step=12, "
-                                                "param=lr, before=0.001, after=0.0005, accuracy=0.5");
+    CHECK_STR_EQ(s_event(blob, 0, "tuner", 12),
+                 "alpha: tuner rule=lr_plateau, step=12, "
+                 "param=lr, before=0.001, after=0.0005, accuracy=0.5");
     CHECK_STR_EQ(s_event(blob, 1, "eval_interval", 10),
                  "b<&>\"run: eval_interval dataset=heldout, step=10, old=5, new=10, "
                  "reason=flat <plateau> & \"stable\"");
@@ -340,19 +343,19 @@ static void s_check_train_only(void) {
         /* the data sources' fields are columns like any other */
         CHECK(s_at(s_col(blob, "train_only", "train", "accuracy.arith"), 1) == 0.75);
         CHECK(s_at(s_col(blob, "train_only", "train", "weight.gsm"), 0) == 2);
-        CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(streams, 0), "cols")) ==
-              6);
+        CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(streams, 0), "cols")) == 6);
     }
     cJSON_Delete(blob);
     free(html);
     /* variants: a series each, labelled run / variant, in the order they first appear */
     snprintf(dir, sizeof dir, "%s/variants", s_tmp);
     CHECK(mkdir(dir, 0755) == 0);
-    s_write(dir, "metrics.jsonl",
-            "{\"kind\":\"train\",\"step\":1,\"variant\":\"hot\",\"loss\":0.5}\n"
-            "{\"kind\":\"train\",\"step\":1,\"variant\":\"cold\",\"loss\":0.7}\n"
-            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"variant\":\"cold\",\"dataset\":\"mmlu\","
-            "\"acc\":0.5,\"subject.anatomy.acc\":1,\"subject.anatomy.items\":2}\n");
+    s_write(
+        dir, "metrics.jsonl",
+        "{\"kind\":\"train\",\"step\":1,\"variant\":\"hot\",\"loss\":0.5}\n"
+        "{\"kind\":\"train\",\"step\":1,\"variant\":\"cold\",\"loss\":0.7}\n"
+        "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"variant\":\"cold\",\"dataset\":\"mmlu\","
+        "\"acc\":0.5,\"subject.anatomy.acc\":1,\"subject.anatomy.items\":2}\n");
     s_write(dir, "events.jsonl",
             "{\"event\":\"tuner\",\"step\":1,\"variant\":\"cold\",\"param\":\"lr\"}\n");
     snprintf(out, sizeof out, "%s/variants.html", s_tmp);

@@ -72,8 +72,8 @@ static bool s_cdp_start(s_cdp *c, const char *profile) {
         snprintf(dir, sizeof dir, "--user-data-dir=%s", profile);
         execl(S_CHROMIUM, "chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
               "--remote-debugging-pipe", "--run-all-compositor-stages-before-draw",
-              "--window-size=1400,2000", "--hide-scrollbars", "--no-first-run", dir,
-              "about:blank", (char *)NULL);
+              "--window-size=1400,2000", "--hide-scrollbars", "--no-first-run", dir, "about:blank",
+              (char *)NULL);
         _exit(127);
     }
     close(in[0]);
@@ -120,8 +120,7 @@ static void s_cdp_note(s_cdp *c, const cJSON *msg) {
 /*  Sends method with params (JSON text, or NULL) to the page's session (or the browser when
     the session is not yet known) and returns the reply's "result"; NULL on an error reply.
     Caller deletes *reply_p, which holds the result. */
-static const cJSON *s_cdp_call(s_cdp *c, const char *method, const char *params,
-                               cJSON **reply_p) {
+static const cJSON *s_cdp_call(s_cdp *c, const char *method, const char *params, cJSON **reply_p) {
     int id = c->next_id++;
     char head[512];
     int n = snprintf(head, sizeof head, "{\"id\":%d,%s%s%s\"method\":\"%s\",\"params\":", id,
@@ -183,21 +182,29 @@ static char *s_cdp_eval(s_cdp *c, const char *expression) {
 /*  A left click at (x, y) in CSS pixels: press and release, as a user's mouse does. */
 static bool s_cdp_click(s_cdp *c, double x, double y) {
     char p[256];
-    snprintf(p, sizeof p, "{\"type\":\"mousePressed\",\"x\":%.1f,\"y\":%.1f,\"button\":\"left\","
-                          "\"clickCount\":1}", x, y);
+    snprintf(p, sizeof p,
+             "{\"type\":\"mousePressed\",\"x\":%.1f,\"y\":%.1f,\"button\":\"left\","
+             "\"clickCount\":1}",
+             x, y);
     bool ok = s_cdp_do(c, "Input.dispatchMouseEvent", p);
-    snprintf(p, sizeof p, "{\"type\":\"mouseReleased\",\"x\":%.1f,\"y\":%.1f,\"button\":\"left\","
-                          "\"clickCount\":1}", x, y);
+    snprintf(p, sizeof p,
+             "{\"type\":\"mouseReleased\",\"x\":%.1f,\"y\":%.1f,\"button\":\"left\","
+             "\"clickCount\":1}",
+             x, y);
     return ok && s_cdp_do(c, "Input.dispatchMouseEvent", p);
 }
 
 static bool s_cdp_key(s_cdp *c, const char *key, int code) {
     char p[256];
-    snprintf(p, sizeof p, "{\"type\":\"keyDown\",\"key\":\"%s\",\"code\":\"%s\","
-                          "\"windowsVirtualKeyCode\":%d}", key, key, code);
+    snprintf(p, sizeof p,
+             "{\"type\":\"keyDown\",\"key\":\"%s\",\"code\":\"%s\","
+             "\"windowsVirtualKeyCode\":%d}",
+             key, key, code);
     bool ok = s_cdp_do(c, "Input.dispatchKeyEvent", p);
-    snprintf(p, sizeof p, "{\"type\":\"keyUp\",\"key\":\"%s\",\"code\":\"%s\","
-                          "\"windowsVirtualKeyCode\":%d}", key, key, code);
+    snprintf(p, sizeof p,
+             "{\"type\":\"keyUp\",\"key\":\"%s\",\"code\":\"%s\","
+             "\"windowsVirtualKeyCode\":%d}",
+             key, key, code);
     return ok && s_cdp_do(c, "Input.dispatchKeyEvent", p);
 }
 
@@ -263,8 +270,8 @@ static bool s_chart_id(const cJSON *line, const cJSON *field, char *out, size_t 
         !strcmp(field->string, "global_step") || !kind)
         return false;
     if (!strcmp(kind, "eval"))
-        snprintf(out, cap, "eval/%s/%s",
-                 cJSON_GetStringValue(cJSON_GetObjectItem(line, "dataset")), field->string);
+        snprintf(out, cap, "eval/%s/%s", cJSON_GetStringValue(cJSON_GetObjectItem(line, "dataset")),
+                 field->string);
     else
         snprintf(out, cap, "%s/%s", kind, field->string);
     return true;
@@ -485,12 +492,12 @@ static void s_screenshot(s_cdp *c, const char *path) {
     unsigned acc = 0;
     int bits = 0;
     for (size_t i = 0; png && i < n && b64[i] != '='; i++) {
-        const char *at = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
-                                b64[i]);
+        const char *at =
+            strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", b64[i]);
         if (!at)
             continue;
         acc = (acc << 6) | (unsigned)(at - "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                              "0123456789+/");
+                                           "0123456789+/");
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
@@ -523,8 +530,7 @@ static cJSON *s_drive(const char *page, int presses, double *smoothing) {
     snprintf(c.session, sizeof c.session, "%s", session ? session : "");
     cJSON_Delete(reply);
     CHECK(*c.session);
-    bool ok = *c.session && s_cdp_do(&c, "Page.enable", NULL) &&
-              s_cdp_do(&c, "Page.navigate", url);
+    bool ok = *c.session && s_cdp_do(&c, "Page.enable", NULL) && s_cdp_do(&c, "Page.navigate", url);
     while (ok && !c.loaded) { /* the page's script runs before its load event */
         cJSON *msg = s_cdp_read(&c);
         ok = msg != NULL;
