@@ -9,6 +9,9 @@
     equals the debiased EMA (TensorBoard's) this test computes from metrics.jsonl; the raw path
     equals the values themselves; the event marks are the events.jsonl lines with a step; the
     config-diff table lists exactly the keys the test changed; the tooltip names the visible run.
+    Then a click on the chart's log checkbox and ArrowDown on the x-axis select (step to tokens):
+    the paths decode to log10 of the values (and of the EMA) against the cumulative tokens, and
+    an eval chart puts each evaluation at the tokens of its step's train line.
     A screenshot after the clicks is left in the build directory (report_browser.png).  Exits 77
     when Chromium (Debian's chromium) is absent. */
 #define _DEFAULT_SOURCE
@@ -327,7 +330,7 @@ static const char s_read_dom[] =
     "tooltip:{shown:getComputedStyle(tip).display!=='none',text:tip.textContent},"
     "charts:q('svg.chart').map(function(s){var box={};"
     "['data-chart','data-x0','data-x1','data-y0','data-y1','data-left','data-right','data-top',"
-    "'data-bottom','data-scale'].forEach(function(a){box[a]=at(s,a);});"
+    "'data-bottom','data-scale','data-x'].forEach(function(a){box[a]=at(s,a);});"
     "box.paths=q('path',s).map(function(p){return {cls:at(p,'class'),series:at(p,'data-series'),"
     "display:at(p,'display'),d:at(p,'d')};});"
     "box.events=q('line.event',s).map(function(l){return {series:at(l,'data-series'),"
@@ -432,6 +435,78 @@ static void s_check_events(const cJSON *chart) {
     CHECK(hidden_b > 0 && shown_b == 0);
 }
 
+/*  The chart of the DOM with id; NULL when none. */
+static const cJSON *s_chart(const cJSON *dom, const char *id) {
+    for (const cJSON *c = cJSON_GetObjectItem(dom, "charts")->child; c; c = c->next)
+        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "data-chart")), id))
+            return c;
+    return NULL;
+}
+
+/*  The chart's path cls of series "0", decoded, against (xs, ys): within the path's 3 decimals
+    of a pixel. */
+static void s_check_path(const cJSON *chart, const char *cls, const double *xs, const double *ys,
+                         int n) {
+    enum { CAP = 64 };
+    double px[CAP], py[CAP];
+    const cJSON *p = chart ? s_path(chart, cls, "0") : NULL;
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    double per_x = (s_attr(chart, "data-x1") - s_attr(chart, "data-x0")) /
+                   (s_attr(chart, "data-right") - s_attr(chart, "data-left"));
+    double per_y = (s_attr(chart, "data-y1") - s_attr(chart, "data-y0")) /
+                   (s_attr(chart, "data-bottom") - s_attr(chart, "data-top"));
+    CHECK(s_decode(chart, cJSON_GetStringValue(cJSON_GetObjectItem(p, "d")), px, py, CAP) == n);
+    for (int t = 0; t < n; t++) {
+        CHECK_NEAR(px[t], xs[t], 0.002 * per_x);
+        CHECK_NEAR(py[t], ys[t], 0.002 * per_y);
+    }
+}
+
+/*  After the log-scale click and the x-axis change to tokens: run a's entropy against its
+    cumulative tokens in log10 units, raw and smoothed; heldout accuracy at the tokens of the
+    last train line at or before each evaluation (0 before the first). */
+static void s_check_tokens_log(const cJSON *dom, double a) {
+    enum { CAP = 64 };
+    double steps[CAP], tokens[CAP], ys[CAP], logy[CAP], logema[CAP], s = 0;
+    int n = s_train_values("tokens", steps, tokens, CAP);
+    CHECK(s_train_values("entropy", steps, ys, CAP) == n);
+    for (int t = 0; t < n; t++) {
+        s = a * s + (1 - a) * ys[t];
+        logy[t] = log10(ys[t]);
+        logema[t] = log10(s / (1 - pow(a, t + 1)));
+    }
+    const cJSON *entropy = s_chart(dom, "train/entropy");
+    CHECK(entropy != NULL);
+    if (entropy) {
+        CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(entropy, "data-scale")), "log");
+        CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(entropy, "data-x")), "tokens");
+        s_check_path(entropy, "raw", tokens, logy, n);
+        s_check_path(entropy, "smooth", tokens, logema, n);
+    }
+    /* the eval lines have no tokens field: each takes its step's train line */
+    int nl, k = 0;
+    double xs[CAP], acc[CAP];
+    cJSON **lines = s_lines("a", "metrics.jsonl", &nl);
+    for (int i = 0; i < nl && k < CAP; i++) {
+        const char *ds = cJSON_GetStringValue(cJSON_GetObjectItem(lines[i], "dataset"));
+        if (!ds || strcmp(ds, "heldout"))
+            continue;
+        double step = cJSON_GetObjectItem(lines[i], "step")->valuedouble;
+        xs[k] = 0;
+        for (int t = 0; t < n && steps[t] <= step; t++)
+            xs[k] = tokens[t];
+        acc[k++] = cJSON_GetObjectItem(lines[i], "accuracy")->valuedouble;
+    }
+    s_free_lines(lines, nl);
+    CHECK(k == 5);
+    const cJSON *heldout = s_chart(dom, "eval/heldout/accuracy");
+    CHECK(heldout &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(heldout, "data-x")), "tokens"));
+    s_check_path(heldout, "raw", xs, acc, k);
+}
+
 static void s_check_dom(const cJSON *dom, double smoothing) {
     char ids[S_MAX_IDS][128];
     int n_ids = s_count_fields(ids);
@@ -512,8 +587,10 @@ static void s_screenshot(s_cdp *c, const char *path) {
 }
 
 /*  Loads the page, clicks run b's checkbox, presses ArrowRight `presses` times on the slider,
-    hovers the entropy chart, reads the DOM.  Caller deletes the result. */
-static cJSON *s_drive(const char *page, int presses, double *smoothing) {
+    hovers the entropy chart, reads the DOM; then clicks the entropy chart's log checkbox and
+    presses ArrowDown on the x-axis select (step to tokens) and reads it again into *after_p.
+    Caller deletes both. */
+static cJSON *s_drive(const char *page, int presses, double *smoothing, cJSON **after_p) {
     char profile[PATH_MAX], url[PATH_MAX + 32];
     snprintf(profile, sizeof profile, "%s/profile", s_tmp);
     snprintf(url, sizeof url, "{\"url\":\"file://%s\"}", page);
@@ -546,9 +623,9 @@ static cJSON *s_drive(const char *page, int presses, double *smoothing) {
         ok = s_cdp_key(&c, "ArrowRight", 39);
     if (ok) /* the artifact: the top of the page as the clicks left it */
         s_screenshot(&c, "report_browser.png");
-    /* the chart into the window (the page's layout, not what is tested), the mouse over it */
+    /* the chart and its head into the window (layout, not what is tested), the mouse over it */
     char *done = ok ? s_cdp_eval(&c, "document.querySelector('svg.chart[data-chart=\"train/"
-                                     "entropy\"]').scrollIntoView(),'scrolled'")
+                                     "entropy\"]').parentNode.scrollIntoView(),'scrolled'")
                     : NULL;
     ok = done != NULL;
     free(done);
@@ -561,6 +638,15 @@ static cJSON *s_drive(const char *page, int presses, double *smoothing) {
     free(text);
     const char *value = cJSON_GetStringValue(cJSON_GetObjectItem(dom, "smoothing"));
     *smoothing = value ? strtod(value, NULL) : NAN;
+    ok = ok && s_cdp_centre(&c, "input.log-toggle[data-chart=\"train/entropy\"]", &x, &y, &left) &&
+         s_cdp_click(&c, x, y);
+    done = ok ? s_cdp_eval(&c, "document.getElementById('xaxis').focus(),'focused'") : NULL;
+    ok = done != NULL && s_cdp_key(&c, "ArrowDown", 40);
+    free(done);
+    CHECK(ok);
+    text = ok ? s_cdp_eval(&c, s_read_dom) : NULL;
+    *after_p = text ? cJSON_Parse(text) : NULL;
+    free(text);
     s_cdp_stop(&c);
     return dom;
 }
@@ -589,12 +675,15 @@ int main(void) {
 
     snprintf(path, sizeof path, "%s/report.html", s_tmp);
     double smoothing = NAN;
-    cJSON *dom = s_drive(path, 60, &smoothing);
-    CHECK(dom != NULL);
+    cJSON *after = NULL, *dom = s_drive(path, 60, &smoothing, &after);
+    CHECK(dom != NULL && after != NULL);
     CHECK_NEAR(smoothing, 0.6, 1e-9); /* 60 steps of 0.01 from 0 */
     if (dom)
         s_check_dom(dom, smoothing);
+    if (after)
+        s_check_tokens_log(after, smoothing);
     cJSON_Delete(dom);
+    cJSON_Delete(after);
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
     CHECK(system(cmd) == 0);
     return check_exit();
