@@ -533,10 +533,14 @@ static void s_command(bt_buf *b, const cJSON *argv) {
 static void s_load_identity(s_report *r, s_run *u) {
     cJSON *doc = s_read_json(u->dir, "run.json");
     const cJSON *records = cJSON_GetObjectItemCaseSensitive(doc, "records");
+    char path[PATH_MAX];
+    bool exists = s_path(path, u->dir, "run.json") == BT_OK && access(path, F_OK) == 0;
+    bt_clear_error();
     if (!cJSON_IsArray(records) || !records->child)
         snprintf(u->identity_note, sizeof u->identity_note, "%s",
-                 doc ? "run.json holds no records"
-                     : "no run.json (which baton made it is not recorded)");
+                 doc      ? "run.json: expected {\"records\": [...]} with at least one record"
+                 : exists ? "run.json: not valid JSON"
+                          : "no run.json (which baton made it is not recorded)");
     for (const cJSON *o = records ? records->child : NULL; o && !r->oom; o = o->next) {
         s_record *q = s_reserve(u->records, &u->cap_records, u->n_records, sizeof *q);
         if (!q) {

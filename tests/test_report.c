@@ -347,6 +347,12 @@ static void s_check_train_only(void) {
     }
     cJSON_Delete(blob);
     free(html);
+    /* a run.json that is not JSON says so */
+    char *who = NULL;
+    s_write(dir, "run.json", "{\"records\": [");
+    CHECK_OK(bt_report_identity(dir, &who));
+    CHECK_STR_CONTAINS(who, "/train_only: run.json: not valid JSON\n");
+    free(who);
     /* variants: a series each, labelled run / variant, in the order they first appear */
     snprintf(dir, sizeof dir, "%s/variants", s_tmp);
     CHECK(mkdir(dir, 0755) == 0);

@@ -282,13 +282,14 @@ static bool s_chart_id(const cJSON *line, const cJSON *field, char *out, size_t 
 
 enum { S_MAX_IDS = 256 };
 
-/*  Adds the chart ids of both runs' numeric fields to ids (distinct); returns how many. */
-static int s_count_fields(char ids[S_MAX_IDS][128]) {
+/*  The distinct chart ids of the numeric fields of the runs whose bit is set in runs (1: a,
+    2: b); returns how many. */
+static int s_count_fields(int runs, char ids[S_MAX_IDS][128]) {
     int n_ids = 0;
     for (int r = 0; r < 2; r++) {
         int n;
-        cJSON **lines = s_lines(r ? "b" : "a", "metrics.jsonl", &n);
-        for (int i = 0; i < n; i++)
+        cJSON **lines = runs & (1 << r) ? s_lines(r ? "b" : "a", "metrics.jsonl", &n) : NULL;
+        for (int i = 0; lines && i < n; i++)
             for (const cJSON *f = lines[i]->child; f; f = f->next) {
                 char id[128];
                 if (!s_chart_id(lines[i], f, id, sizeof id))
@@ -299,7 +300,8 @@ static int s_count_fields(char ids[S_MAX_IDS][128]) {
                 if (j == n_ids && n_ids < S_MAX_IDS)
                     snprintf(ids[n_ids++], sizeof ids[0], "%s", id);
             }
-        s_free_lines(lines, n);
+        if (lines)
+            s_free_lines(lines, n);
     }
     return n_ids;
 }
@@ -508,8 +510,9 @@ static void s_check_tokens_log(const cJSON *dom, double a) {
 }
 
 static void s_check_dom(const cJSON *dom, double smoothing) {
-    char ids[S_MAX_IDS][128];
-    int n_ids = s_count_fields(ids);
+    static char ids[S_MAX_IDS][128], ids_a[S_MAX_IDS][128], ids_b[S_MAX_IDS][128];
+    int n_ids = s_count_fields(3, ids), n_a = s_count_fields(1, ids_a),
+        n_b = s_count_fields(2, ids_b);
     const cJSON *charts = cJSON_GetObjectItem(dom, "charts");
     CHECK(n_ids > 20 && cJSON_GetArraySize(charts) == n_ids);
     for (int i = 0; i < n_ids; i++) { /* and the same ones */
@@ -520,16 +523,18 @@ static void s_check_dom(const cJSON *dom, double smoothing) {
         if (!found)
             fprintf(stderr, "no chart %s\n", ids[i]);
     }
-    /* the toggled run: every path of series 1 hidden, every path of series 0 shown */
-    int hidden_1 = 0, shown_1 = 0, hidden_0 = 0;
+    /* the toggled run: every path of series 1 (a raw and a smoothed one in each chart of a
+       field b's lines hold) hidden, every path of series 0 shown */
+    int hidden_1 = 0, shown_1 = 0, hidden_0 = 0, shown_0 = 0;
     for (const cJSON *c = charts->child; c; c = c->next)
         for (const cJSON *p = cJSON_GetObjectItem(c, "paths")->child; p; p = p->next) {
             bool one = !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(p, "series")), "1");
             hidden_1 += one && s_hidden(p);
             shown_1 += one && !s_hidden(p);
             hidden_0 += !one && s_hidden(p);
+            shown_0 += !one && !s_hidden(p);
         }
-    CHECK(hidden_1 == 2 * n_ids && shown_1 == 0 && hidden_0 == 0);
+    CHECK(hidden_1 == 2 * n_b && shown_1 == 0 && hidden_0 == 0 && shown_0 == 2 * n_a);
     const cJSON *entropy = NULL;
     for (const cJSON *c = charts->child; c; c = c->next)
         if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "data-chart")), "train/entropy"))
@@ -608,11 +613,21 @@ static cJSON *s_drive(const char *page, int presses, double *smoothing, cJSON **
     cJSON_Delete(reply);
     CHECK(*c.session);
     bool ok = *c.session && s_cdp_do(&c, "Page.enable", NULL) && s_cdp_do(&c, "Page.navigate", url);
-    while (ok && !c.loaded) { /* the page's script runs before its load event */
-        cJSON *msg = s_cdp_read(&c);
-        ok = msg != NULL;
-        s_cdp_note(&c, msg);
-        cJSON_Delete(msg);
+    /* the report's load event (its script has run by then); about:blank's, which may come
+       after Page.enable, is told apart by the document it leaves */
+    for (bool report = false; ok && !report; c.loaded = false) {
+        while (ok && !c.loaded) {
+            cJSON *msg = s_cdp_read(&c);
+            ok = msg != NULL;
+            s_cdp_note(&c, msg);
+            cJSON_Delete(msg);
+        }
+        char *where = ok ? s_cdp_eval(&c, "document.readyState+' '+location.protocol") : NULL;
+        ok = where != NULL;
+        report = where && !strcmp(where, "complete file:");
+        free(where);
+        if (report)
+            break;
     }
     double x, y, left;
     ok = ok && s_cdp_centre(&c, "input.series-toggle[data-series=\"1\"]", &x, &y, &left) &&
