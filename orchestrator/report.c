@@ -634,8 +634,20 @@ static void s_jnum(bt_buf *b, double x) {
         bt_buf_puts(b, "null");
 }
 
-/*  {"runs":[{name, dir}], "series":[{run, variant, label}], "streams":[{series, group, n,
-    cols:{field:[value per row]}}], "events":[{run, series, event, step, time, text}]}: see
+/*  A line per run.json record, "PREFIX: started|resumed TIME by baton VERSION (git REV) on HOST
+    as USER: COMMAND[ (changed ...)]", or one with the note when there is none. */
+static void s_identity_lines(bt_buf *b, const s_run *u, const char *prefix) {
+    if (!u->n_records)
+        bt_buf_printf(b, "%s: %s\n", prefix, u->identity_note);
+    for (const s_record *rec = u->records; rec < u->records + u->n_records; rec++)
+        bt_buf_printf(b, "%s: %s %s by baton %s (git %s) on %s as %s: %s%s%s%s\n", prefix,
+                      rec->resume ? "resumed" : "started", rec->start, rec->version, rec->revision,
+                      rec->host, rec->user, rec->command, *rec->changes ? " (changed " : "",
+                      rec->changes, *rec->changes ? ")" : "");
+}
+
+/*  {"runs":[{name, dir, build, identity}], "series":[{run, variant, label}], "streams":[{series,
+   group, n, cols:{field:[value per row]}}], "events":[{run, series, event, step, time, text}]}: see
     docs/architecture.md, "The report". */
 static void s_blob(bt_buf *b, const s_report *r) {
     bt_buf_puts(b, "{\"runs\":[");
@@ -644,6 +656,19 @@ static void s_blob(bt_buf *b, const s_report *r) {
         s_jstr(b, r->runs[i].name);
         bt_buf_puts(b, ",\"dir\":");
         s_jstr(b, r->runs[i].dir);
+        const s_run *u = &r->runs[i]; /* the build of its latest invocation, and every one */
+        const s_record *last = u->n_records ? &u->records[u->n_records - 1] : NULL;
+        bt_buf identity = {0};
+        s_identity_lines(&identity, u, u->name);
+        char build[S_LABEL] = "";
+        if (last)
+            snprintf(build, sizeof build, "baton %s (git %s)", last->version, last->revision);
+        bt_buf_puts(b, ",\"build\":");
+        s_jstr(b, build);
+        bt_buf_puts(b, ",\"identity\":");
+        s_jstr(b, identity.data ? identity.data : "");
+        b->failed |= identity.failed;
+        bt_buf_release(&identity);
         bt_buf_puts(b, "}");
     }
     bt_buf_puts(b, "],\"series\":[");
@@ -1009,13 +1034,7 @@ bt_status bt_report_identity(const char *run_dir, char **text_out) {
     s_run u = {.dir = run_dir};
     s_load_identity(&r, &u);
     bt_buf b = {0};
-    if (!u.n_records)
-        bt_buf_printf(&b, "%s: %s\n", run_dir, u.identity_note);
-    for (const s_record *rec = u.records; rec < u.records + u.n_records; rec++)
-        bt_buf_printf(&b, "%s: %s %s by baton %s (git %s) on %s as %s: %s%s%s%s\n", run_dir,
-                      rec->resume ? "resumed" : "started", rec->start, rec->version, rec->revision,
-                      rec->host, rec->user, rec->command, *rec->changes ? " (changed " : "",
-                      rec->changes, *rec->changes ? ")" : "");
+    s_identity_lines(&b, &u, run_dir);
     s_run_release(&u);
     *text_out = r.oom ? NULL : bt_buf_detach(&b, NULL);
     bt_buf_release(&b);

@@ -184,6 +184,15 @@
       t.textContent = tickText(v, xa.step);
       svg.appendChild(t);
     });
+    /* which build and command made each run drawn here, with the chart wherever it goes */
+    var title = svgEl('title', {}), runs = [];
+    c.lines.forEach(function (ln) {
+      var run = data.series[ln.series].run;
+      if (seriesVisible(ln.series) && runs.indexOf(run) < 0) runs.push(run);
+    });
+    title.textContent = c.id + '\n' + runs.map(function (k) { return data.runs[k].identity; })
+                                            .join('');
+    svg.appendChild(title);
     svg.appendChild(svgEl('line', {'class': 'axis', x1: L, y1: B, x2: R, y2: B}));
     svg.appendChild(svgEl('line', {'class': 'axis', x1: L, y1: T, x2: L, y2: B}));
     var xt = svgEl('text', {'class': 'axis-title', x: (L + R) / 2, y: B + 32,
@@ -345,6 +354,9 @@
       l.appendChild(cb);
       l.appendChild(el('span', {'class': 'swatch', style: 'background:' + colour(k)}));
       l.appendChild(document.createTextNode(s.label));
+      var run = data.runs[s.run];
+      if (run.build) l.appendChild(el('span', {'class': 'build'}, ' ' + run.build));
+      l.setAttribute('title', run.identity);
       legend.appendChild(l);
     });
     root.appendChild(legend);

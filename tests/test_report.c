@@ -243,6 +243,19 @@ static const char *s_event(const cJSON *blob, int run, const char *name, double 
 static void s_check_data(const cJSON *blob, int accuracy_lines) {
     const char *a = "alpha", *b = "b<&>\"run";
     CHECK(s_series(blob, a) == 0 && s_series(blob, b) == 1); /* one variant: the run's name */
+    /* each run's build (its latest invocation's) and every invocation, for the charts to show */
+    const cJSON *run0 = cJSON_GetArrayItem(cJSON_GetObjectItem(blob, "runs"), 0);
+    const cJSON *run1 = cJSON_GetArrayItem(cJSON_GetObjectItem(blob, "runs"), 1);
+    CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(run0, "build")),
+                 "baton 0.1.1 (git fedcba654321)");
+    CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(run0, "identity")),
+                 "alpha: started 2026-01-02T03:04:05Z by baton 0.1.0 (git abc123def456) on h1 as "
+                 "u1: baton run x.json --run-dir 'my dir'\nalpha: resumed 2026-01-02T05:00:00Z by "
+                 "baton 0.1.1 (git fedcba654321) on h2 as u1: baton run x.json --resume (changed "
+                 "grpo.steps 2 -> 3)\n");
+    CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(run1, "build")), "");
+    CHECK_STR_CONTAINS(cJSON_GetStringValue(cJSON_GetObjectItem(run1, "identity")),
+                       "b<&>\"run: no run.json");
     /* every train line of a: its values as written, the step as x */
     const cJSON *step = s_col(blob, a, "train", "step"),
                 *reward = s_col(blob, a, "train", "reward_mean");

@@ -8,7 +8,8 @@
     smoothed path differs from the raw one and, decoded through the chart's own axis attributes,
     equals the debiased EMA (TensorBoard's) this test computes from metrics.jsonl; the raw path
     equals the values themselves; the event marks are the events.jsonl lines with a step; the
-    config-diff table lists exactly the keys the test changed; the tooltip names the visible run.
+    config-diff table lists exactly the keys the test changed; the tooltip names the visible run;
+    the legend and the chart's title name the build and command that made run a (its run.json).
     Then a click on the chart's log checkbox and ArrowDown on the x-axis select (step to tokens):
     the paths decode to log10 of the values (and of the EMA) against the cumulative tokens, and
     an eval chart puts each evaluation at the tokens of its step's train line.
@@ -330,9 +331,11 @@ static const char s_read_dom[] =
     "return JSON.stringify({smoothing:document.getElementById('smoothing').value,"
     "keys:q('table.config-diff td.key').map(function(t){return t.textContent;}),"
     "tooltip:{shown:getComputedStyle(tip).display!=='none',text:tip.textContent},"
+    "legend:q('#legend label').map(function(l){return l.textContent;}),"
     "charts:q('svg.chart').map(function(s){var box={};"
     "['data-chart','data-x0','data-x1','data-y0','data-y1','data-left','data-right','data-top',"
     "'data-bottom','data-scale','data-x'].forEach(function(a){box[a]=at(s,a);});"
+    "box.title=s.querySelector('title').textContent;"
     "box.paths=q('path',s).map(function(p){return {cls:at(p,'class'),series:at(p,'data-series'),"
     "display:at(p,'display'),d:at(p,'d')};});"
     "box.events=q('line.event',s).map(function(l){return {series:at(l,'data-series'),"
@@ -509,6 +512,31 @@ static void s_check_tokens_log(const cJSON *dom, double a) {
     s_check_path(heldout, "raw", xs, acc, k);
 }
 
+/*  Which build and command made run a, from its run.json as this test reads it: in the legend
+    and in the title of a chart that draws it (and not b's command, whose run is hidden). */
+static void s_check_identity(const cJSON *dom, const cJSON *entropy) {
+    char path[PATH_MAX], *text = NULL, build[256] = "", command[1024] = "";
+    snprintf(path, sizeof path, "%s/a/run.json", s_tmp);
+    CHECK(bt_file_read(path, 1 << 20, &text, NULL) == BT_OK);
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *rec = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "records"), 0);
+    CHECK(rec != NULL);
+    snprintf(build, sizeof build, "baton %s (git %s)",
+             cJSON_GetStringValue(cJSON_GetObjectItem(rec, "baton_version")),
+             cJSON_GetStringValue(cJSON_GetObjectItem(rec, "git_revision")));
+    for (const cJSON *w = cJSON_GetObjectItem(rec, "argv")->child; w; w = w->next)
+        snprintf(command + strlen(command), sizeof command - strlen(command), "%s%s",
+                 w == cJSON_GetObjectItem(rec, "argv")->child ? "" : " ", w->valuestring);
+    cJSON_Delete(doc);
+    const char *legend =
+        cJSON_GetStringValue(cJSON_GetArrayItem(cJSON_GetObjectItem(dom, "legend"), 0));
+    CHECK(legend && strstr(legend, "small") && strstr(legend, build));
+    const char *title = cJSON_GetStringValue(cJSON_GetObjectItem(entropy, "title"));
+    CHECK(title && strstr(title, build) && strstr(title, command));
+    CHECK(title && !strstr(title, s_set_b));
+}
+
 static void s_check_dom(const cJSON *dom, double smoothing) {
     static char ids[S_MAX_IDS][128], ids_a[S_MAX_IDS][128], ids_b[S_MAX_IDS][128];
     int n_ids = s_count_fields(3, ids), n_a = s_count_fields(1, ids_a),
@@ -543,6 +571,7 @@ static void s_check_dom(const cJSON *dom, double smoothing) {
     if (entropy) {
         s_check_smoothing(entropy, smoothing);
         s_check_events(entropy);
+        s_check_identity(dom, entropy);
     }
     /* the config keys that differ: exactly those the test changed */
     const cJSON *keys = cJSON_GetObjectItem(dom, "keys");
