@@ -73,12 +73,13 @@
     });
   })();
 
-  /*  The x of row i of stream s on the chosen axis; a line without the field (an eval line has
-      no tokens) takes it from its series' last train line at or before its step (0 tokens,
-      0 global steps before the first). */
+  /*  The x of row i of stream s on the chosen axis; an RL evaluation (or an event) without the
+      field (an eval line has no tokens) takes it from its series' last train line at or before
+      its step (0 tokens, 0 global steps before the first).  SFT's lines count SFT steps: none. */
   function xOf(s, i) {
     var col = s.cols[state.x];
     if (col) return col[i];
+    if (s.group !== undefined && !/^eval\//.test(s.group)) return null;
     var step = s.cols.step[i], t = trainOf[s.series];
     if (!t || !t.cols[state.x]) return null;
     var best = null, steps = t.cols.step;
