@@ -216,6 +216,13 @@
       else raw.setAttribute('stroke-opacity', '0');
       g.appendChild(raw);
       g.appendChild(smooth);
+      if (/^(sft-)?eval\//.test(c.group)) /* evaluations are sparse: a dot at each */
+        d.pts.forEach(function (p) {
+          if (p && finite(py(p.y)))
+            g.appendChild(svgEl('circle', {'class': 'point', cx: px(p.x).toFixed(3),
+                                           cy: py(p.y).toFixed(3), r: 2.5,
+                                           fill: colour(d.series)}));
+        });
       svg.appendChild(g);
     });
     c.guide = svgEl('line', {'class': 'guide', x1: 0, y1: T, x2: 0, y2: B, display: 'none'});

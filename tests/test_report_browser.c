@@ -165,11 +165,13 @@ static bool s_cdp_do(s_cdp *c, const char *method, const char *params) {
     return ok;
 }
 
-/*  Runtime.evaluate of a JavaScript expression whose value is a string; caller frees. */
+/*  Runtime.evaluate of a JavaScript expression whose value is a string (or a promise of one,
+    awaited); caller frees. */
 static char *s_cdp_eval(s_cdp *c, const char *expression) {
     cJSON *params = cJSON_CreateObject(), *reply = NULL;
     cJSON_AddStringToObject(params, "expression", expression);
     cJSON_AddBoolToObject(params, "returnByValue", true);
+    cJSON_AddBoolToObject(params, "awaitPromise", true); /* a promise's value, once it settles */
     char *text = cJSON_PrintUnformatted(params);
     cJSON_Delete(params);
     const cJSON *result = s_cdp_call(c, "Runtime.evaluate", text, &reply);
@@ -674,8 +676,18 @@ static cJSON *s_drive(const char *page, int presses, double *smoothing, cJSON **
     ok = done != NULL;
     free(done);
     ok = ok && s_cdp_centre(&c, "svg.chart[data-chart=\"train/entropy\"]", &x, &y, &left);
+    /* Chromium hands a mouse move to the page at its next frame, after the call returns: a
+       promise the page's own mousemove settles (the chart's handler runs first, on the way up) */
+    done = ok ? s_cdp_eval(&c, "window.movedOnce=new Promise(function(r){window.addEventListener("
+                               "'mousemove',function(){r('moved');},{once:true});}),'armed'")
+              : NULL;
+    ok = done != NULL;
+    free(done);
     snprintf(params, sizeof params, "{\"type\":\"mouseMoved\",\"x\":%.1f,\"y\":%.1f}", x, y);
     ok = ok && s_cdp_do(&c, "Input.dispatchMouseEvent", params);
+    done = ok ? s_cdp_eval(&c, "window.movedOnce") : NULL;
+    ok = done != NULL && !strcmp(done, "moved");
+    free(done);
     CHECK(ok);
     char *text = ok ? s_cdp_eval(&c, s_read_dom) : NULL;
     dom = text ? cJSON_Parse(text) : NULL;
