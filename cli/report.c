@@ -48,6 +48,13 @@ int bt_cli_report(int argc, char **argv) {
     else if (!out)
         out = "report.html";
     bt_status st = bt_report_write(dirs, n, out, target);
+    for (int i = 0; i < n && st == BT_OK; i++) { /* which build and command made each run */
+        char *who = NULL;
+        st = bt_report_identity(dirs[i], &who);
+        if (who)
+            fputs(who, stdout);
+        free(who);
+    }
     free(dirs);
     if (st != BT_OK) {
         fprintf(stderr, "baton: %s\n", bt_last_error());

@@ -1,4 +1,6 @@
-/*  report.c — the HTML run report: JSON lines in, one XHTML page with inline SVG charts out. */
+/*  report.c — the run report: run directories in, one self-contained HTML page out.  C reads the
+    runs and writes the tables (identity, comparison, lineage, config keys that differ) and the
+    data as one JSON blob; the page's script (report.js) draws the dashboard from it. */
 #define _POSIX_C_SOURCE 200809L
 #include "baton/report.h"
 
@@ -17,108 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/*  The charts, one per family of curves. */
-typedef enum s_family_kind {
-    S_ACCURACY,
-    S_RESPONSE_LENGTH,
-    S_REWARD,
-    S_PERPLEXITY,
-    S_PROBES,
-    S_ROBUSTNESS,
-    S_SOURCES,
-    S_WEIGHTS,
-    S_LOSS,
-    S_KL,
-    S_ENTROPY,
-    S_GRAD_NORM,
-    S_LR,
-    S_CLIP,
-    S_EVAL_LENGTH,
-    S_MARGINS,
-    S_CHOICES,
-    S_SUBJECTS,
-    S_CONTAMINATION,
-    S_FAMILIES
-} s_family_kind;
+/*  orchestrator/report.css and report.js as NUL-terminated strings (CMake's report_assets.c). */
+extern const char bt_report_css[], bt_report_js[];
 
-static const struct {
-    const char *name, *title, *y_title;
-} s_family[S_FAMILIES] = {
-    {"accuracy", "Evaluation accuracy", "accuracy"},
-    {"response_length", "Response length (training)", "response_len_mean"},
-    {"reward", "Reward (training)", "reward_mean"},
-    {"perplexity", "Perplexity", "perplexity"},
-    {"probes", "Probe log-probabilities", "log P(target | prompt)"},
-    {"robustness", "Robustness (clean accuracy and perturbed variants)", "accuracy"},
-    {"sources", "Training accuracy by data source", "accuracy"},
-    {"weights", "Data mixture weights", "weight"},
-    {"loss", "Training loss", "loss"},
-    {"kl", "KL to the reference (training)", "kl"},
-    {"entropy", "Policy entropy (training)", "entropy"},
-    {"grad_norm", "Gradient norm (training)", "grad_norm"},
-    {"lr", "Learning rate", "lr"},
-    {"clip_frac", "Clipped ratio fraction (training)", "clip_frac"},
-    {"eval_response_length", "Response length (evaluation)", "response_len_mean"},
-    {"margins", "Pair-probe margins", "log(PPL(worse) / PPL(better))"},
-    {"choices", "Multiple choice: acc and acc_norm per benchmark", "accuracy"},
-    {"subjects", "Multiple choice by subject", "accuracy"},
-    {"contamination", "Contamination gap (acc - acc in shuffled order)", "contamination_gap"},
-};
-
-/*  The training line's fields drawn as a curve per variant, and their charts. */
-static const struct {
-    s_family_kind family;
-    const char *field;
-} s_train_fields[] = {
-    {S_RESPONSE_LENGTH, "response_len_mean"},
-    {S_REWARD, "reward_mean"},
-    {S_LOSS, "loss"},
-    {S_KL, "kl"},
-    {S_ENTROPY, "entropy"},
-    {S_GRAD_NORM, "grad_norm"},
-    {S_LR, "lr"},
-    {S_CLIP, "clip_frac"},
-};
-
-enum { S_LABEL = 256, S_MAX_DATASETS = 16 };
-/*  Chart geometry in px: the plot area is [S_L, S_R] x [S_T, S_B]; the legend goes below S_H. */
-enum { S_W = 720, S_L = 64, S_R = 704, S_T = 16, S_B = 244, S_H = 300, S_ROW = 16, S_COL = 320 };
-
-static const char *const s_palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-enum { S_PALETTE = sizeof s_palette / sizeof *s_palette };
-
-static const char s_css[] =
-    "body{font-family:system-ui,sans-serif;margin:24px;color:#222}\n"
-    "table.runs{border-collapse:collapse}\n"
-    "table.runs td,table.runs th{border:1px solid #ccc;padding:4px 8px;text-align:left}\n"
-    ".note{color:#a05000}\n"
-    "svg.chart{display:block;margin:8px 0 24px;font-family:sans-serif;font-size:11px}\n"
-    "svg.chart .axis{stroke:#333}\n"
-    "svg.chart .grid{stroke:#e8e8e8}\n"
-    "svg.chart .axis-title{font-size:12px}\n";
-
-typedef struct {
-    double x, y;
-    char trigger[16];
-} s_point;
-
-typedef struct {
-    s_family_kind family;
-    char label[S_LABEL];
-    s_point *pts;
-    int n, cap;
-} s_series;
-
-typedef enum { S_EV_INTERVAL, S_EV_ALARM, S_EV_DEFERRED, S_EV_TUNER } s_event_kind;
-
-/*  An evaluation or tuner event drawn as a tick on the accuracy chart's x-axis. */
-typedef struct {
-    s_event_kind kind;
-    double step, new_every;
-    char param[32]; /* tuner: the hyperparameter it changed */
-    char tip[2 * S_LABEL];
-} s_mark;
+enum { S_LABEL = 256, S_MAX_DATASETS = 16, S_MAX_ROWS = 8, S_TEXT = 1024 };
 
 typedef struct {
     char dataset[64];
@@ -143,7 +47,17 @@ typedef struct {
     double tokens; /* the last train line's cumulative completion tokens; NaN: none */
 } s_row;
 
-enum { S_MAX_ROWS = 8 };
+/*  A key of config.json flattened ("grpo.lr") and its value as compact JSON text; both owned. */
+typedef struct {
+    char *key, *value;
+} s_kv;
+
+/*  One record of run.json: the invocation that started or resumed the run. */
+typedef struct {
+    char version[32], revision[48], host[256], user[64], start[32];
+    bool resume;
+    char *command, *changes; /* owned; changes: "key from -> to; ..." or "" */
+} s_record;
 
 typedef struct {
     const char *dir; /* borrowed from the caller */
@@ -151,15 +65,51 @@ typedef struct {
     int bad_metrics, bad_events; /* malformed lines skipped */
     s_row rows[S_MAX_ROWS];      /* in the order the variants first appear */
     int n_rows;
+    s_kv *config; /* config.json flattened, in its order */
+    int n_config, cap_config;
+    s_record *records; /* run.json's records; none without run.json */
+    int n_records, cap_records;
+    char identity_note[S_LABEL]; /* why there are no records, when there are none */
 } s_run;
+
+/*  A curve's owner: a run's variant.  Its index is its colour in every chart. */
+typedef struct {
+    int run;
+    char variant[64];
+} s_series;
+
+/*  A column of a stream: one value per row, NaN where the line had none. */
+typedef struct {
+    char *name; /* owned */
+    double *v;  /* (cap) */
+} s_col;
+
+/*  The lines of one series and group ("train", "eval/<dataset>", ...), as columns. */
+typedef struct {
+    int series;
+    char group[S_LABEL];
+    s_col *cols;
+    int n_cols, cap_cols;
+    int n, cap; /* rows */
+} s_stream;
+
+/*  A line of events.jsonl drawn as a vertical mark. */
+typedef struct {
+    int run, series; /* series -1: the event names no variant of the run */
+    double step, time;
+    char event[64];
+    char *text; /* owned */
+} s_event;
 
 typedef struct {
     s_run *runs;
     int n_runs;
     s_series *series;
     int n_series, cap_series;
-    s_mark *marks;
-    int n_marks, cap_marks;
+    s_stream *streams;
+    int n_streams, cap_streams;
+    s_event *events;
+    int n_events, cap_events;
     double target;  /* the table's target accuracy; NaN: none */
     s_copy *copies; /* pbt events: the variants' lineage */
     int n_copies, cap_copies;
@@ -204,7 +154,7 @@ static void s_esc(bt_buf *b, const char *text) {
     }
 }
 
-/*  ---- reading the logs ------------------------------------------------------------------- */
+/*  ---- helpers ------------------------------------------------------------------------------ */
 
 static const char *s_str(const cJSON *o, const char *key, const char *fallback) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -231,43 +181,6 @@ static void *s_reserve(void *p, int *cap, int n, size_t size) {
     if (q)
         *cap = grown;
     return q;
-}
-
-static s_series *s_series_of(s_report *r, s_family_kind family, const char *label) {
-    for (int i = 0; i < r->n_series; i++)
-        if (r->series[i].family == family && !strcmp(r->series[i].label, label))
-            return &r->series[i];
-    s_series *q = s_reserve(r->series, &r->cap_series, r->n_series, sizeof *q);
-    if (!q)
-        return (r->oom = true), NULL;
-    r->series = q;
-    s_series *s = &r->series[r->n_series++];
-    memset(s, 0, sizeof *s);
-    s->family = family;
-    snprintf(s->label, sizeof s->label, "%s", label);
-    return s;
-}
-
-/*  Appends (x, y) to the series; a NaN y breaks its line. */
-static void s_add(s_report *r, s_family_kind family, const char *label, double x, double y,
-                  const char *trigger) {
-    s_series *s = s_series_of(r, family, label);
-    s_point *q = s ? s_reserve(s->pts, &s->cap, s->n, sizeof *q) : NULL;
-    if (!q) {
-        r->oom = true;
-        return;
-    }
-    s->pts = q;
-    s_point *p = &s->pts[s->n++];
-    p->x = x;
-    p->y = y;
-    snprintf(p->trigger, sizeof p->trigger, "%s", trigger ? trigger : "");
-}
-
-/*  "run / variant[ / a[ / b]]". */
-static void s_label(char *out, const s_run *u, const char *variant, const char *a, const char *b) {
-    snprintf(out, S_LABEL, "%s / %s%s%s%s%s", u->name, variant, a ? " / " : "", a ? a : "",
-             b ? " / " : "", b ? b : "");
 }
 
 /*  The row of the line's variant; NULL past S_MAX_ROWS variants (their lines only draw). */
@@ -324,94 +237,6 @@ static void s_last_accuracy(s_row *u, const char *dataset, const cJSON *o, doubl
     }
 }
 
-static void s_train(s_report *r, s_run *u, const cJSON *o) {
-    double step = s_num(o, "step");
-    if (!isfinite(step))
-        return;
-    s_row *w = s_row_of(u, o);
-    s_final_step(w, step);
-    if (w && s_has(o, "tokens"))
-        w->tokens = s_num(o, "tokens");
-    char label[S_LABEL];
-    s_label(label, u, s_str(o, "variant", "main"), NULL, NULL);
-    for (size_t i = 0; i < sizeof s_train_fields / sizeof *s_train_fields; i++)
-        if (s_has(o, s_train_fields[i].field))
-            s_add(r, s_train_fields[i].family, label, step, s_num(o, s_train_fields[i].field),
-                  NULL);
-    for (const cJSON *f = o->child; f; f = f->next) { /* data.sources: accuracy.NAME, weight.NAME */
-        const char *k = f->string ? f->string : "";
-        bool acc = !strncmp(k, "accuracy.", 9), weight = !strncmp(k, "weight.", 7);
-        if (!acc && !weight)
-            continue;
-        s_label(label, u, s_str(o, "variant", "main"), k + (acc ? 9 : 7), NULL);
-        s_add(r, acc ? S_SOURCES : S_WEIGHTS, label, step, cJSON_IsNumber(f) ? f->valuedouble : NAN,
-              NULL);
-    }
-}
-
-/*  probe.<name>.logp, pair.<name>.margin and subject.<name>.acc / .acc_norm fields, and robust.*
-    fields beside the clean accuracy. */
-static void s_eval_fields(s_report *r, s_run *u, const cJSON *o, double step) {
-    const char *variant = s_str(o, "variant", "main"), *dataset = s_str(o, "dataset", "eval");
-    char label[S_LABEL], name[64];
-    bool clean = false;
-    for (const cJSON *f = o->child; f; f = f->next) {
-        const char *k = f->string ? f->string : "";
-        size_t n = strlen(k);
-        double y = cJSON_IsNumber(f) ? f->valuedouble : NAN;
-        if (n > 11 && !strncmp(k, "probe.", 6) && !strcmp(k + n - 5, ".logp")) {
-            snprintf(name, sizeof name, "%.*s", (int)(n - 11), k + 6);
-            s_label(label, u, variant, name, NULL);
-            s_add(r, S_PROBES, label, step, y, NULL);
-        } else if (n > 12 && !strncmp(k, "pair.", 5) && !strcmp(k + n - 7, ".margin")) {
-            snprintf(name, sizeof name, "%.*s", (int)(n - 12), k + 5);
-            s_label(label, u, variant, name, NULL);
-            s_add(r, S_MARGINS, label, step, y, NULL);
-        } else if (n > 12 && !strncmp(k, "subject.", 8) &&
-                   (!strcmp(k + n - 4, ".acc") || !strcmp(k + n - 9, ".acc_norm"))) {
-            snprintf(name, sizeof name, "%.*s", (int)(n - 8), k + 8); /* NAME.acc */
-            s_label(label, u, variant, dataset, name);
-            s_add(r, S_SUBJECTS, label, step, y, NULL);
-        } else if (!strncmp(k, "robust.", 7)) {
-            if (!clean && s_has(o, "accuracy")) {
-                s_label(label, u, variant, dataset, "clean");
-                s_add(r, S_ROBUSTNESS, label, step, s_num(o, "accuracy"), NULL);
-                clean = true;
-            }
-            s_label(label, u, variant, dataset, k);
-            s_add(r, S_ROBUSTNESS, label, step, y, NULL);
-        }
-    }
-}
-
-/*  Phase "sft" evaluations count SFT steps: only the table sees them. */
-static void s_eval(s_report *r, s_run *u, const cJSON *o) {
-    const char *dataset = s_str(o, "dataset", "eval");
-    s_row *w = s_row_of(u, o);
-    s_last_accuracy(w, dataset, o, r->target);
-    double step = s_num(o, "step");
-    if (strcmp(s_str(o, "phase", "rl"), "rl") || !isfinite(step))
-        return;
-    s_final_step(w, step);
-    char label[S_LABEL];
-    s_label(label, u, s_str(o, "variant", "main"), dataset, NULL);
-    if (s_has(o, "accuracy"))
-        s_add(r, S_ACCURACY, label, step, s_num(o, "accuracy"), s_str(o, "trigger", ""));
-    if (s_has(o, "perplexity"))
-        s_add(r, S_PERPLEXITY, label, step, s_num(o, "perplexity"), NULL);
-    if (s_has(o, "response_len_mean"))
-        s_add(r, S_EVAL_LENGTH, label, step, s_num(o, "response_len_mean"), NULL);
-    if (s_has(o, "contamination_gap"))
-        s_add(r, S_CONTAMINATION, label, step, s_num(o, "contamination_gap"), NULL);
-    static const char *const choices[] = {"acc", "acc_norm", "acc_shuffled"};
-    for (int i = 0; i < 3; i++)
-        if (s_has(o, choices[i])) {
-            s_label(label, u, s_str(o, "variant", "main"), dataset, choices[i]);
-            s_add(r, S_CHOICES, label, step, s_num(o, choices[i]), NULL);
-        }
-    s_eval_fields(r, u, o, step);
-}
-
 /*  A `pbt` event: one row of the lineage table. */
 static void s_copy_event(s_report *r, const s_run *u, const cJSON *o) {
     s_copy *q = s_reserve(r->copies, &r->cap_copies, r->n_copies, sizeof *q);
@@ -430,46 +255,183 @@ static void s_copy_event(s_report *r, const s_run *u, const cJSON *o) {
     snprintf(c->explore, sizeof c->explore, "%s", s_str(o, "explore", "?"));
 }
 
-static void s_event(s_report *r, const s_run *u, const cJSON *o) {
-    static const char *const names[] = {"eval_interval", "eval_alarm", "eval_deferred", "tuner"};
-    const char *ev = s_str(o, "event", "");
-    if (!strcmp(ev, "pbt")) {
-        s_copy_event(r, u, o);
-        return;
+/*  ---- series, streams and events --------------------------------------------------------- */
+
+/*  The series of the run's variant, made when new and create; -1 when none (or no memory). */
+static int s_series_of(s_report *r, int run, const char *variant, bool create) {
+    for (int i = 0; i < r->n_series; i++)
+        if (r->series[i].run == run && !strcmp(r->series[i].variant, variant))
+            return i;
+    s_series *q = create ? s_reserve(r->series, &r->cap_series, r->n_series, sizeof *q) : NULL;
+    if (!q)
+        return create ? (r->oom = true, -1) : -1;
+    r->series = q;
+    q[r->n_series].run = run;
+    snprintf(q[r->n_series].variant, sizeof q->variant, "%s", variant);
+    return r->n_series++;
+}
+
+static s_stream *s_stream_of(s_report *r, int series, const char *group) {
+    for (s_stream *s = r->streams; s < r->streams + r->n_streams; s++)
+        if (s->series == series && !strcmp(s->group, group))
+            return s;
+    s_stream *q = s_reserve(r->streams, &r->cap_streams, r->n_streams, sizeof *q);
+    if (!q)
+        return NULL;
+    r->streams = q;
+    s_stream *s = &q[r->n_streams++];
+    *s = (s_stream){.series = series};
+    snprintf(s->group, sizeof s->group, "%s", group);
+    return s;
+}
+
+/*  A new last row, NaN in every column; false when out of memory. */
+static bool s_stream_row(s_stream *s) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 16;
+        for (int i = 0; i < s->n_cols; i++) {
+            double *v = realloc(s->cols[i].v, (size_t)cap * sizeof *v);
+            if (!v)
+                return false;
+            s->cols[i].v = v;
+        }
+        s->cap = cap;
     }
-    int kind = 0;
-    while (kind < 4 && strcmp(ev, names[kind]))
-        kind++;
-    double step = s_num(o, "step");
-    if (kind == 4 || !isfinite(step))
+    for (int i = 0; i < s->n_cols; i++)
+        s->cols[i].v[s->n] = NAN;
+    s->n++;
+    return true;
+}
+
+/*  The column named name, made NaN in every row when new; NULL when out of memory. */
+static s_col *s_col_of(s_stream *s, const char *name) {
+    for (int i = 0; i < s->n_cols; i++)
+        if (!strcmp(s->cols[i].name, name))
+            return &s->cols[i];
+    s_col *q = s_reserve(s->cols, &s->cap_cols, s->n_cols, sizeof *q);
+    if (!q)
+        return NULL;
+    s->cols = q;
+    s_col *c = &q[s->n_cols];
+    c->name = strdup(name);
+    c->v = malloc((size_t)s->cap * sizeof *c->v);
+    if (!c->name || !c->v) {
+        free(c->name);
+        free(c->v);
+        return NULL;
+    }
+    for (int i = 0; i < s->cap; i++)
+        c->v[i] = NAN;
+    s->n_cols++;
+    return c;
+}
+
+/*  The group of a metrics line: "train", "sft", "eval/<dataset>" for RL evaluations and
+    "sft-eval/<dataset>" for SFT's (whose steps count SFT steps), any other kind its name. */
+static void s_group_of(const cJSON *o, char out[S_LABEL]) {
+    const char *kind = s_str(o, "kind", "");
+    if (!strcmp(kind, "eval"))
+        snprintf(out, S_LABEL, "%s/%s",
+                 strcmp(s_str(o, "phase", "rl"), "sft") ? "eval" : "sft-eval",
+                 s_str(o, "dataset", "eval"));
+    else
+        snprintf(out, S_LABEL, "%s", kind);
+}
+
+/*  Every numeric field of a metrics line with a step, as a row of its series' stream. */
+static void s_stream_line(s_report *r, int run, const cJSON *o) {
+    char group[S_LABEL];
+    s_group_of(o, group);
+    if (!*group || !isfinite(s_num(o, "step")))
         return;
-    s_mark *q = s_reserve(r->marks, &r->cap_marks, r->n_marks, sizeof *q);
-    if (!q) {
+    int k = s_series_of(r, run, s_str(o, "variant", "main"), true);
+    s_stream *s = k >= 0 ? s_stream_of(r, k, group) : NULL;
+    if (!s || !s_stream_row(s)) {
         r->oom = true;
         return;
     }
-    r->marks = q;
-    s_mark *m = &r->marks[r->n_marks++];
-    m->kind = (s_event_kind)kind;
-    m->step = step;
-    m->new_every = s_num(o, "new");
-    snprintf(m->param, sizeof m->param, "%s", s_str(o, "param", ""));
-    if (kind == S_EV_TUNER) { /* a tuner decision: the rule, the values before and after */
-        snprintf(m->tip, sizeof m->tip, "%s: tuner %s at step %.6g: %s %.6g -> %.6g", u->name,
-                 s_str(o, "rule", ""), step, m->param, s_num(o, "before"), s_num(o, "after"));
+    for (const cJSON *f = o->child; f; f = f->next) {
+        s_col *c = cJSON_IsNumber(f) && f->string ? s_col_of(s, f->string) : NULL;
+        if (c)
+            c->v[s->n - 1] = f->valuedouble;
+        else if (cJSON_IsNumber(f) && f->string)
+            r->oom = true;
+    }
+}
+
+/*  "run: event key=value, ..." of every field but event and time, cut at S_TEXT bytes. */
+static char *s_event_text(const s_run *u, const cJSON *o) {
+    bt_buf b = {0};
+    bt_buf_printf(&b, "%s: %s", u->name, s_str(o, "event", ""));
+    int n = 0;
+    for (const cJSON *f = o->child; f; f = f->next) {
+        if (!f->string || !strcmp(f->string, "event") || !strcmp(f->string, "time"))
+            continue;
+        bt_buf_printf(&b, "%s%s=", n++ ? ", " : " ", f->string);
+        if (cJSON_IsString(f))
+            bt_buf_puts(&b, f->valuestring);
+        else if (cJSON_IsNumber(f))
+            bt_buf_number(&b, f->valuedouble, 12);
+        else {
+            char *t = cJSON_PrintUnformatted(f);
+            bt_buf_puts(&b, t ? t : "?");
+            free(t);
+        }
+    }
+    if (b.len > S_TEXT)
+        bt_buf_truncate(&b, S_TEXT);
+    return bt_buf_detach(&b, NULL);
+}
+
+/*  An event with a step or a time: a mark on the charts. */
+static void s_mark(s_report *r, int run, const cJSON *o) {
+    const s_run *u = &r->runs[run];
+    double step = s_num(o, "step"), time = s_num(o, "time");
+    const char *name = s_str(o, "event", "");
+    if (!*name || (!isfinite(step) && !isfinite(time)))
+        return;
+    s_event *q = s_reserve(r->events, &r->cap_events, r->n_events, sizeof *q);
+    char *text = q ? s_event_text(u, o) : NULL;
+    if (!text) {
+        if (q)
+            r->events = q;
+        r->oom = true;
         return;
     }
-    char every[64] = "";
-    if (kind == S_EV_INTERVAL)
-        snprintf(every, sizeof every, ", every %.6g -> %.6g steps", s_num(o, "old"), m->new_every);
-    const char *reason = s_str(o, "reason", NULL);
-    snprintf(m->tip, sizeof m->tip, "%s: %s %s at step %.6g%s%s%s%s", u->name, ev,
-             s_str(o, "dataset", ""), step, every, reason ? " (" : "", reason ? reason : "",
-             reason ? ")" : "");
+    r->events = q;
+    const char *variant = s_str(o, "variant", NULL);
+    q[r->n_events++] = (s_event){.run = run,
+                                 .series = variant ? s_series_of(r, run, variant, false) : -1,
+                                 .step = step,
+                                 .time = time,
+                                 .text = text};
+    snprintf(q[r->n_events - 1].event, sizeof q->event, "%s", name);
+}
+
+/*  ---- reading the logs ------------------------------------------------------------------- */
+
+static void s_train(s_run *u, const cJSON *o) {
+    double step = s_num(o, "step");
+    if (!isfinite(step))
+        return;
+    s_row *w = s_row_of(u, o);
+    s_final_step(w, step);
+    if (w && s_has(o, "tokens"))
+        w->tokens = s_num(o, "tokens");
+}
+
+/*  Phase "sft" evaluations count SFT steps: they set no final step. */
+static void s_eval(s_report *r, s_run *u, const cJSON *o) {
+    s_row *w = s_row_of(u, o);
+    s_last_accuracy(w, s_str(o, "dataset", "eval"), o, r->target);
+    double step = s_num(o, "step");
+    if (!strcmp(s_str(o, "phase", "rl"), "rl") && isfinite(step))
+        s_final_step(w, step);
 }
 
 /*  One line of metrics.jsonl or events.jsonl; blank lines are not counted as malformed. */
-static void s_line(s_report *r, s_run *u, char *line, bool events) {
+static void s_line(s_report *r, int run, char *line, bool events) {
+    s_run *u = &r->runs[run];
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
         line[--n] = '\0';
@@ -480,23 +442,28 @@ static void s_line(s_report *r, s_run *u, char *line, bool events) {
         u->bad_events++;
     else if (!cJSON_IsObject(o))
         u->bad_metrics++;
+    else if (events && !strcmp(s_str(o, "event", ""), "pbt"))
+        s_copy_event(r, u, o);
     else if (events)
-        s_event(r, u, o);
-    else if (!strcmp(s_str(o, "kind", ""), "train"))
-        s_train(r, u, o);
-    else if (!strcmp(s_str(o, "kind", ""), "eval"))
-        s_eval(r, u, o);
+        s_mark(r, run, o);
+    else {
+        if (!strcmp(s_str(o, "kind", ""), "train"))
+            s_train(u, o);
+        else if (!strcmp(s_str(o, "kind", ""), "eval"))
+            s_eval(r, u, o);
+        s_stream_line(r, run, o);
+    }
     cJSON_Delete(o);
 }
 
-static bt_status s_read_lines(s_report *r, s_run *u, const char *path, bool events) {
+static bt_status s_read_lines(s_report *r, int run, const char *path, bool events) {
     char *text = NULL;
     BT_TRY(bt_file_read(path, SIZE_MAX, &text, NULL));
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
         if (nl)
             *nl = '\0';
-        s_line(r, u, line, events);
+        s_line(r, run, line, events);
         line = nl ? nl + 1 : NULL;
     }
     free(text);
@@ -508,14 +475,106 @@ static bt_status s_path(char *out, const char *dir, const char *file) {
     return n >= 0 && n < PATH_MAX ? BT_OK : bt_fail(BT_EIO, "%s: path too long", dir);
 }
 
+/*  dir/file parsed; NULL (no error left) when missing or not JSON. */
+static cJSON *s_read_json(const char *dir, const char *file) {
+    char path[PATH_MAX], *text = NULL;
+    cJSON *doc = NULL;
+    if (s_path(path, dir, file) == BT_OK && bt_file_read(path, 1 << 24, &text, NULL) == BT_OK)
+        doc = cJSON_Parse(text);
+    free(text);
+    bt_clear_error();
+    return doc;
+}
+
+/*  ---- config.json flattened, run.json's records -------------------------------------------- */
+
+/*  The leaves of node under prefix ("a.b"; arrays are leaves), appended to u->config. */
+static void s_flatten(s_report *r, s_run *u, const cJSON *node, const char *prefix) {
+    for (const cJSON *f = node->child; f && !r->oom; f = f->next) {
+        char key[S_LABEL];
+        snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", f->string ? f->string : "");
+        if (cJSON_IsObject(f) && f->child) {
+            s_flatten(r, u, f, key);
+            continue;
+        }
+        s_kv *q = s_reserve(u->config, &u->cap_config, u->n_config, sizeof *q);
+        char *value = q ? cJSON_PrintUnformatted(f) : NULL, *k = value ? strdup(key) : NULL;
+        if (q)
+            u->config = q;
+        if (!k) {
+            free(value);
+            r->oom = true;
+            return;
+        }
+        q[u->n_config++] = (s_kv){k, value};
+    }
+}
+
+/*  The words of argv joined by spaces, each quoted for a POSIX shell when it needs it. */
+static void s_command(bt_buf *b, const cJSON *argv) {
+    int n = 0;
+    for (const cJSON *a = argv ? argv->child : NULL; a; a = a->next) {
+        const char *w = cJSON_IsString(a) ? a->valuestring : "?";
+        bt_buf_puts(b, n++ ? " " : "");
+        if (*w &&
+            strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+-@%") ==
+                strlen(w)) {
+            bt_buf_puts(b, w);
+            continue;
+        }
+        bt_buf_puts(b, "'");
+        for (const char *p = w; *p; p++)
+            bt_buf_puts(b, *p == '\'' ? "'\\''" : (char[2]){*p, 0});
+        bt_buf_puts(b, "'");
+    }
+}
+
+/*  run.json's records into u->records; a missing or unreadable one leaves a note instead. */
+static void s_load_identity(s_report *r, s_run *u) {
+    cJSON *doc = s_read_json(u->dir, "run.json");
+    const cJSON *records = cJSON_GetObjectItemCaseSensitive(doc, "records");
+    char path[PATH_MAX];
+    bool exists = s_path(path, u->dir, "run.json") == BT_OK && access(path, F_OK) == 0;
+    bt_clear_error();
+    if (!cJSON_IsArray(records) || !records->child)
+        snprintf(u->identity_note, sizeof u->identity_note, "%s",
+                 doc      ? "run.json: expected {\"records\": [...]} with at least one record"
+                 : exists ? "run.json: not valid JSON"
+                          : "no run.json (which baton made it is not recorded)");
+    for (const cJSON *o = records ? records->child : NULL; o && !r->oom; o = o->next) {
+        s_record *q = s_reserve(u->records, &u->cap_records, u->n_records, sizeof *q);
+        if (!q) {
+            r->oom = true;
+            break;
+        }
+        u->records = q;
+        s_record *rec = &q[u->n_records];
+        *rec = (s_record){.resume = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "resume"))};
+        snprintf(rec->version, sizeof rec->version, "%s", s_str(o, "baton_version", "?"));
+        snprintf(rec->revision, sizeof rec->revision, "%s", s_str(o, "git_revision", "?"));
+        snprintf(rec->host, sizeof rec->host, "%s", s_str(o, "host", "?"));
+        snprintf(rec->user, sizeof rec->user, "%s", s_str(o, "user", "?"));
+        snprintf(rec->start, sizeof rec->start, "%s", s_str(o, "start_time", "?"));
+        bt_buf cmd = {0}, changes = {0};
+        s_command(&cmd, cJSON_GetObjectItemCaseSensitive(o, "argv"));
+        const cJSON *diff = cJSON_GetObjectItemCaseSensitive(o, "config_diff");
+        for (const cJSON *d = diff ? diff->child : NULL; d; d = d->next)
+            bt_buf_printf(&changes, "%s%s %s -> %s", d == diff->child ? "" : "; ",
+                          s_str(d, "key", "?"), s_str(d, "from", "?"), s_str(d, "to", "?"));
+        rec->command = bt_buf_detach(&cmd, NULL);
+        rec->changes = bt_buf_detach(&changes, NULL);
+        u->n_records++;
+        if (!rec->command || !rec->changes)
+            r->oom = true;
+    }
+    cJSON_Delete(doc);
+}
+
 /*  run.name from config.json, else the directory's last component; made unique among the runs
-    before it by appending the directory. */
-static void s_run_name(s_report *r, s_run *u) {
-    char path[PATH_MAX], base[PATH_MAX], *text = NULL;
-    cJSON *cfg = NULL;
-    if (s_path(path, u->dir, "config.json") == BT_OK &&
-        bt_file_read(path, 1 << 24, &text, NULL) == BT_OK)
-        cfg = cJSON_Parse(text);
+    before it by appending the directory.  The config is kept flattened for the diff table. */
+static void s_load_config(s_report *r, s_run *u) {
+    char base[PATH_MAX];
+    cJSON *cfg = s_read_json(u->dir, "config.json");
     snprintf(base, sizeof base, "%s", u->dir);
     for (size_t n = strlen(base); n > 1 && base[n - 1] == '/'; n--)
         base[n - 1] = '\0';
@@ -526,230 +585,152 @@ static void s_run_name(s_report *r, s_run *u) {
     for (const s_run *v = r->runs; v < u; v++)
         if (!strcmp(v->name, u->name))
             snprintf(u->name, sizeof u->name, "%s (%s)", name, u->dir);
+    if (cJSON_IsObject(cfg))
+        s_flatten(r, u, cfg, "");
     cJSON_Delete(cfg);
-    free(text);
-    bt_clear_error();
 }
 
-static bt_status s_load_run(s_report *r, s_run *u, const char *dir) {
+static bt_status s_load_run(s_report *r, int run, const char *dir) {
     struct stat sb;
+    s_run *u = &r->runs[run];
     u->dir = dir;
     u->rows[0] = (s_row){.variant = "main", .final_step = NAN, .tokens = NAN}; /* until a line */
     if (stat(dir, &sb) != 0)
         return bt_fail(BT_EIO, "%s: cannot read run directory: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
         return bt_fail(BT_EIO, "%s: cannot read run directory: not a directory", dir);
-    s_run_name(r, u);
+    s_load_config(r, u);
+    s_load_identity(r, u);
     char path[PATH_MAX];
     BT_TRY(s_path(path, dir, "metrics.jsonl"));
-    BT_TRY(s_read_lines(r, u, path, false));
+    BT_TRY(s_read_lines(r, run, path, false));
     BT_TRY(s_path(path, dir, "events.jsonl"));
-    return stat(path, &sb) == 0 ? s_read_lines(r, u, path, true) : BT_OK;
+    return stat(path, &sb) == 0 ? s_read_lines(r, run, path, true) : BT_OK;
 }
 
-/*  ---- charts ------------------------------------------------------------------------------ */
+/*  ---- the data blob ----------------------------------------------------------------------- */
 
-typedef struct {
-    double lo, hi, step; /* ticks at lo, lo + step, ..., hi */
-} s_axis;
-
-typedef struct {
-    s_axis x, y;
-} s_frame;
-
-/*  Round tick steps of 1, 2 or 5 times a power of ten, about five per axis, at least min_step. */
-static s_axis s_axis_nice(double lo, double hi, double min_step) {
-    if (hi - lo < 1e-9 * fmax(1, fabs(hi))) {
-        double pad = lo == 0 ? 1 : fabs(lo) * 0.1;
-        lo -= pad;
-        hi += pad;
-    }
-    double raw = (hi - lo) / 5, mag = pow(10, floor(log10(raw))), f = raw / mag;
-    double step = fmax((f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag, min_step);
-    return (s_axis){floor(lo / step) * step, ceil(hi / step) * step, step};
-}
-
-/*  False when the family has no finite point. */
-static bool s_frame_of(const s_report *r, s_family_kind family, s_frame *fr) {
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    for (const s_series *s = r->series; s < r->series + r->n_series; s++)
-        for (int i = 0; s->family == family && i < s->n; i++)
-            if (isfinite(s->pts[i].x) && isfinite(s->pts[i].y)) {
-                x0 = fmin(x0, s->pts[i].x), x1 = fmax(x1, s->pts[i].x);
-                y0 = fmin(y0, s->pts[i].y), y1 = fmax(y1, s->pts[i].y);
-            }
-    if (!(x0 <= x1))
-        return false;
-    for (int i = 0; family == S_ACCURACY && i < r->n_marks; i++)
-        x0 = fmin(x0, r->marks[i].step), x1 = fmax(x1, r->marks[i].step);
-    fr->x = s_axis_nice(x0, x1, 1);
-    fr->y = s_axis_nice(y0, y1, 0);
-    return true;
-}
-
-static double s_px(const s_frame *fr, double x) {
-    return S_L + (x - fr->x.lo) / (fr->x.hi - fr->x.lo) * (S_R - S_L);
-}
-
-static double s_py(const s_frame *fr, double y) {
-    return S_B - (y - fr->y.lo) / (fr->y.hi - fr->y.lo) * (S_B - S_T);
-}
-
-/*  Tick i of the axis, or NaN past its end. */
-static double s_tick(const s_axis *a, int i) {
-    double v = a->lo + i * a->step;
-    if (i > 50 || v > a->hi + a->step * 1e-6)
-        return NAN;
-    return fabs(v) < a->step * 1e-9 ? 0 : v;
-}
-
-static void s_chart_axes(bt_buf *b, const s_frame *fr, s_family_kind family) {
-    double v;
-    for (int i = 0; isfinite(v = s_tick(&fr->y, i)); i++)
-        bt_buf_printf(
-            b,
-            "<line class=\"grid\" stroke=\"#e8e8e8\" x1=\"%d\" y1=\"%.6g\" x2=\"%d\" y2=\"%.6g\"/>"
-            "<text x=\"%d\" y=\"%.6g\" text-anchor=\"end\">%.6g</text>\n",
-            S_L, s_py(fr, v), S_R, s_py(fr, v), S_L - 6, s_py(fr, v) + 4, v);
-    for (int i = 0; isfinite(v = s_tick(&fr->x, i)); i++)
-        bt_buf_printf(
-            b,
-            "<line class=\"axis\" stroke=\"#333333\" x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\"/>"
-            "<text x=\"%.6g\" y=\"%d\" text-anchor=\"middle\">%.6g</text>\n",
-            s_px(fr, v), S_B, s_px(fr, v), S_B + 5, s_px(fr, v), S_B + 18, v);
-    bt_buf_printf(
-        b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
-        S_L, S_B, S_R, S_B);
-    bt_buf_printf(
-        b, "<line class=\"axis\" stroke=\"#333333\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n",
-        S_L, S_T, S_L, S_B);
-    bt_buf_printf(
-        b, "<text class=\"axis-title\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n",
-        (S_L + S_R) / 2, S_B + 36);
-    bt_buf_printf(b,
-                  "<text class=\"axis-title\" transform=\"rotate(-90)\" x=\"%d\" y=\"14\" "
-                  "text-anchor=\"middle\">",
-                  -(S_T + S_B) / 2);
-    s_esc(b, s_family[family].y_title);
-    bt_buf_printf(b, "</text>\n");
-}
-
-static void s_stroke(bt_buf *b, int k) {
-    bt_buf_printf(b, " fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s", s_palette[k % S_PALETTE],
-                  k >= S_PALETTE ? " stroke-dasharray=\"6 3\"" : "");
-}
-
-/*  Evaluation markers: a small circle per point, its details in a hover <title>. */
-static void s_chart_markers(bt_buf *b, const s_frame *fr, const s_series *s, int k) {
-    for (const s_point *p = s->pts; p < s->pts + s->n; p++) {
-        if (!isfinite(p->x) || !isfinite(p->y))
-            continue;
-        bt_buf_printf(
-            b, "<circle class=\"marker\" cx=\"%.6g\" cy=\"%.6g\" r=\"3\" fill=\"%s\"><title>",
-            s_px(fr, p->x), s_py(fr, p->y), s_palette[k % S_PALETTE]);
-        s_esc(b, s->label);
-        bt_buf_printf(b, ": step %.6g, accuracy %.6g%s", p->x, p->y,
-                      *p->trigger ? ", trigger " : "");
-        s_esc(b, p->trigger);
-        bt_buf_printf(b, "</title></circle>\n");
-    }
-}
-
-/*  The k-th series of its chart: one polyline per run of finite points. */
-static void s_chart_series(bt_buf *b, const s_frame *fr, const s_series *s, int k) {
-    bt_buf_printf(b, "<g class=\"series\"><title>");
-    s_esc(b, s->label);
-    bt_buf_printf(b, "</title>\n");
-    bool open = false;
-    for (const s_point *p = s->pts; p < s->pts + s->n; p++) {
-        bool ok = isfinite(p->x) && isfinite(p->y);
-        if (open && !ok)
-            bt_buf_printf(b, "\"/>\n");
-        else if (!open && ok) {
-            bt_buf_printf(b, "<polyline");
-            s_stroke(b, k);
-            bt_buf_printf(b, " points=\"");
-        }
-        if (ok)
-            bt_buf_printf(b, "%s%.6g,%.6g", open ? " " : "", s_px(fr, p->x), s_py(fr, p->y));
-        open = ok;
-    }
-    if (open)
-        bt_buf_printf(b, "\"/>\n");
-    if (s->family == S_ACCURACY)
-        s_chart_markers(b, fr, s, k);
-    bt_buf_printf(b, "</g>\n");
-}
-
-/*  eval_interval (grey, labelled with the new interval), eval_alarm (red), eval_deferred (light),
-    tuner decisions (blue, labelled with the hyperparameter). */
-static void s_chart_marks(bt_buf *b, const s_report *r, const s_frame *fr) {
-    static const char *const colour[] = {"#555555", "#e00000", "#aaaaaa", "#1f5fbf"};
-    for (const s_mark *m = r->marks; m < r->marks + r->n_marks; m++) {
-        double x = s_px(fr, m->step);
-        bt_buf_printf(b, "<g class=\"event\"><title>");
-        s_esc(b, m->tip);
-        bt_buf_printf(b,
-                      "</title><line x1=\"%.6g\" y1=\"%d\" x2=\"%.6g\" y2=\"%d\" stroke=\"%s\" "
-                      "stroke-width=\"2\"/>",
-                      x, S_B, x, S_B - 10, colour[m->kind]);
-        if (m->kind == S_EV_ALARM)
-            bt_buf_printf(
-                b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">alarm</text>", x,
-                S_B - 13, colour[m->kind]);
-        else if (m->kind == S_EV_TUNER) {
-            bt_buf_printf(b, "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">", x,
-                          S_B - 13, colour[m->kind]);
-            s_esc(b, m->param);
-            bt_buf_printf(b, "</text>");
-        } else if (m->kind == S_EV_INTERVAL && isfinite(m->new_every))
-            bt_buf_printf(
-                b,
-                "<text x=\"%.6g\" y=\"%d\" fill=\"%s\" text-anchor=\"middle\">&#8594;%.6g</text>",
-                x, S_B - 13, colour[m->kind], m->new_every);
-        bt_buf_printf(b, "</g>\n");
-    }
-}
-
-static void s_chart_legend(bt_buf *b, const s_report *r, s_family_kind family) {
-    bt_buf_printf(b, "<g class=\"legend\">\n");
-    int k = 0;
-    for (const s_series *s = r->series; s < r->series + r->n_series; s++) {
-        if (s->family != family)
-            continue;
-        int x = S_L + (k % 2) * S_COL, y = S_H + (k / 2) * S_ROW;
-        bt_buf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"", x, y - 4, x + 20, y - 4);
-        s_stroke(b, k++);
-        bt_buf_printf(b, "/><text x=\"%d\" y=\"%d\">", x + 26, y);
-        s_esc(b, s->label);
-        bt_buf_printf(b, "</text>\n");
-    }
-    bt_buf_printf(b, "</g>\n");
-}
-
-static void s_chart(bt_buf *b, const s_report *r, s_family_kind family) {
-    s_frame fr;
-    if (!s_frame_of(r, family, &fr))
-        return;
+/*  "run" for a run with one series "main", else "run / variant". */
+static void s_series_label(const s_report *r, int k, char out[S_LABEL]) {
+    const s_series *s = &r->series[k];
     int n = 0;
     for (int i = 0; i < r->n_series; i++)
-        n += r->series[i].family == family;
-    int h = S_H + (n + 1) / 2 * S_ROW;
-    bt_buf_printf(b, "<h2>%s</h2>\n", s_family[family].title);
-    bt_buf_printf(b,
-                  "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-family=\"%s\" "
-                  "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">\n<title>%s vs "
-                  "step</title>\n",
-                  s_family[family].name, S_W, h, S_W, h, s_family[family].y_title);
-    s_chart_axes(b, &fr, family);
-    int k = 0;
-    for (const s_series *s = r->series; s < r->series + r->n_series; s++)
-        if (s->family == family)
-            s_chart_series(b, &fr, s, k++);
-    if (family == S_ACCURACY)
-        s_chart_marks(b, r, &fr);
-    s_chart_legend(b, r, family);
-    bt_buf_printf(b, "</svg>\n");
+        n += r->series[i].run == s->run;
+    if (n == 1 && !strcmp(s->variant, "main"))
+        snprintf(out, S_LABEL, "%s", r->runs[s->run].name);
+    else
+        snprintf(out, S_LABEL, "%s / %s", r->runs[s->run].name, s->variant);
+}
+
+static void s_jstr(bt_buf *b, const char *s) {
+    bt_buf_json_string(b, s, strlen(s), BT_JSON_ESCAPE_UTF8);
+}
+
+/*  A finite number in its shortest round-tripping text, anything else null. */
+static void s_jnum(bt_buf *b, double x) {
+    if (isfinite(x))
+        bt_buf_number(b, x, 12);
+    else
+        bt_buf_puts(b, "null");
+}
+
+/*  A line per run.json record, "PREFIX: started|resumed TIME by baton VERSION (git REV) on HOST
+    as USER: COMMAND[ (changed ...)]", or one with the note when there is none. */
+static void s_identity_lines(bt_buf *b, const s_run *u, const char *prefix) {
+    if (!u->n_records)
+        bt_buf_printf(b, "%s: %s\n", prefix, u->identity_note);
+    for (const s_record *rec = u->records; rec < u->records + u->n_records; rec++)
+        bt_buf_printf(b, "%s: %s %s by baton %s (git %s) on %s as %s: %s%s%s%s\n", prefix,
+                      rec->resume ? "resumed" : "started", rec->start, rec->version, rec->revision,
+                      rec->host, rec->user, rec->command, *rec->changes ? " (changed " : "",
+                      rec->changes, *rec->changes ? ")" : "");
+}
+
+/*  {"runs":[{name, dir, build, identity}], "series":[{run, variant, label}], "streams":[{series,
+   group, n, cols:{field:[value per row]}}], "events":[{run, series, event, step, time, text}]}: see
+    docs/architecture.md, "The report". */
+static void s_blob(bt_buf *b, const s_report *r) {
+    bt_buf_puts(b, "{\"runs\":[");
+    for (int i = 0; i < r->n_runs; i++) {
+        bt_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        s_jstr(b, r->runs[i].name);
+        bt_buf_puts(b, ",\"dir\":");
+        s_jstr(b, r->runs[i].dir);
+        const s_run *u = &r->runs[i]; /* the build of its latest invocation, and every one */
+        const s_record *last = u->n_records ? &u->records[u->n_records - 1] : NULL;
+        bt_buf identity = {0};
+        s_identity_lines(&identity, u, u->name);
+        char build[S_LABEL] = "";
+        if (last)
+            snprintf(build, sizeof build, "baton %s (git %s)", last->version, last->revision);
+        bt_buf_puts(b, ",\"build\":");
+        s_jstr(b, build);
+        bt_buf_puts(b, ",\"identity\":");
+        s_jstr(b, identity.data ? identity.data : "");
+        b->failed |= identity.failed;
+        bt_buf_release(&identity);
+        bt_buf_puts(b, "}");
+    }
+    bt_buf_puts(b, "],\"series\":[");
+    for (int k = 0; k < r->n_series; k++) {
+        char label[S_LABEL];
+        s_series_label(r, k, label);
+        bt_buf_printf(b, "%s{\"run\":%d,\"variant\":", k ? "," : "", r->series[k].run);
+        s_jstr(b, r->series[k].variant);
+        bt_buf_puts(b, ",\"label\":");
+        s_jstr(b, label);
+        bt_buf_puts(b, "}");
+    }
+    bt_buf_puts(b, "],\"streams\":[");
+    for (const s_stream *s = r->streams; s < r->streams + r->n_streams; s++) {
+        bt_buf_printf(b, "%s{\"series\":%d,\"group\":", s > r->streams ? "," : "", s->series);
+        s_jstr(b, s->group);
+        bt_buf_printf(b, ",\"n\":%d,\"cols\":{", s->n);
+        for (const s_col *c = s->cols; c < s->cols + s->n_cols; c++) {
+            bt_buf_puts(b, c > s->cols ? "," : "");
+            s_jstr(b, c->name);
+            bt_buf_puts(b, ":[");
+            for (int i = 0; i < s->n; i++) {
+                bt_buf_puts(b, i ? "," : "");
+                s_jnum(b, c->v[i]);
+            }
+            bt_buf_puts(b, "]");
+        }
+        bt_buf_puts(b, "}}");
+    }
+    bt_buf_puts(b, "],\"events\":[");
+    for (const s_event *e = r->events; e < r->events + r->n_events; e++) {
+        bt_buf_printf(b, "%s{\"run\":%d,\"series\":%d,\"event\":", e > r->events ? "," : "", e->run,
+                      e->series);
+        s_jstr(b, e->event);
+        bt_buf_puts(b, ",\"step\":");
+        s_jnum(b, e->step);
+        bt_buf_puts(b, ",\"time\":");
+        s_jnum(b, e->time);
+        bt_buf_puts(b, ",\"text\":");
+        s_jstr(b, e->text);
+        bt_buf_puts(b, "}");
+    }
+    bt_buf_puts(b, "]}");
+}
+
+/*  The blob inside <script type="application/json">: '<', '>' and '&' (found only inside its
+    strings) as \u escapes, so no "</script" can end the element early and the page stays XML. */
+static void s_blob_script(bt_buf *page, const s_report *r) {
+    bt_buf blob = {0};
+    s_blob(&blob, r);
+    if (blob.failed)
+        page->failed = true;
+    bt_buf_puts(page, "<script id=\"baton-data\" type=\"application/json\">");
+    for (size_t i = 0; i < blob.len; i++) {
+        char c = blob.data[i];
+        if (c == '<' || c == '>' || c == '&')
+            bt_buf_printf(page, "\\u%04x", (unsigned)c);
+        else
+            bt_buf_put(page, &c, 1);
+    }
+    bt_buf_puts(page, "</script>\n");
+    bt_buf_release(&blob);
 }
 
 /*  ---- the page ---------------------------------------------------------------------------- */
@@ -763,7 +744,99 @@ static void s_head(bt_buf *b, const s_report *r) {
         s_esc(b, r->runs[i].name);
     }
     bt_buf_printf(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>baton report</h1>\n",
-                  s_css);
+                  bt_report_css);
+}
+
+static void s_cell(bt_buf *b, const char *text) {
+    bt_buf_puts(b, "<td>");
+    s_esc(b, text);
+    bt_buf_puts(b, "</td>");
+}
+
+/*  run.json: which baton and which command made each run, and what each resume changed. */
+static void s_identity_table(bt_buf *b, const s_report *r) {
+    bt_buf_puts(b, "<h2>who made the runs</h2>\n<table class=\"identity\">\n<tr><th>run</th>"
+                   "<th>invocation</th><th>start time (UTC)</th><th>baton</th><th>git revision</th>"
+                   "<th>command</th><th>host</th><th>user</th><th>config changed</th></tr>\n");
+    for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++) {
+        if (!u->n_records) {
+            bt_buf_puts(b, "<tr>");
+            s_cell(b, u->name);
+            bt_buf_puts(b, "<td colspan=\"8\" class=\"note\">");
+            s_esc(b, u->identity_note);
+            bt_buf_puts(b, "</td></tr>\n");
+        }
+        for (const s_record *rec = u->records; rec < u->records + u->n_records; rec++) {
+            bt_buf_puts(b, "<tr>");
+            s_cell(b, u->name);
+            s_cell(b, rec->resume ? "resume" : "start");
+            s_cell(b, rec->start);
+            s_cell(b, rec->version);
+            s_cell(b, rec->revision);
+            bt_buf_puts(b, "<td class=\"command\">");
+            s_esc(b, rec->command);
+            bt_buf_puts(b, "</td>");
+            s_cell(b, rec->host);
+            s_cell(b, rec->user);
+            s_cell(b, *rec->changes ? rec->changes : "-");
+            bt_buf_puts(b, "</tr>\n");
+        }
+    }
+    bt_buf_puts(b, "</table>\n");
+}
+
+/*  The value of key in the run's flattened config; NULL when it has none. */
+static const char *s_config_value(const s_run *u, const char *key) {
+    for (int i = 0; i < u->n_config; i++)
+        if (!strcmp(u->config[i].key, key))
+            return u->config[i].value;
+    return NULL;
+}
+
+/*  True when key differs between the runs (or some run lacks it). */
+static bool s_config_differs(const s_report *r, const char *key) {
+    const char *first = s_config_value(&r->runs[0], key);
+    for (int i = 1; i < r->n_runs; i++) {
+        const char *v = s_config_value(&r->runs[i], key);
+        if (!first || !v || strcmp(first, v))
+            return true;
+    }
+    return false;
+}
+
+/*  Every key of the flattened config.json files whose value is not the same in all runs. */
+static void s_config_table(bt_buf *b, const s_report *r) {
+    if (r->n_runs < 2)
+        return;
+    bt_buf_puts(b, "<h2>config keys that differ</h2>\n<table class=\"config-diff\">\n<tr><th>key"
+                   "</th>");
+    for (int i = 0; i < r->n_runs; i++) {
+        bt_buf_puts(b, "<th>");
+        s_esc(b, r->runs[i].name);
+        bt_buf_puts(b, "</th>");
+    }
+    bt_buf_puts(b, "</tr>\n");
+    int rows = 0;
+    for (const s_run *u = r->runs; u < r->runs + r->n_runs; u++)
+        for (const s_kv *kv = u->config; kv < u->config + u->n_config; kv++) {
+            bool seen = false; /* listed already, from a run before this one */
+            for (const s_run *v = r->runs; v < u && !seen; v++)
+                seen = s_config_value(v, kv->key) != NULL;
+            if (seen || !s_config_differs(r, kv->key))
+                continue;
+            rows++;
+            bt_buf_puts(b, "<tr><td class=\"key\">");
+            s_esc(b, kv->key);
+            bt_buf_puts(b, "</td>");
+            for (int i = 0; i < r->n_runs; i++) {
+                const char *v = s_config_value(&r->runs[i], kv->key);
+                s_cell(b, v ? v : "(absent)");
+            }
+            bt_buf_puts(b, "</tr>\n");
+        }
+    bt_buf_puts(b, "</table>\n");
+    if (!rows)
+        bt_buf_puts(b, "<p class=\"note\">the runs' configs are the same</p>\n");
 }
 
 /*  "dataset value (step S)" per dataset, "; "-separated, or "-". */
@@ -886,12 +959,45 @@ static bt_status s_write(const char *path, const bt_buf *b) {
     return BT_OK;
 }
 
+/*  The charts: report.js draws them into #dashboard from the blob. */
+static void s_dashboard(bt_buf *b, const s_report *r) {
+    bt_buf_puts(b,
+                "<h2>charts</h2>\n<noscript><p class=\"note\">The charts are drawn by the page's "
+                "script: allow JavaScript for this file.</p></noscript>\n"
+                "<div id=\"dashboard\"></div>\n");
+    s_blob_script(b, r);
+    bt_buf_printf(b, "<script>//<![CDATA[\n%s//]]>\n</script>\n", bt_report_js);
+}
+
+static void s_run_release(s_run *u) {
+    for (int i = 0; i < u->n_config; i++) {
+        free(u->config[i].key);
+        free(u->config[i].value);
+    }
+    free(u->config);
+    for (int i = 0; i < u->n_records; i++) {
+        free(u->records[i].command);
+        free(u->records[i].changes);
+    }
+    free(u->records);
+}
+
 static void s_report_release(s_report *r) {
-    for (int i = 0; i < r->n_series; i++)
-        free(r->series[i].pts);
+    for (s_stream *s = r->streams; s < r->streams + r->n_streams; s++) {
+        for (int i = 0; i < s->n_cols; i++) {
+            free(s->cols[i].name);
+            free(s->cols[i].v);
+        }
+        free(s->cols);
+    }
+    free(r->streams);
+    for (int i = 0; i < r->n_events; i++)
+        free(r->events[i].text);
+    free(r->events);
     free(r->series);
-    free(r->marks);
     free(r->copies);
+    for (int i = 0; r->runs && i < r->n_runs; i++)
+        s_run_release(&r->runs[i]);
     free(r->runs);
 }
 
@@ -902,19 +1008,35 @@ bt_status bt_report_write(const char *const *run_dirs, int n_dirs, const char *o
         .runs = calloc((size_t)n_dirs, sizeof(s_run)), .n_runs = n_dirs, .target = target_accuracy};
     bt_status st = r.runs ? BT_OK : bt_fail(BT_ENOMEM, "report: out of memory");
     for (int i = 0; i < n_dirs && st == BT_OK; i++)
-        st = s_load_run(&r, &r.runs[i], run_dirs[i]);
+        st = s_load_run(&r, i, run_dirs[i]);
+    if (st == BT_OK && r.oom)
+        st = bt_fail(BT_ENOMEM, "report: out of memory");
     bt_buf b = {0};
     if (st == BT_OK) {
         s_head(&b, &r);
+        s_identity_table(&b, &r);
         s_runs_table(&b, &r);
         s_lineage_table(&b, &r);
+        s_config_table(&b, &r);
         s_notes(&b, &r);
-        for (int f = 0; f < S_FAMILIES; f++)
-            s_chart(&b, &r, f);
+        s_dashboard(&b, &r);
         bt_buf_printf(&b, "</body>\n</html>\n");
         st = b.failed ? bt_fail(BT_ENOMEM, "report: out of memory") : s_write(out_path, &b);
     }
     bt_buf_release(&b);
     s_report_release(&r);
     return st;
+}
+
+bt_status bt_report_identity(const char *run_dir, char **text_out) {
+    BT_ASSERT(run_dir && text_out);
+    s_report r = {0};
+    s_run u = {.dir = run_dir};
+    s_load_identity(&r, &u);
+    bt_buf b = {0};
+    s_identity_lines(&b, &u, run_dir);
+    s_run_release(&u);
+    *text_out = r.oom ? NULL : bt_buf_detach(&b, NULL);
+    bt_buf_release(&b);
+    return *text_out ? BT_OK : bt_fail(BT_ENOMEM, "report: out of memory");
 }

@@ -1,12 +1,17 @@
-/*  test_report.c — `baton report` on two synthetic run directories: one XML-well-formed HTML file
-    with one chart per family that has data, every run in the legends, one marker per RL evaluation,
-    no scripts and no external URLs; exit codes 1 (unreadable dir) and 2 (usage); the default
-    output path; a run with only training lines has no accuracy chart. */
+/*  test_report.c — `baton report` on synthetic run directories: one XML-well-formed HTML file
+    whose data (the JSON in <script id="baton-data">, read here by cJSON) holds every numeric
+    field of every metrics line per series and group, and the events; the runs, identity and
+    config-diff tables; no external URLs, no script from elsewhere, and a dataset named
+    "</script>" cannot end the data early; exit codes 1 (unreadable dir) and 2 (usage); the
+    default output path; which build and command made each run on stdout.  The page's script is
+    tested in Chromium by test_report_browser.c. */
 #define _DEFAULT_SOURCE
 #include "check.h"
 
 #include "baton/fileio.h"
 #include "baton/report.h"
+
+#include <cjson/cJSON.h>
 
 #include <limits.h>
 #include <math.h>
@@ -50,16 +55,45 @@ static int s_count(const char *hay, const char *needle) {
     return n;
 }
 
-/*  The text of the chart of family (from its data-family attribute to </svg>), in buf. */
-static const char *s_chart(const char *html, const char *family, char *buf, size_t cap) {
-    char key[64];
-    snprintf(key, sizeof key, "data-family=\"%s\"", family);
-    const char *a = strstr(html, key), *z = a ? strstr(a, "</svg>") : NULL;
-    size_t n = z ? (size_t)(z - a) : 0;
-    n = n < cap - 1 ? n : cap - 1;
-    memcpy(buf, a ? a : "", n);
-    buf[n] = '\0';
-    return buf;
+/*  The page's data: the text of <script id="baton-data" type="application/json">, parsed.
+    NULL when missing or not JSON.  Caller deletes. */
+static cJSON *s_blob(const char *html) {
+    const char *tag = "<script id=\"baton-data\" type=\"application/json\">";
+    const char *a = strstr(html, tag), *z = a ? strstr(a, "</script>") : NULL;
+    if (!z)
+        return NULL;
+    a += strlen(tag);
+    char *text = strndup(a, (size_t)(z - a));
+    CHECK(text && !strchr(text, '<') && !strchr(text, '&')); /* nothing can end it or break XML */
+    cJSON *doc = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return doc;
+}
+
+/*  The index of the series labelled label; -1 when none. */
+static int s_series(const cJSON *blob, const char *label) {
+    int k = 0;
+    for (const cJSON *s = cJSON_GetObjectItem(blob, "series")->child; s; s = s->next, k++)
+        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(s, "label")), label))
+            return k;
+    return -1;
+}
+
+/*  The column field of the stream of series label and group; NULL when none. */
+static const cJSON *s_col(const cJSON *blob, const char *label, const char *group,
+                          const char *field) {
+    int k = s_series(blob, label);
+    for (const cJSON *s = cJSON_GetObjectItem(blob, "streams")->child; s; s = s->next)
+        if (cJSON_GetObjectItem(s, "series")->valueint == k &&
+            !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(s, "group")), group))
+            return cJSON_GetObjectItem(cJSON_GetObjectItem(s, "cols"), field);
+    return NULL;
+}
+
+/*  Value i of a column, NaN for null. */
+static double s_at(const cJSON *col, int i) {
+    const cJSON *v = cJSON_GetArrayItem(col, i);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
 /*  Appends one line to a growing text. */
@@ -125,6 +159,19 @@ static int s_make_run(const char *dir, const char *config, bool null_point) {
         s_line(text, sizeof text, line);
     }
     s_line(text, sizeof text, "{\"kind\":\"weird\",\"step\":3}");
+    if (null_point) /* a name that would end a <script> written as it is */
+        s_line(text, sizeof text,
+               "{\"kind\":\"eval\",\"step\":20,\"dataset\":\"x</script><b>&\",\"perplexity\":3}");
+    else /* who made it: a start and a resume that changed a key */
+        s_write(path, "run.json",
+                "{\"records\":[{\"baton_version\":\"0.1.0\",\"git_revision\":\"abc123def456\","
+                "\"argv\":[\"baton\",\"run\",\"x.json\",\"--run-dir\",\"my dir\"],\"host\":\"h1\","
+                "\"user\":\"u1\",\"start_time\":\"2026-01-02T03:04:05Z\",\"config_hash\":\"00\","
+                "\"resume\":false,\"config_diff\":[]},{\"baton_version\":\"0.1.1\","
+                "\"git_revision\":\"fedcba654321\",\"argv\":[\"baton\",\"run\",\"x.json\","
+                "\"--resume\"],\"host\":\"h2\",\"user\":\"u1\",\"start_time\":"
+                "\"2026-01-02T05:00:00Z\",\"resume\":true,\"config_diff\":[{\"key\":"
+                "\"grpo.steps\",\"from\":\"2\",\"to\":\"3\"}]}]}\n");
     s_write(path, "metrics.jsonl", text);
     s_write(path, "events.jsonl",
             "{\"event\":\"worker_joined\",\"time\":0.1,\"worker\":\"w1\"}\n"
@@ -170,27 +217,94 @@ static void s_check_xml(const char *path) {
     CHECK(s_exit_code(system(cmd)) == 0);
 }
 
-static void s_check_report(const char *html, int accuracy_lines) {
-    static char chart[1 << 20];
-    const char *families[] = {"accuracy",   "response_length", "reward",
-                              "perplexity", "probes",          "robustness"};
-    for (int f = 0; f < 6; f++) {
-        char key[64];
-        snprintf(key, sizeof key, "data-family=\"%s\"", families[f]);
-        CHECK(s_count(html, key) == 1);
-        const char *legend = strstr(s_chart(html, families[f], chart, sizeof chart), "\"legend\"");
-        CHECK(legend && strstr(legend, ">alpha /"));
-        CHECK(legend && strstr(legend, ">b&lt;&amp;&gt;&quot;run /"));
+/*  The number of finite values of field over the streams of every group starting "eval/". */
+static int s_finite_in_evals(const cJSON *blob, const char *field) {
+    int n = 0;
+    for (const cJSON *s = cJSON_GetObjectItem(blob, "streams")->child; s; s = s->next) {
+        if (strncmp(cJSON_GetStringValue(cJSON_GetObjectItem(s, "group")), "eval/", 5))
+            continue;
+        const cJSON *col = cJSON_GetObjectItem(cJSON_GetObjectItem(s, "cols"), field);
+        for (const cJSON *v = col ? col->child : NULL; v; v = v->next)
+            n += cJSON_IsNumber(v) && isfinite(v->valuedouble);
     }
-    s_chart(html, "accuracy", chart, sizeof chart);
-    CHECK(s_count(chart, "class=\"marker\"") == accuracy_lines);
-    CHECK(s_count(html, "class=\"marker\"") == accuracy_lines);
-    CHECK(s_count(chart, "<polyline") == 5);       /* 2 series per run, b's gsm broken in two */
-    CHECK(s_count(chart, "class=\"event\"") == 6); /* interval, alarm and tuner, per run */
-    CHECK(s_count(chart, "tuner lr_plateau at step 12: lr 0.001 -&gt; 0.0005") == 2);
-    CHECK(s_count(chart, ">alarm</text>") == 2);
-    CHECK_STR_CONTAINS(chart, "flat &lt;plateau&gt; &amp; &quot;stable&quot;");
-    CHECK_STR_CONTAINS(chart, ">step</text>");
+    return n;
+}
+
+/*  The text of the event of run r named name at step; NULL when none. */
+static const char *s_event(const cJSON *blob, int run, const char *name, double step) {
+    for (const cJSON *e = cJSON_GetObjectItem(blob, "events")->child; e; e = e->next)
+        if (cJSON_GetObjectItem(e, "run")->valueint == run &&
+            !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "event")), name) &&
+            (isnan(step) || cJSON_GetObjectItem(e, "step")->valuedouble == step))
+            return cJSON_GetStringValue(cJSON_GetObjectItem(e, "text"));
+    return NULL;
+}
+
+static void s_check_data(const cJSON *blob, int accuracy_lines) {
+    const char *a = "alpha", *b = "b<&>\"run";
+    CHECK(s_series(blob, a) == 0 && s_series(blob, b) == 1); /* one variant: the run's name */
+    /* each run's build (its latest invocation's) and every invocation, for the charts to show */
+    const cJSON *run0 = cJSON_GetArrayItem(cJSON_GetObjectItem(blob, "runs"), 0);
+    const cJSON *run1 = cJSON_GetArrayItem(cJSON_GetObjectItem(blob, "runs"), 1);
+    CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(run0, "build")),
+                 "baton 0.1.1 (git fedcba654321)");
+    CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(run0, "identity")),
+                 "alpha: started 2026-01-02T03:04:05Z by baton 0.1.0 (git abc123def456) on h1 as "
+                 "u1: baton run x.json --run-dir 'my dir'\nalpha: resumed 2026-01-02T05:00:00Z by "
+                 "baton 0.1.1 (git fedcba654321) on h2 as u1: baton run x.json --resume (changed "
+                 "grpo.steps 2 -> 3)\n");
+    CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(run1, "build")), "");
+    CHECK_STR_CONTAINS(cJSON_GetStringValue(cJSON_GetObjectItem(run1, "identity")),
+                       "b<&>\"run: no run.json");
+    /* every train line of a: its values as written, the step as x */
+    const cJSON *step = s_col(blob, a, "train", "step"),
+                *reward = s_col(blob, a, "train", "reward_mean");
+    const cJSON *len = s_col(blob, a, "train", "response_len_mean");
+    const cJSON *tokens = s_col(blob, a, "train", "tokens"),
+                *time = s_col(blob, a, "train", "time");
+    CHECK(cJSON_GetArraySize(step) == 20 && cJSON_GetArraySize(reward) == 20);
+    for (int i = 0; i < 20; i++) {
+        CHECK(s_at(step, i) == i + 1);
+        CHECK(fabs(s_at(reward, i) - (0.3 + 0.01 * (i + 1))) < 1e-12);
+        CHECK(s_at(len, i) == 6 + i && s_at(tokens, i) == 100 * (i + 1));
+        CHECK(s_at(time, i) == i + 1.5);
+    }
+    CHECK(s_col(blob, a, "train", "kl") == NULL);            /* null on every line: no column */
+    CHECK(s_col(blob, a, "train", "unknown_field") == NULL); /* not a number */
+    CHECK(s_col(blob, a, "train", "variant") == NULL);
+    /* evaluations: a group per dataset, robust.* and probes as fields like any other */
+    const cJSON *acc = s_col(blob, a, "eval/heldout", "accuracy");
+    CHECK(cJSON_GetArraySize(acc) == 5);
+    for (int i = 0; i < 5; i++)
+        CHECK(fabs(s_at(acc, i) - (0.4 + 0.02 * 5 * i)) < 1e-12);
+    CHECK(s_at(s_col(blob, a, "eval/gsm", "robust.spacing"), 4) == 0.4);
+    CHECK(s_at(s_col(blob, a, "eval/wiki", "perplexity"), 2) == 8);
+    CHECK(s_at(s_col(blob, a, "eval/probes", "probe.capital.logp"), 1) == -1.5);
+    CHECK(s_at(s_col(blob, a, "eval/probes", "pairs_accuracy"), 0) == 0.75);
+    CHECK(s_at(s_col(blob, a, "sft", "loss"), 0) == 2.5);                  /* SFT's own group */
+    CHECK(s_at(s_col(blob, a, "sft-eval/heldout", "accuracy"), 0) == 0.1); /* SFT steps */
+    CHECK(s_finite_in_evals(blob, "accuracy") == accuracy_lines);
+    /* b's null accuracy at step 12 is a gap in gsm's column */
+    const cJSON *gsm = s_col(blob, b, "eval/gsm", "accuracy");
+    CHECK(cJSON_GetArraySize(gsm) == 6 && isnan(s_at(gsm, 3)));
+    CHECK(s_at(s_col(blob, b, "eval/x</script><b>&", "perplexity"), 0) == 3);
+    /* events: those with a step or a time, every field in the text, the malformed one skipped */
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(blob, "events")) == 8);
+    CHECK_STR_EQ(s_event(blob, 0, "tuner", 12),
+                 "alpha: tuner rule=lr_plateau, step=12, "
+                 "param=lr, before=0.001, after=0.0005, accuracy=0.5");
+    CHECK_STR_EQ(s_event(blob, 1, "eval_interval", 10),
+                 "b<&>\"run: eval_interval dataset=heldout, step=10, old=5, new=10, "
+                 "reason=flat <plateau> & \"stable\"");
+    CHECK(s_event(blob, 0, "eval_alarm", 15) && s_event(blob, 1, "worker_joined", NAN));
+}
+
+static void s_check_report(const char *html, int accuracy_lines) {
+    cJSON *blob = s_blob(html);
+    CHECK(blob != NULL);
+    if (blob)
+        s_check_data(blob, accuracy_lines);
+    cJSON_Delete(blob);
     CHECK_STR_CONTAINS(html, "<td>alpha</td><td>a</td><td>20</td><td>heldout 0.8; gsm 0.7");
     /* the comparison: accuracy 0.4 + 0.02 step (gsm 0.1 lower) evaluated every 5 steps at time
        step + 0.75; 100 completion tokens a step; target 0.6: heldout at step 10, gsm at 15 */
@@ -199,11 +313,26 @@ static void s_check_report(const char *html, int accuracy_lines) {
                              " probes step 0</td>");
     CHECK_STR_CONTAINS(html, "<th>first at accuracy &#8805; 0.6</th>");
     CHECK_STR_CONTAINS(html, "alpha: 1 malformed line skipped in events.jsonl");
+    /* who made them: both records of a's run.json, b without one */
+    CHECK_STR_CONTAINS(html, "<tr><td>alpha</td><td>start</td><td>2026-01-02T03:04:05Z</td>"
+                             "<td>0.1.0</td><td>abc123def456</td><td class=\"command\">baton run "
+                             "x.json --run-dir 'my dir'</td><td>h1</td><td>u1</td><td>-</td></tr>");
+    CHECK_STR_CONTAINS(html, "<td>resume</td><td>2026-01-02T05:00:00Z</td><td>0.1.1</td>");
+    CHECK_STR_CONTAINS(html, "<td>grpo.steps 2 -&gt; 3</td>");
+    CHECK_STR_CONTAINS(html, "<tr><td>b&lt;&amp;&gt;&quot;run</td><td colspan=\"8\" class=\"note\">"
+                             "no run.json");
+    /* the config keys that differ: run.name, and run.seed that b lacks; nothing else */
+    CHECK_STR_CONTAINS(html, "<tr><td class=\"key\">run.name</td><td>&quot;alpha&quot;</td>"
+                             "<td>&quot;b&lt;&amp;&gt;\\&quot;run&quot;</td></tr>\n"
+                             "<tr><td class=\"key\">run.seed</td><td>1</td><td>(absent)</td></tr>"
+                             "\n</table>");
+    CHECK(s_count(html, "<td class=\"key\">") == 2);
     CHECK(s_only_namespaces(html));
-    CHECK(!strstr(html, "<script") && !strstr(html, "<SCRIPT"));
+    CHECK(s_count(html, "<script") == 2 && s_count(html, "</script>") == 2);
+    CHECK(!strstr(html, " src="));
 }
 
-/*  bt_report_write called directly: a run with training lines only has no accuracy chart. */
+/*  bt_report_write called directly: a run with training lines only has no evaluation group. */
 static void s_check_train_only(void) {
     char dir[PATH_MAX], out[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/train_only", s_tmp);
@@ -217,67 +346,52 @@ static void s_check_train_only(void) {
     const char *dirs[] = {dir};
     CHECK_OK(bt_report_write(dirs, 1, out, NAN));
     char *html = s_read(out);
-    CHECK(html && !strstr(html, "data-family=\"accuracy\""));
-    CHECK(html && s_count(html, "data-family=\"reward\"") == 1);
+    cJSON *blob = html ? s_blob(html) : NULL;
+    CHECK(blob != NULL);
     CHECK_STR_CONTAINS(html, "<td>train_only</td>"); /* no config.json: the directory's name */
-    /* data sources: a chart of training accuracy and one of weights, a curve per source */
-    char chart[1 << 14];
-    CHECK(html && s_count(html, "data-family=\"sources\"") == 1);
-    s_chart(html, "sources", chart, sizeof chart);
-    CHECK(s_count(chart, "<polyline") == 2);
-    CHECK_STR_CONTAINS(chart, "gsm");
-    CHECK_STR_CONTAINS(chart, "arith");
-    s_chart(html, "weights", chart, sizeof chart);
-    CHECK(s_count(chart, "<polyline") == 2);
+    CHECK(html && !strstr(html, "config keys that differ")); /* one run: nothing to compare */
+    if (blob) {
+        const cJSON *streams = cJSON_GetObjectItem(blob, "streams");
+        CHECK(cJSON_GetArraySize(streams) == 1); /* train only */
+        /* the data sources' fields are columns like any other */
+        CHECK(s_at(s_col(blob, "train_only", "train", "accuracy.arith"), 1) == 0.75);
+        CHECK(s_at(s_col(blob, "train_only", "train", "weight.gsm"), 0) == 2);
+        CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(streams, 0), "cols")) == 6);
+    }
+    cJSON_Delete(blob);
     free(html);
-    /* the training signals, the evaluation response length per dataset and the pair-probe
-       margins: a chart each, a curve per variant (dataset, probe), absent fields drawing none */
-    snprintf(dir, sizeof dir, "%s/signals", s_tmp);
+    /* a run.json that is not JSON says so */
+    char *who = NULL;
+    s_write(dir, "run.json", "{\"records\": [");
+    CHECK_OK(bt_report_identity(dir, &who));
+    CHECK_STR_CONTAINS(who, "/train_only: run.json: not valid JSON\n");
+    free(who);
+    /* variants: a series each, labelled run / variant, in the order they first appear */
+    snprintf(dir, sizeof dir, "%s/variants", s_tmp);
     CHECK(mkdir(dir, 0755) == 0);
-    s_write(dir, "metrics.jsonl",
-            "{\"kind\":\"train\",\"step\":1,\"loss\":0.5,\"kl\":0.01,\"entropy\":2.5,"
-            "\"grad_norm\":1.5,\"lr\":0.001,\"clip_frac\":0.1}\n"
-            "{\"kind\":\"train\",\"step\":2,\"loss\":0.4,\"kl\":0.02,\"entropy\":2.4,"
-            "\"grad_norm\":1.2,\"lr\":0.0009,\"clip_frac\":0.2}\n"
-            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"dataset\":\"gsm\","
-            "\"response_len_mean\":12,\"pair.order.margin\":0.25,\"pair.carry.margin\":-0.5}\n"
-            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":2,\"dataset\":\"gsm\","
-            "\"response_len_mean\":10,\"pair.order.margin\":0.5,\"pair.carry.margin\":-0.25}\n"
-            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"dataset\":\"mmlu\",\"acc\":0.5,"
-            "\"acc_norm\":0.25,\"acc_shuffled\":0.25,\"contamination_gap\":0.25,"
-            "\"subject.algebra.acc\":0.5,\"subject.algebra.acc_norm\":0.5,"
-            "\"subject.anatomy.acc\":1,\"subject.anatomy.items\":2}\n"
-            "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":2,\"dataset\":\"mmlu\",\"acc\":0.75,"
-            "\"acc_norm\":0.5,\"acc_shuffled\":0.5,\"contamination_gap\":0.25,"
-            "\"subject.algebra.acc\":0.75,\"subject.algebra.acc_norm\":0.5,"
-            "\"subject.anatomy.acc\":0.5,\"subject.anatomy.items\":2}\n");
-    snprintf(out, sizeof out, "%s/signals.html", s_tmp);
+    s_write(
+        dir, "metrics.jsonl",
+        "{\"kind\":\"train\",\"step\":1,\"variant\":\"hot\",\"loss\":0.5}\n"
+        "{\"kind\":\"train\",\"step\":1,\"variant\":\"cold\",\"loss\":0.7}\n"
+        "{\"kind\":\"eval\",\"phase\":\"rl\",\"step\":1,\"variant\":\"cold\",\"dataset\":\"mmlu\","
+        "\"acc\":0.5,\"subject.anatomy.acc\":1,\"subject.anatomy.items\":2}\n");
+    s_write(dir, "events.jsonl",
+            "{\"event\":\"tuner\",\"step\":1,\"variant\":\"cold\",\"param\":\"lr\"}\n");
+    snprintf(out, sizeof out, "%s/variants.html", s_tmp);
     const char *one[] = {dir};
     CHECK_OK(bt_report_write(one, 1, out, NAN));
     html = s_read(out);
-    const char *signals[] = {
-        "loss", "kl", "entropy", "grad_norm", "lr", "clip_frac", "eval_response_length"};
-    for (size_t f = 0; html && f < sizeof signals / sizeof *signals; f++) {
-        s_chart(html, signals[f], chart, sizeof chart);
-        CHECK(s_count(chart, "<polyline") == 1);
+    blob = html ? s_blob(html) : NULL;
+    CHECK(blob != NULL);
+    if (blob) {
+        CHECK(s_series(blob, "variants / hot") == 0 && s_series(blob, "variants / cold") == 1);
+        CHECK(s_at(s_col(blob, "variants / cold", "train", "loss"), 0) == 0.7);
+        CHECK(s_at(s_col(blob, "variants / cold", "eval/mmlu", "subject.anatomy.items"), 0) == 2);
+        CHECK(s_col(blob, "variants / hot", "eval/mmlu", "acc") == NULL);
+        const cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(blob, "events"), 0);
+        CHECK(e && cJSON_GetObjectItem(e, "series")->valueint == 1); /* the variant it names */
     }
-    s_chart(html ? html : "", "margins", chart, sizeof chart);
-    CHECK(s_count(chart, "<polyline") == 2);
-    CHECK_STR_CONTAINS(chart, "order");
-    CHECK_STR_CONTAINS(chart, "carry");
-    /* multiple choice: acc, acc_norm and the shuffled acc of the benchmark; per subject its acc
-       and acc_norm (not its item count); the contamination gap */
-    s_chart(html ? html : "", "choices", chart, sizeof chart);
-    CHECK(s_count(chart, "<polyline") == 3);
-    CHECK_STR_CONTAINS(chart, "mmlu / acc_norm");
-    s_chart(html ? html : "", "subjects", chart, sizeof chart);
-    CHECK(s_count(chart, "<polyline") == 3);
-    CHECK_STR_CONTAINS(chart, "mmlu / algebra.acc_norm");
-    CHECK_STR_CONTAINS(chart, "mmlu / anatomy.acc");
-    CHECK(!strstr(chart, "items"));
-    s_chart(html ? html : "", "contamination", chart, sizeof chart);
-    CHECK(s_count(chart, "<polyline") == 1);
-    CHECK(html && !strstr(html, "data-family=\"reward\"")); /* no reward_mean: no chart */
+    cJSON_Delete(blob);
     free(html);
     snprintf(out, sizeof out, "%s/no/such/dir/r.html", s_tmp);
     CHECK(bt_report_write(dirs, 1, out, NAN) == BT_EIO);
@@ -296,6 +410,12 @@ int main(void) {
     char out[8192], path[PATH_MAX];
 
     CHECK(s_report("a b --out both.html --target 0.6", out, sizeof out) == 0);
+    /* which build and command made each run, on stdout */
+    CHECK_STR_CONTAINS(out, "a: started 2026-01-02T03:04:05Z by baton 0.1.0 (git abc123def456) on "
+                            "h1 as u1: baton run x.json --run-dir 'my dir'\n");
+    CHECK_STR_CONTAINS(out, "a: resumed 2026-01-02T05:00:00Z by baton 0.1.1 (git fedcba654321) on "
+                            "h2 as u1: baton run x.json --resume (changed grpo.steps 2 -> 3)\n");
+    CHECK_STR_CONTAINS(out, "b: no run.json");
     snprintf(path, sizeof path, "%s/both.html", s_tmp);
     s_check_xml(path);
     char *html = s_read(path);
