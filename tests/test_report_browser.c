@@ -10,9 +10,9 @@
     equals the values themselves; the event marks are the events.jsonl lines with a step; the
     config-diff table lists exactly the keys the test changed; the tooltip names the visible run;
     the legend and the chart's title name the build and command that made run a (its run.json).
-    Then a click on the chart's log checkbox and ArrowDown on the x-axis select (step to tokens):
-    the paths decode to log10 of the values (and of the EMA) against the cumulative tokens, and
-    an eval chart puts each evaluation at the tokens of its step's train line.
+    Then a click on the chart's log checkbox and ArrowDown twice on the x-axis select (step to
+   global_step to tokens): the paths decode to log10 of the values (and of the EMA) against the
+   cumulative tokens, and an eval chart puts each evaluation at the tokens of its step's train line.
     A screenshot after the clicks is left in the build directory (report_browser.png).  Exits 77
     when Chromium (Debian's chromium) is absent. */
 #define _DEFAULT_SOURCE
@@ -624,8 +624,8 @@ static void s_screenshot(s_cdp *c, const char *path) {
 
 /*  Loads the page, clicks run b's checkbox, presses ArrowRight `presses` times on the slider,
     hovers the entropy chart, reads the DOM; then clicks the entropy chart's log checkbox and
-    presses ArrowDown on the x-axis select (step to tokens) and reads it again into *after_p.
-    Caller deletes both. */
+    presses ArrowDown twice on the x-axis select (step to global_step to tokens) and reads it again
+   into *after_p. Caller deletes both. */
 static cJSON *s_drive(const char *page, int presses, double *smoothing, cJSON **after_p) {
     char profile[PATH_MAX], url[PATH_MAX + 32];
     snprintf(profile, sizeof profile, "%s/profile", s_tmp);
@@ -697,7 +697,8 @@ static cJSON *s_drive(const char *page, int presses, double *smoothing, cJSON **
     ok = ok && s_cdp_centre(&c, "input.log-toggle[data-chart=\"train/entropy\"]", &x, &y, &left) &&
          s_cdp_click(&c, x, y);
     done = ok ? s_cdp_eval(&c, "document.getElementById('xaxis').focus(),'focused'") : NULL;
-    ok = done != NULL && s_cdp_key(&c, "ArrowDown", 40);
+    /* two options down: step, global_step, tokens */
+    ok = done != NULL && s_cdp_key(&c, "ArrowDown", 40) && s_cdp_key(&c, "ArrowDown", 40);
     free(done);
     CHECK(ok);
     text = ok ? s_cdp_eval(&c, s_read_dom) : NULL;
