@@ -155,6 +155,7 @@ static const s_key s_keys[] = {
     S_STR_KEY("run.device", run.device, "cpu", s_is_device, "\"cpu\", \"cuda\" or \"cuda:N\""),
     S_ENUM_KEY("run.precision", run.precision, BT_CONFIG_PRECISION_FLOAT32, s_precisions),
     S_INT_KEY("run.log_every", run.log_every, 1, 1, S_INF),
+    S_BOOL_KEY("run.tensorboard", run.tensorboard, false),
 
     S_INT_KEY("model.vocab_size", model.vocab_size, NAN, 1, 16777216),
     S_INT_KEY("model.hidden_size", model.hidden_size, NAN, 1, 65536),

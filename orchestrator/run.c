@@ -11,6 +11,7 @@
 #include "baton/fileio.h"
 #include "baton/runstate.h"
 #include "baton/security.h"
+#include "baton/tensorboard.h"
 #include "baton/version.h"
 #include "baton/worker.h"
 
@@ -66,6 +67,7 @@ struct bt_run {
     char resume_from[1024];
     void *zmq_ctx;
     bt_runlog_t *log;
+    bt_tensorboard_t *tb; /* run.tensorboard: follows log; destroyed after it */
     bt_controller_t *ctl;
     /* vcfg[k]: &cfg without variants, else variant k's config (heap): one copy per variant */
     bt_config *vcfg[BT_CONFIG_MAX_VARIANTS];
@@ -317,7 +319,7 @@ static const char *const s_resume_may_change[] = {
     "grpo.steps",       "run.log_every",       "run.threads",
     "workers.",         "checkpoint.",         "reward.timeout_ms",
     "reward.retries",   "debug.save_pause_ms", "debug.kill_rollout_at_task",
-    "debug.log_prompts"};
+    "debug.log_prompts", "run.tensorboard"};
 enum { S_N_MAY_CHANGE = sizeof s_resume_may_change / sizeof s_resume_may_change[0] };
 
 static bool s_may_change(const char *key) {
@@ -369,7 +371,7 @@ static bt_status s_check_config_changes(bt_run_t *self) {
     if (refused[0] || n > S_MAX_CHANGED)
         return bt_fail(BT_EINVAL,
                        "%s: --resume: the config differs from %s in %s%s; only grpo.steps, "
-                       "run.log_every, run.threads, workers.*, checkpoint.*, reward.timeout_ms, "
+                       "run.log_every, run.threads, run.tensorboard, workers.*, checkpoint.*, reward.timeout_ms, "
                        "reward.retries and the debug hooks save_pause_ms, kill_rollout_at_task and "
                        "log_prompts may change on resume: give the run's config, or start a new "
                        "run (--overwrite, or another --run-dir)",
@@ -646,6 +648,12 @@ bt_status bt_run_start(bt_run_t *self) {
     self->log = bt_runlog_open(self->dir, self->config_json);
     if (!self->log)
         return BT_EIO;
+    if (self->cfg.run.tensorboard) {
+        self->tb = bt_tensorboard_new(self->dir);
+        if (!self->tb)
+            return bt_last_status();
+        BT_TRY(bt_runlog_add_sink(self->log, bt_tensorboard_sink(self->tb)));
+    }
     BT_TRY(s_run_json(self));
     if (self->n_changed > 0) { /* a resume with keys that may change: which, from what to what */
         const char *from[S_MAX_CHANGED], *to[S_MAX_CHANGED];
@@ -763,6 +771,7 @@ void bt_run_destroy(bt_run_t **self_p) {
     if (self->zmq_ctx)
         zmq_ctx_term(self->zmq_ctx);
     bt_runlog_destroy(&self->log);
+    bt_tensorboard_destroy(&self->tb);
     free(self->config_json);
     for (int i = 0; i < self->argc; i++)
         free(self->argv[i]);

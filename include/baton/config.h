@@ -169,6 +169,7 @@ typedef struct bt_config {
         char device[BT_CONFIG_NAME_MAX];
         bt_config_precision precision;
         int64_t log_every;
+        bool tensorboard; /* TensorBoard event files under RUN_DIR/tb/ */
     } run;
     bt_model_config model; /* the model.* keys but model.path */
     char model_path[BT_CONFIG_PATH_MAX];
