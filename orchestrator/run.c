@@ -296,7 +296,8 @@ static bt_status s_secure(bt_run_t *self) {
     a directory that holds a run. */
 static const char *const s_run_files[] = {
     "config.json", "metrics.jsonl", "events.jsonl",   "ckpt",    "model",
-    "variants",    "report.html",   "controller.ipc", "run.json"};
+    "variants",    "report.html",   "controller.ipc", "run.json",
+    "tb"};
 enum { S_N_RUN_FILES = sizeof s_run_files / sizeof s_run_files[0], S_N_MARKS = 3 };
 
 /*  Whether dir holds a run; found gets the names of its marks, comma-separated. */

@@ -5,7 +5,7 @@
     metrics.jsonl as a scalar at its step with its value (float32), and every events.jsonl line as
     a text.  After a resume, what TensorBoard shows (each new record preempts the records of its tag
     at its step or later, files read in name order) is metrics.jsonl again, no step twice.  A byte
-    flipped in a copy is reported as a CRC error.  tests/ref/tensorboard_decode.py decodes the same
+    flipped in a copy is reported as a CRC error; --overwrite removes the old files.  tests/ref/tensorboard_decode.py decodes the same
     files with Google's protobuf runtime against the vendored .proto files; without
     python3-protobuf that part is skipped and the test exits 77 (when all else passed). */
 #define _DEFAULT_SOURCE
@@ -716,6 +716,13 @@ int main(void) {
         cJSON_Delete(none);
     }
     cJSON_Delete(doc);
+    for (int i = 0; i < n_files; i++)
+        s_free(&files[i]);
+
+    /* --overwrite removes RUN_DIR/tb/ with the other run files: the new run's files alone */
+    CHECK(s_baton("small.json --run-dir out --overwrite") == 0);
+    n_files = s_read_all(run, files, FILES);
+    CHECK(n_files == 2);
     for (int i = 0; i < n_files; i++)
         s_free(&files[i]);
     free(files);
