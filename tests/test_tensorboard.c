@@ -30,6 +30,14 @@ static const char s_small[] =
     " \"grpo\": {\"steps\": 2, \"group_size\": 2, \"prompts_per_step\": 2, \"max_new_tokens\": 2},"
     " \"eval\": {\"heldout_count\": 4}, \"checkpoint\": {\"full_every_steps\": 1}}";
 
+static const char s_variants[] =
+    "{\"run\": {\"name\": \"two\", \"tensorboard\": true}," RUNS_MODEL_TINY
+    " \"task\": {\"digits\": 1, \"heldout_size\": 4},"
+    " \"sft\": {\"steps\": 2, \"batch_size\": 4, \"eval_every\": 1},"
+    " \"grpo\": {\"steps\": 2, \"group_size\": 2, \"prompts_per_step\": 2, \"max_new_tokens\": 2},"
+    " \"eval\": {\"heldout_count\": 4},"
+    " \"variants\": [{\"name\": \"base\"}, {\"name\": \"hot\", \"set\": {\"grpo.lr\": 0.003}}]}";
+
 /* ---- the reader: CRC-32C, TFRecord framing, protobuf fields ---------------------------------- */
 
 /*  CRC-32C bit by bit (RFC 3720 B.4: reflected polynomial 0x82F63B78), no table. */
@@ -351,7 +359,9 @@ typedef struct {
     float value;
 } s_point;
 
-/*  Every numeric field (but the step) of every train and eval line of metrics.jsonl, in order. */
+/*  Every numeric field (but the step) of every train, eval and SFT line of metrics.jsonl, in
+    order, with the tag it is to have: train/<field>, sft/<field>, eval/<dataset>/<field>, and
+    <phase>/eval/<dataset>/<field> for evaluations outside the RL phase. */
 static int s_expected(const char *run, s_point *out, int cap) {
     char path[PATH_MAX], *text = NULL;
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
@@ -364,8 +374,8 @@ static int s_expected(const char *run, s_point *out, int cap) {
         const char *variant = cJSON_GetStringValue(cJSON_GetObjectItem(o, "variant"));
         const char *ds = cJSON_GetStringValue(cJSON_GetObjectItem(o, "dataset"));
         const char *phase = cJSON_GetStringValue(cJSON_GetObjectItem(o, "phase"));
-        CHECK(kind && variant && (!strcmp(kind, "train") || !strcmp(kind, "eval")));
-        CHECK(!phase || !strcmp(phase, "rl")); /* this run has no SFT */
+        CHECK(kind && variant &&
+              (!strcmp(kind, "train") || !strcmp(kind, "eval") || !strcmp(kind, "sft")));
         const cJSON *step = cJSON_GetObjectItem(o, "step");
         CHECK(cJSON_IsNumber(step));
         for (const cJSON *v = o ? o->child : NULL; v && kind && variant && step; v = v->next) {
@@ -376,10 +386,12 @@ static int s_expected(const char *run, s_point *out, int cap) {
                 break;
             s_point *p = &out[n++];
             snprintf(p->dir, sizeof p->dir, "%s", variant);
-            if (!strcmp(kind, "train"))
-                snprintf(p->tag, sizeof p->tag, "train/%s", v->string);
-            else
+            if (strcmp(kind, "eval"))
+                snprintf(p->tag, sizeof p->tag, "%s/%s", kind, v->string);
+            else if (!phase || !strcmp(phase, "rl"))
                 snprintf(p->tag, sizeof p->tag, "eval/%s/%s", ds ? ds : "?", v->string);
+            else
+                snprintf(p->tag, sizeof p->tag, "%s/eval/%s/%s", phase, ds ? ds : "?", v->string);
             p->step = (int64_t)step->valuedouble;
             p->value = (float)v->valuedouble;
         }
@@ -444,8 +456,8 @@ static void s_check_same(const s_point *want, int n_want, const char *dir, const
     free(used);
 }
 
-/*  Every line of events.jsonl is in the newest text of its tag and step in the files of RUN_DIR/tb/
-    itself (its events name no variant). */
+/*  Every line of events.jsonl is in the newest text of its tag and step in the files of
+    RUN_DIR/tb/<variant>/ when it names a variant, else of RUN_DIR/tb/ itself. */
 static void s_check_events(const char *run, const s_file *files, int n_files) {
     char path[PATH_MAX], *text = NULL;
     snprintf(path, sizeof path, "%s/events.jsonl", run);
@@ -454,14 +466,15 @@ static void s_check_events(const char *run, const s_file *files, int n_files) {
     for (char *l = text ? strtok(text, "\n") : NULL; l; l = strtok(NULL, "\n")) {
         cJSON *o = cJSON_Parse(l);
         const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(o, "event"));
+        const char *variant = cJSON_GetStringValue(cJSON_GetObjectItem(o, "variant"));
         const cJSON *step = cJSON_GetObjectItem(o, "step");
-        CHECK(kind != NULL && !cJSON_GetObjectItem(o, "variant"));
+        CHECK(kind != NULL);
         char tag[256];
         snprintf(tag, sizeof tag, "events/%s", kind ? kind : "?");
         int64_t s = cJSON_IsNumber(step) ? (int64_t)step->valuedouble : 0;
         const s_value *last = NULL; /* the text TensorBoard keeps: the newest at that step */
         for (int i = 0; i < n_files; i++)
-            for (int k = 0; files[i].dir[0] == '\0' && k < files[i].n_v; k++)
+            for (int k = 0; !strcmp(files[i].dir, variant ? variant : "") && k < files[i].n_v; k++)
                 if (files[i].v[k].text && !strcmp(files[i].v[k].tag, tag) &&
                     files[i].v[k].step == s)
                     last = &files[i].v[k];
@@ -700,6 +713,37 @@ int main(void) {
         CHECK(bt_file_write(copy, blob, len) == BT_OK);
     }
     free(blob);
+
+    /* variants and SFT: one directory per variant, each with its own lines; SFT lines and the
+       SFT phase's evaluations under their own tags (their steps count SFT steps) */
+    snprintf(path, sizeof path, "%s/variants.json", s_tmp);
+    CHECK(bt_file_write(path, s_variants, strlen(s_variants)) == BT_OK);
+    CHECK(s_baton("variants.json --run-dir vout") == 0);
+    char vrun[PATH_MAX];
+    snprintf(vrun, sizeof vrun, "%s/vout", s_tmp);
+    s_file *vfiles = calloc(FILES, sizeof *vfiles);
+    int n_vfiles = s_read_all(vrun, vfiles, FILES);
+    CHECK(n_vfiles == 3); /* tb/, tb/base/, tb/hot/ */
+    s_check_files(vfiles, n_vfiles, before, time(NULL));
+    n_want = s_expected(vrun, want, CAP);
+    const char *const names[] = {"base", "hot"};
+    for (int k = 0; k < 2; k++) {
+        int sft = 0, sft_eval = 0;
+        for (int i = 0; i < n_want; i++)
+            if (!strcmp(want[i].dir, names[k])) {
+                sft += !strncmp(want[i].tag, "sft/", 4) && strncmp(want[i].tag, "sft/eval/", 9);
+                sft_eval += !strncmp(want[i].tag, "sft/eval/", 9);
+            }
+        CHECK(sft > 0 && sft_eval > 0);
+        n_got = s_shown(vfiles, n_vfiles, names[k], got, CAP);
+        s_check_same(want, n_want, names[k], got, n_got);
+        printf("variant %s: %d scalars (%d of SFT, %d of its evaluations)\n", names[k], n_got,
+               sft, sft_eval);
+    }
+    s_check_events(vrun, vfiles, n_vfiles);
+    for (int i = 0; i < n_vfiles && n_files < FILES; i++) /* the decoder reads these too */
+        files[n_files++] = vfiles[i];
+    free(vfiles);
 
     /* (c) Google's protobuf decoder, against the vendored .proto files */
     cJSON *doc = NULL;
