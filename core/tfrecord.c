@@ -7,6 +7,7 @@
 #include <string.h>
 
 /*  S_CRC32C[b]: the CRC of the byte b alone, reflected polynomial 0x82F63B78, eight shifts. */
+/* clang-format off */
 static const uint32_t S_CRC32C[256] = {
     0x00000000, 0xf26b8303, 0xe13b70f7, 0x1350f3f4, 0xc79a971f, 0x35f1141c,
     0x26a1e7e8, 0xd4ca64eb, 0x8ad958cf, 0x78b2dbcc, 0x6be22838, 0x9989ab3b,
@@ -52,6 +53,7 @@ static const uint32_t S_CRC32C[256] = {
     0xd5cf889d, 0x27a40b9e, 0x79b737ba, 0x8bdcb4b9, 0x988c474d, 0x6ae7c44e,
     0xbe2da0a5, 0x4c4623a6, 0x5f16d052, 0xad7d5351,
 };
+/* clang-format on */
 
 uint32_t bt_crc32c(uint32_t crc, const void *data, size_t n) {
     const unsigned char *p = data;
@@ -181,12 +183,12 @@ void bt_tfevent_scalar(bt_buf *out, double wall_time, int64_t step, const char *
     s_summary_event(out, wall_time, step, &v);
 }
 
-void bt_tfevent_text(bt_buf *out, double wall_time, int64_t step, const char *tag,
-                     const char *text, size_t len) {
+void bt_tfevent_text(bt_buf *out, double wall_time, int64_t step, const char *tag, const char *text,
+                     size_t len) {
     bt_buf v = {0}, tensor = {0}, shape = {0};
     s_bytes(&v, 1, tag, strlen(tag));
     s_plugin(&v, "text");
-    s_int(&tensor, 1, 7); /* dtype = DT_STRING */
+    s_int(&tensor, 1, 7);          /* dtype = DT_STRING */
     s_message(&tensor, 2, &shape); /* tensor_shape: no dims, a scalar */
     s_bytes(&tensor, 8, text, len);
     s_message(&v, 8, &tensor);

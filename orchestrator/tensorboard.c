@@ -153,8 +153,10 @@ static s_dir *s_dir_of(bt_tensorboard_t *self, const char *variant) {
             return &self->dirs[i];
     if (strlen(name) >= S_NAME_MAX || strchr(name, '/') || name[0] == '.' ||
         (variant && !name[0]) || self->n_dirs == S_MAX_DIRS) {
-        bt_log(BT_LOG_WARN, "tensorboard: variant \"%.64s\": not written (not a directory name, "
-                            "or more than %d variants)", name, S_MAX_DIRS - 1);
+        bt_log(BT_LOG_WARN,
+               "tensorboard: variant \"%.64s\": not written (not a directory name, "
+               "or more than %d variants)",
+               name, S_MAX_DIRS - 1);
         return NULL;
     }
     s_dir *d = &self->dirs[self->n_dirs++];

@@ -1,12 +1,13 @@
 /*  test_tensorboard.c — run.tensorboard: a real run writes TensorBoard event files under
     RUN_DIR/tb/, and a reader written here from the published formats (TFRecord framing with its
     masked CRC-32C; the protobuf wire format walked field by field, the field numbers those of
-    the .proto files of tests/data/tensorboard/) finds every numeric field of every train and eval line of
-    metrics.jsonl as a scalar at its step with its value (float32), and every events.jsonl line as
-    a text.  After a resume, what TensorBoard shows (each new record preempts the records of its tag
-    at its step or later, files read in name order) is metrics.jsonl again, no step twice.  A byte
-    flipped in a copy is reported as a CRC error; --overwrite removes the old files.  tests/ref/tensorboard_decode.py decodes the same
-    files with Google's protobuf runtime against the vendored .proto files; without
+    the .proto files of tests/data/tensorboard/) finds every numeric field of every train and eval
+    line of metrics.jsonl as a scalar at its step with its value (float32), and every events.jsonl
+    line as a text.  After a resume, what TensorBoard shows (each new record preempts the records
+    of its tag at its step or later, files read in name order) is metrics.jsonl again, no step
+    twice.  With variants, each has its own directory.  A byte flipped in a copy is reported as a
+    CRC error; --overwrite removes the old files.  tests/ref/tensorboard_decode.py decodes the
+    same files with Google's protobuf runtime against the vendored .proto files; without
     python3-protobuf that part is skipped and the test exits 77 (when all else passed). */
 #define _DEFAULT_SOURCE
 #include "baton/tfrecord.h"
@@ -67,8 +68,8 @@ typedef struct {
     int64_t step;
     double wall_time;
     bool text;
-    float value;   /* scalars */
-    char *body;    /* texts (heap) */
+    float value; /* scalars */
+    char *body;  /* texts (heap) */
     char plugin[32];
 } s_value;
 
@@ -85,7 +86,7 @@ typedef struct {
     char error[256]; /* "" when every record read */
 } s_file;
 
-/*  One protobuf field from [*p, end): its number, wire type, and value (varint / fixed) or bytes. */
+/*  One protobuf field from [*p, end): its number, wire type, and value (varint, fixed) or bytes. */
 static bool s_field(const uint8_t **p, const uint8_t *end, int *num, int *wire, uint64_t *val,
                     const uint8_t **bytes, size_t *len) {
     uint64_t key = 0;
@@ -350,7 +351,7 @@ static int s_read_all(const char *run, s_file *files, int cap) {
     return n;
 }
 
-/* ---- what metrics.jsonl and events.jsonl say the files must hold ------------------------------- */
+/* ---- what metrics.jsonl and events.jsonl say the files must hold ----------------------------- */
 
 typedef struct {
     char dir[64];
@@ -514,15 +515,16 @@ static int s_baton(const char *args) {
     return rc;
 }
 
-/* ---- python3-protobuf: the same files through Google's decoder ---------------------------------- */
+/* ---- python3-protobuf: the same files through Google's decoder ------------------------------- */
 
 /*  Runs tests/ref/tensorboard_decode.py over files; returns its exit status, its JSON in *doc. */
 static int s_python(const s_file *files, int n, cJSON **doc) {
     const char *src = getenv("BATON_SOURCE_DIR");
     size_t cap = (size_t)n * PATH_MAX + 2 * PATH_MAX;
     char *cmd = malloc(cap), *out = malloc(1 << 22);
-    int len = snprintf(cmd, cap, "/usr/bin/python3 %s/tests/ref/tensorboard_decode.py %s/tests/data/tensorboard",
-                       src ? src : "..", src ? src : "..");
+    int len = snprintf(
+        cmd, cap, "/usr/bin/python3 %s/tests/ref/tensorboard_decode.py %s/tests/data/tensorboard",
+        src ? src : "..", src ? src : "..");
     for (int i = 0; i < n; i++)
         len += snprintf(cmd + len, cap - (size_t)len, " '%s'", files[i].path);
     int rc = runs_capture(cmd, out, 1 << 22);
@@ -544,8 +546,7 @@ static void s_check_python(const s_file *files, int n, const cJSON *doc) {
         const s_file *f = &files[i];
         const cJSON *o = cJSON_GetArrayItem(list, i);
         CHECK(cJSON_GetObjectItem(o, "records")->valuedouble == f->records);
-        CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(o, "file_version")),
-                     "brain.Event:2");
+        CHECK_STR_EQ(cJSON_GetStringValue(cJSON_GetObjectItem(o, "file_version")), "brain.Event:2");
         const cJSON *starts = cJSON_GetObjectItem(o, "session_starts");
         CHECK(cJSON_GetArraySize(starts) == 1 && cJSON_GetArrayItem(starts, 0)->valuedouble == 0);
         const cJSON *sc = cJSON_GetObjectItem(o, "scalars"), *tx = cJSON_GetObjectItem(o, "texts");
@@ -737,8 +738,8 @@ int main(void) {
         CHECK(sft > 0 && sft_eval > 0);
         n_got = s_shown(vfiles, n_vfiles, names[k], got, CAP);
         s_check_same(want, n_want, names[k], got, n_got);
-        printf("variant %s: %d scalars (%d of SFT, %d of its evaluations)\n", names[k], n_got,
-               sft, sft_eval);
+        printf("variant %s: %d scalars (%d of SFT, %d of its evaluations)\n", names[k], n_got, sft,
+               sft_eval);
     }
     s_check_events(vrun, vfiles, n_vfiles);
     for (int i = 0; i < n_vfiles && n_files < FILES; i++) /* the decoder reads these too */

@@ -18,7 +18,8 @@ typedef struct bt_tensorboard bt_tensorboard_t;
 /*  A writer for the run directory run_dir; it writes nothing until the first line comes, when it
     starts new event files holding everything metrics.jsonl and events.jsonl hold (a resumed run's
     earlier lines too).  Caller owns the result; destroy with bt_tensorboard_destroy() after the
-    run log it was added to.  NULL with the reason in bt_last_error() (out of memory, a path too long). */
+    run log it was added to.  NULL with the reason in bt_last_error() (out of memory, a path too
+    long). */
 bt_tensorboard_t *bt_tensorboard_new(const char *run_dir);
 void bt_tensorboard_destroy(bt_tensorboard_t **self_p);
 /*  The sink to hand to bt_runlog_add_sink.  Borrowed: self is valid until destroyed. */

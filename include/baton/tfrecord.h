@@ -41,8 +41,8 @@ void bt_tfevent_scalar(bt_buf *out, double wall_time, int64_t step, const char *
 /*  One text (the text plugin): Summary.Value {tag, metadata {plugin_data {plugin_name "text"}},
     tensor = 8 TensorProto {dtype = 1 DT_STRING (7), tensor_shape = 2 {} (a scalar), string_val = 8
     text[0, len)}}. */
-void bt_tfevent_text(bt_buf *out, double wall_time, int64_t step, const char *tag,
-                     const char *text, size_t len);
+void bt_tfevent_text(bt_buf *out, double wall_time, int64_t step, const char *tag, const char *text,
+                     size_t len);
 
 #ifdef __cplusplus
 }
