@@ -110,22 +110,24 @@ static void s_int(bt_buf *b, int field, int64_t x) {
     s_varint(b, (uint64_t)x);
 }
 
+/*  A fixed-width field (double: wire type 1, 8 bytes; float: 5, 4 bytes), little-endian. */
+static void s_fixed(bt_buf *b, int field, int wire, uint64_t bits, int bytes) {
+    unsigned char v[8];
+    s_le(v, bits, bytes);
+    s_key(b, field, wire);
+    bt_buf_put(b, v, (size_t)bytes);
+}
+
 static void s_double(bt_buf *b, int field, double x) {
     uint64_t u;
-    unsigned char v[8];
     memcpy(&u, &x, sizeof u);
-    s_le(v, u, 8);
-    s_key(b, field, S_FIXED64);
-    bt_buf_put(b, v, 8);
+    s_fixed(b, field, S_FIXED64, u, 8);
 }
 
 static void s_float(bt_buf *b, int field, float x) {
     uint32_t u;
-    unsigned char v[4];
     memcpy(&u, &x, sizeof u);
-    s_le(v, u, 4);
-    s_key(b, field, S_FIXED32);
-    bt_buf_put(b, v, 4);
+    s_fixed(b, field, S_FIXED32, u, 4);
 }
 
 /*  A length-delimited field: bytes, a string or an embedded message already encoded. */

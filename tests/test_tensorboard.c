@@ -86,41 +86,38 @@ typedef struct {
     char error[256]; /* "" when every record read */
 } s_file;
 
-/*  One protobuf field from [*p, end): its number, wire type, and value (varint, fixed) or bytes. */
-static bool s_field(const uint8_t **p, const uint8_t *end, int *num, int *wire, uint64_t *val,
-                    const uint8_t **bytes, size_t *len) {
-    uint64_t key = 0;
-    int shift = 0;
-    for (;;) { /* a varint: 7 bits a byte, low first */
+/*  A varint from [*p, end): 7 bits a byte, low bits first, the top bit set on all but the last. */
+static bool s_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    uint64_t x = 0;
+    for (int shift = 0;; shift += 7) {
         if (*p >= end || shift > 63)
             return false;
         uint8_t b = *(*p)++;
-        key |= (uint64_t)(b & 0x7f) << shift;
-        shift += 7;
+        x |= (uint64_t)(b & 0x7f) << shift;
         if (!(b & 0x80))
             break;
     }
+    *out = x;
+    return true;
+}
+
+/*  One protobuf field from [*p, end): its number, wire type, and value (varint, fixed) or bytes. */
+static bool s_field(const uint8_t **p, const uint8_t *end, int *num, int *wire, uint64_t *val,
+                    const uint8_t **bytes, size_t *len) {
+    uint64_t key;
+    if (!s_varint(p, end, &key))
+        return false;
     *num = (int)(key >> 3);
     *wire = (int)(key & 7);
     if (*wire == 0 || *wire == 2) {
-        uint64_t x = 0;
-        shift = 0;
-        for (;;) {
-            if (*p >= end || shift > 63)
-                return false;
-            uint8_t b = *(*p)++;
-            x |= (uint64_t)(b & 0x7f) << shift;
-            shift += 7;
-            if (!(b & 0x80))
-                break;
-        }
-        *val = x;
+        if (!s_varint(p, end, val))
+            return false;
         if (*wire == 2) {
-            if (x > (uint64_t)(end - *p))
+            if (*val > (uint64_t)(end - *p))
                 return false;
             *bytes = *p;
-            *len = (size_t)x;
-            *p += x;
+            *len = (size_t)*val;
+            *p += *val;
         }
         return true;
     }
