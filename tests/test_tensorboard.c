@@ -5,10 +5,11 @@
     line of metrics.jsonl as a scalar at its step with its value (float32), and every events.jsonl
     line as a text.  After a resume, what TensorBoard shows (each new record preempts the records
     of its tag at its step or later, files read in name order) is metrics.jsonl again, no step
-    twice.  With variants, each has its own directory.  A byte flipped in a copy is reported as a
-    CRC error; --overwrite removes the old files.  tests/ref/tensorboard_decode.py decodes the
-    same files with Google's protobuf runtime against the vendored .proto files; without
-    python3-protobuf that part is skipped and the test exits 77 (when all else passed). */
+    twice, also when a resume turns run.tensorboard on.  With variants, each has its own directory.
+   A byte flipped in a copy is reported as a CRC error; --overwrite removes the old files.
+   tests/ref/tensorboard_decode.py decodes the same files with Google's protobuf runtime against the
+   vendored .proto files; without python3-protobuf that part is skipped and the test exits 77 (when
+   all else passed). */
 #define _DEFAULT_SOURCE
 #include "baton/tfrecord.h"
 #include "check.h"
@@ -514,8 +515,9 @@ static int s_baton(const char *args) {
 
 /* ---- python3-protobuf: the same files through Google's decoder ------------------------------- */
 
-/*  Runs tests/ref/tensorboard_decode.py over files; returns its exit status, its JSON in *doc. */
-static int s_python(const s_file *files, int n, cJSON **doc) {
+/*  Runs tests/ref/tensorboard_decode.py over files; returns its exit status, its JSON in *doc.
+    corrupt: the files are expected to be refused (its message goes to stderr as it is). */
+static int s_python(const s_file *files, int n, cJSON **doc, bool corrupt) {
     const char *src = getenv("BATON_SOURCE_DIR");
     size_t cap = (size_t)n * PATH_MAX + 2 * PATH_MAX;
     char *cmd = malloc(cap), *out = malloc(1 << 22);
@@ -526,7 +528,7 @@ static int s_python(const s_file *files, int n, cJSON **doc) {
         len += snprintf(cmd + len, cap - (size_t)len, " '%s'", files[i].path);
     int rc = runs_capture(cmd, out, 1 << 22);
     *doc = rc == 0 ? cJSON_Parse(out) : NULL;
-    if (rc != 0 && rc != 77)
+    if (rc != 0 && rc != 77 && !corrupt)
         fprintf(stderr, "tensorboard_decode.py: exit %d: %s\n", rc, out);
     if (rc == 77)
         printf("%s", out);
@@ -712,6 +714,31 @@ int main(void) {
     }
     free(blob);
 
+    /* run.tensorboard turned on by a resume (a key that may change then): the files hold the
+       whole run, the steps before the resume too */
+    CHECK(s_baton("small.json --run-dir late --set run.tensorboard=false") == 0);
+    char late[PATH_MAX];
+    snprintf(late, sizeof late, "%s/late/tb", s_tmp);
+    CHECK(access(late, F_OK) != 0);
+    CHECK(s_baton("small.json --run-dir late --resume --set grpo.steps=3") == 0);
+    snprintf(late, sizeof late, "%s/late", s_tmp);
+    s_file *lfiles = calloc(FILES, sizeof *lfiles);
+    int n_lfiles = s_read_all(late, lfiles, FILES);
+    CHECK(n_lfiles >= 2);
+    n_want = s_expected(late, want, CAP);
+    n_got = s_shown(lfiles, n_lfiles, "main", got, CAP);
+    s_check_same(want, n_want, "main", got, n_got);
+    bool step1 = false;
+    for (int i = 0; i < n_got; i++)
+        step1 |= got[i].step == 1 && !strncmp(got[i].tag, "train/", 6);
+    CHECK(step1);
+    s_check_events(late, lfiles, n_lfiles);
+    printf("turned on at the resume: %d files; TensorBoard shows the %d scalars of metrics.jsonl\n",
+           n_lfiles, n_got);
+    for (int i = 0; i < n_lfiles; i++)
+        s_free(&lfiles[i]);
+    free(lfiles);
+
     /* variants and SFT: one directory per variant, each with its own lines; SFT lines and the
        SFT phase's evaluations under their own tags (their steps count SFT steps) */
     snprintf(path, sizeof path, "%s/variants.json", s_tmp);
@@ -745,7 +772,7 @@ int main(void) {
 
     /* (c) Google's protobuf decoder, against the vendored .proto files */
     cJSON *doc = NULL;
-    int rc = s_python(files, n_files, &doc);
+    int rc = s_python(files, n_files, &doc, false);
     bool skipped = rc == 77;
     if (!skipped) {
         CHECK(rc == 0 && doc != NULL);
@@ -754,7 +781,7 @@ int main(void) {
         s_file corrupt = {0};
         snprintf(corrupt.path, sizeof corrupt.path, "%s", copy);
         cJSON *none = NULL;
-        CHECK(s_python(&corrupt, 1, &none) == 1); /* it finds the CRC mismatch too */
+        CHECK(s_python(&corrupt, 1, &none, true) == 1); /* it finds the CRC mismatch too */
         cJSON_Delete(none);
     }
     cJSON_Delete(doc);
