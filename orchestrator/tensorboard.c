@@ -24,6 +24,7 @@ enum {
     S_NAME_MAX = 64,        /* a variant's name, its NUL included */
     S_TAG_MAX = 256,        /* "eval/<dataset>/<field>" */
     S_TEXT_MAX = 16 * 1024, /* the events of one kind at one step, kept as one text */
+    S_RECENT = 4,           /* event lines a rebuild may have read before their own call came */
 };
 
 static const char S_PREFIX[] = "events.out.tfevents.";
@@ -55,6 +56,11 @@ struct bt_tensorboard {
     int counter;  /* event files this writer created */
     s_dir dirs[S_MAX_DIRS];
     int n_dirs;
+    /* hashes of the last lines of events.jsonl the newest rebuild read: another thread (the ZAP
+       handler's) may have written one of them and be waiting to hand it over; it is not written
+       twice.  A line's "time" makes two lines the same text only when they are one line. */
+    uint64_t recent[S_RECENT];
+    int n_recent;
 };
 
 static double s_wall_time(void) {
@@ -266,9 +272,32 @@ static void s_replay(bt_tensorboard_t *self, const char *name, bool metric) {
     }
     size_t line_no = 0;
     char *at = text;
-    for (char *line; (line = bt_text_next_line(&at, &line_no));)
-        s_line(self, metric, line, strlen(line));
+    for (char *line; (line = bt_text_next_line(&at, &line_no));) {
+        size_t len = strlen(line);
+        s_line(self, metric, line, len);
+        if (!metric) { /* the last S_RECENT, oldest first */
+            if (self->n_recent == S_RECENT)
+                memmove(self->recent, self->recent + 1, (S_RECENT - 1) * sizeof *self->recent);
+            self->recent[self->n_recent < S_RECENT ? self->n_recent++ : S_RECENT - 1] =
+                bt_hash64(line, len);
+        }
+    }
     free(text);
+}
+
+/*  Whether an events line that came now is one the newest rebuild read (then forgotten). */
+static bool s_was_read(bt_tensorboard_t *self, const char *json, size_t len) {
+    if (!self->n_recent)
+        return false;
+    uint64_t h = bt_hash64(json, len);
+    for (int i = 0; i < self->n_recent; i++)
+        if (self->recent[i] == h) {
+            memmove(self->recent + i, self->recent + i + 1,
+                    (size_t)(self->n_recent - i - 1) * sizeof *self->recent);
+            self->n_recent--;
+            return true;
+        }
+    return false;
 }
 
 /*  New event files for every directory, holding what the logs hold now. */
@@ -277,6 +306,7 @@ static void s_rebuild(bt_tensorboard_t *self) {
         s_close(&self->dirs[i]);
     self->n_dirs = 0;
     self->stale = false;
+    self->n_recent = 0;
     s_replay(self, "metrics.jsonl", true);
     s_replay(self, "events.jsonl", false);
 }
@@ -285,7 +315,7 @@ static void s_on_line(void *user, bool metric, const char *json, size_t len) {
     bt_tensorboard_t *self = user;
     if (self->stale) /* the logs already hold this line */
         s_rebuild(self);
-    else
+    else if (metric || !s_was_read(self, json, len))
         s_line(self, metric, json, len);
 }
 

@@ -11,6 +11,8 @@
    vendored .proto files; without python3-protobuf that part is skipped and the test exits 77 (when
    all else passed). */
 #define _DEFAULT_SOURCE
+#include "baton/runlog.h"
+#include "baton/tensorboard.h"
 #include "baton/tfrecord.h"
 #include "check.h"
 #include "runs.h"
@@ -569,6 +571,72 @@ static void s_check_python(const s_file *files, int n, const cJSON *doc) {
     }
 }
 
+/*  The writer on a run log of its own, its calls made here: a line another thread wrote before a
+    rebuild read the file, and handed over after it, is written once; a cut starts new files. */
+static void s_check_sink(void) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/sink", s_tmp);
+    bt_runlog_t *log = bt_runlog_open(dir, "{}\n");
+    bt_tensorboard_t *tb = bt_tensorboard_new(dir);
+    CHECK(log && tb);
+    if (!log || !tb)
+        return;
+    bt_runlog_sink sink = bt_tensorboard_sink(tb);
+    CHECK_OK(bt_runlog_add_sink(log, sink));
+    bt_jsonl line;
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "kind", "train");
+    bt_jsonl_int(&line, "step", 1);
+    bt_jsonl_str(&line, "variant", "main");
+    bt_jsonl_num(&line, "loss", 0.5);
+    CHECK_OK(bt_runlog_metric(log, &line));
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "event", "worker_refused");
+    bt_jsonl_num(&line, "time", 0.25);
+    CHECK_OK(bt_runlog_event(log, &line));
+    /* the late one: in events.jsonl, its sink call still to come */
+    static const char late[] = "{\"event\":\"worker_refused\",\"time\":0.5}";
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    FILE *f = fopen(path, "a");
+    CHECK(f && fprintf(f, "%s\n", late) > 0 && fclose(f) == 0);
+    CHECK_OK(bt_runlog_truncate_metrics(log, bt_runlog_metrics_size(log))); /* a cut: rewound */
+    bt_jsonl_init(&line);
+    bt_jsonl_str(&line, "kind", "train");
+    bt_jsonl_int(&line, "step", 2);
+    bt_jsonl_str(&line, "variant", "main");
+    bt_jsonl_num(&line, "loss", 0.25);
+    CHECK_OK(bt_runlog_metric(log, &line)); /* new files: both train lines, both events */
+    sink.line(sink.user, false, late, strlen(late));
+    bt_runlog_destroy(&log);
+    bt_tensorboard_destroy(&tb);
+    CHECK(tb == NULL);
+    s_file files[8];
+    int n = s_read_all(dir, files, 8);
+    CHECK(n == 4); /* tb/ and tb/main/, each a file before the cut and one after */
+    int texts = 0, late_seen = 0, shown = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(files[i].error[0] == '\0');
+        if (i != 1 && i != 3) /* the newest of each directory */
+            continue;
+        for (int k = 0; k < files[i].n_v; k++) {
+            const s_value *v = &files[i].v[k];
+            if (!v->text)
+                continue;
+            texts++;
+            for (const char *at = v->body; (at = strstr(at, late)); at++)
+                late_seen += k == files[i].n_v - 1; /* in the newest text of the tag */
+        }
+    }
+    CHECK(texts == 2 && late_seen == 1);
+    s_point got[8];
+    shown = s_shown(files, n, "main", got, 8);
+    CHECK(shown == 2 && got[0].step == 1 && got[0].value == 0.5f && got[1].step == 2 &&
+          got[1].value == 0.25f);
+    for (int i = 0; i < n; i++)
+        s_free(&files[i]);
+}
+
 int main(void) {
     /* (a) CRC-32C: RFC 3720 B.4's vectors and the standard check value, and the reader's own */
     static const uint8_t zeros[32] = {0};
@@ -617,6 +685,8 @@ int main(void) {
         CHECK(one.v[1].step == 1LL << 40 && one.v[1].text && one.v[1].body[0] == 'x');
     }
     s_free(&one);
+
+    s_check_sink();
 
     /* (b) a real run with run.tensorboard */
     snprintf(path, sizeof path, "%s/small.json", s_tmp);
