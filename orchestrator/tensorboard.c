@@ -61,6 +61,7 @@ struct bt_tensorboard {
        twice.  A line's "time" makes two lines the same text only when they are one line. */
     uint64_t recent[S_RECENT];
     int n_recent;
+    bool warned; /* a line named a variant that cannot be a directory */
 };
 
 static double s_wall_time(void) {
@@ -159,9 +160,12 @@ static s_dir *s_dir_of(bt_tensorboard_t *self, const char *variant) {
             return &self->dirs[i];
     if (strlen(name) >= S_NAME_MAX || strchr(name, '/') || name[0] == '.' ||
         (variant && !name[0]) || self->n_dirs == S_MAX_DIRS) {
+        if (self->warned)
+            return NULL;
+        self->warned = true;
         bt_log(BT_LOG_WARN,
-               "tensorboard: variant \"%.64s\": not written (not a directory name, "
-               "or more than %d variants)",
+               "tensorboard: variant \"%.64s\": not written, nor any other such (not a "
+               "directory name, or more than %d variants)",
                name, S_MAX_DIRS - 1);
         return NULL;
     }
@@ -237,9 +241,15 @@ static void s_event(bt_tensorboard_t *self, const cJSON *o, const char *json, si
         snprintf(t->tag, sizeof t->tag, "%s", tag);
         t->step = step;
     }
-    if (t->step != step || t->text.len + len + 8 > S_TEXT_MAX || t->text.failed) {
-        bt_buf_release(&t->text); /* a new step, or full: the text starts again */
+    if (t->step != step || t->text.failed) { /* a new step: the text starts again */
+        bt_buf_release(&t->text);
         t->text = (bt_buf){0};
+    }
+    while (t->text.len && t->text.len + len + 8 > S_TEXT_MAX) { /* full: the oldest goes */
+        const char *next = strstr(t->text.data, "\n\n    ");
+        size_t cut = next ? (size_t)(next - t->text.data) + 2 : t->text.len;
+        memmove(t->text.data, t->text.data + cut, t->text.len - cut + 1);
+        t->text.len -= cut;
     }
     t->step = step;
     bt_buf_puts(&t->text, t->text.len ? "\n\n    " : "    ");

@@ -608,6 +608,15 @@ static void s_check_sink(void) {
     bt_jsonl_num(&line, "loss", 0.25);
     CHECK_OK(bt_runlog_metric(log, &line)); /* new files: both train lines, both events */
     sink.line(sink.user, false, late, strlen(late));
+    for (int i = 0; i < 400; i++) { /* 400 events of a kind at one step: the newest 16 KiB shown */
+        char who[64];
+        snprintf(who, sizeof who, "rollout-%03d", i);
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", "worker_joined");
+        bt_jsonl_num(&line, "time", 1 + i);
+        bt_jsonl_str(&line, "worker", who);
+        CHECK_OK(bt_runlog_event(log, &line));
+    }
     bt_runlog_destroy(&log);
     bt_tensorboard_destroy(&tb);
     CHECK(tb == NULL);
@@ -619,13 +628,23 @@ static void s_check_sink(void) {
         CHECK(files[i].error[0] == '\0');
         if (i != 1 && i != 3) /* the newest of each directory */
             continue;
+        const s_value *joined = NULL, *refused = NULL;
         for (int k = 0; k < files[i].n_v; k++) {
             const s_value *v = &files[i].v[k];
-            if (!v->text)
+            if (v->text && !strcmp(v->tag, "events/worker_joined"))
+                joined = v;
+            if (!v->text || strcmp(v->tag, "events/worker_refused"))
                 continue;
             texts++;
-            for (const char *at = v->body; (at = strstr(at, late)); at++)
-                late_seen += k == files[i].n_v - 1; /* in the newest text of the tag */
+            refused = v;
+        }
+        for (const char *at = refused ? refused->body : ""; (at = strstr(at, late)); at++)
+            late_seen++; /* in the newest text of the tag */
+        if (i == 1) {    /* whole lines, the newest ones, at most 16 KiB */
+            CHECK(joined && strlen(joined->body) <= 16 * 1024);
+            CHECK(joined && !strncmp(joined->body, "    {\"event\":\"worker_joined\",", 29));
+            CHECK(joined && strstr(joined->body, "rollout-399") &&
+                  !strstr(joined->body, "rollout-000"));
         }
     }
     CHECK(texts == 2 && late_seen == 1);
