@@ -38,6 +38,13 @@ typedef struct {
     bt_buf text;
 } s_text;
 
+/*  The newest step written of the scalars of one prefix ("train", "eval/<dataset>", ...): a tag's
+    steps must rise within a file, or TensorBoard drops the later points when an earlier comes. */
+typedef struct {
+    char prefix[S_TAG_MAX];
+    int64_t step;
+} s_series;
+
 /*  RUN_DIR/tb/<name>/ (name "": RUN_DIR/tb/) and its open event file. */
 typedef struct {
     char name[S_NAME_MAX];
@@ -46,14 +53,17 @@ typedef struct {
     bool failed; /* a write failed: nothing more goes to this file */
     s_text *texts;
     int n_texts;
+    s_series *series;
+    int n_series;
 } s_dir;
 
 struct bt_tensorboard {
     char run_dir[1024]; /* as bt_run's: room left for tb/<variant>/<file name> */
     char host[128];
-    bool stale;   /* the files do not hold the logs as they are: start new ones from them */
-    bool started; /* event files were written */
-    int counter;  /* event files this writer created */
+    bool stale;    /* the files do not hold the logs as they are: start new ones from them */
+    bool disorder; /* a metrics line came with a step below its series': write them sorted */
+    bool started;  /* event files were written */
+    int counter;   /* event files this writer created */
     s_dir dirs[S_MAX_DIRS];
     int n_dirs;
     /* hashes of the last lines of events.jsonl the newest rebuild read: another thread (the ZAP
@@ -81,6 +91,9 @@ static void s_close(s_dir *d) {
     free(d->texts);
     d->texts = NULL;
     d->n_texts = 0;
+    free(d->series);
+    d->series = NULL;
+    d->n_series = 0;
 }
 
 /*  The largest <unix seconds> of the event files in dir; -1 when none. */
@@ -204,6 +217,23 @@ static void s_metric(bt_tensorboard_t *self, const cJSON *o) {
     else
         snprintf(prefix, sizeof prefix, "%s", kind ? kind : "metrics");
     int64_t step = s_step(o);
+    s_series *ser = NULL;
+    for (int i = 0; i < d->n_series && !ser; i++)
+        if (!strcmp(d->series[i].prefix, prefix))
+            ser = &d->series[i];
+    if (ser && step < ser->step) { /* an evaluation that finished after a later one */
+        self->disorder = true;
+        return;
+    }
+    if (!ser) {
+        s_series *grown = realloc(d->series, (size_t)(d->n_series + 1) * sizeof *grown);
+        if (!grown)
+            return;
+        d->series = grown;
+        ser = &d->series[d->n_series++];
+        snprintf(ser->prefix, sizeof ser->prefix, "%s", prefix);
+    }
+    ser->step = step;
     double now = s_wall_time();
     for (const cJSON *v = o->child; v; v = v->next) {
         if (!cJSON_IsNumber(v) || !v->string || !strcmp(v->string, "step") ||
@@ -272,7 +302,21 @@ static void s_line(bt_tensorboard_t *self, bool metric, const char *json, size_t
     cJSON_Delete(o);
 }
 
-/*  One of the logs, every line of it, as though it came now. */
+typedef struct {
+    char *line;
+    int64_t step;
+    size_t index;
+} s_sorted;
+
+static int s_cmp_sorted(const void *a, const void *b) {
+    const s_sorted *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/*  One of the logs, every line of it, as though it came now; metrics.jsonl in step order (in file
+    order within a step), so that every series' steps rise. */
 static void s_replay(bt_tensorboard_t *self, const char *name, bool metric) {
     char path[PATH_MAX + 32], *text = NULL;
     snprintf(path, sizeof path, "%s/%s", self->run_dir, name);
@@ -280,18 +324,40 @@ static void s_replay(bt_tensorboard_t *self, const char *name, bool metric) {
         bt_log(BT_LOG_WARN, "tensorboard: %s", bt_last_error());
         return;
     }
-    size_t line_no = 0;
+    size_t line_no = 0, n = 0, cap = 0;
+    s_sorted *lines = NULL;
     char *at = text;
     for (char *line; (line = bt_text_next_line(&at, &line_no));) {
-        size_t len = strlen(line);
-        s_line(self, metric, line, len);
+        if (n == cap) {
+            s_sorted *grown = realloc(lines, (cap = cap ? 2 * cap : 256) * sizeof *grown);
+            if (!grown) {
+                bt_log(BT_LOG_WARN, "tensorboard: %s: out of memory", path);
+                break;
+            }
+            lines = grown;
+        }
+        int64_t step = 0;
+        if (metric) {
+            cJSON *o = cJSON_Parse(line);
+            step = o ? s_step(o) : 0;
+            cJSON_Delete(o);
+        }
+        lines[n] = (s_sorted){line, step, n};
+        n++;
+    }
+    if (metric && n)
+        qsort(lines, n, sizeof *lines, s_cmp_sorted);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(lines[i].line);
+        s_line(self, metric, lines[i].line, len);
         if (!metric) { /* the last S_RECENT, oldest first */
             if (self->n_recent == S_RECENT)
                 memmove(self->recent, self->recent + 1, (S_RECENT - 1) * sizeof *self->recent);
             self->recent[self->n_recent < S_RECENT ? self->n_recent++ : S_RECENT - 1] =
-                bt_hash64(line, len);
+                bt_hash64(lines[i].line, len);
         }
     }
+    free(lines);
     free(text);
 }
 
@@ -316,6 +382,7 @@ static void s_rebuild(bt_tensorboard_t *self) {
         s_close(&self->dirs[i]);
     self->n_dirs = 0;
     self->stale = false;
+    self->disorder = false;
     self->n_recent = 0;
     s_replay(self, "metrics.jsonl", true);
     s_replay(self, "events.jsonl", false);
@@ -327,6 +394,8 @@ static void s_on_line(void *user, bool metric, const char *json, size_t len) {
         s_rebuild(self);
     else if (metric || !s_was_read(self, json, len))
         s_line(self, metric, json, len);
+    if (self->disorder) /* new files, sorted, this line in its place */
+        s_rebuild(self);
 }
 
 static void s_on_rewound(void *user, const char *dir) {

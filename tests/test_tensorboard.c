@@ -572,7 +572,8 @@ static void s_check_python(const s_file *files, int n, const cJSON *doc) {
 }
 
 /*  The writer on a run log of its own, its calls made here: a line another thread wrote before a
-    rebuild read the file, and handed over after it, is written once; a cut starts new files. */
+    rebuild read the file, and handed over after it, is written once; a cut starts new files; an
+    evaluation that comes after a later step's is shown too (TensorBoard would drop the later). */
 static void s_check_sink(void) {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/sink", s_tmp);
@@ -617,16 +618,28 @@ static void s_check_sink(void) {
         bt_jsonl_str(&line, "worker", who);
         CHECK_OK(bt_runlog_event(log, &line));
     }
+    for (int i = 0; i < 2; i++) { /* evaluations of steps 4 and 2, finished in that order */
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "kind", "eval");
+        bt_jsonl_str(&line, "phase", "rl");
+        bt_jsonl_int(&line, "step", 4 - 2 * i);
+        bt_jsonl_str(&line, "variant", "main");
+        bt_jsonl_str(&line, "dataset", "heldout");
+        bt_jsonl_num(&line, "accuracy", 0.75 - 0.5 * i);
+        CHECK_OK(bt_runlog_metric(log, &line));
+    }
     bt_runlog_destroy(&log);
     bt_tensorboard_destroy(&tb);
     CHECK(tb == NULL);
     s_file files[8];
     int n = s_read_all(dir, files, 8);
-    CHECK(n == 4); /* tb/ and tb/main/, each a file before the cut and one after */
+    /* tb/ and tb/main/, each a file before the cut, one after, and one written sorted when the
+       step-2 evaluation came after step 4's */
+    CHECK(n == 6);
     int texts = 0, late_seen = 0, shown = 0;
     for (int i = 0; i < n; i++) {
         CHECK(files[i].error[0] == '\0');
-        if (i != 1 && i != 3) /* the newest of each directory */
+        if (i != 2 && i != 5) /* the newest of each directory */
             continue;
         const s_value *joined = NULL, *refused = NULL;
         for (int k = 0; k < files[i].n_v; k++) {
@@ -640,7 +653,7 @@ static void s_check_sink(void) {
         }
         for (const char *at = refused ? refused->body : ""; (at = strstr(at, late)); at++)
             late_seen++; /* in the newest text of the tag */
-        if (i == 1) {    /* whole lines, the newest ones, at most 16 KiB */
+        if (i == 2) {    /* whole lines, the newest ones, at most 16 KiB */
             CHECK(joined && strlen(joined->body) <= 16 * 1024);
             CHECK(joined && !strncmp(joined->body, "    {\"event\":\"worker_joined\",", 29));
             CHECK(joined && strstr(joined->body, "rollout-399") &&
@@ -648,10 +661,12 @@ static void s_check_sink(void) {
         }
     }
     CHECK(texts == 2 && late_seen == 1);
-    s_point got[8];
+    s_point got[8], want[4] = {{"main", "train/loss", 1, 0.5f},
+                               {"main", "train/loss", 2, 0.25f},
+                               {"main", "eval/heldout/accuracy", 4, 0.75f},
+                               {"main", "eval/heldout/accuracy", 2, 0.25f}};
     shown = s_shown(files, n, "main", got, 8);
-    CHECK(shown == 2 && got[0].step == 1 && got[0].value == 0.5f && got[1].step == 2 &&
-          got[1].value == 0.25f);
+    s_check_same(want, 4, "main", got, shown);
     for (int i = 0; i < n; i++)
         s_free(&files[i]);
 }
