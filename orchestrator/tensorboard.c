@@ -61,7 +61,7 @@ struct bt_tensorboard {
     char run_dir[1024]; /* as bt_run's: room left for tb/<variant>/<file name> */
     char host[128];
     bool stale;    /* the files do not hold the logs as they are: start new ones from them */
-    bool disorder; /* a metrics line came with a step below its series': write them sorted */
+    bool disorder; /* a line came with a step below its series' or tag's: write them sorted */
     bool started;  /* event files were written */
     int counter;   /* event files this writer created */
     s_dir dirs[S_MAX_DIRS];
@@ -261,6 +261,10 @@ static void s_event(bt_tensorboard_t *self, const cJSON *o, const char *json, si
     for (int i = 0; i < d->n_texts && !t; i++)
         if (!strcmp(d->texts[i].tag, tag))
             t = &d->texts[i];
+    if (t && step < t->step) { /* TensorBoard would drop the later texts of the tag */
+        self->disorder = true;
+        return;
+    }
     if (!t) {
         s_text *grown = realloc(d->texts, (size_t)(d->n_texts + 1) * sizeof *grown);
         if (!grown)
@@ -315,8 +319,8 @@ static int s_cmp_sorted(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/*  One of the logs, every line of it, as though it came now; metrics.jsonl in step order (in file
-    order within a step), so that every series' steps rise. */
+/*  One of the logs, every line of it, as though it came now, in step order (in file order within
+    a step), so that every tag's steps rise. */
 static void s_replay(bt_tensorboard_t *self, const char *name, bool metric) {
     char path[PATH_MAX + 32], *text = NULL;
     snprintf(path, sizeof path, "%s/%s", self->run_dir, name);
@@ -336,27 +340,17 @@ static void s_replay(bt_tensorboard_t *self, const char *name, bool metric) {
             }
             lines = grown;
         }
-        int64_t step = 0;
-        if (metric) {
-            cJSON *o = cJSON_Parse(line);
-            step = o ? s_step(o) : 0;
-            cJSON_Delete(o);
-        }
-        lines[n] = (s_sorted){line, step, n};
+        cJSON *o = cJSON_Parse(line);
+        lines[n] = (s_sorted){line, o ? s_step(o) : 0, n};
+        cJSON_Delete(o);
         n++;
     }
-    if (metric && n)
+    for (size_t i = n > S_RECENT ? n - S_RECENT : 0; !metric && i < n; i++) /* file order */
+        self->recent[self->n_recent++] = bt_hash64(lines[i].line, strlen(lines[i].line));
+    if (n)
         qsort(lines, n, sizeof *lines, s_cmp_sorted);
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(lines[i].line);
-        s_line(self, metric, lines[i].line, len);
-        if (!metric) { /* the last S_RECENT, oldest first */
-            if (self->n_recent == S_RECENT)
-                memmove(self->recent, self->recent + 1, (S_RECENT - 1) * sizeof *self->recent);
-            self->recent[self->n_recent < S_RECENT ? self->n_recent++ : S_RECENT - 1] =
-                bt_hash64(lines[i].line, len);
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        s_line(self, metric, lines[i].line, strlen(lines[i].line));
     free(lines);
     free(text);
 }

@@ -573,7 +573,8 @@ static void s_check_python(const s_file *files, int n, const cJSON *doc) {
 
 /*  The writer on a run log of its own, its calls made here: a line another thread wrote before a
     rebuild read the file, and handed over after it, is written once; a cut starts new files; an
-    evaluation that comes after a later step's is shown too (TensorBoard would drop the later). */
+    evaluation or event that comes after a later step's of its tag is shown, the later one too
+    (TensorBoard would drop it). */
 static void s_check_sink(void) {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/sink", s_tmp);
@@ -618,6 +619,13 @@ static void s_check_sink(void) {
         bt_jsonl_str(&line, "worker", who);
         CHECK_OK(bt_runlog_event(log, &line));
     }
+    for (int i = 0; i < 2; i++) { /* events of one kind at steps 5, then 3 */
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "event", "rollback");
+        bt_jsonl_num(&line, "time", 500 + i);
+        bt_jsonl_int(&line, "step", 5 - 2 * i);
+        CHECK_OK(bt_runlog_event(log, &line));
+    }
     for (int i = 0; i < 2; i++) { /* evaluations of steps 4 and 2, finished in that order */
         bt_jsonl_init(&line);
         bt_jsonl_str(&line, "kind", "eval");
@@ -633,13 +641,13 @@ static void s_check_sink(void) {
     CHECK(tb == NULL);
     s_file files[8];
     int n = s_read_all(dir, files, 8);
-    /* tb/ and tb/main/, each a file before the cut, one after, and one written sorted when the
-       step-2 evaluation came after step 4's */
-    CHECK(n == 6);
+    /* tb/ and tb/main/, each a file before the cut, one after, one written sorted when the step-3
+       event came after step 5's, and one more when the step-2 evaluation came after step 4's */
+    CHECK(n == 8);
     int texts = 0, late_seen = 0, shown = 0;
     for (int i = 0; i < n; i++) {
         CHECK(files[i].error[0] == '\0');
-        if (i != 2 && i != 5) /* the newest of each directory */
+        if (i != 3 && i != 7) /* the newest of each directory */
             continue;
         const s_value *joined = NULL, *refused = NULL;
         for (int k = 0; k < files[i].n_v; k++) {
@@ -653,7 +661,7 @@ static void s_check_sink(void) {
         }
         for (const char *at = refused ? refused->body : ""; (at = strstr(at, late)); at++)
             late_seen++; /* in the newest text of the tag */
-        if (i == 2) {    /* whole lines, the newest ones, at most 16 KiB */
+        if (i == 3) {    /* whole lines, the newest ones, at most 16 KiB */
             CHECK(joined && strlen(joined->body) <= 16 * 1024);
             CHECK(joined && !strncmp(joined->body, "    {\"event\":\"worker_joined\",", 29));
             CHECK(joined && strstr(joined->body, "rollout-399") &&
@@ -667,6 +675,22 @@ static void s_check_sink(void) {
                                {"main", "eval/heldout/accuracy", 2, 0.25f}};
     shown = s_shown(files, n, "main", got, 8);
     s_check_same(want, 4, "main", got, shown);
+    int64_t steps[8]; /* the rollback texts TensorBoard keeps: each preempts its step and later */
+    int n_steps = 0;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; !files[i].dir[0] && k < files[i].n_v; k++) {
+            const s_value *v = &files[i].v[k];
+            if (!v->text || strcmp(v->tag, "events/rollback"))
+                continue;
+            int kept = 0;
+            for (int j = 0; j < n_steps; j++)
+                if (steps[j] < v->step)
+                    steps[kept++] = steps[j];
+            n_steps = kept;
+            if (n_steps < 8)
+                steps[n_steps++] = v->step;
+        }
+    CHECK(n_steps == 2 && steps[0] == 3 && steps[1] == 5);
     for (int i = 0; i < n; i++)
         s_free(&files[i]);
 }
