@@ -181,6 +181,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("run.log_every", run.log_every, 1, 1, S_INF),
     S_STR_KEY("run.metrics_listen", run.metrics_listen, "", s_is_listen,
               "\"\" (off) or \"HOST:PORT\" with a port in 1..65535 (\"127.0.0.1:9464\")"),
+    S_BOOL_KEY("run.tensorboard", run.tensorboard, false),
 
     S_INT_KEY("model.vocab_size", model.vocab_size, NAN, 1, 16777216),
     S_INT_KEY("model.hidden_size", model.hidden_size, NAN, 1, 65536),

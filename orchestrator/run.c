@@ -11,6 +11,7 @@
 #include "baton/prometheus.h"
 #include "baton/runstate.h"
 #include "baton/security.h"
+#include "baton/tensorboard.h"
 #include "baton/version.h"
 #include "baton/worker.h"
 
@@ -68,6 +69,7 @@ struct bt_run {
     void *zmq_ctx;
     bt_runlog_t *log;
     bt_prometheus_t *prom; /* run.metrics_listen's endpoint; NULL: off */
+    bt_tensorboard_t *tb; /* run.tensorboard: follows log; destroyed after it */
     bt_controller_t *ctl;
     /* vcfg[k]: &cfg without variants, else variant k's config (heap): one copy per variant */
     bt_config *vcfg[BT_CONFIG_MAX_VARIANTS];
@@ -326,7 +328,8 @@ static bt_status s_secure(bt_run_t *self) {
     a directory that holds a run. */
 static const char *const s_run_files[] = {
     "config.json", "metrics.jsonl", "events.jsonl",   "ckpt",    "model",
-    "variants",    "report.html",   "controller.ipc", "run.json"};
+    "variants",    "report.html",   "controller.ipc", "run.json",
+    "tb"};
 enum { S_N_RUN_FILES = sizeof s_run_files / sizeof s_run_files[0], S_N_MARKS = 3 };
 
 /*  Whether dir holds a run; found gets the names of its marks, comma-separated. */
@@ -350,7 +353,8 @@ static const char *const s_resume_may_change[] = {
     "workers.",         "checkpoint.",         "reward.timeout_ms",
     "reward.retries",   "debug.save_pause_ms", "debug.kill_rollout_at_task",
     "debug.log_prompts",
-    "run.metrics_listen" /* where the figures are served, not what they are */};
+    "run.metrics_listen", /* where the figures are served, not what they are */
+    "run.tensorboard"};   /* a copy of the logs in another format: turned on, it writes them all */
 enum { S_N_MAY_CHANGE = sizeof s_resume_may_change / sizeof s_resume_may_change[0] };
 
 static bool s_may_change(const char *key) {
@@ -402,10 +406,11 @@ static bt_status s_check_config_changes(bt_run_t *self) {
     if (refused[0] || n > S_MAX_CHANGED)
         return bt_fail(BT_EINVAL,
                        "%s: --resume: the config differs from %s in %s%s; only grpo.steps, "
-                       "run.log_every, run.threads, run.metrics_listen, workers.*, checkpoint.*, "
-                       "reward.timeout_ms, reward.retries and the debug hooks save_pause_ms, "
-                       "kill_rollout_at_task and log_prompts may change on resume: give the run's "
-                       "config, or start a new run (--overwrite, or another --run-dir)",
+                       "run.log_every, run.threads, run.metrics_listen, run.tensorboard, workers.*, "
+                       "checkpoint.*, reward.timeout_ms, reward.retries and the debug hooks "
+                       "save_pause_ms, kill_rollout_at_task and log_prompts may change on resume: "
+                       "give the run's config, or start a new run (--overwrite, or another "
+                       "--run-dir)",
                        self->dir, path, refused[0] ? refused : "more keys than listed",
                        n > S_MAX_CHANGED ? " and more" : "");
     return BT_OK;
@@ -688,6 +693,12 @@ bt_status bt_run_start(bt_run_t *self) {
         bt_prometheus_load(self->prom, self->dir);
         BT_TRY(bt_runlog_add_sink(self->log, bt_prometheus_sink(self->prom)));
     }
+    if (self->cfg.run.tensorboard) {
+        self->tb = bt_tensorboard_new(self->dir);
+        if (!self->tb)
+            return bt_last_status();
+        BT_TRY(bt_runlog_add_sink(self->log, bt_tensorboard_sink(self->tb)));
+    }
     BT_TRY(s_run_json(self));
     if (self->n_changed > 0) { /* a resume with keys that may change: which, from what to what */
         const char *from[S_MAX_CHANGED], *to[S_MAX_CHANGED];
@@ -808,6 +819,7 @@ void bt_run_destroy(bt_run_t **self_p) {
         zmq_ctx_term(self->zmq_ctx);
     bt_runlog_destroy(&self->log);
     bt_prometheus_destroy(&self->prom); /* after the log, whose sink it is */
+    bt_tensorboard_destroy(&self->tb);
     free(self->config_json);
     for (int i = 0; i < self->argc; i++)
         free(self->argv[i]);

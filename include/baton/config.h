@@ -171,6 +171,7 @@ typedef struct bt_config {
         bt_config_precision precision;
         int64_t log_every;
         char metrics_listen[BT_CONFIG_LISTEN_MAX]; /* the Prometheus endpoint; "": none */
+        bool tensorboard; /* TensorBoard event files under RUN_DIR/tb/ */
     } run;
     bt_model_config model; /* the model.* keys but model.path */
     char model_path[BT_CONFIG_PATH_MAX];
