@@ -377,10 +377,14 @@ static int s_expected(const char *run, s_point *out, int cap) {
         const char *phase = cJSON_GetStringValue(cJSON_GetObjectItem(o, "phase"));
         CHECK(kind && variant &&
               (!strcmp(kind, "train") || !strcmp(kind, "eval") || !strcmp(kind, "sft")));
-        const cJSON *step = cJSON_GetObjectItem(o, "step");
+        /* TensorBoard's step is the line's global_step (monotonic over SFT and RL), else step */
+        const cJSON *step = cJSON_GetObjectItem(o, "global_step");
+        if (!step)
+            step = cJSON_GetObjectItem(o, "step");
         CHECK(cJSON_IsNumber(step));
         for (const cJSON *v = o ? o->child : NULL; v && kind && variant && step; v = v->next) {
-            if (!cJSON_IsNumber(v) || !strcmp(v->string, "step"))
+            if (!cJSON_IsNumber(v) || !strcmp(v->string, "step") ||
+                !strcmp(v->string, "global_step"))
                 continue;
             CHECK(n < cap);
             if (n >= cap)
