@@ -371,8 +371,7 @@ static bt_status s_train_begin(bt_policy *self) {
         BT_TRY(bt_grpo_turn_advantages(b->turn_rewards, b->n_turns, b->n_prompts, b->group_size,
                                        BT_MAX_TURNS, gc.turn_gamma, gc.adv_norm, self->adv));
     else
-        BT_TRY(bt_grpo_advantages(b->rewards, b->n_prompts, b->group_size, gc.adv_norm,
-                                  self->adv));
+        BT_TRY(bt_grpo_advantages(b->rewards, b->n_prompts, b->group_size, gc.adv_norm, self->adv));
     /* debug.inject_nan_at_step: once, even when a rollback replays that step */
     bool inject = c->debug.inject_nan_at_step == self->step + 1 && !self->nan_injected;
     self->nan_injected |= inject;

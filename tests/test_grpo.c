@@ -691,8 +691,8 @@ static void test_observation_mask(void) {
     float logp[B * T], old[B * T], ref[B * T], ent[B * T];
     const float adv[B] = {0.75f, -1.25f};
     /* logp - old: 0.35 on A > 0 above 1 + clip_high, -0.35 on A < 0 below 1 - clip_low */
-    const float log_ratio[B * T] = {0.35f, -0.1f, 0, 0, 0.05f, 0.2f,
-                                    -0.35f, 0, 0, 0.15f, -0.05f, 0.3f};
+    const float log_ratio[B * T] = {0.35f,  -0.1f, 0, 0,     0.05f,  0.2f,
+                                    -0.35f, 0,     0, 0.15f, -0.05f, 0.3f};
     for (int i = 0; i < B * T; i++) {
         logp[i] = (float)s_uniform(-3.0, -0.1);
         old[i] = logp[i] - log_ratio[i];
@@ -718,8 +718,8 @@ static void test_observation_mask(void) {
             cfg.kl_estimator = kls[k];
             cfg.entropy_coef = 0.02;
             double want_g[B * T], want_ge[B * T], tokens;
-            double want = s_loss_f64(&cfg, B, T, logp, old, ref, ent, adv, mask, want_g, want_ge,
-                                     &tokens);
+            double want =
+                s_loss_f64(&cfg, B, T, logp, old, ref, ent, adv, mask, want_g, want_ge, &tokens);
             CHECK(tokens == 8.0);
             const int64_t lens[B] = {4, 4}; /* the trained tokens of each episode */
             double norm = bt_grpo_normaliser(&cfg, lens, B);
@@ -727,9 +727,9 @@ static void test_observation_mask(void) {
             CHECK_OK(bt_set_requires_grad(tl, true));
             CHECK_OK(bt_set_requires_grad(te, true));
             bt_grpo_stats st = {0};
-            bt_tensor *loss = bt_grpo_loss(ctx, &cfg, tl, s_f32(ctx, 2, bt, old),
-                                           s_f32(ctx, 2, bt, ref), s_f32(ctx, 1, b1, adv),
-                                           s_f32(ctx, 2, bt, mask), NULL, te, norm, &st);
+            bt_tensor *loss =
+                bt_grpo_loss(ctx, &cfg, tl, s_f32(ctx, 2, bt, old), s_f32(ctx, 2, bt, ref),
+                             s_f32(ctx, 1, b1, adv), s_f32(ctx, 2, bt, mask), NULL, te, norm, &st);
             CHECK_REL(s_item(loss), want, 1e-6);
             CHECK_OK(bt_backward(loss));
             float g[B * T], ge[B * T];
@@ -785,11 +785,10 @@ static void test_masked_logits(void) {
         bt_tensor *lp = bt_log_softmax(ctx, tlog, -1); /* (B, T, V) */
         bt_tensor *ent = bt_neg(ctx, bt_sum(ctx, bt_mul(ctx, bt_exp(ctx, lp), lp), -1, false));
         bt_tensor *tids = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s2, ids);
-        bt_tensor *logp =
-            bt_reshape(ctx, bt_gather(ctx, lp, 2, bt_unsqueeze(ctx, tids, 2)), 2, s2);
-        bt_tensor *l = bt_grpo_loss(ctx, &cfg, logp, s_f32(ctx, 2, s2, old), NULL,
-                                    s_f32(ctx, 1, s1, adv), s_f32(ctx, 2, s2, mask), NULL, ent,
-                                    7.0, NULL);
+        bt_tensor *logp = bt_reshape(ctx, bt_gather(ctx, lp, 2, bt_unsqueeze(ctx, tids, 2)), 2, s2);
+        bt_tensor *l =
+            bt_grpo_loss(ctx, &cfg, logp, s_f32(ctx, 2, s2, old), NULL, s_f32(ctx, 1, s1, adv),
+                         s_f32(ctx, 2, s2, mask), NULL, ent, 7.0, NULL);
         loss[run] = s_item(l);
         CHECK_OK(bt_backward(l));
         s_grad(ctx, tlog, g[run], B * T * V);

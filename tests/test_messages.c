@@ -110,8 +110,9 @@ static bool s_same_episode(const bt_rollout_batch *a, int64_t r, const bt_rollou
                            int64_t s) {
     bool same = a->n_turns[r] == b->n_turns[s];
     for (int64_t t = 0; t < a->lengths[r]; t++)
-        same &= a->loss_mask[r * a->max_new_tokens + t] == b->loss_mask[s * b->max_new_tokens + t] &&
-                a->turn[r * a->max_new_tokens + t] == b->turn[s * b->max_new_tokens + t];
+        same &=
+            a->loss_mask[r * a->max_new_tokens + t] == b->loss_mask[s * b->max_new_tokens + t] &&
+            a->turn[r * a->max_new_tokens + t] == b->turn[s * b->max_new_tokens + t];
     for (int64_t t = 0; t < BT_MAX_TURNS; t++)
         same &= a->turn_rewards[r * BT_MAX_TURNS + t] == b->turn_rewards[s * BT_MAX_TURNS + t];
     return same;

@@ -390,8 +390,13 @@ static void test_episode_mask(void) {
             CHECK(st.mismatch_kl < 1e-6 && st.clip_frac == 0.0);
         }
     }
-    b[0].has_turn_rewards = false;
+    b[0].turn[2 * S_EP_L + 6] = 2; /* a token of turn 2 in an episode of 2 turns: refused */
+    b[0].has_turn_rewards = true;
     bt_trainer_stats sft;
+    CHECK(bt_trainer_grpo_step(tr[0], &b[0], turn_adv, 0.0, &gc, &sft) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "completion 2: token 6 of turn 2, of 2 turns");
+    b[0].turn[2 * S_EP_L + 6] = 1;
+    b[0].has_turn_rewards = false;
     CHECK_OK(bt_trainer_sft_step(tr[0], &b[0], 0.0, &sft));
     CHECK(sft.tokens == 24.0); /* SFT trains the model's tokens only, too */
 
@@ -414,15 +419,16 @@ static void test_episode_mask(void) {
         for (int k = 0; k < 3; k++)
             CHECK_OK(bt_trainer_grpo_step(tr[k], &b[k], ep_adv, 0.0, &gc, &st[k]));
         CHECK(st[0].kl > 0 && st[0].entropy > 0 && st[0].tokens == 24.0);
-        CHECK(st[1].loss == st[0].loss && st[1].kl == st[0].kl &&
-              st[1].entropy == st[0].entropy && st[1].ratio_min == st[0].ratio_min);
+        CHECK(st[1].loss == st[0].loss && st[1].kl == st[0].kl && st[1].entropy == st[0].entropy &&
+              st[1].ratio_min == st[0].ratio_min);
         CHECK(s_same_grads(tr[1], tr[0]));
         CHECK(st[2].loss != st[0].loss); /* the model tokens after it see another context */
         moved = fmin(moved, s_grad_rel_diff(tr[2], tr[0]));
     }
-    printf("episodes: an observation id changed mid-episode moves the gradients by %.3g "
-           "(relative L2, the least over parameters and aggregations); at the episode's end, by 0\n",
-           moved);
+    printf(
+        "episodes: an observation id changed mid-episode moves the gradients by %.3g "
+        "(relative L2, the least over parameters and aggregations); at the episode's end, by 0\n",
+        moved);
     CHECK(moved > 1e-4);
     for (int k = 0; k < 3; k++) {
         bt_rollout_batch_release(&b[k]);

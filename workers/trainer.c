@@ -557,6 +557,15 @@ static bt_status s_check_batch(const bt_trainer_t *self, const bt_rollout_batch 
                            "trainer: completion %lld: prompt length %lld or completion length "
                            "%lld out of range",
                            (long long)c, (long long)b->prompt_lens[c], (long long)b->lengths[c]);
+        if (b->has_turn_rewards && (b->n_turns[c] < 1 || b->n_turns[c] > BT_MAX_TURNS))
+            return bt_fail(BT_EINVAL, "trainer: completion %lld: n_turns %lld outside [1, %d]",
+                           (long long)c, (long long)b->n_turns[c], BT_MAX_TURNS);
+        for (int64_t j = 0; b->has_turn_rewards && j < b->lengths[c]; j++)
+            if (b->turn[c * b->max_new_tokens + j] >= b->n_turns[c])
+                return bt_fail(BT_EINVAL,
+                               "trainer: completion %lld: token %lld of turn %d, of %lld turns",
+                               (long long)c, (long long)j, b->turn[c * b->max_new_tokens + j],
+                               (long long)b->n_turns[c]);
         if (b->prompt_lens[c] + b->lengths[c] > mc->max_position_embeddings)
             return bt_fail(BT_ERANGE,
                            "trainer: completion %lld: %lld tokens exceed max_position_embeddings "
