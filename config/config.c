@@ -271,6 +271,7 @@ static const s_key s_keys[] = {
     S_ENUM_KEY("grpo.async_objective", grpo.async_objective, 0, s_async_objectives),
     S_NUM_KEY("grpo.behav_weight_cap", grpo.behav_weight_cap, 5.0, 0, S_COEF_MAX, 0),
     S_NUM_KEY("grpo.tis_cap", grpo.tis_cap, 0.0, 0, S_COEF_MAX, 0),
+    S_NUM_KEY("grpo.turn_gamma", grpo.turn_gamma, 1.0, 0, 1, 0),
 
     S_INT_KEY("eval.every_steps", eval.every_steps, 10, 0, S_INF),
     S_INT_KEY("eval.every_epochs", eval.every_epochs, 0, 0, S_INF),
@@ -2182,7 +2183,8 @@ void bt_config_grpo(const bt_config *cfg, bt_grpo_config *out) {
                          .adv_norm = cfg->grpo.adv_norm,
                          .decoupled = cfg->grpo.max_staleness > 0 && cfg->grpo.async_objective == 1,
                          .behav_weight_cap = cfg->grpo.behav_weight_cap,
-                         .tis_cap = cfg->grpo.tis_cap};
+                         .tis_cap = cfg->grpo.tis_cap,
+                         .turn_gamma = cfg->grpo.turn_gamma};
 }
 
 void bt_config_lr(const bt_config *cfg, bt_config_phase phase, bt_lr_schedule *out) {

@@ -359,14 +359,19 @@ static bt_status s_train_begin(bt_policy *self) {
         return st;
     }
     self->updated = true;
+    const bt_rollout_batch *b = &self->batch;
+    int64_t per = b->has_turn_rewards ? BT_MAX_TURNS : 1; /* per turn: (n, BT_MAX_TURNS) */
     free(self->adv);
-    self->adv = malloc(sizeof *self->adv * (size_t)(self->batch.n + 1));
+    self->adv = malloc(sizeof *self->adv * (size_t)(b->n * per + 1));
     if (!self->adv)
         return bt_fail(BT_ENOMEM, "controller: out of memory");
     bt_grpo_config gc;
     bt_config_grpo(c, &gc);
-    BT_TRY(bt_grpo_advantages(self->batch.rewards, self->batch.n_prompts, self->batch.group_size,
-                              gc.adv_norm, self->adv));
+    if (b->has_turn_rewards)
+        BT_TRY(bt_grpo_turn_advantages(b->turn_rewards, b->n_turns, b->n_prompts, b->group_size,
+                                       BT_MAX_TURNS, gc.turn_gamma, gc.adv_norm, self->adv));
+    else
+        BT_TRY(bt_grpo_advantages(b->rewards, b->n_prompts, b->group_size, gc.adv_norm, self->adv));
     /* debug.inject_nan_at_step: once, even when a rollback replays that step */
     bool inject = c->debug.inject_nan_at_step == self->step + 1 && !self->nan_injected;
     self->nan_injected |= inject;

@@ -25,6 +25,10 @@ void bt_rollout_batch_release(bt_rollout_batch *b) {
     free(b->rewards);
     free(b->correct);
     free(b->finished);
+    free(b->loss_mask);
+    free(b->turn);
+    free(b->n_turns);
+    free(b->turn_rewards);
     bt_rollout_batch_init(b);
 }
 
@@ -53,11 +57,19 @@ bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t
     b->rewards = calloc(n + 1, sizeof *b->rewards);
     b->correct = calloc(n + 1, sizeof *b->correct);
     b->finished = calloc(n + 1, sizeof *b->finished);
+    b->loss_mask = malloc(n * (size_t)max_new_tokens + 1);
+    b->turn = calloc(n * (size_t)max_new_tokens + 1, sizeof *b->turn);
+    b->n_turns = malloc((n + 1) * sizeof *b->n_turns);
+    b->turn_rewards = calloc(n * BT_MAX_TURNS + 1, sizeof *b->turn_rewards);
     if (!b->indices || !b->prompt_tokens || !b->prompt_lens || !b->tokens || !b->logprobs ||
-        !b->lengths || !b->rewards || !b->correct || !b->finished) {
+        !b->lengths || !b->rewards || !b->correct || !b->finished || !b->loss_mask || !b->turn ||
+        !b->n_turns || !b->turn_rewards) {
         bt_rollout_batch_release(b);
         return bt_fail(BT_ENOMEM, "rollout batch: out of memory");
     }
+    memset(b->loss_mask, 1, n * (size_t)max_new_tokens + 1); /* single-turn: every token trains */
+    for (size_t i = 0; i <= n; i++)
+        b->n_turns[i] = 1;
     return BT_OK;
 }
 
@@ -78,7 +90,24 @@ static bt_status s_batch_put(const bt_rollout_batch *b, const uint8_t *flags, bt
     BT_TRY(bt_msg_add_tensor(msg, "lengths", BT_I64, 1, s_n, b->lengths));
     BT_TRY(bt_msg_add_tensor(msg, "rewards", BT_F64, 1, s_n, b->rewards));
     BT_TRY(bt_msg_add_tensor(msg, "correct", BT_U8, 1, s_n, flags));
-    return bt_msg_add_tensor(msg, "finished", BT_U8, 1, s_n, flags + n);
+    BT_TRY(bt_msg_add_tensor(msg, "finished", BT_U8, 1, s_n, flags + n));
+    /* the episodes' fields, where they differ from the single-turn default */
+    bool masked = false, turns = false;
+    for (int64_t c = 0; c < n; c++) {
+        turns = turns || b->n_turns[c] != 1;
+        for (int64_t j = 0; j < b->lengths[c] && !masked; j++)
+            masked = b->loss_mask[c * b->max_new_tokens + j] == 0;
+    }
+    int64_t s_r[2] = {n, BT_MAX_TURNS};
+    if (masked)
+        BT_TRY(bt_msg_add_tensor(msg, "loss_mask", BT_U8, 2, s_t, b->loss_mask));
+    if (turns) {
+        BT_TRY(bt_msg_add_tensor(msg, "turn", BT_U8, 2, s_t, b->turn));
+        BT_TRY(bt_msg_add_tensor(msg, "n_turns", BT_I64, 1, s_n, b->n_turns));
+    }
+    if (b->has_turn_rewards)
+        BT_TRY(bt_msg_add_tensor(msg, "turn_rewards", BT_F64, 2, s_r, b->turn_rewards));
+    return BT_OK;
 }
 
 bt_status bt_batch_to_msg(const bt_rollout_batch *b, bt_msg_t *msg) {
@@ -111,6 +140,53 @@ static bt_status s_check_lengths(const bt_msg_t *msg, const char *name, const in
             return bt_fail(BT_EFORMAT, "%s: tensor '%s': row %lld holds %lld, outside [%lld, %lld]",
                            bt_msg_type_name(bt_msg_type_of(msg)), name, (long long)i,
                            (long long)v[i], (long long)lo, (long long)hi);
+    return BT_OK;
+}
+
+static bool s_has_tensor(const bt_msg_t *msg, const char *name) {
+    for (int i = 0; i < bt_msg_tensor_count(msg); i++)
+        if (!strcmp(bt_msg_tensor_at(msg, i).name, name))
+            return true;
+    return false;
+}
+
+/*  The episodes' tensors of msg into out (allocated, holding the defaults), each checked:
+    n_turns in [1, BT_MAX_TURNS], every token's turn below its episode's n_turns, turn rewards
+    finite.  loss_mask reads as 0 or 1. */
+static bt_status s_get_episodes(const bt_msg_t *msg, bt_rollout_batch *out) {
+    int64_t n = out->n, L = out->max_new_tokens;
+    bt_msg_tensor t;
+    const char *type = bt_msg_type_name(bt_msg_type_of(msg));
+    if (s_has_tensor(msg, "loss_mask")) {
+        BT_TRY(s_get(msg, "loss_mask", BT_U8, n, L, &t));
+        const uint8_t *m = t.data;
+        for (int64_t i = 0; i < n * L; i++)
+            out->loss_mask[i] = m[i] != 0;
+    }
+    if (s_has_tensor(msg, "turn") || s_has_tensor(msg, "n_turns")) {
+        BT_TRY(s_get(msg, "turn", BT_U8, n, L, &t));
+        memcpy(out->turn, t.data, t.nbytes);
+        BT_TRY(s_get(msg, "n_turns", BT_I64, n, -1, &t));
+        memcpy(out->n_turns, t.data, t.nbytes);
+        BT_TRY(s_check_lengths(msg, "n_turns", out->n_turns, n, 1, BT_MAX_TURNS));
+        for (int64_t c = 0; c < n; c++)
+            for (int64_t j = 0; j < out->lengths[c]; j++)
+                if (out->turn[c * L + j] >= out->n_turns[c])
+                    return bt_fail(BT_EFORMAT,
+                                   "%s: tensor 'turn': row %lld, token %lld: turn %d of an episode "
+                                   "of %lld turns",
+                                   type, (long long)c, (long long)j, out->turn[c * L + j],
+                                   (long long)out->n_turns[c]);
+    }
+    if (s_has_tensor(msg, "turn_rewards")) {
+        BT_TRY(s_get(msg, "turn_rewards", BT_F64, n, BT_MAX_TURNS, &t));
+        memcpy(out->turn_rewards, t.data, t.nbytes);
+        for (int64_t i = 0; i < n * BT_MAX_TURNS; i++)
+            if (!isfinite(out->turn_rewards[i]))
+                return bt_fail(BT_EFORMAT, "%s: tensor 'turn_rewards': row %lld holds %g", type,
+                               (long long)(i / BT_MAX_TURNS), out->turn_rewards[i]);
+        out->has_turn_rewards = true;
+    }
     return BT_OK;
 }
 
@@ -152,17 +228,40 @@ bt_status bt_batch_from_msg(const bt_msg_t *msg, bt_rollout_batch *out) {
     bt_status st = s_check_lengths(msg, "prompt_lens", out->prompt_lens, n, 1, Pmax);
     if (st == BT_OK)
         st = s_check_lengths(msg, "lengths", out->lengths, n, 0, L);
+    if (st == BT_OK)
+        st = s_get_episodes(msg, out);
     if (st != BT_OK)
         bt_rollout_batch_release(out);
     return st;
+}
+
+/*  Row r of in into row o of out, whose strides are at least in's. */
+static void s_row_copy(bt_rollout_batch *out, int64_t o, const bt_rollout_batch *in, int64_t r) {
+    int64_t Pm = in->max_prompt_len, L = in->max_new_tokens, oL = out->max_new_tokens;
+    memcpy(out->prompt_tokens + o * out->max_prompt_len, in->prompt_tokens + r * Pm,
+           sizeof(int32_t) * (size_t)Pm);
+    memcpy(out->tokens + o * oL, in->tokens + r * L, sizeof(int32_t) * (size_t)L);
+    memcpy(out->logprobs + o * oL, in->logprobs + r * L, sizeof(float) * (size_t)L);
+    memcpy(out->loss_mask + o * oL, in->loss_mask + r * L, (size_t)L);
+    memcpy(out->turn + o * oL, in->turn + r * L, (size_t)L);
+    memcpy(out->turn_rewards + o * BT_MAX_TURNS, in->turn_rewards + r * BT_MAX_TURNS,
+           sizeof(double) * BT_MAX_TURNS);
+    out->prompt_lens[o] = in->prompt_lens[r];
+    out->lengths[o] = in->lengths[r];
+    out->rewards[o] = in->rewards[r];
+    out->correct[o] = in->correct[r];
+    out->finished[o] = in->finished[r];
+    out->n_turns[o] = in->n_turns[r];
 }
 
 bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch *out) {
     int64_t P = 0, Pmax = 1, L = 1, version = INT64_MAX;
     for (int i = 0; i < n; i++) {
         if (parts[i].group_size != parts[0].group_size ||
-            parts[i].temperature != parts[0].temperature)
-            return bt_fail(BT_EINVAL, "batch concat: parts differ in group size or temperature");
+            parts[i].temperature != parts[0].temperature ||
+            parts[i].has_turn_rewards != parts[0].has_turn_rewards)
+            return bt_fail(BT_EINVAL, "batch concat: parts differ in group size, temperature or "
+                                      "whether they hold turn rewards");
         P += parts[i].n_prompts;
         Pmax = parts[i].max_prompt_len > Pmax ? parts[i].max_prompt_len : Pmax;
         L = parts[i].max_new_tokens > L ? parts[i].max_new_tokens : L;
@@ -171,24 +270,13 @@ bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch
     BT_TRY(bt_rollout_batch_alloc(out, P, n ? parts[0].group_size : 1, Pmax, L));
     out->version = n ? version : -1;
     out->temperature = n ? parts[0].temperature : 0;
+    out->has_turn_rewards = n && parts[0].has_turn_rewards;
     int64_t p0 = 0, r0 = 0;
     for (int i = 0; i < n; i++) {
         const bt_rollout_batch *b = &parts[i];
         memcpy(out->indices + p0, b->indices, sizeof *b->indices * (size_t)b->n_prompts);
-        for (int64_t r = 0; r < b->n; r++) {
-            int64_t o = r0 + r;
-            memcpy(out->prompt_tokens + o * Pmax, b->prompt_tokens + r * b->max_prompt_len,
-                   sizeof(int32_t) * (size_t)b->max_prompt_len);
-            memcpy(out->tokens + o * L, b->tokens + r * b->max_new_tokens,
-                   sizeof(int32_t) * (size_t)b->max_new_tokens);
-            memcpy(out->logprobs + o * L, b->logprobs + r * b->max_new_tokens,
-                   sizeof(float) * (size_t)b->max_new_tokens);
-            out->prompt_lens[o] = b->prompt_lens[r];
-            out->lengths[o] = b->lengths[r];
-            out->rewards[o] = b->rewards[r];
-            out->correct[o] = b->correct[r];
-            out->finished[o] = b->finished[r];
-        }
+        for (int64_t r = 0; r < b->n; r++)
+            s_row_copy(out, r0 + r, b, r);
         p0 += b->n_prompts;
         r0 += b->n;
     }
@@ -203,23 +291,14 @@ bt_status bt_batch_keep_groups(const bt_rollout_batch *in, const bool *keep,
     BT_TRY(bt_rollout_batch_alloc(out, kept, G, in->max_prompt_len, in->max_new_tokens));
     out->version = in->version;
     out->temperature = in->temperature;
-    int64_t o = 0, Pm = in->max_prompt_len, L = in->max_new_tokens;
+    out->has_turn_rewards = in->has_turn_rewards;
+    int64_t o = 0;
     for (int64_t g = 0; g < in->n_prompts; g++) {
         if (!keep[g])
             continue;
         out->indices[o] = in->indices[g];
-        for (int64_t j = 0; j < G; j++) {
-            int64_t r = g * G + j, w = o * G + j;
-            memcpy(out->prompt_tokens + w * Pm, in->prompt_tokens + r * Pm,
-                   sizeof(int32_t) * (size_t)Pm);
-            memcpy(out->tokens + w * L, in->tokens + r * L, sizeof(int32_t) * (size_t)L);
-            memcpy(out->logprobs + w * L, in->logprobs + r * L, sizeof(float) * (size_t)L);
-            out->prompt_lens[w] = in->prompt_lens[r];
-            out->lengths[w] = in->lengths[r];
-            out->rewards[w] = in->rewards[r];
-            out->correct[w] = in->correct[r];
-            out->finished[w] = in->finished[r];
-        }
+        for (int64_t j = 0; j < G; j++)
+            s_row_copy(out, o * G + j, in, g * G + j);
         o++;
     }
     return BT_OK;

@@ -76,12 +76,17 @@ static bt_status s_rollout_get(const bt_msg_t *m, bt_spec_rollout *r) {
     return BT_OK;
 }
 
+/*  Advantages per completion (n), or per turn (n, BT_MAX_TURNS) of a batch with turn rewards. */
+static int s_adv_dims(const bt_rollout_batch *b) {
+    return b->has_turn_rewards ? 2 : 1;
+}
+
 static bt_status s_train_put(const bt_spec_train *t, bt_msg_t *m) {
-    int64_t shape[1] = {t->batch->n};
+    int64_t shape[2] = {t->batch->n, BT_MAX_TURNS};
     BT_TRY(bt_msg_set_bool(m, "publish", t->publish));
     BT_TRY(s_put_expect(m, t->expect_version));
     BT_TRY(bt_batch_to_msg(t->batch, m));
-    BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, 1, shape, t->adv));
+    BT_TRY(bt_msg_add_tensor(m, "adv", BT_F64, s_adv_dims(t->batch), shape, t->adv));
     BT_TRY(bt_msg_set_bool(m, "freeze_reference", t->freeze_reference));
     return bt_msg_set_bool(m, "inject_nan", t->inject_nan);
 }
@@ -98,10 +103,12 @@ static bt_status s_train_get(const bt_msg_t *m, bt_spec_train *t) {
     bt_rollout_batch_init(b);
     t->batch = b;
     BT_TRY(bt_batch_from_msg(m, b));
-    BT_TRY(bt_msg_get_tensor(m, "adv", BT_F64, 1, &adv));
-    if (adv.shape[0] != b->n)
-        return bt_fail(BT_EFORMAT, "TASK: tensor 'adv': %lld rows for %lld completions",
-                       (long long)adv.shape[0], (long long)b->n);
+    BT_TRY(bt_msg_get_tensor(m, "adv", BT_F64, s_adv_dims(b), &adv));
+    if (adv.shape[0] != b->n || (adv.ndim == 2 && adv.shape[1] != BT_MAX_TURNS))
+        return bt_fail(BT_EFORMAT,
+                       "TASK: tensor 'adv': %lld rows for %lld completions (and %d columns per "
+                       "turn with turn rewards)",
+                       (long long)adv.shape[0], (long long)b->n, BT_MAX_TURNS);
     double *a = malloc(adv.nbytes + sizeof *a);
     if (!a)
         return bt_fail(BT_ENOMEM, "TASK: out of memory");

@@ -2,6 +2,7 @@
 #include "baton/grpo.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- group advantages ----------------------------------------------------------------------- */
@@ -51,6 +52,56 @@ bt_status bt_grpo_advantages(const double *rewards, int64_t n_groups, int64_t gr
     return BT_OK;
 }
 
+bt_status bt_grpo_turn_advantages(const double *turn_rewards, const int64_t *n_turns,
+                                  int64_t n_groups, int64_t group_size, int64_t max_turns,
+                                  double gamma, bt_adv_norm norm, double *adv_out) {
+    if (n_groups < 0 || group_size < 1 || max_turns < 1)
+        return bt_fail(BT_EINVAL,
+                       "grpo turn advantages: need n_groups >= 0, group_size >= 1 and max_turns "
+                       ">= 1, got %lld, %lld and %lld",
+                       (long long)n_groups, (long long)group_size, (long long)max_turns);
+    if (!(gamma >= 0.0 && gamma <= 1.0))
+        return bt_fail(BT_EINVAL, "grpo.turn_gamma: expected a number in [0, 1], got %g", gamma);
+    if (norm != BT_ADV_NORM_STD && norm != BT_ADV_NORM_NONE)
+        return bt_fail(BT_EINVAL, "grpo turn advantages: unknown normalisation %d", (int)norm);
+    if (n_groups > 0 && (!turn_rewards || !n_turns || !adv_out))
+        return bt_fail(BT_EINVAL, "grpo turn advantages: NULL rewards, turns or output");
+    int64_t n = n_groups * group_size;
+    for (int64_t i = 0; i < n; i++) {
+        if (n_turns[i] < 1 || n_turns[i] > max_turns)
+            return bt_fail(BT_EINVAL,
+                           "grpo turn advantages: episode %lld: n_turns %lld outside [1, %lld]",
+                           (long long)i, (long long)n_turns[i], (long long)max_turns);
+        for (int64_t t = 0; t < n_turns[i]; t++)
+            if (!isfinite(turn_rewards[i * max_turns + t]))
+                return bt_fail(BT_EINVAL, "grpo turn advantages: episode %lld turn %lld: reward %g",
+                               (long long)i, (long long)t, turn_rewards[i * max_turns + t]);
+    }
+    double *g = malloc(sizeof *g * (size_t)(group_size * max_turns) + 1); /* a group's returns */
+    if (!g)
+        return bt_fail(BT_ENOMEM, "grpo turn advantages: out of memory");
+    for (int64_t k = 0; k < n_groups; k++) {
+        int64_t m = 0; /* returns of the group so far, packed */
+        for (int64_t i = k * group_size; i < (k + 1) * group_size; i++) {
+            double ret = 0.0; /* discounted return-to-go (Williams 1992): G_t = r_t + gamma G_t+1 */
+            for (int64_t t = n_turns[i] - 1; t >= 0; t--) {
+                ret = turn_rewards[i * max_turns + t] + gamma * ret;
+                g[m + t] = ret;
+            }
+            m += n_turns[i];
+        }
+        s_group_advantages(g, m, norm, g); /* as the rewards of one group of m (GRPO) */
+        m = 0;
+        for (int64_t i = k * group_size; i < (k + 1) * group_size; i++) {
+            for (int64_t t = 0; t < max_turns; t++)
+                adv_out[i * max_turns + t] = t < n_turns[i] ? g[m + t] : 0.0;
+            m += n_turns[i];
+        }
+    }
+    free(g);
+    return BT_OK;
+}
+
 /* ---- configuration -------------------------------------------------------------------------- */
 
 bt_status bt_grpo_config_validate(const bt_grpo_config *cfg) {
@@ -80,6 +131,9 @@ bt_status bt_grpo_config_validate(const bt_grpo_config *cfg) {
         return bt_fail(BT_EINVAL,
                        "grpo.tis_cap: truncated importance sampling and the decoupled objective "
                        "(grpo.async_objective) both weight by the behaviour importance: set one");
+    if (!(cfg->turn_gamma >= 0.0 && cfg->turn_gamma <= 1.0))
+        return bt_fail(BT_EINVAL, "grpo.turn_gamma: expected a number in [0, 1], got %g",
+                       cfg->turn_gamma);
     if (!(cfg->behav_weight_cap >= 0.0))
         return bt_fail(BT_EINVAL, "grpo.behav_weight_cap: expected a number >= 0, got %g",
                        cfg->behav_weight_cap);

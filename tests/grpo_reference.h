@@ -16,6 +16,7 @@ static inline bt_grpo_config bt_test_grpo_config(void) {
                             .max_tokens = 1024,
                             .adv_norm = BT_ADV_NORM_STD,
                             .decoupled = false,
-                            .behav_weight_cap = 5.0};
+                            .behav_weight_cap = 5.0,
+                            .turn_gamma = 1.0};
 }
 #endif

@@ -636,6 +636,244 @@ static void test_accumulation(bt_loss_agg agg) {
     bt_ctx_destroy(&pctx);
 }
 
+/* ---- loss masks: environment tokens inside a completion ------------------------------------- */
+
+/*  A float64 reference of bt_grpo_loss on a padded (B, T) batch, written from the formulas with
+    the masked tokens dropped: those tokens are skipped, so whatever they hold cannot reach the
+    value.  Fills g_logp and g_ent (B * T) with d loss / d logp and d loss / d entropy (0 at
+    skipped tokens) and returns the loss.  adv per row; no decoupling, no TIS. */
+static double s_loss_f64(const bt_grpo_config *cfg, int B, int T, const float *logp,
+                         const float *old, const float *ref, const float *ent, const float *adv,
+                         const float *mask, double *g_logp, double *g_ent, double *tokens) {
+    double n_tok = 0.0, loss = 0.0;
+    int64_t trained[8] = {0};
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            trained[b] += mask[b * T + t] != 0.0f;
+    for (int b = 0; b < B; b++)
+        n_tok += (double)trained[b];
+    double norm = cfg->loss_agg == BT_LOSS_AGG_TOKEN_MEAN ? n_tok
+                  : cfg->loss_agg == BT_LOSS_AGG_SEQ_MEAN ? (double)B
+                                                          : (double)B * (double)cfg->max_tokens;
+    for (int i = 0; i < B * T; i++) {
+        g_logp[i] = g_ent[i] = 0.0;
+        if (mask[i] == 0.0f)
+            continue; /* an environment token: dropped */
+        int b = i / T;
+        double w = (cfg->loss_agg == BT_LOSS_AGG_SEQ_MEAN ? 1.0 / (double)trained[b] : 1.0) / norm;
+        double A = adv[b], lr = (double)logp[i] - (double)old[i], rho = exp(lr);
+        double clamped = fmin(fmax(rho, 1.0 - cfg->clip_low), 1.0 + cfg->clip_high);
+        bool unclipped = rho * A <= clamped * A; /* min picks the unclipped term */
+        double pg = -fmin(rho * A, clamped * A);
+        double x = (double)ref[i] - (double)logp[i]; /* log r, r = p_ref / p */
+        double kl = cfg->kl_estimator == BT_KL_K1 ? -x : exp(x) - x - 1.0;
+        double dkl = cfg->kl_estimator == BT_KL_K1 ? 1.0 : 1.0 - exp(x);
+        loss += w * (pg + cfg->kl_coef * kl - cfg->entropy_coef * (double)ent[i]);
+        g_logp[i] = w * ((unclipped ? -rho * A : 0.0) + cfg->kl_coef * dkl);
+        g_ent[i] = -w * cfg->entropy_coef;
+    }
+    *tokens = n_tok;
+    return loss;
+}
+
+/*  Two episodes of 6 tokens (T = 6): model tokens, then an observation (mask 0) holding garbage
+    that would overflow exp() or turn the sums to NaN if it were used, then model tokens again.
+    Loss and gradients equal the float64 reference without those tokens for every aggregation,
+    with k1 and k3 KL and the entropy bonus; the observation's gradients are exactly 0; the
+    statistics count the 8 model tokens only.  And a mask of all ones over the same batch is the
+    unmasked loss the library always computed (the same call, the same bits). */
+static void test_observation_mask(void) {
+    enum { B = 2, T = 6 };
+    bt_ctx *ctx = bt_ctx_new();
+    const int64_t bt[2] = {B, T}, b1[1] = {B};
+    /* episode 0: m m o o m m; episode 1: m o o m m m (o: environment tokens) */
+    const float mask[B * T] = {1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1};
+    float logp[B * T], old[B * T], ref[B * T], ent[B * T];
+    const float adv[B] = {0.75f, -1.25f};
+    /* logp - old: 0.35 on A > 0 above 1 + clip_high, -0.35 on A < 0 below 1 - clip_low */
+    const float log_ratio[B * T] = {0.35f,  -0.1f, 0, 0,     0.05f,  0.2f,
+                                    -0.35f, 0,     0, 0.15f, -0.05f, 0.3f};
+    for (int i = 0; i < B * T; i++) {
+        logp[i] = (float)s_uniform(-3.0, -0.1);
+        old[i] = logp[i] - log_ratio[i];
+        ref[i] = logp[i] + (float)s_uniform(-0.3, 0.3);
+        ent[i] = (float)s_uniform(0.1, 2.0);
+        if (mask[i] == 0.0f) { /* what an observation's slots may hold */
+            logp[i] = 80.0f;
+            old[i] = -1e4f;
+            ref[i] = 1e4f;
+            ent[i] = INFINITY;
+        }
+    }
+    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
+                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
+    const bt_kl_estimator kls[2] = {BT_KL_K1, BT_KL_K3};
+    double clipped = 0;
+    for (int a = 0; a < 3; a++) {
+        for (int k = 0; k < 2; k++) {
+            bt_grpo_config cfg = bt_test_grpo_config();
+            cfg.loss_agg = aggs[a];
+            cfg.max_tokens = 7;
+            cfg.kl_coef = 0.1;
+            cfg.kl_estimator = kls[k];
+            cfg.entropy_coef = 0.02;
+            double want_g[B * T], want_ge[B * T], tokens;
+            double want =
+                s_loss_f64(&cfg, B, T, logp, old, ref, ent, adv, mask, want_g, want_ge, &tokens);
+            CHECK(tokens == 8.0);
+            const int64_t lens[B] = {4, 4}; /* the trained tokens of each episode */
+            double norm = bt_grpo_normaliser(&cfg, lens, B);
+            bt_tensor *tl = s_f32(ctx, 2, bt, logp), *te = s_f32(ctx, 2, bt, ent);
+            CHECK_OK(bt_set_requires_grad(tl, true));
+            CHECK_OK(bt_set_requires_grad(te, true));
+            bt_grpo_stats st = {0};
+            bt_tensor *loss =
+                bt_grpo_loss(ctx, &cfg, tl, s_f32(ctx, 2, bt, old), s_f32(ctx, 2, bt, ref),
+                             s_f32(ctx, 1, b1, adv), s_f32(ctx, 2, bt, mask), NULL, te, norm, &st);
+            CHECK_REL(s_item(loss), want, 1e-6);
+            CHECK_OK(bt_backward(loss));
+            float g[B * T], ge[B * T];
+            s_grad(ctx, tl, g, B * T);
+            s_grad(ctx, te, ge, B * T);
+            for (int i = 0; i < B * T; i++) {
+                CHECK_NEAR(g[i], want_g[i], 1e-6);
+                CHECK_NEAR(ge[i], want_ge[i], 1e-8);
+                if (mask[i] == 0.0f)
+                    CHECK(g[i] == 0.0f && ge[i] == 0.0f); /* exactly: no term reaches them */
+            }
+            CHECK(st.tokens == 8.0);
+            CHECK(isfinite(st.ratio_max) && isfinite(st.ratio_sumsq) && isfinite(st.kl_sum));
+            CHECK(isfinite(st.entropy_sum) && isfinite(st.mismatch_sum));
+            CHECK(st.clip_low_tokens == 1.0 && st.clip_high_tokens == 1.0);
+            clipped += st.clip_low_tokens + st.clip_high_tokens;
+            bt_ctx_reset(ctx);
+        }
+    }
+    CHECK(clipped == 12.0); /* both clipped branches, in each of the six losses */
+    bt_ctx_destroy(&ctx);
+}
+
+/*  d loss / d logits at an environment token is exactly zero, every vocabulary entry of it: a
+    policy of free logits (B, T, V) gives log-probs and entropies, and the masked positions'
+    logits get no gradient while every model token's do.  Changing the id of an environment
+    token (which, here, no other position sees) changes neither the loss nor any gradient, bit
+    for bit.  (Through attention it does reach the gradient: test_trainer.c, one layer.) */
+static void test_masked_logits(void) {
+    enum { B = 2, T = 5, V = 7 };
+    bt_ctx *ctx = bt_ctx_new();
+    const float mask[B * T] = {1, 0, 0, 1, 1, 1, 1, 0, 1, 0};
+    float logits[B * T * V], old[B * T];
+    int64_t ids[B * T];
+    const float adv[B] = {1.0f, -0.5f};
+    for (int i = 0; i < B * T * V; i++)
+        logits[i] = (float)s_uniform(-2, 2);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int64_t)s_uniform(0, V);
+        old[i] = (float)s_uniform(-3, -1);
+    }
+    const int64_t s3[3] = {B, T, V}, s2[2] = {B, T}, s1[1] = {B};
+    bt_grpo_config cfg = bt_test_grpo_config();
+    cfg.kl_coef = 0.0;
+    cfg.entropy_coef = 0.05;
+    float g[2][B * T * V];
+    double loss[2];
+    for (int run = 0; run < 2; run++) {
+        if (run == 1)
+            ids[1] = (ids[1] + 3) % V; /* an environment token's id changes */
+        bt_tensor *tlog = s_f32(ctx, 3, s3, logits);
+        CHECK_OK(bt_set_requires_grad(tlog, true));
+        bt_tensor *lp = bt_log_softmax(ctx, tlog, -1); /* (B, T, V) */
+        bt_tensor *ent = bt_neg(ctx, bt_sum(ctx, bt_mul(ctx, bt_exp(ctx, lp), lp), -1, false));
+        bt_tensor *tids = bt_from_host(ctx, BT_I64, bt_cpu(), 2, s2, ids);
+        bt_tensor *logp = bt_reshape(ctx, bt_gather(ctx, lp, 2, bt_unsqueeze(ctx, tids, 2)), 2, s2);
+        bt_tensor *l =
+            bt_grpo_loss(ctx, &cfg, logp, s_f32(ctx, 2, s2, old), NULL, s_f32(ctx, 1, s1, adv),
+                         s_f32(ctx, 2, s2, mask), NULL, ent, 7.0, NULL);
+        loss[run] = s_item(l);
+        CHECK_OK(bt_backward(l));
+        s_grad(ctx, tlog, g[run], B * T * V);
+        bt_ctx_reset(ctx);
+    }
+    for (int i = 0; i < B * T; i++) {
+        double sq = 0.0;
+        for (int v = 0; v < V; v++)
+            sq += (double)g[0][i * V + v] * g[0][i * V + v];
+        if (mask[i] == 0.0f)
+            CHECK(sq == 0.0); /* every entry exactly 0 */
+        else
+            CHECK(sq > 0.0);
+    }
+    CHECK(loss[0] == loss[1]);
+    CHECK(memcmp(g[0], g[1], sizeof g[0]) == 0);
+    bt_ctx_destroy(&ctx);
+}
+
+/* ---- per-turn advantages -------------------------------------------------------------------- */
+
+/*  Return-to-go and the group's normalisation by hand.  Group 0 (gamma 0.5): episode 0 took 3
+    turns with rewards 1, 0, 2: G = 1 + 0.5 (0 + 0.5 * 2) = 1.5, 0 + 0.5 * 2 = 1, 2; episode 1 one
+    turn of reward 0: G = 0.  The group's four returns 1.5, 1, 2, 0: mean 1.125, deviations
+    0.375, -0.125, 0.875, -1.125, unbiased variance (0.140625 + 0.015625 + 0.765625 + 1.265625) / 3
+    = 0.729166..., std 0.853912...; group 1: two episodes of two turns of reward 3. */
+static void test_turn_advantages(void) {
+    enum { K = 4 };
+    const double r[4 * K] = {1, 0, 2, 0, 0, 0, 0, 0, /* group 0 */
+                             3, 3, 0, 0, 3, 3, 0, 0};
+    const int64_t turns[4] = {3, 1, 2, 2};
+    double a[4 * K];
+    CHECK_OK(bt_grpo_turn_advantages(r, turns, 2, 2, K, 0.5, BT_ADV_NORM_STD, a));
+    const double G[4] = {1.5, 1.0, 2.0, 0.0}, mean = 1.125;
+    double ss = 0;
+    for (int i = 0; i < 4; i++)
+        ss += (G[i] - mean) * (G[i] - mean);
+    double sd = sqrt(ss / 3.0) + 1e-6;
+    CHECK_NEAR(sd - 1e-6, 0.8539125638299665, 1e-12);
+    CHECK_NEAR(a[0], (1.5 - mean) / sd, 1e-12);
+    CHECK_NEAR(a[1], (1.0 - mean) / sd, 1e-12);
+    CHECK_NEAR(a[2], (2.0 - mean) / sd, 1e-12);
+    CHECK(a[3] == 0.0); /* past the episode's turns */
+    CHECK_NEAR(a[K], (0.0 - mean) / sd, 1e-12);
+    for (int t = 1; t < K; t++)
+        CHECK(a[K + t] == 0.0);
+    /* group 1's returns: 3 + 0.5 * 3 = 4.5 and 3, twice: mean 3.75, deviations +-0.75 */
+    double sd1 = sqrt(4 * 0.5625 / 3.0) + 1e-6;
+    CHECK_NEAR(a[2 * K], 0.75 / sd1, 1e-12);
+    CHECK_NEAR(a[2 * K + 1], -0.75 / sd1, 1e-12);
+    CHECK_NEAR(a[3 * K], 0.75 / sd1, 1e-12);
+
+    /* gamma 1, Dr. GRPO's norm: the undiscounted sums less the group's mean (3, 2, 2, 0 -> 1.75) */
+    CHECK_OK(bt_grpo_turn_advantages(r, turns, 1, 2, K, 1.0, BT_ADV_NORM_NONE, a));
+    CHECK_NEAR(a[0], 3.0 - 1.75, 1e-15);
+    CHECK_NEAR(a[1], 2.0 - 1.75, 1e-15);
+    CHECK_NEAR(a[2], 2.0 - 1.75, 1e-15);
+    CHECK_NEAR(a[K], 0.0 - 1.75, 1e-15);
+
+    /* one turn per episode: the per-episode advantages, whatever gamma */
+    const double single[8] = {2, 4, 9, 5, 1, 0, 0, 1};
+    const int64_t ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    double per_turn[8], per_episode[8];
+    CHECK_OK(bt_grpo_turn_advantages(single, ones, 2, 4, 1, 0.3, BT_ADV_NORM_STD, per_turn));
+    CHECK_OK(bt_grpo_advantages(single, 2, 4, BT_ADV_NORM_STD, per_episode));
+    for (int i = 0; i < 8; i++)
+        CHECK(per_turn[i] == per_episode[i]);
+
+    /* bad input is named */
+    CHECK(bt_grpo_turn_advantages(r, turns, 2, 2, K, 1.5, BT_ADV_NORM_STD, a) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "grpo.turn_gamma");
+    const int64_t zero[4] = {3, 0, 2, 2};
+    CHECK(bt_grpo_turn_advantages(r, zero, 2, 2, K, 1.0, BT_ADV_NORM_STD, a) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "episode 1: n_turns 0");
+    double nan_r[4 * K];
+    memcpy(nan_r, r, sizeof nan_r);
+    nan_r[K + 0] = NAN;
+    CHECK(bt_grpo_turn_advantages(nan_r, turns, 2, 2, K, 1.0, BT_ADV_NORM_STD, a) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "episode 1 turn 0");
+    bt_grpo_config cfg = bt_test_grpo_config();
+    cfg.turn_gamma = -0.1;
+    CHECK(bt_grpo_config_validate(&cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "grpo.turn_gamma");
+}
+
 /* ---- learning-rate schedules ---------------------------------------------------------------- */
 
 static void test_lr_schedules(void) {
@@ -707,6 +945,9 @@ int main(void) {
         test_reinforce_gradient(aggs[i]);
         test_accumulation(aggs[i]);
     }
+    test_observation_mask();
+    test_masked_logits();
+    test_turn_advantages();
     test_lr_schedules();
     return check_exit();
 }

@@ -4,7 +4,9 @@
 #include "baton/messages.h"
 #include "check.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /*  A batch of P prompts x G completions whose every value encodes its position. */
 static void s_fill(bt_rollout_batch *b, int64_t P, int64_t G, int64_t base) {
@@ -102,6 +104,148 @@ static void test_select_and_concat(void) {
     bt_rollout_batch_release(&kept);
 }
 
+/*  Row r of a equals row s of b in the episode fields: loss_mask and turn within the length,
+    n_turns, every turn reward. */
+static bool s_same_episode(const bt_rollout_batch *a, int64_t r, const bt_rollout_batch *b,
+                           int64_t s) {
+    bool same = a->n_turns[r] == b->n_turns[s];
+    for (int64_t t = 0; t < a->lengths[r]; t++)
+        same &=
+            a->loss_mask[r * a->max_new_tokens + t] == b->loss_mask[s * b->max_new_tokens + t] &&
+            a->turn[r * a->max_new_tokens + t] == b->turn[s * b->max_new_tokens + t];
+    for (int64_t t = 0; t < BT_MAX_TURNS; t++)
+        same &= a->turn_rewards[r * BT_MAX_TURNS + t] == b->turn_rewards[s * BT_MAX_TURNS + t];
+    return same;
+}
+
+/*  Multi-turn episodes: the loss mask, turns and turn rewards survive the trip, and through
+    concat and keep_groups; a single-turn batch's message is the old format (its 9 tensors and no
+    more), and a message in the old format, written here tensor by tensor, reads as all ones, one
+    turn, no turn rewards; episode fields that contradict each other are refused by name. */
+static void test_episode_round_trip(void) {
+    bt_rollout_batch a, b, parts[2], joined, kept;
+    bt_rollout_batch_init(&a);
+    bt_rollout_batch_init(&b);
+    bt_rollout_batch_init(&joined);
+    bt_rollout_batch_init(&kept);
+    s_fill(&a, 2, 2, 1); /* lengths 0, 1, 2, 3 */
+    bt_msg_t *m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_batch_to_msg(&a, m));
+    CHECK(bt_msg_tensor_count(m) == 9); /* single-turn: what it was before episodes */
+    bt_msg_destroy(&m);
+    for (int64_t i = 0; i < a.n * a.max_new_tokens; i++)
+        CHECK(a.loss_mask[i] == 1 && a.turn[i] == 0);
+    for (int64_t r = 0; r < a.n; r++)
+        CHECK(a.n_turns[r] == 1);
+    CHECK(!a.has_turn_rewards);
+
+    /* row 3: model token, observation, model token of turn 1 */
+    a.loss_mask[3 * 3 + 1] = 0;
+    a.turn[3 * 3 + 1] = 0;
+    a.turn[3 * 3 + 2] = 1;
+    a.n_turns[3] = 2;
+    a.turn_rewards[3 * BT_MAX_TURNS + 0] = 0.25;
+    a.turn_rewards[3 * BT_MAX_TURNS + 1] = -1.5;
+    a.turn_rewards[1 * BT_MAX_TURNS + 0] = 2.0;
+    a.has_turn_rewards = true;
+    m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_batch_to_msg(&a, m));
+    CHECK(bt_msg_tensor_count(m) == 13);
+    CHECK_OK(bt_batch_from_msg(m, &b));
+    CHECK(b.has_turn_rewards && b.loss_mask[3 * 3 + 1] == 0 && b.turn[3 * 3 + 2] == 1);
+    for (int64_t r = 0; r < a.n; r++)
+        CHECK(s_same_row(&a, r, &b, r) && s_same_episode(&a, r, &b, r));
+    bt_msg_destroy(&m);
+
+    /* concat and keep_groups move the episode fields with their rows */
+    s_fill(&b, 1, 2, 9);
+    b.has_turn_rewards = true;
+    b.turn_rewards[1 * BT_MAX_TURNS] = 7.0;
+    parts[0] = a;
+    parts[1] = b;
+    CHECK_OK(bt_batch_concat(parts, 2, &joined));
+    CHECK(joined.has_turn_rewards);
+    for (int64_t r = 0; r < 4; r++)
+        CHECK(s_same_episode(&a, r, &joined, r));
+    CHECK(s_same_episode(&b, 1, &joined, 5));
+    bool keep[3] = {false, true, true};
+    CHECK_OK(bt_batch_keep_groups(&joined, keep, &kept));
+    CHECK(kept.has_turn_rewards);
+    for (int64_t r = 0; r < 4; r++)
+        CHECK(s_same_episode(&joined, 2 + r, &kept, r));
+    parts[1].has_turn_rewards = false; /* turn rewards for some rows only: refused */
+    CHECK(bt_batch_concat(parts, 2, &joined) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "turn rewards");
+
+    /* the old format, tensor by tensor: 2 completions of 3 tokens */
+    m = bt_msg_new(BT_MSG_RESULT);
+    const int64_t one[1] = {1}, two[1] = {2}, pt[2] = {2, 2}, tk[2] = {2, 3};
+    const uint64_t ix[1] = {4};
+    const int32_t prompt[4] = {256, 1, 256, 2}, tokens[6] = {5, 6, 7, 8, 9, 10};
+    const int64_t plen[2] = {2, 2}, len[2] = {3, 2};
+    const float lp[6] = {-1, -2, -3, -4, -5, -6};
+    const double rw[2] = {1, 0};
+    const uint8_t flags[2] = {1, 0};
+    CHECK_OK(bt_msg_set_int(m, "version", 3));
+    CHECK_OK(bt_msg_set_int(m, "group_size", 2));
+    CHECK_OK(bt_msg_set_int(m, "n_prompts", 1));
+    CHECK_OK(bt_msg_set_double(m, "temperature", 1.0));
+    CHECK_OK(bt_msg_add_tensor(m, "indices", BT_I64, 1, one, ix));
+    CHECK_OK(bt_msg_add_tensor(m, "prompt_tokens", BT_I32, 2, pt, prompt));
+    CHECK_OK(bt_msg_add_tensor(m, "prompt_lens", BT_I64, 1, two, plen));
+    CHECK_OK(bt_msg_add_tensor(m, "tokens", BT_I32, 2, tk, tokens));
+    CHECK_OK(bt_msg_add_tensor(m, "logprobs", BT_F32, 2, tk, lp));
+    CHECK_OK(bt_msg_add_tensor(m, "lengths", BT_I64, 1, two, len));
+    CHECK_OK(bt_msg_add_tensor(m, "rewards", BT_F64, 1, two, rw));
+    CHECK_OK(bt_msg_add_tensor(m, "correct", BT_U8, 1, two, flags));
+    CHECK_OK(bt_msg_add_tensor(m, "finished", BT_U8, 1, two, flags));
+    CHECK_OK(bt_batch_from_msg(m, &b));
+    CHECK(b.n == 2 && b.tokens[4] == 9 && !b.has_turn_rewards);
+    for (int64_t i = 0; i < 6; i++)
+        CHECK(b.loss_mask[i] == 1 && b.turn[i] == 0);
+    CHECK(b.n_turns[0] == 1 && b.n_turns[1] == 1);
+    for (int64_t i = 0; i < 2 * BT_MAX_TURNS; i++)
+        CHECK(b.turn_rewards[i] == 0.0);
+
+    /* a token of turn 2 in an episode of 2 turns; n_turns 0; a NaN turn reward */
+    const uint8_t turn[6] = {0, 1, 2, 0, 0, 0};
+    const int64_t n_turns[2] = {2, 1};
+    CHECK_OK(bt_msg_add_tensor(m, "turn", BT_U8, 2, tk, turn));
+    CHECK_OK(bt_msg_add_tensor(m, "n_turns", BT_I64, 1, two, n_turns));
+    CHECK(bt_batch_from_msg(m, &b) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "'turn': row 0, token 2: turn 2 of an episode of 2");
+    bt_msg_destroy(&m);
+    m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_batch_to_msg(&a, m));
+    bt_msg_t *m2 = bt_msg_new(BT_MSG_RESULT); /* a's, with n_turns 0 in row 1 */
+    for (int i = 0; i < bt_msg_tensor_count(m); i++)
+        if (strcmp(bt_msg_tensor_at(m, i).name, "n_turns") != 0)
+            CHECK_OK(bt_msg_add_tensor_shared(m2, m, i));
+    for (int i = 0; i < bt_msg_field_count(m); i++) /* every field an integer but temperature */
+        if (strcmp(bt_msg_field_key(m, i), "temperature") != 0) {
+            int64_t v;
+            CHECK_OK(bt_msg_get_int(m, bt_msg_field_key(m, i), 0, 1 << 20, &v));
+            CHECK_OK(bt_msg_set_int(m2, bt_msg_field_key(m, i), v));
+        }
+    CHECK_OK(bt_msg_set_double(m2, "temperature", 0.75));
+    int64_t four[1] = {4}, bad_turns[4] = {1, 0, 1, 2};
+    CHECK_OK(bt_msg_add_tensor(m2, "n_turns", BT_I64, 1, four, bad_turns));
+    CHECK(bt_batch_from_msg(m2, &b) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "'n_turns': row 1 holds 0");
+    bt_msg_destroy(&m2);
+    bt_msg_destroy(&m);
+    a.turn_rewards[2 * BT_MAX_TURNS] = NAN;
+    m = bt_msg_new(BT_MSG_RESULT);
+    CHECK_OK(bt_batch_to_msg(&a, m));
+    CHECK(bt_batch_from_msg(m, &b) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "'turn_rewards': row 2 holds nan");
+    bt_msg_destroy(&m);
+    bt_rollout_batch_release(&a);
+    bt_rollout_batch_release(&b);
+    bt_rollout_batch_release(&joined);
+    bt_rollout_batch_release(&kept);
+}
+
 static void test_weights_and_sums(void) {
     float w0[6] = {1, 2, 3, 4, 5, -6};
     uint16_t w1[2] = {0x3f00, 0xbe80}; /* bfloat16 0.5, -0.25 (a bf16 run's matrix weight) */
@@ -173,6 +317,7 @@ static void test_trainer_stats(void) {
 int main(void) {
     test_batch_round_trip();
     test_select_and_concat();
+    test_episode_round_trip();
     test_weights_and_sums();
     test_trainer_stats();
     return check_exit();

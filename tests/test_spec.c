@@ -132,6 +132,28 @@ static void test_train(void) {
     CHECK(!bt_msg_has(m, "expect_version") && back.u.train.expect_version == -1);
     bt_spec_task_release(&back);
     bt_msg_destroy(&m);
+
+    /* a batch with turn rewards: advantages per turn, (n, BT_MAX_TURNS) */
+    b.has_turn_rewards = true;
+    double turn_adv[2 * BT_MAX_TURNS] = {0};
+    turn_adv[0] = 0.5;
+    turn_adv[BT_MAX_TURNS + 1] = -2.0;
+    t.u.train.adv = turn_adv;
+    m = s_round_trip(&t, &back);
+    CHECK(back.u.train.batch->has_turn_rewards);
+    CHECK(memcmp(back.u.train.adv, turn_adv, sizeof turn_adv) == 0);
+    bt_spec_task_release(&back);
+    bt_msg_destroy(&m);
+    b.has_turn_rewards = false; /* per-episode advantages on a batch with turn rewards: refused */
+    t.u.train.adv = adv;
+    m = bt_msg_new(BT_MSG_TASK);
+    CHECK_OK(bt_spec_task_to_msg(&t, m));
+    CHECK_OK(bt_msg_add_tensor(m, "turn_rewards", BT_F64, 2, (const int64_t[]){2, BT_MAX_TURNS},
+                               turn_adv));
+    CHECK(bt_spec_task_from_msg(m, &s_lim, &back) == BT_EFORMAT);
+    CHECK_STR_CONTAINS(bt_last_error(), "'adv'");
+    bt_spec_task_release(&back);
+    bt_msg_destroy(&m);
     bt_rollout_batch_release(&b);
 }
 

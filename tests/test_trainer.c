@@ -200,7 +200,9 @@ static void test_grpo_loss_matches(void) {
 
     bt_trainer_stats st;
     CHECK_OK(bt_trainer_grpo_step(tr, &b, s_adv, 1e-3, &gc, &st));
-    CHECK_NEAR(st.loss, expect, 1e-12);
+    /* the batch's loss_mask is all ones (bt_rollout_batch_alloc's): the loss of every completion
+       token, as bt_grpo_loss computes it from the tensors above, to the last bit */
+    CHECK(st.loss == expect);
     /* closed form at rho = 1 and zero KL: -sum_i A_i L_i / sum_i L_i */
     double closed = 0;
     for (int c = 0; c < 8; c++)
@@ -268,6 +270,170 @@ static void test_completion_mask(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "completion 3");
     bt_rollout_batch_release(&b);
     bt_trainer_destroy(&tr);
+}
+
+/* ---- (b') multi-turn episodes: environment tokens in the completion ------------------------- */
+
+/*  s_grad_trainer's trainer (AdamW's first moments are the step's gradients, weights unmoved) on
+    a model of one decoder layer: an environment token reaches a gradient only through that
+    layer's attention. */
+static bt_trainer_t *s_episode_trainer(void) {
+    bt_model_config mc = s_tiny_config();
+    mc.num_hidden_layers = 1;
+    bt_model *m = bt_model_new(&mc, bt_cpu(), 61), *other = bt_model_new(&mc, bt_cpu(), 62);
+    bt_trainer_config cfg;
+    bt_trainer_config_init(&cfg);
+    cfg.adamw.beta1 = 0.0;
+    cfg.adamw.weight_decay = 0.0;
+    cfg.max_grad_norm = 0.0;
+    cfg.micro_batch = 3; /* groups of two episodes: the second group split over micro-batches */
+    cfg.reference = true;
+    bt_trainer_t *t = bt_trainer_new(&m, &cfg);
+    CHECK(t != NULL);
+    CHECK_OK(bt_weights_copy(bt_trainer_policy(t), other)); /* policy != reference: KL > 0 */
+    bt_model_destroy(&other);
+    return t;
+}
+
+static double s_grad_rel_diff(bt_trainer_t *a, bt_trainer_t *b);
+
+/*  Whether the last steps of a and b had the same gradients, bit for bit. */
+static bool s_same_grads(bt_trainer_t *a, bt_trainer_t *b) {
+    bool same = true;
+    for (int i = 0; i < bt_model_num_params(bt_trainer_policy(a)); i++) {
+        bt_tensor *ga = NULL, *gb = NULL, *va = NULL, *vb = NULL;
+        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(a), i, &ga, &va));
+        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(b), i, &gb, &vb));
+        size_t n = (size_t)bt_numel(ga);
+        float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
+        CHECK_OK(bt_to_host(ga, ha, n * sizeof *ha));
+        CHECK_OK(bt_to_host(gb, hb, n * sizeof *hb));
+        same = same && memcmp(ha, hb, n * sizeof *ha) == 0;
+        free(ha);
+        free(hb);
+    }
+    return same;
+}
+
+/*  Four episodes in two groups (one prompt each): model turn 0 (3 tokens), an observation (2
+    tokens, loss_mask 0), model turn 1 (3 tokens); episode 3 ends with one more observation token.
+    Behaviour log-probs are the policy's at the model tokens (rho = 1 there) and 50 at the
+    environment's, which would make rho = e^-50-ish if it were read. */
+enum { S_EP_N = 4, S_EP_L = 9, S_EP_P = 3 };
+static const uint8_t s_ep_mask[S_EP_L] = {1, 1, 1, 0, 0, 1, 1, 1, 0};
+static const uint8_t s_ep_turn[S_EP_L] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+
+static void s_episode_batch(bt_model *m, bt_rollout_batch *b) {
+    CHECK_OK(bt_rollout_batch_alloc(b, 2, 2, S_EP_P, S_EP_L));
+    b->temperature = 1.0;
+    for (int64_t c = 0; c < S_EP_N; c++) {
+        int32_t *p = b->prompt_tokens + c * S_EP_P, *t = b->tokens + c * S_EP_L;
+        float *lp = b->logprobs + c * S_EP_L;
+        b->prompt_lens[c] = S_EP_P;
+        b->lengths[c] = c == 3 ? 9 : 8;
+        b->n_turns[c] = 2;
+        p[0] = 256;
+        for (int64_t i = 1; i < S_EP_P; i++)
+            p[i] = (int32_t)('a' + (c / 2 * 5 + i) % 26);
+        for (int64_t j = 0; j < b->lengths[c]; j++) {
+            t[j] = (int32_t)(32 + (c * 13 + j * 7) % 90);
+            b->loss_mask[c * S_EP_L + j] = s_ep_mask[j];
+            b->turn[c * S_EP_L + j] = s_ep_turn[j];
+        }
+        s_row_logprobs(m, p, S_EP_P, t, b->lengths[c], 1.0, lp);
+        for (int64_t j = 0; j < b->lengths[c]; j++)
+            if (!s_ep_mask[j])
+                lp[j] = 50.0f;
+    }
+}
+
+/*  The trainer side of multi-turn episodes, by hand.  (a) At rho = 1 without KL the loss is the
+    closed form over the 24 model tokens alone, -sum A_token / 24 (token mean) and the mean of
+    each episode's own mean over its 6 model tokens (seq mean), per episode and per turn (advantages
+    (n, BT_MAX_TURNS)); the statistics count 24 tokens and see rho = 1, not the observations' e^-50.
+    (b) With KL, entropy and every aggregation: changing what an environment slot holds (its
+    behaviour log-prob, the id of episode 3's last token, which nothing attends to afterwards)
+    leaves loss and gradients the same bit for bit; changing an observation id in the middle
+    changes the gradients (later model tokens attend to it), by more than 1e-4 relative. */
+static void test_episode_mask(void) {
+    bt_trainer_t *tr[3] = {s_episode_trainer(), s_episode_trainer(), s_episode_trainer()};
+    bt_rollout_batch b[3];
+    for (int k = 0; k < 3; k++) {
+        bt_rollout_batch_init(&b[k]);
+        s_episode_batch(bt_trainer_policy(tr[0]), &b[k]);
+    }
+    const double ep_adv[S_EP_N] = {1.0, -1.0, 0.5, -0.25};
+    double turn_adv[S_EP_N * BT_MAX_TURNS] = {0};
+    for (int c = 0; c < S_EP_N; c++) {
+        turn_adv[c * BT_MAX_TURNS] = 0.3 * (c + 1);
+        turn_adv[c * BT_MAX_TURNS + 1] = -0.7 + 0.2 * c;
+    }
+    bt_grpo_config gc = bt_test_grpo_config();
+    gc.kl_coef = 0.0;
+    for (int per_turn = 0; per_turn < 2; per_turn++) {
+        b[0].has_turn_rewards = per_turn;
+        const double *adv = per_turn ? turn_adv : ep_adv;
+        for (int agg = 0; agg < 2; agg++) {
+            gc.loss_agg = agg ? BT_LOSS_AGG_SEQ_MEAN : BT_LOSS_AGG_TOKEN_MEAN;
+            double want = 0;
+            for (int c = 0; c < S_EP_N; c++)
+                for (int j = 0; j < b[0].lengths[c]; j++) {
+                    double a = per_turn ? turn_adv[c * BT_MAX_TURNS + s_ep_turn[j]] : ep_adv[c];
+                    want -= s_ep_mask[j] ? (double)(float)a / (agg ? 6.0 * S_EP_N : 24.0) : 0.0;
+                }
+            bt_trainer_stats st;
+            CHECK_OK(bt_trainer_grpo_step(tr[0], &b[0], adv, 0.0, &gc, &st));
+            CHECK_NEAR(st.loss, want, 1e-6);
+            CHECK(st.tokens == 24.0 && st.sequences == 4);
+            CHECK_NEAR(st.ratio_min, 1.0, 1e-5);
+            CHECK_NEAR(st.ratio_max, 1.0, 1e-5);
+            CHECK(st.mismatch_kl < 1e-6 && st.clip_frac == 0.0);
+        }
+    }
+    b[0].turn[2 * S_EP_L + 6] = 2; /* a token of turn 2 in an episode of 2 turns: refused */
+    b[0].has_turn_rewards = true;
+    bt_trainer_stats sft;
+    CHECK(bt_trainer_grpo_step(tr[0], &b[0], turn_adv, 0.0, &gc, &sft) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "completion 2: token 6 of turn 2, of 2 turns");
+    b[0].turn[2 * S_EP_L + 6] = 1;
+    b[0].has_turn_rewards = false;
+    CHECK_OK(bt_trainer_sft_step(tr[0], &b[0], 0.0, &sft));
+    CHECK(sft.tokens == 24.0); /* SFT trains the model's tokens only, too */
+
+    /* b[1]: the environment's slots hold other values; b[2]: an observation id mid-episode */
+    for (int64_t j = 0; j < S_EP_L; j++)
+        if (!s_ep_mask[j])
+            b[1].logprobs[0 * S_EP_L + j] = -30.0f;
+    b[1].tokens[3 * S_EP_L + 8] = (b[1].tokens[3 * S_EP_L + 8] + 1) % 256; /* episode 3's end */
+    b[2].tokens[1 * S_EP_L + 3] = (b[2].tokens[1 * S_EP_L + 3] + 1) % 256;
+    const bt_loss_agg aggs[3] = {BT_LOSS_AGG_TOKEN_MEAN, BT_LOSS_AGG_SEQ_MEAN,
+                                 BT_LOSS_AGG_TOKEN_SUM_NORM};
+    double moved = 1.0;
+    for (int a = 0; a < 3; a++) {
+        gc = bt_test_grpo_config();
+        gc.kl_coef = 0.05;
+        gc.entropy_coef = 0.01;
+        gc.loss_agg = aggs[a];
+        gc.max_tokens = 16;
+        bt_trainer_stats st[3];
+        for (int k = 0; k < 3; k++)
+            CHECK_OK(bt_trainer_grpo_step(tr[k], &b[k], ep_adv, 0.0, &gc, &st[k]));
+        CHECK(st[0].kl > 0 && st[0].entropy > 0 && st[0].tokens == 24.0);
+        CHECK(st[1].loss == st[0].loss && st[1].kl == st[0].kl && st[1].entropy == st[0].entropy &&
+              st[1].ratio_min == st[0].ratio_min);
+        CHECK(s_same_grads(tr[1], tr[0]));
+        CHECK(st[2].loss != st[0].loss); /* the model tokens after it see another context */
+        moved = fmin(moved, s_grad_rel_diff(tr[2], tr[0]));
+    }
+    printf(
+        "episodes: an observation id changed mid-episode moves the gradients by %.3g "
+        "(relative L2, the least over parameters and aggregations); at the episode's end, by 0\n",
+        moved);
+    CHECK(moved > 1e-4);
+    for (int k = 0; k < 3; k++) {
+        bt_rollout_batch_release(&b[k]);
+        bt_trainer_destroy(&tr[k]);
+    }
 }
 
 /* ---- (c) micro-batches ---------------------------------------------------------------------- */
@@ -1544,6 +1710,7 @@ int main(void) {
     bt_set_num_threads(1);
     test_grpo_loss_matches();
     test_completion_mask();
+    test_episode_mask();
     test_micro_batches();
     test_batching();
     test_share_prefix();

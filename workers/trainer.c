@@ -557,6 +557,15 @@ static bt_status s_check_batch(const bt_trainer_t *self, const bt_rollout_batch 
                            "trainer: completion %lld: prompt length %lld or completion length "
                            "%lld out of range",
                            (long long)c, (long long)b->prompt_lens[c], (long long)b->lengths[c]);
+        if (b->has_turn_rewards && (b->n_turns[c] < 1 || b->n_turns[c] > BT_MAX_TURNS))
+            return bt_fail(BT_EINVAL, "trainer: completion %lld: n_turns %lld outside [1, %d]",
+                           (long long)c, (long long)b->n_turns[c], BT_MAX_TURNS);
+        for (int64_t j = 0; b->has_turn_rewards && j < b->lengths[c]; j++)
+            if (b->turn[c * b->max_new_tokens + j] >= b->n_turns[c])
+                return bt_fail(BT_EINVAL,
+                               "trainer: completion %lld: token %lld of turn %d, of %lld turns",
+                               (long long)c, (long long)j, b->turn[c * b->max_new_tokens + j],
+                               (long long)b->n_turns[c]);
         if (b->prompt_lens[c] + b->lengths[c] > mc->max_position_embeddings)
             return bt_fail(BT_ERANGE,
                            "trainer: completion %lld: %lld tokens exceed max_position_embeddings "
@@ -568,6 +577,23 @@ static bt_status s_check_batch(const bt_trainer_t *self, const bt_rollout_batch 
 }
 
 /* ---- micro-batches -------------------------------------------------------------------------- */
+
+/*  Tokens of completion c that train (its loss_mask's sum within its length). */
+static int64_t s_trained(const bt_rollout_batch *b, int64_t c) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < b->lengths[c]; j++)
+        n += b->loss_mask[c * b->max_new_tokens + j] != 0;
+    return n;
+}
+
+/*  The advantage of token j of completion c: advantages (n) per episode, or (n, BT_MAX_TURNS)
+    per turn when the batch holds turn rewards. */
+static double s_token_adv(const bt_rollout_batch *b, const double *advantages, int64_t c,
+                          int64_t j) {
+    if (!b->has_turn_rewards)
+        return advantages[c];
+    return advantages[c * BT_MAX_TURNS + b->turn[c * b->max_new_tokens + j]];
+}
 
 /*  Where one item sits: its micro-batch's row and the column of its first token.  An item is the
     sequences seq .. seq+n-1 of the batch: one sequence (n = 1) laid out as prompt ++ completion,
@@ -732,10 +758,12 @@ typedef struct s_micro {
     bt_tensor *prefix; /* (R, T) I64: on a shared prompt's completions its segment id, else 0;
                           NULL when no item of the micro-batch shares its prompt */
     bt_tensor *pos;    /* (R, T) I64: positions, 0 at each prompt's first token */
-    bt_tensor *cmask;  /* (R, T-1) F32: 1 where element t predicts a completion token */
+    bt_tensor *cmask;  /* (R, T-1) F32: 1 where element t predicts a completion token the policy
+                          sampled (loss_mask 1), 0 at prompts, padding and environment tokens */
     bt_tensor *old;    /* (R, T-1) F32: behaviour log-probs there, 0 elsewhere */
-    bt_tensor *adv;    /* (R, T-1) F32: the sequence's advantage there, or NULL */
-    bt_tensor *len;    /* (R, T-1) F32: the sequence's completion length there, or NULL */
+    bt_tensor *adv;    /* (R, T-1) F32: the token's advantage there (its sequence's, or its
+                          turn's), or NULL */
+    bt_tensor *len;    /* (R, T-1) F32: the sequence's trained tokens there, or NULL */
 } s_micro;
 
 static bt_status s_micro_build(bt_ctx *ctx, const bt_model *model, const bt_rollout_batch *b,
@@ -770,16 +798,20 @@ static bt_status s_micro_build(bt_ctx *ctx, const bt_model *model, const bt_roll
             int64_t L = b->lengths[c], id = s->n > 1 ? col + 1 : s->col + 1;
             const int32_t *tokens = b->tokens + c * b->max_new_tokens;
             const float *lp = b->logprobs + c * b->max_new_tokens;
+            const uint8_t *trains = b->loss_mask + c * b->max_new_tokens;
+            float trained = (float)s_trained(b, c);
             for (int64_t j = 0; j < L; j++) { /* element col-1+j predicts completion token j */
                 int64_t cell = s->row * T + col + j, e = s->row * (T - 1) + col - 1 + j;
-                ids[cell] = tokens[j];
+                ids[cell] = tokens[j]; /* an environment token: input to attention, no loss */
                 seg[cell] = id;
                 pre[cell] = s->n > 1 ? s->col + 1 : 0;
                 pos[cell] = P + j;
+                if (!trains[j])
+                    continue;
                 cmask[e] = 1.0f;
                 old[e] = lp[j];
-                adv[e] = advantages ? (float)advantages[c] : 0.0f;
-                len[e] = (float)L;
+                adv[e] = advantages ? (float)s_token_adv(b, advantages, c, j) : 0.0f;
+                len[e] = trained;
             }
             col += L;
         }
@@ -962,9 +994,15 @@ static bt_status s_grpo_step(bt_trainer_t *self, const bt_rollout_batch *batch,
                        "trainer: kl_coef is %g but the trainer keeps no reference "
                        "(set reference in its config)",
                        cfg->kl_coef);
-    double normaliser = bt_grpo_normaliser(cfg, batch->lengths, batch->n);
+    int64_t *trained = malloc(sizeof *trained * (size_t)batch->n);
+    if (!trained)
+        return bt_fail(BT_ENOMEM, "trainer: out of memory");
+    for (int64_t c = 0; c < batch->n; c++)
+        trained[c] = s_trained(batch, c); /* environment tokens are not the policy's */
+    double normaliser = bt_grpo_normaliser(cfg, trained, batch->n);
+    free(trained);
     if (!(normaliser > 0))
-        return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
+        return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens to train");
     double temperature = batch->temperature > 0 ? batch->temperature : 1.0;
     int64_t lo, hi;
     s_rows(self, batch->n, &lo, &hi);
@@ -1058,7 +1096,7 @@ static bt_status s_sft_pass(bt_trainer_t *self, const bt_rollout_batch *batch, i
     *tokens = 0.0;
     *loss = 0.0;
     for (int64_t c = 0; c < batch->n; c++)
-        *tokens += (double)batch->lengths[c];
+        *tokens += (double)s_trained(batch, c);
     if (!(*tokens > 0))
         return bt_fail(BT_EINVAL, "trainer: the batch has no completion tokens");
     s_plan plan;

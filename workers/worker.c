@@ -409,11 +409,12 @@ static bt_status s_task_train(s_compute *c, const bt_spec_task *t, bt_spec_resul
     if (job->freeze_reference) /* RL's first step: the KL anchor is the policy as RL starts */
         BT_TRY(bt_trainer_freeze_reference(c->cur->trainer));
     const bt_rollout_batch *b = job->batch;
-    double *a = malloc(sizeof *a * (size_t)b->n + 1);
+    int64_t n_adv = b->n * (b->has_turn_rewards ? BT_MAX_TURNS : 1); /* per turn: (n, turns) */
+    double *a = malloc(sizeof *a * (size_t)n_adv + 1);
     if (!a)
         return bt_fail(BT_ENOMEM, "train: out of memory");
-    memcpy(a, job->adv, sizeof *a * (size_t)b->n);
-    for (int64_t i = 0; job->inject_nan && i < b->n; i++) /* debug.inject_nan_at_step */
+    memcpy(a, job->adv, sizeof *a * (size_t)n_adv);
+    for (int64_t i = 0; job->inject_nan && i < n_adv; i++) /* debug.inject_nan_at_step */
         a[i] = NAN;
     bt_trainer_stats stats;
     bt_grpo_config gc;

@@ -242,6 +242,7 @@ typedef struct bt_config {
         int async_objective;     /* 0 "ppo": clip pi_theta / pi_behav; 1 "decoupled" (AReaL) */
         double behav_weight_cap; /* asynchronous: the decoupled objective's importance cap */
         double tis_cap;          /* truncated importance sampling cap (grpo.h); 0: off */
+        double turn_gamma; /* per-turn advantages: the discount of later turns' rewards (grpo.h) */
     } grpo;
     struct {
         int64_t every_steps;

@@ -30,6 +30,20 @@ typedef enum bt_adv_norm {
     (NULL is allowed when n_groups == 0). */
 bt_status bt_grpo_advantages(const double *rewards, int64_t n_groups, int64_t group_size,
                              bt_adv_norm norm, double *adv_out);
+/*  Per-turn advantages of multi-turn episodes (grpo.turn_gamma).  Episode i of a group took
+    n_turns[i] model turns with rewards turn_rewards[i * max_turns + t]; each turn's discounted
+    return-to-go (REINFORCE's return, Williams 1992) is
+      G_it = r_it + gamma * G_i,t+1,   G_i,n_i = 0,
+    and the group's returns, all the turns of all its episodes together, are normalised as
+    bt_grpo_advantages normalises rewards: A_it = G_it - mean, divided by (std + 1e-6) with
+    BT_ADV_NORM_STD (std unbiased over the group's sum of n_i returns; a group whose returns are
+    all equal gets zeros).  One turn per episode gives bt_grpo_advantages of the rewards, whatever
+    gamma.  adv_out (n_groups * group_size, max_turns) receives A_it, 0 past n_turns[i].
+    BT_EINVAL for sizes out of range, gamma outside [0, 1], n_turns outside [1, max_turns] or a
+    reward that is not finite (named). */
+bt_status bt_grpo_turn_advantages(const double *turn_rewards, const int64_t *n_turns,
+                                  int64_t n_groups, int64_t group_size, int64_t max_turns,
+                                  double gamma, bt_adv_norm norm, double *adv_out);
 /*  True when all group_size rewards are equal, so every advantage is zero: the groups DAPO's
     dynamic sampling drops (Yu et al. 2025). */
 bool bt_grpo_group_has_zero_variance(const double *rewards, int64_t group_size);
@@ -71,6 +85,9 @@ typedef struct bt_grpo_config {
        against stop_grad(pi_theta), so w = 1 gives the standard loss and its gradients.  0: off.
        Not with decoupled (both reweight by the behaviour importance). */
     double tis_cap;
+    /* Per-turn advantages (bt_grpo_turn_advantages): the discount of later turns' rewards in a
+       turn's return, in [0, 1]; read by the advantage computation only, never by the loss. */
+    double turn_gamma;
 } bt_grpo_config;
 
 /*  BT_EINVAL with a message naming the field when a value is out of range. */
@@ -97,7 +114,9 @@ typedef struct bt_grpo_stats {
 void bt_grpo_stats_add(bt_grpo_stats *total, const bt_grpo_stats *part);
 
 /*  The loss divisor of a whole batch (all micro-batches, all ranks): total tokens for TOKEN_MEAN,
-    n_seqs for SEQ_MEAN, n_seqs * max_tokens for TOKEN_SUM_NORM.  0 for an empty batch. */
+    n_seqs for SEQ_MEAN, n_seqs * max_tokens for TOKEN_SUM_NORM.  0 for an empty batch.
+    completion_lengths are the tokens that train (the mask's sum per sequence: a multi-turn
+    episode's model tokens). */
 double bt_grpo_normaliser(const bt_grpo_config *cfg, const int64_t *completion_lengths,
                           int64_t n_seqs);
 
@@ -119,9 +138,11 @@ double bt_grpo_normaliser(const bt_grpo_config *cfg, const int64_t *completion_l
       old_logp (B, T) behaviour log-probs (no grad)
       ref_logp (B, T) reference log-probs; may be NULL when kl_coef == 0 (then kl_sum stays 0)
       adv      (B) advantages per row, or (B, T) per token
-      mask     (B, T) 1.0 for completion tokens, 0.0 elsewhere (there the inputs may be garbage)
-      seq_len  (B, T) len_i of each token's sequence (read by SEQ_MEAN only), or NULL: each row is
-               one sequence and len_i is its mask sum
+      mask     (B, T) 1.0 for the completion tokens the policy sampled, 0.0 elsewhere (padding,
+               prompts, an episode's environment tokens): there the inputs may be garbage, and
+               nothing there reaches the loss, its gradients or the statistics
+      seq_len  (B, T) len_i of each token's sequence, its mask sum (read by SEQ_MEAN only), or
+               NULL: each row is one sequence and len_i is its mask sum
       entropy  (B, T) per-token policy entropy, with grad, or NULL
     stats, when not NULL, receives this micro-batch's sums (bt_grpo_stats_add).  Returns NULL on
     failure (bad shapes, normaliser <= 0, a NULL input): the message is in bt_last_error(). */

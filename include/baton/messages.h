@@ -25,7 +25,12 @@ extern "C" {
 /*  n = n_prompts * group_size completions; completion c belongs to prompt c / group_size, so a
     group's completions are consecutive.  Row c of a (n, stride) array is [c * stride, (c+1) *
    stride). Every row keeps its own copy of its prompt, so batches can be cut and joined by rows. */
-/*  Prompt ids: BT_PROMPT_ID (source.h). */
+/*  Prompt ids: BT_PROMPT_ID (source.h).
+    A multi-turn episode's completion is its model turns and the environment's observations in
+    the order they came (model turn 0, observation 0, model turn 1, ...), as ids: loss_mask tells
+    which tokens the policy sampled, turn which model turn each belongs to.  A single-turn batch
+    is the default of every one of these fields: all ones, turn 0, one turn, no turn rewards. */
+#define BT_MAX_TURNS 64 /* model turns one episode may take (turn is a byte) */
 typedef struct bt_rollout_batch {
     int64_t n_prompts;
     int64_t group_size;
@@ -38,18 +43,29 @@ typedef struct bt_rollout_batch {
     int32_t *prompt_tokens; /* (n, max_prompt_len) BOS + prompt bytes, then padding */
     int64_t *prompt_lens;   /* (n) */
     int32_t *tokens;        /* (n, max_new_tokens) completion ids, the EOS included, then padding */
-    float *logprobs;        /* (n, max_new_tokens) behaviour log-prob of each token */
-    int64_t *lengths;       /* (n) completion tokens, the EOS included */
-    double *rewards;        /* (n) the decoded completion's reward (bt_reward_score) */
+    float *logprobs;        /* (n, max_new_tokens) behaviour log-prob of each token the policy
+                               sampled (loss_mask 1); anything at environment tokens */
+    int64_t *lengths;       /* (n) completion tokens, the EOS included (environment tokens too) */
+    double *rewards;        /* (n) the decoded completion's reward (bt_reward_score): the
+                               episode's final reward */
     bool *correct;          /* (n) its answer check (verifier's or reward service's) */
     bool *finished;         /* (n) ended with EOS (false: truncated at max_new_tokens) */
+    uint8_t *loss_mask;     /* (n, max_new_tokens) 1: a token the policy sampled (trained), 0: an
+                               environment token (an observation: no gradient, no statistic) */
+    uint8_t *turn;          /* (n, max_new_tokens) the model turn (0-based, < n_turns) a token
+                               belongs to; an observation, to the turn it answers */
+    int64_t *n_turns;       /* (n) model turns of the episode, [1, BT_MAX_TURNS] */
+    double *turn_rewards;   /* (n, BT_MAX_TURNS) each model turn's reward, 0 past n_turns */
+    bool has_turn_rewards;  /* turn_rewards hold the environment's: advantages per turn
+                               (bt_grpo_turn_advantages); false: one per episode, from rewards */
 } bt_rollout_batch;
 
 void bt_rollout_batch_init(bt_rollout_batch *b);
 /*  Frees the arrays and re-initialises b.  NULL-safe, idempotent. */
 void bt_rollout_batch_release(bt_rollout_batch *b);
 /*  Releases what b held, then allocates every array for n_prompts * group_size rows, all zero,
-    version -1.  Readers never look past a row's length, so padding may hold anything.
+    version -1, but loss_mask all ones and n_turns all 1: a single-turn batch.  Readers never
+    look past a row's length, so padding may hold anything.
     BT_EINVAL for sizes < 1 (n_prompts may be 0), BT_ENOMEM when out of memory. */
 bt_status bt_rollout_batch_alloc(bt_rollout_batch *b, int64_t n_prompts, int64_t group_size,
                                  int64_t max_prompt_len, int64_t max_new_tokens);
@@ -164,7 +180,11 @@ void bt_evaluator_sums_init(bt_evaluator_sums *s, int64_t samples);
 /* ---- as wire messages ----------------------------------------------------------------------- */
 /*  Fields version, group_size, n_prompts, temperature; tensors indices (P) I64, prompt_tokens
     (n, Pmax) I32, prompt_lens (n) I64, tokens (n, L) I32, logprobs (n, L) F32, lengths (n) I64,
-    rewards (n) F64, correct (n) U8, finished (n) U8. */
+    rewards (n) F64, correct (n) U8, finished (n) U8; and only where they differ from the
+    single-turn default (so a single-turn batch's message is what it was before episodes):
+    loss_mask (n, L) U8 when a token within a length is 0, turn (n, L) U8 and n_turns (n) I64
+    when an episode has more than one turn, turn_rewards (n, BT_MAX_TURNS) F64 when
+    has_turn_rewards.  A message without them reads as the default. */
 bt_status bt_batch_to_msg(const bt_rollout_batch *b, bt_msg_t *msg);
 /*  Fills *out (releasing what it held); BT_EFORMAT naming the first inconsistency. */
 bt_status bt_batch_from_msg(const bt_msg_t *msg, bt_rollout_batch *out);

@@ -104,7 +104,11 @@ void bt_trainer_set_group(bt_trainer_t *self, bt_group *group);
     every rank of the group: what a re-formed group does first.  BT_OK at once without a group. */
 bt_status bt_trainer_sync(bt_trainer_t *self, int root);
 
-/*  One GRPO update on batch with advantages[c] for completion c (float64, rounded to float32):
+/*  One GRPO update on batch with advantages[c] for completion c (float64, rounded to float32),
+    or, when batch->has_turn_rewards, advantages[c * BT_MAX_TURNS + t] for turn t of episode c
+    (bt_grpo_turn_advantages), each token taking its turn's.  Only the tokens loss_mask marks
+    train: an environment token is an input the policy attends to, and nothing else (no loss
+    term, no statistic, not counted by any aggregation's normaliser).  It
     recomputes the policy's log-probs at the batch's sampling temperature (so rho = 1 when the
     policy is the behaviour policy), the reference's under no-grad when cfg->kl_coef > 0, forms
     bt_grpo_loss per micro-batch (the trainer's batching) with the normaliser of the WHOLE batch
