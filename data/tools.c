@@ -1,17 +1,22 @@
 /*  tools.c — the built-in tools behind one bt_env (include/baton/tools.h): the calculator, a
     recursive-descent parser that evaluates as it parses, in exact 64-bit rationals while they
-    fit and in doubles after; the python tool, one bt_sandbox_run per call. */
+    fit and in doubles after; the python tool, one bt_sandbox_run per call, a step's calls on a
+    few threads at once. */
 #define _GNU_SOURCE /* memmem */
 #include "baton/tools.h"
 
 #include "baton/buf.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#define S_WORKERS_MAX 64 /* python_workers' bound */
 
 typedef __int128 s_i128;
 typedef unsigned __int128 s_u128;
@@ -425,16 +430,64 @@ static void s_wrap(const char *code, size_t len, bt_buf *program) {
     bt_buf_puts(program, s_wrapper_tail);
 }
 
-/*  Runs code in the sandbox and appends its answer to b; *error as tools.h says.  BT_EIO from
-    the sandbox passes through. */
-static bt_status s_python(const bt_tools_config *cfg, const char *code, size_t len, bt_buf *program,
-                          bt_sandbox_result *r, bt_buf *b, bool *error) {
-    s_wrap(code, len, program);
-    if (program->failed) {
-        bt_buf_release(program);
-        return bt_fail(BT_ENOMEM, "out of memory for a program of %zu bytes", len);
+typedef enum { S_CALC, S_PYTHON, S_TOOLS } s_tool;
+
+/*  One episode's turn: the call it holds, and for python the run's result. */
+typedef struct {
+    s_tool tool; /* S_TOOLS: none (the model answered) */
+    const char *body;
+    size_t body_len;
+    bt_sandbox_result *run; /* python: where its result goes */
+    bt_status status;       /* python: bt_sandbox_run's */
+    char error[256];        /* ... and its last error when it failed */
+} s_call;
+
+/*  The python calls of one step, shared by the threads that run them. */
+typedef struct {
+    const bt_sandbox_config *sandbox;
+    s_call **calls;
+    int64_t n;
+    atomic_llong next; /* the next call to take */
+} s_runs;
+
+/*  Takes calls until none is left.  The sandbox lets any thread run at any time (sandbox.h). */
+static void *s_runner(void *arg) {
+    s_runs *runs = arg;
+    bt_buf program = {0};
+    for (long long i; (i = atomic_fetch_add(&runs->next, 1)) < runs->n;) {
+        s_call *c = runs->calls[i];
+        s_wrap(c->body, c->body_len, &program);
+        c->status =
+            program.failed
+                ? bt_fail(BT_ENOMEM, "out of memory for a program of %zu bytes", c->body_len)
+                : bt_sandbox_run(runs->sandbox, program.data, program.len, c->run);
+        if (c->status != BT_OK)
+            snprintf(c->error, sizeof c->error, "%s", bt_last_error());
+        if (program.failed)
+            bt_buf_release(&program);
     }
-    BT_TRY(bt_sandbox_run(&cfg->python_sandbox, program->data, program->len, r));
+    bt_buf_release(&program);
+    return NULL;
+}
+
+/*  Runs the calls on up to workers threads, this one among them (fewer when a thread cannot be
+    made); returns when every call has run. */
+static void s_run_all(const bt_sandbox_config *sandbox, s_call **calls, int64_t n, int workers) {
+    s_runs runs = {.sandbox = sandbox, .calls = calls, .n = n};
+    atomic_init(&runs.next, 0);
+    pthread_t threads[S_WORKERS_MAX];
+    int started = 0;
+    for (; started < workers - 1 && started < n - 1; started++)
+        if (pthread_create(&threads[started], NULL, s_runner, &runs) != 0)
+            break;
+    s_runner(&runs);
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+}
+
+/*  Appends the answer of a python run r to b; *error as tools.h says. */
+static void s_python_answer(const bt_tools_config *cfg, const bt_sandbox_result *r, bt_buf *b,
+                            bool *error) {
     size_t shown = r->output_bytes < BT_SANDBOX_HEAD ? r->output_bytes : BT_SANDBOX_HEAD;
     bool cut = r->output_bytes > shown;
     if (!cut)
@@ -461,19 +514,15 @@ static bt_status s_python(const bt_tools_config *cfg, const char *code, size_t l
                       cfg->python_sandbox.output_limit);
         break;
     }
-    return BT_OK;
 }
 
 /* ---- the environment ---------------------------------------------------------------------- */
 
 typedef struct {
     bt_tools_config cfg;
-    bt_buf obs;                /* this call's observations, each followed by a NUL */
-    bt_buf program;            /* the last python call's program (s_wrap) */
-    bt_sandbox_result sandbox; /* the last python run (4 KiB: kept off the stack) */
+    bt_buf obs; /* this call's observations, each followed by a NUL */
 } s_tools;
 
-typedef enum { S_CALC, S_PYTHON, S_TOOLS } s_tool;
 static const char *const s_open_tag[S_TOOLS] = {"<calc>", "<python>"};
 static const char *const s_close_tag[S_TOOLS] = {"</calc>", "</python>"};
 
@@ -503,36 +552,35 @@ static bool s_on(const bt_tools_config *cfg, s_tool tool) {
     return tool == S_CALC ? cfg->calculator : cfg->python;
 }
 
-static bt_status s_step_one(s_tools *t, const bt_env_step_item *it, bt_env_reply *r) {
+/*  The call a turn holds: of the tools that are on, the one whose closing tag ends last. */
+static s_call s_find(const bt_tools_config *cfg, const bt_env_step_item *it) {
     const char *text = it->action_text ? it->action_text : "";
-    size_t len = it->action_text ? it->action_len : 0;
-    s_tool tool = S_TOOLS;
-    const char *body = NULL;
-    size_t body_len = 0, best_end = 0;
+    size_t len = it->action_text ? it->action_len : 0, best_end = 0;
+    s_call call = {.tool = S_TOOLS};
     for (s_tool k = S_CALC; k < S_TOOLS; k++) {
-        const char *b;
-        size_t bl, end;
-        if (s_on(&t->cfg, k) && s_find_call(text, len, k, &b, &bl, &end) && end > best_end)
-            tool = k, body = b, body_len = bl, best_end = end;
+        const char *body;
+        size_t body_len, end;
+        if (s_on(cfg, k) && s_find_call(text, len, k, &body, &body_len, &end) && end > best_end)
+            call = (s_call){.tool = k, .body = body, .body_len = body_len}, best_end = end;
     }
+    return call;
+}
+
+/*  Appends the observation of a turn's call (its python run done) and fills *r but for the
+    observation's address. */
+static void s_answer(s_tools *t, const s_call *call, bt_env_reply *r) {
     size_t before = t->obs.len;
-    *r = (bt_env_reply){.done = tool == S_TOOLS, .tool_called = tool != S_TOOLS};
-    if (tool != S_TOOLS) {
+    *r = (bt_env_reply){.done = call->tool == S_TOOLS, .tool_called = call->tool != S_TOOLS};
+    if (call->tool != S_TOOLS) {
         bt_buf_puts(&t->obs, "<result>");
-        if (tool == S_CALC) {
-            s_calculate(&t->cfg, body, body_len, &t->obs, &r->tool_error);
-        } else {
-            bt_status st = s_python(&t->cfg, body, body_len, &t->program, &t->sandbox, &t->obs,
-                                    &r->tool_error);
-            if (st != BT_OK)
-                return bt_fail(st, "tools: episode %llu: python: %s",
-                               (unsigned long long)it->episode, bt_last_error());
-        }
+        if (call->tool == S_CALC)
+            s_calculate(&t->cfg, call->body, call->body_len, &t->obs, &r->tool_error);
+        else
+            s_python_answer(&t->cfg, call->run, &t->obs, &r->tool_error);
         bt_buf_puts(&t->obs, "</result>");
     }
     r->observation_len = t->obs.len - before;
     bt_buf_put(&t->obs, "", 1);
-    return BT_OK;
 }
 
 /*  Points each reply at its observation, now that the buffer has stopped moving. */
@@ -568,9 +616,33 @@ static bt_status s_reset(void *user, const bt_env_reset_item *items, int64_t n, 
 static bt_status s_step(void *user, const bt_env_step_item *items, int64_t n, bt_env_reply *out) {
     s_tools *t = user;
     s_clear(t);
-    for (int64_t i = 0; i < n; i++)
-        BT_TRY(s_step_one(t, &items[i], &out[i]));
-    return s_point(t, n, out);
+    s_call *calls = calloc((size_t)n, sizeof *calls);
+    s_call **python = calloc((size_t)n, sizeof *python);
+    int64_t n_python = 0;
+    for (int64_t i = 0; calls && python && i < n; i++) {
+        calls[i] = s_find(&t->cfg, &items[i]);
+        if (calls[i].tool == S_PYTHON)
+            python[n_python++] = &calls[i];
+    }
+    bt_sandbox_result *runs = calls && python ? calloc((size_t)n_python + 1, sizeof *runs) : NULL;
+    bt_status st =
+        runs ? BT_OK : bt_fail(BT_ENOMEM, "tools: out of memory for %lld turns", (long long)n);
+    if (st == BT_OK) {
+        for (int64_t k = 0; k < n_python; k++)
+            python[k]->run = &runs[k];
+        s_run_all(&t->cfg.python_sandbox, python, n_python, t->cfg.python_workers);
+    }
+    for (int64_t i = 0; st == BT_OK && i < n; i++) {
+        if (calls[i].tool == S_PYTHON && calls[i].status != BT_OK)
+            st = bt_fail(calls[i].status, "tools: episode %llu: python: %s",
+                         (unsigned long long)items[i].episode, calls[i].error);
+        else
+            s_answer(t, &calls[i], &out[i]);
+    }
+    free(runs);
+    free(python);
+    free(calls);
+    return st == BT_OK ? s_point(t, n, out) : st;
 }
 
 static void s_destroy(void *user) {
@@ -578,7 +650,6 @@ static void s_destroy(void *user) {
     if (!t)
         return;
     bt_buf_release(&t->obs);
-    bt_buf_release(&t->program);
     free(t);
 }
 
@@ -589,6 +660,7 @@ void bt_tools_config_init(bt_tools_config *cfg) {
     cfg->python_sandbox.timeout_s = 2;
     cfg->python_sandbox.cpu_s = 2;
     cfg->python_sandbox.output_limit = 64 * 1024;
+    cfg->python_workers = 4;
 }
 
 bt_status bt_tools_env_new(const bt_tools_config *cfg, bt_env_t **out) {
@@ -607,6 +679,9 @@ bt_status bt_tools_env_new(const bt_tools_config *cfg, bt_env_t **out) {
         if (!(sc->timeout_s > 0 && isfinite(sc->timeout_s)))
             return bt_fail(BT_EINVAL, "tools: python_sandbox.timeout_s: expected > 0, got %g",
                            sc->timeout_s);
+        if (cfg->python_workers < 1 || cfg->python_workers > S_WORKERS_MAX)
+            return bt_fail(BT_EINVAL, "tools: python_workers: expected 1 to %d, got %d",
+                           S_WORKERS_MAX, cfg->python_workers);
         if (sc->output_limit < 1)
             return bt_fail(BT_EINVAL, "tools: python_sandbox.output_limit: expected >= 1, got 0");
         if (access(python, X_OK) != 0)

@@ -7,7 +7,7 @@
     calls (the last one counts), the limits, the configuration's errors.  The python tool: its
     output, an exception's traceback, an infinite loop's timeout, an output flood, no state kept
     between calls.  No timings are asserted. */
-#define _GNU_SOURCE /* mkdtemp */
+#define _GNU_SOURCE /* mkdtemp, setenv */
 #include "baton/buf.h"
 #include "baton/rng.h"
 #include "baton/sandbox.h"
@@ -468,6 +468,10 @@ static void test_limits_and_config(void) {
     CHECK(bt_tools_env_new(&cfg, &env) == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "python_sandbox.timeout_s: expected > 0, got 0");
     bt_tools_config_init(&cfg);
+    cfg.python_workers = 0;
+    CHECK(bt_tools_env_new(&cfg, &env) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "python_workers: expected 1 to 64, got 0");
+    bt_tools_config_init(&cfg);
     cfg.python_sandbox.python = "/nonexistent/python3";
     CHECK(bt_tools_env_new(&cfg, &env) == BT_EUNSUPPORTED && env == NULL);
     CHECK_STR_CONTAINS(bt_last_error(), "/nonexistent/python3 is missing");
@@ -531,6 +535,11 @@ static void test_python(void) {
     CHECK(s_ends_with(r.observation, r.observation_len,
                       "NameError: name 'x' is not defined</result>"));
 
+    r = s_turn(env, "<python>print(1\n</python>"); /* compile errors are tracebacks too */
+    CHECK(r.tool_error);
+    CHECK_STR_CONTAINS(r.observation, "<result>  File \"<python>\", line 1\n");
+    CHECK_STR_CONTAINS(r.observation, "SyntaxError: ");
+
     /* one batch mixing both tools and an answer: every reply valid after the call */
     const char *texts[3] = {"<python>print(6*7)</python>", "final answer: 42", "<calc>6*7</calc>"};
     bt_env_step_item items[3];
@@ -542,6 +551,90 @@ static void test_python(void) {
     CHECK_STR_EQ(out[0].observation, "<result>42</result>");
     CHECK(out[1].done && out[1].observation_len == 0);
     CHECK_STR_EQ(out[2].observation, "<result>42</result>");
+
+    /* a batch of python calls runs on python_workers threads; each answer is its own episode's */
+    enum { N = 12 };
+    bt_buf codes[N];
+    bt_env_step_item batch[N];
+    bt_env_reply replies[N];
+    for (int i = 0; i < N; i++) {
+        codes[i] = (bt_buf){0};
+        if (i % 4 == 3)
+            bt_buf_printf(&codes[i], "<python>raise ValueError(%d)</python>", i);
+        else
+            bt_buf_printf(&codes[i], "<python>print(%d ** 2)</python>", i);
+        batch[i] = (bt_env_step_item){
+            .episode = (uint64_t)i, .action_text = codes[i].data, .action_len = codes[i].len};
+    }
+    CHECK_OK(bt_env_step(env, batch, N, replies));
+    for (int i = 0; i < N; i++) {
+        char want[64];
+        if (i % 4 == 3) {
+            snprintf(want, sizeof want, "\nValueError: %d</result>", i);
+            CHECK(replies[i].tool_error);
+            CHECK(s_ends_with(replies[i].observation, replies[i].observation_len, want));
+        } else {
+            snprintf(want, sizeof want, "<result>%d</result>", i * i);
+            CHECK(!replies[i].tool_error);
+            CHECK_STR_EQ(replies[i].observation, want);
+        }
+        bt_buf_release(&codes[i]);
+    }
+
+    /* four infinite loops in one batch: their timeouts overlap (the figure is printed, not
+       asserted: a loaded machine stretches it) */
+    const char *loop = "<python>while True:\n    pass\n</python>";
+    for (int i = 0; i < 4; i++)
+        batch[i] = (bt_env_step_item){
+            .episode = (uint64_t)i, .action_text = loop, .action_len = strlen(loop)};
+    double t0 = bt_now();
+    CHECK_OK(bt_env_step(env, batch, 4, replies));
+    printf("python tool: 4 calls that time out (2 s each) in one batch took %.1f s with 4 "
+           "workers\n",
+           bt_now() - t0);
+    for (int i = 0; i < 4; i++)
+        CHECK_STR_EQ(replies[i].observation, "<result>error: timed out after 2 s</result>");
+
+    /* 32 short calls in one batch, on 1 and on 4 workers (figures, not assertions) */
+    enum { M = 32 };
+    bt_env_step_item many[M];
+    bt_env_reply many_out[M];
+    for (int i = 0; i < M; i++)
+        many[i] = (bt_env_step_item){
+            .episode = (uint64_t)i, .action_text = texts[0], .action_len = strlen(texts[0])};
+    for (int workers = 1; workers <= 4; workers += 3) {
+        bt_tools_config cfg;
+        bt_tools_config_init(&cfg);
+        cfg.python_workers = workers;
+        bt_env_t *e = NULL;
+        CHECK_OK(bt_tools_env_new(&cfg, &e));
+        t0 = bt_now();
+        CHECK_OK(bt_env_step(e, many, M, many_out));
+        double dt = bt_now() - t0;
+        printf("python tool: %d calls of print(6*7) in one batch, %d worker(s): %.2f s, %.0f "
+               "calls/s\n",
+               M, workers, dt, M / dt);
+        for (int i = 0; i < M; i++)
+            CHECK_STR_EQ(many_out[i].observation, "<result>42</result>");
+        bt_env_destroy(&e);
+    }
+
+    /* a sandbox that cannot run fails the step, naming the episode */
+    const char *tmpdir = getenv("TMPDIR");
+    char saved[512] = "";
+    if (tmpdir)
+        snprintf(saved, sizeof saved, "%s", tmpdir);
+    setenv("TMPDIR", "/nonexistent/baton_test_tools", 1);
+    bt_env_step_item item = {
+        .episode = 99, .action_text = texts[0], .action_len = strlen(texts[0])};
+    CHECK(bt_env_step(env, &item, 1, replies) == BT_EIO);
+    CHECK_STR_CONTAINS(bt_last_error(), "tools: episode 99: python: sandbox: ");
+    if (tmpdir)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    r = s_turn(env, texts[0]); /* and the next step goes on */
+    CHECK_STR_EQ(r.observation, "<result>42</result>");
     bt_env_destroy(&env);
 }
 

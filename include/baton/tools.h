@@ -2,7 +2,8 @@
     <calc>EXPR</calc> with EXPR's value, and a `python` tool that runs <python>CODE</python> in the
     code verifier's sandbox (sandbox.h) and answers with its output, so a math task trains with
     tools and no service (issue 21; docs/architecture.md, "Built-in tools").
-    Threading: an environment belongs to the thread that made it.
+    Threading: an environment belongs to the thread that made it; a step runs its python calls
+    on up to python_workers threads of its own, joined before it returns.
     Lifetime: one per rollout or eval worker, as env.h says.
 
     A turn holds a tool call when its action text holds a complete call of a tool that is on: the
@@ -36,10 +37,12 @@ typedef struct bt_tools_config {
     bt_sandbox_config python_sandbox; /* each call's limits: timeout_s, output_limit, ...;
                                          python (NULL or a path) is borrowed: it must outlive
                                          the environment */
+    int python_workers; /* a step's python calls run on up to this many threads at once, 1..64 */
 } bt_tools_config;
 
 /*  Defaults: both tools on, calc_max_length 1024, calc_max_depth 64, python_sandbox as
-    bt_sandbox_config_init gives it but timeout_s 2, cpu_s 2 and output_limit 64 KiB. */
+    bt_sandbox_config_init gives it but timeout_s 2, cpu_s 2 and output_limit 64 KiB,
+    python_workers 4. */
 void bt_tools_config_init(bt_tools_config *cfg);
 
 /*  An environment of the tools cfg turns on (copied).  BT_EINVAL naming the field for a limit out
