@@ -399,14 +399,16 @@ static void s_calculate(const bt_tools_config *cfg, const char *expr, size_t len
 /* ---- the python tool ---------------------------------------------------------------------- */
 
 /*  The program around a call's code: it runs the code as __main__ from a file named
-    "<python>"; on an exception it flushes stdout first (a pipe buffers it, so the traceback would
-    come before the output), then prints the traceback without the wrapper's own frame, with the
-    code's lines, and exits 1.  The code travels as a bytes literal, so any byte is safe. */
+    "<python>", with exit() and quit() (python3 -S leaves them out); on an exception it flushes
+   stdout first (a pipe buffers it, so the traceback would come before the output), then prints the
+   traceback without the wrapper's own frame, with the code's lines, and exits 1.  The code travels
+   as a bytes literal, so any byte is safe. */
 static const char s_wrapper_head[] = "import sys as _sys\n_src = b'";
 static const char s_wrapper_tail[] =
     "'\n"
     "try:\n"
-    "    exec(compile(_src, '<python>', 'exec'), {'__name__': '__main__'})\n"
+    "    _main = {'__name__': '__main__', 'exit': _sys.exit, 'quit': _sys.exit}\n"
+    "    exec(compile(_src, '<python>', 'exec'), _main)\n"
     "except SystemExit:\n"
     "    raise\n"
     "except BaseException as _e:\n"

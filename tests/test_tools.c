@@ -503,6 +503,9 @@ static void test_python(void) {
     CHECK(s_ends_with(r.observation, r.observation_len,
                       "\nIndexError: list index out of range</result>"));
 
+    r = s_turn(env, "<python>print('a')\nexit()\nprint('b')</python>");
+    CHECK_STR_EQ(r.observation, "<result>a</result>");
+    CHECK(!r.tool_error);
     r = s_turn(env, "<python>import sys\nsys.exit(3)</python>");
     CHECK_STR_EQ(r.observation, "<result>error: exit status 3</result>");
     CHECK(r.tool_error);

@@ -60,7 +60,8 @@ void bt_tools_config_init(bt_tools_config *cfg);
     "error: empty expression", and the limits.
 
     Python: each call a fresh interpreter in bt_sandbox_run (no state carries over between
-    calls) running CODE as __main__ from a file named "<python>"; an exception's traceback comes
+    calls) running CODE as __main__ from a file named "<python>", exit() and quit() defined; an
+    exception's traceback comes
     after the output printed before it, without the wrapper's frame.  The answer is its stdout
     and stderr together, trailing newlines dropped, cut at
     BT_SANDBOX_HEAD bytes with a line saying so.  tool_error when it exits non-zero (the
