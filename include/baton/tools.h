@@ -54,20 +54,20 @@ void bt_tools_config_init(bt_tools_config *cfg);
     Exact rational arithmetic on 64-bit numerators and denominators; a value that does not fit, or
     a power with an exponent that is not an integer, goes on in double precision.  % is floored
     (the result has the divisor's sign).  The answer is the integer when the value is one and
-    exact, else the shortest decimal that reads back as the nearest double.  Errors, with
+    exact, else the shortest decimal that reads back as the nearest double (".0" appended where
+    that would look like an integer: "2.0" for 4**0.5).  Errors, with
     tool_error: "error: division by zero", "error: overflow", "error: not a real number",
     "error: unexpected 'x' at character N" (counting from 1), "error: the expression ends early",
     "error: empty expression", and the limits.
 
     Python: each call a fresh interpreter in bt_sandbox_run (no state carries over between
     calls) running CODE as __main__ from a file named "<python>", exit() and quit() defined; an
-    exception's traceback comes
-    after the output printed before it, without the wrapper's frame.  The answer is its stdout
-    and stderr together, trailing newlines dropped, cut at
+    exception's traceback comes after the output printed before it, without the wrapper's frame.
+    The answer is its stdout and stderr together, trailing newlines dropped, cut at
     BT_SANDBOX_HEAD bytes with a line saying so.  tool_error when it exits non-zero (the
-    traceback is in the output) or is killed (timeout, output limit, a signal: a line "error: ..."
-    says which).  A sandbox that cannot run at all (sandbox.h's BT_EIO) fails the step, naming
-    the episode: that is the machine's fault, not the model's. */
+    traceback is in the output) or is killed (timeout, output limit, a signal: a line
+    "error: ..." says which).  A sandbox that cannot run at all (sandbox.h's BT_EIO) fails the
+    step, naming the episode: that is the machine's fault, not the model's. */
 bt_status bt_tools_env_new(const bt_tools_config *cfg, bt_env_t **out);
 
 #ifdef __cplusplus
