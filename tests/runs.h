@@ -290,6 +290,28 @@ static inline void runs_sleep_ms(long ms) {
     nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
 }
 
+/*  `$BATON_BIN COMMAND ARGS` run in dir (COMMAND "" for none), stdout and stderr into out as
+    runs_capture; the exit status. */
+static inline int runs_baton(const char *dir, const char *command, const char *args, char *out,
+                             size_t cap) {
+    size_t n = strlen(dir) + strlen(command) + strlen(args) + 4096;
+    char *cmd = malloc(n);
+    if (!cmd)
+        return -1;
+    snprintf(cmd, n, "cd %s && %s %s %s 2>&1", dir, getenv("BATON_BIN"), command, args);
+    int rc = runs_capture(cmd, out, cap);
+    free(cmd);
+    return rc;
+}
+
+/*  Stops the child pid with SIGTERM (a service's clean exit) and reaps it; pid <= 0: nothing. */
+static inline void runs_term(pid_t pid) {
+    if (pid > 0) {
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+    }
+}
+
 /*  Kills the child pid with SIGKILL and reaps it. */
 static inline void runs_kill(pid_t pid) {
     kill(pid, SIGKILL);

@@ -417,12 +417,6 @@ static void test_refusals(void) {
 /* ---- through `baton run` and `baton eval` ------------------------------------------------------
  */
 
-static int s_baton(const char *args, char *out, size_t cap) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cd %s && %s %s 2>&1", s_tmp, getenv("BATON_BIN"), args);
-    return runs_capture(cmd, out, cap);
-}
-
 /*  The results of model k of a `baton eval` JSON for dataset "probes". */
 static cJSON *s_results(const char *rel, cJSON **root) {
     char path[256], *text = NULL;
@@ -466,8 +460,9 @@ static void test_run_and_eval(void) {
              " \"workers\": {\"rollout\": 1, \"trainer\": 1, \"eval\": 1}}",
              s_config_probes, file);
     CHECK_OK(bt_file_write(config, json, strlen(json)));
-    CHECK(s_baton("run run.json --run-dir run", out, sizeof out) == 0);
-    CHECK(s_baton("eval init --config run.json --out init.json", out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "", "run run.json --run-dir run", out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "", "eval init --config run.json --out init.json", out, sizeof out) ==
+          0);
     cJSON *root = NULL, *mine = s_results("init.json", &root);
     CHECK(cJSON_GetArraySize(mine) == 21 + 21 * 4 + 1 + 2);
     /* the eval lines: step 0 and the final one, each naming every probe */
@@ -500,9 +495,9 @@ static void test_run_and_eval(void) {
     CHECK(lines == 2 && compared == 21 + 21 * 4 + 1);
     /* the cache: a reformatted file is read from it, a changed line is evaluated again */
     const char *inc = "eval init --config run.json --mode incremental --cache cache";
-    CHECK(s_baton(inc, out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "", inc, out, sizeof out) == 0);
     CHECK(strstr(out, "cached:") == NULL);
-    CHECK(s_baton(inc, out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "", inc, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, "cached: init probes");
     char *body = NULL;
     CHECK_OK(bt_file_read(file, SIZE_MAX, &body, NULL));
@@ -512,7 +507,7 @@ static void test_run_and_eval(void) {
         if (!(*c == ' ' && c > body && c[-1] == ':'))
             bt_buf_put(&b, c, 1);
     CHECK_OK(bt_file_write(file, b.data, b.len));
-    CHECK(s_baton(inc, out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "", inc, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, "cached: init probes");
     char *t00 = strstr(b.data, "\"target\":\"3\"}"); /* probe t00: 1+2=3 */
     CHECK(t00 != NULL);
@@ -521,7 +516,7 @@ static void test_run_and_eval(void) {
     CHECK_OK(bt_file_write(file, b.data, b.len));
     char cmd[256];
     snprintf(cmd, sizeof cmd, "%s --out changed.json", inc);
-    CHECK(s_baton(cmd, out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "", cmd, out, sizeof out) == 0);
     CHECK(strstr(out, "cached:") == NULL);
     cJSON *changed_root = NULL, *changed = s_results("changed.json", &changed_root);
     double before = cJSON_GetObjectItem(mine, "probe.t00.logp")->valuedouble;

@@ -468,13 +468,6 @@ static const char *s_prometheus_bin(void) {
     return NULL;
 }
 
-/*  `baton run ARGS` in s_tmp, its output into out; the exit status. */
-static int s_baton(const char *args, char *out, size_t cap) {
-    char cmd[PATH_MAX * 2];
-    snprintf(cmd, sizeof cmd, "cd %s && %s run %s 2>&1", s_tmp, getenv("BATON_BIN"), args);
-    return runs_capture(cmd, out, cap);
-}
-
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_prom_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -503,7 +496,7 @@ int main(void) {
         char args[256];
         snprintf(args, sizeof args, "prom.json --run-dir bad --set 'run.metrics_listen=%s'",
                  bad[i]);
-        CHECK(s_baton(args, out, sizeof out) == 2);
+        CHECK(runs_baton(s_tmp, "run", args, out, sizeof out) == 2);
         CHECK_STR_CONTAINS(out, "run.metrics_listen");
         CHECK_STR_CONTAINS(out, bad[i]);
     }
@@ -646,7 +639,7 @@ int main(void) {
     /* a second run on the same port: refused naming the address, no run file written */
     char args[256], taken[PATH_MAX];
     snprintf(args, sizeof args, "prom.json --run-dir taken --set %s", listen);
-    CHECK(s_baton(args, out, sizeof out) != 0);
+    CHECK(runs_baton(s_tmp, "run", args, out, sizeof out) != 0);
     CHECK_STR_CONTAINS(out, target);
     CHECK_STR_CONTAINS(out, "run.metrics_listen");
     snprintf(taken, sizeof taken, "%s/taken/config.json", s_tmp);
@@ -660,15 +653,17 @@ int main(void) {
 
     /* the address may change on --resume (a finished run resumed with another one has nothing
        left to do); a key that changes what a step computes may not */
-    CHECK(s_baton("prom.json --run-dir done --set grpo.steps=2", out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "run", "prom.json --run-dir done --set grpo.steps=2", out,
+                     sizeof out) == 0);
     snprintf(args, sizeof args,
              "prom.json --run-dir done --resume --set grpo.steps=2 --set "
              "run.metrics_listen=127.0.0.1:%d",
              runs_free_port(NULL));
-    CHECK(s_baton(args, out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "run", args, out, sizeof out) == 0);
     CHECK_STR_CONTAINS(out, "finished already");
-    CHECK(s_baton("prom.json --run-dir done --resume --set grpo.steps=2 --set run.seed=1", out,
-                  sizeof out) == 2);
+    CHECK(runs_baton(s_tmp, "run",
+                     "prom.json --run-dir done --resume --set grpo.steps=2 --set run.seed=1", out,
+                     sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "run.seed");
 
     char cmd[PATH_MAX * 2];

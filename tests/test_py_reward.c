@@ -196,13 +196,6 @@ static pid_t s_start(const char *python, const char *endpoint, const char *log, 
     return pid;
 }
 
-static void s_stop(pid_t pid) {
-    if (pid > 0) {
-        kill(pid, SIGTERM);
-        waitpid(pid, NULL, 0);
-    }
-}
-
 /* ---- the columns a JSONL record gives ------------------------------------------------------- */
 
 /*  Each record's keys besides "prompt" and "answer", compact and in file order, with a byte that
@@ -426,7 +419,7 @@ static void test_run(const char *python, const char *config) {
     pid_t service = s_start(python, endpoint, log, "ok");
     const char *args[] = {"run", config, "--run-dir", dir, "--procs", "--set", set, NULL};
     CHECK(runs_wait(runs_spawn(args)) == 0);
-    s_stop(service);
+    runs_term(service);
 
     int n_train = 0, n_heldout = 0;
     double sum = s_check_log(log, &n_train, &n_heldout);
@@ -457,7 +450,7 @@ static void test_run_raises(const char *python, const char *config) {
     const char *args[] = {"run",   config, "--run-dir", dir,           "--procs",
                           "--set", set,    "--set",     "sft.steps=0", NULL};
     CHECK(runs_wait(runs_spawn_in(NULL, args, out)) == 1);
-    s_stop(service);
+    runs_term(service);
     const char *want = "the service says: reward function length_bonus raised ValueError: grader "
                        "unavailable for Q";
     char path[256], *events = NULL, *stderr_text = NULL;
@@ -494,7 +487,7 @@ int main(void) {
             pid_t service = s_start(python, endpoint, log, "ok");
             test_direct(endpoint);
             test_peers(endpoint);
-            s_stop(service);
+            runs_term(service);
             test_run(python, config);
             test_run_raises(python, config);
         } else

@@ -51,13 +51,6 @@ static pid_t s_start_service(const char *python, const char *endpoint, const cha
     return pid;
 }
 
-static void s_stop(pid_t pid) {
-    if (pid > 0) {
-        kill(pid, SIGTERM);
-        waitpid(pid, NULL, 0);
-    }
-}
-
 /* ---- the Python example against a hand-made table -------------------------------------------- */
 
 /*  Each completion's reward under the arithmetic verifier with format_reward 0.5, worked out by
@@ -140,7 +133,7 @@ static void test_python_example(const char *python) {
     bt_source_destroy(&task);
     bt_reward_service_destroy(&client);
     bt_reward_service_destroy(&client); /* idempotent */
-    s_stop(service);
+    runs_term(service);
 }
 
 /* ---- a misbehaving service: a ROUTER thread that follows a script --------------------------- */
@@ -447,8 +440,7 @@ static void test_request_bytes(void) {
 /* ---- whole runs ------------------------------------------------------------------------------ */
 
 static const char s_json[] =
-    "{\"run\": {\"name\": \"rs\", \"seed\": 5},"
-    RUNS_MODEL_TINY
+    "{\"run\": {\"name\": \"rs\", \"seed\": 5}," RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": "
     "6,"
     "  \"format_reward\": 0.25},"
@@ -493,7 +485,7 @@ static void test_runs(const char *python) {
     pid_t service = s_start_service(python, endpoint, "0.25");
     const char *served_args[] = {"run", config, "--run-dir", served, "--procs", "--set", set, NULL};
     CHECK(runs_wait(runs_spawn(served_args)) == 0);
-    s_stop(service);
+    runs_term(service);
     char *a = runs_metrics(plain), *b = runs_metrics(served);
     CHECK(a && b && strcmp(a, b) == 0);           /* the same rewards, so the same run */
     CHECK_STR_CONTAINS(a, "\"robust.spacing\":"); /* eval with robustness went through it too */

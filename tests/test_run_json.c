@@ -99,12 +99,6 @@ static void s_check_argv(const cJSON *r, const char *const *words, int n) {
         CHECK_STR_EQ(cJSON_GetArrayItem(argv, i)->valuestring, words[i]);
 }
 
-static int s_baton(const char *args, char *out, size_t cap) {
-    char cmd[PATH_MAX * 2];
-    snprintf(cmd, sizeof cmd, "cd %s && %s run %s 2>&1", s_tmp, getenv("BATON_BIN"), args);
-    return runs_capture(cmd, out, cap);
-}
-
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/bt_runjson_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -114,7 +108,7 @@ int main(void) {
 
     /* a fresh run: one record, resume false, no diff */
     time_t before = time(NULL);
-    CHECK(s_baton("small.json --run-dir out", out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "run", "small.json --run-dir out", out, sizeof out) == 0);
     time_t after = time(NULL);
     cJSON *doc = s_run_json();
     CHECK(doc != NULL);
@@ -131,7 +125,8 @@ int main(void) {
 
     /* --resume with a longer run: the first record stays as it was, the second names the change */
     before = time(NULL);
-    CHECK(s_baton("small.json --run-dir out --resume --set grpo.steps=3", out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "run", "small.json --run-dir out --resume --set grpo.steps=3", out,
+                     sizeof out) == 0);
     after = time(NULL);
     doc = s_run_json();
     CHECK(doc != NULL);
@@ -141,8 +136,8 @@ int main(void) {
     r = cJSON_GetArrayItem(records, 1);
     s_check_identity(r, before, after);
     s_check_argv(r,
-                 (const char *const[]){"baton", "run", "small.json", "--run-dir", "out",
-                                       "--resume", "--set", "grpo.steps=3"},
+                 (const char *const[]){"baton", "run", "small.json", "--run-dir", "out", "--resume",
+                                       "--set", "grpo.steps=3"},
                  8);
     CHECK(cJSON_IsTrue(cJSON_GetObjectItem(r, "resume")));
     const cJSON *diff = cJSON_GetObjectItem(r, "config_diff");
@@ -154,7 +149,7 @@ int main(void) {
     cJSON_Delete(doc);
 
     /* --overwrite replaces the run, its history with it */
-    CHECK(s_baton("small.json --run-dir out --overwrite", out, sizeof out) == 0);
+    CHECK(runs_baton(s_tmp, "run", "small.json --run-dir out --overwrite", out, sizeof out) == 0);
     doc = s_run_json();
     CHECK(doc != NULL);
     records = cJSON_GetObjectItem(doc, "records");
