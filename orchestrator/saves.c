@@ -495,16 +495,39 @@ static bt_status s_resume_data(bt_policy *p) {
     return p->saved_data ? BT_OK : bt_fail(BT_ENOMEM, "controller: out of memory");
 }
 
-/*  The checkpoint's state in the trainer and the policy; metrics.jsonl and events.jsonl cut back
-    to it (the same sizes for every policy: the second cut is a no-op); its pending evaluations
-    started again. */
+/*  metrics.jsonl and events.jsonl cut back to the checkpoint, once for the population: every
+    policy's state.json holds the same sizes (captured in one turn), and a second cut would delete
+    what the policies restored first have written since, the lines of their pending evaluations. */
+static bt_status s_resume_cut(bt_policy *p) {
+    bt_controller_t *ctl = p->ctl;
+    const bt_runstate *run = &p->resume_run;
+    if (ctl->resume_cut) {
+        if (run->metrics_size == ctl->resume_metrics_size &&
+            run->events_size == ctl->resume_events_size)
+            return BT_OK;
+        return bt_fail(BT_EFORMAT,
+                       "%s/state.json: metrics_size %lld and events_size %lld, but the policy "
+                       "resumed before it cut the logs to %lld and %lld: the policies of one "
+                       "checkpoint share one size of each log",
+                       p->resume_folder, (long long)run->metrics_size, (long long)run->events_size,
+                       (long long)ctl->resume_metrics_size, (long long)ctl->resume_events_size);
+    }
+    BT_TRY(bt_runlog_truncate_metrics(ctl->log, run->metrics_size));
+    if (run->events_size >= 0) /* the events of the steps after the checkpoint are written again */
+        BT_TRY(bt_runlog_truncate_events(ctl->log, run->events_size));
+    ctl->resume_cut = true;
+    ctl->resume_metrics_size = run->metrics_size;
+    ctl->resume_events_size = run->events_size;
+    return BT_OK;
+}
+
+/*  The checkpoint's state in the trainer and the policy; the logs cut back to it (s_resume_cut);
+    its pending evaluations started again. */
 bt_status bt_saves_resume_poll(bt_policy *p) {
     bt_controller_t *ctl = p->ctl;
     bt_runstate *run = &p->resume_run;
     BT_TRY(bt_recovery_restore(p, p->resume_state, run->version, run->canary_loss));
-    BT_TRY(bt_runlog_truncate_metrics(ctl->log, run->metrics_size));
-    if (run->events_size >= 0) /* the events of the steps after the checkpoint are written again */
-        BT_TRY(bt_runlog_truncate_events(ctl->log, run->events_size));
+    BT_TRY(s_resume_cut(p));
     bt_msg_destroy(&p->snap);
     p->snap = p->resume_state;
     p->resume_state = NULL;
