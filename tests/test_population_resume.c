@@ -1,6 +1,7 @@
 /*  test_population_resume.c — a run with three variants and population-based training keeps
     checkpoints and resumes exactly: SIGKILLed at a random step, then in the middle of a save,
-    then after the third PBT round, and resumed each time, it writes for every variant exactly
+    then after the third PBT round (resumed from the checkpoint cut at that round, with the
+    evaluations still running then), and resumed each time, it writes for every variant exactly
     the metrics of the uninterrupted run (sorted, timing fields removed) and the same decisions
     (pbt and pbt_explore events, with the explored learning rates, KL coefficients, temperatures
     and clips that the train lines then apply).  A checkpoint holds each policy's files in a
@@ -78,6 +79,20 @@ static bool s_exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
+/*  How many evaluations variant's state.json in checkpoint folder lists as in flight when it was
+    cut (-1 when it cannot be read). */
+static int s_pending_evals(const char *folder, const char *variant) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/%s/state.json", folder, variant);
+    if (bt_file_read(path, 1 << 20, &text, NULL) != BT_OK)
+        return -1;
+    cJSON *j = cJSON_Parse(text);
+    int n = j ? cJSON_GetArraySize(cJSON_GetObjectItem(j, "pending_evals")) : -1;
+    cJSON_Delete(j);
+    free(text);
+    return n;
+}
+
 /*  The checkpoint's layout: population.json, and each policy's model, optimizer and states in
     a folder of its name. */
 static void test_layout(const char *ref) {
@@ -126,9 +141,21 @@ static void test_kill_and_resume(const char *ref) {
     CHECK(runs_wait_saving(pid, dir, latest));
     runs_kill(pid);
     pid = s_start(s_config, dir, resume);
-    CHECK(s_wait_step(pid, dir, 13)); /* past the step-12 round, after the step-12 checkpoint */
+    CHECK(s_wait_step(pid, dir, 13));                /* past the step-12 round */
+    while (runs_alive(pid) && runs_latest(dir) < 12) /* its checkpoint is saved in the background */
+        runs_sleep_ms(2);
     runs_kill(pid);
-    pid = s_start(s_config, dir, resume);
+    /* from the step-12 checkpoint by name, whichever is the latest: cut before the round and
+       while the step-12 evaluations of some variants were still running (state.json lists them),
+       it is the one whose resume must run both again */
+    char twelve[192];
+    snprintf(twelve, sizeof twelve, "%s/ckpt/step-%08d", dir, 12);
+    fprintf(stderr, "step-12 checkpoint: pending evaluations of");
+    for (int k = 0; k < 3; k++)
+        fprintf(stderr, " %s: %d", s_names[k], s_pending_evals(twelve, s_names[k]));
+    fprintf(stderr, "\n");
+    const char *const from_twelve[] = {"--resume", twelve, NULL};
+    pid = s_start(s_config, dir, from_twelve);
     CHECK(runs_wait(pid) == 0);
     for (int k = 0; k < 3; k++) {
         char *a = runs_metrics_of(ref, s_names[k]), *b = runs_metrics_of(dir, s_names[k]);
