@@ -324,37 +324,6 @@ static int64_t s_size(const char *dir, const char *name) {
     return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
 }
 
-/*  Replaces the first `from` in folder/state.json with `to` and lists the new file in MANIFEST
-    with its own hash, as a writer that got the value wrong would have: the checkpoint verifies. */
-static void s_edit_state(const char *folder, const char *from, const char *to) {
-    char path[256], *text = NULL, *manifest = NULL, edited[1 << 16], line[256];
-    snprintf(path, sizeof path, "%s/state.json", folder);
-    CHECK_OK(bt_file_read(path, 1 << 16, &text, NULL));
-    char *at = text ? strstr(text, from) : NULL;
-    CHECK(at != NULL);
-    if (!at) {
-        free(text);
-        return;
-    }
-    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
-    CHECK_OK(bt_file_write(path, edited, strlen(edited)));
-    snprintf(path, sizeof path, "%s/MANIFEST", folder);
-    CHECK_OK(bt_file_read(path, 1 << 16, &manifest, NULL));
-    char *entry = manifest ? strstr(manifest, " state.json\n") : NULL;
-    CHECK(entry != NULL);
-    while (entry && entry > manifest && entry[-1] != '\n')
-        entry--;
-    if (entry) {
-        snprintf(line, sizeof line, "%016llx %zu state.json\n",
-                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited));
-        char *end = strchr(entry, '\n') + 1, out[1 << 16];
-        snprintf(out, sizeof out, "%.*s%s%s", (int)(entry - manifest), manifest, line, end);
-        CHECK_OK(bt_file_write(path, out, strlen(out)));
-    }
-    free(manifest);
-    free(text);
-}
-
 /*  --resume trusts nothing it reads: a state.json whose metrics_size is beyond the metrics.jsonl
     there (2^40 made a 1 TiB sparse file), a metrics.jsonl whose tail was lost, a checkpoint of
     another run directory, a config that changed where it may not: each is refused before anything
@@ -369,18 +338,18 @@ static void test_resume_checks(const char *ref) {
     snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
     int64_t metrics = s_size(dir, "metrics.jsonl");
 
-    s_edit_state(folder, "\"metrics_size\":\t", "\"metrics_size\":\t1099511627776,\"was\":\t");
+    runs_edit_state(folder, "\"metrics_size\":\t", "\"metrics_size\":\t1099511627776,\"was\":\t");
     CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "metrics_size: the checkpoint was taken when metrics.jsonl held "
                             "1099511627776 bytes");
     CHECK_STR_CONTAINS(out, "--overwrite");
     CHECK(s_size(dir, "metrics.jsonl") == metrics); /* not grown, no sparse file */
-    s_edit_state(folder, "\"metrics_size\":\t1099511627776,\"was\":\t", "\"metrics_size\":\t");
-    s_edit_state(folder, "\"version\":\t", "\"version\":\t-1,\"was\":\t");
+    runs_edit_state(folder, "\"metrics_size\":\t1099511627776,\"was\":\t", "\"metrics_size\":\t");
+    runs_edit_state(folder, "\"version\":\t", "\"version\":\t-1,\"was\":\t");
     CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "state.json.version: expected an integer in [0, 9007199254740992], "
                             "got -1");
-    s_edit_state(folder, "\"version\":\t-1,\"was\":\t", "\"version\":\t");
+    runs_edit_state(folder, "\"version\":\t-1,\"was\":\t", "\"version\":\t");
 
     /* the tail of metrics.jsonl lost in a crash: the checkpoint's lines are not all there */
     CHECK(truncate(strcat(strcpy(out, dir), "/metrics.jsonl"), 100) == 0);
