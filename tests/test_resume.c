@@ -520,8 +520,7 @@ static size_t s_open_tensors(const char *folder, const char *name, bt_safetensor
     writes the metrics of the uninterrupted float32 run (the save dtype changes no training); the
     newest checkpoint's model.safetensors is bfloat16 (half the float32 run's tensor bytes), each
     value its float32 master rounded to nearest even; the masters are in optimizer.safetensors
-    (param.NAME), equal to the float32 run's model.safetensors of that step bit for bit.  Runs
-    after test_kill_and_resume, whose float32 run it compares with. */
+    (param.NAME), equal to the float32 run's policy at that step bit for bit. */
 static void test_bf16_save_resume(const char *reference) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/bf16-save", s_tmp);
@@ -538,21 +537,24 @@ static void test_bf16_save_resume(const char *reference) {
     s_check_same(reference, got, "bf16 save dtype, killed and resumed");
     free(got);
 
-    /* a step both this run and a float32 one (the reference, or test_kill_and_resume's run)
-       have a checkpoint of: they cut them where they were resumed and where they ended */
-    int latest = -1;
-    char mine[256], theirs[256];
-    for (int step = 16; step > 0 && latest < 0; step--)
-        for (int k = 0; k < 2 && latest < 0; k++) {
-            snprintf(mine, sizeof mine, "%s/ckpt/step-%08d/MANIFEST", dir, step);
-            snprintf(theirs, sizeof theirs, "%s/%s/ckpt/step-%08d/MANIFEST", s_tmp,
-                     k ? "killed" : "ref", step);
-            if (access(mine, F_OK) == 0 && access(theirs, F_OK) == 0)
-                latest = step;
-        }
-    CHECK(latest > 0);
-    *strrchr(mine, '/') = '\0';
-    *strrchr(theirs, '/') = '\0';
+    /* the float32 weights of the step of this run's newest checkpoint: which steps have
+       checkpoints depends on the writer's speed (one due while it is busy is taken a step later),
+       so the float32 run is asked for that step rather than assumed to have one there: a copy of
+       it resumed from its newest checkpoint up to that step, with grpo.steps that step (the
+       schedule is constant: its steps train as they did), saves their policy as model/ */
+    int latest = runs_latest(dir);
+    char mine[256], theirs[256], from[300], steps[48];
+    snprintf(theirs, sizeof theirs, "%s/f32-upto", s_tmp);
+    s_copy(s_reference_dir, theirs);
+    s_unfinish(theirs);
+    int before = s_step_below(theirs, latest + 1);
+    CHECK(latest > 0 && before > 0);
+    snprintf(from, sizeof from, "%s/ckpt/step-%08d", theirs, before);
+    snprintf(steps, sizeof steps, "grpo.steps=%d", latest);
+    const char *const upto[] = {"--resume", from, "--set", steps, NULL};
+    CHECK(runs_wait(s_start(theirs, upto)) == 0);
+    snprintf(mine, sizeof mine, "%s/ckpt/step-%08d", dir, latest);
+    strcat(theirs, "/model");
     bt_safetensors_t *model = NULL, *opt = NULL, *ref = NULL;
     size_t b16 = s_open_tensors(mine, "model.safetensors", &model);
     size_t b32 = s_open_tensors(theirs, "model.safetensors", &ref);
