@@ -472,6 +472,18 @@ bt_status bt_saves_resume_read(bt_policy *p) {
         return bt_fail(BT_EFORMAT, "%s/state.json: step %lld, but population.json says %lld",
                        p->resume_folder, (long long)p->resume_run.step,
                        (long long)ctl->resume_pop.step);
+    const bt_runstate *run = &p->resume_run, *first = &ctl->resume_first;
+    if (ctl->resume_first_read &&
+        (run->metrics_size != first->metrics_size || run->events_size != first->events_size))
+        return bt_fail(BT_EFORMAT,
+                       "%s/state.json: metrics_size %lld and events_size %lld, but the first "
+                       "policy's are %lld and %lld: the policies of one checkpoint share one size "
+                       "of each log",
+                       p->resume_folder, (long long)run->metrics_size, (long long)run->events_size,
+                       (long long)first->metrics_size, (long long)first->events_size);
+    if (!ctl->resume_first_read)
+        ctl->resume_first = *run;
+    ctl->resume_first_read = true;
     p->state = BT_POLICY_RESUME;
     return BT_OK;
 }
@@ -495,29 +507,18 @@ static bt_status s_resume_data(bt_policy *p) {
     return p->saved_data ? BT_OK : bt_fail(BT_ENOMEM, "controller: out of memory");
 }
 
-/*  metrics.jsonl and events.jsonl cut back to the checkpoint, once for the population: every
-    policy's state.json holds the same sizes (captured in one turn), and a second cut would delete
-    what the policies restored first have written since, the lines of their pending evaluations. */
+/*  metrics.jsonl and events.jsonl cut back to the checkpoint, once for the population (every
+    policy's state.json holds the same sizes, bt_saves_resume_read checked): a second cut would
+    delete what the policies restored first have written since, their pending evaluations' lines. */
 static bt_status s_resume_cut(bt_policy *p) {
     bt_controller_t *ctl = p->ctl;
     const bt_runstate *run = &p->resume_run;
-    if (ctl->resume_cut) {
-        if (run->metrics_size == ctl->resume_metrics_size &&
-            run->events_size == ctl->resume_events_size)
-            return BT_OK;
-        return bt_fail(BT_EFORMAT,
-                       "%s/state.json: metrics_size %lld and events_size %lld, but the policy "
-                       "resumed before it cut the logs to %lld and %lld: the policies of one "
-                       "checkpoint share one size of each log",
-                       p->resume_folder, (long long)run->metrics_size, (long long)run->events_size,
-                       (long long)ctl->resume_metrics_size, (long long)ctl->resume_events_size);
-    }
+    if (ctl->resume_cut)
+        return BT_OK;
     BT_TRY(bt_runlog_truncate_metrics(ctl->log, run->metrics_size));
     if (run->events_size >= 0) /* the events of the steps after the checkpoint are written again */
         BT_TRY(bt_runlog_truncate_events(ctl->log, run->events_size));
     ctl->resume_cut = true;
-    ctl->resume_metrics_size = run->metrics_size;
-    ctl->resume_events_size = run->events_size;
     return BT_OK;
 }
 

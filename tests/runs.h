@@ -362,14 +362,16 @@ static inline bool runs_file_has(const char *path, const char *what) {
     return yes;
 }
 
-/*  Replaces the first `from` in checkpoint folder's state.json with `to` and lists the new file in
-    MANIFEST with its own hash, as a writer that got the value wrong would have: the checkpoint
-    verifies, and its state.json is what a resume judges.  A value is replaced keeping the old one
-    after it under another key, and put back by the reverse edit:
-    `runs_edit_state(f, "\"version\":\t", "\"version\":\t-1,\"was\":\t")`. */
-static inline void runs_edit_state(const char *folder, const char *from, const char *to) {
-    char path[256], *text = NULL, *manifest = NULL, edited[1 << 16], line[256];
-    snprintf(path, sizeof path, "%s/state.json", folder);
+/*  Replaces the first `from` in the file `name` of checkpoint folder ("state.json", with variants
+    "NAME/state.json") with `to` and lists the new file in the folder's MANIFEST with its own hash,
+    as a writer that got the value wrong would have: the checkpoint verifies, and the file is what
+    a resume judges.  A value is replaced keeping the old one after it under another key, and put
+    back by the reverse edit: `runs_edit_state(f, "state.json", "\"version\":\t",
+    "\"version\":\t-1,\"was\":\t")`. */
+static inline void runs_edit_state(const char *folder, const char *name, const char *from,
+                                   const char *to) {
+    char path[512], *text = NULL, *manifest = NULL, edited[1 << 16], line[512];
+    snprintf(path, sizeof path, "%s/%s", folder, name);
     CHECK_OK(bt_file_read(path, 1 << 16, &text, NULL));
     char *at = text ? strstr(text, from) : NULL;
     CHECK(at != NULL);
@@ -381,13 +383,14 @@ static inline void runs_edit_state(const char *folder, const char *from, const c
     CHECK_OK(bt_file_write(path, edited, strlen(edited)));
     snprintf(path, sizeof path, "%s/MANIFEST", folder);
     CHECK_OK(bt_file_read(path, 1 << 16, &manifest, NULL));
-    char *entry = manifest ? strstr(manifest, " state.json\n") : NULL;
+    snprintf(line, sizeof line, " %s\n", name);
+    char *entry = manifest ? strstr(manifest, line) : NULL;
     CHECK(entry != NULL);
     while (entry && entry > manifest && entry[-1] != '\n')
         entry--;
     if (entry) {
-        snprintf(line, sizeof line, "%016llx %zu state.json\n",
-                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited));
+        snprintf(line, sizeof line, "%016llx %zu %s\n",
+                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited), name);
         char *end = strchr(entry, '\n') + 1, out[1 << 16];
         snprintf(out, sizeof out, "%.*s%s%s", (int)(entry - manifest), manifest, line, end);
         CHECK_OK(bt_file_write(path, out, strlen(out)));

@@ -229,12 +229,12 @@ static void s_check_refused(const char *config, const char *dir, const char *tex
     CHECK(system(cmd) == 0);
     snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
     snprintf(to, sizeof to, "\"global_step\":\t%s,\"was\":\t", text);
-    runs_edit_state(folder, "\"global_step\":\t", to);
+    runs_edit_state(folder, "state.json", "\"global_step\":\t", to);
     const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
     snprintf(cmd, sizeof cmd, "%s run %s --run-dir %s --resume 2>&1", bin, config, dir);
     CHECK(runs_capture(cmd, out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, want);
-    runs_edit_state(folder, to, "\"global_step\":\t");
+    runs_edit_state(folder, "state.json", to, "\"global_step\":\t");
 }
 
 int main(void) {

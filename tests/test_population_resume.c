@@ -6,7 +6,8 @@
     (pbt and pbt_explore events, with the explored learning rates, KL coefficients, temperatures
     and clips that the train lines then apply).  A checkpoint holds each policy's files in a
     folder of its name (a Hugging Face model folder each) beside population.json; a resume with
-    another set of variants is refused before anything starts. */
+    another set of variants is refused before anything starts, and one from a checkpoint whose
+    policies recorded different sizes of the logs before they are cut. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"
@@ -196,6 +197,34 @@ static void test_other_variants(const char *ref) {
     free(after);
 }
 
+/*  A checkpoint whose policies' state.json files hold different sizes of metrics.jsonl (a resume
+    cuts it once, for all of them) fails the resume before the logs are cut, naming the file and
+    both sizes, and metrics.jsonl is left as it was. */
+static void test_sizes_disagree(const char *ref) {
+    char dir[128], folder[192], path[256], to[96], want[256], cmd[512], out[4096], *text = NULL;
+    snprintf(dir, sizeof dir, "%s/sizes", s_tmp);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s && rm -rf %s/model", ref, dir, dir); /* unfinished */
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &text, NULL));
+    long first_line = text && strchr(text, '\n') ? (long)(strchr(text, '\n') - text) + 1 : 0;
+    free(text);
+    char *before = runs_metrics(dir);
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
+    snprintf(to, sizeof to, "\"metrics_size\":\t%ld,\"was\":\t", first_line);
+    runs_edit_state(folder, "hot/state.json", "\"metrics_size\":\t", to);
+    const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+    snprintf(cmd, sizeof cmd, "%s run %s --run-dir %s --resume 2>&1", bin, s_config, dir);
+    CHECK(runs_capture(cmd, out, sizeof out) == 1); /* found once the policies read their state */
+    snprintf(want, sizeof want, "hot/state.json: metrics_size %ld and events_size", first_line);
+    CHECK_STR_CONTAINS(out, want);
+    CHECK_STR_CONTAINS(out, "the policies of one checkpoint share one size of each log");
+    char *after = runs_metrics(dir);
+    s_check_same(before, after, "metrics of a refused resume");
+    free(before);
+    free(after);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_popres_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -210,6 +239,7 @@ int main(void) {
     free(events);
     test_layout(ref);
     test_other_variants(ref);
+    test_sizes_disagree(ref);
     test_kill_and_resume(ref);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);

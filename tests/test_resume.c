@@ -338,18 +338,20 @@ static void test_resume_checks(const char *ref) {
     snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
     int64_t metrics = s_size(dir, "metrics.jsonl");
 
-    runs_edit_state(folder, "\"metrics_size\":\t", "\"metrics_size\":\t1099511627776,\"was\":\t");
+    runs_edit_state(folder, "state.json", "\"metrics_size\":\t",
+                    "\"metrics_size\":\t1099511627776,\"was\":\t");
     CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "metrics_size: the checkpoint was taken when metrics.jsonl held "
                             "1099511627776 bytes");
     CHECK_STR_CONTAINS(out, "--overwrite");
     CHECK(s_size(dir, "metrics.jsonl") == metrics); /* not grown, no sparse file */
-    runs_edit_state(folder, "\"metrics_size\":\t1099511627776,\"was\":\t", "\"metrics_size\":\t");
-    runs_edit_state(folder, "\"version\":\t", "\"version\":\t-1,\"was\":\t");
+    runs_edit_state(folder, "state.json", "\"metrics_size\":\t1099511627776,\"was\":\t",
+                    "\"metrics_size\":\t");
+    runs_edit_state(folder, "state.json", "\"version\":\t", "\"version\":\t-1,\"was\":\t");
     CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "state.json.version: expected an integer in [0, 9007199254740992], "
                             "got -1");
-    runs_edit_state(folder, "\"version\":\t-1,\"was\":\t", "\"version\":\t");
+    runs_edit_state(folder, "state.json", "\"version\":\t-1,\"was\":\t", "\"version\":\t");
 
     /* the tail of metrics.jsonl lost in a crash: the checkpoint's lines are not all there */
     CHECK(truncate(strcat(strcpy(out, dir), "/metrics.jsonl"), 100) == 0);
