@@ -80,6 +80,21 @@ static bool s_exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
+/*  The highest step of a checkpoint folder in DIR/ckpt that is at most `most`; -1 when none. */
+static int s_ckpt_at_most(const char *dir, int most) {
+    char ckpt[160];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    DIR *d = opendir(ckpt);
+    int best = -1;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        int step = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
+        best = step <= most && step > best ? step : best;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
 /*  How many evaluations variant's state.json in checkpoint folder lists as in flight when it was
     cut (-1 when it cannot be read). */
 static int s_pending_evals(const char *folder, const char *variant) {
@@ -146,17 +161,20 @@ static void test_kill_and_resume(const char *ref) {
     while (runs_alive(pid) && runs_latest(dir) < 12) /* its checkpoint is saved in the background */
         runs_sleep_ms(2);
     runs_kill(pid);
-    /* from the step-12 checkpoint by name, whichever is the latest: cut before the round and
-       while the step-12 evaluations of some variants were still running (state.json lists them),
-       it is the one whose resume must run both again */
-    char twelve[192];
-    snprintf(twelve, sizeof twelve, "%s/ckpt/step-%08d", dir, 12);
-    fprintf(stderr, "step-12 checkpoint: pending evaluations of");
+    /* from the checkpoint cut at the round by name, whichever is the latest: cut while the
+       step-12 evaluations of some variants may still run (state.json then lists them), it is the
+       one whose resume must run both again.  A full checkpoint due while the writer is busy is
+       taken a step later: the one of step 12, or 13 */
+    int cut = s_ckpt_at_most(dir, 13);
+    CHECK(cut >= 12);
+    char folder[192];
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, cut);
+    fprintf(stderr, "step-%d checkpoint: pending evaluations of", cut);
     for (int k = 0; k < 3; k++)
-        fprintf(stderr, " %s: %d", s_names[k], s_pending_evals(twelve, s_names[k]));
+        fprintf(stderr, " %s: %d", s_names[k], s_pending_evals(folder, s_names[k]));
     fprintf(stderr, "\n");
-    const char *const from_twelve[] = {"--resume", twelve, NULL};
-    pid = s_start(s_config, dir, from_twelve);
+    const char *const from_cut[] = {"--resume", folder, NULL};
+    pid = s_start(s_config, dir, from_cut);
     CHECK(runs_wait(pid) == 0);
     for (int k = 0; k < 3; k++) {
         char *a = runs_metrics_of(ref, s_names[k]), *b = runs_metrics_of(dir, s_names[k]);
