@@ -405,6 +405,11 @@ struct bt_controller {
     /* checkpoints (saves.c) */
     char resume_folder[BT_CONFIG_PATH_MAX]; /* the checkpoint resumed from, once found */
     bt_runstate_population resume_pop;      /* its population.json (with variants) */
+    bt_runstate resume_first; /* the first policy's state.json: every policy's holds its sizes */
+    bool resume_first_read;
+    bool resume_cut; /* the logs were cut back to it: once for the population, by the first
+                        policy restored (a later cut would delete the lines of the policies
+                        restored before it, their pending evaluations') */
     int64_t cut_step;                       /* the last step whose checkpoints were decided */
     int cut_stage;                          /* how far bt_saves_cut got with the next */
     bool cut_full, cut_light;               /* what it cuts */

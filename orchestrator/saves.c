@@ -472,6 +472,18 @@ bt_status bt_saves_resume_read(bt_policy *p) {
         return bt_fail(BT_EFORMAT, "%s/state.json: step %lld, but population.json says %lld",
                        p->resume_folder, (long long)p->resume_run.step,
                        (long long)ctl->resume_pop.step);
+    const bt_runstate *run = &p->resume_run, *first = &ctl->resume_first;
+    if (ctl->resume_first_read &&
+        (run->metrics_size != first->metrics_size || run->events_size != first->events_size))
+        return bt_fail(BT_EFORMAT,
+                       "%s/state.json: metrics_size %lld and events_size %lld, but the first "
+                       "policy's are %lld and %lld: the policies of one checkpoint share one size "
+                       "of each log",
+                       p->resume_folder, (long long)run->metrics_size, (long long)run->events_size,
+                       (long long)first->metrics_size, (long long)first->events_size);
+    if (!ctl->resume_first_read)
+        ctl->resume_first = *run;
+    ctl->resume_first_read = true;
     p->state = BT_POLICY_RESUME;
     return BT_OK;
 }
@@ -495,16 +507,28 @@ static bt_status s_resume_data(bt_policy *p) {
     return p->saved_data ? BT_OK : bt_fail(BT_ENOMEM, "controller: out of memory");
 }
 
-/*  The checkpoint's state in the trainer and the policy; metrics.jsonl and events.jsonl cut back
-    to it (the same sizes for every policy: the second cut is a no-op); its pending evaluations
-    started again. */
+/*  metrics.jsonl and events.jsonl cut back to the checkpoint, once for the population (every
+    policy's state.json holds the same sizes, bt_saves_resume_read checked): a second cut would
+    delete what the policies restored first have written since, their pending evaluations' lines. */
+static bt_status s_resume_cut(bt_policy *p) {
+    bt_controller_t *ctl = p->ctl;
+    const bt_runstate *run = &p->resume_run;
+    if (ctl->resume_cut)
+        return BT_OK;
+    BT_TRY(bt_runlog_truncate_metrics(ctl->log, run->metrics_size));
+    if (run->events_size >= 0) /* the events of the steps after the checkpoint are written again */
+        BT_TRY(bt_runlog_truncate_events(ctl->log, run->events_size));
+    ctl->resume_cut = true;
+    return BT_OK;
+}
+
+/*  The checkpoint's state in the trainer and the policy; the logs cut back to it (s_resume_cut);
+    its pending evaluations started again. */
 bt_status bt_saves_resume_poll(bt_policy *p) {
     bt_controller_t *ctl = p->ctl;
     bt_runstate *run = &p->resume_run;
     BT_TRY(bt_recovery_restore(p, p->resume_state, run->version, run->canary_loss));
-    BT_TRY(bt_runlog_truncate_metrics(ctl->log, run->metrics_size));
-    if (run->events_size >= 0) /* the events of the steps after the checkpoint are written again */
-        BT_TRY(bt_runlog_truncate_events(ctl->log, run->events_size));
+    BT_TRY(s_resume_cut(p));
     bt_msg_destroy(&p->snap);
     p->snap = p->resume_state;
     p->resume_state = NULL;

@@ -384,6 +384,43 @@ static inline bool runs_file_has(const char *path, const char *what) {
     return yes;
 }
 
+/*  Replaces the first `from` in the file `name` of checkpoint folder ("state.json", with variants
+    "NAME/state.json") with `to` and lists the new file in the folder's MANIFEST with its own hash,
+    as a writer that got the value wrong would have: the checkpoint verifies, and the file is what
+    a resume judges.  A value is replaced keeping the old one after it under another key, and put
+    back by the reverse edit: `runs_edit_state(f, "state.json", "\"version\":\t",
+    "\"version\":\t-1,\"was\":\t")`. */
+static inline void runs_edit_state(const char *folder, const char *name, const char *from,
+                                   const char *to) {
+    char path[512], *text = NULL, *manifest = NULL, edited[1 << 16], line[512];
+    snprintf(path, sizeof path, "%s/%s", folder, name);
+    CHECK_OK(bt_file_read(path, 1 << 16, &text, NULL));
+    char *at = text ? strstr(text, from) : NULL;
+    CHECK(at != NULL);
+    if (!at) {
+        free(text);
+        return;
+    }
+    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    CHECK_OK(bt_file_write(path, edited, strlen(edited)));
+    snprintf(path, sizeof path, "%s/MANIFEST", folder);
+    CHECK_OK(bt_file_read(path, 1 << 16, &manifest, NULL));
+    snprintf(line, sizeof line, " %s\n", name);
+    char *entry = manifest ? strstr(manifest, line) : NULL;
+    CHECK(entry != NULL);
+    while (entry && entry > manifest && entry[-1] != '\n')
+        entry--;
+    if (entry) {
+        snprintf(line, sizeof line, "%016llx %zu %s\n",
+                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited), name);
+        char *end = strchr(entry, '\n') + 1, out[1 << 16];
+        snprintf(out, sizeof out, "%.*s%s%s", (int)(entry - manifest), manifest, line, end);
+        CHECK_OK(bt_file_write(path, out, strlen(out)));
+    }
+    free(manifest);
+    free(text);
+}
+
 /*  The run in dir wrote what the reference run in ref wrote: the same metrics (runs_metrics) and
     the same saved policy, byte for byte.  Checks both; a difference is printed. */
 static inline void runs_check_same(const char *ref, const char *dir) {

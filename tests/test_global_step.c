@@ -221,48 +221,20 @@ static void s_run_killed(const char *config, const char *dir) {
 }
 
 /*  The newest checkpoint's global_step set to text (a resume is then refused before anything
-    starts, exit 2, saying which field and what it got). */
+    starts, exit 2, saying which field and what it got), then put back. */
 static void s_check_refused(const char *config, const char *dir, const char *text,
                             const char *want) {
-    char path[512], *state = NULL, cmd[1024], out[4096];
+    char folder[256], to[64], cmd[1024], out[4096];
     snprintf(cmd, sizeof cmd, "rm -rf %s/model", dir); /* a finished run has nothing to resume */
     CHECK(system(cmd) == 0);
-    snprintf(path, sizeof path, "%s/ckpt/step-%08d/state.json", dir, runs_latest(dir));
-    CHECK_OK(bt_file_read(path, 1 << 20, &state, NULL));
-    char *at = state ? strstr(state, "\"global_step\":") : NULL;
-    CHECK(at != NULL);
-    if (!at) {
-        free(state);
-        return;
-    }
-    at += strlen("\"global_step\":");
-    char *end = at + strspn(at, " \t-0123456789");
-    char edited[1 << 16];
-    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - state), state, text, end);
-    CHECK_OK(bt_file_write(path, edited, strlen(edited)));
-    /* MANIFEST lists the new file with its own hash, as a writer that got the value wrong would
-       have: the checkpoint verifies, and its state.json is what is judged */
-    char manifest_path[512], *manifest = NULL, line[256], out_manifest[1 << 16];
-    snprintf(manifest_path, sizeof manifest_path, "%s/ckpt/step-%08d/MANIFEST", dir,
-             runs_latest(dir));
-    CHECK_OK(bt_file_read(manifest_path, 1 << 16, &manifest, NULL));
-    char *entry = manifest ? strstr(manifest, " state.json\n") : NULL;
-    CHECK(entry != NULL);
-    while (entry && entry > manifest && entry[-1] != '\n')
-        entry--;
-    if (entry) {
-        snprintf(line, sizeof line, "%016llx %zu state.json\n",
-                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited));
-        snprintf(out_manifest, sizeof out_manifest, "%.*s%s%s", (int)(entry - manifest), manifest,
-                 line, strchr(entry, '\n') + 1);
-        CHECK_OK(bt_file_write(manifest_path, out_manifest, strlen(out_manifest)));
-    }
-    free(manifest);
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
+    snprintf(to, sizeof to, "\"global_step\":\t%s,\"was\":\t", text);
+    runs_edit_state(folder, "state.json", "\"global_step\":\t", to);
     const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
     snprintf(cmd, sizeof cmd, "%s run %s --run-dir %s --resume 2>&1", bin, config, dir);
     CHECK(runs_capture(cmd, out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, want);
-    free(state);
+    runs_edit_state(folder, "state.json", to, "\"global_step\":\t");
 }
 
 int main(void) {

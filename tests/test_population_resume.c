@@ -1,11 +1,13 @@
 /*  test_population_resume.c — a run with three variants and population-based training keeps
     checkpoints and resumes exactly: SIGKILLed at a random step, then in the middle of a save,
-    then after the third PBT round, and resumed each time, it writes for every variant exactly
+    then after the third PBT round (resumed from the checkpoint cut at that round, with the
+    evaluations still running then), and resumed each time, it writes for every variant exactly
     the metrics of the uninterrupted run (sorted, timing fields removed) and the same decisions
     (pbt and pbt_explore events, with the explored learning rates, KL coefficients, temperatures
     and clips that the train lines then apply).  A checkpoint holds each policy's files in a
     folder of its name (a Hugging Face model folder each) beside population.json; a resume with
-    another set of variants is refused before anything starts. */
+    another set of variants is refused before anything starts, and one from a checkpoint whose
+    policies recorded different sizes of the logs before they are cut. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"
@@ -78,6 +80,35 @@ static bool s_exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
+/*  The highest step of a checkpoint folder in DIR/ckpt that is at most `most`; -1 when none. */
+static int s_ckpt_at_most(const char *dir, int most) {
+    char ckpt[160];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    DIR *d = opendir(ckpt);
+    int best = -1;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        int step = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
+        best = step <= most && step > best ? step : best;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
+/*  How many evaluations variant's state.json in checkpoint folder lists as in flight when it was
+    cut (-1 when it cannot be read). */
+static int s_pending_evals(const char *folder, const char *variant) {
+    char path[256], *text = NULL;
+    snprintf(path, sizeof path, "%s/%s/state.json", folder, variant);
+    if (bt_file_read(path, 1 << 20, &text, NULL) != BT_OK)
+        return -1;
+    cJSON *j = cJSON_Parse(text);
+    int n = j ? cJSON_GetArraySize(cJSON_GetObjectItem(j, "pending_evals")) : -1;
+    cJSON_Delete(j);
+    free(text);
+    return n;
+}
+
 /*  The checkpoint's layout: population.json, and each policy's model, optimizer and states in
     a folder of its name. */
 static void test_layout(const char *ref) {
@@ -126,9 +157,24 @@ static void test_kill_and_resume(const char *ref) {
     CHECK(runs_wait_saving(pid, dir, latest));
     runs_kill(pid);
     pid = s_start(s_config, dir, resume);
-    CHECK(s_wait_step(pid, dir, 13)); /* past the step-12 round, after the step-12 checkpoint */
+    CHECK(s_wait_step(pid, dir, 13));                /* past the step-12 round */
+    while (runs_alive(pid) && runs_latest(dir) < 12) /* its checkpoint is saved in the background */
+        runs_sleep_ms(2);
     runs_kill(pid);
-    pid = s_start(s_config, dir, resume);
+    /* from the checkpoint cut at the round by name, whichever is the latest: cut while the
+       step-12 evaluations of some variants may still run (state.json then lists them), it is the
+       one whose resume must run both again.  A full checkpoint due while the writer is busy is
+       taken a step later: the one of step 12, or 13 */
+    int cut = s_ckpt_at_most(dir, 13);
+    CHECK(cut >= 12);
+    char folder[192];
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, cut);
+    fprintf(stderr, "step-%d checkpoint: pending evaluations of", cut);
+    for (int k = 0; k < 3; k++)
+        fprintf(stderr, " %s: %d", s_names[k], s_pending_evals(folder, s_names[k]));
+    fprintf(stderr, "\n");
+    const char *const from_cut[] = {"--resume", folder, NULL};
+    pid = s_start(s_config, dir, from_cut);
     CHECK(runs_wait(pid) == 0);
     for (int k = 0; k < 3; k++) {
         char *a = runs_metrics_of(ref, s_names[k]), *b = runs_metrics_of(dir, s_names[k]);
@@ -169,6 +215,34 @@ static void test_other_variants(const char *ref) {
     free(after);
 }
 
+/*  A checkpoint whose policies' state.json files hold different sizes of metrics.jsonl (a resume
+    cuts it once, for all of them) fails the resume before the logs are cut, naming the file and
+    both sizes, and metrics.jsonl is left as it was. */
+static void test_sizes_disagree(const char *ref) {
+    char dir[128], folder[192], path[256], to[96], want[256], cmd[512], out[4096], *text = NULL;
+    snprintf(dir, sizeof dir, "%s/sizes", s_tmp);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s && rm -rf %s/model", ref, dir, dir); /* unfinished */
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(bt_file_read(path, 1 << 24, &text, NULL));
+    long first_line = text && strchr(text, '\n') ? (long)(strchr(text, '\n') - text) + 1 : 0;
+    free(text);
+    char *before = runs_metrics(dir);
+    snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
+    snprintf(to, sizeof to, "\"metrics_size\":\t%ld,\"was\":\t", first_line);
+    runs_edit_state(folder, "hot/state.json", "\"metrics_size\":\t", to);
+    const char *bin = getenv("BATON_BIN") ? getenv("BATON_BIN") : "./baton";
+    snprintf(cmd, sizeof cmd, "%s run %s --run-dir %s --resume 2>&1", bin, s_config, dir);
+    CHECK(runs_capture(cmd, out, sizeof out) == 1); /* found once the policies read their state */
+    snprintf(want, sizeof want, "hot/state.json: metrics_size %ld and events_size", first_line);
+    CHECK_STR_CONTAINS(out, want);
+    CHECK_STR_CONTAINS(out, "the policies of one checkpoint share one size of each log");
+    char *after = runs_metrics(dir);
+    s_check_same(before, after, "metrics of a refused resume");
+    free(before);
+    free(after);
+}
+
 int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_popres_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
@@ -183,6 +257,7 @@ int main(void) {
     free(events);
     test_layout(ref);
     test_other_variants(ref);
+    test_sizes_disagree(ref);
     test_kill_and_resume(ref);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);

@@ -324,37 +324,6 @@ static int64_t s_size(const char *dir, const char *name) {
     return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
 }
 
-/*  Replaces the first `from` in folder/state.json with `to` and lists the new file in MANIFEST
-    with its own hash, as a writer that got the value wrong would have: the checkpoint verifies. */
-static void s_edit_state(const char *folder, const char *from, const char *to) {
-    char path[256], *text = NULL, *manifest = NULL, edited[1 << 16], line[256];
-    snprintf(path, sizeof path, "%s/state.json", folder);
-    CHECK_OK(bt_file_read(path, 1 << 16, &text, NULL));
-    char *at = text ? strstr(text, from) : NULL;
-    CHECK(at != NULL);
-    if (!at) {
-        free(text);
-        return;
-    }
-    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
-    CHECK_OK(bt_file_write(path, edited, strlen(edited)));
-    snprintf(path, sizeof path, "%s/MANIFEST", folder);
-    CHECK_OK(bt_file_read(path, 1 << 16, &manifest, NULL));
-    char *entry = manifest ? strstr(manifest, " state.json\n") : NULL;
-    CHECK(entry != NULL);
-    while (entry && entry > manifest && entry[-1] != '\n')
-        entry--;
-    if (entry) {
-        snprintf(line, sizeof line, "%016llx %zu state.json\n",
-                 (unsigned long long)bt_hash64(edited, strlen(edited)), strlen(edited));
-        char *end = strchr(entry, '\n') + 1, out[1 << 16];
-        snprintf(out, sizeof out, "%.*s%s%s", (int)(entry - manifest), manifest, line, end);
-        CHECK_OK(bt_file_write(path, out, strlen(out)));
-    }
-    free(manifest);
-    free(text);
-}
-
 /*  --resume trusts nothing it reads: a state.json whose metrics_size is beyond the metrics.jsonl
     there (2^40 made a 1 TiB sparse file), a metrics.jsonl whose tail was lost, a checkpoint of
     another run directory, a config that changed where it may not: each is refused before anything
@@ -369,18 +338,20 @@ static void test_resume_checks(const char *ref) {
     snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, runs_latest(dir));
     int64_t metrics = s_size(dir, "metrics.jsonl");
 
-    s_edit_state(folder, "\"metrics_size\":\t", "\"metrics_size\":\t1099511627776,\"was\":\t");
+    runs_edit_state(folder, "state.json", "\"metrics_size\":\t",
+                    "\"metrics_size\":\t1099511627776,\"was\":\t");
     CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "metrics_size: the checkpoint was taken when metrics.jsonl held "
                             "1099511627776 bytes");
     CHECK_STR_CONTAINS(out, "--overwrite");
     CHECK(s_size(dir, "metrics.jsonl") == metrics); /* not grown, no sparse file */
-    s_edit_state(folder, "\"metrics_size\":\t1099511627776,\"was\":\t", "\"metrics_size\":\t");
-    s_edit_state(folder, "\"version\":\t", "\"version\":\t-1,\"was\":\t");
+    runs_edit_state(folder, "state.json", "\"metrics_size\":\t1099511627776,\"was\":\t",
+                    "\"metrics_size\":\t");
+    runs_edit_state(folder, "state.json", "\"version\":\t", "\"version\":\t-1,\"was\":\t");
     CHECK(s_cli(dir, "--resume", out, sizeof out) == 2);
     CHECK_STR_CONTAINS(out, "state.json.version: expected an integer in [0, 9007199254740992], "
                             "got -1");
-    s_edit_state(folder, "\"version\":\t-1,\"was\":\t", "\"version\":\t");
+    runs_edit_state(folder, "state.json", "\"version\":\t-1,\"was\":\t", "\"version\":\t");
 
     /* the tail of metrics.jsonl lost in a crash: the checkpoint's lines are not all there */
     CHECK(truncate(strcat(strcpy(out, dir), "/metrics.jsonl"), 100) == 0);
@@ -551,8 +522,7 @@ static size_t s_open_tensors(const char *folder, const char *name, bt_safetensor
     writes the metrics of the uninterrupted float32 run (the save dtype changes no training); the
     newest checkpoint's model.safetensors is bfloat16 (half the float32 run's tensor bytes), each
     value its float32 master rounded to nearest even; the masters are in optimizer.safetensors
-    (param.NAME), equal to the float32 run's model.safetensors of that step bit for bit.  Runs
-    after test_kill_and_resume, whose float32 run it compares with. */
+    (param.NAME), equal to the float32 run's policy at that step bit for bit. */
 static void test_bf16_save_resume(const char *reference) {
     char dir[128];
     snprintf(dir, sizeof dir, "%s/bf16-save", s_tmp);
@@ -569,21 +539,24 @@ static void test_bf16_save_resume(const char *reference) {
     s_check_same(reference, got, "bf16 save dtype, killed and resumed");
     free(got);
 
-    /* a step both this run and a float32 one (the reference, or test_kill_and_resume's run)
-       have a checkpoint of: they cut them where they were resumed and where they ended */
-    int latest = -1;
-    char mine[256], theirs[256];
-    for (int step = 16; step > 0 && latest < 0; step--)
-        for (int k = 0; k < 2 && latest < 0; k++) {
-            snprintf(mine, sizeof mine, "%s/ckpt/step-%08d/MANIFEST", dir, step);
-            snprintf(theirs, sizeof theirs, "%s/%s/ckpt/step-%08d/MANIFEST", s_tmp,
-                     k ? "killed" : "ref", step);
-            if (access(mine, F_OK) == 0 && access(theirs, F_OK) == 0)
-                latest = step;
-        }
-    CHECK(latest > 0);
-    *strrchr(mine, '/') = '\0';
-    *strrchr(theirs, '/') = '\0';
+    /* the float32 weights of the step of this run's newest checkpoint: which steps have
+       checkpoints depends on the writer's speed (one due while it is busy is taken a step later),
+       so the float32 run is asked for that step rather than assumed to have one there: a copy of
+       it resumed from its newest checkpoint up to that step, with grpo.steps that step (the
+       schedule is constant: its steps train as they did), saves their policy as model/ */
+    int latest = runs_latest(dir);
+    char mine[256], theirs[256], from[300], steps[48];
+    snprintf(theirs, sizeof theirs, "%s/f32-upto", s_tmp);
+    s_copy(s_reference_dir, theirs);
+    s_unfinish(theirs);
+    int before = s_step_below(theirs, latest + 1);
+    CHECK(latest > 0 && before > 0);
+    snprintf(from, sizeof from, "%s/ckpt/step-%08d", theirs, before);
+    snprintf(steps, sizeof steps, "grpo.steps=%d", latest);
+    const char *const upto[] = {"--resume", from, "--set", steps, NULL};
+    CHECK(runs_wait(s_start(theirs, upto)) == 0);
+    snprintf(mine, sizeof mine, "%s/ckpt/step-%08d", dir, latest);
+    strcat(theirs, "/model");
     bt_safetensors_t *model = NULL, *opt = NULL, *ref = NULL;
     size_t b16 = s_open_tensors(mine, "model.safetensors", &model);
     size_t b32 = s_open_tensors(theirs, "model.safetensors", &ref);
