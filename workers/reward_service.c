@@ -43,27 +43,19 @@ void bt_reward_service_destroy(bt_reward_service_t **self_p) {
     *self_p = NULL;
 }
 
-/* ---- the request: JSON text written by hand, so that any completion bytes travel --------------
- */
-
-/*  Completions as JSON strings: valid UTF-8 as it is, \n and \t short, other control characters
-    escaped, and each byte that is not part of well-formed UTF-8 as U+FFFD. */
-#define S_ESCAPE (BT_JSON_ESCAPE_NEWLINE | BT_JSON_ESCAPE_TAB | BT_JSON_ESCAPE_UTF8)
+/* ---- the request: JSON text written by hand, so that any completion bytes travel ------------ */
 
 /*  {"version": 1, "kind": KIND, "items": [{"index", "prompt", "answer", "completion"[,
     "columns"]}, ...]}: columns, JSON object text from the dataset (bt_source_example), as it is */
 static bt_status s_request(const char *kind, const bt_reward_item *items, int64_t n, bt_buf *b) {
     bt_buf_puts(b, "{\"version\":1,\"kind\":");
-    bt_buf_json_string(b, kind, strlen(kind), S_ESCAPE);
+    bt_buf_json_string(b, kind, strlen(kind), BT_JSON_ESCAPE_PLAIN);
     bt_buf_puts(b, ",\"items\":[");
     for (int64_t i = 0; i < n; i++) {
-        bt_buf_printf(b, "%s{\"index\":%llu,\"prompt\":", i ? "," : "",
-                      (unsigned long long)items[i].index);
-        bt_buf_json_string(b, items[i].prompt, strlen(items[i].prompt), S_ESCAPE);
-        bt_buf_puts(b, ",\"answer\":");
-        bt_buf_json_string(b, items[i].answer, strlen(items[i].answer), S_ESCAPE);
-        bt_buf_puts(b, ",\"completion\":");
-        bt_buf_json_string(b, items[i].completion, items[i].len, S_ESCAPE);
+        bt_buf_printf(b, "%s{\"index\":%llu", i ? "," : "", (unsigned long long)items[i].index);
+        bt_service_put_string(b, "prompt", items[i].prompt, strlen(items[i].prompt));
+        bt_service_put_string(b, "answer", items[i].answer, strlen(items[i].answer));
+        bt_service_put_string(b, "completion", items[i].completion, items[i].len);
         if (items[i].columns) {
             bt_buf_puts(b, ",\"columns\":");
             bt_buf_puts(b, items[i].columns);
@@ -170,15 +162,7 @@ bt_status bt_reward_service_ping(bt_reward_service_t *self) {
     double none = 0;
     bool no = false;
     bt_status st = s_exchange(self, "ping", NULL, 0, &none, &no);
-    if (st == BT_EIO && strstr(bt_last_error(), ": no reply within ")) {
-        char why[768];
-        snprintf(why, sizeof why, "%s", bt_last_error());
-        st = bt_fail(BT_EIO,
-                     "%s to the ping a worker sends as it starts: no service answers there "
-                     "(start it before the run, or fix reward.service)",
-                     why);
-    }
-    return st;
+    return bt_service_silent_at_start(st, "ping", "reward.service");
 }
 
 bt_status bt_reward_score(bt_reward_service_t *service, const bt_source_t *task, const char *kind,

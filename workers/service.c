@@ -226,3 +226,20 @@ bt_status bt_service_call(bt_service_t *self, const char *request, size_t len,
     zmq_msg_close(&reply);
     return st;
 }
+
+bt_status bt_service_silent_at_start(bt_status st, const char *request, const char *fix) {
+    if (st != BT_EIO || !strstr(bt_last_error(), ": no reply within "))
+        return st;
+    char why[768];
+    snprintf(why, sizeof why, "%s", bt_last_error());
+    return bt_fail(BT_EIO,
+                   "%s to the %s a worker sends as it starts: no service answers there (start it "
+                   "before the run, or fix %s)",
+                   why, request, fix);
+}
+
+void bt_service_put_string(bt_buf *b, const char *key, const char *s, size_t len) {
+    bt_buf_printf(b, ",\"%s\":", key);
+    bt_buf_json_string(b, s, len,
+                       BT_JSON_ESCAPE_NEWLINE | BT_JSON_ESCAPE_TAB | BT_JSON_ESCAPE_UTF8);
+}

@@ -10,6 +10,7 @@
 #ifndef BATON_SERVICE_H
 #define BATON_SERVICE_H
 
+#include "baton/buf.h"
 #include "baton/security.h"
 #include "baton/status.h"
 
@@ -56,6 +57,16 @@ bt_status bt_service_bad_reply(const bt_service_t *self, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/*  Appends ,"key": and s[0, len) as a JSON string, as requests carry text: valid UTF-8 as it is,
+    \n and \t short, other control characters escaped, each byte that is not part of well-formed
+    UTF-8 as U+FFFD (b->failed says when it did not fit). */
+void bt_service_put_string(bt_buf *b, const char *key, const char *s, size_t len);
+
+/*  st, or, when it is bt_service_call's "no reply" error for the first request a worker sends
+    (named request: "ping"), that error followed by what it means: "... to the ping a worker sends
+    as it starts: no service answers there (start it before the run, or fix FIX)". */
+bt_status bt_service_silent_at_start(bt_status st, const char *request, const char *fix);
 
 #ifdef __cplusplus
 }
