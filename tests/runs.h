@@ -478,4 +478,91 @@ static inline int runs_free_port(int *fd_out) {
     return ntohs(a.sin_port);
 }
 
+/*  A python3 with zmq, pip and setuptools: $BATON_PYTHON when set (only it), else python3 on the
+    PATH, else Debian's.  NULL when none, with *missing the package the best one lacks. */
+static inline const char *runs_python(const char **missing) {
+    const char *env = getenv("BATON_PYTHON");
+    const char *candidates[] = {env ? env : "python3", env ? NULL : "/usr/bin/python3"};
+    const char *needs[] = {"-c 'import zmq'", "-m pip --version", "-c 'import setuptools'"};
+    const char *packages[] = {"python3-zmq", "python3-pip", "python3-setuptools"};
+    int best = -1;
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates && candidates[i]; i++) {
+        int k = 0;
+        for (; k < 3; k++) {
+            char cmd[512];
+            snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>&1", candidates[i], needs[k]);
+            if (system(cmd) != 0)
+                break;
+        }
+        if (k == 3)
+            return candidates[i];
+        best = k > best ? k : best;
+    }
+    *missing = packages[best < 0 ? 0 : best];
+    return NULL;
+}
+
+/*  pip installs this checkout's python/ (copied first to tmp/pkg, so the build writes nothing into
+    the source tree) into tmp/site, offline (tests/test_py_reward.c, tests/test_env_service.c);
+    true when it did, else a failed check. */
+static inline bool runs_pip_install(const char *python, const char *tmp) {
+    const char *src = getenv("BATON_SOURCE_DIR") ? getenv("BATON_SOURCE_DIR") : ".";
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "cp -r '%s/python' '%s/pkg' && '%s' -m pip install --no-index --no-build-isolation "
+             "--disable-pip-version-check --quiet --target '%s/site' '%s/pkg' 2>&1",
+             src, tmp, python, tmp, tmp);
+    int rc = runs_capture(cmd, out, sizeof out);
+    if (rc != 0) { /* a failed check: the package must install offline */
+        fprintf(stderr,
+                "pip install --no-index --no-build-isolation --target DIR ./python failed "
+                "(%d):\n%s\n",
+                rc, out);
+        s_check_failures++;
+    }
+    return rc == 0;
+}
+
+/*  Removes the test's folder tmp when every check passed; else keeps it and says so (where the
+    services' stderr is: tmp/service.err). */
+static inline void runs_cleanup(const char *tmp) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (s_check_failures == 0)
+        CHECK(system(cmd) == 0);
+    else
+        fprintf(stderr, "kept %s (service.err: the services' stderr)\n", tmp);
+}
+
+/*  main's exit status for a test whose Python parts need runs_python's python: 77 (ctest's SKIP),
+    saying what went untested and which package is missing, when there was none and nothing
+    failed; else check_exit(). */
+static inline int runs_python_exit(const char *python, const char *missing, const char *untested) {
+    if (s_check_failures == 0 && !python) {
+        printf("SKIP: no python3 with zmq, pip and setuptools (missing: %s; or set "
+               "BATON_PYTHON): %s was not tested\n",
+               missing, untested);
+        return 77;
+    }
+    return check_exit();
+}
+
+/*  Starts argv[0] (a python, argv NULL-terminated) with PYTHONPATH=tmp/site (runs_pip_install's
+    folder), its stdout to /dev/null and its stderr appended to tmp/service.err; its pid. */
+static inline pid_t runs_python_start(const char *tmp, const char *const *argv) {
+    char site[256], err[256];
+    snprintf(site, sizeof site, "%s/site", tmp);
+    snprintf(err, sizeof err, "%s/service.err", tmp);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("PYTHONPATH", site, 1);
+        if (!freopen("/dev/null", "w", stdout) || !freopen(err, "a", stderr))
+            _exit(126);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
 #endif

@@ -26,7 +26,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define S_SKIP 77 /* ctest's SKIP_RETURN_CODE for this test (CMakeLists.txt) */
 #define S_RECORDS 40
 #define S_STEPS 3
 #define S_PROMPTS 4 /* per step */
@@ -138,62 +137,13 @@ static double s_expected(const char *answer, const char *completion, size_t len,
     return r;
 }
 
-/*  A python3 with zmq, pip and setuptools: $BATON_PYTHON when set (only it), else python3 on the
-    PATH, else Debian's.  NULL when none, with *missing the package the best one lacks. */
-static const char *s_python(const char **missing) {
-    const char *env = getenv("BATON_PYTHON");
-    const char *candidates[] = {env ? env : "python3", env ? NULL : "/usr/bin/python3"};
-    const char *needs[] = {"-c 'import zmq'", "-m pip --version", "-c 'import setuptools'"};
-    const char *packages[] = {"python3-zmq", "python3-pip", "python3-setuptools"};
-    int best = -1;
-    for (size_t i = 0; i < sizeof candidates / sizeof *candidates && candidates[i]; i++) {
-        int k = 0;
-        for (; k < 3; k++) {
-            char cmd[512];
-            snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>&1", candidates[i], needs[k]);
-            if (system(cmd) != 0)
-                break;
-        }
-        if (k == 3)
-            return candidates[i];
-        best = k > best ? k : best;
-    }
-    *missing = packages[best < 0 ? 0 : best];
-    return NULL;
-}
-
-/*  pip installs this checkout's python/ (copied first, so the build writes nothing into the
-    source tree) into s_tmp/site, offline; true when it did. */
-static bool s_pip_install(const char *python) {
-    const char *src = getenv("BATON_SOURCE_DIR") ? getenv("BATON_SOURCE_DIR") : ".";
-    char cmd[1024], out[8192];
-    snprintf(cmd, sizeof cmd,
-             "cp -r '%s/python' '%s/pkg' && '%s' -m pip install --no-index --no-build-isolation "
-             "--disable-pip-version-check --quiet --target '%s/site' '%s/pkg' 2>&1",
-             src, s_tmp, python, s_tmp, s_tmp);
-    int rc = runs_capture(cmd, out, sizeof out);
-    if (rc != 0)
-        fprintf(stderr, "pip install failed (%d):\n%s\n", rc, out);
-    return rc == 0;
-}
-
 /*  Starts the script on endpoint with PYTHONPATH=s_tmp/site, appending its log to log and its
     stderr to s_tmp/service.err. */
 static pid_t s_start(const char *python, const char *endpoint, const char *log, const char *mode) {
-    char script[128], site[128], err[128];
+    char script[128];
     snprintf(script, sizeof script, "%s/rewards.py", s_tmp);
-    snprintf(site, sizeof site, "%s/site", s_tmp);
-    snprintf(err, sizeof err, "%s/service.err", s_tmp);
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setenv("PYTHONPATH", site, 1);
-        if (!freopen("/dev/null", "w", stdout) || !freopen(err, "a", stderr))
-            _exit(126);
-        execlp(python, python, script, endpoint, log, mode, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+    const char *argv[] = {python, script, endpoint, log, mode, NULL};
+    return runs_python_start(s_tmp, argv);
 }
 
 /* ---- the columns a JSONL record gives ------------------------------------------------------- */
@@ -467,7 +417,7 @@ int main(void) {
     snprintf(s_tmp, sizeof s_tmp, "/tmp/baton_pyreward_XXXXXX");
     CHECK(mkdtemp(s_tmp) != NULL);
     test_columns(); /* the C side, which needs no Python */
-    const char *missing = NULL, *python = s_python(&missing);
+    const char *missing = NULL, *python = runs_python(&missing);
     if (python) {
         s_make_records();
         char path[128], config[128];
@@ -480,7 +430,7 @@ int main(void) {
         snprintf(config, sizeof config, "%s/pyr.json", s_tmp);
         CHECK_OK(bt_file_write(config, json, strlen(json)));
         free(json);
-        if (s_pip_install(python)) {
+        if (runs_pip_install(python, s_tmp)) {
             char endpoint[128], log[128];
             snprintf(endpoint, sizeof endpoint, "ipc://%s/direct.ipc", s_tmp);
             snprintf(log, sizeof log, "%s/direct.log", s_tmp);
@@ -490,20 +440,8 @@ int main(void) {
             runs_term(service);
             test_run(python, config);
             test_run_raises(python, config);
-        } else
-            CHECK(!"pip install --no-index --no-build-isolation --target DIR ./python");
+        }
     }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_tmp);
-    if (s_check_failures == 0)
-        CHECK(system(cmd) == 0);
-    else
-        fprintf(stderr, "kept %s (service.err: the services' stderr)\n", s_tmp);
-    if (s_check_failures == 0 && !python) {
-        printf("SKIP: no python3 with zmq, pip and setuptools (missing: %s; or set "
-               "BATON_PYTHON): python/baton_reward was not tested\n",
-               missing);
-        return S_SKIP;
-    }
-    return check_exit();
+    runs_cleanup(s_tmp);
+    return runs_python_exit(python, missing, "python/baton_reward");
 }

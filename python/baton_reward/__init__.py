@@ -86,8 +86,8 @@ def _check_functions(fns, weights, correct):
     return fns, [float(w) for w in weights]
 
 
-def _batch(request):
-    """(prompts, completions, answers, columns) of a decoded request, or _BatchError."""
+def _items(request):
+    """The "items" of a decoded request of this protocol version, or _BatchError."""
     if not isinstance(request, dict):
         raise _BatchError(f"expected a request object, got {type(request).__name__}")
     if request.get("version") != PROTOCOL_VERSION:
@@ -96,6 +96,12 @@ def _batch(request):
     items = request.get("items")
     if not isinstance(items, list):
         raise _BatchError(f"\"items\": expected an array, got {type(items).__name__}")
+    return items
+
+
+def _batch(request):
+    """(prompts, completions, answers, columns) of a decoded request, or _BatchError."""
+    items = _items(request)
     prompts, completions, answers, names = [], [], [], {}
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -188,6 +194,32 @@ def _answer(body, fns, weights, correct):
     return json.dumps(out, allow_nan=False).encode()
 
 
+def _bind(ctx, endpoint, who, setup=None):
+    """A ROUTER socket of ctx bound at endpoint (setup(sock) first, when given), or zmq.ZMQError
+    naming who and the endpoint."""
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if setup is not None:
+        setup(sock)
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as e:
+        sock.close()
+        raise zmq.ZMQError(e.errno, f"{who}: cannot bind {endpoint}: {e}") from None
+    return sock
+
+
+def _requests(sock):
+    """(envelope, body frames) of each request a REQ peer sends to the ROUTER sock: its routing
+    id, a request id (ZMQ_REQ_CORRELATE) and an empty frame, all of which go back in front of the
+    reply.  A message of a peer that is not a REQ cannot be answered and is passed over."""
+    while True:
+        frames = sock.recv_multipart()
+        if b"" in frames:
+            cut = frames.index(b"") + 1
+            yield frames[:cut], frames[cut:]
+
+
 def serve(fns, endpoint, weights=None, *, correct=None):
     """Binds a ZeroMQ ROUTER socket at endpoint ("tcp://HOST:PORT" or "ipc://PATH") and answers
     every worker's requests with the weighted sum of fns (a function or a list of them; weights:
@@ -199,25 +231,12 @@ def serve(fns, endpoint, weights=None, *, correct=None):
     is >= 1).  Errors in the arguments raise TypeError or ValueError before anything is bound;
     an endpoint ZeroMQ refuses raises zmq.ZMQError naming it."""
     fns, weights = _check_functions(fns, weights, correct)
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        sock.bind(endpoint)
-    except zmq.ZMQError as e:
-        sock.close()
-        raise zmq.ZMQError(e.errno, f"baton_reward: cannot bind {endpoint}: {e}") from None
+    sock = _bind(zmq.Context.instance(), endpoint, "baton_reward")
     names = ", ".join(f"{_name(f)} x {w:g}" for f, w in zip(fns, weights))
     print(f"baton_reward: serving {names} on {endpoint}", file=sys.stderr, flush=True)
     try:
-        while True:
-            frames = sock.recv_multipart()
-            # a REQ peer's envelope: its routing id, a request id (ZMQ_REQ_CORRELATE), then an
-            # empty frame; all of it goes back in front of the reply
-            if b"" not in frames:
-                continue  # not a REQ peer: there is no way to answer it
-            cut = frames.index(b"") + 1
-            sock.send_multipart(frames[:cut] + [_answer(frames[cut:], fns, weights, correct)])
+        for envelope, body in _requests(sock):
+            sock.send_multipart(envelope + [_answer(body, fns, weights, correct)])
     except KeyboardInterrupt:
         pass
     finally:
