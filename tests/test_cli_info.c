@@ -12,6 +12,47 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/*  Every option a command's parser accepts (each "--word" string literal of its cli/ source
+    file, read from the tree) is named by the help of that command, or of one of the commands
+    the file serves (cli/run.c parses both run and controller). */
+static void s_options_documented(const char *bin) {
+    static const struct {
+        const char *file, *commands[2];
+    } files[] = {
+        {"run.c", {"run", "controller"}}, {"eval.c", {"eval"}},     {"worker.c", {"worker"}},
+        {"keygen.c", {"keygen"}},         {"info.c", {"info"}},     {"plan.c", {"plan"}},
+        {"tokenize.c", {"tokenize"}},     {"export.c", {"export"}}, {"report.c", {"report"}},
+    };
+    const char *src = getenv("BATON_SOURCE_DIR");
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        char path[PATH_MAX], cmd[PATH_MAX], help[16384] = "", *text = NULL;
+        size_t used = 0;
+        for (int c = 0; c < 2 && files[f].commands[c]; c++) {
+            snprintf(cmd, sizeof cmd, "%s %s --help", bin, files[f].commands[c]);
+            CHECK(runs_capture(cmd, help + used, sizeof help - used) == 0);
+            used = strlen(help);
+        }
+        snprintf(path, sizeof path, "%s/cli/%s", src ? src : ".", files[f].file);
+        CHECK_OK(bt_file_read(path, 1 << 20, &text, NULL));
+        int found = 0;
+        for (const char *p = text ? strstr(text, "\"--") : NULL; p; p = strstr(p + 1, "\"--")) {
+            char option[64];
+            size_t n = strspn(p + 1, "-abcdefghijklmnopqrstuvwxyz");
+            if (n < 3 || n >= sizeof option || p[1 + n] != '"')
+                continue;
+            memcpy(option, p + 1, n);
+            option[n] = '\0';
+            found++;
+            if (!strstr(help, option))
+                fprintf(stderr, "cli/%s accepts %s, which `baton %s --help` does not name\n",
+                        files[f].file, option, files[f].commands[0]);
+            CHECK(strstr(help, option) != NULL);
+        }
+        CHECK(found > 0);
+        free(text);
+    }
+}
+
 int main(void) {
     const char *bin = getenv("BATON_BIN");
     CHECK(bin != NULL);
@@ -78,6 +119,7 @@ int main(void) {
         for (int o = 0; o < 6 && helps[k].options[o]; o++)
             CHECK_STR_CONTAINS(out, helps[k].options[o]);
     }
+    s_options_documented(bin);
     snprintf(cmd, sizeof cmd, "%s --help", bin);
     CHECK(runs_capture(cmd, out, sizeof out) == 0);
     for (size_t k = 0; k < sizeof helps / sizeof helps[0]; k++) {
