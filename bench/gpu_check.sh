@@ -25,6 +25,10 @@
 #      adapters on the base (PeftModel.from_pretrained) and its logits must equal baton's
 #      (bench_logits on the policy folder, cuda:0 and CPU), and `baton export --merge`'s folder,
 #      opened by transformers, must give them too (max |diff| < 1e-4 in float32).
+#   9. issue 20 on cuda:0: a short run's train lines carry the CUDA allocator's figures
+#      (cuda_allocated_mb, cuda_reserved_mb > 0, allocated <= reserved), and the tensorboard package
+#      there reads its run.tensorboard event files: every train scalar equals metrics.jsonl's value
+#      at its global_step (float32).
 # Record the figures in bench/RESULTS.md ("GPU checks").
 set -u
 cd "$(dirname "$0")/.."
@@ -241,4 +245,36 @@ print('true' if ok else 'false', 'max |diff| %g vs peft, merged vs peft %g, adap
   done
 else
   say lora_peft false "see $OUT/lora.log"
+fi
+
+# ---- 9. resource figures on CUDA, TensorBoard's own reader --------------------------------------------
+TB=$OUT/tb-run
+if "$B/baton" run configs/arith.json --run-dir "$TB" --overwrite --set run.device=cuda:0 \
+     --set sft.steps=5 --set grpo.steps=5 --set run.tensorboard=true >"$OUT/tb.log" 2>&1; then
+  detail=$("$PY" - "$TB" 2>&1 <<'EOF'
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+run = sys.argv[1]
+lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+train = [l for l in lines if l["kind"] == "train"]
+cuda = all(0 < l["cuda_allocated_mb"] <= l["cuda_reserved_mb"] for l in train)
+acc = EventAccumulator(run + "/tb/main", size_guidance={"scalars": 0}).Reload()
+worst, n = 0.0, 0
+for l in train:
+    for k, v in l.items():
+        if k in ("step", "global_step") or not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        got = {e.step: e.value for e in acc.Scalars("train/" + k)}.get(l["global_step"])
+        worst = max(worst, abs(got - v) / max(1.0, abs(v))) if got is not None else float("inf")
+        n += 1
+print("true" if cuda and worst < 1e-6 else "false",
+      "cuda fields on %d train lines: %s; %d scalars read by tensorboard, worst rel diff %g"
+      % (len(train), cuda, n, worst))
+EOF
+)
+  ok=${detail%% *}
+  [ "$ok" = true ] || ok=false
+  say tensorboard_cuda "$ok" "${detail#* }"
+else
+  say tensorboard_cuda false "see $OUT/tb.log"
 fi
