@@ -297,18 +297,24 @@ static bt_trainer_t *s_episode_trainer(void) {
 
 static double s_grad_rel_diff(bt_trainer_t *a, bt_trainer_t *b);
 
+/*  Parameter i's gradient of trainer t's last step (AdamW's record of it) in host memory; *n
+    its elements.  Caller frees. */
+static float *s_grad(bt_trainer_t *t, int i, size_t *n) {
+    bt_tensor *g = NULL, *v = NULL;
+    CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(t), i, &g, &v));
+    *n = (size_t)bt_numel(g);
+    float *h = malloc(*n * sizeof *h);
+    CHECK_OK(bt_to_host(g, h, *n * sizeof *h));
+    return h;
+}
+
 /*  Whether the last steps of a and b had the same gradients, bit for bit. */
 static bool s_same_grads(bt_trainer_t *a, bt_trainer_t *b) {
     bool same = true;
     for (int i = 0; i < bt_model_num_params(bt_trainer_policy(a)); i++) {
-        bt_tensor *ga = NULL, *gb = NULL, *va = NULL, *vb = NULL;
-        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(a), i, &ga, &va));
-        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(b), i, &gb, &vb));
-        size_t n = (size_t)bt_numel(ga);
-        float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
-        CHECK_OK(bt_to_host(ga, ha, n * sizeof *ha));
-        CHECK_OK(bt_to_host(gb, hb, n * sizeof *hb));
-        same = same && memcmp(ha, hb, n * sizeof *ha) == 0;
+        size_t n, nb;
+        float *ha = s_grad(a, i, &n), *hb = s_grad(b, i, &nb);
+        same = same && n == nb && memcmp(ha, hb, n * sizeof *ha) == 0;
         free(ha);
         free(hb);
     }
@@ -524,13 +530,9 @@ static bt_trainer_t *s_grad_trainer(bt_batching batching, int64_t micro_batch, i
 static double s_grad_rel_diff(bt_trainer_t *a, bt_trainer_t *b) {
     double worst = 0;
     for (int i = 0; i < bt_model_num_params(bt_trainer_policy(a)); i++) {
-        bt_tensor *ga = NULL, *gb = NULL, *va = NULL, *vb = NULL;
-        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(a), i, &ga, &va));
-        CHECK_OK(bt_adamw_moments(bt_trainer_optimizer(b), i, &gb, &vb));
-        size_t n = (size_t)bt_numel(ga);
-        float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
-        CHECK_OK(bt_to_host(ga, ha, n * sizeof *ha));
-        CHECK_OK(bt_to_host(gb, hb, n * sizeof *hb));
+        size_t n, nb;
+        float *ha = s_grad(a, i, &n), *hb = s_grad(b, i, &nb);
+        CHECK(n == nb);
         double diff = 0, norm = 0;
         for (size_t k = 0; k < n; k++) {
             diff += ((double)ha[k] - hb[k]) * ((double)ha[k] - hb[k]);
