@@ -57,6 +57,15 @@ static bool s_record(const s_call *c, bt_generation *out, int64_t b, int64_t s, 
     out->lengths[b] = s + 1;
     bool stop = s_is_stop(c, tok);
     out->finish[b] = stop ? BT_FINISH_EOS : BT_FINISH_LENGTH;
+    const bt_sample_config *cfg = c->cfg;
+    for (int i = 0; !stop && i < cfg->n_stop_seqs; i++) { /* the row's newest ids end a turn? */
+        int64_t n = cfg->stop_seq_lens[i];
+        const int32_t *tail = out->tokens + b * out->max_new_tokens + s + 1 - n;
+        if (n <= s + 1 && memcmp(tail, cfg->stop_seqs[i], (size_t)n * sizeof *tail) == 0) {
+            stop = true;
+            out->finish[b] = BT_FINISH_STOP;
+        }
+    }
     return stop || s + 1 >= s_limit(c, b);
 }
 

@@ -16,6 +16,8 @@ extern "C" {
 #endif
 
 #define BT_SAMPLE_MAX_STOPS 8
+#define BT_SAMPLE_MAX_STOP_SEQS 4 /* id sequences that end a turn (bt_sample_config.stop_seqs) */
+#define BT_SAMPLE_STOP_SEQ_MAX 16 /* ids in one */
 
 typedef struct bt_sample_config {
     int64_t max_new_tokens; /* >= 1 */
@@ -27,6 +29,12 @@ typedef struct bt_sample_config {
                                            turn and end of text); n_stops 0: the model config's
                                            eos_token_id */
     int n_stops;
+    /* id sequences that end a row's turn, not its episode (a tool call's closing tag,
+       tokenized): a row whose newest ids are one of them stops with them included,
+       BT_FINISH_STOP; n_stop_seqs 0: none */
+    int32_t stop_seqs[BT_SAMPLE_MAX_STOP_SEQS][BT_SAMPLE_STOP_SEQ_MAX];
+    int stop_seq_lens[BT_SAMPLE_MAX_STOP_SEQS]; /* 1 .. BT_SAMPLE_STOP_SEQ_MAX each */
+    int n_stop_seqs;
     int64_t vocab_limit; /* ids >= vocab_limit are never drawn, nor chosen by greedy or top-k: a
                             checkpoint may pad vocab_size past its tokenizer (Qwen: 151,936
                             logits, 151,669 ids), and a padded id cannot be decoded; 0 = every
@@ -37,8 +45,8 @@ typedef struct bt_sample_config {
                                     max_new_tokens (more counts as it), or NULL: max_new_tokens */
 } bt_sample_config;
 
-/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own, no
-    vocab_limit, slots 0, no per-sequence limits. */
+/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops or stop
+    sequences of its own, no vocab_limit, slots 0, no per-sequence limits. */
 void bt_sample_config_init(bt_sample_config *cfg);
 
 /*  BT_EINVAL naming the field when cfg is out of range, or sampled (temperature > 0) without draws
@@ -67,7 +75,8 @@ bt_status bt_sample_next(bt_ctx *ctx, bt_tensor *logits, const bt_sample_config 
 /*  Values appear in messages: append only. */
 typedef enum bt_finish_reason {
     BT_FINISH_LENGTH = 0, /* reached max_new_tokens (truncated) */
-    BT_FINISH_EOS = 1     /* sampled eos_token_id */
+    BT_FINISH_EOS = 1,    /* sampled a stop token (eos_token_id, or bt_sample_config.stops) */
+    BT_FINISH_STOP = 2    /* its newest ids are one of bt_sample_config.stop_seqs (a turn ends) */
 } bt_finish_reason;
 
 /*  Row b's tokens are tokens[b * max_new_tokens + i] for i < lengths[b]; the rest hold the pad id
