@@ -20,9 +20,7 @@
 typedef struct s_env_service {
     bt_service_t *client;
     uint64_t request; /* the last request's number; a resend keeps it */
-    bt_buf obs;       /* the last call's observations, each NUL-terminated */
-    size_t *offsets;  /* (cap) where each observation starts in obs */
-    int64_t cap;
+    bt_buf obs;       /* the last call's observations, each NUL-terminated, in item order */
     /* the stop strings of the hello reply, NUL-separated, ending with an empty string */
     char stop[BT_ENV_SERVICE_STOP_MAX * (BT_ENV_SERVICE_STOP_LEN + 1) + 1];
     bool has_stop;
@@ -34,7 +32,6 @@ static void s_destroy(void *user) {
         return;
     bt_service_destroy(&self->client);
     bt_buf_release(&self->obs);
-    free(self->offsets);
     free(self);
 }
 
@@ -94,8 +91,8 @@ static const cJSON *s_key(const s_env_service *self, const cJSON *item, int64_t 
     return v;
 }
 
-/*  Checks item i (episode e) of a reply and copies it into *out (observation: its offset in
-    self->obs, set as a pointer once every item is in). */
+/*  Checks item i (episode e) of a reply and copies it into *out (observation: appended to
+    self->obs, pointed at once every item is in and the buffer has stopped moving). */
 static bt_status s_item(s_env_service *self, const cJSON *item, int64_t i, uint64_t e, bool step,
                         bt_env_reply *out) {
     bt_status st = BT_OK;
@@ -149,7 +146,6 @@ static bt_status s_item(s_env_service *self, const cJSON *item, int64_t i, uint6
                                     (long long)i, (unsigned long long)e,
                                     bt_buf_format_number(got, reward->valuedouble, 1),
                                     BT_REWARD_MAX);
-    self->offsets[i] = self->obs.len;
     bt_buf_put(&self->obs, obs->valuestring, len + 1);
     *out = (bt_env_reply){.observation_len = len,
                           .reward = reward ? reward->valuedouble : 0.0,
@@ -165,14 +161,7 @@ static bt_status s_call(s_env_service *self, bt_buf *request, const uint64_t *ep
                         size_t stride, int64_t n, bool step, bt_env_reply *out) {
     cJSON *root = NULL;
     bt_status st = BT_OK;
-    if (n > self->cap) {
-        size_t *grown = realloc(self->offsets, (size_t)n * sizeof *grown);
-        if (grown) {
-            self->offsets = grown;
-            self->cap = n;
-        }
-    }
-    if (request->failed || n > self->cap)
+    if (request->failed)
         st = bt_fail(BT_ENOMEM, S_WHAT ": out of memory");
     else
         st = bt_service_call(self->client, request->data, request->len,
@@ -199,8 +188,11 @@ static bt_status s_call(s_env_service *self, bt_buf *request, const uint64_t *ep
     }
     if (st == BT_OK && self->obs.failed)
         st = bt_fail(BT_ENOMEM, S_WHAT ": out of memory");
-    for (i = 0; st == BT_OK && i < n; i++)
-        out[i].observation = self->obs.data + self->offsets[i];
+    const char *p = self->obs.data; /* each observation follows the last one's NUL */
+    for (i = 0; st == BT_OK && i < n; i++) {
+        out[i].observation = p;
+        p += out[i].observation_len + 1;
+    }
     cJSON_Delete(root);
     return st;
 }
