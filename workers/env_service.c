@@ -179,8 +179,9 @@ static bt_status s_call(s_env_service *self, bt_buf *request, const uint64_t *ep
         st = bt_service_bad_reply(self->client, "\"items\" has %d entries for %lld episodes",
                                   cJSON_GetArraySize(items), (long long)n);
     }
-    self->obs.len = 0;
-    self->obs.failed = false;
+    if (self->obs.failed) /* a failed buffer is released: that empties it */
+        bt_buf_release(&self->obs);
+    bt_buf_truncate(&self->obs, 0);
     int64_t i = 0;
     for (const cJSON *v = st == BT_OK ? items->child : NULL; v && st == BT_OK; v = v->next, i++) {
         uint64_t e = *(const uint64_t *)((const char *)episodes + (size_t)i * stride);
