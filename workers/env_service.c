@@ -160,12 +160,8 @@ static bt_status s_item(s_env_service *self, const cJSON *item, int64_t i, uint6
 static bt_status s_call(s_env_service *self, bt_buf *request, const uint64_t *episodes,
                         size_t stride, int64_t n, bool step, bt_env_reply *out) {
     cJSON *root = NULL;
-    bt_status st = BT_OK;
-    if (request->failed)
-        st = bt_fail(BT_ENOMEM, S_WHAT ": out of memory");
-    else
-        st = bt_service_call(self->client, request->data, request->len,
-                             "every reward must be a finite number", &root);
+    bt_status st =
+        bt_service_call(self->client, request, "every reward must be a finite number", &root);
     bt_buf_release(request);
     const cJSON *items = st == BT_OK ? cJSON_GetObjectItemCaseSensitive(root, "items") : NULL;
     char got[64] = "nothing";
@@ -247,9 +243,7 @@ static bt_status s_hello(s_env_service *self) {
     s_head(self, "hello", &request);
     bt_buf_puts(&request, "]}");
     cJSON *root = NULL;
-    bt_status st = request.failed ? bt_fail(BT_ENOMEM, S_WHAT ": out of memory")
-                                  : bt_service_call(self->client, request.data, request.len,
-                                                    "every number must be finite", &root);
+    bt_status st = bt_service_call(self->client, &request, "every number must be finite", &root);
     bt_buf_release(&request);
     const cJSON *items = st == BT_OK ? cJSON_GetObjectItemCaseSensitive(root, "items") : NULL;
     if (st == BT_OK && items && (!cJSON_IsArray(items) || cJSON_GetArraySize(items) != 0)) {

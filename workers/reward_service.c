@@ -47,7 +47,7 @@ void bt_reward_service_destroy(bt_reward_service_t **self_p) {
 
 /*  {"version": 1, "kind": KIND, "items": [{"index", "prompt", "answer", "completion"[,
     "columns"]}, ...]}: columns, JSON object text from the dataset (bt_source_example), as it is */
-static bt_status s_request(const char *kind, const bt_reward_item *items, int64_t n, bt_buf *b) {
+static void s_request(const char *kind, const bt_reward_item *items, int64_t n, bt_buf *b) {
     bt_buf_puts(b, "{\"version\":1,\"kind\":");
     bt_buf_json_string(b, kind, strlen(kind), BT_JSON_ESCAPE_PLAIN);
     bt_buf_puts(b, ",\"items\":[");
@@ -63,7 +63,6 @@ static bt_status s_request(const char *kind, const bt_reward_item *items, int64_
         bt_buf_puts(b, "}");
     }
     bt_buf_puts(b, "]}");
-    return b->failed ? bt_fail(BT_ENOMEM, "reward service: out of memory") : BT_OK;
 }
 
 /* ---- the reply ------------------------------------------------------------------------------- */
@@ -137,10 +136,9 @@ static bt_status s_exchange(bt_reward_service_t *self, const char *kind,
                             bool *correct) {
     bt_buf request = {0};
     cJSON *root = NULL;
-    bt_status st = s_request(kind, items, n, &request);
-    if (st == BT_OK)
-        st = bt_service_call(self->client, request.data, request.len,
-                             "every reward must be a finite number", &root);
+    s_request(kind, items, n, &request);
+    bt_status st =
+        bt_service_call(self->client, &request, "every reward must be a finite number", &root);
     if (st == BT_OK)
         st = s_check_reply(self, root, n, rewards, correct);
     cJSON_Delete(root);

@@ -198,17 +198,19 @@ static bt_status s_parse(const bt_service_t *self, const char *text, size_t len,
     return st;
 }
 
-bt_status bt_service_call(bt_service_t *self, const char *request, size_t len,
-                          const char *what_number, cJSON **root) {
+bt_status bt_service_call(bt_service_t *self, const bt_buf *request, const char *what_number,
+                          cJSON **root) {
     BT_ASSERT(self && request && what_number && root);
     *root = NULL;
+    if (request->failed)
+        return bt_fail(BT_ENOMEM, "%s: out of memory", self->what);
     zmq_msg_t reply;
     zmq_msg_init(&reply);
     bt_status st = BT_OK;
     bool timed_out = true;
     int64_t attempt = 0;
     for (; st == BT_OK && timed_out && attempt <= self->retries; attempt++) {
-        if (zmq_send(self->req, request, len, 0) < 0) {
+        if (zmq_send(self->req, request->data, request->len, 0) < 0) {
             st = bt_fail(BT_EIO, "%s %s: cannot send the request: %s", self->what, self->endpoint,
                          zmq_strerror(zmq_errno()));
             break;

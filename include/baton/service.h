@@ -40,15 +40,16 @@ void bt_service_destroy(bt_service_t **self_p);
 /*  Borrowed: valid until bt_service_destroy. */
 const char *bt_service_endpoint(const bt_service_t *self);
 
-/*  Sends request[0..len) and waits timeout_ms for the reply, sending it again up to retries times
+/*  Sends request's bytes and waits timeout_ms for the reply, sending it again up to retries times
     when none comes.  BT_OK with *root the reply, a JSON object (caller owns it: cJSON_Delete; the
-    cJSON stays in the workers/ module that asked); BT_EIO when no reply came ("no reply within
-    300 ms (2 attempts)") or ZeroMQ failed; BT_EFORMAT for a reply of several frames, not UTF-8,
+    cJSON stays in the workers/ module that asked); BT_ENOMEM, sending nothing, when request
+    failed (a write to it was dropped); BT_EIO when no reply came ("no reply within 300 ms (2
+    attempts)") or ZeroMQ failed; BT_EFORMAT for a reply of several frames, not UTF-8,
     not one JSON object, NaN or Infinity where a number belongs (what_number says what each
     number must be: "every reward must be a finite number"), or carrying a string "error" ("the
     service says: ...").  The client stays usable after an error. */
-bt_status bt_service_call(bt_service_t *self, const char *request, size_t len,
-                          const char *what_number, struct cJSON **root);
+bt_status bt_service_call(bt_service_t *self, const bt_buf *request, const char *what_number,
+                          struct cJSON **root);
 
 /*  BT_EFORMAT with "WHAT ENDPOINT: reply: " and the formatted text: the caller's verdict on a
     reply. */
