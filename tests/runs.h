@@ -355,6 +355,21 @@ static inline int runs_latest(const char *dir) {
     return step;
 }
 
+/*  The highest step of a checkpoint folder (step-N) in DIR/ckpt below `below`; -1 when none. */
+static inline int runs_step_below(const char *dir, int below) {
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    DIR *d = opendir(ckpt);
+    int best = -1;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        int step = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
+        best = step < below && step > best ? step : best;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
 /*  Waits while pid runs until the save of a checkpoint after step `after` is in flight (its
     .tmp-step-* folder exists); false if the run ended first. */
 static inline bool runs_wait_saving(pid_t pid, const char *dir, int after) {
