@@ -179,18 +179,23 @@ def reply(request, fns, weights=None, correct=None):
         return {"error": str(e)[:_ERROR_MAX]}
 
 
+def _decode(body):
+    """The JSON value of the frames of one request's body, or _BatchError when it is not one
+    frame of JSON."""
+    if len(body) != 1:
+        raise _BatchError(f"expected a request of one frame, got {len(body)}")
+    try:  # bytes that are not UTF-8 cannot come from baton; replaced, not refused
+        return json.loads(body[0].decode("utf-8", errors="replace"))
+    except ValueError as e:
+        raise _BatchError(f"request: not valid JSON: {e}") from None
+
+
 def _answer(body, fns, weights, correct):
     """The reply frame to the frames of one request's body."""
-    if len(body) != 1:
-        out = {"error": f"expected a request of one frame, got {len(body)}"}
-    else:
-        try:  # bytes that are not UTF-8 cannot come from baton; replaced, not refused
-            request = json.loads(body[0].decode("utf-8", errors="replace"))
-        except ValueError as e:
-            request = None
-            out = {"error": f"request: not valid JSON: {e}"}
-        if request is not None:
-            out = reply(request, fns, weights, correct)
+    try:
+        out = reply(_decode(body), fns, weights, correct)
+    except _BatchError as e:
+        out = {"error": str(e)}
     return json.dumps(out, allow_nan=False).encode()
 
 

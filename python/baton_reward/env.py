@@ -40,7 +40,7 @@ import os
 import sys
 import traceback
 
-from baton_reward import _ERROR_MAX, _BatchError, _bind, _items, _requests, zmq
+from baton_reward import _ERROR_MAX, _BatchError, _bind, _decode, _items, _requests, zmq
 
 __all__ = ["serve_env", "read_key"]
 
@@ -231,22 +231,18 @@ def serve_env(make_env, endpoint, *, stop=(), secret_key=None, allow=None):
     try:
         for envelope, body in _requests(sock):
             peer = envelope[0]
-            if len(body) != 1:
-                out = _encode({"error": f"expected a request of one frame, got {len(body)}"})
+            try:
+                request = _decode(body)
+            except _BatchError as e:
+                out = _encode({"error": str(e)[:_ERROR_MAX]})
             else:
-                out = None
-                try:
-                    request = json.loads(body[0].decode("utf-8", errors="replace"))
-                except ValueError as e:
-                    out = _encode({"error": f"request: not valid JSON: {e}"[:_ERROR_MAX]})
-                if out is None:
-                    number = request.get("request") if isinstance(request, dict) else None
-                    seen = last.get(peer)
-                    if number is not None and seen and seen[0] == number:
-                        out = seen[1]  # a resend: the reply already given, nothing stepped again
-                    else:
-                        out = _encode(reply(request, make_env, episodes, stop))
-                        last[peer] = (number, out)
+                number = request.get("request") if isinstance(request, dict) else None
+                seen = last.get(peer)
+                if number is not None and seen and seen[0] == number:
+                    out = seen[1]  # a resend: the reply already given, nothing stepped again
+                else:
+                    out = _encode(reply(request, make_env, episodes, stop))
+                    last[peer] = (number, out)
             sock.send_multipart(envelope + [out])
     except KeyboardInterrupt:
         pass
