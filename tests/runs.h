@@ -472,6 +472,19 @@ static inline double runs_train_lr(const char *metrics, const char *variant, int
     return lr ? strtod(lr + 5, NULL) : NAN;
 }
 
+/*  A TCP connection to 127.0.0.1:port: its fd, -1 when none was made. */
+static inline int runs_connect_local(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 /*  A free TCP port on 127.0.0.1 (bound, then let go): fd_out (or NULL) keeps it bound for the
     caller, who closes it when the port's real user is ready to bind it; -1 on failure. */
 static inline int runs_free_port(int *fd_out) {
