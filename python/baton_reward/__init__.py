@@ -48,6 +48,12 @@ class _BatchError(Exception):
     """A batch this service cannot score; its text becomes the reply's "error"."""
 
 
+def _finite(value):
+    """Whether value is a finite real number (not a bool, which Python counts as one)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and \
+        math.isfinite(value)
+
+
 def _name(fn):
     return getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -78,7 +84,7 @@ def _check_functions(fns, weights, correct):
         raise ValueError(f"serve: weights: expected one number per function ({len(fns)}), got "
                          f"{len(weights)}")
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+        if not _finite(w):
             raise TypeError(f"serve: weights[{i}]: expected a finite number, got {w!r}")
     if correct is not None and not callable(correct):
         raise TypeError(f"serve: correct: expected a function or None, got "
@@ -146,7 +152,7 @@ def _rewards(fns, weights, n, batch):
         for i, v in enumerate(_call(fn, n, batch, "reward function")):
             if v is None:  # TRL: this function does not score this completion
                 continue
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            if not _finite(v):
                 raise _BatchError(f"reward function {_name(fn)}: value {i} is {v!r}, expected a "
                                   f"finite number (or None: no reward from this function)")
             total[i] += w * float(v)

@@ -34,13 +34,11 @@ repeated number from the same worker with the reply it sent before, without step
 again.  One thread serves every worker (a ROUTER socket).  Needs pyzmq (Debian: python3-zmq).
 """
 import json
-import math
-import numbers
 import os
 import sys
 import traceback
 
-from baton_reward import _ERROR_MAX, _BatchError, _bind, _decode, _items, _requests, zmq
+from baton_reward import _ERROR_MAX, _BatchError, _bind, _decode, _finite, _items, _requests, zmq
 
 __all__ = ["serve_env", "read_key"]
 
@@ -141,8 +139,7 @@ def _step(episodes, items):
                               f"(observation, reward, done, info)")
         obs, reward, done, info = got
         obs, done = _observation(obs, e, "step"), _done(done, e, "step")
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or \
-                not math.isfinite(reward):
+        if not _finite(reward):
             raise _BatchError(f"episode {e}: step returned reward {reward!r}, expected a finite "
                               f"number")
         if info is None:
