@@ -45,11 +45,16 @@ __all__ = ["serve_env", "read_key"]
 _OBSERVATION_MAX = 65536  # bytes of UTF-8 (BT_ENV_OBSERVATION_MAX, include/baton/env.h)
 
 
+def _key_lines(path):
+    """The lines of a key file, stripped, but blank lines and lines starting with '#'."""
+    with open(path, encoding="ascii") as f:
+        return [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+
+
 def read_key(path):
     """The one key of a `baton keygen` key file (NAME.key or NAME.pub): 40 characters of Z85, as
     bytes.  Blank lines and lines starting with '#' are skipped."""
-    with open(path, encoding="ascii") as f:
-        keys = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    keys = _key_lines(path)
     if len(keys) != 1 or len(keys[0]) != 40:
         raise ValueError(f"{path}: expected one 40-character Z85 key, got {len(keys)} lines")
     return keys[0].encode("ascii")
@@ -61,9 +66,7 @@ def _allowed_keys(allow):
         os.path.join(allow, n) for n in sorted(os.listdir(allow)) if n.endswith(".pub")]
     keys = set()
     for p in paths:
-        with open(p, encoding="ascii") as f:
-            keys.update(ln.strip().encode("ascii") for ln in f
-                        if ln.strip() and not ln.lstrip().startswith("#"))
+        keys.update(k.encode("ascii") for k in _key_lines(p))
     return keys
 
 
