@@ -355,6 +355,21 @@ static inline int runs_latest(const char *dir) {
     return step;
 }
 
+/*  The highest step of a checkpoint folder (step-N) in DIR/ckpt below `below`; -1 when none. */
+static inline int runs_step_below(const char *dir, int below) {
+    char ckpt[256];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    DIR *d = opendir(ckpt);
+    int best = -1;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        int step = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
+        best = step < below && step > best ? step : best;
+    }
+    if (d)
+        closedir(d);
+    return best;
+}
+
 /*  Waits while pid runs until the save of a checkpoint after step `after` is in flight (its
     .tmp-step-* folder exists); false if the run ended first. */
 static inline bool runs_wait_saving(pid_t pid, const char *dir, int after) {
@@ -455,6 +470,19 @@ static inline double runs_train_lr(const char *metrics, const char *variant, int
     snprintf(key, sizeof key, "{\"kind\":\"train\",\"step\":%d,\"variant\":\"%s\",", step, variant);
     const char *line = strstr(metrics, key), *lr = line ? strstr(line, "\"lr\":") : NULL;
     return lr ? strtod(lr + 5, NULL) : NAN;
+}
+
+/*  A TCP connection to 127.0.0.1:port: its fd, -1 when none was made. */
+static inline int runs_connect_local(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 /*  A free TCP port on 127.0.0.1 (bound, then let go): fd_out (or NULL) keeps it bound for the

@@ -13,7 +13,6 @@
 #include "check.h"
 #include "runs.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -78,21 +77,6 @@ static void s_check_same(const char *a, const char *b, const char *what) {
 static bool s_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
-}
-
-/*  The highest step of a checkpoint folder in DIR/ckpt that is at most `most`; -1 when none. */
-static int s_ckpt_at_most(const char *dir, int most) {
-    char ckpt[160];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-    DIR *d = opendir(ckpt);
-    int best = -1;
-    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
-        int step = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
-        best = step <= most && step > best ? step : best;
-    }
-    if (d)
-        closedir(d);
-    return best;
 }
 
 /*  How many evaluations variant's state.json in checkpoint folder lists as in flight when it was
@@ -165,7 +149,7 @@ static void test_kill_and_resume(const char *ref) {
        step-12 evaluations of some variants may still run (state.json then lists them), it is the
        one whose resume must run both again.  A full checkpoint due while the writer is busy is
        taken a step later: the one of step 12, or 13 */
-    int cut = s_ckpt_at_most(dir, 13);
+    int cut = runs_step_below(dir, 14);
     CHECK(cut >= 12);
     char folder[192];
     snprintf(folder, sizeof folder, "%s/ckpt/step-%08d", dir, cut);

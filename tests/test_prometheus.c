@@ -10,11 +10,9 @@
 
 #include "baton/prometheus.h"
 
-#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,15 +38,9 @@ static const char s_config[] =
 /*  Sends request to 127.0.0.1:port and reads the whole response (HTTP/1.0 or Connection: close:
     the server closes it) into out; returns the bytes read, -1 when no connection was made. */
 static long s_http(int port, const char *request, char *out, size_t cap) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0)
-            close(fd);
+    int fd = runs_connect_local(port);
+    if (fd < 0)
         return -1;
-    }
     size_t len = strlen(request), sent = 0;
     while (sent < len) {
         ssize_t k = send(fd, request + sent, len - sent, MSG_NOSIGNAL);

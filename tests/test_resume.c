@@ -124,21 +124,6 @@ static void test_kill_and_resume(const char *reference) {
     free(got_events);
 }
 
-/*  The highest checkpoint step below `below` in DIR/ckpt, -1 when none. */
-static int s_step_below(const char *dir, int below) {
-    char ckpt[256];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
-    DIR *d = opendir(ckpt);
-    int best = -1;
-    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
-        int step = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
-        best = step < below && step > best ? step : best;
-    }
-    if (d)
-        closedir(d);
-    return best;
-}
-
 /*  The last line of events.jsonl that holds needle, or NULL.  Borrowed from events. */
 static const char *s_last_event(const char *events, const char *needle) {
     const char *last = NULL;
@@ -161,7 +146,7 @@ static void test_corrupt_fallback(const char *reference) {
     snprintf(dir, sizeof dir, "%s/ref", s_tmp);
     s_unfinish(dir);
     /* (a full checkpoint due while the writer is busy is taken a step later: ask, not assume) */
-    int newest = runs_latest(dir), before = s_step_below(dir, newest);
+    int newest = runs_latest(dir), before = runs_step_below(dir, newest);
     CHECK(newest > 0 && before > 0);
     snprintf(name, sizeof name, "step-%08d", newest);
     snprintf(prev, sizeof prev, "step-%08d", before);
@@ -549,7 +534,7 @@ static void test_bf16_save_resume(const char *reference) {
     snprintf(theirs, sizeof theirs, "%s/f32-upto", s_tmp);
     s_copy(s_reference_dir, theirs);
     s_unfinish(theirs);
-    int before = s_step_below(theirs, latest + 1);
+    int before = runs_step_below(theirs, latest + 1);
     CHECK(latest > 0 && before > 0);
     snprintf(from, sizeof from, "%s/ckpt/step-%08d", theirs, before);
     snprintf(steps, sizeof steps, "grpo.steps=%d", latest);

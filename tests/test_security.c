@@ -13,8 +13,6 @@
 #include "check.h"
 #include "runs.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -55,18 +53,6 @@ typedef struct {
     size_t n_seen;
 } s_proxy;
 
-static int s_connect_local(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
 static void *s_proxy_main(void *arg) {
     s_proxy *p = arg;
     int pair[S_PROXY_PAIRS][2], n = 0;
@@ -106,7 +92,7 @@ static void *s_proxy_main(void *arg) {
                 }
             }
         if ((fds[0].revents & POLLIN) && n < S_PROXY_PAIRS) {
-            int down = accept(p->listen_fd, NULL, NULL), up = s_connect_local(p->upstream_port);
+            int down = accept(p->listen_fd, NULL, NULL), up = runs_connect_local(p->upstream_port);
             if (down >= 0 && up >= 0) {
                 pair[n][0] = down;
                 pair[n][1] = up;

@@ -48,6 +48,12 @@ class _BatchError(Exception):
     """A batch this service cannot score; its text becomes the reply's "error"."""
 
 
+def _finite(value):
+    """Whether value is a finite real number (not a bool, which Python counts as one)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and \
+        math.isfinite(value)
+
+
 def _name(fn):
     return getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -78,7 +84,7 @@ def _check_functions(fns, weights, correct):
         raise ValueError(f"serve: weights: expected one number per function ({len(fns)}), got "
                          f"{len(weights)}")
     for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+        if not _finite(w):
             raise TypeError(f"serve: weights[{i}]: expected a finite number, got {w!r}")
     if correct is not None and not callable(correct):
         raise TypeError(f"serve: correct: expected a function or None, got "
@@ -146,7 +152,7 @@ def _rewards(fns, weights, n, batch):
         for i, v in enumerate(_call(fn, n, batch, "reward function")):
             if v is None:  # TRL: this function does not score this completion
                 continue
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            if not _finite(v):
                 raise _BatchError(f"reward function {_name(fn)}: value {i} is {v!r}, expected a "
                                   f"finite number (or None: no reward from this function)")
             total[i] += w * float(v)
@@ -179,18 +185,23 @@ def reply(request, fns, weights=None, correct=None):
         return {"error": str(e)[:_ERROR_MAX]}
 
 
+def _decode(body):
+    """The JSON value of the frames of one request's body, or _BatchError when it is not one
+    frame of JSON."""
+    if len(body) != 1:
+        raise _BatchError(f"expected a request of one frame, got {len(body)}")
+    try:  # bytes that are not UTF-8 cannot come from baton; replaced, not refused
+        return json.loads(body[0].decode("utf-8", errors="replace"))
+    except ValueError as e:
+        raise _BatchError(f"request: not valid JSON: {e}") from None
+
+
 def _answer(body, fns, weights, correct):
     """The reply frame to the frames of one request's body."""
-    if len(body) != 1:
-        out = {"error": f"expected a request of one frame, got {len(body)}"}
-    else:
-        try:  # bytes that are not UTF-8 cannot come from baton; replaced, not refused
-            request = json.loads(body[0].decode("utf-8", errors="replace"))
-        except ValueError as e:
-            request = None
-            out = {"error": f"request: not valid JSON: {e}"}
-        if request is not None:
-            out = reply(request, fns, weights, correct)
+    try:
+        out = reply(_decode(body), fns, weights, correct)
+    except _BatchError as e:
+        out = {"error": str(e)}
     return json.dumps(out, allow_nan=False).encode()
 
 

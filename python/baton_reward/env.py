@@ -34,24 +34,27 @@ repeated number from the same worker with the reply it sent before, without step
 again.  One thread serves every worker (a ROUTER socket).  Needs pyzmq (Debian: python3-zmq).
 """
 import json
-import math
-import numbers
 import os
 import sys
 import traceback
 
-from baton_reward import _ERROR_MAX, _BatchError, _bind, _items, _requests, zmq
+from baton_reward import _ERROR_MAX, _BatchError, _bind, _decode, _finite, _items, _requests, zmq
 
 __all__ = ["serve_env", "read_key"]
 
 _OBSERVATION_MAX = 65536  # bytes of UTF-8 (BT_ENV_OBSERVATION_MAX, include/baton/env.h)
 
 
+def _key_lines(path):
+    """The lines of a key file, stripped, but blank lines and lines starting with '#'."""
+    with open(path, encoding="ascii") as f:
+        return [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+
+
 def read_key(path):
     """The one key of a `baton keygen` key file (NAME.key or NAME.pub): 40 characters of Z85, as
     bytes.  Blank lines and lines starting with '#' are skipped."""
-    with open(path, encoding="ascii") as f:
-        keys = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    keys = _key_lines(path)
     if len(keys) != 1 or len(keys[0]) != 40:
         raise ValueError(f"{path}: expected one 40-character Z85 key, got {len(keys)} lines")
     return keys[0].encode("ascii")
@@ -63,9 +66,7 @@ def _allowed_keys(allow):
         os.path.join(allow, n) for n in sorted(os.listdir(allow)) if n.endswith(".pub")]
     keys = set()
     for p in paths:
-        with open(p, encoding="ascii") as f:
-            keys.update(ln.strip().encode("ascii") for ln in f
-                        if ln.strip() and not ln.lstrip().startswith("#"))
+        keys.update(k.encode("ascii") for k in _key_lines(p))
     return keys
 
 
@@ -141,8 +142,7 @@ def _step(episodes, items):
                               f"(observation, reward, done, info)")
         obs, reward, done, info = got
         obs, done = _observation(obs, e, "step"), _done(done, e, "step")
-        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or \
-                not math.isfinite(reward):
+        if not _finite(reward):
             raise _BatchError(f"episode {e}: step returned reward {reward!r}, expected a finite "
                               f"number")
         if info is None:
@@ -231,22 +231,18 @@ def serve_env(make_env, endpoint, *, stop=(), secret_key=None, allow=None):
     try:
         for envelope, body in _requests(sock):
             peer = envelope[0]
-            if len(body) != 1:
-                out = _encode({"error": f"expected a request of one frame, got {len(body)}"})
+            try:
+                request = _decode(body)
+            except _BatchError as e:
+                out = _encode({"error": str(e)[:_ERROR_MAX]})
             else:
-                out = None
-                try:
-                    request = json.loads(body[0].decode("utf-8", errors="replace"))
-                except ValueError as e:
-                    out = _encode({"error": f"request: not valid JSON: {e}"[:_ERROR_MAX]})
-                if out is None:
-                    number = request.get("request") if isinstance(request, dict) else None
-                    seen = last.get(peer)
-                    if number is not None and seen and seen[0] == number:
-                        out = seen[1]  # a resend: the reply already given, nothing stepped again
-                    else:
-                        out = _encode(reply(request, make_env, episodes, stop))
-                        last[peer] = (number, out)
+                number = request.get("request") if isinstance(request, dict) else None
+                seen = last.get(peer)
+                if number is not None and seen and seen[0] == number:
+                    out = seen[1]  # a resend: the reply already given, nothing stepped again
+                else:
+                    out = _encode(reply(request, make_env, episodes, stop))
+                    last[peer] = (number, out)
             sock.send_multipart(envelope + [out])
     except KeyboardInterrupt:
         pass
