@@ -463,11 +463,16 @@ const char *bt_config_key(int i) {
 
 static cJSON *s_to_item(const s_key *k, const bt_config *cfg);
 
-static const s_key *s_find(const char *path) {
-    for (int i = 0; i < S_NKEYS; i++)
-        if (strcmp(s_keys[i].path, path) == 0)
-            return &s_keys[i];
+/*  The key of keys[0, n) named path; NULL when none. */
+static const s_key *s_find_in(const s_key *keys, int n, const char *path) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(keys[i].path, path) == 0)
+            return &keys[i];
     return NULL;
+}
+
+static const s_key *s_find(const char *path) {
+    return s_find_in(s_keys, S_NKEYS, path);
 }
 
 static bool s_is_section(const char *name) {
@@ -713,9 +718,7 @@ static bt_status s_apply_entry(const cJSON *entry, const char *where, const char
     s_entry_init(keys, n_keys, at, base);
     for (const cJSON *item = entry->child; item; item = item->next) {
         snprintf(key, sizeof key, "%s%s%s", where, sep, item->string);
-        const s_key *k = NULL;
-        for (int i = 0; i < n_keys && !k; i++)
-            k = strcmp(keys[i].path, item->string) == 0 ? &keys[i] : NULL;
+        const s_key *k = s_find_in(keys, n_keys, item->string);
         if (!k)
             return bt_fail(BT_EINVAL, "%s: unknown key", key);
         if (s_is_duplicate(entry, item))
@@ -1670,17 +1673,15 @@ int bt_config_diff(const bt_config *a, const bt_config *b, const char **keys, in
 
 bool bt_config_value_text(const bt_config *cfg, const char *path, char *buf, size_t len) {
     const s_key *k = s_find(path);
+    const s_key *d = NULL;
     s_key entry;
     int i = -1;
     char key[64];
     if (!k && sscanf(path, "eval.datasets[%d].%63s", &i, key) == 2 && i >= 0 &&
-        i < cfg->eval.n_datasets)
-        for (int j = 0; j < S_NDATASET_KEYS && !k; j++)
-            if (strcmp(s_dataset_keys[j].path, key) == 0) {
-                entry = s_at(&s_dataset_keys[j], offsetof(bt_config, eval.datasets) +
-                                                     (size_t)i * sizeof(bt_eval_dataset));
-                k = &entry;
-            }
+        i < cfg->eval.n_datasets && (d = s_find_in(s_dataset_keys, S_NDATASET_KEYS, key))) {
+        entry = s_at(d, offsetof(bt_config, eval.datasets) + (size_t)i * sizeof(bt_eval_dataset));
+        k = &entry;
+    }
     cJSON *item = k ? s_to_item(k, cfg) : NULL;
     char *text = item ? cJSON_PrintUnformatted(item) : NULL;
     if (text)

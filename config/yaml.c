@@ -105,6 +105,14 @@ static bt_status s_check_node(const s_reader *r, int line, const yaml_char_t *an
     return BT_OK;
 }
 
+/*  A scalar, key or value: no anchor, no tag but !!str, no NUL inside. */
+static bt_status s_check_scalar(const s_reader *r, const yaml_event_t *ev, int line) {
+    BT_TRY(s_check_node(r, line, ev->data.scalar.anchor, ev->data.scalar.tag, S_TAG "str"));
+    if (strlen((const char *)ev->data.scalar.value) != ev->data.scalar.length)
+        return s_fail_at(r, line, BT_EFORMAT, "a NUL character (JSON strings hold none)");
+    return BT_OK;
+}
+
 static bt_status s_alias(const s_reader *r, int line, const yaml_char_t *anchor) {
     return s_fail_at(r, line, BT_EFORMAT,
                      "an alias (*%s): anchors and aliases are not supported (write the value out)",
@@ -188,9 +196,7 @@ static bt_status s_scalar(const s_reader *r, const yaml_event_t *ev, int line, c
                                              "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
                                              ".NaN",  ".NAN",  NULL};
     const char *v = (const char *)ev->data.scalar.value;
-    BT_TRY(s_check_node(r, line, ev->data.scalar.anchor, ev->data.scalar.tag, S_TAG "str"));
-    if (strlen(v) != ev->data.scalar.length)
-        return s_fail_at(r, line, BT_EFORMAT, "a NUL character (JSON strings hold none)");
+    BT_TRY(s_check_scalar(r, ev, line));
     bool typed = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && !ev->data.scalar.tag;
     bool finite = true;
     if (!typed)
@@ -238,9 +244,7 @@ static bt_status s_mapping(s_reader *r, int depth, cJSON *obj) {
         }
         const char *name = (const char *)key.data.scalar.value;
         snprintf(r->path + base, sizeof r->path - base, "%s%s", base ? "." : "", name);
-        st = s_check_node(r, line, key.data.scalar.anchor, key.data.scalar.tag, S_TAG "str");
-        if (st == BT_OK && strlen(name) != key.data.scalar.length)
-            st = s_fail_at(r, line, BT_EFORMAT, "a NUL character (JSON strings hold none)");
+        st = s_check_scalar(r, &key, line);
         if (st == BT_OK && cJSON_GetObjectItemCaseSensitive(obj, name))
             st = s_fail_at(r, line, BT_EINVAL, "duplicate key");
         if (st == BT_OK)

@@ -66,9 +66,7 @@ static bt_status s_ranks_poll(bt_policy *p, bool *broken) {
     }
     if (done == n) {
         *broken = false;
-        ctl->stats.compute_s += longest;
-        ctl->stats.tasks_s += bt_now() - set->t0;
-        p->wait_slowest_s += bt_jobs_spread(set->jobs, n);
+        bt_jobs_count_done(p, set, longest);
         return BT_OK;
     }
     for (int k = 0; k < n; k++)

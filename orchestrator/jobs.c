@@ -92,13 +92,21 @@ bt_status bt_jobs_check_result(const bt_job *job, const bt_msg_t *m) {
     return st;
 }
 
-double bt_jobs_spread(const bt_job *jobs, int n) {
+/*  From the first of the jobs' RESULTs to the last (all done): how long the slowest kept the
+    others' results waiting.  0 for one job. */
+static double s_spread(const bt_job *jobs, int n) {
     double first = INFINITY, last = -INFINITY;
     for (int i = 0; i < n; i++) {
         first = fmin(first, jobs[i].done_s);
         last = fmax(last, jobs[i].done_s);
     }
     return n > 1 ? last - first : 0;
+}
+
+void bt_jobs_count_done(bt_policy *p, const bt_jobset *set, double longest) {
+    p->ctl->stats.compute_s += longest;
+    p->ctl->stats.tasks_s += bt_now() - set->t0;
+    p->wait_slowest_s += s_spread(set->jobs, set->n);
 }
 
 bt_status bt_jobs_submit(bt_policy *p, bt_jobset *set, bt_job *jobs, int n) {
@@ -170,9 +178,7 @@ bt_status bt_jobs_poll(bt_policy *p, bt_jobset *set) {
         longest = set->jobs[i].compute_s > longest ? set->jobs[i].compute_s : longest;
     }
     if (done == set->n) {
-        ctl->stats.compute_s += longest;
-        ctl->stats.tasks_s += bt_now() - set->t0;
-        p->wait_slowest_s += bt_jobs_spread(set->jobs, set->n);
+        bt_jobs_count_done(p, set, longest);
         return BT_OK;
     }
     bt_status st = BT_OK;

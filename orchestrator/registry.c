@@ -398,11 +398,6 @@ void bt_registry_report(bt_registry_t *self, int32_t worker, const bt_usage *u) 
             *to[i] = from[i];
 }
 
-/*  The larger of a and b, NaN only when both are. */
-static double s_max(double a, double b) {
-    return isnan(a) || b > a ? b : a;
-}
-
 void bt_registry_usage_of(const bt_registry_t *self, bt_role role, bt_registry_usage *out) {
     int r = (int)role;
     int64_t busy = self->busy_ms[r], live = self->live_ms[r];
@@ -418,9 +413,10 @@ void bt_registry_usage_of(const bt_registry_t *self, bt_role role, bt_registry_u
         out->live++;
         live += self->now_ms - w->live_since_ms;
         busy += w->state == BT_WORKER_BUSY ? self->now_ms - w->busy_since_ms : 0;
-        out->peak_rss_mb = s_max(out->peak_rss_mb, w->usage.peak_rss_mb);
-        out->cuda_allocated_mb = s_max(out->cuda_allocated_mb, w->usage.cuda_allocated_mb);
-        out->cuda_reserved_mb = s_max(out->cuda_reserved_mb, w->usage.cuda_reserved_mb);
+        /* fmax skips a NaN: NaN only when no worker reported the figure */
+        out->peak_rss_mb = fmax(out->peak_rss_mb, w->usage.peak_rss_mb);
+        out->cuda_allocated_mb = fmax(out->cuda_allocated_mb, w->usage.cuda_allocated_mb);
+        out->cuda_reserved_mb = fmax(out->cuda_reserved_mb, w->usage.cuda_reserved_mb);
     }
     out->busy_ms = busy;
     out->live_ms = live;

@@ -470,9 +470,10 @@ bt_status bt_jobs_submit(bt_policy *p, bt_jobset *set, bt_job *jobs, int n);
 /*  BT_OK once every job of the set is done; BT_PENDING before; an error when a job failed for
     good or no worker of a role it needs will come (the set is then cancelled). */
 bt_status bt_jobs_poll(bt_policy *p, bt_jobset *set);
-/*  From the first of the jobs' RESULTs to the last (all done): how long the slowest kept the
-    others' results waiting.  0 for one job. */
-double bt_jobs_spread(const bt_job *jobs, int n);
+/*  A set whose jobs are all done (longest: the longest compute_s among them), counted in the
+    overhead stats as one batch of parallel tasks, and in p->wait_slowest_s by how long its
+    slowest job kept the others' results waiting. */
+void bt_jobs_count_done(bt_policy *p, const bt_jobset *set, double longest);
 /*  Cancels the set's jobs that are not done and frees their results. */
 void bt_jobs_abort(bt_policy *p, bt_jobset *set);
 void bt_jobs_cancel(bt_controller_t *self, int n, int64_t first);
