@@ -194,6 +194,8 @@ def _decode(body):
         return json.loads(body[0].decode("utf-8", errors="replace"))
     except ValueError as e:
         raise _BatchError(f"request: not valid JSON: {e}") from None
+    except RecursionError:  # "[[[[..." a million deep: json's decoder recurses per level
+        raise _BatchError("request: not valid JSON: nested too deep to decode") from None
 
 
 def _answer(body, fns, weights, correct):
