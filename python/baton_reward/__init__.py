@@ -190,8 +190,13 @@ def _decode(body):
     frame of JSON."""
     if len(body) != 1:
         raise _BatchError(f"expected a request of one frame, got {len(body)}")
-    try:  # bytes that are not UTF-8 cannot come from baton; replaced, not refused
-        return json.loads(body[0].decode("utf-8", errors="replace"))
+    try:  # baton sends UTF-8 (docs/protocol.md); other bytes would be scored as U+FFFD unseen
+        text = body[0].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _BatchError(f"request: not valid UTF-8 at byte {e.start}: expected UTF-8 JSON") \
+            from None
+    try:
+        return json.loads(text)
     except ValueError as e:
         raise _BatchError(f"request: not valid JSON: {e}") from None
     except RecursionError:  # "[[[[..." a million deep: json's decoder recurses per level
