@@ -96,7 +96,8 @@ def _items(request):
     """The "items" of a decoded request of this protocol version, or _BatchError."""
     if not isinstance(request, dict):
         raise _BatchError(f"expected a request object, got {type(request).__name__}")
-    if request.get("version") != PROTOCOL_VERSION:
+    version = request.get("version")
+    if isinstance(version, bool) or version != PROTOCOL_VERSION:  # true == 1 in Python
         raise _BatchError(f"expected \"version\": {PROTOCOL_VERSION}, got "
                           f"{request.get('version')!r}")
     items = request.get("items")
