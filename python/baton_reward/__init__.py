@@ -171,7 +171,11 @@ def reply(request, fns, weights=None, correct=None):
     try:
         batch = _batch(request)
         n = len(batch[0])
-        if request.get("kind") == "ping" or n == 0:  # a worker starting: nothing to score
+        kind = request.get("kind")
+        if kind not in ("rollout", "eval", "ping"):
+            raise _BatchError(f"\"kind\": expected \"rollout\", \"eval\" or \"ping\", got "
+                              f"{kind!r}")
+        if kind == "ping" or n == 0:  # a worker starting: nothing to score
             return {"rewards": []}
         out = {"rewards": _rewards(fns, weights, n, batch)}
         if correct is not None:
