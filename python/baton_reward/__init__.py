@@ -97,7 +97,7 @@ def _items(request):
     if not isinstance(request, dict):
         raise _BatchError(f"expected a request object, got {type(request).__name__}")
     version = request.get("version")
-    if isinstance(version, bool) or version != PROTOCOL_VERSION:  # true == 1 in Python
+    if type(version) is not int or version != PROTOCOL_VERSION:  # not true, not 1.0: both == 1
         raise _BatchError(f"expected \"version\": {PROTOCOL_VERSION}, got "
                           f"{request.get('version')!r}")
     items = request.get("items")
