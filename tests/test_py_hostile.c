@@ -4,12 +4,12 @@
     what baton never would: bytes that are not JSON, JSON null, a number, an array, an object
     without items, items of the wrong type, an item missing a field, several frames in one message,
     a 0-byte frame, invalid UTF-8 inside a string, a request of a few MB, one nested a million
-    deep, an unknown kind, a wrong version (2, and true, which Python counts as 1).  Each reply must
-    be one frame holding a JSON object (read with cJSON) whose "error" is a string naming what was
-    wrong; after each, the service must still answer a valid request with the value this test
-    computes (reward: a completion's length; environment: the observation "obs:" + prompt), waited
-    for with a generous deadline (it did not crash or hang).  Without a python3 that has zmq, pip
-    and setuptools: SKIP naming the package, exit 77. */
+    deep, an unknown kind, a wrong version (2; true and 1.0, which Python counts as 1).  Each
+    reply must be one frame holding a JSON object (read with cJSON) whose "error" is a string
+    naming what was wrong; after each, the service must still answer a valid request with the value
+    this test computes (reward: a completion's length; environment: the observation "obs:" +
+    prompt), waited for with a generous deadline (it did not crash or hang).  Without a python3
+    that has zmq, pip and setuptools: SKIP naming the package, exit 77. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"
@@ -28,23 +28,22 @@ static char s_tmp[64];
 
 /*  The services this test starts: argv[1] "reward" serves the length of each completion,
     "env" an environment whose reset observes "obs:" + prompt. */
-static const char s_script[] =
-    "import sys\n"
-    "from baton_reward import serve\n"
-    "from baton_reward.env import serve_env\n"
-    "def length(prompts, completions, answers, **columns):\n"
-    "    return [float(len(c)) for c in completions]\n"
-    "class Echo:\n"
-    "    def __init__(self, prompt, answer, **columns):\n"
-    "        self.prompt = prompt\n"
-    "    def reset(self):\n"
-    "        return 'obs:' + self.prompt, False\n"
-    "    def step(self, text, ids):\n"
-    "        return 'ok', 0.0, True, {}\n"
-    "if sys.argv[1] == 'reward':\n"
-    "    serve(length, sys.argv[2])\n"
-    "else:\n"
-    "    serve_env(Echo, sys.argv[2], stop=['</x>'])\n";
+static const char s_script[] = "import sys\n"
+                               "from baton_reward import serve\n"
+                               "from baton_reward.env import serve_env\n"
+                               "def length(prompts, completions, answers, **columns):\n"
+                               "    return [float(len(c)) for c in completions]\n"
+                               "class Echo:\n"
+                               "    def __init__(self, prompt, answer, **columns):\n"
+                               "        self.prompt = prompt\n"
+                               "    def reset(self):\n"
+                               "        return 'obs:' + self.prompt, False\n"
+                               "    def step(self, text, ids):\n"
+                               "        return 'ok', 0.0, True, {}\n"
+                               "if sys.argv[1] == 'reward':\n"
+                               "    serve(length, sys.argv[2])\n"
+                               "else:\n"
+                               "    serve_env(Echo, sys.argv[2], stop=['</x>'])\n";
 
 typedef struct s_frames {
     const char *data[3];
@@ -132,7 +131,8 @@ typedef struct s_case {
     const char *reward_error, *env_error; /* what each service's error must contain */
 } s_case;
 
-#define S_ONE(text) {.data = {text}, .len = {sizeof text - 1}, .n = 1}
+#define S_ONE(text)                                                                                \
+    { .data = {text}, .len = {sizeof text - 1}, .n = 1 }
 #define S_ITEM_OK "{\"index\": 0, \"prompt\": \"q\", \"answer\": \"a\", \"completion\": \"c\"}"
 
 static void test_service(const char *python, bool env) {
@@ -174,17 +174,23 @@ static void test_service(const char *python, bool env) {
                "\"prompt\": \"q\", \"completion\": \"c\"}]}"),
          "items[0].answer: expected a string", "items[0].answer: expected a string"},
         {"several frames",
-         {.data = {"{\"version\": 1,", "\"kind\": \"ping\", \"items\": []}"}, .len = {strlen("{\"version\": 1,"), strlen("\"kind\": \"ping\", \"items\": []}")},
+         {.data = {"{\"version\": 1,", "\"kind\": \"ping\", \"items\": []}"},
+          .len = {strlen("{\"version\": 1,"), strlen("\"kind\": \"ping\", \"items\": []}")},
           .n = 2},
-         "one frame, got 2", "one frame, got 2"},
+         "one frame, got 2",
+         "one frame, got 2"},
         {"a 0-byte frame", {.data = {""}, .len = {0}, .n = 1}, "not valid JSON", "not valid JSON"},
         {"invalid UTF-8 in a string",
          S_ONE("{\"version\": 1, \"kind\": \"rollout\", \"items\": [{\"index\": 0, \"prompt\": "
                "\"q\", \"answer\": \"a\", \"completion\": \"c\xff\xfe\"}]}"),
          "not valid UTF-8", "not valid UTF-8"},
-        {"a 4 MB request", {.data = {huge}, .len = {(size_t)hl}, .n = 1},
-         "\"items\": expected an array, got str", "\"items\": expected an array, got str"},
-        {"nested a million deep", {.data = {deep}, .len = {DEEP}, .n = 1}, "nested too deep",
+        {"a 4 MB request",
+         {.data = {huge}, .len = {(size_t)hl}, .n = 1},
+         "\"items\": expected an array, got str",
+         "\"items\": expected an array, got str"},
+        {"nested a million deep",
+         {.data = {deep}, .len = {DEEP}, .n = 1},
+         "nested too deep",
          "nested too deep"},
         {"an unknown kind",
          S_ONE("{\"version\": 1, \"kind\": \"bogus\", \"items\": [" S_ITEM_OK "]}"),
@@ -193,6 +199,8 @@ static void test_service(const char *python, bool env) {
          "expected \"version\": 1, got 2", "expected \"version\": 1, got 2"},
         {"version true", S_ONE("{\"version\": true, \"kind\": \"hello\", \"items\": []}"),
          "expected \"version\": 1, got True", "expected \"version\": 1, got True"},
+        {"version 1.0", S_ONE("{\"version\": 1.0, \"kind\": \"hello\", \"items\": []}"),
+         "expected \"version\": 1, got 1.0", "expected \"version\": 1, got 1.0"},
     };
     void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
     int linger = 0;
@@ -208,9 +216,9 @@ static void test_service(const char *python, bool env) {
         const char *want = env ? cases[c].env_error : cases[c].reward_error;
         bool ok = n == 1 && cJSON_IsObject(j) && err && strstr(err, want);
         if (!ok)
-            fprintf(stderr, "%s: %s: want one frame with an error containing '%s', got %d: %.300s\n",
-                    env ? "serve_env" : "serve", cases[c].what, want, n,
-                    text ? text : "(no reply)");
+            fprintf(
+                stderr, "%s: %s: want one frame with an error containing '%s', got %d: %.300s\n",
+                env ? "serve_env" : "serve", cases[c].what, want, n, text ? text : "(no reply)");
         CHECK(ok);
         cJSON_Delete(j);
         free(text);
@@ -218,8 +226,7 @@ static void test_service(const char *python, bool env) {
         CHECK(alive);
         answered += ok && alive;
         if (!alive) { /* dead or hung: the rest would only time out */
-            fprintf(stderr, "%s: no answer after %s\n", env ? "serve_env" : "serve",
-                    cases[c].what);
+            fprintf(stderr, "%s: no answer after %s\n", env ? "serve_env" : "serve", cases[c].what);
             break;
         }
     }
@@ -245,5 +252,6 @@ int main(void) {
         test_service(python, true);
     }
     runs_cleanup(s_tmp);
-    return runs_python_exit(python, missing, "python/baton_reward's services against hostile requests");
+    return runs_python_exit(python, missing,
+                            "python/baton_reward's services against hostile requests");
 }
