@@ -23,6 +23,8 @@ void bt_evaluator_config_init(bt_evaluator_config *cfg) {
     cfg->batch = 256;
     cfg->robustness = false;
     cfg->reward_service = NULL;
+    cfg->env = NULL;
+    bt_episode_config_init(&cfg->episode);
 }
 
 bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sums *part) {

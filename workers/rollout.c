@@ -93,6 +93,8 @@ void bt_rollout_config_init(bt_rollout_config *cfg) {
     bt_sample_config_init(&cfg->sample);
     cfg->sample.max_new_tokens = 8;
     cfg->reward_service = NULL;
+    cfg->env = NULL;
+    bt_episode_config_init(&cfg->episode);
 }
 
 /*  Decodes every completion of out up to its EOS and scores them all with one bt_reward_score

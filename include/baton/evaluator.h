@@ -9,6 +9,7 @@
 
 #include "baton/choices.h"
 #include "baton/config.h"
+#include "baton/episodes.h"
 #include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/reward_service.h"
@@ -39,6 +40,8 @@ typedef struct bt_evaluator_config {
     int64_t batch;          /* sequences per bt_generate call, >= samples (256) */
     bool robustness;        /* also each of the task's perturbed prompts (false) */
     bt_reward_service_t *reward_service; /* borrowed; NULL: the task scores (NULL) */
+    bt_env_t *env;                       /* borrowed; NULL: no environment (NULL) */
+    bt_episode_config episode;           /* multi-turn episodes (bt_episode_config_init) */
 } bt_evaluator_config;
 
 void bt_evaluator_config_init(bt_evaluator_config *cfg);

@@ -7,6 +7,7 @@
 #define BATON_ROLLOUT_H
 
 #include "baton/messages.h"
+#include "baton/episodes.h"
 #include "baton/model.h"
 #include "baton/reward_service.h"
 #include "baton/sample.h"
@@ -27,9 +28,13 @@ typedef struct bt_rollout_config {
     int64_t group_size;                  /* >= 1 completions per prompt */
     bt_sample_config sample;             /* max_new_tokens, temperature, top_k, top_p, use_cache */
     bt_reward_service_t *reward_service; /* borrowed; NULL: the task scores (bt_source_score) */
+    bt_env_t *env;              /* borrowed; NULL: no environment (single-turn unless
+                                   episode.max_turns > 1, which then needs one) */
+    bt_episode_config episode;  /* turns, episode tokens, interleaving, reward (episodes.h) */
 } bt_rollout_config;
 
-/*  group_size 8; sampling as bt_sample_config_init but max_new_tokens 8; no reward service. */
+/*  group_size 8; sampling as bt_sample_config_init but max_new_tokens 8; no reward service, no
+    environment, bt_episode_config_init. */
 void bt_rollout_config_init(bt_rollout_config *cfg);
 
 /*  A rollout or eval TASK's "seed" numbers the job within its step or evaluation in its low

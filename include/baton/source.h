@@ -127,6 +127,20 @@ typedef struct bt_source_jsonl_config {
     BT_EINVAL naming the problem for a template without "{prompt}" or with it twice. */
 bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt, char **out);
 
+/*  An environment's observation as the model sees it between two of its turns: the tool's reply
+    in its own role.  observation_template, when not NULL or "", is a text holding "{observation}"
+    once; else the chat template's (tmpl) tool turn, which closes the model's turn, gives the
+    observation the tool's role and opens the model's next turn:
+      "chatml"  <|im_end|>\n<|im_start|>tool\n{observation}<|im_end|>\n<|im_start|>assistant\n
+      "llama3"  <|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{observation}<|eot_id|>
+                <|start_header_id|>assistant<|end_header_id|>\n\n
+      none, or a template text of its own: {observation} as written.
+    observation is len bytes (any, NUL included).  *out (caller frees, NUL-terminated too) and
+    *out_len receive the text.  BT_EINVAL naming the problem for an observation_template without
+    "{observation}" or with it twice. */
+bt_status bt_chat_observation(const char *tmpl, const char *observation_template,
+                              const char *observation, size_t len, char **out, size_t *out_len);
+
 /*  Opens train_path (and heldout_path) as indexed datasets: the first open of a file reads and
     checks every line and saves its index (PATH.btidx, else in the per-user cache folder, else in
     memory only; see include/baton/dataset.h); a later open of the unchanged file maps that index
