@@ -811,8 +811,10 @@ typedef struct s_pass {
     int64_t offset;       /* the first query's column (0 but in s_allowed's decode use) */
     bt_kv_cache *cache;   /* NULL for a full forward */
     bt_tensor *write;     /* prefill: (B) the slots the rows' keys and values go to; decode: (B *
-                             Hkv) the rows of the cache's (slots * Hkv * max_len, D) view they go to */
-    int64_t keys;         /* decode: the columns attention reads, [0, keys) */
+                             Hkv) the rows of the cache's (slots * Hkv * max_len, D) view they go
+                             to; extend: (B * Hkv * T) such rows */
+    int64_t keys;         /* decode, extend: the columns attention reads, [0, keys) */
+    bt_tensor *read;      /* extend: (B) the slots attention reads; NULL: every slot (decode) */
     int64_t n_runs;       /* decode: attention in runs of consecutive slots, run r over slots */
     const int64_t *run;   /* [run[r], run[r+1]) and columns [0, run_keys[r]); 0: one run */
     const int64_t *run_keys;
@@ -841,9 +843,10 @@ static bt_tensor *s_merge_heads(bt_ctx *ctx, bt_tensor *y, const s_pass *p) {
     return bt_reshape(ctx, bt_transpose(ctx, y, 1, 2), 3, shape);
 }
 
-/*  Writes kv (B, Hkv, T, D) of a prefill or a decode step into store (slots, Hkv, max_len, D) and
-    returns what attention reads: a prefill's own kv (its rows start at column 0), a decode step's
-    columns [0, keys) of every slot. */
+/*  Writes kv (B, Hkv, T, D) of a prefill, a decode step or an extend into store (slots, Hkv,
+    max_len, D) and returns what attention reads: a prefill's own kv (its rows start at column 0),
+    a decode step's columns [0, keys) of every slot, an extend's columns [0, keys) of its B slots
+    (gathered: a copy of B slots' columns, not of the cache). */
 static bt_tensor *s_cache_write(bt_ctx *ctx, bt_tensor *store, bt_tensor *kv, const s_pass *p) {
     kv = bt_to_dtype(ctx, kv, bt_dtype_of(store)); /* what the cache holds is what is attended */
     if (p->keys == 0) { /* prefill: rows to slots p->write, columns [0, T) */
@@ -855,7 +858,8 @@ static bt_tensor *s_cache_write(bt_ctx *ctx, bt_tensor *store, bt_tensor *kv, co
     if (bt_index_copy_(bt_reshape(ctx, store, 2, flat), 0, p->write,
                        bt_reshape(ctx, kv, 2, rows)) != BT_OK)
         return NULL;
-    return bt_slice(ctx, store, 2, 0, p->keys, 1);
+    bt_tensor *cols = bt_slice(ctx, store, 2, 0, p->keys, 1);
+    return p->read ? bt_index_select(ctx, cols, 0, p->read) : cols;
 }
 
 static bt_tensor *s_lora_delta(const bt_model *m, bt_ctx *ctx, int l, bt_lora_target t,
@@ -1605,6 +1609,80 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
         cache->columns_read += (run[r + 1] - run[r]) * run_keys[r];
     free(host);
     free(parts);
+    return logits;
+}
+
+bt_tensor *bt_model_extend(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
+                           const int64_t *slots) {
+    if (!ids || bt_ndim(ids) != 2 || bt_dim(ids, 0) < 1 || bt_dim(ids, 1) < 1) {
+        bt_fail(BT_EINVAL, "bt_model_extend: ids: expected (N, T) with N, T >= 1, got %d dims",
+                ids ? bt_ndim(ids) : 0);
+        return NULL;
+    }
+    int64_t N = bt_dim(ids, 0), T = bt_dim(ids, 1), H = cache->heads, keys = 0;
+    for (int64_t i = 0; i < N; i++) {
+        if (slots[i] < 0 || slots[i] >= cache->slots) {
+            bt_fail(BT_EINVAL,
+                    "bt_model_extend: slots[%lld]: expected a slot in [0, %lld), got %lld",
+                    (long long)i, (long long)cache->slots, (long long)slots[i]);
+            return NULL;
+        }
+        for (int64_t j = 0; j < i; j++)
+            if (slots[j] == slots[i]) {
+                bt_fail(BT_EINVAL,
+                        "bt_model_extend: slots[%lld]: expected distinct slots, got "
+                        "slot %lld again (slots[%lld])",
+                        (long long)i, (long long)slots[i], (long long)j);
+                return NULL;
+            }
+        int64_t len = cache->len[slots[i]];
+        if (len + T > cache->max_len) {
+            bt_fail(BT_ERANGE,
+                    "bt_model_extend: slot %lld holds %lld tokens: %lld more do not fit %lld "
+                    "columns",
+                    (long long)slots[i], (long long)len, (long long)T, (long long)cache->max_len);
+            return NULL;
+        }
+        keys = len + T > keys ? len + T : keys;
+    }
+    int64_t *host = malloc((size_t)(N * H * T + N * T + N) * sizeof *host);
+    if (!host) {
+        bt_fail(BT_ENOMEM, "bt_model_extend: out of memory");
+        return NULL;
+    }
+    int64_t *rows = host, *pos = rows + N * H * T, *where = pos + N * T;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t len = cache->len[slots[i]];
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++) /* kv (N, Hkv, T, D) flattened in that order */
+                rows[(i * H + h) * T + t] = (slots[i] * H + h) * cache->max_len + len + t;
+        for (int64_t t = 0; t < T; t++)
+            pos[i * T + t] = len + t;
+        where[i] = slots[i];
+    }
+    bt_device dev = self->device;
+    int64_t NHT = N * H * T;
+    const int64_t shape[] = {N, T}, kshape[] = {1, keys}, qs[] = {N, 1, T, 1};
+    const int64_t ks[] = {1, 1, 1, keys}, flat[] = {N, self->cfg.hidden_size};
+    s_pass p = {.B = N,
+                .T = T,
+                .cache = cache,
+                .write = bt_from_host(ctx, BT_I64, dev, 1, &NHT, rows),
+                .keys = keys,
+                .read = bt_from_host(ctx, BT_I64, dev, 1, &N, where)};
+    bt_tensor *positions = bt_from_host(ctx, BT_I64, dev, 2, shape, pos); /* (N, T) */
+    bt_tensor *kcol = bt_reshape(ctx, bt_arange(ctx, BT_I64, dev, keys), 2, kshape);
+    p.allowed = bt_logical_not(ctx, bt_gt_scalar(ctx,
+                                                 bt_sub(ctx, bt_reshape(ctx, kcol, 4, ks),
+                                                        bt_reshape(ctx, positions, 4, qs)),
+                                                 0)); /* (N, 1, T, keys): column <= position */
+    p.local = s_window(self, ctx, p.allowed, positions, kcol);
+    bt_tensor *h = s_hidden_cached(self, ctx, bt_to_dtype(ctx, ids, BT_I64), &p, positions);
+    bt_tensor *logits =
+        s_head(self, ctx, bt_reshape(ctx, bt_slice(ctx, h, 1, T - 1, T, 1), 2, flat));
+    for (int64_t i = 0; logits && i < N; i++)
+        cache->len[slots[i]] += T;
+    free(host);
     return logits;
 }
 

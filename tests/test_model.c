@@ -1780,6 +1780,204 @@ static void test_bf16(int gemma) {
     bt_model_destroy(&m);
 }
 
+/*  (k) bt_model_extend, the multi-turn append: 5 slots of different lengths (prefill, then 2
+    decode steps); slots 3 and 1 extended together by 5 tokens, slot 0 by 1; then a decode step
+    on every slot.  The reference is independent of the cache: bt_model_forward of each slot's
+    whole sequence (prompt, decoded tokens, appended tokens) alone.  Checked: the extend's logits
+    at each row's last token and the next decode step's equal the reference's at those positions;
+    the slots not extended decode as they do in a copy of the cache made before the extends (their
+    columns untouched); a slot that would pass max_len (alone, or beside one that fits) gives
+    BT_ERANGE and changes nothing (lengths, and a decode step after still matching the
+    reference); an extend to exactly max_len works.
+    Tolerances.  float32: max |diff| < 1e-5: the cached path and the full forward do the same
+    float32 operations in other groupings (keys gathered, matrix products of other shapes), each
+    rounding at 2^-24 relative of values of order 1, which after two layers comes to about 1e-7
+    (measured 0.6-1.5e-7); 1e-5 leaves a margin of 50 for other CPUs' kernels and is far below any
+    logic error (a key missing or extra moves the logits by 1e-3 or more: see the window's
+    "moved").  bf16: ||diff|| / ||ref|| per row <= 39 * 2^-9, test_bf16's bound for the bfloat16
+    cache against the full bf16 forward (measured 0.002-0.005).
+    kind: 0 Llama (grouped-query), 1 Mistral's window of 3, 2 Gemma 2 (window 4 on layer 0, capped
+    scores and logits), 3 Qwen3 q/k norms with LoRA adapters (B drawn nonzero, so they count),
+    4 bf16. */
+static double s_extend_err(bt_model *m, bt_ctx *ctx, const int32_t *seq, int64_t n,
+                           const float *got, bool rel, bt_model *plain, double *moved) {
+    float *full = s_row_logits(m, ctx, seq, n); /* (1, n, V) */
+    if (!full || !got) {
+        free(full);
+        return INFINITY;
+    }
+    const float *want = &full[(size_t)(n - 1) * V];
+    double err = rel ? s_rel_norm(got, want, V) : s_max_diff(got, want, V);
+    if (plain) { /* the same weights without the window: how much the window changes them */
+        float *other = s_row_logits(plain, ctx, seq, n);
+        *moved = other ? fmin(*moved, s_max_diff(&other[(size_t)(n - 1) * V], want, V)) : 0;
+        free(other);
+    }
+    free(full);
+    return err;
+}
+
+static void test_extend(int kind) {
+    enum { S = 5, ML = 16, TP = 6 };
+    static const char *const names[] = {"llama", "mistral window 3", "gemma 2", "qwen3 + LoRA",
+                                        "bf16"};
+    const int64_t plen[S] = {3, 6, 2, 5, 4};
+    bt_model_config cfg = s_config(2);
+    if (kind == 1) {
+        cfg.mistral = true;
+        cfg.sliding_window = 3;
+    } else if (kind == 2) {
+        cfg.gemma = 2;
+        cfg.tie_word_embeddings = true;
+        cfg.sliding_window = 4;
+        cfg.attn_logit_softcapping = 0.05; /* small enough to bend the small scores */
+        cfg.final_logit_softcapping = 0.5;
+    } else if (kind == 3) {
+        cfg.qk_norm = true;
+    }
+    bool rel = kind == 4;
+    double tol = rel ? 39 * 0x1p-9 : 1e-5;
+    bt_model *m = bt_model_new(&cfg, bt_cpu(), 37), *plain = NULL;
+    if (cfg.sliding_window > 0) {
+        cfg.sliding_window = 0;
+        plain = bt_model_new(&cfg, bt_cpu(), 37);
+    }
+    bt_ctx *ctx = bt_ctx_new();
+    CHECK(m != NULL);
+    if (!m)
+        goto out;
+    if (kind == 3) {
+        bt_lora_config lc;
+        bt_lora_config_init(&lc);
+        lc.rank = 4;
+        CHECK_OK(bt_model_add_lora(m, &lc, 5));
+        bt_gen *gen = bt_gen_new(11, bt_cpu());
+        bool grad = bt_set_grad_enabled(false);
+        for (int i = 0; i < bt_model_num_params(m); i++) {
+            bt_tensor *w = bt_model_params(m)[i];
+            if (strstr(bt_model_param_name(m, i), "lora_B")) {
+                const int64_t shape[] = {bt_dim(w, 0), bt_dim(w, 1)};
+                CHECK_OK(
+                    bt_copy_(w, bt_mul_scalar(ctx, bt_randn(ctx, gen, BT_F32, 2, shape), 0.05)));
+            }
+        }
+        bt_set_grad_enabled(grad);
+        bt_gen_destroy(&gen);
+    } else if (kind == 4) {
+        CHECK_OK(bt_model_set_precision(m, BT_BF16));
+    }
+    bt_kv_cache *cache = bt_kv_cache_new(m, S, ML), *before = bt_kv_cache_new(m, S, ML);
+    CHECK(cache && before);
+    int32_t seq[S][ML + 4];
+    const int32_t *rows[S];
+    int64_t len[S], ids[S * (ML + 4)], mask[S * TP], next[S];
+    bool all[S] = {true, true, true, true, true};
+    for (int s = 0; s < S; s++) {
+        for (int t = 0; t < ML + 4; t++)
+            seq[s][t] = s_token();
+        rows[s] = seq[s];
+        len[s] = plen[s];
+    }
+    const int64_t order[S] = {0, 1, 2, 3, 4};
+    s_pad(S, TP, rows, plen, false, ids, mask);
+    free(s_host(bt_model_prefill(m, cache, ctx, s_i64(ctx, S, TP, ids), plen, order)));
+    double pre = 0, ext = 0, dec = 0, same = 0, after = 0, full_len = 0, moved = INFINITY;
+    for (int j = 0; j < 2; j++) { /* two decode steps: lengths 5, 8, 4, 7, 6 */
+        for (int s = 0; s < S; s++)
+            next[s] = seq[s][len[s]++];
+        float *l = s_host(bt_model_decode(m, cache, ctx, next, all));
+        for (int s = 0; s < S; s++)
+            pre = fmax(pre,
+                       s_extend_err(m, ctx, seq[s], len[s], l ? &l[s * V] : NULL, rel, NULL, NULL));
+        free(l);
+    }
+    for (int64_t s = 0; s < S; s++)
+        CHECK_OK(bt_kv_cache_copy(before, ctx, &s, 1, cache, s));
+
+    /* slots 3 and 1 by 5 tokens in one call, then slot 0 by 1 */
+    const struct { int64_t n, T, slots[2]; } calls[] = {{2, 5, {3, 1}}, {1, 1, {0, 0}}};
+    for (int c = 0; c < 2; c++) {
+        int64_t n = calls[c].n, T = calls[c].T;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t t = 0; t < T; t++)
+                ids[i * T + t] = seq[calls[c].slots[i]][len[calls[c].slots[i]] + t];
+        float *l = s_host(bt_model_extend(m, cache, ctx, s_i64(ctx, n, T, ids), calls[c].slots));
+        for (int64_t i = 0; i < n; i++) {
+            int64_t s = calls[c].slots[i];
+            len[s] += T;
+            CHECK(bt_kv_cache_len(cache, s) == len[s]);
+            ext = fmax(ext, s_extend_err(m, ctx, seq[s], len[s], l ? &l[i * V] : NULL, rel, plain,
+                                         &moved));
+        }
+        free(l);
+    }
+    for (int s = 0; s < S; s++)
+        next[s] = seq[s][len[s]];
+    float *l = s_host(bt_model_decode(m, cache, ctx, next, all));
+    float *b = s_host(bt_model_decode(m, before, ctx, next, all));
+    for (int s = 0; s < S; s++) {
+        len[s]++;
+        dec =
+            fmax(dec, s_extend_err(m, ctx, seq[s], len[s], l ? &l[s * V] : NULL, rel, NULL, NULL));
+        if (s == 2 || s == 4) /* not extended: as in the copy made before */
+            same = l && b ? fmax(same, s_max_diff(&l[s * V], &b[s * V], V)) : INFINITY;
+    }
+    free(l);
+    free(b);
+
+    /* overflow: slot 1 holds 14 of 16 columns; 3 more do not fit, alone or beside slot 4 */
+    const int64_t one[1] = {1}, two[2] = {4, 1};
+    for (int t = 0; t < 6; t++)
+        ids[t] = seq[t < 3 ? 4 : 1][len[t < 3 ? 4 : 1] + t % 3];
+    CHECK(bt_model_extend(m, cache, ctx, s_i64(ctx, 1, 3, ids + 3), one) == NULL);
+    CHECK(bt_last_status() == BT_ERANGE);
+    CHECK_STR_CONTAINS(bt_last_error(), "slot 1 holds 14 tokens: 3 more do not fit 16 columns");
+    CHECK(bt_model_extend(m, cache, ctx, s_i64(ctx, 2, 3, ids), two) == NULL);
+    CHECK(bt_last_status() == BT_ERANGE);
+    if (kind == 0) { /* bad slots, named */
+        const int64_t twice[2] = {4, 4}, beyond[1] = {S};
+        CHECK(bt_model_extend(m, cache, ctx, s_i64(ctx, 2, 3, ids), twice) == NULL);
+        CHECK(bt_last_status() == BT_EINVAL);
+        CHECK_STR_CONTAINS(bt_last_error(), "slots[1]: expected distinct slots, got slot 4 again");
+        CHECK(bt_model_extend(m, cache, ctx, s_i64(ctx, 1, 3, ids), beyond) == NULL);
+        CHECK_STR_CONTAINS(bt_last_error(), "slots[0]: expected a slot in [0, 5), got 5");
+    }
+    for (int s = 0; s < S; s++)
+        CHECK(bt_kv_cache_len(cache, s) == len[s]);
+    for (int s = 0; s < S; s++)
+        next[s] = seq[s][len[s]];
+    l = s_host(bt_model_decode(m, cache, ctx, next, all)); /* unchanged: still the reference */
+    for (int s = 0; s < S; s++) {
+        len[s]++;
+        after = fmax(after,
+                     s_extend_err(m, ctx, seq[s], len[s], l ? &l[s * V] : NULL, rel, NULL, NULL));
+    }
+    free(l);
+    /* slot 1 now holds 15: 1 more fills it exactly */
+    ids[0] = seq[1][len[1]];
+    l = s_host(bt_model_extend(m, cache, ctx, s_i64(ctx, 1, 1, ids), one));
+    len[1]++;
+    full_len = s_extend_err(m, ctx, seq[1], len[1], l, rel, NULL, NULL);
+    CHECK(bt_kv_cache_len(cache, 1) == ML);
+    free(l);
+
+    printf("extend (%s): %s vs full forward: extended rows %.3g, next decode %.3g, after a "
+           "refused extend %.3g, to max_len %.3g (prefill + decode before: %.3g); slots not "
+           "extended vs a copy of the cache %.3g; window moves the logits by >= %.3g\n",
+           names[kind], rel ? "relative" : "max |diff|", ext, dec, after, full_len, pre, same,
+           plain ? moved : 0.0);
+    CHECK(ext <= tol && dec <= tol && after <= tol && full_len <= tol && pre <= tol);
+    CHECK(same <= 1e-5);
+    if (plain)
+        CHECK(moved > 10 * tol);
+    bt_kv_cache_destroy(&cache);
+    bt_kv_cache_destroy(&before);
+out:
+    bt_ctx_destroy(&ctx);
+    bt_model_destroy(&m);
+    bt_model_destroy(&plain);
+}
+
 int main(void) {
     test_cache_matches_full();
     test_padding();
@@ -1800,5 +1998,7 @@ int main(void) {
     test_rope_scaling();
     test_bf16(0);
     test_bf16(2);
+    for (int kind = 0; kind < 5; kind++)
+        test_extend(kind);
     return check_exit();
 }

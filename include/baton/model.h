@@ -326,6 +326,21 @@ bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_
 bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, const int64_t *ids,
                            const bool *active);
 
+/*  Extend: ids (N, T) of any integer dtype, every row T >= 1 real tokens (no padding), appended
+    to slots slots[i] (distinct) at their current lengths: row i's token t goes to column and
+    position len(slots[i]) + t and attends to its slot's columns [0, len(slots[i]) + t] (the
+    slot's past, then the new tokens causally; the sliding window by position as the other
+    passes).  The slots' lengths grow by T.  Returns the logits (N, V) F32 at each row's last
+    token.  For a multi-turn episode: the observation is appended to the slot that holds the
+    episode's earlier turns in one call, then bt_model_decode goes on from it.  The work grows with
+    N and the N slots' lengths, not with the cache's other slots (their columns are neither read
+    nor written; bt_kv_cache_columns_read counts decode steps only).  BT_ERANGE when a slot would
+    pass max_len, BT_EINVAL for a slot out of range or repeated: NULL, nothing changed.  On any
+    other failure the slots' first len columns are intact and their lengths unchanged.  Runs under
+    no-grad. */
+bt_tensor *bt_model_extend(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_tensor *ids,
+                           const int64_t *slots);
+
 /*  Writes dir/config.json, dir/model.safetensors (every tensor in bt_model_save_dtype, rounded
     to nearest even as torch's .to() does; Hugging Face names; lm_head.weight omitted when tied)
     and the files of tok (NULL: the byte-level tokenizer), creating dir if needed.  With adapters,
