@@ -35,6 +35,11 @@ typedef struct s_call {
     int32_t stops[BT_SAMPLE_MAX_STOPS];
     int n_stops;
     int64_t longest; /* prompt */
+    int64_t width;   /* a row's ids: max_new_tokens, or an episode's width */
+    /* episodes (bt_generate_episodes); ops NULL: one turn per row */
+    const bt_turn_ops *ops;
+    int64_t max_turns;
+    int64_t *turn_start; /* (B) the column the row's current turn began at */
 } s_call;
 
 static bool s_is_stop(const s_call *c, int64_t tok) {
@@ -49,24 +54,44 @@ static int64_t s_limit(const s_call *c, int64_t b) {
     return each && each[b] < c->cfg->max_new_tokens ? each[b] : c->cfg->max_new_tokens;
 }
 
-/*  Records token (log-prob lp) as sequence b's step s in out; true when b is finished. */
-static bool s_record(const s_call *c, bt_generation *out, int64_t b, int64_t s, int64_t tok,
-                     float lp) {
-    out->tokens[b * out->max_new_tokens + s] = (int32_t)tok;
-    out->logprobs[b * out->max_new_tokens + s] = lp;
-    out->lengths[b] = s + 1;
-    bool stop = s_is_stop(c, tok);
-    out->finish[b] = stop ? BT_FINISH_EOS : BT_FINISH_LENGTH;
-    const bt_sample_config *cfg = c->cfg;
-    for (int i = 0; !stop && i < cfg->n_stop_seqs; i++) { /* the row's newest ids end a turn? */
-        int64_t n = cfg->stop_seq_lens[i];
-        const int32_t *tail = out->tokens + b * out->max_new_tokens + s + 1 - n;
-        if (n <= s + 1 && memcmp(tail, cfg->stop_seqs[i], (size_t)n * sizeof *tail) == 0) {
-            stop = true;
-            out->finish[b] = BT_FINISH_STOP;
-        }
+/*  What a recorded token leaves its row to do. */
+typedef enum s_next { S_GO, S_TURN, S_END } s_next;
+
+/*  Records token (log-prob lp) as row b's next id (step s of its current turn) in out; sets
+    out->finish[b] when the turn ends: S_TURN (its turn, a row of episodes), S_END (the row). */
+static s_next s_record(const s_call *c, bt_generation *out, int64_t b, int64_t s, int64_t tok,
+                       float lp) {
+    int64_t col = c->ops ? c->turn_start[b] + s : s, W = out->max_new_tokens;
+    out->tokens[b * W + col] = (int32_t)tok;
+    out->logprobs[b * W + col] = lp;
+    out->lengths[b] = col + 1;
+    if (c->ops) {
+        out->loss_mask[b * W + col] = 1;
+        out->turn[b * W + col] = (uint8_t)out->n_turns[b];
     }
-    return stop || s + 1 >= s_limit(c, b);
+    if (s_is_stop(c, tok)) {
+        out->finish[b] = BT_FINISH_EOS;
+        return S_END;
+    }
+    out->finish[b] = BT_FINISH_LENGTH;
+    if (col + 1 >= W)
+        return S_END;
+    if (s + 1 >= s_limit(c, b))
+        return c->ops ? S_TURN : S_END;
+    const int64_t start = c->ops ? c->turn_start[b] : 0;
+    if (c->ops && c->ops->turn_ends &&
+        c->ops->turn_ends(c->ops->user, b, out->tokens + b * W + start, col + 1 - start)) {
+        out->finish[b] = BT_FINISH_STOP;
+        return S_TURN;
+    }
+    return S_GO;
+}
+
+/*  The key of row b's draws in its current turn: keys[b] for the first (bt_generate's), then
+    bt_rng_key(keys[b], turn). */
+static uint64_t s_turn_key(const s_call *c, const bt_generation *out, int64_t b) {
+    int64_t t = c->ops ? out->n_turns[b] : 0;
+    return t == 0 ? c->keys[b] : bt_rng_key(c->keys[b], (uint64_t)t);
 }
 
 /* ---- the engine --------------------------------------------------------------------------- */
@@ -89,7 +114,9 @@ typedef struct s_engine {
     int64_t *seq;        /* (S) sequence in the slot, -1: free */
     int64_t *step;       /* (S) tokens it has sampled */
     int64_t *input;      /* (S) the token it feeds next */
-    bool *active;        /* (S) */
+    bool *active;        /* (S) decoding */
+    bool *waiting;       /* (S) holding a row of episodes that awaits the environment */
+    int64_t *slot_of;    /* (B) episodes: the slot a row holds, -1: none */
     double *u;           /* (S) this step's draws */
     int64_t *tok;        /* (S) host copies of the sampled ids */
     float *lp;           /* (S) and log-probs */
@@ -262,6 +289,8 @@ static bt_status s_admit(s_engine *e, bt_ctx *ctx) {
         p->pending--;
         e->active[s] = true;
         e->step[s] = 0;
+        if (e->slot_of)
+            e->slot_of[b] = s;
         e->input[s] = c->prompts[b][c->prompt_lens[b] - 1];
     }
     bt_ctx_reset(ctx);
@@ -271,29 +300,62 @@ static bt_status s_admit(s_engine *e, bt_ctx *ctx) {
     return st;
 }
 
-/*  With the queue empty and half the slots idle, keeps only the live ones. */
+/*  With the queue empty and half the slots idle, keeps only the held ones (decoding, or awaiting
+    the environment with their caches). */
 static bt_status s_compact(s_engine *e) {
-    int64_t live = 0;
+    int64_t held = 0;
     for (int64_t s = 0; s < e->S; s++)
-        live += e->active[s];
-    if (e->next < e->c->B || live == 0 || 2 * live > e->S)
+        held += e->active[s] || e->waiting[s];
+    if (e->next < e->c->B || held == 0 || 2 * held > e->S)
         return BT_OK;
-    int64_t *keep = malloc((size_t)live * sizeof *keep), k = 0;
+    int64_t *keep = malloc((size_t)held * sizeof *keep), k = 0;
     if (!keep)
         return bt_fail(BT_ENOMEM, "bt_generate: out of memory");
     for (int64_t s = 0; s < e->S; s++)
-        if (e->active[s])
+        if (e->active[s] || e->waiting[s])
             keep[k++] = s;
-    bt_status st = bt_kv_cache_compact(e->slots, e->c->model, keep, live);
-    for (int64_t i = 0; st == BT_OK && i < live; i++) { /* keep[i] >= i: move down in place */
+    bt_status st = bt_kv_cache_compact(e->slots, e->c->model, keep, held);
+    for (int64_t i = 0; st == BT_OK && i < held; i++) { /* keep[i] >= i: move down in place */
         e->seq[i] = e->seq[keep[i]];
         e->step[i] = e->step[keep[i]];
         e->input[i] = e->input[keep[i]];
-        e->active[i] = true;
+        e->active[i] = e->active[keep[i]];
+        e->waiting[i] = e->waiting[keep[i]];
+        if (e->slot_of)
+            e->slot_of[e->seq[i]] = i;
     }
     if (st == BT_OK)
-        e->S = live;
+        e->S = held;
     free(keep);
+    return st;
+}
+
+/*  Slot s's row is over: the slot is free for the next. */
+static void s_free_slot(s_engine *e, int64_t s) {
+    if (e->slot_of)
+        e->slot_of[e->seq[s]] = -1;
+    e->active[s] = false;
+    e->waiting[s] = false;
+    e->seq[s] = -1;
+    bt_kv_cache_clear(e->slots, s);
+}
+
+/*  Row b of slot s ended its turn (S_TURN) or itself (S_END): the environment hears of it, and
+    the row waits for its answer unless this was its last turn. */
+static bt_status s_turn_over(s_engine *e, int64_t s, s_next next) {
+    const s_call *c = e->c;
+    bt_generation *out = e->out;
+    int64_t b = e->seq[s], t = out->n_turns[b], start = c->turn_start[b];
+    bool last = next == S_END || t + 1 >= c->max_turns;
+    bt_status st = c->ops->ended(c->ops->user, b, t, out->tokens + b * out->max_new_tokens + start,
+                                 out->lengths[b] - start, out->finish[b], last);
+    if (last) {
+        out->n_turns[b] = t + 1;
+        s_free_slot(e, s);
+    } else {
+        e->active[s] = false;
+        e->waiting[s] = true; /* input[s], its newest id, is fed with the observation */
+    }
     return st;
 }
 
@@ -305,27 +367,125 @@ static bt_status s_decode(s_engine *e, bt_ctx *ctx) {
         return BT_ETORCH;
     for (int64_t s = 0; s < e->S; s++)
         e->u[s] = c->keys && e->active[s]
-                      ? bt_rng_uniform(bt_rng_key(c->keys[e->seq[s]], (uint64_t)e->step[s]))
+                      ? bt_rng_uniform(bt_rng_key(s_turn_key(c, e->out, e->seq[s]),
+                                                  (uint64_t)e->step[s]))
                       : 0.5;
     bt_tensor *tokens = NULL, *logprobs = NULL;
     BT_TRY(bt_sample_next(ctx, logits, c->cfg, c->keys ? e->u : NULL, &tokens, &logprobs));
     BT_TRY(bt_to_host(tokens, e->tok, (size_t)e->S * sizeof *e->tok));
     BT_TRY(bt_to_host(logprobs, e->lp, (size_t)e->S * sizeof *e->lp));
     e->out->decode_steps++;
-    for (int64_t s = 0; s < e->S; s++) {
+    bt_status st = BT_OK;
+    for (int64_t s = 0; s < e->S && st == BT_OK; s++) {
         if (!e->active[s])
             continue;
         e->out->slot_steps++;
-        if (s_record(c, e->out, e->seq[s], e->step[s], e->tok[s], e->lp[s])) {
-            e->active[s] = false;
-            e->seq[s] = -1;
-            bt_kv_cache_clear(e->slots, s);
-        } else {
-            e->input[s] = e->tok[s];
-            e->step[s]++;
-        }
+        s_next next = s_record(c, e->out, e->seq[s], e->step[s], e->tok[s], e->lp[s]);
+        e->input[s] = e->tok[s];
+        e->step[s]++;
+        if (next != S_GO && c->ops)
+            st = s_turn_over(e, s, next);
+        else if (next != S_GO)
+            s_free_slot(e, s);
     }
-    return BT_OK;
+    return st;
+}
+
+/*  Observations of n rows (rows[i] in slot slots[i], its observation the n_ids[i] ids at the
+    row's end) fed to their caches: the turn's newest id and each observation's ids but the last,
+    which is the slot's next decode input, in one bt_model_extend call per length. */
+static bt_status s_feed(s_engine *e, bt_ctx *ctx, const int64_t *rows, const int64_t *slots,
+                        const int64_t *n_ids, int64_t n) {
+    const s_call *c = e->c;
+    const bt_generation *out = e->out;
+    const int64_t W = out->max_new_tokens;
+    int64_t longest = 0;
+    for (int64_t i = 0; i < n; i++)
+        longest = n_ids[i] > longest ? n_ids[i] : longest;
+    int64_t *ids = malloc((size_t)(n * longest + n + 1) * sizeof *ids), *at = ids + n * longest;
+    if (!ids)
+        return bt_fail(BT_ENOMEM, "bt_generate: out of memory");
+    bt_status st = BT_OK;
+    for (int64_t T = 1; T <= longest && st == BT_OK; T++) { /* T fed ids: n_ids of them */
+        int64_t k = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (n_ids[i] != T)
+                continue;
+            const int32_t *obs = out->tokens + rows[i] * W + out->lengths[rows[i]] - T;
+            ids[k * T] = e->input[slots[i]]; /* the turn's newest id, not yet fed */
+            for (int64_t t = 1; t < T; t++)
+                ids[k * T + t] = obs[t - 1];
+            at[k++] = slots[i];
+        }
+        if (k == 0)
+            continue;
+        const int64_t shape[] = {k, T};
+        bt_tensor *t = bt_from_host(ctx, BT_I64, bt_model_device(c->model), 2, shape, ids);
+        st = bt_model_extend(c->model, e->slots, ctx, t, at) ? BT_OK : BT_ETORCH;
+        e->out->prefill_tokens += k * T;
+        bt_ctx_reset(ctx);
+    }
+    for (int64_t i = 0; i < n && st == BT_OK; i++) /* an observation's last id decodes next */
+        e->input[slots[i]] = out->tokens[rows[i] * W + out->lengths[rows[i]] - 1];
+    free(ids);
+    return st;
+}
+
+/*  The environment's answers (waiting for one when wait): each answered row ends (done, or no
+    room left for a model id) or gets its observation and starts its next turn. */
+static bt_status s_answers(s_engine *e, bt_ctx *ctx, bool wait) {
+    const s_call *c = e->c;
+    bt_generation *out = e->out;
+    const int64_t W = out->max_new_tokens;
+    int64_t waiting = 0;
+    for (int64_t s = 0; s < e->S; s++)
+        waiting += e->waiting[s];
+    if (waiting == 0)
+        return BT_OK;
+    bt_turn_answer *got = malloc((size_t)waiting * sizeof *got);
+    int64_t *rows = malloc((size_t)(3 * waiting) * sizeof *rows), n = 0, fed = 0;
+    bt_status st = got && rows ? c->ops->answers(c->ops->user, wait, got, waiting, &n)
+                               : bt_fail(BT_ENOMEM, "bt_generate: out of memory");
+    if (st == BT_OK && (n < 0 || n > waiting || (wait && n == 0)))
+        st = bt_fail(BT_ESTATE, "bt_generate_episodes: %lld answers for %lld waiting rows%s",
+                     (long long)n, (long long)waiting, wait ? " (asked to wait for one)" : "");
+    int64_t *slots = rows + waiting, *n_ids = slots + waiting;
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        int64_t b = got[i].row, s = b >= 0 && b < c->B ? e->slot_of[b] : -1;
+        if (s < 0 || !e->waiting[s]) {
+            st = bt_fail(BT_ESTATE, "bt_generate_episodes: an answer for row %lld, which does not "
+                                    "await one",
+                         (long long)b);
+            break;
+        }
+        int64_t len = out->lengths[b], n_obs = got[i].n_ids;
+        if (got[i].done || n_obs < 0 || len + n_obs >= W) { /* over: no room for a model id */
+            out->finish[b] = got[i].done ? BT_FINISH_DONE : BT_FINISH_LENGTH;
+            out->n_turns[b]++;
+            s_free_slot(e, s);
+            continue;
+        }
+        for (int64_t j = 0; j < n_obs; j++) {
+            out->tokens[b * W + len + j] = got[i].ids[j];
+            out->logprobs[b * W + len + j] = 0;
+            out->loss_mask[b * W + len + j] = 0;
+            out->turn[b * W + len + j] = (uint8_t)out->n_turns[b];
+        }
+        out->lengths[b] = len + n_obs;
+        out->n_turns[b]++;
+        c->turn_start[b] = len + n_obs;
+        e->step[s] = 0;
+        e->waiting[s] = false;
+        e->active[s] = true;
+        rows[fed] = b;
+        slots[fed] = s;
+        n_ids[fed++] = n_obs;
+    }
+    if (st == BT_OK && fed)
+        st = s_feed(e, ctx, rows, slots, n_ids, fed);
+    free(got);
+    free(rows);
+    return st;
 }
 
 static void s_engine_release(s_engine *e) {
@@ -337,6 +497,8 @@ static void s_engine_release(s_engine *e) {
     free(e->step);
     free(e->input);
     free(e->active);
+    free(e->waiting);
+    free(e->slot_of);
     free(e->u);
     free(e->tok);
     free(e->lp);
@@ -355,18 +517,22 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
     e.step = calloc((size_t)S, sizeof *e.step);
     e.input = calloc((size_t)S, sizeof *e.input);
     e.active = calloc((size_t)S, sizeof *e.active);
+    e.waiting = calloc((size_t)S, sizeof *e.waiting);
+    e.slot_of = c->ops ? malloc((size_t)B * sizeof *e.slot_of) : NULL;
     e.u = calloc((size_t)S, sizeof *e.u);
     e.tok = calloc((size_t)S, sizeof *e.tok);
     e.lp = calloc((size_t)S, sizeof *e.lp);
     e.mark = calloc((size_t)B, sizeof *e.mark);
     bt_ctx *ctx = bt_ctx_new();
-    bt_status st = e.prompt_of && e.up && e.seq && e.step && e.input && e.active && e.u && e.tok &&
-                           e.lp && e.mark && ctx
+    bt_status st = e.prompt_of && e.up && e.seq && e.step && e.input && e.active && e.waiting &&
+                           (e.slot_of || !c->ops) && e.u && e.tok && e.lp && e.mark && ctx
                        ? s_distinct(&e)
                        : bt_fail(BT_ENOMEM, "bt_generate: out of memory");
     for (int64_t s = 0; st == BT_OK && s < S; s++)
         e.seq[s] = -1;
-    int64_t width = c->longest + c->cfg->max_new_tokens - 1, shared = 0;
+    for (int64_t b = 0; st == BT_OK && c->ops && b < B; b++)
+        e.slot_of[b] = -1;
+    int64_t width = c->longest + c->width - 1, shared = 0;
     for (int64_t u = 0; u < e.U; u++)
         shared += e.up[u].users > 1;
     if (st == BT_OK) {
@@ -393,9 +559,17 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
             bt_kv_cache_bytes(e.slots) + (e.prefix ? bt_kv_cache_bytes(e.prefix) : 0);
     while (st == BT_OK) {
         st = s_admit(&e, ctx);
-        int64_t live = 0;
-        for (int64_t s = 0; s < e.S; s++)
+        if (st == BT_OK && c->ops)
+            st = s_answers(&e, ctx, false);
+        int64_t live = 0, waiting = 0;
+        for (int64_t s = 0; s < e.S; s++) {
             live += e.active[s];
+            waiting += e.waiting[s];
+        }
+        if (st == BT_OK && live == 0 && waiting > 0) { /* every held row awaits its answer */
+            st = s_answers(&e, ctx, true);
+            continue; /* answered rows decode, ended ones free slots for the queue */
+        }
         if (st != BT_OK || live == 0)
             break;
         st = s_compact(&e);
@@ -457,7 +631,7 @@ static bt_status s_reference_run(s_call *c, bt_generation *out) {
             ids[col] = done[b] ? c->pad : tok[b];
             mask[col] = !done[b];
             if (!done[b])
-                done[b] = s_record(c, out, b, s, tok[b], lp[b]);
+                done[b] = s_record(c, out, b, s, tok[b], lp[b]) != S_GO;
             all_done = all_done && done[b];
         }
         out->decode_steps++;
@@ -505,29 +679,59 @@ static bt_status s_check_prompts(const s_call *c, int64_t *longest) {
                                (long long)mc->vocab_size);
         *longest = c->prompt_lens[b] > *longest ? c->prompt_lens[b] : *longest;
     }
-    if (*longest + cfg->max_new_tokens > mc->max_position_embeddings)
+    if (*longest + c->width > mc->max_position_embeddings)
         return bt_fail(BT_ERANGE,
-                       "bt_generate: prompt of %lld tokens + max_new_tokens %lld "
-                       "exceeds max_position_embeddings %lld",
-                       (long long)*longest, (long long)cfg->max_new_tokens,
-                       (long long)mc->max_position_embeddings);
+                       "bt_generate: prompt of %lld tokens + %s %lld exceeds "
+                       "max_position_embeddings %lld",
+                       (long long)*longest, c->ops ? "an episode's width" : "max_new_tokens",
+                       (long long)c->width, (long long)mc->max_position_embeddings);
     return BT_OK;
 }
 
-/*  out's arrays: the pad id, log-prob 0, length 0. */
+/*  out's arrays: the pad id, log-prob 0, length 0; episodes: loss mask 0, turn 0, no turns. */
 static bt_status s_alloc(const s_call *c, bt_generation *out) {
-    size_t n = (size_t)(c->B * c->cfg->max_new_tokens);
+    size_t n = (size_t)(c->B * c->width);
     out->batch = c->B;
-    out->max_new_tokens = c->cfg->max_new_tokens;
+    out->max_new_tokens = c->width;
     out->tokens = malloc(n * sizeof *out->tokens);
     out->logprobs = calloc(n, sizeof *out->logprobs);
     out->lengths = calloc((size_t)c->B, sizeof *out->lengths);
     out->finish = calloc((size_t)c->B, sizeof *out->finish);
-    if (!out->tokens || !out->logprobs || !out->lengths || !out->finish)
+    if (c->ops) {
+        out->loss_mask = calloc(n, sizeof *out->loss_mask);
+        out->turn = calloc(n, sizeof *out->turn);
+        out->n_turns = calloc((size_t)c->B, sizeof *out->n_turns);
+    }
+    if (!out->tokens || !out->logprobs || !out->lengths || !out->finish ||
+        (c->ops && (!out->loss_mask || !out->turn || !out->n_turns)))
         return bt_fail(BT_ENOMEM, "bt_generate: out of memory");
     for (size_t i = 0; i < n; i++)
         out->tokens[i] = c->pad;
     return BT_OK;
+}
+
+/*  The call's shared parts; runs it (the engine, or the reference without a cache). */
+static bt_status s_generate(s_call *c, bt_generation *out) {
+    const bt_model_config *mc = bt_model_get_config(c->model);
+    const bt_sample_config *cfg = c->cfg;
+    for (int i = 0; i < cfg->n_stops && i < BT_SAMPLE_MAX_STOPS; i++)
+        c->stops[c->n_stops++] = cfg->stops[i];
+    if (c->n_stops == 0 && mc->eos_token_id >= 0)
+        c->stops[c->n_stops++] = (int32_t)mc->eos_token_id;
+    c->pad = (int32_t)(mc->pad_token_id >= 0 ? mc->pad_token_id
+                                             : (mc->eos_token_id >= 0 ? mc->eos_token_id : 0));
+    bt_status st = bt_sample_check_config(cfg, c->keys != NULL);
+    if (st == BT_OK)
+        st = s_check_prompts(c, &c->longest);
+    if (st == BT_OK)
+        st = s_alloc(c, out);
+    bool grad = bt_set_grad_enabled(false);
+    if (st == BT_OK)
+        st = cfg->use_cache ? s_engine_run(c, out) : s_reference_run(c, out);
+    bt_set_grad_enabled(grad);
+    if (st != BT_OK)
+        bt_generation_release(out);
+    return st;
 }
 
 bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int64_t *prompt_lens,
@@ -535,29 +739,46 @@ bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int6
                       bt_generation *out) {
     BT_ASSERT(model && prompts && prompt_lens && cfg && out);
     bt_generation_release(out);
-    const bt_model_config *mc = bt_model_get_config(model);
     s_call c = {.model = model,
                 .cfg = cfg,
                 .prompts = prompts,
                 .prompt_lens = prompt_lens,
                 .B = batch,
-                .keys = keys};
-    for (int i = 0; i < cfg->n_stops && i < BT_SAMPLE_MAX_STOPS; i++)
-        c.stops[c.n_stops++] = cfg->stops[i];
-    if (c.n_stops == 0 && mc->eos_token_id >= 0)
-        c.stops[c.n_stops++] = (int32_t)mc->eos_token_id;
-    c.pad = (int32_t)(mc->pad_token_id >= 0 ? mc->pad_token_id
-                                            : (mc->eos_token_id >= 0 ? mc->eos_token_id : 0));
-    bt_status st = bt_sample_check_config(cfg, keys != NULL);
-    if (st == BT_OK)
-        st = s_check_prompts(&c, &c.longest);
-    if (st == BT_OK)
-        st = s_alloc(&c, out);
-    bool grad = bt_set_grad_enabled(false);
-    if (st == BT_OK)
-        st = cfg->use_cache ? s_engine_run(&c, out) : s_reference_run(&c, out);
-    bt_set_grad_enabled(grad);
-    if (st != BT_OK)
-        bt_generation_release(out);
+                .keys = keys,
+                .width = cfg->max_new_tokens};
+    return s_generate(&c, out);
+}
+
+bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
+                               const int64_t *prompt_lens, int64_t batch,
+                               const bt_sample_config *cfg, const uint64_t *keys, int64_t max_turns,
+                               int64_t width, const bt_turn_ops *ops, bt_generation *out) {
+    BT_ASSERT(model && prompts && prompt_lens && cfg && ops && ops->ended && ops->answers && out);
+    bt_generation_release(out);
+    if (!cfg->use_cache)
+        return bt_fail(BT_EUNSUPPORTED, "bt_generate_episodes: episodes run in the engine only "
+                                        "(use_cache)");
+    if (max_turns < 1 || max_turns > 255)
+        return bt_fail(BT_EINVAL, "bt_generate_episodes: max_turns: expected 1 .. 255, got %lld",
+                       (long long)max_turns);
+    if (width < cfg->max_new_tokens)
+        return bt_fail(BT_EINVAL,
+                       "bt_generate_episodes: width %lld is below max_new_tokens %lld (one turn)",
+                       (long long)width, (long long)cfg->max_new_tokens);
+    int64_t *turn_start = batch > 0 ? calloc((size_t)batch, sizeof *turn_start) : NULL;
+    if (batch > 0 && !turn_start)
+        return bt_fail(BT_ENOMEM, "bt_generate: out of memory");
+    s_call c = {.model = model,
+                .cfg = cfg,
+                .prompts = prompts,
+                .prompt_lens = prompt_lens,
+                .B = batch,
+                .keys = keys,
+                .width = width,
+                .ops = ops,
+                .max_turns = max_turns,
+                .turn_start = turn_start};
+    bt_status st = s_generate(&c, out);
+    free(turn_start);
     return st;
 }

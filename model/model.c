@@ -1566,7 +1566,10 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
     int64_t *rows = host, *pos = host + S * H, *tok = pos + S, *need = tok + S;
     int64_t *run = need + S, *run_keys = run + S + 1, *best = run_keys + S, *from = best + S + 1;
     for (int64_t s = 0; s < S; s++) {
-        int64_t at = active[s] ? cache->len[s] : 0; /* a free slot writes column 0 of itself */
+        /* an inactive slot writes the column past what it holds (column 0 of a free one), so
+           a slot kept for its row's next turn keeps its columns; it reads column 0 only */
+        int64_t len = cache->len[s], at = active[s] ? len : 0;
+        int64_t write = active[s] || len < cache->max_len ? len : 0;
         if (at >= cache->max_len) {
             free(host);
             free(parts);
@@ -1575,7 +1578,7 @@ bt_tensor *bt_model_decode(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, cons
             return NULL;
         }
         for (int64_t h = 0; h < H; h++)
-            rows[s * H + h] = (s * H + h) * cache->max_len + at;
+            rows[s * H + h] = (s * H + h) * cache->max_len + write;
         pos[s] = at;
         tok[s] = active[s] ? ids[s] : 0;
         need[s] = at + 1;

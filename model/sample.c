@@ -25,13 +25,6 @@ bt_status bt_sample_check_config(const bt_sample_config *cfg, bool have_draws) {
     if (cfg->vocab_limit < 0)
         return bt_fail(BT_EINVAL, "sampling: vocab_limit: expected an integer >= 0, got %lld",
                        (long long)cfg->vocab_limit);
-    if (cfg->n_stop_seqs < 0 || cfg->n_stop_seqs > BT_SAMPLE_MAX_STOP_SEQS)
-        return bt_fail(BT_EINVAL, "sampling: n_stop_seqs: expected 0 .. %d, got %d",
-                       BT_SAMPLE_MAX_STOP_SEQS, cfg->n_stop_seqs);
-    for (int i = 0; i < cfg->n_stop_seqs; i++)
-        if (cfg->stop_seq_lens[i] < 1 || cfg->stop_seq_lens[i] > BT_SAMPLE_STOP_SEQ_MAX)
-            return bt_fail(BT_EINVAL, "sampling: stop_seq_lens[%d]: expected 1 .. %d ids, got %d",
-                           i, BT_SAMPLE_STOP_SEQ_MAX, cfg->stop_seq_lens[i]);
     if (cfg->temperature > 0 && !have_draws)
         return bt_fail(BT_EINVAL, "sampling: temperature %g needs a key or uniform per row",
                        cfg->temperature);
@@ -142,5 +135,8 @@ void bt_generation_release(bt_generation *g) {
     free(g->logprobs);
     free(g->lengths);
     free(g->finish);
+    free(g->loss_mask);
+    free(g->turn);
+    free(g->n_turns);
     bt_generation_init(g);
 }

@@ -203,97 +203,6 @@ static void test_greedy_and_sampled(bt_model *m) {
         bt_generation_release(gs[i]);
 }
 
-/*  Stop sequences end a row's turn: with two id sequences taken from an unconstrained
-    generation, every row equals that generation cut right after the first place its own new ids
-    end with either (finish BT_FINISH_STOP; the same log-probs), the rows where neither occurs
-    unchanged; the same through the reference, the engine in 1, 3 and one slot per row, greedy and
-    sampled.  The expectation is found by the test's own scan of the unconstrained ids. */
-static void test_stop_seqs(bt_model *m) {
-    for (int sampled = 0; sampled < 2; sampled++) {
-        bt_generation free_run;
-        bt_generation_init(&free_run);
-        s_opts o = {.temperature = sampled ? 1.0 : 0.0, .cache = sampled != 0};
-        CHECK_OK(s_gen(m, s_rows, s_lens, s_keys, s_limits, B, o, &free_run));
-        if (!free_run.tokens)
-            return;
-        bt_sample_config sc;
-        bt_sample_config_init(&sc);
-        sc.max_new_tokens = M;
-        sc.temperature = o.temperature;
-        /* row 0's ids 2..3 and row 7's ids 1..3: sequences the model does write */
-        int64_t from[2][2] = {{0, 2}, {7, 1}}, lens[2] = {2, 3};
-        for (int k = 0; k < 2; k++) {
-            CHECK(free_run.lengths[from[k][0]] >= from[k][1] + lens[k]);
-            memcpy(sc.stop_seqs[k], free_run.tokens + from[k][0] * M + from[k][1],
-                   (size_t)lens[k] * sizeof(int32_t));
-            sc.stop_seq_lens[k] = (int)lens[k];
-        }
-        sc.n_stop_seqs = 2;
-        int64_t want_len[B];
-        bt_finish_reason want_finish[B];
-        int stopped = 0;
-        for (int64_t b = 0; b < B; b++) { /* the first end of either sequence among b's new ids */
-            want_len[b] = free_run.lengths[b];
-            want_finish[b] = free_run.finish[b];
-            for (int64_t e = 0; e < free_run.lengths[b] && want_finish[b] != BT_FINISH_STOP; e++)
-                for (int k = 0; k < 2; k++) {
-                    bool hit = e + 1 >= lens[k];
-                    for (int64_t j = 0; hit && j < lens[k]; j++)
-                        hit = free_run.tokens[b * M + e + 1 - lens[k] + j] == sc.stop_seqs[k][j];
-                    if (hit && want_finish[b] != BT_FINISH_STOP) {
-                        want_len[b] = e + 1;
-                        want_finish[b] = BT_FINISH_STOP;
-                    }
-                }
-            stopped += want_finish[b] == BT_FINISH_STOP;
-        }
-        CHECK(stopped >= 2 && stopped < B); /* both outcomes exercised */
-        const struct {
-            bool cache;
-            int64_t slots;
-        } ways[] = {{false, 0}, {true, 1}, {true, 3}, {true, 0}};
-        for (int w = 0; w < 4; w++) {
-            if (sampled && !ways[w].cache)
-                continue; /* the sampled reference is checked against the engine elsewhere */
-            sc.use_cache = ways[w].cache;
-            sc.slots = ways[w].slots;
-            bt_generation g;
-            bt_generation_init(&g);
-            CHECK_OK(bt_generate(m, s_rows, s_lens, B, &sc, sampled ? s_keys : NULL, &g));
-            int same = 0;
-            for (int64_t b = 0; g.tokens && b < B; b++) {
-                bool ok = g.lengths[b] == want_len[b] && g.finish[b] == want_finish[b];
-                for (int64_t i = 0; ok && i < want_len[b]; i++)
-                    ok = g.tokens[b * M + i] == free_run.tokens[b * M + i] &&
-                         fabs((double)g.logprobs[b * M + i] - free_run.logprobs[b * M + i]) <= 1e-5;
-                same += ok;
-            }
-            printf("stop sequences, %s, cache %d, slots %lld: %d of %d rows as the cut free run "
-                   "(%d stopped)\n",
-                   sampled ? "sampled" : "greedy", ways[w].cache, (long long)ways[w].slots, same, B,
-                   stopped);
-            CHECK(same == B);
-            bt_generation_release(&g);
-        }
-        bt_generation_release(&free_run);
-    }
-    /* out of range: refused, naming the field */
-    bt_sample_config bad;
-    bt_sample_config_init(&bad);
-    bad.max_new_tokens = M;
-    bad.temperature = 0;
-    bad.n_stop_seqs = BT_SAMPLE_MAX_STOP_SEQS + 1;
-    bt_generation g;
-    bt_generation_init(&g);
-    CHECK(bt_generate(m, s_rows, s_lens, B, &bad, NULL, &g) == BT_EINVAL);
-    CHECK_STR_CONTAINS(bt_last_error(), "n_stop_seqs");
-    bad.n_stop_seqs = 1;
-    bad.stop_seq_lens[0] = 0;
-    CHECK(bt_generate(m, s_rows, s_lens, B, &bad, NULL, &g) == BT_EINVAL);
-    CHECK_STR_CONTAINS(bt_last_error(), "stop_seq_lens[0]");
-    bt_generation_release(&g);
-}
-
 static void test_work(bt_model *m) {
     const bt_model_config *mc = bt_model_get_config(m);
     bt_generation g;
@@ -470,7 +379,6 @@ int main(void) {
     if (!m)
         return check_exit();
     test_greedy_and_sampled(m);
-    test_stop_seqs(m);
     test_work(m);
     test_runs();
     test_sliding_window(0);

@@ -97,23 +97,33 @@ void bt_rollout_config_init(bt_rollout_config *cfg) {
     bt_episode_config_init(&cfg->episode);
 }
 
-/*  Decodes every completion of out up to its EOS and scores them all with one bt_reward_score
-    call: one request when there is a reward service. */
+/*  Scores every completion of out with one bt_reward_score call (one request when there is a
+    reward service): its ids decoded up to the EOS, or, for episodes (ep not NULL), the last
+    model turn's text. */
 static bt_status s_score(bt_rollout_batch *out, const s_prompts *p, const bt_tokenizer_t *tok,
-                         const bt_source_t *task, bt_reward_service_t *service) {
+                         const bt_source_t *task, bt_reward_service_t *service,
+                         const bt_episodes *ep) {
     const int64_t n = out->n, G = out->group_size;
-    const int64_t stride = out->max_new_tokens * (int64_t)bt_tokenizer_max_token_bytes(tok) + 1;
+    const int64_t stride =
+        ep ? 1 : out->max_new_tokens * (int64_t)bt_tokenizer_max_token_bytes(tok) + 1;
     char *texts = malloc((size_t)(n * stride)); /* (n, stride) decoded completions */
     bt_reward_item *items = calloc((size_t)n + 1, sizeof *items);
     bt_status st = texts && items ? BT_OK : bt_fail(BT_ENOMEM, "rollout: out of memory");
     for (int64_t c = 0; c < n && st == BT_OK; c++) {
         size_t len = 0;
-        st = bt_tokenizer_decode(tok, out->tokens + c * out->max_new_tokens,
-                                 (size_t)out->lengths[c], texts + c * stride, (size_t)stride, &len);
+        const char *text = texts + c * stride;
+        if (ep) {
+            text = ep->final_text[c];
+            len = ep->final_len[c];
+        } else {
+            st = bt_tokenizer_decode(tok, out->tokens + c * out->max_new_tokens,
+                                     (size_t)out->lengths[c], texts + c * stride, (size_t)stride,
+                                     &len);
+        }
         items[c] = (bt_reward_item){.index = out->indices[c / G],
                                     .prompt = p->texts[c / G],
                                     .answer = p->answers[c / G],
-                                    .completion = texts + c * stride,
+                                    .completion = text,
                                     .len = len,
                                     .columns = p->columns[c / G]};
     }
@@ -131,44 +141,19 @@ uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample) {
     return bt_rng_key(bt_rng_key(step, prompt_id), (uint64_t)sample);
 }
 
-bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
-                            const uint64_t *indices, int64_t n_prompts,
-                            const bt_rollout_config *cfg, int64_t version, uint64_t seed,
-                            bt_rollout_batch *out) {
-    BT_ASSERT(model && tok && task && cfg && out && (indices || n_prompts == 0));
-    bt_rollout_batch_release(out);
-    if (n_prompts < 1 || cfg->group_size < 1)
-        return bt_fail(BT_EINVAL,
-                       "rollout: need n_prompts >= 1 and group_size >= 1, got %lld, %lld",
-                       (long long)n_prompts, (long long)cfg->group_size);
-    const int64_t G = cfg->group_size, n = n_prompts * G, M = cfg->sample.max_new_tokens;
-    s_prompts p;
-    bt_status st = s_prompts_load(&p, tok, task, indices, n_prompts);
-    if (st != BT_OK)
-        return st;
-    const int32_t **rows = calloc((size_t)n, sizeof *rows); /* (n) prompt of each completion */
-    int64_t *row_lens = calloc((size_t)n, sizeof *row_lens);
-    uint64_t *keys = calloc((size_t)n, sizeof *keys); /* (n) completion c's draws */
+/*  One turn per row: bt_generate, then the completions scored. */
+static bt_status s_single(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
+                          const s_prompts *p, const int32_t *const *rows, const int64_t *row_lens,
+                          const uint64_t *keys, const bt_sample_config *sample,
+                          const bt_rollout_config *cfg, const uint64_t *indices, int64_t n_prompts,
+                          bt_rollout_batch *out) {
+    const int64_t G = cfg->group_size, n = n_prompts * G, M = sample->max_new_tokens;
     bt_generation g;
     bt_generation_init(&g);
-    if (!rows || !row_lens || !keys)
-        st = bt_fail(BT_ENOMEM, "rollout: out of memory");
-    for (int64_t c = 0; c < n && st == BT_OK; c++) {
-        rows[c] = p.ids[c / G];
-        row_lens[c] = p.lens[c / G];
-        keys[c] = bt_rollout_key(seed, indices[c / G], c % G);
-    }
-    bt_sample_config sample = cfg->sample;
-    /* completions end where the reward's decoding stops, and hold only ids it can decode */
-    sample.n_stops = bt_tokenizer_stops(tok, sample.stops, BT_SAMPLE_MAX_STOPS);
-    sample.vocab_limit = bt_tokenizer_vocab_size(tok);
+    bt_status st = bt_generate(model, rows, row_lens, n, sample, keys, &g);
     if (st == BT_OK)
-        st = bt_generate(model, (const int32_t *const *)rows, row_lens, n, &sample, keys, &g);
-    if (st == BT_OK)
-        st = bt_rollout_batch_alloc(out, n_prompts, G, p.longest, M);
+        st = bt_rollout_batch_alloc(out, n_prompts, G, p->longest, M);
     if (st == BT_OK) {
-        out->version = version;
-        out->temperature = cfg->sample.temperature;
         memcpy(out->indices, indices, (size_t)n_prompts * sizeof *indices);
         memcpy(out->tokens, g.tokens, (size_t)(n * M) * sizeof *out->tokens);
         memcpy(out->logprobs, g.logprobs, (size_t)(n * M) * sizeof *out->logprobs);
@@ -183,10 +168,115 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_sourc
         out->finished[c] = g.finish[c] == BT_FINISH_EOS;
     }
     if (st == BT_OK)
-        st = s_score(out, &p, tok, task, cfg->reward_service);
+        st = s_score(out, p, tok, task, cfg->reward_service, NULL);
+    bt_generation_release(&g);
+    return st;
+}
+
+/*  Multi-turn episodes (cfg->env, episodes.h) of the n = n_prompts x G rows: the batch holds
+    each episode's prompt (its reset observation's ids appended), its ids with their loss mask
+    and turns, and its reward by cfg->episode.reward; with turn_rewards each turn's too (the
+    task's score counted in the last turn's). */
+static bt_status s_episodes(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
+                            const s_prompts *p, const int32_t *const *rows,
+                            const int64_t *row_lens, const uint64_t *keys,
+                            const bt_sample_config *sample, const bt_rollout_config *cfg,
+                            const uint64_t *indices, int64_t n_prompts, bt_rollout_batch *out) {
+    const int64_t G = cfg->group_size, n = n_prompts * G;
+    bt_env_reset_item *items = calloc((size_t)n + 1, sizeof *items);
+    if (!items)
+        return bt_fail(BT_ENOMEM, "rollout: out of memory");
+    for (int64_t c = 0; c < n; c++) /* an episode is named by its draws' key: unique per run */
+        items[c] = (bt_env_reset_item){.episode = keys[c],
+                                       .prompt = p->texts[c / G],
+                                       .answer = p->answers[c / G],
+                                       .columns = p->columns[c / G]};
+    bt_episodes ep;
+    bt_episodes_init(&ep);
+    bt_status st = bt_episodes_run(model, tok, cfg->env, &cfg->episode, sample, rows, row_lens,
+                                   items, n, keys, &ep);
+    const int64_t W = ep.g.max_new_tokens;
+    if (st == BT_OK)
+        st = bt_rollout_batch_alloc(out, n_prompts, G, ep.longest_prompt, W);
+    if (st == BT_OK) {
+        memcpy(out->indices, indices, (size_t)n_prompts * sizeof *indices);
+        memcpy(out->tokens, ep.g.tokens, (size_t)(n * W) * sizeof *out->tokens);
+        memcpy(out->logprobs, ep.g.logprobs, (size_t)(n * W) * sizeof *out->logprobs);
+        memcpy(out->lengths, ep.g.lengths, (size_t)n * sizeof *out->lengths);
+        memcpy(out->loss_mask, ep.g.loss_mask, (size_t)(n * W) * sizeof *out->loss_mask);
+        memcpy(out->turn, ep.g.turn, (size_t)(n * W) * sizeof *out->turn);
+        memcpy(out->n_turns, ep.g.n_turns, (size_t)n * sizeof *out->n_turns);
+    }
+    for (int64_t c = 0; c < n && st == BT_OK; c++) {
+        int32_t *dst = out->prompt_tokens + c * out->max_prompt_len;
+        memcpy(dst, ep.prompts[c], (size_t)ep.prompt_lens[c] * sizeof *dst);
+        for (int64_t t = ep.prompt_lens[c]; t < out->max_prompt_len; t++)
+            dst[t] = bt_tokenizer_pad(tok);
+        out->prompt_lens[c] = ep.prompt_lens[c];
+        out->finished[c] = ep.g.finish[c] == BT_FINISH_EOS || ep.g.finish[c] == BT_FINISH_DONE;
+    }
+    const bt_episode_reward mode = cfg->episode.reward;
+    if (st == BT_OK && mode != BT_EPISODE_REWARD_ENV)
+        st = s_score(out, p, tok, task, cfg->reward_service, &ep);
+    for (int64_t c = 0; c < n && st == BT_OK; c++) {
+        double task_score = mode == BT_EPISODE_REWARD_ENV ? 0.0 : out->rewards[c];
+        if (mode == BT_EPISODE_REWARD_ENV)
+            out->correct[c] = ep.env_return[c] > 0;
+        out->rewards[c] = task_score + (mode == BT_EPISODE_REWARD_FINAL ? 0.0 : ep.env_return[c]);
+        if (!cfg->episode.turn_rewards)
+            continue;
+        double *tr = out->turn_rewards + c * BT_MAX_TURNS;
+        for (int64_t t = 0; t < out->n_turns[c]; t++)
+            tr[t] = mode == BT_EPISODE_REWARD_FINAL ? 0.0 : ep.turn_rewards[c * BT_MAX_TURNS + t];
+        tr[out->n_turns[c] - 1] += task_score;
+    }
+    if (st == BT_OK)
+        out->has_turn_rewards = cfg->episode.turn_rewards;
+    bt_episodes_release(&ep);
+    free(items);
+    return st;
+}
+
+bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
+                            const uint64_t *indices, int64_t n_prompts,
+                            const bt_rollout_config *cfg, int64_t version, uint64_t seed,
+                            bt_rollout_batch *out) {
+    BT_ASSERT(model && tok && task && cfg && out && (indices || n_prompts == 0));
+    bt_rollout_batch_release(out);
+    if (n_prompts < 1 || cfg->group_size < 1)
+        return bt_fail(BT_EINVAL,
+                       "rollout: need n_prompts >= 1 and group_size >= 1, got %lld, %lld",
+                       (long long)n_prompts, (long long)cfg->group_size);
+    const int64_t G = cfg->group_size, n = n_prompts * G;
+    s_prompts p;
+    bt_status st = s_prompts_load(&p, tok, task, indices, n_prompts);
+    if (st != BT_OK)
+        return st;
+    const int32_t **rows = calloc((size_t)n, sizeof *rows); /* (n) prompt of each completion */
+    int64_t *row_lens = calloc((size_t)n, sizeof *row_lens);
+    uint64_t *keys = calloc((size_t)n, sizeof *keys); /* (n) completion c's draws */
+    if (!rows || !row_lens || !keys)
+        st = bt_fail(BT_ENOMEM, "rollout: out of memory");
+    for (int64_t c = 0; c < n && st == BT_OK; c++) {
+        rows[c] = p.ids[c / G];
+        row_lens[c] = p.lens[c / G];
+        keys[c] = bt_rollout_key(seed, indices[c / G], c % G);
+    }
+    bt_sample_config sample = cfg->sample;
+    /* completions end where the reward's decoding stops, and hold only ids it can decode */
+    sample.n_stops = bt_tokenizer_stops(tok, sample.stops, BT_SAMPLE_MAX_STOPS);
+    sample.vocab_limit = bt_tokenizer_vocab_size(tok);
+    bool episodes = cfg->env || cfg->episode.max_turns > 1;
+    if (st == BT_OK)
+        st = (episodes ? s_episodes : s_single)(model, tok, task, &p, (const int32_t *const *)rows,
+                                                row_lens, keys, &sample, cfg, indices, n_prompts,
+                                                out);
+    if (st == BT_OK) {
+        out->version = version;
+        out->temperature = cfg->sample.temperature;
+    }
     if (st != BT_OK)
         bt_rollout_batch_release(out);
-    bt_generation_release(&g);
     free(keys);
     free(row_lens);
     free(rows);

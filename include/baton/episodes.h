@@ -56,6 +56,54 @@ typedef struct bt_episode_config {
     templates. */
 void bt_episode_config_init(bt_episode_config *cfg);
 
+/*  Episodes run: the engine's ids and what the environment said of each turn. */
+typedef struct bt_episodes {
+    bt_generation g;       /* (n, width) ids, log-probs, lengths, finish, loss_mask, turn, n_turns
+                              (sample.h, bt_generate_episodes) */
+    int32_t **prompts;     /* (n) each episode's prompt ids as the model saw them: the prompt,
+                              then its reset observation's ids */
+    int64_t *prompt_lens;  /* (n) */
+    int64_t longest_prompt;
+    double *turn_rewards;  /* (n, BT_MAX_TURNS) the environment's reward of each model turn */
+    double *env_return;    /* (n) their sum */
+    int64_t *tool_calls;   /* (n) turns whose action held a call the environment recognized */
+    int64_t *tool_errors;  /* (n) of those, calls that failed */
+    char **final_text;     /* (n) the last model turn decoded (NUL-terminated): what the task
+                              scores */
+    size_t *final_len;     /* (n) */
+    int64_t env_steps;     /* bt_env_step calls */
+    double env_s;          /* seconds in them */
+    double waited_s;       /* seconds the engine had no row to decode, every one awaiting the
+                              environment */
+} bt_episodes;
+
+void bt_episodes_init(bt_episodes *e);
+/*  NULL-safe, idempotent. */
+void bt_episodes_release(bt_episodes *e);
+
+/*  Runs n episodes: episode i starts from prompts[i] (prompt_lens[i] ids, BOS first) with the
+    reset item items[i] (bt_env_reset; a reset observation is appended to the prompt's ids, as
+    written), then takes up to cfg->max_turns model turns of at most sample->max_new_tokens ids
+    each (sample: the rollout's or evaluation's sampling, stops and vocab_limit set), each ended
+    at a stop token (the episode's end), its length limit, or one of env's stop strings
+    (bt_env_stop_strings; the turn ends at the id whose bytes complete one).  After every turn
+    env steps the episode with the turn decoded and its ids (bt_env_step); unless the turn was
+    the last (EOS, cfg->max_turns, no room left in cfg->max_episode_tokens) or the environment
+    says done, its observation, put in the tool turn of cfg's templates (bt_chat_observation) and
+    tokenized once, is appended and the next turn begins.  With cfg->interleave the environment
+    steps the turns that ended on a thread of its own while the others decode; without, it steps
+    every waiting episode at once when none is left decoding.  Either way an episode's ids depend
+    on its prompt, key (keys[i], bt_generate_episodes) and observations alone, so an environment
+    whose answers depend only on an episode's own turns gives the same episodes both ways.
+    Errors: BT_EINVAL for a config out of range; an environment's error (reset, step, a reset
+    that ends an episode before its first turn: BT_EFORMAT) fails the call, naming the episode.
+    Fills *out, releasing what it held; on failure *out is empty. */
+bt_status bt_episodes_run(bt_model *model, const bt_tokenizer_t *tok, bt_env_t *env,
+                          const bt_episode_config *cfg, const bt_sample_config *sample,
+                          const int32_t *const *prompts, const int64_t *prompt_lens,
+                          const bt_env_reset_item *items, int64_t n, const uint64_t *keys,
+                          bt_episodes *out);
+
 #ifdef __cplusplus
 }
 #endif

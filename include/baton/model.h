@@ -319,7 +319,7 @@ bt_tensor *bt_model_prefill(bt_model *self, bt_kv_cache *cache, bt_ctx *ctx, bt_
 /*  One decode step: each slot s with active[s] appends token ids[s] at column len(s) (its
     position) and attends to its columns [0, len(s)]; returns the logits (slots, V) F32 of the
     appended tokens (rows of inactive slots are meaningless) and adds one to each active slot's
-    length.  Host work is the slots' ids and lengths; it does not grow with the sequences.
+    length.  An inactive slot's columns [0, len(s)) are kept (a row between its turns).  Host work is the slots' ids and lengths; it does not grow with the sequences.
     Attention runs over consecutive slots of similar lengths, each run to its own longest
     (docs/architecture.md, "Generation"), not every slot to the longest.  BT_ERANGE (NULL) when an
     active slot is full.  Runs under no-grad. */

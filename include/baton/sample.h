@@ -16,8 +16,6 @@ extern "C" {
 #endif
 
 #define BT_SAMPLE_MAX_STOPS 8
-#define BT_SAMPLE_MAX_STOP_SEQS 4 /* id sequences that end a turn (bt_sample_config.stop_seqs) */
-#define BT_SAMPLE_STOP_SEQ_MAX 16 /* ids in one */
 
 typedef struct bt_sample_config {
     int64_t max_new_tokens; /* >= 1 */
@@ -29,12 +27,6 @@ typedef struct bt_sample_config {
                                            turn and end of text); n_stops 0: the model config's
                                            eos_token_id */
     int n_stops;
-    /* id sequences that end a row's turn, not its episode (a tool call's closing tag,
-       tokenized): a row whose newest ids are one of them stops with them included,
-       BT_FINISH_STOP; n_stop_seqs 0: none */
-    int32_t stop_seqs[BT_SAMPLE_MAX_STOP_SEQS][BT_SAMPLE_STOP_SEQ_MAX];
-    int stop_seq_lens[BT_SAMPLE_MAX_STOP_SEQS]; /* 1 .. BT_SAMPLE_STOP_SEQ_MAX each */
-    int n_stop_seqs;
     int64_t vocab_limit; /* ids >= vocab_limit are never drawn, nor chosen by greedy or top-k: a
                             checkpoint may pad vocab_size past its tokenizer (Qwen: 151,936
                             logits, 151,669 ids), and a padded id cannot be decoded; 0 = every
@@ -45,8 +37,8 @@ typedef struct bt_sample_config {
                                     max_new_tokens (more counts as it), or NULL: max_new_tokens */
 } bt_sample_config;
 
-/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops or stop
-    sequences of its own, no vocab_limit, slots 0, no per-sequence limits. */
+/*  max_new_tokens 64, temperature 1, top_k 0, top_p 1, use_cache true, no stops of its own, no
+    vocab_limit, slots 0, no per-sequence limits. */
 void bt_sample_config_init(bt_sample_config *cfg);
 
 /*  BT_EINVAL naming the field when cfg is out of range, or sampled (temperature > 0) without draws
@@ -76,7 +68,8 @@ bt_status bt_sample_next(bt_ctx *ctx, bt_tensor *logits, const bt_sample_config 
 typedef enum bt_finish_reason {
     BT_FINISH_LENGTH = 0, /* reached max_new_tokens (truncated) */
     BT_FINISH_EOS = 1,    /* sampled a stop token (eos_token_id, or bt_sample_config.stops) */
-    BT_FINISH_STOP = 2    /* its newest ids are one of bt_sample_config.stop_seqs (a turn ends) */
+    BT_FINISH_STOP = 2,   /* a turn ended at a stop string (bt_turn_ops.turn_ends) */
+    BT_FINISH_DONE = 3    /* the environment ended the episode (bt_turn_answer.done) */
 } bt_finish_reason;
 
 /*  Row b's tokens are tokens[b * max_new_tokens + i] for i < lengths[b]; the rest hold the pad id
@@ -87,9 +80,15 @@ typedef struct bt_generation {
     int32_t *tokens;          /* (batch, max_new_tokens) sampled ids, the EOS included */
     float *logprobs;          /* (batch, max_new_tokens) log-prob of each, as bt_sample_next */
     int64_t *lengths;         /* (batch) generated tokens, the EOS included */
-    bt_finish_reason *finish; /* (batch) */
+    bt_finish_reason *finish; /* (batch) how the row (its last turn) ended */
+    /* bt_generate_episodes only, NULL otherwise: */
+    uint8_t *loss_mask; /* (batch, max_new_tokens) 1: sampled by the model, 0: an observation */
+    uint8_t *turn;      /* (batch, max_new_tokens) the model turn a token belongs to (an
+                           observation: the turn it answers) */
+    int64_t *n_turns;   /* (batch) model turns the row took */
     /* what it cost: */
-    int64_t prefill_tokens; /* prompt tokens computed before decoding */
+    int64_t prefill_tokens; /* prompt tokens computed before decoding, and observation tokens
+                               appended between turns */
     int64_t decode_steps;   /* model calls of one token per sequence */
     int64_t slot_steps;     /* tokens those calls computed for live sequences */
     size_t peak_kv_bytes;   /* largest KV cache held (engine; 0 for the reference) */
@@ -112,6 +111,53 @@ void bt_generation_release(bt_generation *g);
 bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int64_t *prompt_lens,
                       int64_t batch, const bt_sample_config *cfg, const uint64_t *keys,
                       bt_generation *out);
+
+/* ---- multi-turn episodes ---------------------------------------------------------------- */
+/*  What answers a row whose model turn ended (episodes.h drives an environment through it). */
+typedef struct bt_turn_answer {
+    int64_t row;
+    const int32_t *ids; /* (n_ids) the observation's ids, appended to the row (loss mask 0) and
+                           fed to the model before its next turn; valid until the next answers
+                           call */
+    int64_t n_ids;
+    bool done; /* the episode ends here (finish BT_FINISH_DONE); ids are then ignored */
+} bt_turn_answer;
+
+typedef struct bt_turn_ops {
+    void *user;
+    /*  Whether row's turn so far, ids[0..n) (newest last), ends at a stop string with its newest
+        id; called after each sampled id that did not end the row otherwise.  NULL: turns end at
+        stop tokens and length limits only. */
+    bool (*turn_ends)(void *user, int64_t row, const int32_t *ids, int64_t n);
+    /*  Row ended model turn `turn` (0-based), ids[0..n), by why (BT_FINISH_EOS, _STOP or
+        _LENGTH).  last: the episode ends whatever the environment says (a stop token, the
+        episode's width, its last turn), and no answer is awaited; else the row waits for one.
+        Must not block: queue the turn. */
+    bt_status (*ended)(void *user, int64_t row, int64_t turn, const int32_t *ids, int64_t n,
+                       bt_finish_reason why, bool last);
+    /*  Writes up to cap answers to ended calls that awaited one, in any order, one per call at
+        most; *n receives how many.  With wait, blocks until there is at least one (the engine
+        waits only while every held row awaits an answer). */
+    bt_status (*answers)(void *user, bool wait, bt_turn_answer *out, int64_t cap, int64_t *n);
+} bt_turn_ops;
+
+/*  Episodes of up to max_turns model turns (1 .. 255) in one engine run (cfg->use_cache must be
+    true): a row's turn ends at a stop token (which ends the episode), at cfg's per-turn length
+    limit (max_new_tokens, max_new_each) or where ops->turn_ends says; ops->ended gets the turn,
+    and unless it was the last the row keeps its decode slot and KV cache while it waits for
+    ops->answers: an observation's ids are appended to the row and prefilled onto its cache in
+    one pass (bt_model_extend), and its next turn decodes after them; rows awaiting answers take
+    no part in decode steps, so other rows decode meanwhile.  A row is at most width ids (model
+    and observation ids; max_new_tokens of *out is width); an observation that leaves no room for
+    a model id ends the episode (finish BT_FINISH_LENGTH, the observation not appended).  Turn t
+    of row b draws its tokens as bt_generate's row with key keys[b] for t = 0 and bt_rng_key(keys[b],
+    t) after, its step counted from the turn's start, so turn 0 is bt_generate's row and an episode
+    depends on its prompt, key and observations alone.  *out also gets loss_mask, turn and
+    n_turns.  On failure *out is empty. */
+bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
+                               const int64_t *prompt_lens, int64_t batch,
+                               const bt_sample_config *cfg, const uint64_t *keys, int64_t max_turns,
+                               int64_t width, const bt_turn_ops *ops, bt_generation *out);
 
 #ifdef __cplusplus
 }
