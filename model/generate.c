@@ -366,10 +366,10 @@ static bt_status s_decode(s_engine *e, bt_ctx *ctx) {
     if (!logits)
         return BT_ETORCH;
     for (int64_t s = 0; s < e->S; s++)
-        e->u[s] = c->keys && e->active[s]
-                      ? bt_rng_uniform(bt_rng_key(s_turn_key(c, e->out, e->seq[s]),
-                                                  (uint64_t)e->step[s]))
-                      : 0.5;
+        e->u[s] =
+            c->keys && e->active[s]
+                ? bt_rng_uniform(bt_rng_key(s_turn_key(c, e->out, e->seq[s]), (uint64_t)e->step[s]))
+                : 0.5;
     bt_tensor *tokens = NULL, *logprobs = NULL;
     BT_TRY(bt_sample_next(ctx, logits, c->cfg, c->keys ? e->u : NULL, &tokens, &logprobs));
     BT_TRY(bt_to_host(tokens, e->tok, (size_t)e->S * sizeof *e->tok));
@@ -453,8 +453,9 @@ static bt_status s_answers(s_engine *e, bt_ctx *ctx, bool wait) {
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         int64_t b = got[i].row, s = b >= 0 && b < c->B ? e->slot_of[b] : -1;
         if (s < 0 || !e->waiting[s]) {
-            st = bt_fail(BT_ESTATE, "bt_generate_episodes: an answer for row %lld, which does not "
-                                    "await one",
+            st = bt_fail(BT_ESTATE,
+                         "bt_generate_episodes: an answer for row %lld, which does not "
+                         "await one",
                          (long long)b);
             break;
         }
@@ -561,6 +562,8 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
         st = s_admit(&e, ctx);
         if (st == BT_OK && c->ops)
             st = s_answers(&e, ctx, false);
+        if (st == BT_OK && c->ops) /* the slots of episodes that just ended */
+            st = s_admit(&e, ctx);
         int64_t live = 0, waiting = 0;
         for (int64_t s = 0; s < e.S; s++) {
             live += e.active[s];

@@ -106,7 +106,7 @@ static bool s_turn_ends(void *user, int64_t row, const int32_t *ids, int64_t n) 
     k = k < n ? k : n;
     size_t len = 0;
     if (bt_tokenizer_decode(r->tok, ids + n - k, (size_t)k, r->tail, r->tail_cap, &len) != BT_OK)
-        return false; /* an id the tokenizer cannot decode holds no stop string */
+        return false;  /* an id the tokenizer cannot decode holds no stop string */
     size_t newest = 0; /* bytes of the newest id */
     char one[512];
     if (bt_tokenizer_decode(r->tok, ids + n - 1, 1, one, sizeof one, &newest) != BT_OK)
@@ -141,7 +141,8 @@ static bt_status s_step_all(s_run *r, s_step *steps, int64_t n) {
     bt_env_step_item *items = calloc((size_t)n + 1, sizeof *items);
     bt_env_reply *replies = calloc((size_t)n + 1, sizeof *replies);
     char **texts = calloc((size_t)n + 1, sizeof *texts);
-    bt_status st = items && replies && texts ? BT_OK : bt_fail(BT_ENOMEM, "episodes: out of memory");
+    bt_status st =
+        items && replies && texts ? BT_OK : bt_fail(BT_ENOMEM, "episodes: out of memory");
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         size_t cap = (size_t)steps[i].n * per + 1, len = 0;
         texts[i] = malloc(cap);
@@ -422,10 +423,9 @@ static bt_status s_final_texts(bt_episodes *out, const bt_tokenizer_t *tok) {
                 ids[k++] = g->tokens[b * W + j];
         size_t cap = (size_t)k * per + 1;
         out->final_text[b] = malloc(cap);
-        st = out->final_text[b]
-                 ? bt_tokenizer_decode(tok, ids, (size_t)k, out->final_text[b], cap,
-                                       &out->final_len[b])
-                 : bt_fail(BT_ENOMEM, "episodes: out of memory");
+        st = out->final_text[b] ? bt_tokenizer_decode(tok, ids, (size_t)k, out->final_text[b], cap,
+                                                      &out->final_len[b])
+                                : bt_fail(BT_ENOMEM, "episodes: out of memory");
     }
     free(ids);
     return st;

@@ -178,10 +178,10 @@ static bt_status s_single(bt_model *model, const bt_tokenizer_t *tok, bt_source_
     and turns, and its reward by cfg->episode.reward; with turn_rewards each turn's too (the
     task's score counted in the last turn's). */
 static bt_status s_episodes(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
-                            const s_prompts *p, const int32_t *const *rows,
-                            const int64_t *row_lens, const uint64_t *keys,
-                            const bt_sample_config *sample, const bt_rollout_config *cfg,
-                            const uint64_t *indices, int64_t n_prompts, bt_rollout_batch *out) {
+                            const s_prompts *p, const int32_t *const *rows, const int64_t *row_lens,
+                            const uint64_t *keys, const bt_sample_config *sample,
+                            const bt_rollout_config *cfg, const uint64_t *indices,
+                            int64_t n_prompts, bt_rollout_batch *out) {
     const int64_t G = cfg->group_size, n = n_prompts * G;
     bt_env_reset_item *items = calloc((size_t)n + 1, sizeof *items);
     if (!items)

@@ -58,23 +58,23 @@ void bt_episode_config_init(bt_episode_config *cfg);
 
 /*  Episodes run: the engine's ids and what the environment said of each turn. */
 typedef struct bt_episodes {
-    bt_generation g;       /* (n, width) ids, log-probs, lengths, finish, loss_mask, turn, n_turns
-                              (sample.h, bt_generate_episodes) */
-    int32_t **prompts;     /* (n) each episode's prompt ids as the model saw them: the prompt,
-                              then its reset observation's ids */
-    int64_t *prompt_lens;  /* (n) */
+    bt_generation g;      /* (n, width) ids, log-probs, lengths, finish, loss_mask, turn, n_turns
+                             (sample.h, bt_generate_episodes) */
+    int32_t **prompts;    /* (n) each episode's prompt ids as the model saw them: the prompt,
+                             then its reset observation's ids */
+    int64_t *prompt_lens; /* (n) */
     int64_t longest_prompt;
-    double *turn_rewards;  /* (n, BT_MAX_TURNS) the environment's reward of each model turn */
-    double *env_return;    /* (n) their sum */
-    int64_t *tool_calls;   /* (n) turns whose action held a call the environment recognized */
-    int64_t *tool_errors;  /* (n) of those, calls that failed */
-    char **final_text;     /* (n) the last model turn decoded (NUL-terminated): what the task
-                              scores */
-    size_t *final_len;     /* (n) */
-    int64_t env_steps;     /* bt_env_step calls */
-    double env_s;          /* seconds in them */
-    double waited_s;       /* seconds the engine had no row to decode, every one awaiting the
-                              environment */
+    double *turn_rewards; /* (n, BT_MAX_TURNS) the environment's reward of each model turn */
+    double *env_return;   /* (n) their sum */
+    int64_t *tool_calls;  /* (n) turns whose action held a call the environment recognized */
+    int64_t *tool_errors; /* (n) of those, calls that failed */
+    char **final_text;    /* (n) the last model turn decoded (NUL-terminated): what the task
+                             scores */
+    size_t *final_len;    /* (n) */
+    int64_t env_steps;    /* bt_env_step calls */
+    double env_s;         /* seconds in them */
+    double waited_s;      /* seconds the engine had no row to decode, every one awaiting the
+                             environment */
 } bt_episodes;
 
 void bt_episodes_init(bt_episodes *e);

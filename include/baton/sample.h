@@ -150,10 +150,10 @@ typedef struct bt_turn_ops {
     no part in decode steps, so other rows decode meanwhile.  A row is at most width ids (model
     and observation ids; max_new_tokens of *out is width); an observation that leaves no room for
     a model id ends the episode (finish BT_FINISH_LENGTH, the observation not appended).  Turn t
-    of row b draws its tokens as bt_generate's row with key keys[b] for t = 0 and bt_rng_key(keys[b],
-    t) after, its step counted from the turn's start, so turn 0 is bt_generate's row and an episode
-    depends on its prompt, key and observations alone.  *out also gets loss_mask, turn and
-    n_turns.  On failure *out is empty. */
+    of row b draws its tokens as bt_generate's row with key keys[b] for t = 0 and
+   bt_rng_key(keys[b], t) after, its step counted from the turn's start, so turn 0 is bt_generate's
+   row and an episode depends on its prompt, key and observations alone.  *out also gets loss_mask,
+   turn and n_turns.  On failure *out is empty. */
 bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
                                const int64_t *prompt_lens, int64_t batch,
                                const bt_sample_config *cfg, const uint64_t *keys, int64_t max_turns,
