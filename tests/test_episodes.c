@@ -19,11 +19,16 @@
       message, and a reset that ends an episode is refused. */
 #define _GNU_SOURCE
 #include "baton/episodes.h"
+#include "baton/messages.h"
 #include "baton/model.h"
 #include "baton/rng.h"
+#include "baton/rollout.h"
 #include "baton/sample.h"
+#include "baton/source.h"
 #include "baton/tokenizer.h"
+#include "baton/trainer.h"
 #include "check.h"
+#include "grpo_reference.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -539,6 +544,173 @@ static void test_driver(void) {
     bt_model_destroy(&m);
 }
 
+/* ---- a rollout of episodes, and the trainer reading it ------------------------------------- */
+
+/*  bt_rollout_sample with an environment: the batch holds each episode's prompt (its reset ids
+    appended) and ids as bt_episodes_run gives them with the rollout's keys; its reward is, by
+    task.env_reward, the task's score of the last model turn as the test decodes it, the
+    environment's return, or both; per-turn rewards put the task's score in the last turn.
+    Through the wire and into the trainer: the message gives back every id, mask and turn, and the
+    trainer's log-probs of the model's ids (recomputed over the whole episode) are the behaviour
+    log-probs to within the KL mismatch of float32 rounding, while the observations are not
+    counted: token in, token out, nothing re-tokenized. */
+static void test_rollout(void) {
+    bt_model_config mc = s_config();
+    mc.max_position_embeddings = 512;
+    bt_model *m = bt_model_new(&mc, bt_cpu(), 9);
+    bt_tokenizer_t *tok = bt_tokenizer_new_bytes();
+    bt_source_arith_config tc;
+    bt_source_arith_config_init(&tc);
+    tc.seed = 3;
+    tc.digits = 1;
+    tc.heldout_size = 10;
+    bt_source_t *task = NULL;
+    CHECK_OK(bt_source_new_arith(&tc, &task));
+    CHECK(m && tok && task);
+    if (!m || !tok || !task)
+        return;
+    const uint64_t idx[4] = {0, 1, 2, 5};
+    bt_rollout_config rc;
+    bt_rollout_config_init(&rc);
+    rc.group_size = 3;
+    rc.sample.temperature = 1.0;
+    rc.sample.max_new_tokens = 8;
+    rc.episode.max_turns = 3;
+    rc.episode.max_episode_tokens = 200;
+    rc.episode.turn_rewards = true;
+    const bt_episode_reward modes[3] = {BT_EPISODE_REWARD_SUM, BT_EPISODE_REWARD_FINAL,
+                                        BT_EPISODE_REWARD_ENV};
+    bt_rollout_batch b[3];
+    for (int k = 0; k < 3; k++) {
+        s_cenv *e = calloc(1, sizeof *e);
+        CHECK_OK(bt_env_new(&s_cops, e, &rc.env));
+        rc.episode.reward = modes[k];
+        bt_rollout_batch_init(&b[k]);
+        CHECK_OK(bt_rollout_sample(m, tok, task, idx, 4, &rc, 5, 77, &b[k]));
+        bt_env_destroy(&rc.env);
+        free(e);
+    }
+    /* the episodes themselves, run by the test with the rollout's keys and prompts */
+    const int64_t n = 12;
+    int32_t prompts[4][32];
+    const int32_t *rows[12];
+    int64_t lens[12];
+    uint64_t keys[12];
+    bt_env_reset_item items[12];
+    bt_source_example ex[4];
+    for (int p = 0; p < 4; p++) {
+        bt_source_example_init(&ex[p]);
+        CHECK_OK(bt_source_train_example(task, idx[p], &ex[p]));
+        size_t got = 0;
+        CHECK_OK(bt_tokenizer_encode(tok, ex[p].prompt, strlen(ex[p].prompt), true, prompts[p], 32,
+                                     &got));
+        for (int j = 0; j < 3; j++) {
+            rows[p * 3 + j] = prompts[p];
+            lens[p * 3 + j] = (int64_t)got;
+            keys[p * 3 + j] = bt_rollout_key(77, idx[p], j);
+            items[p * 3 + j] = (bt_env_reset_item){
+                .episode = keys[p * 3 + j], .prompt = ex[p].prompt, .answer = ex[p].answer};
+        }
+    }
+    bt_sample_config sc = rc.sample;
+    sc.n_stops = bt_tokenizer_stops(tok, sc.stops, BT_SAMPLE_MAX_STOPS);
+    sc.vocab_limit = bt_tokenizer_vocab_size(tok);
+    s_cenv *e = calloc(1, sizeof *e);
+    bt_env_t *env = NULL;
+    CHECK_OK(bt_env_new(&s_cops, e, &env));
+    bt_episodes ep;
+    bt_episodes_init(&ep);
+    CHECK_OK(bt_episodes_run(m, tok, env, &rc.episode, &sc, rows, lens, items, n, keys, &ep));
+    bt_env_destroy(&env);
+    free(e);
+    const int64_t L = ep.g.max_new_tokens;
+    int same = 0, multi = 0, scored = 0;
+    for (int64_t c = 0; ep.g.tokens && c < n; c++) {
+        const bt_rollout_batch *x = &b[0];
+        bool ok = x->max_new_tokens == L && x->lengths[c] == ep.g.lengths[c] &&
+                  x->n_turns[c] == ep.g.n_turns[c] && x->prompt_lens[c] == ep.prompt_lens[c] &&
+                  !memcmp(x->prompt_tokens + c * x->max_prompt_len, ep.prompts[c],
+                          (size_t)ep.prompt_lens[c] * sizeof(int32_t));
+        for (int64_t j = 0; ok && j < ep.g.lengths[c]; j++)
+            ok = x->tokens[c * L + j] == ep.g.tokens[c * L + j] &&
+                 x->loss_mask[c * L + j] == ep.g.loss_mask[c * L + j] &&
+                 x->turn[c * L + j] == ep.g.turn[c * L + j] &&
+                 x->logprobs[c * L + j] == ep.g.logprobs[c * L + j];
+        multi += ep.g.n_turns[c] > 1;
+        /* the task's score of the last model turn, decoded by the test */
+        char last[64];
+        int64_t k = 0;
+        for (int64_t j = 0; j < ep.g.lengths[c]; j++)
+            if (ep.g.loss_mask[c * L + j] && ep.g.turn[c * L + j] == ep.g.n_turns[c] - 1 &&
+                ep.g.tokens[c * L + j] < 256)
+                last[k++] = (char)ep.g.tokens[c * L + j];
+        last[k] = 0;
+        bt_reward_detail d;
+        double score =
+            bt_source_score(task, ex[c / 3].prompt, ex[c / 3].answer, last, (size_t)k, &d);
+        scored += score != 0;
+        ok = ok && fabs(b[0].rewards[c] - (score + ep.env_return[c])) < 1e-12 &&
+             fabs(b[1].rewards[c] - score) < 1e-12 &&
+             fabs(b[2].rewards[c] - ep.env_return[c]) < 1e-12 &&
+             b[2].correct[c] == (ep.env_return[c] > 0) && b[1].correct[c] == d.correct;
+        for (int64_t t = 0; ok && t < ep.g.n_turns[c]; t++) /* per turn: the score in the last */
+            ok = fabs(b[0].turn_rewards[c * BT_MAX_TURNS + t] -
+                      (ep.turn_rewards[c * BT_MAX_TURNS + t] +
+                       (t == ep.g.n_turns[c] - 1 ? score : 0.0))) < 1e-12;
+        ok = ok && b[0].has_turn_rewards;
+        same += ok;
+    }
+    printf("rollout: %d of %lld rows are the episodes with their rewards by mode (%d of several "
+           "turns, %d scored by the task)\n",
+           same, (long long)n, multi, scored);
+    CHECK(same == n && multi >= 3);
+    /* the wire, then the trainer */
+    bt_msg_t *msg = bt_msg_new(BT_MSG_RESULT);
+    bt_rollout_batch back;
+    bt_rollout_batch_init(&back);
+    CHECK_OK(bt_batch_to_msg(&b[0], msg));
+    CHECK_OK(bt_batch_from_msg(msg, &back));
+    bool wire = back.n == n && back.max_new_tokens == L && back.has_turn_rewards;
+    for (int64_t c = 0; wire && c < n; c++)
+        wire = back.lengths[c] == b[0].lengths[c] && back.n_turns[c] == b[0].n_turns[c] &&
+               !memcmp(back.tokens + c * L, b[0].tokens + c * L, (size_t)L * sizeof(int32_t)) &&
+               !memcmp(back.loss_mask + c * L, b[0].loss_mask + c * L, (size_t)b[0].lengths[c]) &&
+               !memcmp(back.turn + c * L, b[0].turn + c * L, (size_t)b[0].lengths[c]);
+    CHECK(wire);
+    bt_msg_destroy(&msg);
+    int64_t model_tokens = 0;
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t j = 0; j < back.lengths[c]; j++)
+            model_tokens += back.loss_mask[c * L + j];
+    bt_model *copy = bt_model_new(&mc, bt_cpu(), 1);
+    CHECK_OK(bt_weights_copy(copy, m));
+    bt_trainer_config tcfg;
+    bt_trainer_config_init(&tcfg);
+    bt_trainer_t *tr = bt_trainer_new(&copy, &tcfg);
+    CHECK(tr != NULL);
+    double adv[12 * BT_MAX_TURNS] = {0};
+    bt_grpo_config gc = bt_test_grpo_config();
+    gc.kl_coef = 0.0;
+    bt_trainer_stats st;
+    if (tr)
+        CHECK_OK(bt_trainer_grpo_step(tr, &back, adv, 0.0, &gc, &st));
+    printf("trainer: %g model tokens trained of %lld (the observations' not counted), mismatch KL "
+           "%.2e, ratio in [%.6f, %.6f]\n",
+           st.tokens, (long long)model_tokens, st.mismatch_kl, st.ratio_min, st.ratio_max);
+    CHECK(st.tokens == (double)model_tokens && st.mismatch_kl < 1e-6);
+    CHECK(fabs(st.ratio_min - 1) < 1e-4 && fabs(st.ratio_max - 1) < 1e-4);
+    bt_trainer_destroy(&tr);
+    bt_rollout_batch_release(&back);
+    for (int k = 0; k < 3; k++)
+        bt_rollout_batch_release(&b[k]);
+    for (int p = 0; p < 4; p++)
+        bt_source_example_release(&ex[p]);
+    bt_episodes_release(&ep);
+    bt_source_destroy(&task);
+    bt_tokenizer_destroy(&tok);
+    bt_model_destroy(&m);
+}
+
 int main(void) {
     s_batch();
     bt_model_config cfg = s_config();
@@ -548,6 +720,7 @@ int main(void) {
         return check_exit();
     test_engine(m);
     test_driver();
+    test_rollout();
     bt_model_destroy(&m);
     return check_exit();
 }
