@@ -542,6 +542,34 @@ bt_status bt_chat_apply(const char *tmpl, const char *system, const char *prompt
     return BT_OK;
 }
 
+bt_status bt_chat_observation(const char *tmpl, const char *observation_template,
+                              const char *observation, size_t len, char **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    const char *frame = "{observation}";
+    if (observation_template && observation_template[0])
+        frame = observation_template;
+    else if (tmpl && !strcmp(tmpl, "chatml"))
+        frame = "<|im_end|>\n<|im_start|>tool\n{observation}<|im_end|>\n<|im_start|>assistant\n";
+    else if (tmpl && !strcmp(tmpl, "llama3"))
+        frame = "<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{observation}<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    const char *at = strstr(frame, "{observation}");
+    if (!at || strstr(at + 1, "{observation}"))
+        return bt_fail(BT_EINVAL,
+                       "observation template: expected a text holding {observation} once, got "
+                       "\"%.60s\"",
+                       frame);
+    bt_buf text = {0};
+    bt_buf_put(&text, frame, (size_t)(at - frame));
+    if (len > 0)
+        bt_buf_put(&text, observation, len);
+    bt_buf_puts(&text, at + strlen("{observation}"));
+    if (!(*out = bt_buf_detach(&text, out_len)))
+        return bt_fail(BT_ENOMEM, "observation template: out of memory");
+    return BT_OK;
+}
+
 static char *s_strdup_or_null(const char *s) {
     return s ? strdup(s) : NULL;
 }
