@@ -91,6 +91,11 @@ static bool s_is_endpoint(const char *s) {
     return !s[0] || ((!strncmp(s, "tcp://", 6) || !strncmp(s, "ipc://", 6)) && s[6]);
 }
 
+/*  "" or a CURVE key as bt_key_is_valid takes it. */
+static bool s_is_key_or_empty(const char *s) {
+    return !s[0] || bt_key_is_valid(s);
+}
+
 /*  "" (off) or "HOST:PORT": a host name or IPv4 address ([A-Za-z0-9.-]), or an IPv6 address in
     brackets ("[::1]:9464"), and a port in 1..65535 written in decimal. */
 static bool s_is_listen(const char *s) {
@@ -128,6 +133,8 @@ static bool s_is_metric(const char *s) {
 
 static const char *const s_task_kinds[] = {"arithmetic", "jsonl", NULL};
 static const char *const s_verifiers[] = {"exact", "numeric", "math", "code", NULL};
+static const char *const s_envs[] = {"", "calculator", "python", "tools", "service", NULL};
+static const char *const s_env_rewards[] = {"sum", "final", "env", NULL}; /* bt_episode_reward */
 static const char *const s_kl_estimators[] = {"k1", "k3", NULL};
 static const char *const s_loss_aggs[] = {"token_mean", "seq_mean", "token_sum_norm", NULL};
 static const char *const s_adv_norms[] = {"std", "none", NULL};
@@ -218,6 +225,21 @@ static const s_key s_keys[] = {
     S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
     S_NUM_KEY("task.code_timeout_s", task.code_timeout_s, 10, 0, 3600, S_LO_OPEN),
     S_INT_KEY("task.code_memory_mb", task.code_memory_mb, 512, 64, 1048576),
+    S_INT_KEY("task.max_turns", task.max_turns, 1, 1, BT_CONFIG_MAX_TURNS),
+    S_INT_KEY("task.max_episode_tokens", task.max_episode_tokens, 0, 0, S_TOKENS_MAX),
+    S_ENUM_KEY("task.env", task.env, BT_CONFIG_ENV_NONE, s_envs),
+    S_STR_KEY("task.env_service", task.env_service, "", s_is_endpoint,
+              "\"\" or an endpoint \"tcp://HOST:PORT\" or \"ipc://PATH\""),
+    S_STR_KEY("task.env_server_key", task.env_server_key, "", s_is_key_or_empty,
+              "\"\" or a CURVE public key: the 40 Z85 characters of a NAME.pub file of "
+              "`baton keygen`"),
+    S_BOOL_KEY("task.env_insecure", task.env_insecure, false),
+    S_INT_KEY("task.env_timeout_ms", task.env_timeout_ms, 10000, 1, 3600000),
+    S_INT_KEY("task.env_retries", task.env_retries, 2, 0, 100),
+    S_ENUM_KEY("task.env_reward", task.env_reward, 0, s_env_rewards),
+    S_BOOL_KEY("task.turn_rewards", task.turn_rewards, false),
+    S_BOOL_KEY("task.interleave", task.interleave, true),
+    S_STR_KEY("task.observation_template", task.observation_template, "", NULL, NULL),
 
     S_STR_KEY("reward.service", reward.service, "", s_is_endpoint,
               "\"\" or an endpoint \"tcp://HOST:PORT\" or \"ipc://PATH\""),
@@ -924,6 +946,18 @@ static const struct {
     {"epoch_size", "task.epoch_size"},
     {"code_timeout_s", "task.code_timeout_s"},
     {"code_memory_mb", "task.code_memory_mb"},
+    {"max_turns", "task.max_turns"},
+    {"max_episode_tokens", "task.max_episode_tokens"},
+    {"env", "task.env"},
+    {"env_service", "task.env_service"},
+    {"env_server_key", "task.env_server_key"},
+    {"env_insecure", "task.env_insecure"},
+    {"env_timeout_ms", "task.env_timeout_ms"},
+    {"env_retries", "task.env_retries"},
+    {"env_reward", "task.env_reward"},
+    {"turn_rewards", "task.turn_rewards"},
+    {"interleave", "task.interleave"},
+    {"observation_template", "task.observation_template"},
 };
 #define S_N_SOURCE_KEYS ((int)(sizeof s_source_keys / sizeof s_source_keys[0]))
 
@@ -982,7 +1016,11 @@ static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_config *c
                 return bt_fail(BT_EINVAL,
                                "%s: unknown key (a source has name, weight, kind, path, heldout, "
                                "verifier, seed, digits, operators, heldout_size, format_reward, "
-                               "chat_template, system_prompt, epoch_size)",
+                               "chat_template, system_prompt, epoch_size, code_timeout_s, "
+                               "code_memory_mb and the episode keys max_turns, "
+                               "max_episode_tokens, env, env_service, env_server_key, "
+                               "env_insecure, env_timeout_ms, env_retries, env_reward, "
+                               "turn_rewards, interleave, observation_template)",
                                where);
             BT_TRY(s_store_set(s_find(task_key), item, task_key, where, cfg, v->sets, &v->n_sets));
         }
@@ -1334,11 +1372,87 @@ static bt_status s_check_scaling(bt_config *cfg, const char *src) {
     return BT_OK;
 }
 
+/*  The completion width of a one-task config's sequences, in tokens: an episode's (model and
+    observation tokens) when it has an environment, else one completion's. */
+static int64_t s_completion_width(const bt_config *one) {
+    return one->task.env != BT_CONFIG_ENV_NONE ? one->task.max_episode_tokens
+                                               : one->grpo.max_new_tokens;
+}
+
+/*  The episode keys of a one-task config (the task without data.sources, or one source's) against
+    each other; then task.max_episode_tokens 0 resolved to 2 x max_turns x grpo.max_new_tokens, at
+    most BT_CONFIG_TOKENS_MAX. */
+static bt_status s_check_episode(bt_config *cfg, const char *src) {
+    const char *env = s_envs[cfg->task.env];
+    bool service = cfg->task.env == BT_CONFIG_ENV_SERVICE;
+    if (cfg->task.max_turns > 1 && cfg->task.env == BT_CONFIG_ENV_NONE)
+        return bt_fail(BT_EINVAL,
+                       "%s: task.max_turns: expected 1 without task.env (an episode of more "
+                       "turns needs an environment to answer between them: set task.env), got "
+                       "%" PRId64,
+                       src, cfg->task.max_turns);
+    if (!strcmp(s_env_rewards[cfg->task.env_reward], "env") && cfg->task.env == BT_CONFIG_ENV_NONE)
+        return bt_fail(BT_EINVAL,
+                       "%s: task.env_reward: expected \"sum\" or \"final\" without task.env (no "
+                       "environment gives rewards), got \"env\"",
+                       src);
+    if (service && !cfg->task.env_service[0])
+        return bt_fail(BT_EINVAL,
+                       "%s: task.env_service: expected an endpoint \"tcp://HOST:PORT\" or "
+                       "\"ipc://PATH\" when task.env is \"service\", got \"\"",
+                       src);
+    if (!service && cfg->task.env_service[0])
+        return bt_fail(BT_EINVAL,
+                       "%s: task.env_service: expected \"\" unless task.env is \"service\" (it is "
+                       "\"%s\"), got \"%s\"",
+                       src, env, cfg->task.env_service);
+    if (!service && cfg->task.env_server_key[0])
+        return bt_fail(BT_EINVAL,
+                       "%s: task.env_server_key: expected \"\" unless task.env is \"service\" (it "
+                       "is \"%s\"), got a key",
+                       src, env);
+    if (cfg->task.env_server_key[0] && cfg->task.env_insecure)
+        return bt_fail(BT_EINVAL,
+                       "%s: task.env_insecure: expected false with task.env_server_key (CURVE), "
+                       "got true",
+                       src);
+    if (service && !strncmp(cfg->task.env_service, "tcp://", 6) && !cfg->task.env_server_key[0] &&
+        !cfg->task.env_insecure)
+        return bt_fail(BT_EINVAL,
+                       "%s: task.env_service: \"%s\": a tcp:// endpoint needs CURVE: "
+                       "task.env_server_key (the service's public key, from `baton keygen`) or, "
+                       "on a trusted network, task.env_insecure: true",
+                       src, cfg->task.env_service);
+    if (cfg->task.max_episode_tokens == 0) {
+        double width = 2.0 * (double)cfg->task.max_turns * (double)cfg->grpo.max_new_tokens;
+        cfg->task.max_episode_tokens = width < S_TOKENS_MAX ? (int64_t)width : S_TOKENS_MAX;
+    }
+    if (cfg->task.env != BT_CONFIG_ENV_NONE &&
+        cfg->task.max_episode_tokens < cfg->grpo.max_new_tokens)
+        return bt_fail(BT_EINVAL,
+                       "%s: task.max_episode_tokens: expected 0 or an integer in "
+                       "[grpo.max_new_tokens (%" PRId64 "), %d] (an episode holds at least one "
+                       "model turn), got %" PRId64,
+                       src, cfg->grpo.max_new_tokens, BT_CONFIG_TOKENS_MAX,
+                       cfg->task.max_episode_tokens);
+    if (cfg->task.observation_template[0]) { /* a template that cannot apply fails now, by name */
+        char *probe = NULL;
+        size_t len = 0;
+        if (bt_chat_observation(cfg->task.chat_template, cfg->task.observation_template, "", 0,
+                                &probe, &len) != BT_OK)
+            return s_reraise(src, "task.observation_template: ", "observation template: ");
+        free(probe);
+    }
+    return BT_OK;
+}
+
 /*  Checks between keys, then resolves the 0 = "follow another key" values. */
 bt_status bt_config_source(const bt_config *cfg, int k, bt_config *out);
 
-/*  Every source resolves to a valid single-task config; data.epoch_source names one. */
-static bt_status s_check_sources(const bt_config *cfg, const char *src) {
+/*  Every source resolves to a valid single-task config; data.epoch_source names one.  *width gets
+    the widest completion of any source (s_completion_width). */
+static bt_status s_check_sources(const bt_config *cfg, const char *src, int64_t *width) {
+    *width = s_completion_width(cfg);
     if (cfg->data.n_sources == 0) {
         if (cfg->data.epoch_source[0])
             return bt_fail(BT_EINVAL,
@@ -1359,10 +1473,13 @@ static bt_status s_check_sources(const bt_config *cfg, const char *src) {
     if (!one)
         return bt_fail(BT_ENOMEM, "%s: out of memory", src);
     bt_status st = BT_OK;
+    *width = 0;
     for (int k = 0; k < cfg->data.n_sources && st == BT_OK; k++) {
         st = bt_config_source(cfg, k, one);
         if (st != BT_OK)
             st = s_reraise(src, "", "");
+        else if (s_completion_width(one) > *width)
+            *width = s_completion_width(one);
     }
     free(one);
     return st;
@@ -1397,12 +1514,15 @@ static bt_status s_check(bt_config *cfg, const char *src) {
         return bt_fail(BT_EINVAL,
                        "%s: eval.temperature: expected a number > 0 when eval.samples > 1, got 0",
                        src);
-    if (cfg->grpo.max_tokens == 0)
-        cfg->grpo.max_tokens = cfg->grpo.max_new_tokens;
     if (cfg->eval.max_new_tokens == 0)
         cfg->eval.max_new_tokens = cfg->grpo.max_new_tokens;
+    if (cfg->data.n_sources == 0) /* with data.sources, the task.* keys are each source's */
+        BT_TRY(s_check_episode(cfg, src));
     BT_TRY(s_check_eval(cfg, src));
-    BT_TRY(s_check_sources(cfg, src));
+    int64_t width; /* Dr. GRPO's normaliser: the widest completion, an episode's with episodes */
+    BT_TRY(s_check_sources(cfg, src, &width));
+    if (cfg->grpo.max_tokens == 0)
+        cfg->grpo.max_tokens = width;
     BT_TRY(s_check_tuner(cfg, src));
     BT_TRY(s_check_scaling(cfg, src));
     if (cfg->task.chat_template[0]) { /* a template that cannot apply fails now, by name */
@@ -1478,18 +1598,30 @@ static bt_status s_check_context(const bt_config *cfg, int64_t ctx, const char *
     bt_config *one = malloc(sizeof *one);
     if (!one)
         return bt_fail(BT_ENOMEM, "%s: out of memory", src);
-    int64_t prompt[BT_CONFIG_MAX_SOURCES], longest = 1;
+    int64_t prompt[BT_CONFIG_MAX_SOURCES], episode[BT_CONFIG_MAX_SOURCES], longest = 1;
     bt_status st = BT_OK;
     for (int k = 0; k < bt_config_n_sources(cfg) && st == BT_OK; k++) {
         st = bt_config_source(cfg, k, one);
         prompt[k] = st == BT_OK ? s_longest_prompt(one) : 1;
         longest = prompt[k] > longest ? prompt[k] : longest;
+        episode[k] = st == BT_OK && one->task.env != BT_CONFIG_ENV_NONE
+                         ? one->task.max_episode_tokens
+                         : 0;
     }
     free(one);
     if (st != BT_OK)
         return s_reraise(src, "", "");
     BT_TRY(
         s_check_room(src, "grpo.max_new_tokens", cfg->grpo.max_new_tokens, longest, ctx, ctx_what));
+    for (int k = 0; k < bt_config_n_sources(cfg); k++) { /* an episode: prompt and all its turns */
+        char key[64];
+        if (cfg->data.n_sources > 0)
+            snprintf(key, sizeof key, "data.sources[%d].max_episode_tokens", k);
+        else
+            snprintf(key, sizeof key, "task.max_episode_tokens");
+        if (episode[k] > 0)
+            BT_TRY(s_check_room(src, key, episode[k], prompt[k], ctx, ctx_what));
+    }
     for (int i = 0; i < cfg->eval.n_datasets; i++) {
         const bt_eval_dataset *d = &cfg->eval.datasets[i];
         if (d->kind != BT_EVAL_GENERATE)

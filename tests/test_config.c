@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include "baton/config.h"
 
+#include "baton/episodes.h"
 #include "baton/fileio.h"
 #include "baton/yaml.h"
 
@@ -1156,6 +1157,241 @@ static void test_data_sources(void) {
                  "--set: data.sources: expected an array of 1 or more objects, got an array");
 }
 
+/*  The keys of multi-turn episodes (docs/config.md, "Multi-turn episodes"): their defaults (one
+    turn, no environment: the single-turn path), max_episode_tokens 0 resolved to 2 x max_turns x
+    max_new_tokens and grpo.max_tokens to the widest completion, bt_config_episode, every bad
+    value refused naming the key with what it expected and got, the checks between the keys, a
+    data source and a variant's data.sources setting them, and the resolved config (what
+    `baton run --dry-run` prints) carrying them and reading back to the same. */
+static void test_episodes(void) {
+    bt_config *cfg = malloc(sizeof *cfg), *one = malloc(sizeof *one), *back = malloc(sizeof *back);
+    CHECK_OK(s_parse("{}", cfg));
+    CHECK(cfg->task.max_turns == 1 && cfg->task.env == BT_CONFIG_ENV_NONE);
+    CHECK(cfg->task.max_episode_tokens == 2 * 1 * 8); /* 2 x max_turns x grpo.max_new_tokens */
+    CHECK(cfg->task.env_service[0] == '\0' && cfg->task.env_server_key[0] == '\0');
+    CHECK(!cfg->task.env_insecure && cfg->task.env_timeout_ms == 10000);
+    CHECK(cfg->task.env_retries == 2 && cfg->task.env_reward == BT_EPISODE_REWARD_SUM);
+    CHECK(!cfg->task.turn_rewards && cfg->task.interleave);
+    CHECK(cfg->task.observation_template[0] == '\0');
+    CHECK(cfg->grpo.max_tokens == 8); /* no environment: one completion wide */
+    bt_episode_config ep, init;
+    bt_config_episode(cfg, &ep);
+    bt_episode_config_init(&init);
+    CHECK(ep.max_turns == init.max_turns && ep.interleave == init.interleave);
+    CHECK(ep.reward == init.reward && ep.turn_rewards == init.turn_rewards);
+    CHECK(ep.max_episode_tokens == 16);
+
+    /* 3 turns of 5 tokens: 30 episode tokens, and the trainer's normaliser follows */
+    const char *calc = "{\"task\": {\"env\": \"calculator\", \"max_turns\": 3, \"env_reward\": "
+                       "\"final\", \"turn_rewards\": true, \"interleave\": false, "
+                       "\"observation_template\": \"\\n<tool>{observation}</tool>\\n\"},"
+                       " \"grpo\": {\"max_new_tokens\": 5}}";
+    CHECK_OK(s_parse(calc, cfg));
+    CHECK(cfg->task.env == BT_CONFIG_ENV_CALCULATOR && cfg->task.max_episode_tokens == 30);
+    CHECK(cfg->grpo.max_tokens == 30);
+    bt_config_episode(cfg, &ep);
+    CHECK(ep.max_turns == 3 && ep.max_episode_tokens == 30 && !ep.interleave);
+    CHECK(ep.reward == BT_EPISODE_REWARD_FINAL && ep.turn_rewards);
+    CHECK(ep.observation_template == cfg->task.observation_template); /* borrowed */
+    CHECK(!strcmp(ep.observation_template, "\n<tool>{observation}</tool>\n"));
+    CHECK(ep.chat_template == cfg->task.chat_template);
+    /* what --dry-run prints: the keys with their resolved values, reading back to the same */
+    char *text = bt_config_to_json(cfg);
+    cJSON *root = cJSON_Parse(text), *task = cJSON_GetObjectItem(root, "task");
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(task, "max_episode_tokens")) == 30);
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(task, "max_turns")) == 3);
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(task, "env")), "calculator"));
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(task, "env_reward")), "final"));
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(task, "interleave")));
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(task, "env_timeout_ms")) == 10000);
+    CHECK(cJSON_GetNumberValue(
+              cJSON_GetObjectItem(cJSON_GetObjectItem(root, "grpo"), "max_tokens")) == 30);
+    cJSON_Delete(root);
+    CHECK_OK(bt_config_parse(text, "resolved", NULL, 0, back));
+    CHECK(memcmp(cfg, back, sizeof *cfg) == 0);
+    free(text);
+    /* set by hand, both stay as written; the resolution is capped at BT_CONFIG_TOKENS_MAX */
+    const char *own[] = {"task.env=tools", "task.max_turns=4", "task.max_episode_tokens=12",
+                         "grpo.max_tokens=7"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", own, 4, cfg));
+    CHECK(cfg->task.env == BT_CONFIG_ENV_TOOLS && cfg->task.max_episode_tokens == 12);
+    CHECK(cfg->grpo.max_tokens == 7);
+    const char *wide[] = {"task.env=python", "task.max_turns=64",
+                          "grpo.max_new_tokens=100000", "model.max_position_embeddings=1048576"};
+    CHECK(bt_config_parse("{}", "arith.json", wide, 4, cfg) == BT_EINVAL); /* 2 x 64 x 100000 */
+    CHECK_STR_CONTAINS(bt_last_error(), /* capped, then too wide for any context after a prompt */
+                       "arith.json: task.max_episode_tokens: expected an integer in [1, 1048569] "
+                       "(model.max_position_embeddings 1048576 less the longest prompt, 7 "
+                       "tokens), got 1048576");
+    /* a service over ipc://, and over tcp:// with CURVE or an explicit insecure */
+    const char *ipc[] = {"task.env=service", "task.env_service=ipc:///tmp/env.ipc",
+                         "task.env_timeout_ms=250", "task.env_retries=0"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", ipc, 4, cfg));
+    CHECK(cfg->task.env == BT_CONFIG_ENV_SERVICE && cfg->task.env_timeout_ms == 250);
+    CHECK(cfg->task.env_retries == 0 && !strcmp(cfg->task.env_service, "ipc:///tmp/env.ipc"));
+    const char *key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+    CHECK(bt_key_is_valid(key));
+    char set_key[128];
+    snprintf(set_key, sizeof set_key, "task.env_server_key=%s", key);
+    const char *curve[] = {"task.env=service", "task.env_service=tcp://10.0.0.7:5602", set_key};
+    CHECK_OK(bt_config_parse("{}", "arith.json", curve, 3, cfg));
+    CHECK(!strcmp(cfg->task.env_server_key, key));
+    const char *plain[] = {"task.env=service", "task.env_service=tcp://10.0.0.7:5602",
+                           "task.env_insecure=true"};
+    CHECK_OK(bt_config_parse("{}", "arith.json", plain, 3, cfg));
+    CHECK(cfg->task.env_insecure);
+
+    const struct {
+        const char *json, *error;
+    } bad[] = {
+        {"{\"task\": {\"max_turns\": 0}}",
+         "arith.json: task.max_turns: expected an integer in [1, 64], got 0"},
+        {"{\"task\": {\"max_turns\": 65, \"env\": \"tools\"}}",
+         "arith.json: task.max_turns: expected an integer in [1, 64], got 65"},
+        {"{\"task\": {\"max_turns\": \"3\"}}",
+         "arith.json: task.max_turns: expected an integer, got \"3\""},
+        {"{\"task\": {\"max_turns\": 2.5}}",
+         "arith.json: task.max_turns: expected an integer, got 2.5"},
+        {"{\"task\": {\"max_episode_tokens\": -1}}",
+         "arith.json: task.max_episode_tokens: expected an integer in [0, 1048576], got -1"},
+        {"{\"task\": {\"env\": \"bash\"}}",
+         "arith.json: task.env: expected one of \"\", \"calculator\", \"python\", \"tools\", "
+         "\"service\", got \"bash\""},
+        {"{\"task\": {\"env\": true}}",
+         "arith.json: task.env: expected one of \"\", \"calculator\", \"python\", \"tools\", "
+         "\"service\", got true"},
+        {"{\"task\": {\"env\": \"service\", \"env_service\": \"http://h:5602\"}}",
+         "arith.json: task.env_service: expected \"\" or an endpoint \"tcp://HOST:PORT\" or "
+         "\"ipc://PATH\", got \"http://h:5602\""},
+        {"{\"task\": {\"env_server_key\": \"abc\"}}",
+         "arith.json: task.env_server_key: expected \"\" or a CURVE public key: the 40 Z85 "
+         "characters of a NAME.pub file of `baton keygen`, got \"abc\""},
+        {"{\"task\": {\"env_insecure\": 1}}",
+         "arith.json: task.env_insecure: expected true or false, got 1"},
+        {"{\"task\": {\"env_timeout_ms\": 0}}",
+         "arith.json: task.env_timeout_ms: expected an integer in [1, 3600000], got 0"},
+        {"{\"task\": {\"env_retries\": -1}}",
+         "arith.json: task.env_retries: expected an integer in [0, 100], got -1"},
+        {"{\"task\": {\"env_reward\": \"mean\"}}",
+         "arith.json: task.env_reward: expected one of \"sum\", \"final\", \"env\", got \"mean\""},
+        {"{\"task\": {\"turn_rewards\": \"yes\"}}",
+         "arith.json: task.turn_rewards: expected true or false, got \"yes\""},
+        {"{\"task\": {\"interleave\": null}}",
+         "arith.json: task.interleave: expected true or false, got null"},
+        {"{\"task\": {\"observation_template\": 7}}",
+         "arith.json: task.observation_template: expected a string, got 7"},
+        /* between the keys */
+        {"{\"task\": {\"max_turns\": 3}}",
+         "arith.json: task.max_turns: expected 1 without task.env (an episode of more turns "
+         "needs an environment to answer between them: set task.env), got 3"},
+        {"{\"task\": {\"env\": \"service\"}}",
+         "arith.json: task.env_service: expected an endpoint \"tcp://HOST:PORT\" or "
+         "\"ipc://PATH\" when task.env is \"service\", got \"\""},
+        {"{\"task\": {\"env\": \"tools\", \"env_service\": \"ipc:///tmp/e\"}}",
+         "arith.json: task.env_service: expected \"\" unless task.env is \"service\" (it is "
+         "\"tools\"), got \"ipc:///tmp/e\""},
+        {"{\"task\": {\"env\": \"service\", \"env_service\": \"tcp://h:5602\"}}",
+         "arith.json: task.env_service: \"tcp://h:5602\": a tcp:// endpoint needs CURVE: "
+         "task.env_server_key (the service's public key, from `baton keygen`) or, on a trusted "
+         "network, task.env_insecure: true"},
+        {"{\"task\": {\"env\": \"service\", \"env_service\": \"tcp://h:5602\", \"env_insecure\": "
+         "true, \"env_server_key\": \"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\"}}",
+         "arith.json: task.env_insecure: expected false with task.env_server_key (CURVE), got "
+         "true"},
+        {"{\"task\": {\"env_server_key\": \"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\"}}",
+         "arith.json: task.env_server_key: expected \"\" unless task.env is \"service\" (it is "
+         "\"\"), got a key"},
+        {"{\"task\": {\"env_reward\": \"env\"}}",
+         "arith.json: task.env_reward: expected \"sum\" or \"final\" without task.env (no "
+         "environment gives rewards), got \"env\""},
+        {"{\"task\": {\"env\": \"calculator\", \"max_episode_tokens\": 7}}",
+         "arith.json: task.max_episode_tokens: expected 0 or an integer in [grpo.max_new_tokens "
+         "(8), 1048576] (an episode holds at least one model turn), got 7"},
+        {"{\"task\": {\"env\": \"calculator\", \"observation_template\": \"no field\"}}",
+         "arith.json: task.observation_template: expected a text holding {observation} once, got "
+         "\"no field\""},
+        {"{\"task\": {\"observation_template\": \"{observation}{observation}\"}}",
+         "arith.json: task.observation_template: expected a text holding {observation} once, got "
+         "\"{observation}{observation}\""},
+        /* the prompt and a whole episode fit the context: 3 + 2 x 4 x 8 > 64 positions */
+        {"{\"model\": {\"max_position_embeddings\": 64}, \"task\": {\"digits\": 1, \"env\": "
+         "\"calculator\", \"max_turns\": 4}}",
+         "arith.json: task.max_episode_tokens: expected an integer in [1, 59] "
+         "(model.max_position_embeddings 64 less the longest prompt, 5 tokens), got 64"},
+        /* with data.sources each source's keys are checked, named by the source */
+        {"{\"data\": {\"sources\": [{\"name\": \"a\"}, {\"name\": \"b\", \"max_turns\": 2}]}}",
+         "arith.json: data.sources[1]: task.max_turns: expected 1 without task.env"},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\", \"env\": \"bash\"}]}}",
+         "arith.json: data.sources[0].env: expected one of \"\", \"calculator\""},
+        {"{\"data\": {\"sources\": [{\"name\": \"a\", \"env\": \"service\"}]}}",
+         "arith.json: data.sources[0]: task.env_service: expected an endpoint"},
+        /* a variant keeps the base's resolved episode width: a wider turn does not fit it */
+        {"{\"task\": {\"env\": \"tools\"}, \"variants\": [{\"name\": \"a\"}, {\"name\": \"b\", "
+         "\"set\": {\"grpo.max_new_tokens\": 20}}]}",
+         "arith.json: variants[1]: task.max_episode_tokens: expected 0 or an integer in "
+         "[grpo.max_new_tokens (20), 1048576] (an episode holds at least one model turn), got 16"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(s_parse(bad[i].json, cfg) == BT_EINVAL);
+        CHECK_STR_CONTAINS(bt_last_error(), bad[i].error);
+    }
+    char *long_template = malloc(BT_EPISODE_TEMPLATE_MAX + 64), json[BT_EPISODE_TEMPLATE_MAX + 128];
+    memset(long_template, 'x', BT_EPISODE_TEMPLATE_MAX);
+    memcpy(long_template, "{observation}", 13);
+    long_template[BT_EPISODE_TEMPLATE_MAX] = '\0'; /* 512 bytes: no room for the NUL */
+    snprintf(json, sizeof json, "{\"task\": {\"observation_template\": \"%s\"}}", long_template);
+    CHECK(s_parse(json, cfg) == BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(),
+                       "arith.json: task.observation_template: expected a string of at most 511 "
+                       "bytes");
+    long_template[BT_EPISODE_TEMPLATE_MAX - 1] = '\0'; /* 511: fits */
+    snprintf(json, sizeof json, "{\"task\": {\"observation_template\": \"%s\"}}", long_template);
+    CHECK_OK(s_parse(json, cfg));
+    free(long_template);
+
+    /* a data source sets its own: source b has episodes of 3 turns, a has none; the task.* keys
+       are the sources' defaults (its max_turns 2 is a's and b's, unchecked on its own) */
+    const char *sources =
+        "{\"task\": {\"max_turns\": 2, \"env\": \"calculator\"}, \"grpo\": {\"max_new_tokens\": 4},"
+        " \"data\": {\"sources\": [{\"name\": \"a\", \"max_turns\": 1, \"env\": \"\"},"
+        "  {\"name\": \"b\", \"env\": \"tools\", \"max_turns\": 3, \"env_reward\": \"env\","
+        "   \"observation_template\": \"[{observation}]\"},"
+        "  {\"name\": \"c\"}]}}";
+    CHECK_OK(s_parse(sources, cfg));
+    CHECK(cfg->task.max_episode_tokens == 0); /* resolved per source */
+    CHECK_OK(bt_config_source(cfg, 0, one));
+    CHECK(one->task.env == BT_CONFIG_ENV_NONE && one->task.max_turns == 1);
+    CHECK(one->task.max_episode_tokens == 2 * 1 * 4);
+    CHECK_OK(bt_config_source(cfg, 1, one));
+    CHECK(one->task.env == BT_CONFIG_ENV_TOOLS && one->task.max_turns == 3);
+    CHECK(one->task.max_episode_tokens == 2 * 3 * 4);
+    bt_config_episode(one, &ep);
+    CHECK(ep.max_turns == 3 && ep.max_episode_tokens == 24 && ep.reward == BT_EPISODE_REWARD_ENV);
+    CHECK(!strcmp(ep.observation_template, "[{observation}]"));
+    CHECK_OK(bt_config_source(cfg, 2, one));
+    CHECK(one->task.env == BT_CONFIG_ENV_CALCULATOR && one->task.max_turns == 2);
+    CHECK(one->task.max_episode_tokens == 2 * 2 * 4);
+    CHECK(cfg->grpo.max_tokens == 24); /* the widest source's episode */
+    text = bt_config_to_json(cfg);     /* the sources' own keys read back */
+    CHECK_STR_CONTAINS(text, "\"env\":\t\"tools\"");
+    CHECK_OK(bt_config_parse(text, "resolved", NULL, 0, back));
+    CHECK(memcmp(cfg, back, sizeof *cfg) == 0);
+    free(text);
+    /* a variant's data.sources sets them too */
+    const char *variants =
+        "{\"variants\": [{\"name\": \"plain\"}, {\"name\": \"tools\", \"set\": {\"data.sources\": "
+        "[{\"name\": \"t\", \"env\": \"tools\", \"max_turns\": 2}]}}]}";
+    CHECK_OK(s_parse(variants, cfg));
+    CHECK_OK(bt_config_variant(cfg, 1, back));
+    CHECK_OK(bt_config_source(back, 0, one));
+    CHECK(one->task.env == BT_CONFIG_ENV_TOOLS && one->task.max_turns == 2);
+    CHECK_OK(bt_config_variant(cfg, 0, back));
+    CHECK(back->task.env == BT_CONFIG_ENV_NONE && back->task.max_turns == 1);
+    free(cfg);
+    free(one);
+    free(back);
+}
+
 /*  grpo.micro_batch takes an integer >= 1 or "auto" (stored as 0, resolved by the trainer from the
     memory planner), written back as "auto"; any other string is refused naming the key, the
     expected type and what it got, and `baton plan` exits 2 on it. */
@@ -1547,6 +1783,7 @@ int main(void) {
     test_variants();
     test_load();
     test_data_sources();
+    test_episodes();
     test_micro_batch_auto();
     test_docs();
     return check_exit();

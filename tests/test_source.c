@@ -1201,6 +1201,54 @@ static void test_chat_templates(void) {
     CHECK_STR_CONTAINS(bt_last_error(), "c.json: task.chat_template: expected");
 }
 
+/*  An observation between two model turns: each preset closes the model's turn, gives the
+    observation the tool's role ("tool" in ChatML, as Qwen's template names it; "ipython" in
+    Llama 3) and opens the model's next turn, byte for byte as written out here; a template of the
+    task's own (or none) leaves the observation as it is; a custom observation_template wins over
+    the preset; the observation's bytes are kept, a NUL among them; a template without
+    {observation}, or with it twice, is refused by name. */
+static void test_chat_observation(void) {
+    char *out = NULL;
+    size_t len = 0;
+    CHECK_OK(bt_chat_observation("chatml", NULL, "391", 3, &out, &len));
+    static const char chatml[] = "<|im_end|>\n<|im_start|>tool\n391<|im_end|>\n"
+                                 "<|im_start|>assistant\n";
+    CHECK(out && len == sizeof chatml - 1 && memcmp(out, chatml, len) == 0 && out[len] == '\0');
+    free(out);
+    CHECK_OK(bt_chat_observation("llama3", "", "391", 3, &out, &len));
+    static const char llama3[] = "<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n391"
+                                 "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+    CHECK(out && len == sizeof llama3 - 1 && memcmp(out, llama3, len) == 0);
+    free(out);
+    /* no chat template, or one of the task's own: the observation as written */
+    CHECK_OK(bt_chat_observation(NULL, NULL, "<result>7</result>", 18, &out, &len));
+    CHECK(out && len == 18 && !strcmp(out, "<result>7</result>"));
+    free(out);
+    CHECK_OK(bt_chat_observation("Q: {prompt} A:", NULL, "x", 1, &out, &len));
+    CHECK(out && len == 1 && !strcmp(out, "x"));
+    free(out);
+    /* a custom template, over the preset; other braces stay as written */
+    CHECK_OK(bt_chat_observation("chatml", "\n[tool {x}] {observation}\n", "42", 2, &out, &len));
+    CHECK(out && len == 15 && !strcmp(out, "\n[tool {x}] 42\n"));
+    free(out);
+    /* any bytes: a NUL and a byte that is not UTF-8 come through, the length counts them */
+    const char obs[] = {'a', '\0', 'b', (char)0xff};
+    CHECK_OK(bt_chat_observation(NULL, "<{observation}>", obs, sizeof obs, &out, &len));
+    const char want[] = {'<', 'a', '\0', 'b', (char)0xff, '>'};
+    CHECK(out && len == sizeof want && memcmp(out, want, len) == 0 && out[len] == '\0');
+    free(out);
+    CHECK_OK(bt_chat_observation("chatml", NULL, "", 0, &out, &len)); /* an empty observation */
+    CHECK(out && len == strlen("<|im_end|>\n<|im_start|>tool\n<|im_end|>\n<|im_start|>assistant\n"));
+    free(out);
+    out = (char *)1;
+    CHECK(bt_chat_observation("chatml", "no placeholder", "x", 1, &out, &len) == BT_EINVAL);
+    CHECK(out == NULL && len == 0);
+    CHECK_STR_CONTAINS(bt_last_error(), "holding {observation} once, got \"no placeholder\"");
+    CHECK(bt_chat_observation(NULL, "{observation}{observation}", "x", 1, &out, &len) ==
+          BT_EINVAL);
+    CHECK_STR_CONTAINS(bt_last_error(), "observation template: expected a text holding");
+}
+
 int main(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/baton_test_tasks_XXXXXX");
     if (!mkdtemp(s_dir)) {
@@ -1234,6 +1282,7 @@ int main(void) {
     test_math_gsm8k();
     test_math_config();
     test_chat_templates();
+    test_chat_observation();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_dir);
     CHECK(system(cmd) == 0);

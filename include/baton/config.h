@@ -7,6 +7,7 @@
 
 #include "baton/grpo.h"
 #include "baton/model.h"
+#include "baton/security.h"
 #include "baton/source.h"
 #include "baton/status.h"
 #include "baton/tensor.h"
@@ -25,6 +26,22 @@ typedef enum bt_config_task_kind {
     BT_CONFIG_TASK_ARITHMETIC = 0, /* "arithmetic" */
     BT_CONFIG_TASK_JSONL = 1       /* "jsonl" */
 } bt_config_task_kind;
+
+/*  task.env: what answers the policy between the turns of an episode.  Values appear in configs:
+    append only. */
+typedef enum bt_config_env {
+    BT_CONFIG_ENV_NONE = 0,       /* "": none (single-turn) */
+    BT_CONFIG_ENV_CALCULATOR = 1, /* "calculator": the built-in <calc> tool (tools.h) */
+    BT_CONFIG_ENV_PYTHON = 2,     /* "python": the built-in <python> tool */
+    BT_CONFIG_ENV_TOOLS = 3,      /* "tools": both built-in tools */
+    BT_CONFIG_ENV_SERVICE = 4     /* "service": an environment service at task.env_service */
+} bt_config_env;
+
+/*  The bounds of the episode keys.  They equal BT_MAX_TURNS (messages.h) and
+    BT_EPISODE_TEMPLATE_MAX (episodes.h), headers of the floors above this one, which cannot be
+    included here; workers/worker.c asserts both at compile time. */
+#define BT_CONFIG_MAX_TURNS 64     /* task.max_turns */
+#define BT_CONFIG_TEMPLATE_MAX 512 /* task.observation_template, bytes with the NUL */
 
 typedef enum bt_config_phase { BT_CONFIG_PHASE_SFT = 0, BT_CONFIG_PHASE_GRPO = 1 } bt_config_phase;
 
@@ -192,6 +209,21 @@ typedef struct bt_config {
         int64_t epoch_size;
         double code_timeout_s; /* the code verifier's limits per program */
         int64_t code_memory_mb;
+        /* multi-turn episodes (docs/config.md, "Multi-turn episodes"; bt_config_episode) */
+        int64_t max_turns;          /* model turns per episode, [1, BT_CONFIG_MAX_TURNS] */
+        int64_t max_episode_tokens; /* an episode's completion width (model and observation
+                                       tokens); resolved: 0 becomes 2 x max_turns x
+                                       grpo.max_new_tokens (with data.sources, per source) */
+        bt_config_env env;          /* what answers between the turns */
+        char env_service[BT_CONFIG_PATH_MAX]; /* env "service": its endpoint */
+        char env_server_key[BT_KEY_LEN + 1];   /* "" or the service's CURVE public key (Z85) */
+        bool env_insecure;                      /* a plain tcp:// env_service */
+        int64_t env_timeout_ms;
+        int64_t env_retries;
+        int env_reward; /* bt_episode_reward (episodes.h): 0 "sum", 1 "final", 2 "env" */
+        bool turn_rewards;
+        bool interleave;
+        char observation_template[BT_CONFIG_TEMPLATE_MAX]; /* "" or a text with {observation} */
     } task;
     struct {
         char service[BT_CONFIG_PATH_MAX]; /* "": the task's verifier */
@@ -434,6 +466,13 @@ const char *bt_config_key(int i);
 
 /*  Typed sub-configs of a parsed config.  String fields are borrowed: valid while cfg lives. */
 void bt_config_grpo(const bt_config *cfg, bt_grpo_config *out);
+struct bt_episode_config;
+/*  The episode keys of a one-task config (a source's: bt_config_source): task.max_turns,
+    task.max_episode_tokens, task.interleave, task.env_reward, task.turn_rewards,
+    task.chat_template and task.observation_template (pointers into cfg's strings).  (A
+    bt_config_ function defined in workers/worker.c: bt_episode_config (episodes.h) belongs to a
+    floor above the config layer.) */
+void bt_config_episode(const bt_config *cfg, struct bt_episode_config *out);
 /*  SFT: "warmup" when sft.warmup_steps > 0, else "constant", over sft.steps.  GRPO: the
     grpo.lr_schedule over grpo.steps. */
 void bt_config_lr(const bt_config *cfg, bt_config_phase phase, bt_lr_schedule *out);
