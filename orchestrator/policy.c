@@ -320,7 +320,8 @@ void bt_policy_open_gate(bt_policy *self) {
 }
 
 /*  With grpo.dynamic_sampling, the groups whose rewards all agree (zero advantage, no gradient)
-    are dropped (DAPO, Yu et al. 2025); self->batch is what trains.  Returns the groups kept. */
+    are dropped (DAPO, Yu et al. 2025): with turn rewards, those whose turns' returns all agree;
+    self->batch is what trains.  Returns the groups kept. */
 static int64_t s_select(bt_policy *self, bt_status *st) {
     const bt_rollout_batch *in = &self->sampled;
     bool *keep = malloc(sizeof *keep * (size_t)(in->n_prompts + 1));
@@ -328,14 +329,34 @@ static int64_t s_select(bt_policy *self, bt_status *st) {
         *st = bt_fail(BT_ENOMEM, "controller: out of memory");
         return 0;
     }
+    const int64_t G = in->group_size;
+    double *adv = in->has_turn_rewards ? malloc(sizeof *adv * (size_t)(G * BT_MAX_TURNS)) : NULL;
+    if (in->has_turn_rewards && !adv) {
+        free(keep);
+        *st = bt_fail(BT_ENOMEM, "controller: out of memory");
+        return 0;
+    }
+    bt_grpo_config gc;
+    bt_config_grpo(self->cfg, &gc);
     int64_t kept = 0;
-    for (int64_t g = 0; g < in->n_prompts; g++) {
-        keep[g] =
-            !self->cfg->grpo.dynamic_sampling ||
-            !bt_grpo_group_has_zero_variance(in->rewards + g * in->group_size, in->group_size);
+    for (int64_t g = 0; g < in->n_prompts && *st == BT_OK; g++) {
+        bool flat = false; /* every advantage zero: every return of the group the same */
+        if (self->cfg->grpo.dynamic_sampling && !in->has_turn_rewards)
+            flat = bt_grpo_group_has_zero_variance(in->rewards + g * G, G);
+        if (self->cfg->grpo.dynamic_sampling && in->has_turn_rewards) {
+            *st = bt_grpo_turn_advantages(in->turn_rewards + g * G * BT_MAX_TURNS,
+                                          in->n_turns + g * G, 1, G, BT_MAX_TURNS, gc.turn_gamma,
+                                          gc.adv_norm, adv);
+            flat = true;
+            for (int64_t i = 0; i < G * BT_MAX_TURNS && flat; i++)
+                flat = adv[i] == 0.0;
+        }
+        keep[g] = !flat;
         kept += keep[g];
     }
-    *st = bt_batch_keep_groups(in, keep, &self->batch);
+    if (*st == BT_OK)
+        *st = bt_batch_keep_groups(in, keep, &self->batch);
+    free(adv);
     free(keep);
     return kept;
 }

@@ -256,12 +256,12 @@ static void s_row_copy(bt_rollout_batch *out, int64_t o, const bt_rollout_batch 
 
 bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch *out) {
     int64_t P = 0, Pmax = 1, L = 1, version = INT64_MAX;
+    bool per_turn = false;
     for (int i = 0; i < n; i++) {
         if (parts[i].group_size != parts[0].group_size ||
-            parts[i].temperature != parts[0].temperature ||
-            parts[i].has_turn_rewards != parts[0].has_turn_rewards)
-            return bt_fail(BT_EINVAL, "batch concat: parts differ in group size, temperature or "
-                                      "whether they hold turn rewards");
+            parts[i].temperature != parts[0].temperature)
+            return bt_fail(BT_EINVAL, "batch concat: parts differ in group size or temperature");
+        per_turn = per_turn || parts[i].has_turn_rewards;
         P += parts[i].n_prompts;
         Pmax = parts[i].max_prompt_len > Pmax ? parts[i].max_prompt_len : Pmax;
         L = parts[i].max_new_tokens > L ? parts[i].max_new_tokens : L;
@@ -270,13 +270,19 @@ bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch
     BT_TRY(bt_rollout_batch_alloc(out, P, n ? parts[0].group_size : 1, Pmax, L));
     out->version = n ? version : -1;
     out->temperature = n ? parts[0].temperature : 0;
-    out->has_turn_rewards = n && parts[0].has_turn_rewards;
+    out->has_turn_rewards = per_turn;
     int64_t p0 = 0, r0 = 0;
     for (int i = 0; i < n; i++) {
         const bt_rollout_batch *b = &parts[i];
         memcpy(out->indices + p0, b->indices, sizeof *b->indices * (size_t)b->n_prompts);
-        for (int64_t r = 0; r < b->n; r++)
+        for (int64_t r = 0; r < b->n; r++) {
             s_row_copy(out, r0 + r, b, r);
+            if (per_turn && !b->has_turn_rewards) { /* its reward, as its last turn's */
+                double *tr = out->turn_rewards + (r0 + r) * BT_MAX_TURNS;
+                memset(tr, 0, sizeof(double) * BT_MAX_TURNS);
+                tr[b->n_turns[r] - 1] = b->rewards[r];
+            }
+        }
         p0 += b->n_prompts;
         r0 += b->n;
     }

@@ -173,9 +173,20 @@ static void test_episode_round_trip(void) {
     CHECK(kept.has_turn_rewards);
     for (int64_t r = 0; r < 4; r++)
         CHECK(s_same_episode(&joined, 2 + r, &kept, r));
-    parts[1].has_turn_rewards = false; /* turn rewards for some rows only: refused */
-    CHECK(bt_batch_concat(parts, 2, &joined) == BT_EINVAL);
-    CHECK_STR_CONTAINS(bt_last_error(), "turn rewards");
+    /* turn rewards for some parts only (a mixture of sources): a row without them gets its
+       reward as its last turn's, nothing in the others */
+    parts[1].has_turn_rewards = false;
+    b.rewards[0] = -2.5;
+    b.rewards[1] = 4.0;
+    CHECK_OK(bt_batch_concat(parts, 2, &joined));
+    CHECK(joined.has_turn_rewards);
+    for (int64_t r = 0; r < 2; r++) {
+        const double *tr = joined.turn_rewards + (4 + r) * BT_MAX_TURNS;
+        for (int64_t t = 0; t < BT_MAX_TURNS; t++)
+            CHECK(tr[t] == (t == b.n_turns[r] - 1 ? b.rewards[r] : 0.0));
+    }
+    for (int64_t r = 0; r < 4; r++)
+        CHECK(s_same_episode(&a, r, &joined, r));
 
     /* the old format, tensor by tensor: 2 completions of 3 tokens */
     m = bt_msg_new(BT_MSG_RESULT);

@@ -189,7 +189,9 @@ bt_status bt_batch_to_msg(const bt_rollout_batch *b, bt_msg_t *msg);
 /*  Fills *out (releasing what it held); BT_EFORMAT naming the first inconsistency. */
 bt_status bt_batch_from_msg(const bt_msg_t *msg, bt_rollout_batch *out);
 /*  Rows of parts[0..n) one after the other (same group_size and temperature); strides are the
-    largest of the parts; version is the oldest.  Fills *out, releasing what it held. */
+    largest of the parts; version is the oldest.  When some part holds turn rewards the result
+    does, a row of a part without them getting its reward as its last turn's (one turn's return is
+    its reward: the same advantages).  Fills *out, releasing what it held. */
 bt_status bt_batch_concat(const bt_rollout_batch *parts, int n, bt_rollout_batch *out);
 
 /*  The groups g of in with keep[g] true, in order (DAPO dynamic sampling drops the groups whose
