@@ -26,6 +26,14 @@ bt_policy *bt_policy_new(bt_controller_t *ctl, const bt_config *cfg, int k) {
     for (int i = 0; i < self->n_sources && st == BT_OK; i++)
         st = bt_config_new_source(cfg, i, &self->sources[i],
                                   i == epoch_source ? &self->epoch_size : NULL);
+    bt_config *one = malloc(sizeof *one); /* each source's config: does it run episodes? */
+    if (st == BT_OK && !one)
+        st = bt_fail(BT_ENOMEM, "controller: out of memory");
+    for (int i = 0; i < self->n_sources && st == BT_OK; i++) {
+        st = bt_config_source(cfg, i, one);
+        self->episodes = self->episodes || (st == BT_OK && one->task.env != BT_CONFIG_ENV_NONE);
+    }
+    free(one);
     bt_mixture_config mc = {.n_sources = self->n_sources,
                             .seed = (uint64_t)cfg->run.seed,
                             .window = cfg->data.curriculum.window,

@@ -315,6 +315,7 @@ typedef struct bt_policy {
     /* the training data: each source's task, the mixture's draws and curriculum (mixture.h) */
     bt_source_t *sources[BT_CONFIG_MAX_SOURCES];
     int n_sources;
+    bool episodes; /* some source's task has an environment (task.env): train lines count turns */
     bt_mixture_t *mix;
     int64_t dropped_step; /* prompts the curriculum dropped while drawing the current step's */
     double step_weights[BT_TUNER_MAX_SOURCES]; /* the mixture weights that drew them */

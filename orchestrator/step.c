@@ -89,7 +89,7 @@ void bt_policy_resources(bt_policy *self, bt_jsonl *line) {
 }
 
 /*  The train line of the step just done (self->step already counts it). */
-static bt_status s_train_line(bt_policy *self, double length, int64_t n,
+static bt_status s_train_line(bt_policy *self, double length, double turns, int64_t n,
                               const bt_tuner_step_stats *tss, const int64_t *prompts) {
     const bt_config *c = self->cfg;
     const bt_trainer_stats *ts = &self->ts;
@@ -112,6 +112,8 @@ static bt_status s_train_line(bt_policy *self, double length, int64_t n,
     bt_jsonl_num(&line, "grad_norm", ts->grad_norm);
     bt_jsonl_num(&line, "lr", self->updated ? ts->lr : self->step_lr); /* the one AdamW applied */
     bt_jsonl_num(&line, "response_len_mean", n ? length / (double)n : NAN);
+    if (self->episodes) /* model turns per episode */
+        bt_jsonl_num(&line, "turns_mean", n ? turns / (double)n : NAN);
     bt_jsonl_num(&line, "tokens_per_s", self->step_tps);
     bt_jsonl_num(&line, "padding", self->updated ? self->padding : NAN);
     self->tokens += length;
@@ -140,10 +142,11 @@ static bt_status s_train_line(bt_policy *self, double length, int64_t n,
 bt_status bt_policy_record(bt_policy *self) {
     const bt_config *c = self->cfg;
     const bt_rollout_batch *b = &self->sampled;
-    double reward = 0, length = 0;
+    double reward = 0, length = 0, turns = 0;
     for (int64_t i = 0; i < b->n; i++) {
         reward += b->rewards[i];
         length += (double)b->lengths[i];
+        turns += (double)b->n_turns[i];
     }
     int64_t n = b->n;
     bt_tuner_step_stats tss = {
@@ -155,7 +158,7 @@ bt_status bt_policy_record(bt_policy *self) {
     double dt = bt_now() - self->step_t0;
     self->step_tps = length / dt;
     self->last_reward = n ? reward / (double)n : NAN;
-    BT_TRY(s_train_line(self, length, n, &tss, prompts));
+    BT_TRY(s_train_line(self, length, turns, n, &tss, prompts));
     if (self->updated) { /* the tuner sees the step; its decisions apply from the next one */
         bt_tuner_decision dec[BT_TUNER_MAX_DECISIONS];
         int nd = bt_tuner_after_step(&self->tuner, self->step, &tss, dec, BT_TUNER_MAX_DECISIONS);
