@@ -65,8 +65,8 @@ static void test_no_service(void) {
     char endpoint[128], set[192], want[512], *log = NULL;
     snprintf(endpoint, sizeof endpoint, "ipc://%s/nobody.ipc", s_tmp);
     snprintf(set, sizeof set, "task.env_service=%s", endpoint);
-    const char *sets[] = {"task.env=service", set, "task.env_timeout_ms=300",
-                          "task.env_retries=0", NULL};
+    const char *sets[] = {"task.env=service", set, "task.env_timeout_ms=300", "task.env_retries=0",
+                          NULL};
     CHECK(s_run("nobody", sets, &log) == 1);
     snprintf(want, sizeof want,
              "cannot start: task.env_service: environment service %s: no reply within 300 ms (1 "
@@ -129,8 +129,8 @@ static void test_curve(const char *python) {
     free(text);
 
     snprintf(set_key, sizeof set_key, "task.env_server_key=%s", other);
-    const char *wrong[] = {"task.env=service", set_endpoint, set_key, "task.env_timeout_ms=500",
-                           "task.env_retries=0", NULL};
+    const char *wrong[] = {"task.env=service",        set_endpoint,         set_key,
+                           "task.env_timeout_ms=500", "task.env_retries=0", NULL};
     CHECK(s_run("wrong_key", wrong, &log) == 1);
     char want[256];
     snprintf(want, sizeof want,

@@ -138,7 +138,7 @@ typedef struct {
     bt_group *group;       /* trainer: its data-parallel group, or NULL */
     bt_source_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
                                                   data.sources) */
-    s_episodes episodes[BT_CONFIG_MAX_SOURCES];   /* rollout and eval: each source's episodes */
+    s_episodes episodes[BT_CONFIG_MAX_SOURCES];  /* rollout and eval: each source's episodes */
     int n_sources;
     bt_source_t *task;   /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
     int64_t version;     /* of the weights in model (rollout and eval) */
