@@ -76,10 +76,10 @@ static bt_status s_fail_key(const char *prefix, const char *name) {
 /*  The environment source k's config `one` names with task.env, into *out (NULL for none).  The
     built-in python tool runs in the code verifier's sandbox (python3 at its default path, the
     memory limit task.code_memory_mb) with the tools' own 2 s per call, and runs "pass" once now,
-    as the code verifier does; a service gets CURVE when
-    task.env_server_key is set, with own (this worker's key pair, --key) when not NULL, else a
-    fresh pair.  Errors name the key: "task.env" (or "data.sources[k].env") for a tool that cannot
-    run, "...env_service" for a service that is not there or answers wrongly (its hello). */
+    as the code verifier does.  A service gets CURVE when task.env_server_key is set, with own
+    (this worker's key pair, --key) when not NULL, else a fresh pair.  Errors name the key:
+    "task.env" (or "data.sources[k].env") for a tool that cannot run, "...env_service" for a
+    service that is not there or answers wrongly (its hello). */
 static bt_status s_env_new(const bt_curve_keys *own, const bt_config *cfg, const bt_config *one,
                            int k, bt_env_t **out) {
     *out = NULL;
