@@ -1604,9 +1604,8 @@ static bt_status s_check_context(const bt_config *cfg, int64_t ctx, const char *
         st = bt_config_source(cfg, k, one);
         prompt[k] = st == BT_OK ? s_longest_prompt(one) : 1;
         longest = prompt[k] > longest ? prompt[k] : longest;
-        episode[k] = st == BT_OK && one->task.env != BT_CONFIG_ENV_NONE
-                         ? one->task.max_episode_tokens
-                         : 0;
+        episode[k] =
+            st == BT_OK && one->task.env != BT_CONFIG_ENV_NONE ? one->task.max_episode_tokens : 0;
     }
     free(one);
     if (st != BT_OK)

@@ -1216,8 +1216,8 @@ static void test_episodes(void) {
     CHECK_OK(bt_config_parse("{}", "arith.json", own, 4, cfg));
     CHECK(cfg->task.env == BT_CONFIG_ENV_TOOLS && cfg->task.max_episode_tokens == 12);
     CHECK(cfg->grpo.max_tokens == 7);
-    const char *wide[] = {"task.env=python", "task.max_turns=64",
-                          "grpo.max_new_tokens=100000", "model.max_position_embeddings=1048576"};
+    const char *wide[] = {"task.env=python", "task.max_turns=64", "grpo.max_new_tokens=100000",
+                          "model.max_position_embeddings=1048576"};
     CHECK(bt_config_parse("{}", "arith.json", wide, 4, cfg) == BT_EINVAL); /* 2 x 64 x 100000 */
     CHECK_STR_CONTAINS(bt_last_error(), /* capped, then too wide for any context after a prompt */
                        "arith.json: task.max_episode_tokens: expected an integer in [1, 1048569] "

@@ -4,9 +4,9 @@
     key) and the endpoint, with no task failed or re-queued; a CURVE environment service on
     tcp:// (tests/ref/env_guess.py, served by python/baton_reward/env.py) answers the hello of
     workers given its public key as task.env_server_key, and one given another key gets no
-    answer, and the run says so.  (task.env "python" without python3 is not tested: the machine
-    has one.)  The CURVE part needs a python3 with zmq, pip and setuptools: without one, SKIP
-    naming the package, exit 77. */
+    answer, and the run says so; a run with the built-in tools starts and ends.  (task.env
+    "python" without python3 is not tested: the machine has one.)  The CURVE part needs a python3
+   with zmq, pip and setuptools: without one, SKIP naming the package, exit 77. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "baton/security.h"
@@ -65,8 +65,8 @@ static void test_no_service(void) {
     char endpoint[128], set[192], want[512], *log = NULL;
     snprintf(endpoint, sizeof endpoint, "ipc://%s/nobody.ipc", s_tmp);
     snprintf(set, sizeof set, "task.env_service=%s", endpoint);
-    const char *sets[] = {"task.env=service", set, "task.env_timeout_ms=300",
-                          "task.env_retries=0", NULL};
+    const char *sets[] = {"task.env=service", set, "task.env_timeout_ms=300", "task.env_retries=0",
+                          NULL};
     CHECK(s_run("nobody", sets, &log) == 1);
     snprintf(want, sizeof want,
              "cannot start: task.env_service: environment service %s: no reply within 300 ms (1 "
@@ -92,6 +92,15 @@ static void test_no_service(void) {
     CHECK_STR_CONTAINS(log, want);
     free(log);
     s_check_nothing_ran("source");
+}
+
+/*  The built-in tools: made as the workers start (the python tool runs "pass" in its sandbox
+    once), and the run goes on to its end. */
+static void test_tools(void) {
+    char *log = NULL;
+    const char *sets[] = {"task.env=tools", "task.max_turns=2", NULL};
+    CHECK(s_run("tools", sets, &log) == 0);
+    free(log);
 }
 
 /*  The service's public key in the config: the workers (with no keys of their own: a fresh pair
@@ -129,8 +138,8 @@ static void test_curve(const char *python) {
     free(text);
 
     snprintf(set_key, sizeof set_key, "task.env_server_key=%s", other);
-    const char *wrong[] = {"task.env=service", set_endpoint, set_key, "task.env_timeout_ms=500",
-                           "task.env_retries=0", NULL};
+    const char *wrong[] = {"task.env=service",        set_endpoint,         set_key,
+                           "task.env_timeout_ms=500", "task.env_retries=0", NULL};
     CHECK(s_run("wrong_key", wrong, &log) == 1);
     char want[256];
     snprintf(want, sizeof want,
@@ -150,6 +159,7 @@ int main(void) {
     snprintf(config, sizeof config, "%s/ep.json", s_tmp);
     CHECK_OK(bt_file_write(config, s_json, strlen(s_json)));
     test_no_service(); /* needs no Python */
+    test_tools();
     const char *missing = NULL, *python = runs_python(&missing);
     if (python && runs_pip_install(python, s_tmp))
         test_curve(python);

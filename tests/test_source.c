@@ -1238,14 +1238,14 @@ static void test_chat_observation(void) {
     CHECK(out && len == sizeof want && memcmp(out, want, len) == 0 && out[len] == '\0');
     free(out);
     CHECK_OK(bt_chat_observation("chatml", NULL, "", 0, &out, &len)); /* an empty observation */
-    CHECK(out && len == strlen("<|im_end|>\n<|im_start|>tool\n<|im_end|>\n<|im_start|>assistant\n"));
+    CHECK(out &&
+          len == strlen("<|im_end|>\n<|im_start|>tool\n<|im_end|>\n<|im_start|>assistant\n"));
     free(out);
     out = (char *)1;
     CHECK(bt_chat_observation("chatml", "no placeholder", "x", 1, &out, &len) == BT_EINVAL);
     CHECK(out == NULL && len == 0);
     CHECK_STR_CONTAINS(bt_last_error(), "holding {observation} once, got \"no placeholder\"");
-    CHECK(bt_chat_observation(NULL, "{observation}{observation}", "x", 1, &out, &len) ==
-          BT_EINVAL);
+    CHECK(bt_chat_observation(NULL, "{observation}{observation}", "x", 1, &out, &len) == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "observation template: expected a text holding");
 }
 

@@ -75,10 +75,11 @@ static bt_status s_fail_key(const char *prefix, const char *name) {
 
 /*  The environment source k's config `one` names with task.env, into *out (NULL for none).  The
     built-in python tool runs in the code verifier's sandbox (python3 at its default path, the
-    memory limit task.code_memory_mb) with the tools' own 2 s per call; a service gets CURVE when
-    task.env_server_key is set, with own (this worker's key pair, --key) when not NULL, else a
-    fresh pair.  Errors name the key: "task.env" (or "data.sources[k].env") for a tool that cannot
-    run, "...env_service" for a service that is not there or answers wrongly (its hello). */
+    memory limit task.code_memory_mb) with the tools' own 2 s per call, and runs "pass" once now,
+    as the code verifier does.  A service gets CURVE when task.env_server_key is set, with own
+    (this worker's key pair, --key) when not NULL, else a fresh pair.  Errors name the key:
+    "task.env" (or "data.sources[k].env") for a tool that cannot run, "...env_service" for a
+    service that is not there or answers wrongly (its hello). */
 static bt_status s_env_new(const bt_curve_keys *own, const bt_config *cfg, const bt_config *one,
                            int k, bt_env_t **out) {
     *out = NULL;
@@ -99,6 +100,17 @@ static bt_status s_env_new(const bt_curve_keys *own, const bt_config *cfg, const
         tc.python_sandbox.memory_bytes = (size_t)one->task.code_memory_mb << 20;
         if (bt_tools_env_new(&tc, out) != BT_OK)
             return s_fail_key(key, "env");
+        if (tc.python) { /* as the code verifier does: a sandbox that cannot run fails now */
+            bt_sandbox_result r;
+            bt_status st = bt_sandbox_run(&tc.python_sandbox, "pass\n", 5, &r);
+            if (st == BT_OK && r.verdict != BT_SANDBOX_PASS)
+                st = bt_fail(BT_EIO, "sandbox: /usr/bin/python3 cannot run \"pass\" (%s): %.200s",
+                             bt_sandbox_verdict_name(r.verdict), r.head);
+            if (st != BT_OK) {
+                bt_env_destroy(out);
+                return s_fail_key(key, "env");
+            }
+        }
         return BT_OK;
     }
     case BT_CONFIG_ENV_SERVICE: {
@@ -138,7 +150,7 @@ typedef struct {
     bt_group *group;       /* trainer: its data-parallel group, or NULL */
     bt_source_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
                                                   data.sources) */
-    s_episodes episodes[BT_CONFIG_MAX_SOURCES];   /* rollout and eval: each source's episodes */
+    s_episodes episodes[BT_CONFIG_MAX_SOURCES];  /* rollout and eval: each source's episodes */
     int n_sources;
     bt_source_t *task;   /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
     int64_t version;     /* of the weights in model (rollout and eval) */

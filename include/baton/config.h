@@ -216,8 +216,8 @@ typedef struct bt_config {
                                        grpo.max_new_tokens (with data.sources, per source) */
         bt_config_env env;          /* what answers between the turns */
         char env_service[BT_CONFIG_PATH_MAX]; /* env "service": its endpoint */
-        char env_server_key[BT_KEY_LEN + 1];   /* "" or the service's CURVE public key (Z85) */
-        bool env_insecure;                      /* a plain tcp:// env_service */
+        char env_server_key[BT_KEY_LEN + 1];  /* "" or the service's CURVE public key (Z85) */
+        bool env_insecure;                    /* a plain tcp:// env_service */
         int64_t env_timeout_ms;
         int64_t env_retries;
         int env_reward; /* bt_episode_reward (episodes.h): 0 "sum", 1 "final", 2 "env" */
