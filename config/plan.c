@@ -4,6 +4,7 @@
 #include "baton/plan.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,12 +69,24 @@ static bool s_has_reference(const bt_config *cfg) {
            (cfg->pbt.enabled && (cfg->pbt.explore_mask & (1 << BT_PBT_KL_COEF)));
 }
 
+/*  The widest completion a rollout may give: grpo.max_new_tokens, or an episode's width
+    (task.max_episode_tokens) for a source with an environment. */
+static int64_t s_completion_width(const bt_config *cfg) {
+    int64_t widest = cfg->grpo.max_new_tokens;
+    bt_config *one = malloc(sizeof *one);
+    for (int k = 0; one && k < bt_config_n_sources(cfg); k++)
+        if (bt_config_source(cfg, k, one) == BT_OK && one->task.env != BT_CONFIG_ENV_NONE)
+            widest = s_max(widest, one->task.max_episode_tokens);
+    free(one);
+    return widest;
+}
+
 int64_t bt_plan_prompt_bound(const bt_config *cfg, const bt_model_config *model) {
     int64_t extra =
         (int64_t)strlen(cfg->task.chat_template) + (int64_t)strlen(cfg->task.system_prompt);
     if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC)
         return 1 + 2 * cfg->task.digits + 2 + extra; /* BOS "a" op "b" "=" (data/source.c) */
-    return s_max(1, model->max_position_embeddings - cfg->grpo.max_new_tokens);
+    return s_max(1, model->max_position_embeddings - s_completion_width(cfg));
 }
 
 /*  Bytes one decoder layer's forward keeps for a micro-batch of R rows of width T with grad on:
@@ -136,7 +149,7 @@ double bt_plan_trainer_activations(const bt_config *cfg, const bt_model_config *
     each), at most mb sequences per micro-batch (model.c s_plan_make). */
 static void s_micro_shape(const bt_config *cfg, int64_t P, int64_t ranks, int64_t mb, int64_t *R,
                           int64_t *T) {
-    int64_t G = cfg->grpo.group_size, Lr = cfg->grpo.max_new_tokens;
+    int64_t G = cfg->grpo.group_size, Lr = s_completion_width(cfg);
     int64_t n = (cfg->grpo.prompts_per_step * G + ranks - 1) / ranks; /* a rank's sequences */
     int64_t k = cfg->grpo.share_prefix ? s_min(G, mb) : 1;
     int64_t items = (n + k - 1) / k, w = s_max(2, P + k * Lr);
@@ -252,9 +265,10 @@ static void s_plan_at(const bt_config *cfg, const bt_model_config *m, const bt_p
     out->micro_batch = mb;
     s_trainer(cfg, m, P, out->ranks, mb, out);
     int64_t G = cfg->grpo.group_size, B = cfg->grpo.prompts_per_step * G;
-    s_generator(m, bf16, B, P + cfg->grpo.max_new_tokens - 1,
+    s_generator(m, bf16, B, P + s_completion_width(cfg) - 1,
                 G > 1 ? cfg->grpo.prompts_per_step : 0, P, &out->rollout);
-    int64_t eval_new = s_max(cfg->eval.max_new_tokens, 1);
+    int64_t width = s_completion_width(cfg); /* episodes evaluate at their width too */
+    int64_t eval_new = s_max(cfg->eval.max_new_tokens, width > cfg->grpo.max_new_tokens ? width : 1);
     s_generator(m, bf16, S_EVAL_BATCH, P + eval_new - 1, 0, P, &out->eval);
     if (cfg->workers.rollout == 0)
         out->rollout = (bt_plan_role){0};
