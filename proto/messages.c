@@ -525,8 +525,8 @@ static bt_status s_choices_unpack(const int64_t *v, bt_evaluator_sums *s) {
 #define S_EPISODE_SUMS 7 /* the episodes tensor: its counts in the order of the struct */
 
 static void s_episodes_pack(const bt_evaluator_sums *s, int64_t *v) {
-    const int64_t f[S_EPISODE_SUMS] = {s->episodes,      s->turns_sum,          s->tool_calls,
-                                       s->tool_errors,   s->tool_episodes,      s->episode_tokens_sum,
+    const int64_t f[S_EPISODE_SUMS] = {s->episodes,        s->turns_sum,     s->tool_calls,
+                                       s->tool_errors,     s->tool_episodes, s->episode_tokens_sum,
                                        s->model_tokens_sum};
     memcpy(v, f, sizeof f);
 }
@@ -539,8 +539,8 @@ static bt_status s_episodes_unpack(const int64_t *v, bt_evaluator_sums *s) {
         if (v[i] < 0 || v[i] > BT_WIRE_INT_MAX)
             return bt_fail(BT_EFORMAT, "RESULT: tensor 'episodes': element %d holds %lld", i,
                            (long long)v[i]);
-    if (v[1] < v[0] || v[1] > v[0] * BT_MAX_TURNS || v[2] > v[1] || v[3] > v[2] ||
-        v[4] > v[0] || v[4] > v[2] || (v[4] == 0) != (v[2] == 0) || v[6] > v[5])
+    if (v[1] < v[0] || v[1] > v[0] * BT_MAX_TURNS || v[2] > v[1] || v[3] > v[2] || v[4] > v[0] ||
+        v[4] > v[2] || (v[4] == 0) != (v[2] == 0) || v[6] > v[5])
         return bt_fail(BT_EFORMAT,
                        "RESULT: tensor 'episodes': %lld episodes of %lld turns, %lld tool calls "
                        "(%lld failed) in %lld episodes, %lld model tokens of %lld: inconsistent",

@@ -19,22 +19,28 @@
       ratios, and a single-turn evaluation has none of them.
     - Robustness prompts run as episodes too (the environment is reset for them) without adding
       to the episode sums.
+    - The report charts the six new eval fields (eval lines as evals.c writes them, read back
+      from the page's data).
     - The real calculator (bt_tools_env_new, calculator only): counts consistent (tool calls <=
       turns <= episodes + tool calls, errors <= calls, no env return: the tools never score). */
 #define _GNU_SOURCE
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
+#include "baton/jsonl.h"
 #include "baton/messages.h"
 #include "baton/msg.h"
+#include "baton/report.h"
 #include "baton/rng.h"
 #include "baton/source.h"
 #include "baton/tools.h"
 #include "check.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { N = 9, M = 6, TURNS = 3, MAX_EPISODES = 128 };
@@ -47,11 +53,11 @@ static int s_turns_of(int i) {
 /* ---- the test's environment ----------------------------------------------------------------- */
 
 typedef struct s_env {
-    int n;                           /* episodes reset */
-    uint64_t id[MAX_EPISODES];       /* their ids */
+    int n;                     /* episodes reset */
+    uint64_t id[MAX_EPISODES]; /* their ids */
     int want[MAX_EPISODES], odd[MAX_EPISODES], taken[MAX_EPISODES];
-    bool done[MAX_EPISODES];         /* told done */
-    int steps, calls, errors;        /* the environment's own tally */
+    bool done[MAX_EPISODES];  /* told done */
+    int steps, calls, errors; /* the environment's own tally */
     double reward;
 } s_env;
 
@@ -184,8 +190,8 @@ static void s_own_run(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t 
         bt_source_example_init(&ex[i]);
         CHECK_OK(bt_source_heldout_example(task, (size_t)i, &ex[i]));
         size_t got = 0;
-        CHECK_OK(bt_tokenizer_encode(tok, ex[i].prompt, strlen(ex[i].prompt), true, ids[i], 64,
-                                     &got));
+        CHECK_OK(
+            bt_tokenizer_encode(tok, ex[i].prompt, strlen(ex[i].prompt), true, ids[i], 64, &got));
         for (int64_t j = 0; j < k; j++) {
             int64_t r = i * k + j;
             rows[r] = ids[i];
@@ -240,6 +246,8 @@ static double s_metric(const bt_evaluator_sums *s, const char *name) {
 }
 
 /* ---- the tests ------------------------------------------------------------------------------ */
+
+static void test_report(const bt_evaluator_sums *s);
 
 static void test_known(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t *task) {
     s_env *state = NULL;
@@ -314,8 +322,8 @@ static void test_known(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t
     CHECK(!memcmp(&back, &s, sizeof s));
     CHECK(back.episodes == N && back.turns_sum == turns && back.tool_calls == calls &&
           back.tool_errors == errors && back.tool_episodes == calls &&
-          back.episode_tokens_sum == s.episode_tokens_sum &&
-          back.model_tokens_sum == M * turns && back.env_return_sum == 0.5 * (double)turns);
+          back.episode_tokens_sum == s.episode_tokens_sum && back.model_tokens_sum == M * turns &&
+          back.env_return_sum == 0.5 * (double)turns);
     bt_msg_destroy(&msg);
     /* inconsistent counts are refused, naming the tensor */
     bt_evaluator_sums bad = s;
@@ -332,6 +340,7 @@ static void test_known(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t
     CHECK(bt_sums_from_msg(msg, &back) == BT_EFORMAT);
     bt_msg_destroy(&msg);
     bt_env_destroy(&env);
+    test_report(&s);
 }
 
 static void test_single_turn(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t *task) {
@@ -374,10 +383,9 @@ static void test_sampled(bt_model *m, const bt_tokenizer_t *tok, const bt_source
     printf("sampled: %lld episodes of 2 samples, %lld turns (env: %d steps), correct_hist "
            "%lld/%lld/%lld (own %lld/%lld/%lld), %lld ended at EOS, pass@2 %.4f\n",
            (long long)s.episodes, (long long)s.turns_sum, state->steps,
-           (long long)s.correct_hist[0], (long long)s.correct_hist[1],
-           (long long)s.correct_hist[2], (long long)own.correct_hist[0],
-           (long long)own.correct_hist[1], (long long)own.correct_hist[2], (long long)own.eos,
-           s_metric(&s, "pass@2"));
+           (long long)s.correct_hist[0], (long long)s.correct_hist[1], (long long)s.correct_hist[2],
+           (long long)own.correct_hist[0], (long long)own.correct_hist[1],
+           (long long)own.correct_hist[2], (long long)own.eos, s_metric(&s, "pass@2"));
     CHECK(s.episodes == 2 * N && state->n == 2 * N && s.turns_sum == state->steps);
     CHECK(s.tool_calls == state->calls && s.tool_errors == state->errors);
     CHECK(!memcmp(s.correct_hist, own.correct_hist, sizeof own.correct_hist));
@@ -454,6 +462,66 @@ static void test_calculator(bt_model *m, const bt_tokenizer_t *tok, const bt_sou
     CHECK(rate >= 0 && rate <= 1);
     CHECK(s.tool_calls > 0 || isnan(s_metric(&s, "tool_error_rate")));
     bt_env_destroy(&env);
+}
+
+/*  The report charts the new eval fields: eval lines written as orchestrator/evals.c writes them
+    (every metric of bt_evaluator_metrics a number, NaN as null) into a run directory's
+    metrics.jsonl, read back from the page's data (the JSON in <script id="baton-data">). */
+static void test_report(const bt_evaluator_sums *s) {
+    char dir[64], path[128];
+    snprintf(dir, sizeof dir, "/tmp/bt_eval_episodes_run_%d", (int)getpid());
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    CHECK_OK(bt_file_write(path, "{}", 2));
+    bt_eval_metric mt[BT_EVAL_MAX_METRICS];
+    int n = bt_evaluator_metrics(s, BT_EVAL_GENERATE, NULL, 0, NULL, mt, BT_EVAL_MAX_METRICS, NULL);
+    static char text[4 * BT_JSONL_MAX];
+    text[0] = '\0';
+    static bt_jsonl line;
+    for (int step = 1; step <= 2; step++) {
+        bt_jsonl_init(&line);
+        bt_jsonl_str(&line, "kind", "eval");
+        bt_jsonl_int(&line, "step", step);
+        bt_jsonl_str(&line, "variant", "main");
+        bt_jsonl_str(&line, "dataset", "tools");
+        for (int i = 0; i < n; i++)
+            bt_jsonl_num(&line, mt[i].name, mt[i].value);
+        strncat(text, line.buf, sizeof text - strlen(text) - 3);
+        strcat(text, "}\n"); /* as bt_runlog_metric closes it */
+    }
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(bt_file_write(path, text, strlen(text)));
+    char out[160], *html = NULL;
+    snprintf(out, sizeof out, "%s/report.html", dir);
+    const char *dirs[1] = {dir};
+    CHECK_OK(bt_report_write(dirs, 1, out, NAN));
+    CHECK_OK(bt_file_read(out, 1 << 26, &html, NULL));
+    const char *tag = "<script id=\"baton-data\" type=\"application/json\">";
+    const char *a = html ? strstr(html, tag) : NULL, *z = a ? strstr(a, "</script>") : NULL;
+    CHECK(z != NULL);
+    char *data = z ? strndup(a + strlen(tag), (size_t)(z - a - strlen(tag))) : NULL;
+    cJSON *blob = data ? cJSON_Parse(data) : NULL;
+    const cJSON *cols = NULL;
+    const cJSON *streams = cJSON_GetObjectItem(blob, "streams");
+    for (const cJSON *st = streams ? streams->child : NULL; st; st = st->next)
+        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(st, "group")), "eval/tools"))
+            cols = cJSON_GetObjectItem(st, "cols");
+    const char *fields[] = {"turns_mean",        "tool_call_rate",     "tool_error_rate",
+                            "tool_episode_frac", "tokens_per_episode", "env_return_mean"};
+    int charted = 0;
+    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
+        const cJSON *col = cJSON_GetObjectItem(cols, fields[f]);
+        const cJSON *v = cJSON_GetArrayItem(col, 1);
+        bool ok = cJSON_GetArraySize(col) == 2 && cJSON_IsNumber(v) &&
+                  v->valuedouble == s_metric(s, fields[f]);
+        CHECK(ok);
+        charted += ok;
+    }
+    printf("report: %d of 6 episode fields charted under eval/tools with their values\n", charted);
+    cJSON_Delete(blob);
+    free(data);
+    free(html);
+    CHECK_OK(bt_rmtree(dir));
 }
 
 int main(void) {

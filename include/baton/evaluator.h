@@ -161,10 +161,10 @@ typedef struct bt_eval_suite {
     char **texts[BT_EVAL_MAX_DATASETS];          /* perplexity with a source: its texts */
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
-    bt_env_t *env;              /* generate datasets run episodes over it (NULL: none; borrowed,
-                                   set after loading, like reward_service) */
-    bt_episode_config episode;  /* their episode keys (bt_config_episode; max_turns 1 after
-                                   loading) */
+    bt_env_t *env;             /* generate datasets run episodes over it (NULL: none; borrowed,
+                                  set after loading, like reward_service) */
+    bt_episode_config episode; /* their episode keys (bt_config_episode; max_turns 1 after
+                                  loading) */
     bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
     bt_eval_probe *own_listed; /* bt_config_eval_suite's: eval.probes and the probes_source's */
     bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS];   /* a dataset's fewshot_source, or NULL */
