@@ -461,6 +461,19 @@ static void test_calculator(bt_model *m, const bt_tokenizer_t *tok, const bt_sou
     double rate = s_metric(&s, "tool_call_rate");
     CHECK(rate >= 0 && rate <= 1);
     CHECK(s.tool_calls > 0 || isnan(s_metric(&s, "tool_error_rate")));
+    /* what an episode costs against a single turn of the same budget (printed, not asserted) */
+    bt_evaluator_config single;
+    bt_evaluator_config_init(&single);
+    single.count = N;
+    single.samples = 4;
+    single.temperature = 1.0;
+    single.max_new_tokens = 12;
+    bt_evaluator_sums one;
+    CHECK_OK(bt_evaluator_run(m, tok, task, &single, S_KEY, &one));
+    printf("calculator: %.1f ms for its %lld episodes (%.0f model tokens/s), single-turn %.1f ms "
+           "(%.0f tokens/s)\n",
+           1e3 * s.compute_s, (long long)s.episodes, s_metric(&s, "tokens_per_s"),
+           1e3 * one.compute_s, s_metric(&one, "tokens_per_s"));
     bt_env_destroy(&env);
 }
 
