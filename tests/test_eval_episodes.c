@@ -19,6 +19,8 @@
       ratios, and a single-turn evaluation has none of them.
     - Robustness prompts run as episodes too (the environment is reset for them) without adding
       to the episode sums.
+    - bt_eval_suite_run with the suite's env and episode keys for the dataset gives the same
+      sums (the way an eval worker runs a dataset).
     - The report charts the six new eval fields (eval lines as evals.c writes them, read back
       from the page's data).
     - The real calculator (bt_tools_env_new, calculator only): counts consistent (tool calls <=
@@ -31,6 +33,7 @@
 #include "baton/msg.h"
 #include "baton/report.h"
 #include "baton/rng.h"
+#include "baton/rollout.h"
 #include "baton/source.h"
 #include "baton/tools.h"
 #include "check.h"
@@ -339,6 +342,26 @@ static void test_known(bt_model *m, const bt_tokenizer_t *tok, const bt_source_t
     CHECK_OK(bt_sums_to_msg(&bad, msg));
     CHECK(bt_sums_from_msg(msg, &back) == BT_EFORMAT);
     bt_msg_destroy(&msg);
+    bt_env_destroy(&env);
+    /* through the eval suite, as an eval worker runs a dataset: its env and episode keys */
+    bt_eval_dataset d = {
+        .kind = BT_EVAL_GENERATE, .samples = 1, .max_new_tokens = M, .data_source = -1};
+    snprintf(d.name, sizeof d.name, "tools");
+    bt_source_jsonl_config jc = {0};
+    bt_eval_suite suite;
+    CHECK_OK(bt_eval_suite_load(&suite, &d, 1, NULL, 0, task, &jc));
+    CHECK(suite.env[0] == NULL && suite.episode[0].max_turns == 1);
+    env = s_env_new(&state);
+    bt_evaluator_config sc;
+    s_config(&sc, env);
+    suite.env[0] = env;
+    suite.episode[0] = sc.episode;
+    bt_evaluator_sums via;
+    CHECK_OK(bt_eval_suite_run(&suite, 0, m, tok, 0, N, false, S_KEY << BT_JOB_SEED_BITS, &via));
+    via.compute_s = s.compute_s;
+    via.peak_rss_mb = s.peak_rss_mb;
+    CHECK(!memcmp(&via, &s, sizeof s) && state->steps == turns);
+    bt_eval_suite_release(&suite);
     bt_env_destroy(&env);
     test_report(&s);
 }

@@ -951,7 +951,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
                          .n_probes = n_probes,
                          .listed = probes,
                          .task = task};
-    bt_episode_config_init(&s->episode);
+    for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++)
+        bt_episode_config_init(&s->episode[i]);
     bt_status st = s_template_probes(s, own);
     for (int i = 0; i < n_datasets && st == BT_OK; i++) {
         const bt_eval_dataset *d = &datasets[i];
@@ -1109,8 +1110,8 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     ec.max_new_tokens = d->max_new_tokens;
     ec.robustness = robustness;
     ec.reward_service = d->verifier ? NULL : s->reward_service; /* its own verifier scores */
-    ec.env = s->env;
-    ec.episode = s->episode;
+    ec.env = s->env[i];
+    ec.episode = s->episode[i];
     if (ec.batch < d->samples)
         ec.batch = d->samples;
     return bt_evaluator_run(model, tok, s->own_task[i] ? s->own_task[i] : s->task, &ec,

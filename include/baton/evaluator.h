@@ -161,10 +161,12 @@ typedef struct bt_eval_suite {
     char **texts[BT_EVAL_MAX_DATASETS];          /* perplexity with a source: its texts */
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
-    bt_env_t *env;             /* generate datasets run episodes over it (NULL: none; borrowed,
-                                  set after loading, like reward_service) */
-    bt_episode_config episode; /* their episode keys (bt_config_episode; max_turns 1 after
-                                  loading) */
+    /* dataset i, of kind generate, runs episodes over env[i] with episode[i] (env[i] NULL and
+       max_turns 1 after loading: single-turn).  Borrowed; set after loading, as reward_service
+       is: a dataset of data source k (eval.datasets[i].data_source) gets source k's environment
+       and episode keys, one without gets the run's task's (source 0). */
+    bt_env_t *env[BT_EVAL_MAX_DATASETS];
+    bt_episode_config episode[BT_EVAL_MAX_DATASETS];
     bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
     bt_eval_probe *own_listed; /* bt_config_eval_suite's: eval.probes and the probes_source's */
     bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS];   /* a dataset's fewshot_source, or NULL */
