@@ -528,6 +528,40 @@ static bt_status s_choices_unpack(const int64_t *v, bt_evaluator_sums *s) {
     return BT_OK;
 }
 
+#define S_EPISODE_SUMS 7 /* the episodes tensor: its counts in the order of the struct */
+
+static void s_episodes_pack(const bt_evaluator_sums *s, int64_t *v) {
+    const int64_t f[S_EPISODE_SUMS] = {s->episodes,        s->turns_sum,     s->tool_calls,
+                                       s->tool_errors,     s->tool_episodes, s->episode_tokens_sum,
+                                       s->model_tokens_sum};
+    memcpy(v, f, sizeof f);
+}
+
+/*  The inverse, checking what no evaluation can hold: a negative count, an episode of no turn or
+    more than BT_MAX_TURNS, more calls than turns, errors than calls, episodes with a call than
+    episodes or calls, model tokens than tokens. */
+static bt_status s_episodes_unpack(const int64_t *v, bt_evaluator_sums *s) {
+    for (int i = 0; i < S_EPISODE_SUMS; i++)
+        if (v[i] < 0 || v[i] > BT_WIRE_INT_MAX)
+            return bt_fail(BT_EFORMAT, "RESULT: tensor 'episodes': element %d holds %lld", i,
+                           (long long)v[i]);
+    if (v[1] < v[0] || v[1] > v[0] * BT_MAX_TURNS || v[2] > v[1] || v[3] > v[2] || v[4] > v[0] ||
+        v[4] > v[2] || (v[4] == 0) != (v[2] == 0) || v[6] > v[5])
+        return bt_fail(BT_EFORMAT,
+                       "RESULT: tensor 'episodes': %lld episodes of %lld turns, %lld tool calls "
+                       "(%lld failed) in %lld episodes, %lld model tokens of %lld: inconsistent",
+                       (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3],
+                       (long long)v[4], (long long)v[6], (long long)v[5]);
+    s->episodes = v[0];
+    s->turns_sum = v[1];
+    s->tool_calls = v[2];
+    s->tool_errors = v[3];
+    s->tool_episodes = v[4];
+    s->episode_tokens_sum = v[5];
+    s->model_tokens_sum = v[6];
+    return BT_OK;
+}
+
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {
     int64_t k1[1] = {s->samples + 1}, bins[1] = {BT_EVALUATOR_LEN_BINS};
     int64_t rob[2] = {2, BT_PERTURB_COUNT}, probes[2] = {s->n_probes, 2};
@@ -556,6 +590,12 @@ bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg) {
     int64_t mc[BT_CHOICES_SUMS], mc_shape[1] = {BT_CHOICES_SUMS};
     s_choices_pack(s, mc);
     BT_TRY(bt_msg_add_tensor(msg, "choices", BT_I64, 1, mc_shape, mc));
+    if (s->episodes) {
+        int64_t ep[S_EPISODE_SUMS], ep_shape[1] = {S_EPISODE_SUMS};
+        s_episodes_pack(s, ep);
+        BT_TRY(bt_msg_add_tensor(msg, "episodes", BT_I64, 1, ep_shape, ep));
+        BT_TRY(bt_msg_set_double(msg, "env_return_sum", s->env_return_sum));
+    }
     if (s->n_probes) {
         BT_TRY(bt_msg_add_tensor(msg, "probe_nll", BT_F64, 2, probes, s->probe_nll));
         BT_TRY(bt_msg_add_tensor(msg, "probe_tokens", BT_I64, 2, probes, s->probe_tokens));
@@ -602,6 +642,12 @@ bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out) {
     bt_msg_tensor mc;
     BT_TRY(s_get(msg, "choices", BT_I64, BT_CHOICES_SUMS, -1, &mc));
     BT_TRY(s_choices_unpack(mc.data, out));
+    if (s_has_tensor(msg, "episodes")) {
+        bt_msg_tensor ep;
+        BT_TRY(s_get(msg, "episodes", BT_I64, S_EPISODE_SUMS, -1, &ep));
+        BT_TRY(s_episodes_unpack(ep.data, out));
+        BT_TRY(bt_msg_get_double(msg, "env_return_sum", -big, big, &out->env_return_sum));
+    }
     if (out->n_probes) {
         bt_msg_tensor pn, pt;
         BT_TRY(s_get(msg, "probe_nll", BT_F64, out->n_probes, 2, &pn));

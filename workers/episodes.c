@@ -359,6 +359,15 @@ static bt_status s_finish(s_run *r, bt_status st) {
     return st;
 }
 
+double bt_episode_reward_of(bt_episode_reward mode, double task_score, bool task_right,
+                            double env_return, bool *right) {
+    if (right)
+        *right = mode == BT_EPISODE_REWARD_ENV ? env_return > 0 : task_right;
+    return mode == BT_EPISODE_REWARD_ENV     ? env_return
+           : mode == BT_EPISODE_REWARD_FINAL ? task_score
+                                             : task_score + env_return;
+}
+
 /* ---- bt_episodes_run ----------------------------------------------------------------------- */
 
 static bt_status s_check(const bt_episode_config *cfg, const bt_sample_config *sample,

@@ -73,6 +73,14 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
         total->mc_subject_correct[k] += part->mc_subject_correct[k];
         total->mc_subject_correct_norm[k] += part->mc_subject_correct_norm[k];
     }
+    total->episodes += part->episodes;
+    total->turns_sum += part->turns_sum;
+    total->tool_calls += part->tool_calls;
+    total->tool_errors += part->tool_errors;
+    total->tool_episodes += part->tool_episodes;
+    total->episode_tokens_sum += part->episode_tokens_sum;
+    total->model_tokens_sum += part->model_tokens_sum;
+    total->env_return_sum += part->env_return_sum;
     total->generated_tokens += part->generated_tokens;
     total->compute_s += part->compute_s;
     total->peak_rss_mb = fmax(total->peak_rss_mb, part->peak_rss_mb);
@@ -162,6 +170,37 @@ static bt_status s_set_example(s_chunk *c, const bt_tokenizer_t *tok, uint64_t k
     return BT_OK;
 }
 
+/*  The model's ids of row r of an episode generation (loss mask 1 within its length). */
+static int64_t s_model_tokens(const bt_generation *g, int64_t r) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < g->lengths[r]; t++)
+        n += g->loss_mask[r * g->max_new_tokens + t] != 0;
+    return n;
+}
+
+/*  The chunk's n completions as episodes over cfg->env (episodes.h): completion r resets with its
+    draws' key as the episode's id (unique per evaluation: example, perturbation and sample) and
+    its example's prompt, answer and columns; each turn is sc's. */
+static bt_status s_run_episodes(bt_model *model, const bt_tokenizer_t *tok,
+                                const bt_evaluator_config *cfg, const bt_sample_config *sc,
+                                const s_chunk *c, int64_t n, bt_episodes *ep) {
+    bt_env_reset_item *items = calloc((size_t)n + 1, sizeof *items);
+    if (!items)
+        return bt_fail(BT_ENOMEM, "evaluator: out of memory");
+    for (int64_t r = 0; r < n; r++)
+        items[r] = (bt_env_reset_item){.episode = c->keys[r],
+                                       .prompt = c->prompts[r / c->k],
+                                       .answer = c->answers[r / c->k],
+                                       .columns = c->columns[r / c->k]};
+    bt_episode_config ec = cfg->episode;
+    if (ec.max_episode_tokens == 0) /* as the config resolves it */
+        ec.max_episode_tokens = 2 * ec.max_turns * sc->max_new_tokens;
+    bt_status st = bt_episodes_run(model, tok, cfg->env, &ec, sc, (const int32_t *const *)c->rows,
+                                   c->row_lens, items, n, c->keys, ep);
+    free(items);
+    return st;
+}
+
 /*  Generates and scores examples [first, first + n) of the held-out set, clean (perturb < 0) or
     perturbed, into out.  Examples a perturbation does not apply to are skipped. */
 static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const bt_source_t *task,
@@ -198,29 +237,52 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
     sc.top_p = cfg->top_p;
     sc.n_stops = bt_tokenizer_stops(tok, sc.stops, BT_SAMPLE_MAX_STOPS);
     sc.vocab_limit = bt_tokenizer_vocab_size(tok); /* only ids the decoding below knows */
+    const bool episodes = cfg->env || cfg->episode.max_turns > 1;
     bt_generation g;
     bt_generation_init(&g);
-    st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, c->keys, &g);
+    bt_episodes ep;
+    bt_episodes_init(&ep);
+    if (episodes)
+        st = s_run_episodes(model, tok, cfg, &sc, c, m * k, &ep);
+    else
+        st = bt_generate(model, (const int32_t *const *)c->rows, c->row_lens, m * k, &sc, c->keys,
+                         &g);
+    const bt_generation *gen = episodes ? &ep.g : &g;
     for (int64_t r = 0; r < m * k && st == BT_OK; r++) { /* decode all, then score all at once */
         size_t len = 0;
-        st = bt_tokenizer_decode(tok, g.tokens + r * M, (size_t)g.lengths[r],
-                                 c->texts + r * c->stride, (size_t)c->stride, &len);
+        const char *text = c->texts + r * c->stride;
+        if (episodes) { /* the task scores the last model turn */
+            text = ep.final_text[r];
+            len = ep.final_len[r];
+        } else {
+            st = bt_tokenizer_decode(tok, g.tokens + r * M, (size_t)g.lengths[r],
+                                     c->texts + r * c->stride, (size_t)c->stride, &len);
+        }
         c->items[r] = (bt_reward_item){.index = c->index[r / k],
                                        .prompt = c->prompts[r / k],
                                        .answer = c->answers[r / k],
-                                       .completion = c->texts + r * c->stride,
+                                       .completion = text,
                                        .len = len,
                                        .columns = c->columns[r / k]};
     }
-    if (st == BT_OK)
+    const bt_episode_reward mode = cfg->episode.reward;
+    if (st == BT_OK && !(episodes && mode == BT_EPISODE_REWARD_ENV)) {
         st = bt_reward_score(cfg->reward_service, task, "eval", c->items, m * k, c->rewards,
                              c->right);
+    } else if (st == BT_OK) { /* env: the environment's return alone, no task score */
+        memset(c->rewards, 0, (size_t)(m * k) * sizeof *c->rewards);
+        memset(c->right, 0, (size_t)(m * k) * sizeof *c->right);
+    }
+    for (int64_t r = 0; episodes && r < m * k && st == BT_OK; r++)
+        c->rewards[r] =
+            bt_episode_reward_of(mode, c->rewards[r], c->right[r], ep.env_return[r], &c->right[r]);
     for (int64_t i = 0; i < m && st == BT_OK; i++) {
         int64_t n_correct = 0;
         const bool *right = c->right + i * k;
         for (int64_t j = 0; j < k; j++) {
             int64_t r = i * k + j;
-            out->generated_tokens += (double)g.lengths[r];
+            int64_t model_tokens = episodes ? s_model_tokens(gen, r) : gen->lengths[r];
+            out->generated_tokens += (double)model_tokens;
             if (perturb >= 0) { /* robustness: the first completion's correctness only */
                 out->robust_examples[perturb]++;
                 out->robust_correct[perturb] += right[j];
@@ -228,10 +290,20 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
             }
             out->reward_sum += c->rewards[r];
             out->reward_sumsq += c->rewards[r] * c->rewards[r];
-            out->length_sum += (double)g.lengths[r];
-            out->length_hist[g.lengths[r] < BT_EVALUATOR_LEN_BINS ? g.lengths[r]
+            out->length_sum += (double)model_tokens;
+            out->length_hist[model_tokens < BT_EVALUATOR_LEN_BINS ? model_tokens
                                                                   : BT_EVALUATOR_LEN_BINS - 1]++;
-            out->truncated += g.finish[r] == BT_FINISH_LENGTH;
+            out->truncated += gen->finish[r] == BT_FINISH_LENGTH;
+            if (episodes) {
+                out->episodes++;
+                out->turns_sum += gen->n_turns[r];
+                out->tool_calls += ep.tool_calls[r];
+                out->tool_errors += ep.tool_errors[r];
+                out->tool_episodes += ep.tool_calls[r] > 0;
+                out->episode_tokens_sum += gen->lengths[r];
+                out->model_tokens_sum += model_tokens;
+                out->env_return_sum += ep.env_return[r];
+            }
             n_correct += right[j];
             if (j == 0)
                 out->correct += right[j];
@@ -251,6 +323,7 @@ static bt_status s_run_chunk(bt_model *model, const bt_tokenizer_t *tok, const b
         out->completions += k;
     }
     bt_generation_release(&g);
+    bt_episodes_release(&ep);
     return st;
 }
 
@@ -706,6 +779,16 @@ static double s_metrics_generate(s_metrics *m, const bt_evaluator_sums *s) {
     s_put(m, "response_len_p50", p50 < 0 ? NAN : (double)p50);
     s_put(m, "response_len_p90", p90 < 0 ? NAN : (double)p90);
     s_put(m, "truncated_frac", (double)s->truncated / comp);
+    if (s->episodes > 0) { /* a dataset of episodes: its turns, tools and tokens */
+        double eps = (double)s->episodes, turns = (double)s->turns_sum;
+        s_put(m, "turns_mean", turns / eps);
+        s_put(m, "tool_call_rate", (double)s->tool_calls / turns);
+        s_put(m, "tool_error_rate",
+              s->tool_calls ? (double)s->tool_errors / (double)s->tool_calls : NAN);
+        s_put(m, "tool_episode_frac", (double)s->tool_episodes / eps);
+        s_put(m, "tokens_per_episode", (double)s->episode_tokens_sum / eps);
+        s_put(m, "env_return_mean", s->env_return_sum / eps);
+    }
     for (int p = 0; p < BT_PERTURB_COUNT; p++) {
         if (!s->robust_examples[p])
             continue;
@@ -868,6 +951,8 @@ bt_status bt_eval_suite_load(bt_eval_suite *s, const bt_eval_dataset *datasets, 
                          .n_probes = n_probes,
                          .listed = probes,
                          .task = task};
+    for (int i = 0; i < BT_EVAL_MAX_DATASETS; i++)
+        bt_episode_config_init(&s->episode[i]);
     bt_status st = s_template_probes(s, own);
     for (int i = 0; i < n_datasets && st == BT_OK; i++) {
         const bt_eval_dataset *d = &datasets[i];
@@ -1025,6 +1110,8 @@ bt_status bt_eval_suite_run(const bt_eval_suite *s, int i, bt_model *model,
     ec.max_new_tokens = d->max_new_tokens;
     ec.robustness = robustness;
     ec.reward_service = d->verifier ? NULL : s->reward_service; /* its own verifier scores */
+    ec.env = s->env[i];
+    ec.episode = s->episode[i];
     if (ec.batch < d->samples)
         ec.batch = d->samples;
     return bt_evaluator_run(model, tok, s->own_task[i] ? s->own_task[i] : s->task, &ec,

@@ -34,6 +34,14 @@ typedef enum bt_episode_reward {
     BT_EPISODE_REWARD_ENV = 2    /* "env": the sum of the environment's turn rewards alone */
 } bt_episode_reward;
 
+/*  An episode's reward by mode from the task's score of its final turn (task_score, task_right:
+    bt_reward_score's) and the environment's return (bt_episodes.env_return): sum: score +
+    return, final: the score, env: the return (the task's score is then not needed: pass 0 and
+    false).  *right (may be NULL) gets whether the episode counts as correct: the task's verdict,
+    or for env a return > 0.  The rollout's rewards and the evaluator's are this one rule. */
+double bt_episode_reward_of(bt_episode_reward mode, double task_score, bool task_right,
+                            double env_return, bool *right);
+
 #define BT_EPISODE_TEMPLATE_MAX 512 /* task.observation_template, bytes with the NUL */
 
 /*  The task.* keys of episodes.  max_turns 1 without an environment is the single-turn path. */

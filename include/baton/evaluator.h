@@ -57,7 +57,13 @@ bt_status bt_evaluator_sums_add(bt_evaluator_sums *total, const bt_evaluator_sum
     completion j of held-out example i draws its tokens from bt_evaluator_key(key, perturbation,
     i, j) alone (bt_generate), so an example gets the same completions in any shard and batch;
     greedy ignores key.  Only ids the tokenizer has are generated
-    (bt_sample_config.vocab_limit).  Fills *out (compute_s and peak_rss_mb included). */
+    (bt_sample_config.vocab_limit).  With cfg->env (or cfg->episode.max_turns > 1) every
+    completion, robustness prompts' too, is an episode instead (bt_episodes_run, each turn of
+    max_new_tokens; reset with the completion's key as its id and the example's prompt, answer
+    and columns): the task scores its last model turn, its reward and correctness are
+    bt_episode_reward_of's by cfg->episode.reward, and the episode sums count the clean ones;
+    response lengths and generated_tokens count model tokens.  Fills *out (compute_s and
+    peak_rss_mb included). */
 bt_status bt_evaluator_run(bt_model *model, const bt_tokenizer_t *tok, const bt_source_t *task,
                            const bt_evaluator_config *cfg, uint64_t key, bt_evaluator_sums *out);
 
@@ -109,7 +115,7 @@ typedef struct bt_eval_metric {
 } bt_eval_metric;
 
 /*  Metrics of one evaluation at most: choices has 3 per subject and 11 more, probes 4 per pair
-    and 3, generate 19. */
+    and 3, generate 25 (with episodes). */
 #define BT_EVAL_MAX_METRICS                                                                        \
     (3 * BT_CHOICES_SUBJECTS + 16 > 4 * BT_EVAL_MAX_PROBES + 32 ? 3 * BT_CHOICES_SUBJECTS + 16     \
                                                                 : 4 * BT_EVAL_MAX_PROBES + 32)
@@ -117,7 +123,9 @@ typedef struct bt_eval_metric {
 /*  The metrics of aggregated sums of a dataset of the given kind, in a fixed order (docs/config.md
     lists them): generate: examples, accuracy, accuracy_stderr, [pass@1, pass@1_stderr, pass@k,
     pass@k_stderr, maj@k when samples > 1], reward_mean, reward_std, response_len_mean,
-    response_len_p50, response_len_p90, truncated_frac, [robust.<perturbation>]; perplexity:
+    response_len_p50, response_len_p90, truncated_frac, [turns_mean, tool_call_rate,
+    tool_error_rate (NaN without a call), tool_episode_frac, tokens_per_episode,
+    env_return_mean when it ran episodes], [robust.<perturbation>]; perplexity:
     texts, tokens, nll_per_token, perplexity; probes: probe.<name>.logp or pair.<name>.ok per
     probe, [pairs_accuracy]; choices: items, acc, acc_stderr, acc_norm, acc_norm_stderr,
     prob_right, ece, [acc_shuffled, contamination_gap], then subject.<name>.items, .acc and
@@ -153,6 +161,12 @@ typedef struct bt_eval_suite {
     char **texts[BT_EVAL_MAX_DATASETS];          /* perplexity with a source: its texts */
     size_t n_texts[BT_EVAL_MAX_DATASETS];
     bt_reward_service_t *reward_service; /* NULL: each task's verifier */
+    /* dataset i, of kind generate, runs episodes over env[i] with episode[i] (env[i] NULL and
+       max_turns 1 after loading: single-turn).  Borrowed; set after loading, as reward_service
+       is: a dataset of data source k (eval.datasets[i].data_source) gets source k's environment
+       and episode keys, one without gets the run's task's (source 0). */
+    bt_env_t *env[BT_EVAL_MAX_DATASETS];
+    bt_episode_config episode[BT_EVAL_MAX_DATASETS];
     bt_eval_probe *own_probes; /* the probes with their prompts in the chat template, or NULL */
     bt_eval_probe *own_listed; /* bt_config_eval_suite's: eval.probes and the probes_source's */
     bt_source_t *fewshot_pool[BT_EVAL_MAX_DATASETS];   /* a dataset's fewshot_source, or NULL */

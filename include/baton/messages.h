@@ -168,6 +168,17 @@ typedef struct bt_evaluator_sums {
     int64_t mc_subject_n[BT_CHOICES_SUBJECTS]; /* [s]: items of the set's subject s (choices.h) */
     int64_t mc_subject_correct[BT_CHOICES_SUBJECTS];      /* of those, right by argmax */
     int64_t mc_subject_correct_norm[BT_CHOICES_SUBJECTS]; /* and by acc_norm's */
+    /* episodes (a generate dataset with an environment or max_turns > 1; clean prompts only,
+       robustness prompts not counted): every completion is an episode */
+    int64_t episodes;           /* episodes run */
+    int64_t turns_sum;          /* their model turns */
+    int64_t tool_calls;         /* turns whose action held a call the environment recognized */
+    int64_t tool_errors;        /* of those, calls that failed */
+    int64_t tool_episodes;      /* episodes with at least one tool call */
+    int64_t episode_tokens_sum; /* completion ids: model and observation tokens (the reset
+                                   observation, part of the prompt, not counted) */
+    int64_t model_tokens_sum;   /* of those, the model's (loss mask 1) */
+    double env_return_sum;      /* the environment's turn rewards, summed */
     /* efficiency */
     double generated_tokens; /* tokens generated, robustness prompts included */
     double compute_s;        /* seconds the shards computed, summed */
@@ -211,7 +222,10 @@ bt_status bt_trainer_stats_to_msg(const bt_trainer_stats *s, bt_msg_t *msg);
 bt_status bt_trainer_stats_from_msg(const bt_msg_t *msg, bt_trainer_stats *out);
 
 /*  Fields examples, samples, completions, correct, reward_sum, length_sum, truncated; tensor
-    correct_hist (samples + 1) I64. */
+    correct_hist (samples + 1) I64; and only when episodes > 0 (so the sums of a single-turn
+    evaluation make the message they made before episodes, and a message without them reads as
+    no episodes): tensor episodes (7) I64 = episodes, turns_sum, tool_calls, tool_errors,
+    tool_episodes, episode_tokens_sum, model_tokens_sum, and field env_return_sum. */
 bt_status bt_sums_to_msg(const bt_evaluator_sums *s, bt_msg_t *msg);
 bt_status bt_sums_from_msg(const bt_msg_t *msg, bt_evaluator_sums *out);
 
