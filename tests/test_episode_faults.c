@@ -15,10 +15,12 @@
     undisturbed run's, and the turns it answered after each episode's last reset (its one attempt
     that counted) are exactly the turns the train lines count (sum of turns_mean x episodes per
     step): a re-run episode is counted once, its lost attempt not at all.  With debug.log_prompts
-    every prompt is trained exactly once.  task.interleave is off: with it on, an episode's
-    behaviour log-probs depend on which episodes decode beside it (to ~1e-8), so even two
-   undisturbed runs differ in their last digits.  Without a python3 that has zmq, pip and
-   setuptools: SKIP naming the package, exit 77. */
+    every prompt is trained exactly once.  The environment's rewards count the turns of the
+    episode's object, so a service whose second reset of an id continued the old game would fail
+    the metrics check (checked by hand against such a baton_reward.env).  task.interleave is off:
+    with it on, an episode's behaviour log-probs depend on which episodes decode beside it (to
+    ~1e-8), so even two undisturbed runs differ in their last digits.  Without a python3 that has
+    zmq, pip and setuptools: SKIP naming the package, exit 77. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
 #include "check.h"

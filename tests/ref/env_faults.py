@@ -12,9 +12,11 @@ on the answer; "N:parent:WORD" kills the sender's parent instead (under --procs:
 the test lets the run go on elsewhere (a checkpoint written) while the episode waits.  A line
 "kill PID" is logged before the signal is sent.
 
-A turn without a guess (the tiny model of the test never writes one) is rewarded 0.25 per digit
-of its text, so the run's advantages are not all zero; that depends on the turn alone, as every
-answer of the game does.  The ids of a turn are not checked against its text (the run's tokenizer
+A turn without a guess (the tiny model of the test never writes one) is rewarded 0.125 per digit
+of its text times its number in the episode (1, 2, 3), so the run's advantages are not all zero;
+that depends on the episode's own turns alone, as every answer of the game does, and an episode
+whose reset did not start it over (its turns counted on from the lost attempt) is rewarded
+otherwise.  The ids of a turn are not checked against its text (the run's tokenizer
 is not bytes).  Run as: env_faults.py ENDPOINT LOG [KILL]."""
 import json
 import os
@@ -98,9 +100,10 @@ class Logged(Guess):
 
     def step(self, action_text, action_ids):
         Logged.faults.line(f"step {Logged.faults.pid} {self.episode}")
+        self.played = getattr(self, "played", 0) + 1
         obs, reward, done, info = super().step(action_text, list(action_text.encode("utf-8")))
         if obs == "no guess":
-            reward = 0.25 * sum(c.isdigit() for c in action_text)
+            reward = 0.125 * self.played * sum(c.isdigit() for c in action_text)
         return obs, reward, done, info
 
 
