@@ -9,12 +9,15 @@
     of TOKENS/2 .. 3 TOKENS/2 ids by episode (max_new_each), as a policy's turns are.
     Cases: latency 0 (compute only) and LATENCY ms x T = 1 and 3 x interleave on and off x slots
     64 (one per episode) and 16 (waiting episodes hold their slots) x uniform and ragged turns;
-    each case's best of REPS runs (the cases taken in turn).  Prints one JSON line per case
-    {"bench":"episodes", ...: episodes_per_s, mean_turns, model_tokens_per_s, env_steps, env_s,
-    waited_s, wall_s}, then one per pair {"bench":"episodes_ratio", ...}: 3-turn / 1-turn and
-    interleave on / off episodes/s, and what the latency cost (wall - the 0 ms case's wall)
-    against the synchronous prediction.
-    Environment: BATON_BENCH_LATENCY_MS (20), BATON_BENCH_TOKENS (16), BATON_BENCH_REPS (3),
+    REPS runs each, the 8 cases of a (slots, turn shape) group one after another (forwards, then
+    backwards the next rep) so that the runs a ratio compares are close in time on a noisy
+    machine.  Prints one JSON line per case {"bench":"episodes", ...: the best run's
+    episodes_per_s, mean_turns, model_tokens_per_s, env_steps, env_s, waited_s, decode_steps,
+    wall_s, and wall_median_s}, then one per pair {"bench":"episodes_ratio", ...}: 3-turn /
+    1-turn and interleave on / off episodes/s, the median over reps of each rep's ratio, and what
+    the latency cost (wall - the 0 ms case's wall, median over reps) against the synchronous
+    prediction (env_steps x latency).
+    Environment: BATON_BENCH_LATENCY_MS (20), BATON_BENCH_TOKENS (16), BATON_BENCH_REPS (5),
     BATON_THREADS (libtorch's default), BATON_DEVICE (cpu). */
 #define _POSIX_C_SOURCE 200809L
 
@@ -32,7 +35,14 @@
 #include <string.h>
 #include <time.h>
 
-enum { PROMPTS = 16, SAMPLES = 4, N = PROMPTS * SAMPLES, SLOTS_FEW = 16, MAX_T = 3 };
+enum {
+    PROMPTS = 16,
+    SAMPLES = 4,
+    N = PROMPTS * SAMPLES,
+    SLOTS_FEW = 16,
+    MAX_T = 3,
+    S_REPS_MAX = 100
+};
 
 /* ---- the environment ----------------------------------------------------------------------- */
 
@@ -139,7 +149,8 @@ static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
     sc.n_stops = bt_tokenizer_stops(b->tok, sc.stops, BT_SAMPLE_MAX_STOPS);
     sc.vocab_limit = 256; /* bytes only: the stop token is never drawn */
     sc.slots = c->slots;
-    ec.max_episode_tokens = c->turns * (sc.max_new_tokens + 24); /* turns and observations */
+    /* T turns and T - 1 observations of 19 ids */
+    ec.max_episode_tokens = c->turns * sc.max_new_tokens + (c->turns - 1) * 19;
     bt_episodes out;
     bt_episodes_init(&out);
     double t0 = bt_now();
@@ -167,17 +178,31 @@ static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
     bt_env_destroy(&env);
 }
 
-static void s_print_case(const s_case *c, const s_result *r, const char *dev) {
+/*  The median of x[0..n), n <= S_REPS_MAX, times scale. */
+static double s_median(const double *in, long n, double scale) {
+    double x[S_REPS_MAX];
+    memcpy(x, in, (size_t)n * sizeof *x);
+    for (long i = 1; i < n; i++) /* insertion sort: n is a handful */
+        for (long j = i; j > 0 && x[j - 1] > x[j]; j--) {
+            double t = x[j];
+            x[j] = x[j - 1];
+            x[j - 1] = t;
+        }
+    return scale * (n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]));
+}
+
+static void s_print_case(const s_case *c, const s_result *r, double median_s, const char *dev) {
     printf("{\"bench\":\"episodes\",\"device\":\"%s\",\"threads\":%d,\"episodes\":%d,"
            "\"slots\":%lld,\"turns\":%d,\"turn_tokens\":\"%s\",\"latency_ms\":%ld,"
-           "\"interleave\":%s,\"wall_s\":%.4f,\"episodes_per_s\":%.2f,\"mean_turns\":%.3f,"
+           "\"interleave\":%s,\"wall_s\":%.4f,\"wall_median_s\":%.4f,\"episodes_per_s\":%.2f,"
+           "\"mean_turns\":%.3f,"
            "\"model_tokens\":%lld,\"model_tokens_per_s\":%.1f,\"decode_steps\":%lld,"
            "\"env_steps\":%lld,\"env_s\":%.4f,\"waited_s\":%.4f}\n",
            dev, bt_get_num_threads(), N, (long long)(c->slots ? c->slots : N), c->turns,
            c->ragged ? "ragged" : "uniform", c->latency_ms, c->interleave ? "true" : "false",
-           r->wall_s, N / r->wall_s, r->mean_turns, (long long)r->model_tokens,
-           (double)r->model_tokens / r->wall_s, (long long)r->decode_steps,
-           (long long)r->env_steps, r->env_s, r->waited_s);
+           r->wall_s, median_s, N / r->wall_s, r->mean_turns, (long long)r->model_tokens,
+           (double)r->model_tokens / r->wall_s, (long long)r->decode_steps, (long long)r->env_steps,
+           r->env_s, r->waited_s);
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -189,22 +214,22 @@ static long s_env_long(const char *name, long fallback, long lo, long hi) {
     char *end = NULL;
     long x = strtol(v, &end, 10);
     if (*end || x < lo || x > hi) {
-        fprintf(stderr, "bench_episodes: %s: expected an integer in [%ld, %ld], got \"%s\"\n",
-                name, lo, hi, v);
+        fprintf(stderr, "bench_episodes: %s: expected an integer in [%ld, %ld], got \"%s\"\n", name,
+                lo, hi, v);
         exit(1);
     }
     return x;
 }
 
 /*  The index of case (latency, turns, interleave, slots, ragged) in the table main builds. */
-#define S_AT(lat, t, il, sl, rg) (((((lat) * 2 + (t)) * 2 + (il)) * 2 + (sl)) * 2 + (rg))
+#define S_AT(lat, t, il, sl, rg) (((((lat)*2 + (t)) * 2 + (il)) * 2 + (sl)) * 2 + (rg))
 
 int main(int argc, char **argv) {
     (void)argc;
     bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     const long latency = s_env_long("BATON_BENCH_LATENCY_MS", 20, 1, 10000);
     const long tokens = s_env_long("BATON_BENCH_TOKENS", 16, 2, 40);
-    const long reps = s_env_long("BATON_BENCH_REPS", 3, 1, 100);
+    const long reps = s_env_long("BATON_BENCH_REPS", 5, 1, S_REPS_MAX);
     if (bt_threads_from_env() != BT_OK) {
         fprintf(stderr, "bench_episodes: %s\n", bt_last_error());
         return 1;
@@ -248,8 +273,8 @@ int main(int argc, char **argv) {
         b.rows[i] = b.ids[i];
         b.lens[i] = (int64_t)n;
         b.keys[i] = bt_rng_key(21, (uint64_t)i);
-        b.items[i] = (bt_env_reset_item){
-            .episode = (uint64_t)i, .prompt = b.prompt_text[i], .answer = "42"};
+        b.items[i] =
+            (bt_env_reset_item){.episode = (uint64_t)i, .prompt = b.prompt_text[i], .answer = "42"};
         b.each[i] = tokens / 2 + (i * 7) % (tokens + 1); /* tokens/2 .. 3 tokens/2, mean ~tokens */
     }
 
@@ -274,50 +299,74 @@ int main(int argc, char **argv) {
     s_result warm; /* page faults, the allocator's first growth */
     s_run_case(&b, &cases[S_AT(0, 1, 0, 0, 0)], &warm);
     int rc = warm.ok ? 0 : 1;
+    /* a group, (slots, turn shape): its 8 cases (latency x turns x interleave) run one after
+       another, forwards on even reps and backwards on odd, so the ratios within a group are of
+       runs close in time (the machine's load drifts over seconds) */
+    static double walls[CASES][S_REPS_MAX];
     for (long rep = 0; rep < reps && rc == 0; rep++)
-        for (int k = 0; k < CASES && rc == 0; k++) {
-            s_result r;
-            s_run_case(&b, &cases[k], &r);
-            rc = r.ok ? 0 : 1;
-            if (r.ok && (!best[k].ok || r.wall_s < best[k].wall_s))
-                best[k] = r;
-        }
+        for (int g = 0; g < 4 && rc == 0; g++)
+            for (int j = 0; j < 8 && rc == 0; j++) {
+                int jj = rep % 2 ? 7 - j : j, sl = g / 2, rg = g % 2;
+                int k = S_AT(jj / 4, (jj / 2) % 2, jj % 2, sl, rg);
+                s_result r;
+                s_run_case(&b, &cases[k], &r);
+                rc = r.ok ? 0 : 1;
+                walls[k][rep] = r.wall_s;
+                if (r.ok && (!best[k].ok || r.wall_s < best[k].wall_s))
+                    best[k] = r;
+            }
     for (int k = 0; k < CASES && rc == 0; k++)
-        s_print_case(&cases[k], &best[k], dev);
-    /* the ratios, within this run */
+        s_print_case(&cases[k], &best[k], s_median(walls[k], reps, 1.0), dev);
+    /* the ratios: the median over reps of each rep's ratio */
+    double per[S_REPS_MAX];
     for (int lat = 0; lat < 2 && rc == 0; lat++)
         for (int sl = 0; sl < 2; sl++)
             for (int rg = 0; rg < 2; rg++)
                 for (int il = 0; il < 2; il++) {
-                    const s_result *one = &best[S_AT(lat, 0, il, sl, rg)];
-                    const s_result *three = &best[S_AT(lat, 1, il, sl, rg)];
+                    const double *one = walls[S_AT(lat, 0, il, sl, rg)];
+                    const double *three = walls[S_AT(lat, 1, il, sl, rg)];
+                    for (long i = 0; i < reps; i++)
+                        per[i] = one[i] / three[i];
                     printf("{\"bench\":\"episodes_ratio\",\"ratio\":\"3turn_over_1turn\","
                            "\"latency_ms\":%ld,\"slots\":%d,\"turn_tokens\":\"%s\","
-                           "\"interleave\":%s,\"episodes_per_s\":%.3f,\"wall\":%.3f}\n",
+                           "\"interleave\":%s,\"episodes_per_s\":%.3f}\n",
                            lat ? latency : 0L, sl ? SLOTS_FEW : N, rg ? "ragged" : "uniform",
-                           il ? "true" : "false", one->wall_s / three->wall_s,
-                           three->wall_s / one->wall_s);
+                           il ? "true" : "false", s_median(per, reps, 1.0));
                 }
     for (int lat = 0; lat < 2 && rc == 0; lat++)
         for (int t = 0; t < 2; t++)
             for (int sl = 0; sl < 2; sl++)
                 for (int rg = 0; rg < 2; rg++) {
-                    const s_result *off = &best[S_AT(lat, t, 0, sl, rg)];
-                    const s_result *on = &best[S_AT(lat, t, 1, sl, rg)];
-                    const s_result *off0 = &best[S_AT(0, t, 0, sl, rg)];
-                    const s_result *on0 = &best[S_AT(0, t, 1, sl, rg)];
+                    const double *off = walls[S_AT(lat, t, 0, sl, rg)];
+                    const double *on = walls[S_AT(lat, t, 1, sl, rg)];
+                    const double *off0 = walls[S_AT(0, t, 0, sl, rg)];
+                    const double *on0 = walls[S_AT(0, t, 1, sl, rg)];
+                    double ratio, off_cost, on_cost;
+                    for (long i = 0; i < reps; i++)
+                        per[i] = off[i] / on[i];
+                    ratio = s_median(per, reps, 1.0);
+                    for (long i = 0; i < reps; i++)
+                        per[i] = off[i] - off0[i];
+                    off_cost = s_median(per, reps, 1.0);
+                    for (long i = 0; i < reps; i++)
+                        per[i] = on[i] - on0[i];
+                    on_cost = s_median(per, reps, 1.0);
+                    const s_result *boff = &best[S_AT(lat, t, 0, sl, rg)];
+                    const s_result *bon = &best[S_AT(lat, t, 1, sl, rg)];
                     /* synchronous prediction: every step call a round nothing overlaps */
-                    double predicted = (double)off->env_steps * (double)latency / 1000.0;
+                    double predicted = (double)boff->env_steps * (double)latency / 1000.0;
                     printf("{\"bench\":\"episodes_ratio\",\"ratio\":\"interleave_on_over_off\","
                            "\"latency_ms\":%ld,\"turns\":%d,\"slots\":%d,\"turn_tokens\":\"%s\","
                            "\"episodes_per_s\":%.3f,\"off_latency_cost_s\":%.4f,"
                            "\"off_predicted_s\":%.4f,\"on_latency_cost_s\":%.4f,"
-                           "\"env_steps_off\":%lld,\"env_steps_on\":%lld}\n",
+                           "\"env_steps_off\":%lld,\"env_steps_on\":%lld,\"waited_s_off\":%.4f,"
+                           "\"waited_s_on\":%.4f,\"decode_steps_off\":%lld,"
+                           "\"decode_steps_on\":%lld}\n",
                            lat ? latency : 0L, t ? MAX_T : 1, sl ? SLOTS_FEW : N,
-                           rg ? "ragged" : "uniform", off->wall_s / on->wall_s,
-                           lat ? off->wall_s - off0->wall_s : 0.0, lat ? predicted : 0.0,
-                           lat ? on->wall_s - on0->wall_s : 0.0, (long long)off->env_steps,
-                           (long long)on->env_steps);
+                           rg ? "ragged" : "uniform", ratio, lat ? off_cost : 0.0,
+                           lat ? predicted : 0.0, lat ? on_cost : 0.0, (long long)boff->env_steps,
+                           (long long)bon->env_steps, boff->waited_s, bon->waited_s,
+                           (long long)boff->decode_steps, (long long)bon->decode_steps);
                 }
     bt_tokenizer_destroy(&b.tok);
     bt_model_destroy(&b.model);
