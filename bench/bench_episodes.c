@@ -13,11 +13,12 @@
     backwards the next rep) so that the runs a ratio compares are close in time on a noisy
     machine.  Prints one JSON line per case {"bench":"episodes", ...: the best run's
     episodes_per_s, mean_turns, model_tokens_per_s, env_steps, env_s, waited_s, decode_steps,
-    wall_s, and wall_median_s}, then one per pair {"bench":"episodes_ratio", ...}: 3-turn /
-    1-turn and interleave on / off episodes/s, the median over reps of each rep's ratio, and what
-    the latency cost (wall - the 0 ms case's wall, median over reps) against the synchronous
-    prediction (env_steps x latency).
-    Environment: BATON_BENCH_LATENCY_MS (20), BATON_BENCH_TOKENS (16), BATON_BENCH_REPS (5),
+    wall_s, cpu_s (the process's CPU time in the run) and wall_median_s}, then one per pair
+   {"bench":"episodes_ratio", ...}: 3-turn / 1-turn and interleave on / off episodes/s, the median
+   over reps of each rep's ratio, and what the latency cost (wall - the 0 ms case's wall, median
+   over reps) against the synchronous prediction (env_steps x latency). Environment:
+   BATON_BENCH_LATENCY_MS (20), BATON_BENCH_TOKENS (16), BATON_BENCH_REPS (5),
+    BATON_BENCH_OBSERVATION (the step's answer, "<result>42</result>"; "": no observation ids),
     BATON_THREADS (libtorch's default), BATON_DEVICE (cpu). */
 #define _POSIX_C_SOURCE 200809L
 
@@ -50,6 +51,8 @@ enum {
 typedef struct s_env {
     long latency_ms;
     int turns;
+    const char *obs; /* the observation of every step, obs_len bytes */
+    size_t obs_len;
     int steps_of[N]; /* steps each episode has taken */
 } s_env;
 
@@ -76,14 +79,13 @@ static bt_status s_env_step(void *user, const bt_env_step_item *items, int64_t n
                             bt_env_reply *out) {
     s_env *e = user;
     s_sleep_ms(e->latency_ms); /* one round trip per call, however many episodes it carries */
-    static const char obs[] = "<result>42</result>";
     for (int64_t i = 0; i < n; i++) {
         if (items[i].episode >= N)
             return bt_fail(BT_EINVAL, "bench env: episode %llu out of range",
                            (unsigned long long)items[i].episode);
         int k = ++e->steps_of[items[i].episode];
         out[i] = (bt_env_reply){
-            .observation = obs, .observation_len = sizeof obs - 1, .done = k >= e->turns};
+            .observation = e->obs, .observation_len = e->obs_len, .done = k >= e->turns};
     }
     return BT_OK;
 }
@@ -108,7 +110,7 @@ typedef struct s_case {
 } s_case;
 
 typedef struct s_result {
-    double wall_s, mean_turns, env_s, waited_s;
+    double wall_s, cpu_s, mean_turns, env_s, waited_s;
     int64_t env_steps, model_tokens, decode_steps;
     bool ok;
 } s_result;
@@ -116,7 +118,8 @@ typedef struct s_result {
 typedef struct s_bench {
     bt_model *model;
     bt_tokenizer_t *tok;
-    int64_t tokens; /* per-turn limit of uniform turns */
+    int64_t tokens;  /* per-turn limit of uniform turns */
+    const char *obs; /* the environment's observation */
     int32_t ids[N][16];
     const int32_t *rows[N];
     int64_t lens[N];
@@ -125,6 +128,13 @@ typedef struct s_bench {
     bt_env_reset_item items[N];
     int64_t each[N]; /* ragged per-turn limits */
 } s_bench;
+
+/*  The process's CPU time, seconds (every thread's: the engine's and the stepping thread's). */
+static double s_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /*  One run of case c; *r its figures (r->ok false on failure, the error printed). */
 static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
@@ -137,6 +147,8 @@ static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
     }
     e->latency_ms = c->latency_ms;
     e->turns = c->turns;
+    e->obs = b->obs;
+    e->obs_len = strlen(b->obs);
     bt_episode_config ec;
     bt_episode_config_init(&ec);
     ec.max_turns = c->turns;
@@ -149,14 +161,15 @@ static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
     sc.n_stops = bt_tokenizer_stops(b->tok, sc.stops, BT_SAMPLE_MAX_STOPS);
     sc.vocab_limit = 256; /* bytes only: the stop token is never drawn */
     sc.slots = c->slots;
-    /* T turns and T - 1 observations of 19 ids */
-    ec.max_episode_tokens = c->turns * sc.max_new_tokens + (c->turns - 1) * 19;
+    /* T turns and T - 1 observations */
+    ec.max_episode_tokens = c->turns * sc.max_new_tokens + (c->turns - 1) * (int64_t)strlen(b->obs);
     bt_episodes out;
     bt_episodes_init(&out);
-    double t0 = bt_now();
+    double t0 = bt_now(), c0 = s_cpu_s();
     bt_status st = bt_episodes_run(b->model, b->tok, env, &ec, &sc, b->rows, b->lens, b->items, N,
                                    b->keys, &out);
     r->wall_s = bt_now() - t0;
+    r->cpu_s = s_cpu_s() - c0;
     if (st != BT_OK) {
         fprintf(stderr, "bench_episodes: %s\n", bt_last_error());
     } else {
@@ -194,15 +207,16 @@ static double s_median(const double *in, long n, double scale) {
 static void s_print_case(const s_case *c, const s_result *r, double median_s, const char *dev) {
     printf("{\"bench\":\"episodes\",\"device\":\"%s\",\"threads\":%d,\"episodes\":%d,"
            "\"slots\":%lld,\"turns\":%d,\"turn_tokens\":\"%s\",\"latency_ms\":%ld,"
-           "\"interleave\":%s,\"wall_s\":%.4f,\"wall_median_s\":%.4f,\"episodes_per_s\":%.2f,"
+           "\"interleave\":%s,\"wall_s\":%.4f,\"wall_median_s\":%.4f,\"cpu_s\":%.4f,\"episodes_per_"
+           "s\":%.2f,"
            "\"mean_turns\":%.3f,"
            "\"model_tokens\":%lld,\"model_tokens_per_s\":%.1f,\"decode_steps\":%lld,"
-           "\"env_steps\":%lld,\"env_s\":%.4f,\"waited_s\":%.4f}\n",
+           "\"env_steps\":%lld,\"episodes_per_call\":%.1f,\"env_s\":%.4f,\"waited_s\":%.4f}\n",
            dev, bt_get_num_threads(), N, (long long)(c->slots ? c->slots : N), c->turns,
            c->ragged ? "ragged" : "uniform", c->latency_ms, c->interleave ? "true" : "false",
-           r->wall_s, median_s, N / r->wall_s, r->mean_turns, (long long)r->model_tokens,
+           r->wall_s, median_s, r->cpu_s, N / r->wall_s, r->mean_turns, (long long)r->model_tokens,
            (double)r->model_tokens / r->wall_s, (long long)r->decode_steps, (long long)r->env_steps,
-           r->env_s, r->waited_s);
+           (double)N * c->turns / (double)r->env_steps, r->env_s, r->waited_s);
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -228,7 +242,17 @@ int main(int argc, char **argv) {
     (void)argc;
     bt_blas_reexec(argv); /* the kernel baton runs (blas.h) */
     const long latency = s_env_long("BATON_BENCH_LATENCY_MS", 20, 1, 10000);
-    const long tokens = s_env_long("BATON_BENCH_TOKENS", 16, 2, 40);
+    const long tokens = s_env_long("BATON_BENCH_TOKENS", 16, 2, 64);
+    const char *obs = getenv("BATON_BENCH_OBSERVATION");
+    if (!obs)
+        obs = "<result>42</result>";
+    if (strlen(obs) > 256) {
+        fprintf(stderr,
+                "bench_episodes: BATON_BENCH_OBSERVATION: expected at most 256 bytes, got "
+                "%zu\n",
+                strlen(obs));
+        return 1;
+    }
     const long reps = s_env_long("BATON_BENCH_REPS", 5, 1, S_REPS_MAX);
     if (bt_threads_from_env() != BT_OK) {
         fprintf(stderr, "bench_episodes: %s\n", bt_last_error());
@@ -251,8 +275,9 @@ int main(int argc, char **argv) {
     mc.num_hidden_layers = 4;
     mc.num_attention_heads = 4;
     mc.num_key_value_heads = 4;
-    /* 128 positions for 7 prompt ids, 3 turns of up to 24 ids and 2 observations of 19 */
-    mc.max_position_embeddings = 7 + MAX_T * (tokens * 3 / 2) + (MAX_T - 1) * 19 > 128 ? 256 : 128;
+    /* room for 7 prompt ids, 3 turns of up to 3/2 tokens and 2 observations: 128 by default */
+    int64_t need = 7 + MAX_T * (tokens * 3 / 2) + (MAX_T - 1) * (int64_t)strlen(obs);
+    mc.max_position_embeddings = need <= 128 ? 128 : (need + 63) / 64 * 64;
     static s_bench b;
     b.model = bt_model_new(&mc, device, 1);
     b.tok = bt_tokenizer_new_bytes();
@@ -261,6 +286,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     b.tokens = tokens;
+    b.obs = obs;
     for (int i = 0; i < N; i++) { /* 16 prompts "a+b=", 4 samples each */
         int p = i / SAMPLES;
         snprintf(b.prompt_text[i], sizeof b.prompt_text[i], "%d+%d=", 10 + p * 5, 31 + p * 3);
