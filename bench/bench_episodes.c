@@ -13,7 +13,8 @@
     backwards the next rep) so that the runs a ratio compares are close in time on a noisy
     machine.  Prints one JSON line per case {"bench":"episodes", ...: the best run's
     episodes_per_s, mean_turns, model_tokens_per_s, env_steps, env_s, waited_s, decode_steps,
-    wall_s, cpu_s (the process's CPU time in the run) and wall_median_s}, then one per pair
+    wall_s, cpu_s (the process's CPU time in the run), wall_median_s, and call_sizes: the episodes
+    each step call carried, the first 64}, then one per pair
    {"bench":"episodes_ratio", ...}: 3-turn / 1-turn and interleave on / off episodes/s, the median
    over reps of each rep's ratio, and what the latency cost (wall - the 0 ms case's wall, median
    over reps) against the synchronous prediction (env_steps x latency). Environment:
@@ -42,7 +43,8 @@ enum {
     N = PROMPTS * SAMPLES,
     SLOTS_FEW = 16,
     MAX_T = 3,
-    S_REPS_MAX = 100
+    S_REPS_MAX = 100,
+    S_CALLS_MAX = 64
 };
 
 /* ---- the environment ----------------------------------------------------------------------- */
@@ -53,7 +55,9 @@ typedef struct s_env {
     int turns;
     const char *obs; /* the observation of every step, obs_len bytes */
     size_t obs_len;
-    int steps_of[N]; /* steps each episode has taken */
+    int steps_of[N];            /* steps each episode has taken */
+    int64_t sizes[S_CALLS_MAX]; /* episodes in each step call, the first S_CALLS_MAX */
+    int n_calls;
 } s_env;
 
 static void s_sleep_ms(long ms) {
@@ -79,6 +83,9 @@ static bt_status s_env_step(void *user, const bt_env_step_item *items, int64_t n
                             bt_env_reply *out) {
     s_env *e = user;
     s_sleep_ms(e->latency_ms); /* one round trip per call, however many episodes it carries */
+    if (e->n_calls < S_CALLS_MAX)
+        e->sizes[e->n_calls] = n;
+    e->n_calls++;
     for (int64_t i = 0; i < n; i++) {
         if (items[i].episode >= N)
             return bt_fail(BT_EINVAL, "bench env: episode %llu out of range",
@@ -112,6 +119,8 @@ typedef struct s_case {
 typedef struct s_result {
     double wall_s, cpu_s, mean_turns, env_s, waited_s;
     int64_t env_steps, model_tokens, decode_steps;
+    int64_t sizes[S_CALLS_MAX]; /* episodes in each step call */
+    int n_sizes;
     bool ok;
 } s_result;
 
@@ -185,6 +194,8 @@ static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
         r->env_s = out.env_s;
         r->waited_s = out.waited_s;
         r->decode_steps = out.g.decode_steps;
+        r->n_sizes = e->n_calls < S_CALLS_MAX ? e->n_calls : S_CALLS_MAX;
+        memcpy(r->sizes, e->sizes, (size_t)r->n_sizes * sizeof *r->sizes);
         r->ok = true;
     }
     bt_episodes_release(&out);
@@ -211,12 +222,16 @@ static void s_print_case(const s_case *c, const s_result *r, double median_s, co
            "s\":%.2f,"
            "\"mean_turns\":%.3f,"
            "\"model_tokens\":%lld,\"model_tokens_per_s\":%.1f,\"decode_steps\":%lld,"
-           "\"env_steps\":%lld,\"episodes_per_call\":%.1f,\"env_s\":%.4f,\"waited_s\":%.4f}\n",
+           "\"env_steps\":%lld,\"episodes_per_call\":%.1f,\"env_s\":%.4f,\"waited_s\":%.4f,\"call_"
+           "sizes\":[",
            dev, bt_get_num_threads(), N, (long long)(c->slots ? c->slots : N), c->turns,
            c->ragged ? "ragged" : "uniform", c->latency_ms, c->interleave ? "true" : "false",
            r->wall_s, median_s, r->cpu_s, N / r->wall_s, r->mean_turns, (long long)r->model_tokens,
            (double)r->model_tokens / r->wall_s, (long long)r->decode_steps, (long long)r->env_steps,
            (double)N * c->turns / (double)r->env_steps, r->env_s, r->waited_s);
+    for (int k = 0; k < r->n_sizes; k++)
+        printf("%s%lld", k ? "," : "", (long long)r->sizes[k]);
+    printf("]}\n");
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
