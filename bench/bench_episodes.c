@@ -11,14 +11,15 @@
     64 (one per episode) and 16 (waiting episodes hold their slots) x uniform and ragged turns;
     REPS runs each, the 8 cases of a (slots, turn shape) group one after another (forwards, then
     backwards the next rep) so that the runs a ratio compares are close in time on a noisy
-    machine.  Prints one JSON line per case {"bench":"episodes", ...: the best run's
-    episodes_per_s, mean_turns, model_tokens_per_s, env_steps, env_s, waited_s, decode_steps,
-    wall_s, cpu_s (the process's CPU time in the run), wall_median_s, and call_sizes: the episodes
-    each step call carried, the first 64}, then one per pair
-   {"bench":"episodes_ratio", ...}: 3-turn / 1-turn and interleave on / off episodes/s, the median
-   over reps of each rep's ratio, and what the latency cost (wall - the 0 ms case's wall, median
-   over reps) against the synchronous prediction (env_steps x latency). Environment:
-   BATON_BENCH_LATENCY_MS (20), BATON_BENCH_TOKENS (16), BATON_BENCH_REPS (5),
+    machine.
+    Prints one JSON line per case {"bench":"episodes", ...}: the best run's episodes_per_s,
+    mean_turns, model_tokens_per_s, env_steps, env_s, waited_s, decode_steps, wall_s, cpu_s (the
+    process's CPU time in the run), wall_median_s, and call_sizes (the episodes each step call
+    carried, the first 64); then one per pair {"bench":"episodes_ratio", ...}: 3-turn / 1-turn
+    and interleave on / off episodes/s, the median over reps of each rep's ratio, and the
+    latency's cost (wall - the 0 ms case's wall, median over reps) against the synchronous
+    prediction (env_steps x latency).
+    Environment: BATON_BENCH_LATENCY_MS (20), BATON_BENCH_TOKENS (16), BATON_BENCH_REPS (5),
     BATON_BENCH_OBSERVATION (the step's answer, "<result>42</result>"; "": no observation ids),
     BATON_THREADS (libtorch's default), BATON_DEVICE (cpu). */
 #define _POSIX_C_SOURCE 200809L
