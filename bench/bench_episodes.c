@@ -147,6 +147,13 @@ static double s_cpu_s(void) {
 }
 
 /*  One run of case c; *r its figures (r->ok false on failure, the error printed). */
+/*  task.interleave's decode steps when interleaving: BATON_BENCH_INTERLEAVE, else 4 (about 20 ms
+    of the demo model's decode steps of 16 to 64 rows on this CPU). */
+static int64_t s_lag(void) {
+    const char *v = getenv("BATON_BENCH_INTERLEAVE");
+    return v && atoll(v) > 0 ? atoll(v) : 4;
+}
+
 static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
     memset(r, 0, sizeof *r);
     s_env *e = calloc(1, sizeof *e);
@@ -162,7 +169,8 @@ static void s_run_case(s_bench *b, const s_case *c, s_result *r) {
     bt_episode_config ec;
     bt_episode_config_init(&ec);
     ec.max_turns = c->turns;
-    ec.interleave = c->interleave;
+    /* interleaved: an answer is used s_lag() decode steps after its turn ended */
+    ec.interleave = c->interleave ? s_lag() : 0;
     bt_sample_config sc;
     bt_sample_config_init(&sc);
     sc.max_new_tokens = c->ragged ? b->tokens * 3 / 2 : b->tokens;
@@ -217,19 +225,20 @@ static double s_median(const double *in, long n, double scale) {
 }
 
 static void s_print_case(const s_case *c, const s_result *r, double median_s, const char *dev) {
-    printf("{\"bench\":\"episodes\",\"device\":\"%s\",\"threads\":%d,\"episodes\":%d,"
-           "\"slots\":%lld,\"turns\":%d,\"turn_tokens\":\"%s\",\"latency_ms\":%ld,"
-           "\"interleave\":%s,\"wall_s\":%.4f,\"wall_median_s\":%.4f,\"cpu_s\":%.4f,\"episodes_per_"
-           "s\":%.2f,"
-           "\"mean_turns\":%.3f,"
-           "\"model_tokens\":%lld,\"model_tokens_per_s\":%.1f,\"decode_steps\":%lld,"
-           "\"env_steps\":%lld,\"episodes_per_call\":%.1f,\"env_s\":%.4f,\"waited_s\":%.4f,\"call_"
-           "sizes\":[",
-           dev, bt_get_num_threads(), N, (long long)(c->slots ? c->slots : N), c->turns,
-           c->ragged ? "ragged" : "uniform", c->latency_ms, c->interleave ? "true" : "false",
-           r->wall_s, median_s, r->cpu_s, N / r->wall_s, r->mean_turns, (long long)r->model_tokens,
-           (double)r->model_tokens / r->wall_s, (long long)r->decode_steps, (long long)r->env_steps,
-           (double)N * c->turns / (double)r->env_steps, r->env_s, r->waited_s);
+    printf(
+        "{\"bench\":\"episodes\",\"device\":\"%s\",\"threads\":%d,\"episodes\":%d,"
+        "\"slots\":%lld,\"turns\":%d,\"turn_tokens\":\"%s\",\"latency_ms\":%ld,"
+        "\"interleave\":%lld,\"wall_s\":%.4f,\"wall_median_s\":%.4f,\"cpu_s\":%.4f,\"episodes_per_"
+        "s\":%.2f,"
+        "\"mean_turns\":%.3f,"
+        "\"model_tokens\":%lld,\"model_tokens_per_s\":%.1f,\"decode_steps\":%lld,"
+        "\"env_steps\":%lld,\"episodes_per_call\":%.1f,\"env_s\":%.4f,\"waited_s\":%.4f,\"call_"
+        "sizes\":[",
+        dev, bt_get_num_threads(), N, (long long)(c->slots ? c->slots : N), c->turns,
+        c->ragged ? "ragged" : "uniform", c->latency_ms, c->interleave ? (long long)s_lag() : 0LL,
+        r->wall_s, median_s, r->cpu_s, N / r->wall_s, r->mean_turns, (long long)r->model_tokens,
+        (double)r->model_tokens / r->wall_s, (long long)r->decode_steps, (long long)r->env_steps,
+        (double)N * c->turns / (double)r->env_steps, r->env_s, r->waited_s);
     for (int k = 0; k < r->n_sizes; k++)
         printf("%s%lld", k ? "," : "", (long long)r->sizes[k]);
     printf("]}\n");

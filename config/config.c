@@ -238,7 +238,7 @@ static const s_key s_keys[] = {
     S_INT_KEY("task.env_retries", task.env_retries, 2, 0, 100),
     S_ENUM_KEY("task.env_reward", task.env_reward, 0, s_env_rewards),
     S_BOOL_KEY("task.turn_rewards", task.turn_rewards, false),
-    S_BOOL_KEY("task.interleave", task.interleave, true),
+    S_INT_KEY("task.interleave", task.interleave, 0, 0, 1048576),
     S_STR_KEY("task.observation_template", task.observation_template, "", NULL, NULL),
 
     S_STR_KEY("reward.service", reward.service, "", s_is_endpoint,

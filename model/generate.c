@@ -39,6 +39,7 @@ typedef struct s_call {
     /* episodes (bt_generate_episodes); ops NULL: one turn per row */
     const bt_turn_ops *ops;
     int64_t max_turns;
+    int64_t lag; /* decode steps from a turn's end to its answer's use; 0: synchronous turns */
     int64_t *turn_start; /* (B) the column the row's current turn began at */
 } s_call;
 
@@ -117,6 +118,11 @@ typedef struct s_engine {
     bool *active;        /* (S) decoding */
     bool *waiting;       /* (S) holding a row of episodes that awaits the environment */
     int64_t *slot_of;    /* (B) episodes: the slot a row holds, -1: none */
+    int64_t now;         /* episodes: decode steps so far (the interleaving's clock) */
+    int64_t *due;        /* (S) the step a waiting slot's answer is used at */
+    bool *answered;      /* (B) a waiting row's answer is in: its ids past the row's length */
+    bool *ans_done;      /* (B) and whether it ends the episode */
+    int64_t *ans_n;      /* (B) and its observation's ids */
     double *u;           /* (S) this step's draws */
     int64_t *tok;        /* (S) host copies of the sampled ids */
     float *lp;           /* (S) and log-probs */
@@ -321,6 +327,8 @@ static bt_status s_compact(s_engine *e) {
         e->input[i] = e->input[keep[i]];
         e->active[i] = e->active[keep[i]];
         e->waiting[i] = e->waiting[keep[i]];
+        if (e->due)
+            e->due[i] = e->due[keep[i]];
         if (e->slot_of)
             e->slot_of[e->seq[i]] = i;
     }
@@ -355,6 +363,8 @@ static bt_status s_turn_over(s_engine *e, int64_t s, s_next next) {
     } else {
         e->active[s] = false;
         e->waiting[s] = true; /* input[s], its newest id, is fed with the observation */
+        e->due[s] = e->now + c->lag;
+        e->answered[b] = false;
     }
     return st;
 }
@@ -431,9 +441,9 @@ static bt_status s_feed(s_engine *e, bt_ctx *ctx, const int64_t *rows, const int
     return st;
 }
 
-/*  The environment's answers (waiting for one when wait): each answered row ends (done, or no
-    room left for a model id) or gets its observation and starts its next turn. */
-static bt_status s_answers(s_engine *e, bt_ctx *ctx, bool wait) {
+/*  Takes the environment's answers (waiting for one when wait): each is kept with its row (its
+    observation's ids past the row's length, where they fit) until the row's due step. */
+static bt_status s_collect(s_engine *e, bool wait) {
     const s_call *c = e->c;
     bt_generation *out = e->out;
     const int64_t W = out->max_new_tokens;
@@ -443,34 +453,71 @@ static bt_status s_answers(s_engine *e, bt_ctx *ctx, bool wait) {
     if (waiting == 0)
         return BT_OK;
     bt_turn_answer *got = malloc((size_t)waiting * sizeof *got);
-    int64_t *rows = malloc((size_t)(3 * waiting) * sizeof *rows), n = 0, fed = 0;
-    bt_status st = got && rows ? c->ops->answers(c->ops->user, wait, got, waiting, &n)
-                               : bt_fail(BT_ENOMEM, "bt_generate: out of memory");
+    int64_t n = 0;
+    bt_status st = got ? c->ops->answers(c->ops->user, wait, got, waiting, &n)
+                       : bt_fail(BT_ENOMEM, "bt_generate: out of memory");
     if (st == BT_OK && (n < 0 || n > waiting || (wait && n == 0)))
         st = bt_fail(BT_ESTATE, "bt_generate_episodes: %lld answers for %lld waiting rows%s",
                      (long long)n, (long long)waiting, wait ? " (asked to wait for one)" : "");
-    int64_t *slots = rows + waiting, *n_ids = slots + waiting;
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         int64_t b = got[i].row, s = b >= 0 && b < c->B ? e->slot_of[b] : -1;
-        if (s < 0 || !e->waiting[s]) {
+        if (s < 0 || !e->waiting[s] || e->answered[b]) {
             st = bt_fail(BT_ESTATE,
                          "bt_generate_episodes: an answer for row %lld, which does not "
                          "await one",
                          (long long)b);
             break;
         }
-        int64_t len = out->lengths[b], n_obs = got[i].n_ids;
-        if (got[i].done || n_obs < 0 || len + n_obs >= W) { /* over: no room for a model id */
-            out->finish[b] = got[i].done ? BT_FINISH_DONE : BT_FINISH_LENGTH;
+        int64_t len = out->lengths[b], n_obs = got[i].n_ids < 0 ? 0 : got[i].n_ids;
+        e->answered[b] = true;
+        e->ans_done[b] = got[i].done;
+        e->ans_n[b] = n_obs;
+        for (int64_t j = 0; !got[i].done && len + n_obs < W && j < n_obs; j++)
+            out->tokens[b * W + len + j] = got[i].ids[j];
+    }
+    free(got);
+    return st;
+}
+
+/*  The waiting rows whose answers are due (synchronous turns: all of them once none decodes;
+    interleaved: those whose turn ended lag steps ago), waiting for their answers: each ends
+    (done, or no room left for a model id) or gets its observation and starts its next turn, in
+    slot order.  Which rows and when depend on the decode steps alone, never on when the
+    environment answered, so the run is the same however fast it is. */
+static bt_status s_due(s_engine *e, bt_ctx *ctx) {
+    const s_call *c = e->c;
+    bt_generation *out = e->out;
+    const int64_t W = out->max_new_tokens;
+    int64_t live = 0, n = 0, fed = 0;
+    for (int64_t s = 0; s < e->S; s++)
+        live += e->active[s];
+    int64_t *rows = malloc((size_t)(3 * e->S) * sizeof *rows), *slots = rows + e->S,
+            *n_ids = slots + e->S;
+    if (!rows)
+        return bt_fail(BT_ENOMEM, "bt_generate: out of memory");
+    for (int64_t s = 0; s < e->S; s++)
+        if (e->waiting[s] && (c->lag == 0 ? live == 0 : e->due[s] <= e->now))
+            slots[n++] = s;
+    bt_status st = BT_OK;
+    for (bool missing = true; missing && st == BT_OK;) { /* the due answers, all of them */
+        missing = false;
+        for (int64_t i = 0; i < n && !missing; i++)
+            missing = !e->answered[e->seq[slots[i]]];
+        if (missing)
+            st = s_collect(e, true);
+    }
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        int64_t s = slots[i], b = e->seq[s], len = out->lengths[b], n_obs = e->ans_n[b];
+        if (e->ans_done[b] || len + n_obs >= W) { /* over: no room for a model id */
+            out->finish[b] = e->ans_done[b] ? BT_FINISH_DONE : BT_FINISH_LENGTH;
             out->n_turns[b]++;
             s_free_slot(e, s);
             continue;
         }
-        for (int64_t j = 0; j < n_obs; j++) {
-            out->tokens[b * W + len + j] = got[i].ids[j];
-            out->logprobs[b * W + len + j] = 0;
-            out->loss_mask[b * W + len + j] = 0;
-            out->turn[b * W + len + j] = (uint8_t)out->n_turns[b];
+        for (int64_t j = len; j < len + n_obs; j++) { /* the ids s_collect put there */
+            out->logprobs[b * W + j] = 0;
+            out->loss_mask[b * W + j] = 0;
+            out->turn[b * W + j] = (uint8_t)out->n_turns[b];
         }
         out->lengths[b] = len + n_obs;
         out->n_turns[b]++;
@@ -484,7 +531,6 @@ static bt_status s_answers(s_engine *e, bt_ctx *ctx, bool wait) {
     }
     if (st == BT_OK && fed)
         st = s_feed(e, ctx, rows, slots, n_ids, fed);
-    free(got);
     free(rows);
     return st;
 }
@@ -500,6 +546,10 @@ static void s_engine_release(s_engine *e) {
     free(e->active);
     free(e->waiting);
     free(e->slot_of);
+    free(e->due);
+    free(e->answered);
+    free(e->ans_done);
+    free(e->ans_n);
     free(e->u);
     free(e->tok);
     free(e->lp);
@@ -520,15 +570,21 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
     e.active = calloc((size_t)S, sizeof *e.active);
     e.waiting = calloc((size_t)S, sizeof *e.waiting);
     e.slot_of = c->ops ? malloc((size_t)B * sizeof *e.slot_of) : NULL;
+    e.due = c->ops ? calloc((size_t)S, sizeof *e.due) : NULL;
+    e.answered = c->ops ? calloc((size_t)B, sizeof *e.answered) : NULL;
+    e.ans_done = c->ops ? calloc((size_t)B, sizeof *e.ans_done) : NULL;
+    e.ans_n = c->ops ? calloc((size_t)B, sizeof *e.ans_n) : NULL;
     e.u = calloc((size_t)S, sizeof *e.u);
     e.tok = calloc((size_t)S, sizeof *e.tok);
     e.lp = calloc((size_t)S, sizeof *e.lp);
     e.mark = calloc((size_t)B, sizeof *e.mark);
     bt_ctx *ctx = bt_ctx_new();
-    bt_status st = e.prompt_of && e.up && e.seq && e.step && e.input && e.active && e.waiting &&
-                           (e.slot_of || !c->ops) && e.u && e.tok && e.lp && e.mark && ctx
-                       ? s_distinct(&e)
-                       : bt_fail(BT_ENOMEM, "bt_generate: out of memory");
+    bt_status st =
+        e.prompt_of && e.up && e.seq && e.step && e.input && e.active && e.waiting &&
+                (!c->ops || (e.slot_of && e.due && e.answered && e.ans_done && e.ans_n)) && e.u &&
+                e.tok && e.lp && e.mark && ctx
+            ? s_distinct(&e)
+            : bt_fail(BT_ENOMEM, "bt_generate: out of memory");
     for (int64_t s = 0; st == BT_OK && s < S; s++)
         e.seq[s] = -1;
     for (int64_t b = 0; st == BT_OK && c->ops && b < B; b++)
@@ -561,23 +617,27 @@ static bt_status s_engine_run(s_call *c, bt_generation *out) {
     while (st == BT_OK) {
         st = s_admit(&e, ctx);
         if (st == BT_OK && c->ops)
-            st = s_answers(&e, ctx, false);
+            st = s_collect(&e, false);
+        if (st == BT_OK && c->ops)
+            st = s_due(&e, ctx);
         if (st == BT_OK && c->ops) /* the slots of episodes that just ended */
             st = s_admit(&e, ctx);
-        int64_t live = 0, waiting = 0;
+        int64_t live = 0, next = INT64_MAX;
         for (int64_t s = 0; s < e.S; s++) {
             live += e.active[s];
-            waiting += e.waiting[s];
+            if (e.waiting[s] && e.due[s] < next)
+                next = e.due[s];
         }
-        if (st == BT_OK && live == 0 && waiting > 0) { /* every held row awaits its answer */
-            st = s_answers(&e, ctx, true);
-            continue; /* answered rows decode, ended ones free slots for the queue */
+        if (st == BT_OK && live == 0 && next != INT64_MAX) { /* all wait: to the first due */
+            e.now = next > e.now ? next : e.now;
+            continue;
         }
         if (st != BT_OK || live == 0)
             break;
         st = s_compact(&e);
         if (st == BT_OK)
             st = s_decode(&e, ctx);
+        e.now++;
         bt_ctx_reset(ctx);
     }
     if (e.slots)
@@ -755,7 +815,8 @@ bt_status bt_generate(bt_model *model, const int32_t *const *prompts, const int6
 bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
                                const int64_t *prompt_lens, int64_t batch,
                                const bt_sample_config *cfg, const uint64_t *keys, int64_t max_turns,
-                               int64_t width, const bt_turn_ops *ops, bt_generation *out) {
+                               int64_t width, int64_t lag, const bt_turn_ops *ops,
+                               bt_generation *out) {
     BT_ASSERT(model && prompts && prompt_lens && cfg && ops && ops->ended && ops->answers && out);
     bt_generation_release(out);
     if (!cfg->use_cache)
@@ -764,6 +825,9 @@ bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
     if (max_turns < 1 || max_turns > 255)
         return bt_fail(BT_EINVAL, "bt_generate_episodes: max_turns: expected 1 .. 255, got %lld",
                        (long long)max_turns);
+    if (lag < 0)
+        return bt_fail(BT_EINVAL, "bt_generate_episodes: lag: expected an integer >= 0, got %lld",
+                       (long long)lag);
     if (width < cfg->max_new_tokens)
         return bt_fail(BT_EINVAL,
                        "bt_generate_episodes: width %lld is below max_new_tokens %lld (one turn)",
@@ -780,6 +844,7 @@ bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
                 .width = width,
                 .ops = ops,
                 .max_turns = max_turns,
+                .lag = lag,
                 .turn_start = turn_start};
     bt_status st = s_generate(&c, out);
     free(turn_start);

@@ -1171,7 +1171,7 @@ static void test_episodes(void) {
     CHECK(cfg->task.env_service[0] == '\0' && cfg->task.env_server_key[0] == '\0');
     CHECK(!cfg->task.env_insecure && cfg->task.env_timeout_ms == 10000);
     CHECK(cfg->task.env_retries == 2 && cfg->task.env_reward == BT_EPISODE_REWARD_SUM);
-    CHECK(!cfg->task.turn_rewards && cfg->task.interleave);
+    CHECK(!cfg->task.turn_rewards && cfg->task.interleave == 0);
     CHECK(cfg->task.observation_template[0] == '\0');
     CHECK(cfg->grpo.max_tokens == 8); /* no environment: one completion wide */
     bt_episode_config ep, init;
@@ -1183,14 +1183,14 @@ static void test_episodes(void) {
 
     /* 3 turns of 5 tokens: 30 episode tokens, and the trainer's normaliser follows */
     const char *calc = "{\"task\": {\"env\": \"calculator\", \"max_turns\": 3, \"env_reward\": "
-                       "\"final\", \"turn_rewards\": true, \"interleave\": false, "
+                       "\"final\", \"turn_rewards\": true, \"interleave\": 6, "
                        "\"observation_template\": \"\\n<tool>{observation}</tool>\\n\"},"
                        " \"grpo\": {\"max_new_tokens\": 5}}";
     CHECK_OK(s_parse(calc, cfg));
     CHECK(cfg->task.env == BT_CONFIG_ENV_CALCULATOR && cfg->task.max_episode_tokens == 30);
     CHECK(cfg->grpo.max_tokens == 30);
     bt_config_episode(cfg, &ep);
-    CHECK(ep.max_turns == 3 && ep.max_episode_tokens == 30 && !ep.interleave);
+    CHECK(ep.max_turns == 3 && ep.max_episode_tokens == 30 && ep.interleave == 6);
     CHECK(ep.reward == BT_EPISODE_REWARD_FINAL && ep.turn_rewards);
     CHECK(ep.observation_template == cfg->task.observation_template); /* borrowed */
     CHECK(!strcmp(ep.observation_template, "\n<tool>{observation}</tool>\n"));
@@ -1202,7 +1202,7 @@ static void test_episodes(void) {
     CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(task, "max_turns")) == 3);
     CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(task, "env")), "calculator"));
     CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(task, "env_reward")), "final"));
-    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(task, "interleave")));
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(task, "interleave")) == 6);
     CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(task, "env_timeout_ms")) == 10000);
     CHECK(cJSON_GetNumberValue(
               cJSON_GetObjectItem(cJSON_GetObjectItem(root, "grpo"), "max_tokens")) == 30);
@@ -1276,8 +1276,8 @@ static void test_episodes(void) {
          "arith.json: task.env_reward: expected one of \"sum\", \"final\", \"env\", got \"mean\""},
         {"{\"task\": {\"turn_rewards\": \"yes\"}}",
          "arith.json: task.turn_rewards: expected true or false, got \"yes\""},
-        {"{\"task\": {\"interleave\": null}}",
-         "arith.json: task.interleave: expected true or false, got null"},
+        {"{\"task\": {\"interleave\": true}}",
+         "arith.json: task.interleave: expected an integer, got true"},
         {"{\"task\": {\"observation_template\": 7}}",
          "arith.json: task.observation_template: expected a string, got 7"},
         /* between the keys */

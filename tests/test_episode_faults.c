@@ -36,16 +36,18 @@ static char s_tmp[64], s_config[128];
 
 enum { S_STEPS = 6, S_PROMPTS = 4, S_GROUP = 2, S_EPISODES = S_PROMPTS * S_GROUP };
 
-/*  3 model turns of 3 tokens per episode; the step-2 checkpoint is what the resume starts from. */
+/*  3 model turns of 3 tokens per episode; the step-2 checkpoint is what the resume starts from.
+    The evaluation is of perplexity, so every episode the service sees is a rollout's. */
 static const char s_json[] =
     "{\"run\": {\"name\": \"epf\", \"seed\": 5, \"log_every\": 1}," RUNS_MODEL_TINY
     " \"task\": {\"kind\": \"arithmetic\", \"digits\": 1, \"operators\": \"+\", \"heldout_size\": "
     "4,"
     "  \"env\": \"service\", \"env_service\": \"ipc:///nowhere\", \"max_turns\": 3,"
-    "  \"max_episode_tokens\": 28, \"env_timeout_ms\": 30000, \"interleave\": false},"
+    "  \"max_episode_tokens\": 28, \"env_timeout_ms\": 30000, \"interleave\": 0},"
     " \"grpo\": {\"steps\": 6, \"group_size\": 2, \"prompts_per_step\": 4, \"max_new_tokens\": 3,"
     "  \"lr\": 0.001},"
-    " \"eval\": {\"heldout_count\": 4},"
+    " \"eval\": {\"heldout_count\": 4, \"datasets\": [{\"name\": \"ppl\", \"kind\": "
+    "\"perplexity\"}]},"
     " \"checkpoint\": {\"full_every_steps\": 2},"
     " \"debug\": {\"log_prompts\": true},"
     " \"workers\": {\"rollout\": 2, \"trainer\": 1, \"eval\": 1, \"heartbeat_ms\": 50,"

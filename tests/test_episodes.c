@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { NP = 4, G = 3, B = NP * G, M = 4, W = 20, TURNS = 4 };
 
@@ -268,42 +269,62 @@ static void test_engine(bt_model *m) {
         lengths += length;
         const int64_t slots[] = {1, 3, 0};
         for (int k = 0; k < 3; k++)
-            for (int delay = 0; delay <= 3; delay += 3) {
-                static s_env env;
-                memset(&env, 0, sizeof env);
-                env.delay = delay;
-                bt_turn_ops ops = {
-                    .user = &env, .turn_ends = s_turn_ends, .ended = s_ended, .answers = s_answers};
-                bt_sample_config ec = s_sample(temp, true, slots[k]);
-                bt_generation g;
-                bt_generation_init(&g);
-                CHECK_OK(bt_generate_episodes(m, s_rows, s_lens, B, &ec, sampled ? s_keys : NULL,
-                                              TURNS, W, &ops, &g));
-                int same = 0;
-                double worst = 0;
-                for (int64_t b = 0; g.tokens && b < B; b++) {
-                    const s_ref *r = &ref[b];
-                    bool ok = g.lengths[b] == r->len && g.finish[b] == r->finish &&
-                              g.n_turns[b] == r->n_turns;
-                    for (int64_t j = 0; ok && j < r->len; j++) {
-                        ok = g.tokens[b * W + j] == r->tokens[j] &&
-                             g.loss_mask[b * W + j] == r->mask[j] &&
-                             g.turn[b * W + j] == r->turn[j];
-                        double d = fabs((double)g.logprobs[b * W + j] - r->logprobs[j]);
-                        worst = d > worst ? d : worst;
+            for (int lag = 0; lag <= 2; lag += 2) {
+                bt_generation at_once; /* answers given at once: the others equal it exactly */
+                bt_generation_init(&at_once);
+                for (int delay = 0; delay <= 3; delay += 3) {
+                    static s_env env;
+                    memset(&env, 0, sizeof env);
+                    env.delay = delay;
+                    bt_turn_ops ops = {.user = &env,
+                                       .turn_ends = s_turn_ends,
+                                       .ended = s_ended,
+                                       .answers = s_answers};
+                    bt_sample_config ec = s_sample(temp, true, slots[k]);
+                    bt_generation g;
+                    bt_generation_init(&g);
+                    CHECK_OK(bt_generate_episodes(m, s_rows, s_lens, B, &ec,
+                                                  sampled ? s_keys : NULL, TURNS, W, lag, &ops,
+                                                  &g));
+                    int same = 0, exact = 0;
+                    double worst = 0;
+                    for (int64_t b = 0; g.tokens && b < B; b++) {
+                        const s_ref *r = &ref[b];
+                        bool ok = g.lengths[b] == r->len && g.finish[b] == r->finish &&
+                                  g.n_turns[b] == r->n_turns;
+                        for (int64_t j = 0; ok && j < r->len; j++) {
+                            ok = g.tokens[b * W + j] == r->tokens[j] &&
+                                 g.loss_mask[b * W + j] == r->mask[j] &&
+                                 g.turn[b * W + j] == r->turn[j];
+                            double d = fabs((double)g.logprobs[b * W + j] - r->logprobs[j]);
+                            worst = d > worst ? d : worst;
+                        }
+                        for (int64_t t = 0; ok && t < r->n_turns; t++) /* what the env got */
+                            ok = env.seen_n[b][t] == r->turn_len[t] &&
+                                 !memcmp(env.seen[b][t], r->tokens + r->turn_start[t],
+                                         (size_t)r->turn_len[t] * sizeof(int32_t));
+                        same += ok;
+                        exact += delay > 0 && at_once.tokens &&
+                                 !memcmp(g.tokens + b * W, at_once.tokens + b * W,
+                                         W * sizeof(int32_t)) &&
+                                 !memcmp(g.logprobs + b * W, at_once.logprobs + b * W,
+                                         W * sizeof(float));
                     }
-                    for (int64_t t = 0; ok && t < r->n_turns; t++) /* what the env was given */
-                        ok = env.seen_n[b][t] == r->turn_len[t] &&
-                             !memcmp(env.seen[b][t], r->tokens + r->turn_start[t],
-                                     (size_t)r->turn_len[t] * sizeof(int32_t));
-                    same += ok;
+                    printf("  engine, slots %lld, %s, answers held up to %d polls: %d of %d "
+                           "episodes as the reference (log-probs within %.1e)",
+                           (long long)slots[k], lag ? "interleaved (lag 2)" : "synchronous", delay,
+                           same, B, worst);
+                    if (delay > 0)
+                        printf(", %d bit for bit as with answers at once", exact);
+                    printf("\n");
+                    CHECK(same == B && worst <= 1e-5 && !env.bad && env.nq == 0);
+                    CHECK(delay == 0 || exact == B);
+                    if (delay == 0)
+                        at_once = g;
+                    else
+                        bt_generation_release(&g);
                 }
-                printf(
-                    "  engine, slots %lld, answers held up to %d polls: %d of %d episodes as the "
-                    "reference (log-probs within %.1e)\n",
-                    (long long)slots[k], delay, same, B, worst);
-                CHECK(same == B && worst <= 1e-5 && !env.bad && env.nq == 0);
-                bt_generation_release(&g);
+                bt_generation_release(&at_once);
             }
     }
     CHECK(lengths >= 1);
@@ -312,10 +333,10 @@ static void test_engine(bt_model *m) {
     bt_generation g;
     bt_generation_init(&g);
     bt_sample_config ec = s_sample(0, false, 0);
-    CHECK(bt_generate_episodes(m, s_rows, s_lens, B, &ec, NULL, TURNS, W, &ops, &g) ==
+    CHECK(bt_generate_episodes(m, s_rows, s_lens, B, &ec, NULL, TURNS, W, 0, &ops, &g) ==
           BT_EUNSUPPORTED);
     ec.use_cache = true;
-    CHECK(bt_generate_episodes(m, s_rows, s_lens, B, &ec, NULL, TURNS, M - 1, &ops, &g) ==
+    CHECK(bt_generate_episodes(m, s_rows, s_lens, B, &ec, NULL, TURNS, M - 1, 0, &ops, &g) ==
           BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "width");
 }
@@ -331,6 +352,7 @@ static void test_engine(bt_model *m) {
     that ends an episode. */
 typedef struct s_cenv {
     int steps, fail_at;
+    int sleep_us; /* a step takes (steps % 3) x this */
     bool reset_done;
     char reply[S_EPISODES * 4][96];
     uint64_t last_episode[64];
@@ -356,6 +378,8 @@ static bt_status s_c_step(void *user, const bt_env_step_item *items, int64_t n, 
     s_cenv *e = user;
     if (++e->steps == e->fail_at)
         return bt_fail(BT_EIO, "test environment: step %d fails", e->steps);
+    if (e->sleep_us)
+        usleep((useconds_t)(e->sleep_us * (e->steps % 3)));
     for (int64_t i = 0; i < n; i++) {
         const bt_env_step_item *it = &items[i];
         char *r = e->reply[i % (S_EPISODES * 4)];
@@ -420,42 +444,55 @@ static void test_driver(void) {
     sc.temperature = 1.0;
     sc.n_stops = bt_tokenizer_stops(tok, sc.stops, BT_SAMPLE_MAX_STOPS);
     sc.vocab_limit = 256; /* bytes only: every id decodes to one byte */
-    bt_episodes runs[2];
-    s_cenv *cenv[2];
-    for (int il = 0; il < 2; il++) {
+    /* synchronous turns; interleaved (lag 3) with an instant environment, and with one that
+       takes 0 to 4 ms a step */
+    bt_episodes runs[3];
+    s_cenv *cenv[3];
+    for (int il = 0; il < 3; il++) {
         cenv[il] = calloc(1, sizeof *cenv[il]);
+        cenv[il]->sleep_us = il == 2 ? 2000 : 0;
         bt_env_t *env = NULL;
         CHECK_OK(bt_env_new(&s_cops, cenv[il], &env));
-        ec.interleave = il == 1;
+        ec.interleave = il > 0 ? 3 : 0;
         bt_episodes_init(&runs[il]);
         CHECK_OK(
             bt_episodes_run(m, tok, env, &ec, &sc, rows, lens, items, S_EPISODES, keys, &runs[il]));
         bt_env_destroy(&env);
     }
     bt_episodes *r = &runs[0];
-    if (!r->g.tokens || !runs[1].g.tokens) {
+    if (!r->g.tokens || !runs[1].g.tokens || !runs[2].g.tokens) {
         bt_tokenizer_destroy(&tok);
         bt_model_destroy(&m);
         return;
     }
     const int64_t WW = r->g.max_new_tokens;
     CHECK(WW == 300);
-    /* interleaved and synchronous turns: the same episodes */
-    int same = 0;
+    /* interleaved and synchronous turns: the same episodes (log-probs to float rounding: other
+       rows decode beside them); interleaved, bit for bit whatever the environment's speed */
+    int same = 0, exact = 0;
+    double worst = 0;
     for (int64_t b = 0; b < S_EPISODES; b++) {
         bool ok =
             r->g.lengths[b] == runs[1].g.lengths[b] && r->g.n_turns[b] == runs[1].g.n_turns[b] &&
             r->g.finish[b] == runs[1].g.finish[b] && r->env_return[b] == runs[1].env_return[b] &&
             r->tool_calls[b] == runs[1].tool_calls[b];
-        for (int64_t j = 0; ok && j < r->g.lengths[b]; j++)
-            ok = r->g.tokens[b * WW + j] == runs[1].g.tokens[b * WW + j] &&
-                 r->g.logprobs[b * WW + j] == runs[1].g.logprobs[b * WW + j];
+        for (int64_t j = 0; ok && j < r->g.lengths[b]; j++) {
+            ok = r->g.tokens[b * WW + j] == runs[1].g.tokens[b * WW + j];
+            double d = fabs((double)r->g.logprobs[b * WW + j] - runs[1].g.logprobs[b * WW + j]);
+            worst = d > worst ? d : worst;
+        }
         same += ok;
+        exact += runs[1].g.lengths[b] == runs[2].g.lengths[b] &&
+                 runs[1].env_return[b] == runs[2].env_return[b] &&
+                 !memcmp(runs[1].g.tokens + b * WW, runs[2].g.tokens + b * WW,
+                         (size_t)WW * sizeof(int32_t)) &&
+                 !memcmp(runs[1].g.logprobs + b * WW, runs[2].g.logprobs + b * WW,
+                         (size_t)WW * sizeof(float));
     }
-    printf("driver: synchronous and interleaved turns agree on %d of %d episodes (%d and %d step "
-           "calls)\n",
-           same, S_EPISODES, cenv[0]->steps, cenv[1]->steps);
-    CHECK(same == S_EPISODES);
+    printf("driver: synchronous and interleaved turns agree on %d of %d episodes (log-probs within "
+           "%.1e; %d and %d step calls); interleaved with a slow environment: %d bit for bit\n",
+           same, S_EPISODES, worst, cenv[0]->steps, cenv[1]->steps, exact);
+    CHECK(same == S_EPISODES && worst <= 1e-5 && exact == S_EPISODES);
     /* token in, token out: the rows are the prompt + reset ids, then turns and observations */
     int checked_obs = 0, turns = 0, rewarded = 0, stopped = 0;
     for (int64_t b = 0; b < S_EPISODES; b++) {
@@ -516,7 +553,7 @@ static void test_driver(void) {
            turns, stopped, checked_obs, decoded, cenv[0]->seen);
     CHECK(checked_obs >= 4 && turns > S_EPISODES && decoded == cenv[0]->seen && rewarded > 0 &&
           stopped >= 1);
-    for (int il = 0; il < 2; il++) {
+    for (int il = 0; il < 3; il++) {
         bt_episodes_release(&runs[il]);
         free(cenv[il]);
     }
@@ -526,7 +563,7 @@ static void test_driver(void) {
         e->fail_at = 2;
         bt_env_t *env = NULL;
         CHECK_OK(bt_env_new(&s_cops, e, &env));
-        ec.interleave = il == 1;
+        ec.interleave = il == 1 ? 2 : 0;
         bt_episodes out;
         bt_episodes_init(&out);
         CHECK(bt_episodes_run(m, tok, env, &ec, &sc, rows, lens, items, S_EPISODES, keys, &out) ==

@@ -18,7 +18,7 @@
 #include <string.h>
 
 void bt_episode_config_init(bt_episode_config *cfg) {
-    *cfg = (bt_episode_config){.max_turns = 1, .interleave = true};
+    *cfg = (bt_episode_config){.max_turns = 1};
 }
 
 void bt_episodes_init(bt_episodes *e) {
@@ -84,6 +84,8 @@ typedef struct s_run {
     pthread_cond_t cv;
     s_step *pending;
     int64_t n_pending, cap_pending;
+    int64_t n_awaiting; /* of the pending steps, those whose answer the engine awaits */
+    bool kick;          /* the engine asked for the pending steps (its poll between steps) */
     s_answer *ready;
     int64_t n_ready, cap_ready;
     s_answer *handed; /* given to the engine by the last answers call: freed at the next */
@@ -222,16 +224,19 @@ static int64_t s_take(s_run *r, s_step **steps) {
     *steps = r->pending;
     int64_t n = r->n_pending;
     r->pending = NULL;
-    r->n_pending = r->cap_pending = 0;
+    r->n_pending = r->cap_pending = r->n_awaiting = 0;
+    r->kick = false;
     return n;
 }
 
-/*  The stepping thread: whatever is pending, whenever it is free. */
+/*  The stepping thread: what is pending, in one call, once the engine has asked for it (its poll
+    between decode steps hands over the turns that ended in the step: one call per step at most)
+    and some of it awaits an answer; the last turns ride along, or go at the end. */
 static void *s_stepper(void *arg) {
     s_run *r = arg;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        while (r->n_pending == 0 && !r->closing && r->error == BT_OK)
+        while (!(r->kick && r->n_awaiting > 0) && !r->closing && r->error == BT_OK)
             pthread_cond_wait(&r->cv, &r->mu);
         if (r->error != BT_OK || (r->n_pending == 0 && r->closing))
             break;
@@ -265,11 +270,10 @@ static bt_status s_ended(void *user, int64_t row, int64_t turn, const int32_t *i
     bt_status st = r->error != BT_OK ? bt_fail(r->error, "%s", r->message)
                                      : s_grow((void **)&r->pending, &r->cap_pending, r->n_pending,
                                               sizeof *r->pending);
-    if (st == BT_OK) {
+    if (st == BT_OK) { /* queued: the engine's next poll hands it to the thread */
         r->pending[r->n_pending++] = step;
+        r->n_awaiting += !last;
         step.ids = NULL;
-        if (r->threaded)
-            pthread_cond_broadcast(&r->cv);
     }
     if (r->threaded)
         pthread_mutex_unlock(&r->mu);
@@ -299,6 +303,10 @@ static bt_status s_answers(void *user, bool wait, bt_turn_answer *out, int64_t c
     }
     if (r->threaded) {
         pthread_mutex_lock(&r->mu);
+        if (r->n_awaiting > 0) { /* the turns that ended since the last poll: step them */
+            r->kick = true;
+            pthread_cond_broadcast(&r->cv);
+        }
         while (wait && r->n_ready == 0 && r->error == BT_OK)
             pthread_cond_wait(&r->cv, &r->mu);
         if (r->error != BT_OK)
@@ -481,7 +489,7 @@ bt_status bt_episodes_run(bt_model *model, const bt_tokenizer_t *tok, bt_env_t *
         st = s_reset(&r, prompts, prompt_lens, n);
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
-    if (st == BT_OK && cfg->interleave) {
+    if (st == BT_OK && cfg->interleave > 0) {
         if (pthread_create(&r.thread, NULL, s_stepper, &r) != 0)
             st = bt_fail(BT_EIO, "episodes: cannot start the environment's thread");
         else
@@ -493,7 +501,8 @@ bt_status bt_episodes_run(bt_model *model, const bt_tokenizer_t *tok, bt_env_t *
     bt_generation_init(&g);
     if (st == BT_OK)
         st = bt_generate_episodes(model, (const int32_t *const *)out->prompts, out->prompt_lens, n,
-                                  sample, keys, cfg->max_turns, cfg->max_episode_tokens, &ops, &g);
+                                  sample, keys, cfg->max_turns, cfg->max_episode_tokens,
+                                  cfg->interleave, &ops, &g);
     st = s_finish(&r, st);
     pthread_cond_destroy(&r.cv);
     pthread_mutex_destroy(&r.mu);

@@ -274,6 +274,12 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
         if (c->opt->reward)
             bt_eval_suite_set_reward_fn(&c->cur->suite, c->opt->reward, c->opt->reward_user);
         c->cur->suite.reward_service = c->reward;
+        for (int i = 0; i < c->cur->suite.n_datasets; i++) { /* its source's episodes */
+            int k = c->cur->suite.datasets[i].data_source;
+            k = k >= 0 && k < c->cur->n_sources ? k : 0;
+            c->cur->suite.env[i] = c->cur->episodes[k].env;
+            c->cur->suite.episode[i] = c->cur->episodes[k].episode;
+        }
         return BT_OK;
     }
     if (c->role != BT_ROLE_TRAINER) {

@@ -222,7 +222,7 @@ typedef struct bt_config {
         int64_t env_retries;
         int env_reward; /* bt_episode_reward (episodes.h): 0 "sum", 1 "final", 2 "env" */
         bool turn_rewards;
-        bool interleave;
+        int64_t interleave; /* decode steps from a turn's end to its answer's use; 0: synchronous */
         char observation_template[BT_CONFIG_TEMPLATE_MAX]; /* "" or a text with {observation} */
     } task;
     struct {

@@ -50,7 +50,10 @@ typedef struct bt_episode_config {
     int64_t max_episode_tokens; /* model and observation tokens of one episode (its completion's
                                    width), >= the per-turn max_new_tokens (0: resolved by the
                                    config to 2 x max_turns x max_new_tokens) */
-    bool interleave;            /* the environment answers while other episodes decode (true) */
+    int64_t interleave;         /* 0: synchronous turns (every waiting episode answered at once
+                                   when none is left decoding); N >= 1: an episode's answer is used
+                                   N decode steps after its turn ended, the others decoding
+                                   meanwhile (0) */
     bt_episode_reward reward;   /* (BT_EPISODE_REWARD_SUM) */
     bool turn_rewards;          /* advantages per turn from each turn's reward (grpo.turn_gamma);
                                    false: one per episode (false) */
@@ -60,7 +63,7 @@ typedef struct bt_episode_config {
                                          template's (bt_chat_observation) */
 } bt_episode_config;
 
-/*  max_turns 1, max_episode_tokens 0, interleave true, reward sum, no turn rewards, no
+/*  max_turns 1, max_episode_tokens 0, interleave 0, reward sum, no turn rewards, no
     templates. */
 void bt_episode_config_init(bt_episode_config *cfg);
 

@@ -137,27 +137,34 @@ typedef struct bt_turn_ops {
                        bt_finish_reason why, bool last);
     /*  Writes up to cap answers to ended calls that awaited one, in any order, one per call at
         most; *n receives how many.  With wait, blocks until there is at least one (the engine
-        waits only while every held row awaits an answer). */
+        waits only when an answer it needs now has not come).  Called between decode steps
+        (wait false): the moment to start stepping the turns that ended since the last call. */
     bt_status (*answers)(void *user, bool wait, bt_turn_answer *out, int64_t cap, int64_t *n);
 } bt_turn_ops;
 
 /*  Episodes of up to max_turns model turns (1 .. 255) in one engine run (cfg->use_cache must be
     true): a row's turn ends at a stop token (which ends the episode), at cfg's per-turn length
     limit (max_new_tokens, max_new_each) or where ops->turn_ends says; ops->ended gets the turn,
-    and unless it was the last the row keeps its decode slot and KV cache while it waits for
-    ops->answers: an observation's ids are appended to the row and prefilled onto its cache in
-    one pass (bt_model_extend), and its next turn decodes after them; rows awaiting answers take
-    no part in decode steps, so other rows decode meanwhile.  A row is at most width ids (model
-    and observation ids; max_new_tokens of *out is width); an observation that leaves no room for
-    a model id ends the episode (finish BT_FINISH_LENGTH, the observation not appended).  Turn t
-    of row b draws its tokens as bt_generate's row with key keys[b] for t = 0 and
-   bt_rng_key(keys[b], t) after, its step counted from the turn's start, so turn 0 is bt_generate's
-   row and an episode depends on its prompt, key and observations alone.  *out also gets loss_mask,
-   turn and n_turns.  On failure *out is empty. */
+    and unless it was the last the row keeps its decode slot and KV cache while it waits for its
+    answer: an observation's ids are appended to the row and prefilled onto its cache in one pass
+    (bt_model_extend), and its next turn decodes after them.  When an answer is used: lag 0,
+    synchronous turns: once no row is left decoding, every waiting row's; lag >= 1, interleaved:
+    lag decode steps after its turn ended (the engine waits for it then if it has not come), the
+    other rows decoding meanwhile.  Either way which rows decode together at each step depends on
+    the decode steps alone, not on when answers come, so the same inputs give the same ids and
+    log-probs bit for bit however fast the environment is.  A row is at most width ids (model and
+    observation ids; max_new_tokens of *out is width); an observation that leaves no room for a
+    model id ends the episode (finish BT_FINISH_LENGTH, the observation not appended).  Turn t of
+    row b draws its tokens as bt_generate's row with key keys[b] for t = 0 and
+    bt_rng_key(keys[b], t) after, its step counted from the turn's start, so turn 0 is
+    bt_generate's row and an episode's ids depend on its prompt, key and observations alone
+    (its log-probs on its company to float rounding).  *out also gets loss_mask, turn and
+    n_turns.  On failure *out is empty. */
 bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
                                const int64_t *prompt_lens, int64_t batch,
                                const bt_sample_config *cfg, const uint64_t *keys, int64_t max_turns,
-                               int64_t width, const bt_turn_ops *ops, bt_generation *out);
+                               int64_t width, int64_t lag, const bt_turn_ops *ops,
+                               bt_generation *out);
 
 #ifdef __cplusplus
 }
