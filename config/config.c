@@ -87,6 +87,11 @@ static bool s_is_pbt_keys(const char *s) {
 }
 
 /*  "" (no service) or a ZeroMQ endpoint another process can serve: tcp:// or ipc://. */
+/*  "" or a JSONL key other than the record's own "prompt" and "answer". */
+static bool s_is_demonstration_key(const char *s) {
+    return strcmp(s, "prompt") && strcmp(s, "answer");
+}
+
 static bool s_is_endpoint(const char *s) {
     return !s[0] || ((!strncmp(s, "tcp://", 6) || !strncmp(s, "ipc://", 6)) && s[6]);
 }
@@ -225,6 +230,8 @@ static const s_key s_keys[] = {
     S_INT_KEY("task.epoch_size", task.epoch_size, 0, 0, S_INF),
     S_NUM_KEY("task.code_timeout_s", task.code_timeout_s, 10, 0, 3600, S_LO_OPEN),
     S_INT_KEY("task.code_memory_mb", task.code_memory_mb, 512, 64, 1048576),
+    S_STR_KEY("task.demonstration_key", task.demonstration_key, "", s_is_demonstration_key,
+              "\"\" (the answer) or a JSONL key other than \"prompt\" and \"answer\""),
     S_INT_KEY("task.max_turns", task.max_turns, 1, 1, BT_CONFIG_MAX_TURNS),
     S_INT_KEY("task.max_episode_tokens", task.max_episode_tokens, 0, 0, S_TOKENS_MAX),
     S_ENUM_KEY("task.env", task.env, BT_CONFIG_ENV_NONE, s_envs),
@@ -946,6 +953,7 @@ static const struct {
     {"epoch_size", "task.epoch_size"},
     {"code_timeout_s", "task.code_timeout_s"},
     {"code_memory_mb", "task.code_memory_mb"},
+    {"demonstration_key", "task.demonstration_key"},
     {"max_turns", "task.max_turns"},
     {"max_episode_tokens", "task.max_episode_tokens"},
     {"env", "task.env"},
@@ -1017,7 +1025,7 @@ static bt_status s_apply_sources(const cJSON *arr, const char *src, bt_config *c
                                "%s: unknown key (a source has name, weight, kind, path, heldout, "
                                "verifier, seed, digits, operators, heldout_size, format_reward, "
                                "chat_template, system_prompt, epoch_size, code_timeout_s, "
-                               "code_memory_mb and the episode keys max_turns, "
+                               "code_memory_mb, demonstration_key and the episode keys max_turns, "
                                "max_episode_tokens, env, env_service, env_server_key, "
                                "env_insecure, env_timeout_ms, env_retries, env_reward, "
                                "turn_rewards, interleave, observation_template)",
@@ -2438,5 +2446,7 @@ void bt_config_task_jsonl(const bt_config *cfg, bt_source_jsonl_config *out) {
                                     .chat_template = cfg->task.chat_template,
                                     .system_prompt = cfg->task.system_prompt,
                                     .code_timeout_s = cfg->task.code_timeout_s,
-                                    .code_memory_bytes = (size_t)cfg->task.code_memory_mb << 20};
+                                    .code_memory_bytes = (size_t)cfg->task.code_memory_mb << 20,
+                                    .demonstration_key = cfg->task.demonstration_key,
+                                    .observation_template = cfg->task.observation_template};
 }

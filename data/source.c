@@ -53,6 +53,8 @@ struct bt_task {
     uint64_t n_train, n_heldout;
     char *chat_template;     /* NULL: prompts as written */
     char *system_prompt;     /* NULL: "" */
+    char *demonstration_key;    /* NULL: the answer demonstrates (bt_source_example.demo) */
+    char *observation_template; /* NULL: the chat template's tool turn */
     bt_reward_fn *reward_fn; /* a host's reward, or NULL */
     void *reward_user;
     /* few-shot held-out prompts (bt_source_set_fewshot) */
@@ -625,11 +627,96 @@ bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **t
         if (st == BT_OK && (!self->chat_template || (cfg->system_prompt && !self->system_prompt)))
             st = bt_fail(BT_ENOMEM, "%s: out of memory", cfg->train_path);
     }
+    if (st == BT_OK && cfg->demonstration_key && cfg->demonstration_key[0]) {
+        char *probe = NULL; /* a bad observation template fails now, not at the first example */
+        size_t n = 0;
+        st = bt_chat_observation(cfg->chat_template, cfg->observation_template, "", 0, &probe, &n);
+        free(probe);
+        self->demonstration_key = strdup(cfg->demonstration_key);
+        self->observation_template = s_strdup_or_null(cfg->observation_template);
+        if (st == BT_OK && (!self->demonstration_key ||
+                            (cfg->observation_template && !self->observation_template)))
+            st = bt_fail(BT_ENOMEM, "%s: out of memory", cfg->train_path);
+    }
     if (st != BT_OK) {
         bt_source_destroy(&self);
         return st;
     }
     *task_out = self;
+    return BT_OK;
+}
+
+/*  The JSON type of item, for messages. */
+static const char *s_json_type(const cJSON *item) {
+    if (cJSON_IsString(item))
+        return "a string";
+    if (cJSON_IsNumber(item))
+        return "a number";
+    if (cJSON_IsBool(item))
+        return "a boolean";
+    if (cJSON_IsNull(item))
+        return "null";
+    if (cJSON_IsArray(item))
+        return "an array";
+    return "an object";
+}
+
+/*  Fills ex->demo from item, record rec's demonstration (a string, or an array of strings
+    [model, observation, model, ...] of odd length): each observation framed by the observation
+    template, all in one block at ex->demo_heap. */
+static bt_status s_set_demo(const bt_source_t *self, const bt_dataset_t *ds, uint64_t rec,
+                            const cJSON *item, bt_source_example *ex) {
+    int n = cJSON_IsString(item) ? 1 : cJSON_IsArray(item) ? cJSON_GetArraySize(item) : 0;
+    char why[96] = "";
+    if (!cJSON_IsString(item) && !cJSON_IsArray(item))
+        snprintf(why, sizeof why, "%s", s_json_type(item));
+    else if (n % 2 == 0)
+        snprintf(why, sizeof why, "an array of %d", n);
+    for (int i = 0; i < n && !why[0] && cJSON_IsArray(item); i++) {
+        const cJSON *part = cJSON_GetArrayItem(item, i);
+        if (!cJSON_IsString(part))
+            snprintf(why, sizeof why, "%s at [%d]", s_json_type(part), i);
+    }
+    if (why[0])
+        return bt_fail(BT_EFORMAT,
+                       "%s: record %" PRIu64 ": \"%s\": expected a string or an array of strings "
+                       "[model, observation, model, ...] of odd length, got %s",
+                       bt_dataset_path(ds), rec + 1, self->demonstration_key, why);
+    char **texts = calloc((size_t)n, sizeof *texts);
+    size_t *lens = calloc((size_t)n, sizeof *lens), bytes = 0;
+    bt_status st = texts && lens ? BT_OK : bt_fail(BT_ENOMEM, "dataset: out of memory");
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        const char *v = cJSON_IsString(item) ? item->valuestring
+                                              : cJSON_GetArrayItem(item, i)->valuestring;
+        if (i % 2)
+            st = bt_chat_observation(self->chat_template, self->observation_template, v,
+                                     strlen(v), &texts[i], &lens[i]);
+        else if (!(texts[i] = strdup(v)))
+            st = bt_fail(BT_ENOMEM, "dataset: out of memory");
+        else
+            lens[i] = strlen(v);
+        bytes += lens[i];
+    }
+    bt_source_turn *demo = NULL;
+    if (st == BT_OK && !(demo = malloc((size_t)n * sizeof *demo + bytes + 1)))
+        st = bt_fail(BT_ENOMEM, "dataset: out of memory");
+    char *at = demo ? (char *)(demo + n) : NULL;
+    for (int i = 0; i < n && st == BT_OK; i++) {
+        memcpy(at, texts[i], lens[i]);
+        demo[i] = (bt_source_turn){.text = at, .len = lens[i], .observation = i % 2 == 1};
+        at += lens[i];
+    }
+    for (int i = 0; texts && i < n; i++)
+        free(texts[i]);
+    free(texts);
+    free(lens);
+    if (st != BT_OK) {
+        free(demo);
+        return st;
+    }
+    ex->demo_heap = demo;
+    ex->demo = demo;
+    ex->n_demo = n;
     return BT_OK;
 }
 
@@ -738,10 +825,16 @@ static bt_status s_jsonl_example(const bt_source_t *self, const bt_dataset_t *ds
     }
     cJSON *answer = cJSON_DetachItemFromObjectCaseSensitive(root, "answer");
     cJSON *prompt = cJSON_DetachItemFromObjectCaseSensitive(root, "prompt");
+    cJSON *demo = self->demonstration_key
+                      ? cJSON_DetachItemFromObjectCaseSensitive(root, self->demonstration_key)
+                      : NULL; /* for SFT, not a column the reward sees */
     char number[32], *columns = NULL;
     if (cJSON_IsNumber(answer))
         s_format_number(answer->valuedouble, number);
-    bt_status st = s_columns(root, &columns);
+    bt_status st = demo ? s_set_demo(self, ds, rec, demo, ex) : BT_OK;
+    cJSON_Delete(demo);
+    if (st == BT_OK)
+        st = s_columns(root, &columns);
     if (st == BT_OK)
         st = s_set_example(self, prompt->valuestring,
                            cJSON_IsString(answer) ? answer->valuestring : number, columns, raw, ex);
@@ -777,6 +870,8 @@ void bt_source_destroy(bt_source_t **self_p) {
     bt_dataset_destroy(&self->heldout_file);
     free(self->chat_template);
     free(self->system_prompt);
+    free(self->demonstration_key);
+    free(self->observation_template);
     free(self->fewshot_separator);
     free(self->fewshot_delimiter);
     free(self->heldout_codes);
@@ -791,6 +886,10 @@ void bt_source_example_init(bt_source_example *ex) {
 void bt_source_example_release(bt_source_example *ex) {
     free(ex->heap);
     ex->heap = NULL;
+    free(ex->demo_heap);
+    ex->demo_heap = NULL;
+    ex->demo = NULL;
+    ex->n_demo = 0;
     ex->prompt = NULL;
     ex->answer = NULL;
     ex->columns = NULL;

@@ -442,6 +442,44 @@ static void test_episode_mask(void) {
     }
 }
 
+/*  SFT on an episode (bt_rollout_demonstrations of a tool episode): the loss is, by hand, the
+    mean NLL of the 24 model tokens alone (the policy's own log-probs from s_row_logprobs); what
+    an observation slot holds where nothing attends to it afterwards (episode 3's last id, the
+    behaviour log-probs) changes neither loss nor gradient, bit for bit; an observation id mid
+    episode changes the gradients only through attention (the later model tokens' context). */
+static void test_sft_episode_mask(void) {
+    bt_trainer_t *tr[3] = {s_episode_trainer(), s_episode_trainer(), s_episode_trainer()};
+    bt_rollout_batch b[3];
+    for (int k = 0; k < 3; k++) {
+        bt_rollout_batch_init(&b[k]);
+        s_episode_batch(bt_trainer_policy(tr[0]), &b[k]);
+    }
+    double want = 0;
+    for (int c = 0; c < S_EP_N; c++)
+        for (int j = 0; j < b[0].lengths[c]; j++)
+            want -= s_ep_mask[j] ? (double)b[0].logprobs[c * S_EP_L + j] / 24.0 : 0.0;
+    b[1].tokens[3 * S_EP_L + 8] = (b[1].tokens[3 * S_EP_L + 8] + 1) % 256; /* episode 3's end */
+    for (int64_t j = 0; j < S_EP_L; j++)
+        if (!s_ep_mask[j])
+            b[1].logprobs[j] = -30.0f;
+    b[2].tokens[1 * S_EP_L + 3] = (b[2].tokens[1 * S_EP_L + 3] + 1) % 256;
+    bt_trainer_stats st[3];
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(bt_trainer_sft_step(tr[k], &b[k], 0.0, &st[k]));
+    CHECK_NEAR(st[0].loss, want, 1e-5);
+    CHECK(st[0].tokens == 24.0);
+    CHECK(st[1].loss == st[0].loss && s_same_grads(tr[1], tr[0]));
+    double moved = s_grad_rel_diff(tr[2], tr[0]);
+    printf("sft episodes: loss %.6f (by hand %.6f); an observation id mid-episode moves the "
+           "gradients by %.3g, at the episode's end by 0\n",
+           st[0].loss, want, moved);
+    CHECK(st[2].loss != st[0].loss && moved > 1e-4);
+    for (int k = 0; k < 3; k++) {
+        bt_rollout_batch_release(&b[k]);
+        bt_trainer_destroy(&tr[k]);
+    }
+}
+
 /* ---- (c) micro-batches ---------------------------------------------------------------------- */
 
 static void test_micro_batches(void) {
@@ -1713,6 +1751,7 @@ int main(void) {
     test_grpo_loss_matches();
     test_completion_mask();
     test_episode_mask();
+    test_sft_episode_mask();
     test_micro_batches();
     test_batching();
     test_share_prefix();

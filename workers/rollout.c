@@ -294,28 +294,65 @@ bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task
     bt_status st = s_prompts_load(&p, tok, task, indices, n);
     if (st != BT_OK)
         return st;
-    int64_t longest = 0; /* answer bytes + EOS */
-    for (int64_t i = 0; i < n; i++) {
-        int64_t len = (int64_t)strlen(p.answers[i]) + 1;
+    /* each example's demonstration (bt_source_example.demo), or its answer as one model turn */
+    bt_source_example *ex = calloc((size_t)n, sizeof *ex);
+    if (!ex)
+        st = bt_fail(BT_ENOMEM, "demonstrations: out of memory");
+    int64_t longest = 0; /* the parts' bytes + EOS: no part has more ids than bytes */
+    for (int64_t i = 0; i < n && st == BT_OK; i++) {
+        st = bt_source_train_example(task, BT_PROMPT_INDEX(indices[i]), &ex[i]);
+        int64_t len = 1;
+        for (int k = 0; st == BT_OK && k < ex[i].n_demo; k++)
+            len += (int64_t)ex[i].demo[k].len;
+        if (st == BT_OK && !ex[i].demo)
+            len += (int64_t)strlen(p.answers[i]);
+        if (st == BT_OK && (ex[i].n_demo + 1) / 2 > BT_MAX_TURNS)
+            st = bt_fail(BT_EINVAL, "demonstrations: prompt %llu has %d model turns, at most %d",
+                         (unsigned long long)BT_PROMPT_INDEX(indices[i]), (ex[i].n_demo + 1) / 2,
+                         BT_MAX_TURNS);
         longest = len > longest ? len : longest;
     }
-    st = bt_rollout_batch_alloc(out, n, 1, p.longest, longest);
+    if (st == BT_OK)
+        st = bt_rollout_batch_alloc(out, n, 1, p.longest, longest);
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         out->indices[i] = indices[i];
         memcpy(out->prompt_tokens + i * out->max_prompt_len, p.ids[i],
                (size_t)p.lens[i] * sizeof *p.ids[i]);
         out->prompt_lens[i] = p.lens[i];
-        size_t len = strlen(p.answers[i]), n_ids = 0;
+        bt_source_turn answer = {.text = p.answers[i], .len = strlen(p.answers[i])};
+        const bt_source_turn *parts = ex[i].demo ? ex[i].demo : &answer;
+        int n_parts = ex[i].demo ? ex[i].n_demo : 1;
         int32_t *dst = out->tokens + i * out->max_new_tokens;
-        st = bt_tokenizer_encode(tok, p.answers[i], len, false, dst, (size_t)longest, &n_ids);
+        uint8_t *mask = out->loss_mask + i * out->max_new_tokens;
+        uint8_t *turn = out->turn + i * out->max_new_tokens;
+        size_t at = 0;
+        /* each part tokenized on its own, as a rollout appends an observation (token in,
+           token out); model turns train (mask 1), observations do not (mask 0, the turn they
+           answer) */
+        for (int k = 0; k < n_parts && st == BT_OK; k++) {
+            size_t n_ids = 0;
+            st = bt_tokenizer_encode(tok, parts[k].text, parts[k].len, false, dst + at,
+                                     (size_t)longest - at, &n_ids);
+            for (size_t j = at; j < at + n_ids; j++) {
+                mask[j] = !parts[k].observation;
+                turn[j] = (uint8_t)(k / 2);
+            }
+            at += n_ids;
+        }
         if (st != BT_OK)
             break;
-        dst[n_ids] = bt_tokenizer_eos(tok);
-        out->lengths[i] = (int64_t)n_ids + 1;
+        dst[at] = bt_tokenizer_eos(tok);
+        mask[at] = 1;
+        turn[at] = (uint8_t)((n_parts - 1) / 2);
+        out->lengths[i] = (int64_t)at + 1;
+        out->n_turns[i] = (n_parts + 1) / 2;
         out->rewards[i] = 1.0;
         out->correct[i] = true;
         out->finished[i] = true;
     }
+    for (int64_t i = 0; ex && i < n; i++)
+        bt_source_example_release(&ex[i]);
+    free(ex);
     if (st != BT_OK)
         bt_rollout_batch_release(out);
     s_prompts_release(&p);

@@ -209,6 +209,8 @@ typedef struct bt_config {
         int64_t epoch_size;
         double code_timeout_s; /* the code verifier's limits per program */
         int64_t code_memory_mb;
+        char demonstration_key[128]; /* "": SFT demonstrates the answer; else a JSONL key
+                                        (bt_source_jsonl_config.demonstration_key) */
         /* multi-turn episodes (docs/config.md, "Multi-turn episodes"; bt_config_episode) */
         int64_t max_turns;          /* model turns per episode, [1, BT_CONFIG_MAX_TURNS] */
         int64_t max_episode_tokens; /* an episode's completion width (model and observation

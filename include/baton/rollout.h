@@ -61,8 +61,11 @@ bt_status bt_rollout_sample(bt_model *model, const bt_tokenizer_t *tok, bt_sourc
                             bt_rollout_batch *out);
 
 /*  Supervised demonstrations in the same layout: one row per training example (group_size 1)
-    whose completion is the example's answer bytes followed by EOS (reward 1, correct, finished,
-    log-probs 0, version -1), for bt_trainer_sft_step.  max_new_tokens is the longest answer + 1.
+    whose completion is the example's demonstration followed by EOS (reward 1, correct, finished,
+    log-probs 0, version -1), for bt_trainer_sft_step: its answer bytes (one model turn), or the
+    turns of its bt_source_example.demo, each part tokenized on its own (no BOS), model turns with
+    loss_mask 1, observations 0 (turn: the model turn they answer), the EOS 1; n_turns the model
+    turns.  max_new_tokens is the longest demonstration's bytes + 1.
     Fills *out, releasing what it held; on failure *out is empty. */
 bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task,
                                     const uint64_t *indices, int64_t n, bt_rollout_batch *out);

@@ -50,6 +50,15 @@ typedef struct bt_task bt_source_t;
    with bt_source_example_release(). prompt and answer are owned by the example: valid until it is
    refilled or released.  They point into the example itself (storage[] or heap), so copy the
    strings, never the struct. */
+/*  One part of a demonstration: a model turn (trained) or an observation between two of them,
+    already framed by the task's observation template (bt_chat_observation), as a rollout appends
+    it.  len bytes (any). */
+typedef struct bt_source_turn {
+    const char *text;
+    size_t len;
+    bool observation; /* false: the model's turn */
+} bt_source_turn;
+
 typedef struct bt_source_example {
     const char *prompt;  /* NUL-terminated; NULL when empty */
     const char *answer;  /* NUL-terminated; what the verifier compares against; NULL when empty */
@@ -57,7 +66,13 @@ typedef struct bt_source_example {
                             (valid UTF-8: each byte of a string that is not becomes \ufffd), for
                             a reward service; NULL when it has none, and for arithmetic and code
                             examples */
+    const bt_source_turn *demo; /* (n_demo) the record's demonstration under the source's
+                                   demonstration_key: model turn, observation, model turn, ...
+                                   (odd, ending with a model turn); NULL (n_demo 0) when the source
+                                   has no key or the record lacks it: the answer demonstrates */
+    int n_demo;
     char *heap;          /* private: a JSONL example's prompt, answer and columns, or NULL */
+    void *demo_heap;     /* private: demo and its bytes, or NULL */
     char storage[64];    /* private: arithmetic examples are written here */
 } bt_source_example;
 
@@ -113,6 +128,12 @@ typedef struct bt_source_jsonl_config {
     double code_timeout_s;     /* the code verifier's wall clock and CPU limit (rounded up) per
                                   program; 0: bt_sandbox_config_init's 10 s */
     size_t code_memory_bytes;  /* its address-space limit; 0: the default 512 MiB */
+    const char *demonstration_key;    /* NULL or "": SFT demonstrates the answer; else the key of
+                                         each record's demonstration (bt_source_example.demo): a
+                                         string, or an array of strings [model, observation, model,
+                                         ...]; a record without it demonstrates its answer */
+    const char *observation_template; /* frames a demonstration's observations as
+                                         bt_chat_observation does (with chat_template) */
 } bt_source_jsonl_config;
 
 /*  Chat prompts, without a Jinja engine: template is a preset or a text holding "{prompt}" once
@@ -153,7 +174,10 @@ bt_status bt_chat_observation(const char *tmpl, const char *observation_template
     verifier a line is a HumanEval or an MBPP record instead, bt_code_parse's reasons);
     the code verifier also runs a trivial program in the sandbox once and returns its error
     (BT_EIO: no python3, no temporary directory) or BT_EIO "sandbox: ... cannot run \"pass\"";
-    BT_EFORMAT "PATH: no examples" for an empty file; BT_EINVAL for a bad chat template.
+    BT_EFORMAT "PATH: no examples" for an empty file; BT_EINVAL for a bad chat template or
+    observation template.  A record's demonstration is checked as an example reads it: BT_EFORMAT
+    "PATH: record N: \"KEY\": expected a string or an array of strings [model, observation,
+    model, ...] of odd length, got ..." (the key's JSON type, or the array's length or element).
     Caller owns *task_out; destroy with bt_source_destroy().  *task_out is NULL on error. */
 bt_status bt_source_new_jsonl(const bt_source_jsonl_config *cfg, bt_source_t **task_out);
 
