@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "baton/harness.h"
 
+#include "baton/episodes.h"
 #include "baton/fileio.h"
 #include "baton/model.h"
 #include "baton/source.h"
@@ -103,6 +104,7 @@ typedef struct {
     /* reward.service's client, or NULL */
     bt_reward_service_t *reward;
     bt_eval_suite suite; /* the datasets, their own sources loaded, as on an eval worker */
+    bt_episode_source episodes[BT_CONFIG_MAX_SOURCES]; /* each source's environment, as there */
     size_t count[BT_EVAL_MAX_DATASETS];  /* items evaluated in this mode */
     uint64_t hash[BT_EVAL_MAX_DATASETS]; /* the dataset half of the cache key */
 } s_data;
@@ -149,11 +151,13 @@ static bt_status s_hash_dataset(s_data *d, int i) {
        windows, the dataset's verifier and code limits, how choices are put */
     snprintf(text, sizeof text,
              "template %s|system %s|fewshot %lld|%s|%s|stride %lld|code %.17g %lld|verifier %d|"
-             "letters %d|shuffle %d",
+             "letters %d|shuffle %d|episodes %d %lld %lld %s %d %s",
              c->task.chat_template, c->task.system_prompt, (long long)e->num_fewshot,
              e->fewshot_separator, e->fewshot_delimiter, (long long)e->stride,
              c->task.code_timeout_s, (long long)c->task.code_memory_mb, e->verifier,
-             (int)e->choices_letters, (int)e->shuffle_choices);
+             (int)e->choices_letters, (int)e->shuffle_choices, (int)c->task.env,
+             (long long)c->task.max_turns, (long long)c->task.max_episode_tokens,
+             c->task.env_service, c->task.env_reward, c->task.observation_template);
     h = s_hash_str(h, text);
     if (e->fewshot_source[0])
         BT_TRY(s_hash_file(h, e->fewshot_source, &h));
@@ -173,6 +177,8 @@ static bt_status s_hash_dataset(s_data *d, int i) {
 static void s_data_release(s_data *d) {
     bt_eval_suite_release(&d->suite);
     bt_reward_service_destroy(&d->reward);
+    for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++)
+        bt_episode_source_release(&d->episodes[k]);
     bt_source_destroy(&d->task);
     bt_tokenizer_destroy(&d->tok);
 }
@@ -188,6 +194,15 @@ static bt_status s_data_build(s_data *d) {
         BT_TRY(bt_reward_service_new(d->cfg->reward.service, d->cfg->reward.timeout_ms,
                                      d->cfg->reward.retries, &d->reward));
     d->suite.reward_service = d->reward;
+    int n_sources = bt_config_n_sources(d->cfg);
+    for (int k = 0; k < n_sources; k++) /* episodes evaluate as on an eval worker */
+        BT_TRY(bt_episode_source_new(NULL, d->cfg, k, &d->episodes[k]));
+    for (int i = 0; i < d->suite.n_datasets; i++) {
+        int k = d->suite.datasets[i].data_source;
+        k = k >= 0 && k < n_sources ? k : 0;
+        d->suite.env[i] = d->episodes[k].env;
+        d->suite.episode[i] = d->episodes[k].episode;
+    }
     for (int i = 0; i < d->cfg->eval.n_datasets; i++) {
         d->count[i] = s_count(d, i);
         BT_TRY(s_hash_dataset(d, i));

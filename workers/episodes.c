@@ -10,7 +10,12 @@
 #define _GNU_SOURCE /* memmem */
 #include "baton/episodes.h"
 
+#include "baton/env_service.h"
+#include "baton/sandbox.h"
 #include "baton/source.h" /* bt_chat_observation */
+#include "baton/tools.h"
+
+#include <zmq.h>
 
 #include <pthread.h>
 #include <stdio.h>
@@ -46,6 +51,129 @@ void bt_episodes_release(bt_episodes *e) {
     free(e->final_text);
     free(e->final_len);
     bt_episodes_init(e);
+}
+
+/* ---- a config's episodes ------------------------------------------------------------------ */
+
+_Static_assert(BT_CONFIG_MAX_TURNS == BT_MAX_TURNS, "task.max_turns: BT_MAX_TURNS");
+_Static_assert(BT_CONFIG_TEMPLATE_MAX == BT_EPISODE_TEMPLATE_MAX,
+               "task.observation_template: BT_EPISODE_TEMPLATE_MAX");
+_Static_assert(BT_EPISODE_REWARD_SUM == 0 && BT_EPISODE_REWARD_FINAL == 1 &&
+                   BT_EPISODE_REWARD_ENV == 2,
+               "task.env_reward's names (config.c) are bt_episode_reward's values");
+
+/*  config.h's; defined here, where bt_episode_config (episodes.h) is known. */
+void bt_config_episode(const bt_config *cfg, bt_episode_config *out) {
+    bt_episode_config_init(out);
+    out->max_turns = cfg->task.max_turns;
+    out->max_episode_tokens = cfg->task.max_episode_tokens;
+    out->interleave = cfg->task.interleave;
+    out->reward = (bt_episode_reward)cfg->task.env_reward;
+    out->turn_rewards = cfg->task.turn_rewards;
+    out->chat_template = cfg->task.chat_template;
+    out->observation_template = cfg->task.observation_template;
+}
+
+
+/*  The last error, prefixed with the key it came from (prefix "task.", name "env": "task.env:
+    ..."), its status kept. */
+static bt_status s_fail_key(const char *prefix, const char *name) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", bt_last_error());
+    return bt_fail(bt_last_status(), "%s%s: %s", prefix, name, msg);
+}
+
+/*  The environment source k's config `one` names with task.env, into *out (NULL for none).  The
+    built-in python tool runs in the code verifier's sandbox (python3 at its default path, the
+    memory limit task.code_memory_mb) with the tools' own 2 s per call, and runs "pass" once now,
+    as the code verifier does.  A service gets CURVE when task.env_server_key is set, with own
+    (this worker's key pair, --key) when not NULL, else a fresh pair.  Errors name the key:
+    "task.env" (or "data.sources[k].env") for a tool that cannot run, "...env_service" for a
+    service that is not there or answers wrongly (its hello). */
+static bt_status s_env_new(const bt_curve_keys *own, const bt_config *cfg, const bt_config *one,
+                           int k, bt_env_t **out) {
+    *out = NULL;
+    char key[64];
+    if (cfg->data.n_sources > 0)
+        snprintf(key, sizeof key, "data.sources[%d].", k);
+    else
+        snprintf(key, sizeof key, "task.");
+    switch (one->task.env) {
+    case BT_CONFIG_ENV_NONE: return BT_OK;
+    case BT_CONFIG_ENV_CALCULATOR:
+    case BT_CONFIG_ENV_PYTHON:
+    case BT_CONFIG_ENV_TOOLS: {
+        bt_tools_config tc;
+        bt_tools_config_init(&tc);
+        tc.calculator = one->task.env != BT_CONFIG_ENV_PYTHON;
+        tc.python = one->task.env != BT_CONFIG_ENV_CALCULATOR;
+        tc.python_sandbox.memory_bytes = (size_t)one->task.code_memory_mb << 20;
+        if (bt_tools_env_new(&tc, out) != BT_OK)
+            return s_fail_key(key, "env");
+        if (tc.python) { /* as the code verifier does: a sandbox that cannot run fails now */
+            bt_sandbox_result r;
+            bt_status st = bt_sandbox_run(&tc.python_sandbox, "pass\n", 5, &r);
+            if (st == BT_OK && r.verdict != BT_SANDBOX_PASS)
+                st = bt_fail(BT_EIO, "sandbox: /usr/bin/python3 cannot run \"pass\" (%s): %.200s",
+                             bt_sandbox_verdict_name(r.verdict), r.head);
+            if (st != BT_OK) {
+                bt_env_destroy(out);
+                return s_fail_key(key, "env");
+            }
+        }
+        return BT_OK;
+    }
+    case BT_CONFIG_ENV_SERVICE: {
+        bt_curve_keys keys;
+        memset(&keys, 0, sizeof keys);
+        if (one->task.env_server_key[0]) {
+            if (bt_curve_available() != BT_OK)
+                return s_fail_key(key, "env_server_key");
+            if (own) {
+                memcpy(keys.public_key, own->public_key, sizeof keys.public_key);
+                memcpy(keys.secret_key, own->secret_key, sizeof keys.secret_key);
+            } else if (zmq_curve_keypair(keys.public_key, keys.secret_key) != 0) {
+                return bt_fail(BT_EIO, "%senv_server_key: no CURVE key pair: %s", key,
+                               zmq_strerror(zmq_errno()));
+            }
+            memcpy(keys.server_key, one->task.env_server_key, sizeof keys.server_key);
+        }
+        if (bt_env_service_new(one->task.env_service, one->task.env_timeout_ms,
+                               one->task.env_retries, one->task.env_server_key[0] ? &keys : NULL,
+                               one->task.env_insecure, out) != BT_OK)
+            return s_fail_key(key, "env_service");
+        return BT_OK;
+    }
+    }
+    return bt_fail(BT_EINVAL, "%senv: unknown kind %d", key, (int)one->task.env);
+}
+
+
+bt_status bt_episode_source_new(const bt_curve_keys *own, const bt_config *cfg, int k,
+                                bt_episode_source *out) {
+    memset(out, 0, sizeof *out);
+    bt_episode_config_init(&out->episode);
+    bt_config *one = malloc(sizeof *one);
+    if (!one)
+        return bt_fail(BT_ENOMEM, "episodes: out of memory");
+    bt_status st = bt_config_source(cfg, k, one);
+    if (st == BT_OK)
+        st = s_env_new(own, cfg, one, k, &out->env);
+    if (st == BT_OK) {
+        snprintf(out->chat_template, sizeof out->chat_template, "%s", one->task.chat_template);
+        snprintf(out->observation_template, sizeof out->observation_template, "%s",
+                 one->task.observation_template);
+        bt_config_episode(one, &out->episode);
+        out->episode.chat_template = out->chat_template;
+        out->episode.observation_template = out->observation_template;
+    }
+    free(one);
+    return st;
+}
+
+void bt_episode_source_release(bt_episode_source *s) {
+    if (s)
+        bt_env_destroy(&s->env);
 }
 
 /* ---- the turns between engine and environment ---------------------------------------------- */

@@ -3,7 +3,6 @@
 #include "baton/worker.h"
 
 #include "baton/config.h"
-#include "baton/env_service.h"
 #include "baton/episodes.h"
 #include "baton/evaluator.h"
 #include "baton/fileio.h"
@@ -12,7 +11,6 @@
 #include "baton/plan.h"
 #include "baton/rollout.h"
 #include "baton/spec.h"
-#include "baton/tools.h"
 #include "baton/trainer.h"
 
 #include <arpa/inet.h>
@@ -37,106 +35,6 @@ static int64_t s_now_ms(void) {
 /* ---- episodes: the config keys and the environments they name -------------------------------- */
 
 /*  config.h bounds these keys without the headers above its floor. */
-_Static_assert(BT_CONFIG_MAX_TURNS == BT_MAX_TURNS, "task.max_turns: BT_MAX_TURNS");
-_Static_assert(BT_CONFIG_TEMPLATE_MAX == BT_EPISODE_TEMPLATE_MAX,
-               "task.observation_template: BT_EPISODE_TEMPLATE_MAX");
-_Static_assert(BT_EPISODE_REWARD_SUM == 0 && BT_EPISODE_REWARD_FINAL == 1 &&
-                   BT_EPISODE_REWARD_ENV == 2,
-               "task.env_reward's names (config.c) are bt_episode_reward's values");
-
-/*  config.h's; defined here, where bt_episode_config (episodes.h) is known. */
-void bt_config_episode(const bt_config *cfg, bt_episode_config *out) {
-    bt_episode_config_init(out);
-    out->max_turns = cfg->task.max_turns;
-    out->max_episode_tokens = cfg->task.max_episode_tokens;
-    out->interleave = cfg->task.interleave;
-    out->reward = (bt_episode_reward)cfg->task.env_reward;
-    out->turn_rewards = cfg->task.turn_rewards;
-    out->chat_template = cfg->task.chat_template;
-    out->observation_template = cfg->task.observation_template;
-}
-
-/*  One data source's episodes: its environment (NULL: none) and its episode keys, whose template
-    strings are kept here (bt_episode_config borrows them). */
-typedef struct {
-    bt_env_t *env;
-    bt_episode_config episode;
-    char chat_template[sizeof(((bt_config *)0)->task.chat_template)];
-    char observation_template[BT_CONFIG_TEMPLATE_MAX];
-} s_episodes;
-
-/*  The last error, prefixed with the key it came from (prefix "task.", name "env": "task.env:
-    ..."), its status kept. */
-static bt_status s_fail_key(const char *prefix, const char *name) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", bt_last_error());
-    return bt_fail(bt_last_status(), "%s%s: %s", prefix, name, msg);
-}
-
-/*  The environment source k's config `one` names with task.env, into *out (NULL for none).  The
-    built-in python tool runs in the code verifier's sandbox (python3 at its default path, the
-    memory limit task.code_memory_mb) with the tools' own 2 s per call, and runs "pass" once now,
-    as the code verifier does.  A service gets CURVE when task.env_server_key is set, with own
-    (this worker's key pair, --key) when not NULL, else a fresh pair.  Errors name the key:
-    "task.env" (or "data.sources[k].env") for a tool that cannot run, "...env_service" for a
-    service that is not there or answers wrongly (its hello). */
-static bt_status s_env_new(const bt_curve_keys *own, const bt_config *cfg, const bt_config *one,
-                           int k, bt_env_t **out) {
-    *out = NULL;
-    char key[64];
-    if (cfg->data.n_sources > 0)
-        snprintf(key, sizeof key, "data.sources[%d].", k);
-    else
-        snprintf(key, sizeof key, "task.");
-    switch (one->task.env) {
-    case BT_CONFIG_ENV_NONE: return BT_OK;
-    case BT_CONFIG_ENV_CALCULATOR:
-    case BT_CONFIG_ENV_PYTHON:
-    case BT_CONFIG_ENV_TOOLS: {
-        bt_tools_config tc;
-        bt_tools_config_init(&tc);
-        tc.calculator = one->task.env != BT_CONFIG_ENV_PYTHON;
-        tc.python = one->task.env != BT_CONFIG_ENV_CALCULATOR;
-        tc.python_sandbox.memory_bytes = (size_t)one->task.code_memory_mb << 20;
-        if (bt_tools_env_new(&tc, out) != BT_OK)
-            return s_fail_key(key, "env");
-        if (tc.python) { /* as the code verifier does: a sandbox that cannot run fails now */
-            bt_sandbox_result r;
-            bt_status st = bt_sandbox_run(&tc.python_sandbox, "pass\n", 5, &r);
-            if (st == BT_OK && r.verdict != BT_SANDBOX_PASS)
-                st = bt_fail(BT_EIO, "sandbox: /usr/bin/python3 cannot run \"pass\" (%s): %.200s",
-                             bt_sandbox_verdict_name(r.verdict), r.head);
-            if (st != BT_OK) {
-                bt_env_destroy(out);
-                return s_fail_key(key, "env");
-            }
-        }
-        return BT_OK;
-    }
-    case BT_CONFIG_ENV_SERVICE: {
-        bt_curve_keys keys;
-        memset(&keys, 0, sizeof keys);
-        if (one->task.env_server_key[0]) {
-            if (bt_curve_available() != BT_OK)
-                return s_fail_key(key, "env_server_key");
-            if (own) {
-                memcpy(keys.public_key, own->public_key, sizeof keys.public_key);
-                memcpy(keys.secret_key, own->secret_key, sizeof keys.secret_key);
-            } else if (zmq_curve_keypair(keys.public_key, keys.secret_key) != 0) {
-                return bt_fail(BT_EIO, "%senv_server_key: no CURVE key pair: %s", key,
-                               zmq_strerror(zmq_errno()));
-            }
-            memcpy(keys.server_key, one->task.env_server_key, sizeof keys.server_key);
-        }
-        if (bt_env_service_new(one->task.env_service, one->task.env_timeout_ms,
-                               one->task.env_retries, one->task.env_server_key[0] ? &keys : NULL,
-                               one->task.env_insecure, out) != BT_OK)
-            return s_fail_key(key, "env_service");
-        return BT_OK;
-    }
-    }
-    return bt_fail(BT_EINVAL, "%senv: unknown kind %d", key, (int)one->task.env);
-}
 
 /* ---- compute state -------------------------------------------------------------------------- */
 
@@ -150,7 +48,7 @@ typedef struct {
     bt_group *group;       /* trainer: its data-parallel group, or NULL */
     bt_source_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
                                                   data.sources) */
-    s_episodes episodes[BT_CONFIG_MAX_SOURCES];  /* rollout and eval: each source's episodes */
+    bt_episode_source episodes[BT_CONFIG_MAX_SOURCES]; /* rollout and eval: each source's */
     int n_sources;
     bt_source_t *task;   /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
     int64_t version;     /* of the weights in model (rollout and eval) */
@@ -209,30 +107,12 @@ static int64_t s_auto_micro_batch(const bt_config *cfg, const bt_model *m, bt_de
     return p.max_micro_batch > 0 ? p.max_micro_batch : 1;
 }
 
-/*  Each data source's episodes of variant c->cur: its episode keys and the environment its
-    task.env names, made now so that one that cannot be (python missing, a service that does not
-    answer) stops the worker before any task, naming the key. */
+/*  Each data source's episodes of variant c->cur (bt_episode_source_new), made now so that an
+    environment that cannot be stops the worker before any task, naming the key. */
 static bt_status s_build_episodes(s_compute *c) {
-    bt_config *one = malloc(sizeof *one);
-    if (!one)
-        return bt_fail(BT_ENOMEM, "episodes: out of memory");
-    bt_status st = BT_OK;
-    for (int k = 0; k < c->cur->n_sources && st == BT_OK; k++) {
-        s_episodes *e = &c->cur->episodes[k];
-        st = bt_config_source(c->cur->cfg, k, one);
-        if (st == BT_OK)
-            st = s_env_new(c->opt->curve, c->cur->cfg, one, k, &e->env);
-        if (st != BT_OK)
-            break;
-        snprintf(e->chat_template, sizeof e->chat_template, "%s", one->task.chat_template);
-        snprintf(e->observation_template, sizeof e->observation_template, "%s",
-                 one->task.observation_template);
-        bt_config_episode(one, &e->episode);
-        e->episode.chat_template = e->chat_template;
-        e->episode.observation_template = e->observation_template;
-    }
-    free(one);
-    return st;
+    for (int k = 0; k < c->cur->n_sources; k++)
+        BT_TRY(bt_episode_source_new(c->opt->curve, c->cur->cfg, k, &c->cur->episodes[k]));
+    return BT_OK;
 }
 
 /*  The state of variant c->cur, whose cfg is set. */
@@ -345,7 +225,7 @@ static void s_variant_release(s_variant *v) {
     bt_model_destroy(&v->model);
     for (int k = 0; k < BT_CONFIG_MAX_SOURCES; k++) {
         bt_source_destroy(&v->sources[k]);
-        bt_env_destroy(&v->episodes[k].env);
+        bt_episode_source_release(&v->episodes[k]);
     }
     v->task = NULL;
     bt_eval_suite_release(&v->suite);

@@ -13,10 +13,12 @@
 #ifndef BATON_EPISODES_H
 #define BATON_EPISODES_H
 
+#include "baton/config.h"
 #include "baton/env.h"
 #include "baton/messages.h" /* BT_MAX_TURNS */
 #include "baton/model.h"
 #include "baton/sample.h"
+#include "baton/security.h"
 #include "baton/status.h"
 #include "baton/tokenizer.h"
 
@@ -66,6 +68,27 @@ typedef struct bt_episode_config {
 /*  max_turns 1, max_episode_tokens 0, interleave 0, reward sum, no turn rewards, no
     templates. */
 void bt_episode_config_init(bt_episode_config *cfg);
+
+/*  One data source's episodes: its environment (NULL: none) and its episode keys, whose template
+    strings are kept here (episode borrows them). */
+typedef struct bt_episode_source {
+    bt_env_t *env;
+    bt_episode_config episode;
+    char chat_template[sizeof(((bt_config *)0)->task.chat_template)];
+    char observation_template[BT_EPISODE_TEMPLATE_MAX];
+} bt_episode_source;
+
+/*  Source k of cfg (bt_config_source: its task.* keys): its episode keys (bt_config_episode) and
+    the environment its task.env names, made now: the built-in tools (the python tool in the code
+    verifier's sandbox, python3 at its default path, task.code_memory_mb, the tools' own 2 s per
+    call, "pass" run once as the code verifier does) or the service at task.env_service (its hello
+    answered now; CURVE when task.env_server_key is set, with own, a worker's --key pair, when not
+    NULL, else a fresh pair).  Errors name the key: "task.env" (or "data.sources[k].env") for a
+    tool that cannot run, "...env_service" for a service that is not there or answers wrongly.
+    Release with bt_episode_source_release (even on error). */
+bt_status bt_episode_source_new(const bt_curve_keys *own, const bt_config *cfg, int k,
+                                bt_episode_source *out);
+void bt_episode_source_release(bt_episode_source *s);
 
 /*  Episodes run: the engine's ids and what the environment said of each turn. */
 typedef struct bt_episodes {
