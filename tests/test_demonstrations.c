@@ -136,7 +136,8 @@ static void test_bad(void) {
     s_bad("null", "got null");
     /* the config key: a record's own prompt or answer is not a demonstration key */
     bt_config *cfg = malloc(sizeof *cfg);
-    const char *bad[] = {"task.demonstration_key=answer"}, *good[] = {"task.demonstration_key=demo"};
+    const char *bad[] = {"task.demonstration_key=answer"},
+               *good[] = {"task.demonstration_key=demo"};
     CHECK(bt_config_parse("{}", "t.json", bad, 1, cfg) == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "task.demonstration_key");
     CHECK_STR_CONTAINS(bt_last_error(), "\"prompt\" and \"answer\"");

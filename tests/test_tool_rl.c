@@ -44,8 +44,8 @@ static void s_write_jsonl(const char *path, int n, uint64_t seed) {
         bool tool = bt_rng_next(&rng) % 100 < 35;
         fprintf(f, "{\"prompt\": \"%ld*%ld=\", \"answer\": \"%ld\", \"demo\": ", a, b, p);
         if (tool)
-            fprintf(f, "[\"<calc>%ld*%ld</calc>\", \"<result>%ld</result>\", \"%ld\"]}\n", a, b,
-                    p, p);
+            fprintf(f, "[\"<calc>%ld*%ld</calc>\", \"<result>%ld</result>\", \"%ld\"]}\n", a, b, p,
+                    p);
         else
             fprintf(f, "\"%ld\"}\n", p);
     }
