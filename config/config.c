@@ -1451,6 +1451,12 @@ static bt_status s_check_episode(bt_config *cfg, const char *src) {
             return s_reraise(src, "task.observation_template: ", "observation template: ");
         free(probe);
     }
+    if (cfg->task.demonstration_key[0] && cfg->task.kind != BT_CONFIG_TASK_JSONL)
+        return bt_fail(BT_EINVAL,
+                       "%s: task.demonstration_key: \"%s\": only a JSONL task (task.kind "
+                       "\"jsonl\") has records to demonstrate; an arithmetic task demonstrates "
+                       "its answers",
+                       src, cfg->task.demonstration_key);
     return BT_OK;
 }
 

@@ -686,11 +686,11 @@ static bt_status s_set_demo(const bt_source_t *self, const bt_dataset_t *ds, uin
     size_t *lens = calloc((size_t)n, sizeof *lens), bytes = 0;
     bt_status st = texts && lens ? BT_OK : bt_fail(BT_ENOMEM, "dataset: out of memory");
     for (int i = 0; i < n && st == BT_OK; i++) {
-        const char *v = cJSON_IsString(item) ? item->valuestring
-                                              : cJSON_GetArrayItem(item, i)->valuestring;
+        const char *v =
+            cJSON_IsString(item) ? item->valuestring : cJSON_GetArrayItem(item, i)->valuestring;
         if (i % 2)
-            st = bt_chat_observation(self->chat_template, self->observation_template, v,
-                                     strlen(v), &texts[i], &lens[i]);
+            st = bt_chat_observation(self->chat_template, self->observation_template, v, strlen(v),
+                                     &texts[i], &lens[i]);
         else if (!(texts[i] = strdup(v)))
             st = bt_fail(BT_ENOMEM, "dataset: out of memory");
         else

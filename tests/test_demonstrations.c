@@ -136,12 +136,20 @@ static void test_bad(void) {
     s_bad("null", "got null");
     /* the config key: a record's own prompt or answer is not a demonstration key */
     bt_config *cfg = malloc(sizeof *cfg);
-    const char *bad[] = {"task.demonstration_key=answer"}, *good[] = {"task.demonstration_key=demo"};
+    const char *bad[] = {"task.demonstration_key=answer"},
+               *good[] = {"task.demonstration_key=demo"};
     CHECK(bt_config_parse("{}", "t.json", bad, 1, cfg) == BT_EINVAL);
     CHECK_STR_CONTAINS(bt_last_error(), "task.demonstration_key");
     CHECK_STR_CONTAINS(bt_last_error(), "\"prompt\" and \"answer\"");
-    CHECK_OK(bt_config_parse("{}", "t.json", good, 1, cfg));
+    CHECK(bt_config_parse("{}", "t.json", good, 1, cfg) == BT_EINVAL); /* arithmetic */
+    CHECK_STR_CONTAINS(bt_last_error(), "t.json: task.demonstration_key: \"demo\": only a JSONL "
+                                        "task (task.kind \"jsonl\")");
+    const char *jsonl = "{\"task\": {\"kind\": \"jsonl\", \"train\": \"t.jsonl\"}}";
+    CHECK_OK(bt_config_parse(jsonl, "t.json", good, 1, cfg));
     CHECK_STR_EQ(cfg->task.demonstration_key, "demo");
+    bt_source_jsonl_config jc;
+    bt_config_task_jsonl(cfg, &jc);
+    CHECK_STR_EQ(jc.demonstration_key, "demo");
     free(cfg);
 }
 

@@ -290,36 +290,37 @@ bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task
     bt_rollout_batch_release(out);
     if (n < 1)
         return bt_fail(BT_EINVAL, "demonstrations: need n >= 1, got %lld", (long long)n);
-    s_prompts p;
-    bt_status st = s_prompts_load(&p, tok, task, indices, n);
-    if (st != BT_OK)
-        return st;
-    /* each example's demonstration (bt_source_example.demo), or its answer as one model turn */
+    /* each example once: its prompt, and its demonstration (bt_source_example.demo) or its
+       answer as one model turn */
     bt_source_example *ex = calloc((size_t)n, sizeof *ex);
-    if (!ex)
-        st = bt_fail(BT_ENOMEM, "demonstrations: out of memory");
-    int64_t longest = 0; /* the parts' bytes + EOS: no part has more ids than bytes */
+    bt_status st = ex ? BT_OK : bt_fail(BT_ENOMEM, "demonstrations: out of memory");
+    int64_t longest = 0, longest_prompt = 0; /* bytes + EOS (+ BOS): no text has more ids */
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         st = bt_source_train_example(task, BT_PROMPT_INDEX(indices[i]), &ex[i]);
-        int64_t len = 1;
-        for (int k = 0; st == BT_OK && k < ex[i].n_demo; k++)
+        if (st != BT_OK)
+            break;
+        int64_t len = 1, plen = (int64_t)strlen(ex[i].prompt) + 1;
+        for (int k = 0; k < ex[i].n_demo; k++)
             len += (int64_t)ex[i].demo[k].len;
-        if (st == BT_OK && !ex[i].demo)
-            len += (int64_t)strlen(p.answers[i]);
-        if (st == BT_OK && (ex[i].n_demo + 1) / 2 > BT_MAX_TURNS)
+        if (!ex[i].demo)
+            len += (int64_t)strlen(ex[i].answer);
+        if ((ex[i].n_demo + 1) / 2 > BT_MAX_TURNS)
             st = bt_fail(BT_EINVAL, "demonstrations: prompt %llu has %d model turns, at most %d",
                          (unsigned long long)BT_PROMPT_INDEX(indices[i]), (ex[i].n_demo + 1) / 2,
                          BT_MAX_TURNS);
         longest = len > longest ? len : longest;
+        longest_prompt = plen > longest_prompt ? plen : longest_prompt;
     }
     if (st == BT_OK)
-        st = bt_rollout_batch_alloc(out, n, 1, p.longest, longest);
+        st = bt_rollout_batch_alloc(out, n, 1, longest_prompt, longest);
     for (int64_t i = 0; i < n && st == BT_OK; i++) {
         out->indices[i] = indices[i];
-        memcpy(out->prompt_tokens + i * out->max_prompt_len, p.ids[i],
-               (size_t)p.lens[i] * sizeof *p.ids[i]);
-        out->prompt_lens[i] = p.lens[i];
-        bt_source_turn answer = {.text = p.answers[i], .len = strlen(p.answers[i])};
+        size_t n_ids = 0;
+        st = bt_tokenizer_encode(tok, ex[i].prompt, strlen(ex[i].prompt), true,
+                                 out->prompt_tokens + i * out->max_prompt_len,
+                                 (size_t)out->max_prompt_len, &n_ids);
+        out->prompt_lens[i] = (int64_t)n_ids;
+        bt_source_turn answer = {.text = ex[i].answer, .len = strlen(ex[i].answer)};
         const bt_source_turn *parts = ex[i].demo ? ex[i].demo : &answer;
         int n_parts = ex[i].demo ? ex[i].n_demo : 1;
         int32_t *dst = out->tokens + i * out->max_new_tokens;
@@ -330,14 +331,13 @@ bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task
            token out); model turns train (mask 1), observations do not (mask 0, the turn they
            answer) */
         for (int k = 0; k < n_parts && st == BT_OK; k++) {
-            size_t n_ids = 0;
             st = bt_tokenizer_encode(tok, parts[k].text, parts[k].len, false, dst + at,
                                      (size_t)longest - at, &n_ids);
-            for (size_t j = at; j < at + n_ids; j++) {
+            for (size_t j = at; st == BT_OK && j < at + n_ids; j++) {
                 mask[j] = !parts[k].observation;
                 turn[j] = (uint8_t)(k / 2);
             }
-            at += n_ids;
+            at += st == BT_OK ? n_ids : 0;
         }
         if (st != BT_OK)
             break;
@@ -355,7 +355,6 @@ bt_status bt_rollout_demonstrations(const bt_tokenizer_t *tok, bt_source_t *task
     free(ex);
     if (st != BT_OK)
         bt_rollout_batch_release(out);
-    s_prompts_release(&p);
     return st;
 }
 
