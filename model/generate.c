@@ -828,10 +828,9 @@ bt_status bt_generate_episodes(bt_model *model, const int32_t *const *prompts,
     if (lag < 0)
         return bt_fail(BT_EINVAL, "bt_generate_episodes: lag: expected an integer >= 0, got %lld",
                        (long long)lag);
-    if (width < cfg->max_new_tokens)
-        return bt_fail(BT_EINVAL,
-                       "bt_generate_episodes: width %lld is below max_new_tokens %lld (one turn)",
-                       (long long)width, (long long)cfg->max_new_tokens);
+    if (width < 1)
+        return bt_fail(BT_EINVAL, "bt_generate_episodes: width: expected an integer >= 1, got %lld",
+                       (long long)width);
     int64_t *turn_start = batch > 0 ? calloc((size_t)batch, sizeof *turn_start) : NULL;
     if (batch > 0 && !turn_start)
         return bt_fail(BT_ENOMEM, "bt_generate: out of memory");

@@ -220,9 +220,8 @@ static bt_status s_episodes(bt_model *model, const bt_tokenizer_t *tok, bt_sourc
         st = s_score(out, p, tok, task, cfg->reward_service, &ep);
     for (int64_t c = 0; c < n && st == BT_OK; c++) {
         double task_score = mode == BT_EPISODE_REWARD_ENV ? 0.0 : out->rewards[c];
-        if (mode == BT_EPISODE_REWARD_ENV)
-            out->correct[c] = ep.env_return[c] > 0;
-        out->rewards[c] = task_score + (mode == BT_EPISODE_REWARD_FINAL ? 0.0 : ep.env_return[c]);
+        out->rewards[c] = bt_episode_reward_of(mode, task_score, out->correct[c], ep.env_return[c],
+                                               &out->correct[c]);
         if (!cfg->episode.turn_rewards)
             continue;
         double *tr = out->turn_rewards + c * BT_MAX_TURNS;

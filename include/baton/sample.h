@@ -152,8 +152,8 @@ typedef struct bt_turn_ops {
     lag decode steps after its turn ended (the engine waits for it then if it has not come), the
     other rows decoding meanwhile.  Either way which rows decode together at each step depends on
     the decode steps alone, not on when answers come, so the same inputs give the same ids and
-    log-probs bit for bit however fast the environment is.  A row is at most width ids (model and
-    observation ids; max_new_tokens of *out is width); an observation that leaves no room for a
+    log-probs bit for bit however fast the environment is.  A row is at most width >= 1 ids (model
+   and observation ids; max_new_tokens of *out is width); an observation that leaves no room for a
     model id ends the episode (finish BT_FINISH_LENGTH, the observation not appended).  Turn t of
     row b draws its tokens as bt_generate's row with key keys[b] for t = 0 and
     bt_rng_key(keys[b], t) after, its step counted from the turn's start, so turn 0 is
