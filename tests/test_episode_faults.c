@@ -17,9 +17,11 @@
     step): a re-run episode is counted once, its lost attempt not at all.  With debug.log_prompts
     every prompt is trained exactly once.  The environment's rewards count the turns of the
     episode's object, so a service whose second reset of an id continued the old game would fail
-    the metrics check (checked by hand against such a baton_reward.env).  task.interleave is off:
-    with it on, an episode's behaviour log-probs depend on which episodes decode beside it (to
-    ~1e-8), so even two undisturbed runs differ in their last digits.  Without a python3 that has
+    the metrics check (checked by hand against such a baton_reward.env).  Both with synchronous
+    turns (task.interleave 0) and, for the lost worker, interleaved ones (task.interleave 3: an
+    answer used 3 decode steps after its turn, so which episodes decode together is the seed's
+    alone and the lost worker's run equals its undisturbed run bit for bit; when answers were
+    used as they came, even two undisturbed runs differed by ~1e-8).  Without a python3 that has
     zmq, pip and setuptools: SKIP naming the package, exit 77. */
 #define _DEFAULT_SOURCE
 #include "baton/fileio.h"
@@ -33,6 +35,9 @@
 #include <unistd.h>
 
 static char s_tmp[64], s_config[128];
+/*  The runs of a pass: the undisturbed run's name (the others are compared with it) and a --set
+    all of them take (NULL: none). */
+static const char *s_calm = "calm", *s_extra = NULL;
 
 enum { S_STEPS = 6, S_PROMPTS = 4, S_GROUP = 2, S_EPISODES = S_PROMPTS * S_GROUP };
 
@@ -74,6 +79,10 @@ static pid_t s_run(const char *name, bool procs, bool resume) {
     snprintf(set, sizeof set, "task.env_service=ipc://%s/%s.ipc", s_tmp, name);
     const char *args[12] = {"run", s_config, "--run-dir", dir, "--set", set};
     int n = 6;
+    if (s_extra) {
+        args[n++] = "--set";
+        args[n++] = s_extra;
+    }
     if (procs)
         args[n++] = "--procs";
     if (resume)
@@ -246,8 +255,8 @@ static void s_check_counted_once(const char *name, const s_env_log *calm, const 
         CHECK(lines_of[s] == 1);
     CHECK(runs_trained_once(dir, 0, S_STEPS * S_PROMPTS));
     char ref[128];
-    snprintf(ref, sizeof ref, "%s/calm", s_tmp);
-    if (strcmp(name, "calm") != 0) {
+    snprintf(ref, sizeof ref, "%s/%s", s_tmp, s_calm);
+    if (strcmp(name, s_calm) != 0) {
         char *a = runs_metrics(ref), *b = runs_metrics(dir);
         CHECK(a && b && strcmp(a, b) == 0);
         if (a && b && strcmp(a, b) != 0)
@@ -261,28 +270,28 @@ static void s_check_counted_once(const char *name, const s_env_log *calm, const 
 
 /*  The undisturbed run: every episode reset once, every turn answered counted. */
 static s_env_log test_calm(const char *python) {
-    pid_t env = s_env_start(python, "calm", NULL);
-    CHECK(runs_wait(s_run("calm", true, false)) == 0);
+    pid_t env = s_env_start(python, s_calm, NULL);
+    CHECK(runs_wait(s_run(s_calm, true, false)) == 0);
     runs_term(env);
-    s_env_log calm = s_env_read("calm");
+    s_env_log calm = s_env_read(s_calm);
     CHECK(calm.rerun == 0 && calm.resets == calm.episodes && calm.counted == calm.steps);
     CHECK(calm.killed == 0 && calm.senders == 2); /* the two rollout workers */
     char dir[128];
-    snprintf(dir, sizeof dir, "%s/calm", s_tmp);
+    snprintf(dir, sizeof dir, "%s/%s", s_tmp, s_calm);
     CHECK(s_counter(dir, "lost_workers") == 0 && s_counter(dir, "requeued") == 0);
-    s_check_counted_once("calm", &calm, &calm);
+    s_check_counted_once(s_calm, &calm, &calm);
     return calm;
 }
 
 /*  The 8th step request of a rollout worker (step 2's) kills that worker while its episodes
     wait on the answer. */
-static void test_lost_worker(const char *python, const s_env_log *calm) {
-    pid_t env = s_env_start(python, "lost", "8:self:rollout");
-    CHECK(runs_wait(s_run("lost", true, false)) == 0);
+static void test_lost_worker(const char *python, const s_env_log *calm, const char *name) {
+    pid_t env = s_env_start(python, name, "8:self:rollout");
+    CHECK(runs_wait(s_run(name, true, false)) == 0);
     runs_term(env);
-    s_env_log got = s_env_read("lost");
+    s_env_log got = s_env_read(name);
     char dir[128];
-    snprintf(dir, sizeof dir, "%s/lost", s_tmp);
+    snprintf(dir, sizeof dir, "%s/%s", s_tmp, name);
     CHECK(got.killed > 0 && got.senders == 2);
     CHECK(s_counter(dir, "lost_workers") == 1 && s_counter(dir, "requeued") >= 1);
     char events[160];
@@ -292,7 +301,7 @@ static void test_lost_worker(const char *python, const s_env_log *calm) {
     /* the killed worker's job (2 prompts x 2 samples) was run again from its resets elsewhere */
     CHECK(got.rerun == S_EPISODES / 2 && got.rerun_elsewhere == got.rerun);
     CHECK(got.counted < got.steps);
-    s_check_counted_once("lost", calm, &got);
+    s_check_counted_once(name, calm, &got);
 }
 
 /*  The 14th step request (step 3's) is held until the step-2 checkpoint is written, then the
@@ -339,8 +348,14 @@ int main(void) {
     const char *missing = NULL, *python = runs_python(&missing);
     if (python && runs_pip_install(python, s_tmp)) {
         s_env_log calm = test_calm(python);
-        test_lost_worker(python, &calm);
+        test_lost_worker(python, &calm, "lost");
         test_killed_controller(python, &calm);
+        /* interleaved turns (answers used 3 decode steps after their turn): the same holds, the
+           lost worker's run equal to its own undisturbed run bit for bit */
+        s_calm = "calm_il";
+        s_extra = "task.interleave=3";
+        s_env_log calm_il = test_calm(python);
+        test_lost_worker(python, &calm_il, "lost_il");
     }
     runs_cleanup(s_tmp);
     return runs_python_exit(python, missing, "kill and resume in the middle of episodes");
