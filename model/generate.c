@@ -746,7 +746,10 @@ static bt_status s_check_prompts(const s_call *c, int64_t *longest) {
         return bt_fail(BT_ERANGE,
                        "bt_generate: prompt of %lld tokens + %s %lld exceeds "
                        "max_position_embeddings %lld",
-                       (long long)*longest, c->ops ? "an episode's width" : "max_new_tokens",
+                       (long long)*longest,
+                       c->ops ? "(with its reset observation) an episode's width "
+                                "(task.max_episode_tokens)"
+                              : "max_new_tokens",
                        (long long)c->width, (long long)mc->max_position_embeddings);
     return BT_OK;
 }
