@@ -192,11 +192,9 @@ static bt_status s_run_episodes(bt_model *model, const bt_tokenizer_t *tok,
                                        .prompt = c->prompts[r / c->k],
                                        .answer = c->answers[r / c->k],
                                        .columns = c->columns[r / c->k]};
-    bt_episode_config ec = cfg->episode;
-    if (ec.max_episode_tokens == 0) /* as the config resolves it */
-        ec.max_episode_tokens = 2 * ec.max_turns * sc->max_new_tokens;
-    bt_status st = bt_episodes_run(model, tok, cfg->env, &ec, sc, (const int32_t *const *)c->rows,
-                                   c->row_lens, items, n, c->keys, ep);
+    bt_status st = bt_episodes_run(model, tok, cfg->env, &cfg->episode, sc,
+                                   (const int32_t *const *)c->rows, c->row_lens, items, n, c->keys,
+                                   ep);
     free(items);
     return st;
 }
