@@ -105,8 +105,8 @@ typedef struct {
     bt_reward_service_t *reward;
     bt_eval_suite suite; /* the datasets, their own sources loaded, as on an eval worker */
     bt_episode_source episodes[BT_CONFIG_MAX_SOURCES]; /* each source's environment, as there */
-    size_t count[BT_EVAL_MAX_DATASETS];  /* items evaluated in this mode */
-    uint64_t hash[BT_EVAL_MAX_DATASETS]; /* the dataset half of the cache key */
+    size_t count[BT_EVAL_MAX_DATASETS];                /* items evaluated in this mode */
+    uint64_t hash[BT_EVAL_MAX_DATASETS];               /* the dataset half of the cache key */
 } s_data;
 
 /*  The dataset's count (0: all), capped in quick mode; probes are always all evaluated. */
@@ -151,13 +151,24 @@ static bt_status s_hash_dataset(s_data *d, int i) {
        windows, the dataset's verifier and code limits, how choices are put */
     snprintf(text, sizeof text,
              "template %s|system %s|fewshot %lld|%s|%s|stride %lld|code %.17g %lld|verifier %d|"
-             "letters %d|shuffle %d|episodes %d %lld %lld %s %d %s",
+             "letters %d|shuffle %d",
              c->task.chat_template, c->task.system_prompt, (long long)e->num_fewshot,
              e->fewshot_separator, e->fewshot_delimiter, (long long)e->stride,
              c->task.code_timeout_s, (long long)c->task.code_memory_mb, e->verifier,
-             (int)e->choices_letters, (int)e->shuffle_choices, (int)c->task.env,
-             (long long)c->task.max_turns, (long long)c->task.max_episode_tokens,
-             c->task.env_service, c->task.env_reward, c->task.observation_template);
+             (int)e->choices_letters, (int)e->shuffle_choices);
+    h = s_hash_str(h, text);
+    /* its episodes: the keys of the source it evaluates (the task's without data.sources) */
+    bt_config *one = malloc(sizeof *one);
+    int k = e->data_source >= 0 ? e->data_source : 0;
+    if (!one || bt_config_source(c, k, one) != BT_OK) {
+        free(one);
+        return one ? bt_last_status() : bt_fail(BT_ENOMEM, "baton eval: out of memory");
+    }
+    snprintf(text, sizeof text, "episodes %d %lld %lld %s %s %d %s", (int)one->task.env,
+             (long long)one->task.max_turns, (long long)one->task.max_episode_tokens,
+             one->task.env_service, one->task.chat_template, one->task.env_reward,
+             one->task.observation_template);
+    free(one);
     h = s_hash_str(h, text);
     if (e->fewshot_source[0])
         BT_TRY(s_hash_file(h, e->fewshot_source, &h));
