@@ -1463,10 +1463,20 @@ static bt_status s_check_episode(bt_config *cfg, const char *src) {
 /*  Checks between keys, then resolves the 0 = "follow another key" values. */
 bt_status bt_config_source(const bt_config *cfg, int k, bt_config *out);
 
-/*  Every source resolves to a valid single-task config; data.epoch_source names one.  *width gets
-    the widest completion of any source (s_completion_width). */
-static bt_status s_check_sources(const bt_config *cfg, const char *src, int64_t *width) {
-    *width = s_completion_width(cfg);
+int64_t bt_config_completion_width(const bt_config *cfg) {
+    if (cfg->data.n_sources == 0)
+        return s_completion_width(cfg);
+    bt_config *one = malloc(sizeof *one);
+    int64_t widest = 0;
+    for (int k = 0; one && k < cfg->data.n_sources; k++)
+        if (bt_config_source(cfg, k, one) == BT_OK && s_completion_width(one) > widest)
+            widest = s_completion_width(one);
+    free(one);
+    return widest > 0 ? widest : cfg->grpo.max_new_tokens;
+}
+
+/*  Every source resolves to a valid single-task config; data.epoch_source names one. */
+static bt_status s_check_sources(const bt_config *cfg, const char *src) {
     if (cfg->data.n_sources == 0) {
         if (cfg->data.epoch_source[0])
             return bt_fail(BT_EINVAL,
@@ -1487,14 +1497,9 @@ static bt_status s_check_sources(const bt_config *cfg, const char *src, int64_t 
     if (!one)
         return bt_fail(BT_ENOMEM, "%s: out of memory", src);
     bt_status st = BT_OK;
-    *width = 0;
-    for (int k = 0; k < cfg->data.n_sources && st == BT_OK; k++) {
-        st = bt_config_source(cfg, k, one);
-        if (st != BT_OK)
+    for (int k = 0; k < cfg->data.n_sources && st == BT_OK; k++)
+        if ((st = bt_config_source(cfg, k, one)) != BT_OK)
             st = s_reraise(src, "", "");
-        else if (s_completion_width(one) > *width)
-            *width = s_completion_width(one);
-    }
     free(one);
     return st;
 }
@@ -1533,10 +1538,9 @@ static bt_status s_check(bt_config *cfg, const char *src) {
     if (cfg->data.n_sources == 0) /* with data.sources, the task.* keys are each source's */
         BT_TRY(s_check_episode(cfg, src));
     BT_TRY(s_check_eval(cfg, src));
-    int64_t width; /* Dr. GRPO's normaliser: the widest completion, an episode's with episodes */
-    BT_TRY(s_check_sources(cfg, src, &width));
-    if (cfg->grpo.max_tokens == 0)
-        cfg->grpo.max_tokens = width;
+    BT_TRY(s_check_sources(cfg, src));
+    if (cfg->grpo.max_tokens == 0) /* Dr. GRPO's normaliser: the widest completion */
+        cfg->grpo.max_tokens = bt_config_completion_width(cfg);
     BT_TRY(s_check_tuner(cfg, src));
     BT_TRY(s_check_scaling(cfg, src));
     if (cfg->task.chat_template[0]) { /* a template that cannot apply fails now, by name */

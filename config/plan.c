@@ -4,7 +4,6 @@
 #include "baton/plan.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -69,24 +68,12 @@ static bool s_has_reference(const bt_config *cfg) {
            (cfg->pbt.enabled && (cfg->pbt.explore_mask & (1 << BT_PBT_KL_COEF)));
 }
 
-/*  The widest completion a rollout may give: grpo.max_new_tokens, or an episode's width
-    (task.max_episode_tokens) for a source with an environment. */
-static int64_t s_completion_width(const bt_config *cfg) {
-    int64_t widest = cfg->grpo.max_new_tokens;
-    bt_config *one = malloc(sizeof *one);
-    for (int k = 0; one && k < bt_config_n_sources(cfg); k++)
-        if (bt_config_source(cfg, k, one) == BT_OK && one->task.env != BT_CONFIG_ENV_NONE)
-            widest = s_max(widest, one->task.max_episode_tokens);
-    free(one);
-    return widest;
-}
-
 int64_t bt_plan_prompt_bound(const bt_config *cfg, const bt_model_config *model) {
     int64_t extra =
         (int64_t)strlen(cfg->task.chat_template) + (int64_t)strlen(cfg->task.system_prompt);
     if (cfg->task.kind == BT_CONFIG_TASK_ARITHMETIC)
         return 1 + 2 * cfg->task.digits + 2 + extra; /* BOS "a" op "b" "=" (data/source.c) */
-    return s_max(1, model->max_position_embeddings - s_completion_width(cfg));
+    return s_max(1, model->max_position_embeddings - bt_config_completion_width(cfg));
 }
 
 /*  Bytes one decoder layer's forward keeps for a micro-batch of R rows of width T with grad on:
@@ -145,11 +132,11 @@ double bt_plan_trainer_activations(const bt_config *cfg, const bt_model_config *
 }
 
 /*  The largest micro-batch's shape for micro-batch mb: items of k sequences (a shared prompt and
-    k completions, or one sequence), one item a row but under "pack" (equal widths fill one row
-    each), at most mb sequences per micro-batch (model.c s_plan_make). */
-static void s_micro_shape(const bt_config *cfg, int64_t P, int64_t ranks, int64_t mb, int64_t *R,
-                          int64_t *T) {
-    int64_t G = cfg->grpo.group_size, Lr = s_completion_width(cfg);
+    k completions of Lr tokens, or one sequence), one item a row but under "pack" (equal widths
+    fill one row each), at most mb sequences per micro-batch (model.c s_plan_make). */
+static void s_micro_shape(const bt_config *cfg, int64_t P, int64_t Lr, int64_t ranks, int64_t mb,
+                          int64_t *R, int64_t *T) {
+    int64_t G = cfg->grpo.group_size;
     int64_t n = (cfg->grpo.prompts_per_step * G + ranks - 1) / ranks; /* a rank's sequences */
     int64_t k = cfg->grpo.share_prefix ? s_min(G, mb) : 1;
     int64_t items = (n + k - 1) / k, w = s_max(2, P + k * Lr);
@@ -180,8 +167,8 @@ static void s_generator(const bt_model_config *m, bool bf16, int64_t S, int64_t 
     s_total(r);
 }
 
-static void s_trainer(const bt_config *cfg, const bt_model_config *m, int64_t P, int64_t ranks,
-                      int64_t mb, bt_plan *out) {
+static void s_trainer(const bt_config *cfg, const bt_model_config *m, int64_t P, int64_t L,
+                      int64_t ranks, int64_t mb, bt_plan *out) {
     bool bf16 = cfg->run.precision == BT_CONFIG_PRECISION_BF16;
     /* W: what training changes, the weights or with LoRA the adapters alone (the base is then
        frozen and resident on every rank whatever the stage, and the KL reference is the base) */
@@ -194,7 +181,7 @@ static void s_trainer(const bt_config *cfg, const bt_model_config *m, int64_t P,
     bt_plan_role *r = &out->trainer;
     *r = (bt_plan_role){0};
     int64_t R, T;
-    s_micro_shape(cfg, P, ranks, mb, &R, &T);
+    s_micro_shape(cfg, P, L, ranks, mb, &R, &T);
     out->rows = R;
     out->width = T;
     switch (cfg->workers.shard) {
@@ -259,16 +246,17 @@ static double s_device_peak(const bt_plan *p, const bt_config *cfg, int64_t gpus
     return peak;
 }
 
+/*  The plan at micro-batch mb, for prompts of P tokens and completions of L
+    (bt_config_completion_width). */
 static void s_plan_at(const bt_config *cfg, const bt_model_config *m, const bt_plan_input *in,
-                      int64_t P, int64_t mb, bt_plan *out) {
+                      int64_t P, int64_t L, int64_t mb, bt_plan *out) {
     bool bf16 = cfg->run.precision == BT_CONFIG_PRECISION_BF16;
     out->micro_batch = mb;
-    s_trainer(cfg, m, P, out->ranks, mb, out);
+    s_trainer(cfg, m, P, L, out->ranks, mb, out);
     int64_t G = cfg->grpo.group_size, B = cfg->grpo.prompts_per_step * G;
-    s_generator(m, bf16, B, P + s_completion_width(cfg) - 1,
-                G > 1 ? cfg->grpo.prompts_per_step : 0, P, &out->rollout);
-    int64_t width = s_completion_width(cfg); /* episodes evaluate at their width too */
-    int64_t eval_new = s_max(cfg->eval.max_new_tokens, width > cfg->grpo.max_new_tokens ? width : 1);
+    s_generator(m, bf16, B, P + L - 1, G > 1 ? cfg->grpo.prompts_per_step : 0, P, &out->rollout);
+    /* episodes evaluate at their width too */
+    int64_t eval_new = s_max(cfg->eval.max_new_tokens, L > cfg->grpo.max_new_tokens ? L : 1);
     s_generator(m, bf16, S_EVAL_BATCH, P + eval_new - 1, 0, P, &out->eval);
     if (cfg->workers.rollout == 0)
         out->rollout = (bt_plan_role){0};
@@ -291,6 +279,7 @@ bt_status bt_plan_make(const bt_config *cfg, const bt_model_config *model, const
         return BT_EINVAL;
     }
     int64_t P = in->prompt_len > 0 ? in->prompt_len : bt_plan_prompt_bound(cfg, model);
+    int64_t L = bt_config_completion_width(cfg);
     int64_t mb = in->micro_batch > 0 ? in->micro_batch : s_max(cfg->grpo.micro_batch, 1);
     out->params = s_params(model);
     out->prompt_len = P;
@@ -303,7 +292,7 @@ bt_status bt_plan_make(const bt_config *cfg, const bt_model_config *model, const
         bt_plan probe = *out;
         for (int64_t lo = 1, hi = n; lo <= hi;) {
             int64_t mid = lo + (hi - lo) / 2;
-            s_plan_at(cfg, model, in, P, mid, &probe);
+            s_plan_at(cfg, model, in, P, L, mid, &probe);
             if (probe.trainer_device <= in->device_bytes) {
                 best = mid;
                 lo = mid + 1;
@@ -315,6 +304,6 @@ bt_status bt_plan_make(const bt_config *cfg, const bt_model_config *model, const
     }
     if (in->micro_batch <= 0 && cfg->grpo.micro_batch == 0) /* "auto": the largest that fits */
         mb = out->max_micro_batch > 0 ? out->max_micro_batch : 1;
-    s_plan_at(cfg, model, in, P, mb, out);
+    s_plan_at(cfg, model, in, P, L, mb, out);
     return BT_OK;
 }

@@ -379,6 +379,10 @@ int bt_config_n_sources(const bt_config *cfg);
 /*  Source k's config: cfg with the source's task keys applied (k 0 without data.sources is cfg).
     Errors name "data.sources[k].KEY". */
 bt_status bt_config_source(const bt_config *cfg, int k, bt_config *out);
+/*  The widest completion any source's rollouts give, in tokens after the prompt:
+    grpo.max_new_tokens, or task.max_episode_tokens for a source with an environment (an episode's
+    model and observation tokens).  What grpo.max_tokens 0 resolves to and the memory plan sizes. */
+int64_t bt_config_completion_width(const bt_config *cfg);
 /*  Source k's name: data.sources[k].name, or "task" without data.sources. */
 const char *bt_config_source_name(const bt_config *cfg, int k);
 /*  The index of the source whose epochs count (data.epoch_source). */
