@@ -208,12 +208,7 @@ static bt_status s_data_build(s_data *d) {
     int n_sources = bt_config_n_sources(d->cfg);
     for (int k = 0; k < n_sources; k++) /* episodes evaluate as on an eval worker */
         BT_TRY(bt_episode_source_new(NULL, d->cfg, k, &d->episodes[k]));
-    for (int i = 0; i < d->suite.n_datasets; i++) {
-        int k = d->suite.datasets[i].data_source;
-        k = k >= 0 && k < n_sources ? k : 0;
-        d->suite.env[i] = d->episodes[k].env;
-        d->suite.episode[i] = d->episodes[k].episode;
-    }
+    bt_eval_suite_set_episodes(&d->suite, d->episodes, n_sources);
     for (int i = 0; i < d->cfg->eval.n_datasets; i++) {
         d->count[i] = s_count(d, i);
         BT_TRY(s_hash_dataset(d, i));

@@ -192,9 +192,9 @@ static bt_status s_run_episodes(bt_model *model, const bt_tokenizer_t *tok,
                                        .prompt = c->prompts[r / c->k],
                                        .answer = c->answers[r / c->k],
                                        .columns = c->columns[r / c->k]};
-    bt_status st = bt_episodes_run(model, tok, cfg->env, &cfg->episode, sc,
-                                   (const int32_t *const *)c->rows, c->row_lens, items, n, c->keys,
-                                   ep);
+    bt_status st =
+        bt_episodes_run(model, tok, cfg->env, &cfg->episode, sc, (const int32_t *const *)c->rows,
+                        c->row_lens, items, n, c->keys, ep);
     free(items);
     return st;
 }
@@ -1049,6 +1049,15 @@ bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt
     if (st != BT_OK)
         bt_eval_suite_release(out);
     return st;
+}
+
+void bt_eval_suite_set_episodes(bt_eval_suite *s, const bt_episode_source *sources, int n) {
+    for (int i = 0; i < s->n_datasets; i++) {
+        int k = s->datasets[i].data_source;
+        k = k >= 0 && k < n ? k : 0;
+        s->env[i] = sources[k].env;
+        s->episode[i] = sources[k].episode;
+    }
 }
 
 void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user) {

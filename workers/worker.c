@@ -46,8 +46,8 @@ typedef struct {
     bt_model *model;       /* rollout and eval: the variant's current policy */
     bt_trainer_t *trainer; /* trainer: owns the policy */
     bt_group *group;       /* trainer: its data-parallel group, or NULL */
-    bt_source_t *sources[BT_CONFIG_MAX_SOURCES]; /* each data source's task (one without
-                                                  data.sources) */
+    bt_source_t *sources[BT_CONFIG_MAX_SOURCES];       /* each data source's task (one without
+                                                        data.sources) */
     bt_episode_source episodes[BT_CONFIG_MAX_SOURCES]; /* rollout and eval: each source's */
     int n_sources;
     bt_source_t *task;   /* sources[0]: SFT demonstrations, the canary, the eval suite's own */
@@ -154,12 +154,7 @@ static bt_status s_build_variant(s_compute *c, bt_device dev) {
         if (c->opt->reward)
             bt_eval_suite_set_reward_fn(&c->cur->suite, c->opt->reward, c->opt->reward_user);
         c->cur->suite.reward_service = c->reward;
-        for (int i = 0; i < c->cur->suite.n_datasets; i++) { /* its source's episodes */
-            int k = c->cur->suite.datasets[i].data_source;
-            k = k >= 0 && k < c->cur->n_sources ? k : 0;
-            c->cur->suite.env[i] = c->cur->episodes[k].env;
-            c->cur->suite.episode[i] = c->cur->episodes[k].episode;
-        }
+        bt_eval_suite_set_episodes(&c->cur->suite, c->cur->episodes, c->cur->n_sources);
         return BT_OK;
     }
     if (c->role != BT_ROLE_TRAINER) {

@@ -194,6 +194,10 @@ bt_status bt_config_eval_suite(const bt_config *cfg, const bt_source_t *task, bt
 /*  A host's reward function for every task of the suite that it owns (the caller sets it on the
     run's task). */
 void bt_eval_suite_set_reward_fn(bt_eval_suite *s, bt_reward_fn *fn, void *user);
+/*  Each dataset's episodes: those of the source it evaluates (its data_source; source 0, the task,
+    for the task's held-out set or a file of its own), from sources[0..n) (borrowed: they must
+    outlive the suite's runs). */
+void bt_eval_suite_set_episodes(bt_eval_suite *s, const bt_episode_source *sources, int n);
 /*  Items dataset i evaluates: its count capped by what its data holds (0 count: all of it). */
 size_t bt_eval_suite_size(const bt_eval_suite *s, int i);
 /*  Evaluates items [start, start + count) of dataset i into *out: generate (with robustness as
