@@ -488,9 +488,13 @@ static bt_status s_due(s_engine *e, bt_ctx *ctx) {
     const s_call *c = e->c;
     bt_generation *out = e->out;
     const int64_t W = out->max_new_tokens;
-    int64_t live = 0, n = 0, fed = 0;
-    for (int64_t s = 0; s < e->S; s++)
+    int64_t live = 0, waiting = 0, n = 0, fed = 0;
+    for (int64_t s = 0; s < e->S; s++) {
         live += e->active[s];
+        waiting += e->waiting[s];
+    }
+    if (waiting == 0) /* nothing to do: the usual decode step allocates nothing here */
+        return BT_OK;
     int64_t *rows = malloc((size_t)(3 * e->S) * sizeof *rows), *slots = rows + e->S,
             *n_ids = slots + e->S;
     if (!rows)

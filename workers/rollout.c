@@ -141,32 +141,46 @@ uint64_t bt_rollout_key(uint64_t seed, uint64_t prompt_id, int64_t sample) {
     return bt_rng_key(bt_rng_key(step, prompt_id), (uint64_t)sample);
 }
 
+/*  The batch of g's n = n_prompts x G rows after prompts[c] (prompt_lens[c] ids each, padded to
+    longest): ids, log-probs, lengths, finished (a stop token, or the environment's end) and, for
+    episodes, their loss masks and turns. */
+static bt_status s_fill(bt_rollout_batch *out, const bt_tokenizer_t *tok, const uint64_t *indices,
+                        int64_t n_prompts, int64_t G, const int32_t *const *prompts,
+                        const int64_t *prompt_lens, int64_t longest, const bt_generation *g) {
+    const int64_t n = n_prompts * G, W = g->max_new_tokens;
+    BT_TRY(bt_rollout_batch_alloc(out, n_prompts, G, longest, W));
+    memcpy(out->indices, indices, (size_t)n_prompts * sizeof *indices);
+    memcpy(out->tokens, g->tokens, (size_t)(n * W) * sizeof *out->tokens);
+    memcpy(out->logprobs, g->logprobs, (size_t)(n * W) * sizeof *out->logprobs);
+    memcpy(out->lengths, g->lengths, (size_t)n * sizeof *out->lengths);
+    if (g->loss_mask) {
+        memcpy(out->loss_mask, g->loss_mask, (size_t)(n * W) * sizeof *out->loss_mask);
+        memcpy(out->turn, g->turn, (size_t)(n * W) * sizeof *out->turn);
+        memcpy(out->n_turns, g->n_turns, (size_t)n * sizeof *out->n_turns);
+    }
+    for (int64_t c = 0; c < n; c++) {
+        int32_t *dst = out->prompt_tokens + c * out->max_prompt_len;
+        memcpy(dst, prompts[c], (size_t)prompt_lens[c] * sizeof *dst);
+        for (int64_t t = prompt_lens[c]; t < out->max_prompt_len; t++)
+            dst[t] = bt_tokenizer_pad(tok);
+        out->prompt_lens[c] = prompt_lens[c];
+        out->finished[c] = g->finish[c] == BT_FINISH_EOS || g->finish[c] == BT_FINISH_DONE;
+    }
+    return BT_OK;
+}
+
 /*  One turn per row: bt_generate, then the completions scored. */
 static bt_status s_single(bt_model *model, const bt_tokenizer_t *tok, bt_source_t *task,
                           const s_prompts *p, const int32_t *const *rows, const int64_t *row_lens,
                           const uint64_t *keys, const bt_sample_config *sample,
                           const bt_rollout_config *cfg, const uint64_t *indices, int64_t n_prompts,
                           bt_rollout_batch *out) {
-    const int64_t G = cfg->group_size, n = n_prompts * G, M = sample->max_new_tokens;
+    const int64_t G = cfg->group_size, n = n_prompts * G;
     bt_generation g;
     bt_generation_init(&g);
     bt_status st = bt_generate(model, rows, row_lens, n, sample, keys, &g);
     if (st == BT_OK)
-        st = bt_rollout_batch_alloc(out, n_prompts, G, p->longest, M);
-    if (st == BT_OK) {
-        memcpy(out->indices, indices, (size_t)n_prompts * sizeof *indices);
-        memcpy(out->tokens, g.tokens, (size_t)(n * M) * sizeof *out->tokens);
-        memcpy(out->logprobs, g.logprobs, (size_t)(n * M) * sizeof *out->logprobs);
-        memcpy(out->lengths, g.lengths, (size_t)n * sizeof *out->lengths);
-    }
-    for (int64_t c = 0; c < n && st == BT_OK; c++) {
-        int32_t *dst = out->prompt_tokens + c * out->max_prompt_len;
-        memcpy(dst, rows[c], (size_t)row_lens[c] * sizeof *dst);
-        for (int64_t t = row_lens[c]; t < out->max_prompt_len; t++)
-            dst[t] = bt_tokenizer_pad(tok);
-        out->prompt_lens[c] = row_lens[c];
-        out->finished[c] = g.finish[c] == BT_FINISH_EOS;
-    }
+        st = s_fill(out, tok, indices, n_prompts, G, rows, row_lens, p->longest, &g);
     if (st == BT_OK)
         st = s_score(out, p, tok, task, cfg->reward_service, NULL);
     bt_generation_release(&g);
@@ -195,26 +209,9 @@ static bt_status s_episodes(bt_model *model, const bt_tokenizer_t *tok, bt_sourc
     bt_episodes_init(&ep);
     bt_status st = bt_episodes_run(model, tok, cfg->env, &cfg->episode, sample, rows, row_lens,
                                    items, n, keys, &ep);
-    const int64_t W = ep.g.max_new_tokens;
     if (st == BT_OK)
-        st = bt_rollout_batch_alloc(out, n_prompts, G, ep.longest_prompt, W);
-    if (st == BT_OK) {
-        memcpy(out->indices, indices, (size_t)n_prompts * sizeof *indices);
-        memcpy(out->tokens, ep.g.tokens, (size_t)(n * W) * sizeof *out->tokens);
-        memcpy(out->logprobs, ep.g.logprobs, (size_t)(n * W) * sizeof *out->logprobs);
-        memcpy(out->lengths, ep.g.lengths, (size_t)n * sizeof *out->lengths);
-        memcpy(out->loss_mask, ep.g.loss_mask, (size_t)(n * W) * sizeof *out->loss_mask);
-        memcpy(out->turn, ep.g.turn, (size_t)(n * W) * sizeof *out->turn);
-        memcpy(out->n_turns, ep.g.n_turns, (size_t)n * sizeof *out->n_turns);
-    }
-    for (int64_t c = 0; c < n && st == BT_OK; c++) {
-        int32_t *dst = out->prompt_tokens + c * out->max_prompt_len;
-        memcpy(dst, ep.prompts[c], (size_t)ep.prompt_lens[c] * sizeof *dst);
-        for (int64_t t = ep.prompt_lens[c]; t < out->max_prompt_len; t++)
-            dst[t] = bt_tokenizer_pad(tok);
-        out->prompt_lens[c] = ep.prompt_lens[c];
-        out->finished[c] = ep.g.finish[c] == BT_FINISH_EOS || ep.g.finish[c] == BT_FINISH_DONE;
-    }
+        st = s_fill(out, tok, indices, n_prompts, G, (const int32_t *const *)ep.prompts,
+                    ep.prompt_lens, ep.longest_prompt, &ep.g);
     const bt_episode_reward mode = cfg->episode.reward;
     if (st == BT_OK && mode != BT_EPISODE_REWARD_ENV)
         st = s_score(out, p, tok, task, cfg->reward_service, &ep);
